@@ -1,0 +1,95 @@
+# nightshift — GNU make build.
+#
+#   make            build build/nightshift (release, -O2, AVX2/FMA)
+#   make test       install missing Debian packages, build, run every test (ends "N passed, N failed")
+#   make asan       the same tests on an ASan+UBSan build (build-asan/)
+#   make fuzz       libFuzzer targets (clang) in build-fuzz/; run them with scripts/fuzz
+#   make demo       install, build, fetch the default model, clear the example backlog
+#   make CUDA=1     also compile the CUDA backend with nvcc (sm_90 + PTX)
+#
+# Every src/<layer>/<module>.c is part of libnightshift.a except src/cli/main.c; every tests/test_*.c is
+# its own test binary linked against that library. Adding a module or a test needs no edit here.
+
+BUILD    ?= build
+CC       ?= cc
+OPT      ?= -O2
+ARCH     ?= -mavx2 -mfma -mf16c
+SANITIZE ?=
+CFLAGS   ?=
+NS_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -g $(OPT) $(ARCH) $(SANITIZE) -Isrc -MMD -MP $(CFLAGS)
+LDLIBS    = -lsqlite3 -ljansson -lpcre2-8 -lcrypto -lxxhash -lpthread -lm
+NVCC     ?= nvcc
+
+LIB_SRCS  = $(filter-out src/cli/main.c,$(wildcard src/*/*.c))
+LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
+TEST_SRCS = $(wildcard tests/test_*.c)
+TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+BIN       = $(BUILD)/nightshift
+
+ifeq ($(CUDA),1)
+CU_SRCS  = $(wildcard src/*/*.cu)
+CU_OBJS  = $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+LIB_OBJS += $(CU_OBJS)
+NS_CFLAGS += -DNS_CUDA=1
+LDLIBS   += -lcudart -lcublas
+endif
+
+.PHONY: all test asan fuzz demo deps clean check-cuda
+all: $(BIN) $(TEST_BINS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(NS_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 -Isrc -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -c $< -o $@
+
+$(BUILD)/libnightshift.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(BUILD)/src/cli/main.o $(BUILD)/libnightshift.a
+	$(CC) $(NS_CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnightshift.a
+	$(CC) $(NS_CFLAGS) $^ -o $@ $(LDLIBS)
+
+deps:
+	@scripts/install-deps
+
+test: deps
+	@scripts/fetch-model || echo "make test: the SmolLM2 model could not be fetched; its tests will be skipped"
+	$(MAKE) all
+	@$(MAKE) --no-print-directory check-cuda
+	@tests/run $(BUILD)
+
+asan: deps
+	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" all
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run build-asan
+
+# libFuzzer needs clang; the library is rebuilt with coverage instrumentation.
+FUZZ_SRCS = $(wildcard fuzz/fuzz_*.c)
+fuzz: deps
+	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 \
+	  SANITIZE="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" build-fuzz/libnightshift.a
+	@mkdir -p build-fuzz/bin
+	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
+	  echo "clang $$f -> build-fuzz/bin/$$n"; \
+	  clang -std=c11 -D_GNU_SOURCE -g -O1 $(ARCH) -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    $$f build-fuzz/libnightshift.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; done
+
+demo:
+	@scripts/install-deps demo
+	$(MAKE) $(BIN)
+	@scripts/demo
+
+# Compile the CUDA sources (no GPU needed); CI runs this when nvcc is on PATH.
+check-cuda:
+	@if command -v $(NVCC) >/dev/null 2>&1 && [ -n "$(wildcard src/*/*.cu)" ]; then \
+	  $(MAKE) CUDA=1 BUILD=build-cuda all; else echo "check-cuda: nothing to compile"; fi
+
+clean:
+	rm -rf build build-asan build-fuzz build-cuda
+
+-include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d)

@@ -1,0 +1,107 @@
+/* engine — continuous batching over a paged KV cache with a prefix cache. No I/O at all.
+ *
+ * The caller adds requests (prompt token ids + sampling params), calls engine_step() until
+ * engine_has_work() is false, and takes finished results with engine_take(). Each step builds one step
+ * batch: decode rows of running sequences first, then prefill chunks of waiting requests in queue order,
+ * within max_batch_tokens and max_seqs. See DESIGN.md "The engine's core ideas".
+ *
+ * Invariant (CPU backend): a request's result depends only on (model, prompt, params, seed) — not on what
+ * else is running, max_seqs, preemption or prefix-cache hits.
+ */
+#ifndef NS_ENGINE_H
+#define NS_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tok.h"
+#include "util/err.h"
+
+struct engine_params {
+    int32_t kv_block;         /* tokens per KV block (default 16) */
+    int64_t kv_blocks;        /* pool size in blocks; computed by the caller from a memory budget
+                                 (engine_kv_blocks_for_budget) */
+    enum kv_type kv_type;     /* default KV_TYPE_F16 */
+    int32_t max_batch_tokens; /* rows per step (default engine_default_max_batch_tokens) */
+    int32_t max_seqs;         /* running sequences at once (default 64) */
+    int prefix_cache;         /* 1 = on (default) */
+};
+
+struct engine_params engine_default_params(void);
+
+/* Pool size in blocks for a KV memory budget in bytes (0 if the budget holds less than one block). */
+int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type t, int32_t kv_block,
+                                    uint64_t kv_bytes);
+
+enum engine_finish {
+    ENGINE_FINISH_STOP,   /* EOS/EOT or a stop string */
+    ENGINE_FINISH_LENGTH, /* max_tokens reached */
+    ENGINE_FINISH_ERROR,  /* failed alone (e.g. can never fit); see engine_result.error */
+    ENGINE_FINISH_CANCELLED
+};
+
+struct engine_request {
+    uint64_t id;                /* caller's handle, echoed in the result */
+    const int32_t *prompt;      /* (n_prompt) copied */
+    int32_t n_prompt;
+    int32_t max_tokens;         /* generated tokens at most (>= 1) */
+    struct sampler_params sampling;
+    const char *const *stop;    /* (n_stop) stop strings, copied; matched on detokenized text */
+    int32_t n_stop;
+    int ignore_eos;             /* 1: EOS/EOT do not stop (benchmarks) */
+};
+
+struct engine_result {
+    uint64_t id;
+    enum engine_finish finish;
+    int32_t *tokens;  /* (n_tokens) generated ids, malloc'd */
+    int32_t n_tokens;
+    char *text;       /* detokenized completion, stop string removed; malloc'd, NUL-terminated */
+    size_t text_len;
+    char *error;      /* malloc'd message when finish == ENGINE_FINISH_ERROR, else NULL */
+    int32_t n_prompt;
+    int32_t n_prompt_cached; /* prompt tokens served from the prefix cache */
+    int32_t n_preempted;     /* times this request was preempted */
+    double t_added, t_first_token, t_finished; /* clock_now() seconds */
+};
+
+struct engine_stats {
+    int64_t n_steps;
+    int64_t prompt_tokens_computed; /* prefill rows run (recomputation after preemption included) */
+    int64_t prompt_tokens_cached;   /* prompt tokens served from the prefix cache */
+    int64_t gen_tokens;
+    int64_t n_preemptions;
+    int64_t kv_blocks_total;
+    int64_t kv_blocks_used;         /* now: referenced by running sequences */
+    int64_t kv_blocks_peak;
+    int32_t n_running, n_waiting;
+    double t_forward;               /* seconds inside backend forward */
+};
+
+typedef struct engine engine;
+
+/* model, backend and vocab must outlive the engine. Allocates the KV pool on the backend. */
+int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, const struct engine_params *p,
+                engine **out, struct err *e);
+void engine_free(engine *eng);
+
+/* Queues a request (everything is copied). A request that can never fit (prompt + max_tokens over the
+ * context or the whole pool) is not an error here: it finishes with ENGINE_FINISH_ERROR and a message. */
+int engine_add(engine *eng, const struct engine_request *r, struct err *e);
+/* Runs one step (no-op if there is no work). */
+int engine_step(engine *eng, struct err *e);
+int engine_has_work(const engine *eng);
+/* Moves one finished result into *out (caller frees with engine_result_free); 0 if none is ready. */
+int engine_take(engine *eng, struct engine_result *out);
+void engine_result_free(struct engine_result *r);
+/* Cancels a queued or running request; its result finishes with ENGINE_FINISH_CANCELLED. 0 if found. */
+int engine_cancel(engine *eng, uint64_t id);
+void engine_get_stats(const engine *eng, struct engine_stats *s);
+
+/* Default max_batch_tokens for a backend name ("cpu": 512). */
+int32_t engine_default_max_batch_tokens(const char *backend_name);
+
+#endif

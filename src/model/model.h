@@ -1,0 +1,72 @@
+/* model — hyper-parameters per architecture and weight binding. A struct model is a read-only description
+ * of a Llama-family network whose weights are views into a gguf_file (not owned: the file must outlive
+ * the model). It does no math: backends (src/backend/) run the forward step.
+ *
+ * Supported: `llama` (Llama 1/2/3, Mistral, SmolLM, TinyLlama), `qwen2` (q/k/v biases), `qwen3` (per-head
+ * q/k RMSNorm). Weight types are checked at load against what the CPU backend can compute; an unsupported
+ * architecture or tensor type is an error naming it.
+ */
+#ifndef NS_MODEL_H
+#define NS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "util/err.h"
+
+enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 };
+
+/* Element type of the KV cache. */
+enum kv_type { KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 };
+
+struct model_hparams {
+    enum model_arch arch;
+    int32_t n_vocab;
+    int32_t n_ctx_train; /* <arch>.context_length: the longest sequence accepted */
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim; /* n_embd / n_head unless <arch>.attention.key_length says otherwise */
+    int32_t n_ff;
+    int32_t n_rot;    /* rotary dims per head (<arch>.rope.dimension_count, default head_dim) */
+    float rope_base;
+    int rope_neox;    /* 1: rotate pairs (i, i + n_rot/2) (qwen2/3); 0: pairs (2i, 2i+1) (llama) */
+    float norm_eps;
+};
+
+/* One weight tensor: a view into the GGUF file. ne[0] = input dim (row length), ne[1] = output dim. */
+struct model_weight {
+    const char *name;
+    enum gguf_dtype type;
+    int64_t ne[2];
+    const void *data;
+};
+
+struct model_layer {
+    struct model_weight attn_norm, wq, wk, wv, wo;
+    struct model_weight bq, bk, bv;         /* qwen2 only (data NULL otherwise) */
+    struct model_weight q_norm, k_norm;     /* qwen3 only (data NULL otherwise) */
+    struct model_weight ffn_norm, w_gate, w_up, w_down;
+};
+
+struct model {
+    struct model_hparams hp;
+    struct model_weight tok_embd;     /* (n_vocab, n_embd) */
+    struct model_weight output_norm;  /* (n_embd) */
+    struct model_weight output;       /* (n_vocab, n_embd); = tok_embd when tied */
+    struct model_weight rope_freqs;   /* optional Llama 3 rope scaling factors (n_rot/2), F32; data NULL if absent */
+    struct model_layer *layers;       /* (n_layer), owned */
+    const gguf_file *file;            /* not owned */
+};
+
+int model_load(const gguf_file *f, struct model **out, struct err *e);
+void model_free(struct model *m);
+
+/* Bytes of all weights the forward step reads. */
+uint64_t model_weight_bytes(const struct model *m);
+/* KV bytes per token across all layers (K and V) for a KV element type. */
+uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t);
+
+#endif
