@@ -80,7 +80,7 @@ fuzz: deps
 	    $$f build-fuzz/libnightshift.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; done
 
 demo:
-	@scripts/install-deps demo
+	@scripts/install-deps
 	$(MAKE) $(BIN)
 	@scripts/demo
 

@@ -35,6 +35,7 @@ struct step_batch {
     const int32_t *logit_rows; /* (n_logits) strictly increasing row indices whose logits are wanted */
 };
 
+/* Calls on one backend are not thread-safe: one at a time (the backend runs its own threads inside). */
 struct backend_ops {
     const char *name;
     /* Binds / uploads the weights of m (m must outlive the backend). */
@@ -47,6 +48,8 @@ struct backend_ops {
     /* Bytes of scratch memory the backend needs for a step of up to max_rows rows (for memory budgeting). */
     uint64_t (*scratch_bytes)(void *ctx, int32_t max_rows);
     void (*free)(void *ctx);
+    /* (optional) Debug check of the backend's own invariant (sizes of its KV pool and scratch). */
+    int (*check)(void *ctx, struct err *e);
 };
 
 struct backend {

@@ -1,10 +1,388 @@
-/* PLACEHOLDER: replaced by the module that implements 'nightshift info'. */
+/* nightshift info — what a GGUF file holds: architecture, hyper-parameters, tensors by type, vocab,
+ * special tokens, chat template.
+ *
+ *   nightshift info [MODEL.gguf | -m MODEL] [--json]
+ *
+ * Hyper-parameters are every "<arch>.*" key the file has, printed as stored. --json prints one JSON object
+ * (keys: file, file_size, gguf_version, alignment, architecture, name, file_type, hparams, tensors, vocab,
+ * chat_template). A vocab that fails to load is reported (vocab_error) and makes the exit status 1.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tok.h"
+
+static const char info_usage[] =
+    "usage: nightshift info [MODEL.gguf | -m MODEL] [--json]\n"
+    "\n"
+    "Describes a GGUF model: architecture, hyper-parameters, tensors, vocab, chat template.\n"
+    "  --json   print one JSON object instead of text\n"
+    "The model defaults to $NIGHTSHIFT_MODEL, the fetched SmolLM2, else ../shared/models/stories260K.gguf.\n";
+
+/* llama.cpp's general.file_type numbering (LLAMA_FTYPE_MOSTLY_*). */
+static const char *info_file_type_name(int64_t t)
+{
+    static const char *const names[] = {
+        [0] = "F32",     [1] = "F16",     [2] = "Q4_0",    [3] = "Q4_1",    [4] = "Q4_1_SOME_F16",
+        [7] = "Q8_0",    [8] = "Q5_0",    [9] = "Q5_1",    [10] = "Q2_K",   [11] = "Q3_K_S",
+        [12] = "Q3_K_M", [13] = "Q3_K_L", [14] = "Q4_K_S", [15] = "Q4_K_M", [16] = "Q5_K_S",
+        [17] = "Q5_K_M", [18] = "Q6_K",   [19] = "IQ2_XXS", [20] = "IQ2_XS", [21] = "Q2_K_S",
+        [22] = "IQ3_XS", [23] = "IQ3_XXS", [24] = "IQ1_S", [25] = "IQ4_NL", [26] = "IQ3_S",
+        [27] = "IQ3_M",  [28] = "IQ2_S",  [29] = "IQ2_M",  [30] = "IQ4_XS", [31] = "IQ1_M",
+        [32] = "BF16",   [36] = "TQ1_0",  [37] = "TQ2_0",
+    };
+    if (t >= 0 && t < (int64_t)(sizeof names / sizeof names[0]) && names[t]) return names[t];
+    return "unknown";
+}
+
+static void info_human_bytes(uint64_t n, char *buf, size_t cap)
+{
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)n;
+    int u = 0;
+    while (x >= 1024.0 && u < 4) {
+        x /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)n);
+    else snprintf(buf, cap, "%.2f %s", x, unit[u]);
+}
+
+/* A JSON string of n bytes; invalid UTF-8 (hostile files) becomes U+FFFD per bad byte. */
+static json_t *info_str(const char *s, size_t n)
+{
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    char *buf = malloc(3 * n + 1);
+    if (!buf) return json_null();
+    size_t w = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        json_t *probe = need && i + need <= n ? json_stringn(s + i, need) : NULL;
+        if (probe && c != 0) {
+            memcpy(buf + w, s + i, need);
+            w += need;
+            i += need;
+        } else {
+            memcpy(buf + w, "\xEF\xBF\xBD", 3);
+            w += 3;
+            i++;
+        }
+        json_decref(probe);
+    }
+    j = json_stringn(buf, w);
+    free(buf);
+    return j ? j : json_null();
+}
+
+static json_t *info_cstr(const char *s)
+{
+    return info_str(s, strlen(s));
+}
+
+/* A metadata value as JSON (numbers, bools, strings; arrays: numbers/strings up to 64 elements, else a
+ * summary object {type, n}). */
+static json_t *info_value_json(const gguf_file *f, uint64_t i)
+{
+    const char *key = gguf_kv_key(f, i);
+    enum gguf_vtype t = gguf_kv_type(f, i);
+    struct err e;
+    switch (t) {
+    case GGUF_VTYPE_BOOL: {
+        int b = 0;
+        gguf_get_bool(f, key, &b, &e);
+        return json_boolean(b);
+    }
+    case GGUF_VTYPE_FLOAT32:
+    case GGUF_VTYPE_FLOAT64: {
+        double d = 0;
+        gguf_get_float(f, key, &d, &e);
+        return json_real(d);
+    }
+    case GGUF_VTYPE_STRING: {
+        struct gguf_str s = {0};
+        gguf_get_str(f, key, &s, &e);
+        return info_str(s.ptr ? s.ptr : "", s.len);
+    }
+    case GGUF_VTYPE_ARRAY: {
+        enum gguf_vtype at = gguf_kv_arr_type(f, i);
+        uint64_t n = gguf_kv_arr_n(f, i);
+        if (n > 64 || at == GGUF_VTYPE_ARRAY || at == GGUF_VTYPE_BOOL) {
+            json_t *o = json_object();
+            json_object_set_new(o, "type", json_string(gguf_vtype_name(at)));
+            json_object_set_new(o, "n", json_integer((json_int_t)n));
+            return o;
+        }
+        json_t *a = json_array();
+        const unsigned char *d = gguf_kv_arr_data(f, i);
+        for (uint64_t j = 0; j < n; j++) {
+            json_t *x = NULL;
+            switch (at) {
+            case GGUF_VTYPE_STRING: {
+                struct gguf_str s = gguf_kv_arr_str(f, i, j);
+                x = info_str(s.ptr, s.len);
+                break;
+            }
+            case GGUF_VTYPE_UINT8: x = json_integer(d[j]); break;
+            case GGUF_VTYPE_INT8: x = json_integer((int8_t)d[j]); break;
+            case GGUF_VTYPE_UINT16: { uint16_t v; memcpy(&v, d + 2 * j, 2); x = json_integer(v); break; }
+            case GGUF_VTYPE_INT16: { int16_t v; memcpy(&v, d + 2 * j, 2); x = json_integer(v); break; }
+            case GGUF_VTYPE_UINT32: { uint32_t v; memcpy(&v, d + 4 * j, 4); x = json_integer(v); break; }
+            case GGUF_VTYPE_INT32: { int32_t v; memcpy(&v, d + 4 * j, 4); x = json_integer(v); break; }
+            case GGUF_VTYPE_UINT64: { uint64_t v; memcpy(&v, d + 8 * j, 8); x = json_integer((json_int_t)v); break; }
+            case GGUF_VTYPE_INT64: { int64_t v; memcpy(&v, d + 8 * j, 8); x = json_integer(v); break; }
+            case GGUF_VTYPE_FLOAT32: { float v; memcpy(&v, d + 4 * j, 4); x = json_real(v); break; }
+            case GGUF_VTYPE_FLOAT64: { double v; memcpy(&v, d + 8 * j, 8); x = json_real(v); break; }
+            default: x = json_null(); break;
+            }
+            json_array_append_new(a, x);
+        }
+        return a;
+    }
+    default: {
+        int64_t x = 0;
+        if (gguf_get_int(f, key, &x, &e) == 0) return json_integer(x);
+        /* a uint64 beyond int64 */
+        return json_string("out of range");
+    }
+    }
+}
+
+/* Prints a JSON value compactly on one line (strings shown with escapes), cut to max bytes. */
+static void info_print_value(json_t *v, size_t max)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(7));
+    if (!s) {
+        printf("?");
+        return;
+    }
+    if (json_is_object(v)) { /* an array summary */
+        printf("[%lld x %s]", (long long)json_integer_value(json_object_get(v, "n")),
+               json_string_value(json_object_get(v, "type")));
+    } else if (strlen(s) > max) {
+        printf("%.*s... (%zu bytes)", (int)max, s, strlen(s));
+    } else {
+        printf("%s", s);
+    }
+    free(s);
+}
+
+static json_t *info_id_json(int32_t id)
+{
+    return id >= 0 ? json_integer(id) : json_null();
+}
+
+static void info_print_id(const char *label, const tok_vocab *v, int32_t id)
+{
+    if (id < 0) {
+        printf("  %-18s -\n", label);
+        return;
+    }
+    json_t *s = info_cstr(tok_piece(v, id));
+    printf("  %-18s %d ", label, (int)id);
+    info_print_value(s, 60);
+    printf("\n");
+    json_decref(s);
+}
 
 int cmd_info(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_error("info", "not implemented yet");
-    return 1;
+    const char *model = NULL;
+    int as_json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(info_usage, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            as_json = 1;
+        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc && !model) {
+            model = argv[++i];
+        } else if (argv[i][0] != '-' && !model) {
+            model = argv[i];
+        } else {
+            cli_error("info", "unexpected argument '%s'", argv[i]);
+            fputs(info_usage, stderr);
+            return 2;
+        }
+    }
+    if (!model) model = cli_default_model();
+
+    struct err e = {{0}};
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    json_t *root = NULL;
+    int rc = 1;
+    if (gguf_open(model, &f, &e)) {
+        cli_error("info", "%s", e.msg);
+        return 1;
+    }
+    root = json_object();
+    char arch[128] = "", name[256] = "";
+    gguf_get_cstr(f, "general.architecture", arch, sizeof arch, &e);
+    gguf_get_cstr(f, "general.name", name, sizeof name, &e);
+    json_object_set_new(root, "file", info_cstr(model));
+    json_object_set_new(root, "file_size", json_integer((json_int_t)gguf_file_size(f)));
+    json_object_set_new(root, "gguf_version", json_integer(gguf_version(f)));
+    json_object_set_new(root, "alignment", json_integer((json_int_t)gguf_alignment(f)));
+    json_object_set_new(root, "architecture", arch[0] ? info_cstr(arch) : json_null());
+    json_object_set_new(root, "name", name[0] ? info_cstr(name) : json_null());
+    int64_t ftype = -1;
+    if (gguf_find_kv(f, "general.file_type") >= 0 && gguf_get_int(f, "general.file_type", &ftype, &e) == 0) {
+        json_t *ft = json_object();
+        json_object_set_new(ft, "id", json_integer(ftype));
+        json_object_set_new(ft, "name", json_string(info_file_type_name(ftype)));
+        json_object_set_new(root, "file_type", ft);
+    } else {
+        json_object_set_new(root, "file_type", json_null());
+    }
+
+    /* hyper-parameters: every "<arch>." key */
+    json_t *hp = json_object();
+    size_t arch_len = strlen(arch);
+    for (uint64_t i = 0; arch_len && i < gguf_n_kv(f); i++) {
+        const char *key = gguf_kv_key(f, i);
+        if (strncmp(key, arch, arch_len) != 0 || key[arch_len] != '.') continue;
+        json_object_set_new(hp, key + arch_len + 1, info_value_json(f, i));
+    }
+    json_object_set_new(root, "hparams", hp);
+
+    /* tensors by type */
+    json_t *tens = json_object(), *by_type = json_object();
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const struct gguf_tensor *t = gguf_tensor(f, i);
+        const struct gguf_dtype_info *di = gguf_dtype_info(t->type);
+        const char *tn = di ? di->name : "?";
+        json_t *o = json_object_get(by_type, tn);
+        if (!o) {
+            o = json_object();
+            json_object_set_new(o, "count", json_integer(0));
+            json_object_set_new(o, "bytes", json_integer(0));
+            json_object_set_new(by_type, tn, o); /* tn: a static ASCII type name */
+        }
+        json_object_set_new(o, "count", json_integer(json_integer_value(json_object_get(o, "count")) + 1));
+        json_object_set_new(o, "bytes",
+                            json_integer(json_integer_value(json_object_get(o, "bytes")) + (json_int_t)t->n_bytes));
+        total += t->n_bytes;
+    }
+    json_object_set_new(tens, "count", json_integer((json_int_t)gguf_n_tensors(f)));
+    json_object_set_new(tens, "bytes", json_integer((json_int_t)total));
+    json_object_set_new(tens, "by_type", by_type);
+    json_object_set_new(root, "tensors", tens);
+
+    /* vocab */
+    int vocab_ok = 1;
+    if (gguf_find_kv(f, "tokenizer.ggml.model") < 0) {
+        json_object_set_new(root, "vocab", json_null());
+    } else if (tok_load(f, &v, &e)) {
+        vocab_ok = 0;
+        json_object_set_new(root, "vocab", json_null());
+        json_object_set_new(root, "vocab_error", info_cstr(e.msg));
+    } else {
+        json_t *vo = json_object();
+        json_object_set_new(vo, "model", json_string(tok_model_name(v)));
+        json_object_set_new(vo, "kind", json_string(tok_get_kind(v) == TOK_KIND_SPM ? "SentencePiece" : "byte-level BPE"));
+        json_object_set_new(vo, "pre", tok_get_kind(v) == TOK_KIND_BPE ? info_cstr(tok_pre_name(v)) : json_null());
+        json_object_set_new(vo, "size", json_integer(tok_n_vocab(v)));
+        json_object_set_new(vo, "merges", json_integer(tok_n_merges(v)));
+        json_object_set_new(vo, "bos", info_id_json(tok_bos(v)));
+        json_object_set_new(vo, "eos", info_id_json(tok_eos(v)));
+        json_object_set_new(vo, "eot", info_id_json(tok_eot(v)));
+        json_object_set_new(vo, "unk", info_id_json(tok_unk(v)));
+        json_object_set_new(vo, "pad", info_id_json(tok_pad(v)));
+        json_object_set_new(vo, "add_bos", json_boolean(tok_add_bos(v)));
+        json_object_set_new(vo, "add_eos", json_boolean(tok_add_eos(v)));
+        json_object_set_new(vo, "add_space_prefix", json_boolean(tok_add_space_prefix(v)));
+        json_object_set_new(root, "vocab", vo);
+    }
+
+    /* chat template */
+    json_t *ct = json_object();
+    struct gguf_str tmpl = {0};
+    int has_tmpl = gguf_find_kv(f, "tokenizer.chat_template") >= 0 &&
+                   gguf_get_str(f, "tokenizer.chat_template", &tmpl, &e) == 0;
+    enum chat_family fam = CHAT_NONE;
+    if (has_tmpl) {
+        char *t = malloc(tmpl.len + 1);
+        if (t) {
+            memcpy(t, tmpl.ptr, tmpl.len);
+            t[tmpl.len] = '\0';
+            fam = chat_detect(t);
+            free(t);
+        }
+    }
+    json_object_set_new(ct, "present", json_boolean(has_tmpl));
+    json_object_set_new(ct, "bytes", json_integer(has_tmpl ? (json_int_t)tmpl.len : 0));
+    json_object_set_new(ct, "family", has_tmpl ? json_string(chat_family_name(fam)) : json_null());
+    json_object_set_new(root, "chat_template", ct);
+
+    if (as_json) {
+        if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0) goto done;
+        printf("\n");
+    } else {
+        char hb[64];
+        info_human_bytes(gguf_file_size(f), hb, sizeof hb);
+        printf("file               %s\n", model);
+        printf("file size          %llu bytes (%s)\n", (unsigned long long)gguf_file_size(f), hb);
+        printf("gguf version       %u (alignment %llu)\n", (unsigned)gguf_version(f),
+               (unsigned long long)gguf_alignment(f));
+        printf("architecture       %s\n", arch[0] ? arch : "-");
+        printf("name               %s\n", name[0] ? name : "-");
+        if (ftype >= 0) printf("file type          %s (%lld)\n", info_file_type_name(ftype), (long long)ftype);
+        else printf("file type          -\n");
+        printf("hyper-parameters   (%s.*)\n", arch[0] ? arch : "?");
+        const char *k;
+        json_t *val;
+        json_object_foreach(hp, k, val) {
+            printf("  %-34s ", k);
+            info_print_value(val, 100);
+            printf("\n");
+        }
+        info_human_bytes(total, hb, sizeof hb);
+        printf("tensors            %llu, %llu bytes (%s)\n", (unsigned long long)gguf_n_tensors(f),
+               (unsigned long long)total, hb);
+        json_object_foreach(by_type, k, val) {
+            uint64_t b = (uint64_t)json_integer_value(json_object_get(val, "bytes"));
+            info_human_bytes(b, hb, sizeof hb);
+            printf("  %-8s %6lld tensors %14llu bytes (%s)\n", k, (long long)json_integer_value(json_object_get(val, "count")),
+                   (unsigned long long)b, hb);
+        }
+        if (v) {
+            printf("vocab              %d tokens, %s (%s)\n", (int)tok_n_vocab(v), tok_model_name(v),
+                   tok_get_kind(v) == TOK_KIND_SPM ? "SentencePiece" : "byte-level BPE");
+            if (tok_get_kind(v) == TOK_KIND_BPE)
+                printf("  pre-tokenizer      %s, %d merges\n", tok_pre_name(v), (int)tok_n_merges(v));
+            info_print_id("bos", v, tok_bos(v));
+            info_print_id("eos", v, tok_eos(v));
+            info_print_id("eot", v, tok_eot(v));
+            info_print_id("unk", v, tok_unk(v));
+            info_print_id("pad", v, tok_pad(v));
+            printf("  %-18s %s\n", "add bos", tok_add_bos(v) ? "yes" : "no");
+            printf("  %-18s %s\n", "add eos", tok_add_eos(v) ? "yes" : "no");
+            if (tok_get_kind(v) == TOK_KIND_SPM)
+                printf("  %-18s %s\n", "add space prefix", tok_add_space_prefix(v) ? "yes" : "no");
+        } else if (!vocab_ok) {
+            printf("vocab              invalid: %s\n", json_string_value(json_object_get(root, "vocab_error")));
+        } else {
+            printf("vocab              none\n");
+        }
+        if (has_tmpl) printf("chat template      %s (%llu bytes)\n", chat_family_name(fam), (unsigned long long)tmpl.len);
+        else printf("chat template      none\n");
+    }
+    if (!vocab_ok) {
+        cli_error("info", "%s: vocab: %s", model, json_string_value(json_object_get(root, "vocab_error")));
+        goto done;
+    }
+    rc = fflush(stdout) == 0 ? 0 : 1;
+done:
+    json_decref(root);
+    tok_free(v);
+    gguf_close(f);
+    return rc;
 }

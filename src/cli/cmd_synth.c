@@ -1,10 +1,479 @@
-/* PLACEHOLDER: replaced by the module that implements 'nightshift synth'. */
+/* nightshift synth — writes a GGUF with random weights in the shape of a real model, for benchmarks and
+ * tests without downloading multi-GB files.
+ *
+ *   nightshift synth --shape NAME --type T -o FILE [--vocab VOCAB.gguf] [--seed S]
+ *
+ * Invariant: the output is a function of (shape, type, vocab file, seed) alone. Each tensor's values come
+ * from its own xoshiro256** stream, seeded by splitmix64 from (seed, tensor index), and are generated in
+ * row order, so the bytes do not depend on how the writer chunks the data. Memory is bounded: tensor data
+ * is produced by the writer's fill callback one chunk (<= 16 MiB) at a time, plus one row of floats.
+ *
+ * Values: matrices uniform in [-a, a] with a = sqrt(3 / n_in) (variance 1/n_in, n_in = ne[0], so a
+ * product with a unit-variance input keeps unit variance); norm weights exactly 1.0; biases uniform in
+ * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "gguf/quant.h"
+#include "util/log.h"
+
+struct synth_shape {
+    const char *name;
+    const char *arch; /* "llama" or "qwen2" */
+    const char *model_name;
+    uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
+    float rope_base, norm_eps;
+    int tied;     /* output.weight absent: the head reuses token_embd.weight */
+    int qkv_bias; /* attn_q/k/v.bias (qwen2) */
+};
+
+static const struct synth_shape shapes[] = {
+    {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0},
+    {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0},
+    {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1},
+    {"llama-1b", "llama", "synth-Llama-3.2-1B", 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0},
+    {"llama-8b", "llama", "synth-Llama-3.1-8B", 4096, 32, 32, 8, 14336, 131072, 500000.0f, 1e-5f, 0, 0},
+    {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1},
+};
+
+static const struct {
+    const char *name;
+    enum gguf_dtype dtype;
+    uint32_t file_type; /* llama.cpp's general.file_type (LLAMA_FTYPE_*) */
+} types[] = {
+    {"f32", GGUF_DTYPE_F32, 0},   {"f16", GGUF_DTYPE_F16, 1},   {"bf16", GGUF_DTYPE_BF16, 32},
+    {"q8_0", GGUF_DTYPE_Q8_0, 7}, {"q4_0", GGUF_DTYPE_Q4_0, 2}, {"q4_1", GGUF_DTYPE_Q4_1, 3},
+};
+
+/* ---- random numbers: splitmix64 for seeding, xoshiro256** for streams ---- */
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+struct xoshiro {
+    uint64_t s[4];
+};
+
+static uint64_t xoshiro_next(struct xoshiro *r)
+{
+    uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+/* uniform in [-1, 1) */
+static float xoshiro_sym(struct xoshiro *r)
+{
+    return (float)(xoshiro_next(r) >> 40) * 0x1p-23f - 1.0f;
+}
+
+/* ---- the built-in vocabulary (SentencePiece "llama" style, byte fallback) ---- */
+
+#define SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's visible space */
+
+static const char *const vocab_words[] = {
+    "the",    "a",       "and",    "to",    "of",    "in",    "was",    "he",       "she",    "it",
+    "is",     "that",    "his",    "her",   "with",  "for",   "on",     "you",      "they",   "at",
+    "be",     "had",     "but",    "not",   "one",   "day",   "there",  "were",     "said",   "time",
+    "upon",   "once",    "little", "girl",  "boy",   "named", "play",   "happy",    "big",    "very",
+    "saw",    "went",    "wanted", "mom",   "dog",   "cat",   "tree",   "park",     "sun",    "ball",
+    "friend", "friends", "loved",  "so",    "all",   "up",    "out",    "what",     "do",     "can",
+    "we",     "my",      "have",   "from",  "this",  "are",   "as",     "an",       "by",     "or",
+    "will",   "would",   "could",  "about", "into",  "them",  "then",   "their",    "when",   "who",
+    "how",    "why",     "where",  "yes",   "no",    "good",  "new",    "old",      "first",  "last",
+    "long",   "great",   "small",  "world", "home",  "water", "answer", "question", "number", "name",
+    "people", "make",    "made",   "know",  "think", "see",   "look",   "come",     "came",   "get",
+    "got",    "like",    "just",   "more",  "some",  "other", "than",   "only",     "after",  "before",
+};
+static const char *const vocab_pieces[] = {
+    "th",  "he",  "in",  "er",  "an",   "re", "on",   "at",   "en",   "nd",  "ti", "es",  "or",
+    "te",  "of",  "ed",  "is",  "it",   "al", "ar",   "st",   "to",   "nt",  "ng", "se",  "ha",
+    "as",  "ou",  "io",  "le",  "ve",   "co", "me",   "de",   "hi",   "ri",  "ro", "ic",  "ne",
+    "ea",  "ra",  "ce",  "li",  "ch",   "ll", "be",   "ma",   "si",   "om",  "ur", "ing", "ion",
+    "ent", "and", "her", "ter", "tion", "ly", "ther", "ould", "ight", "own", "ay", "ow",
+};
+
+struct vocab {
+    struct gguf_str *tokens;
+    float *scores;
+    int32_t *types;
+    uint64_t n, cap;
+    char *pool; /* backing bytes of token texts (SYNTH_VOCAB_POOL, never reallocated) */
+    size_t pool_n, pool_cap;
+};
+
+static int vocab_has(const struct vocab *v, const char *s, size_t len)
+{
+    for (uint64_t i = 0; i < v->n; i++)
+        if (v->tokens[i].len == len && memcmp(v->tokens[i].ptr, s, len) == 0) return 1;
+    return 0;
+}
+
+#define SYNTH_VOCAB_POOL 32768 /* bytes of token text: fixed, so views into the pool never move */
+
+/* Appends a token unless present; -1 on out-of-memory or a full pool. */
+static int vocab_add(struct vocab *v, const char *s, size_t len, float score, int32_t type)
+{
+    if (vocab_has(v, s, len)) return 0;
+    if (v->n == v->cap) {
+        uint64_t cap = v->cap ? v->cap * 2 : 1024;
+        struct gguf_str *t = realloc(v->tokens, cap * sizeof *t);
+        if (t) v->tokens = t;
+        float *sc = realloc(v->scores, cap * sizeof *sc);
+        if (sc) v->scores = sc;
+        int32_t *ty = realloc(v->types, cap * sizeof *ty);
+        if (ty) v->types = ty;
+        if (!t || !sc || !ty) return -1;
+        v->cap = cap;
+    }
+    if (!v->pool && !(v->pool = malloc(v->pool_cap = SYNTH_VOCAB_POOL))) return -1;
+    if (len > v->pool_cap - v->pool_n) return -1; /* the built-in vocabulary is far smaller */
+    memcpy(v->pool + v->pool_n, s, len);
+    v->tokens[v->n] = (struct gguf_str){v->pool + v->pool_n, len};
+    v->scores[v->n] = score;
+    v->types[v->n] = type;
+    v->pool_n += len;
+    v->n++;
+    return 0;
+}
+
+/* <unk>, <s>, </s>, the 256 byte tokens, then a few hundred pieces: "▁", printable ASCII, "▁x" for each
+ * letter, common English words with a leading "▁", and common letter groups. Scores decrease in order
+ * (earlier = more frequent), as in SentencePiece models. Token types: 1 normal, 2 unknown, 3 control,
+ * 6 byte. O(n^2) duplicate check over ~600 entries: instant. */
+static int vocab_builtin(struct vocab *v)
+{
+    char buf[64];
+    int rc = 0;
+    rc |= vocab_add(v, "<unk>", 5, 0.0f, 2);
+    rc |= vocab_add(v, "<s>", 3, 0.0f, 3);
+    rc |= vocab_add(v, "</s>", 4, 0.0f, 3);
+    for (int b = 0; b < 256; b++) {
+        int n = snprintf(buf, sizeof buf, "<0x%02X>", b);
+        rc |= vocab_add(v, buf, (size_t)n, 0.0f, 6);
+    }
+    float score = -1.0f;
+    rc |= vocab_add(v, SPM_SPACE, 3, score--, 1);
+    for (size_t i = 0; i < sizeof vocab_words / sizeof vocab_words[0]; i++) {
+        int n = snprintf(buf, sizeof buf, SPM_SPACE "%s", vocab_words[i]);
+        rc |= vocab_add(v, buf, (size_t)n, score--, 1);
+    }
+    for (int c = 'a'; c <= 'z'; c++) {
+        int n = snprintf(buf, sizeof buf, SPM_SPACE "%c", c);
+        rc |= vocab_add(v, buf, (size_t)n, score--, 1);
+        n = snprintf(buf, sizeof buf, SPM_SPACE "%c", c - 'a' + 'A');
+        rc |= vocab_add(v, buf, (size_t)n, score--, 1);
+    }
+    for (size_t i = 0; i < sizeof vocab_pieces / sizeof vocab_pieces[0]; i++)
+        rc |= vocab_add(v, vocab_pieces[i], strlen(vocab_pieces[i]), score--, 1);
+    for (int c = 0x21; c < 0x7f; c++) {
+        buf[0] = (char)c;
+        rc |= vocab_add(v, buf, 1, score--, 1);
+    }
+    return rc;
+}
+
+static void vocab_free(struct vocab *v)
+{
+    free(v->tokens);
+    free(v->scores);
+    free(v->types);
+    free(v->pool);
+}
+
+static int vocab_write(gguf_writer *w, const struct vocab *v, struct err *e)
+{
+    if (gguf_writer_set_str(w, "tokenizer.ggml.model", "llama", 5, e) ||
+        gguf_writer_set_str(w, "tokenizer.ggml.pre", "default", 7, e) ||
+        gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", v->tokens, v->n, e) ||
+        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VTYPE_FLOAT32, v->scores, v->n, e) ||
+        gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, v->types, v->n, e) ||
+        gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0, e) ||
+        gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1, e) ||
+        gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2, e) ||
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1, e) ||
+        gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0, e))
+        return -1;
+    return 0;
+}
+
+/* ---- tensor data ---- */
+
+enum fill_kind { FILL_MATRIX, FILL_ONES, FILL_BIAS };
+
+struct synth_tensor {
+    char name[64];
+    enum gguf_dtype dtype;
+    uint32_t n_dims;
+    uint64_t ne[2];
+    enum fill_kind kind;
+};
+
+struct synth_fill {
+    const struct synth_tensor *tensors;
+    uint64_t seed;
+    uint64_t cur; /* tensor the stream below belongs to, or UINT64_MAX */
+    struct xoshiro rng;
+    float *row; /* (ne[0]) scratch for one row */
+    uint64_t row_cap;
+};
+
+static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, struct err *e)
+{
+    struct synth_fill *sf = user;
+    const struct synth_tensor *t = &sf->tensors[ti];
+    if (sf->cur != ti) {
+        uint64_t x = sf->seed ^ (ti * 0xD1B54A32D192ED03ull);
+        for (int k = 0; k < 4; k++)
+            sf->rng.s[k] = splitmix64(&x);
+        sf->cur = ti;
+    }
+    uint64_t n_in = t->ne[0], row_bytes = gguf_row_bytes(t->dtype, n_in);
+    if (n_in > sf->row_cap) {
+        float *r = realloc(sf->row, n_in * sizeof *r);
+        if (!r) return err_set(e, "out of memory");
+        sf->row = r;
+        sf->row_cap = n_in;
+    }
+    float a = sqrtf(3.0f / (float)n_in);
+    uint8_t *out = dst;
+    for (uint64_t done = 0; done < n_bytes; done += row_bytes) {
+        for (uint64_t j = 0; j < n_in; j++) {
+            switch (t->kind) {
+            case FILL_ONES:
+                sf->row[j] = 1.0f;
+                break;
+            case FILL_BIAS:
+                sf->row[j] = 0.1f * xoshiro_sym(&sf->rng);
+                break;
+            default:
+                sf->row[j] = a * xoshiro_sym(&sf->rng);
+                break;
+            }
+        }
+        if (quant_quantize_row(t->dtype, sf->row, out + done, (int64_t)n_in))
+            return err_set(e, "cannot quantize a row of %llu to %s", (unsigned long long)n_in,
+                           gguf_dtype_info(t->dtype)->name);
+    }
+    return 0;
+}
+
+/* The tensor list of a shape; returns the count (at most 3 + 12 * n_layer). */
+static uint64_t synth_tensors(const struct synth_shape *s, enum gguf_dtype wt, uint64_t n_vocab,
+                              struct synth_tensor *ts)
+{
+    uint64_t n = 0, head_dim = s->n_embd / s->n_head, n_q = s->n_head * head_dim,
+             n_kv = s->n_head_kv * head_dim;
+#define T(kind_, dt_, nd_, a_, b_, ...)                                                                      \
+    do {                                                                                                     \
+        snprintf(ts[n].name, sizeof ts[n].name, __VA_ARGS__);                                                \
+        ts[n].dtype = dt_;                                                                                   \
+        ts[n].n_dims = nd_;                                                                                  \
+        ts[n].ne[0] = a_;                                                                                    \
+        ts[n].ne[1] = b_;                                                                                    \
+        ts[n].kind = kind_;                                                                                  \
+        n++;                                                                                                 \
+    } while (0)
+    T(FILL_MATRIX, wt, 2, s->n_embd, n_vocab, "token_embd.weight");      // (n_vocab, n_embd)
+    T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "output_norm.weight"); // (n_embd)
+    if (!s->tied) T(FILL_MATRIX, wt, 2, s->n_embd, n_vocab, "output.weight");
+    for (uint32_t il = 0; il < s->n_layer; il++) {
+        T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.attn_norm.weight", il);
+        T(FILL_MATRIX, wt, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
+        T(FILL_MATRIX, wt, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);
+        T(FILL_MATRIX, wt, 2, s->n_embd, n_kv, "blk.%u.attn_v.weight", il);
+        if (s->qkv_bias) {
+            T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_q, 1, "blk.%u.attn_q.bias", il);
+            T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_k.bias", il);
+            T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_v.bias", il);
+        }
+        T(FILL_MATRIX, wt, 2, n_q, s->n_embd, "blk.%u.attn_output.weight", il);
+        T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.ffn_norm.weight", il);
+        T(FILL_MATRIX, wt, 2, s->n_embd, s->n_ff, "blk.%u.ffn_gate.weight", il);
+        T(FILL_MATRIX, wt, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
+        T(FILL_MATRIX, wt, 2, s->n_embd, s->n_ff, "blk.%u.ffn_up.weight", il);
+    }
+#undef T
+    return n;
+}
+
+static int synth_metadata(gguf_writer *w, const struct synth_shape *s, uint32_t file_type, uint64_t n_vocab,
+                          int quantized, struct err *e)
+{
+    char key[128];
+    const char *a = s->arch;
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", a, suffix), key)
+    if (gguf_writer_set_str(w, "general.architecture", a, strlen(a), e) ||
+        gguf_writer_set_str(w, "general.name", s->model_name, strlen(s->model_name), e) ||
+        gguf_writer_set_u32(w, "general.file_type", file_type, e) ||
+        (quantized && gguf_writer_set_u32(w, "general.quantization_version", 2, e)) ||
+        gguf_writer_set_u32(w, KEY("context_length"), s->n_ctx, e) ||
+        gguf_writer_set_u32(w, KEY("embedding_length"), s->n_embd, e) ||
+        gguf_writer_set_u32(w, KEY("block_count"), s->n_layer, e) ||
+        gguf_writer_set_u32(w, KEY("feed_forward_length"), s->n_ff, e) ||
+        gguf_writer_set_u32(w, KEY("attention.head_count"), s->n_head, e) ||
+        gguf_writer_set_u32(w, KEY("attention.head_count_kv"), s->n_head_kv, e) ||
+        gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base, e) ||
+        gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->norm_eps, e) ||
+        gguf_writer_set_u32(w, KEY("rope.dimension_count"), s->n_embd / s->n_head, e) ||
+        gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab, e))
+        return -1;
+#undef KEY
+    return 0;
+}
+
+static void synth_usage(FILE *out)
+{
+    fprintf(out, "usage: nightshift synth --shape NAME --type T -o FILE [--vocab VOCAB.gguf] [--seed S]\n\n"
+                 "Writes a GGUF v3 file with deterministic random weights in the shape of a real model.\n\n"
+                 "  --shape NAME   ");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        fprintf(out, "%s%s", i ? ", " : "", shapes[i].name);
+    fprintf(out, "\n  --type T       ");
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        fprintf(out, "%s%s", i ? ", " : "", types[i].name);
+    fprintf(out,
+            " (matrices and token embedding; norms and biases are always f32)\n"
+            "  -o FILE        output path\n"
+            "  --vocab FILE   copy tokenizer.* metadata from this GGUF (default: a built-in byte-fallback\n"
+            "                 SentencePiece vocabulary of ~500 tokens)\n"
+            "  --seed S       random seed (default 1); same arguments + seed = identical bytes\n");
+}
 
 int cmd_synth(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_error("synth", "not implemented yet");
-    return 1;
+    const char *shape_name = NULL, *type_name = NULL, *out_path = NULL, *vocab_path = NULL;
+    uint64_t seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            synth_usage(stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            cli_error("synth", "%s: missing value (or unknown flag)", arg);
+            synth_usage(stderr);
+            return 2;
+        }
+        const char *val = argv[++i];
+        if (!strcmp(arg, "--shape"))
+            shape_name = val;
+        else if (!strcmp(arg, "--type"))
+            type_name = val;
+        else if (!strcmp(arg, "-o") || !strcmp(arg, "--output"))
+            out_path = val;
+        else if (!strcmp(arg, "--vocab"))
+            vocab_path = val;
+        else if (!strcmp(arg, "--seed")) {
+            char *end;
+            seed = strtoull(val, &end, 10);
+            if (!*val || *end) {
+                cli_error("synth", "--seed: '%s' is not a non-negative integer", val);
+                return 2;
+            }
+        } else {
+            cli_error("synth", "unknown flag '%s'", arg);
+            synth_usage(stderr);
+            return 2;
+        }
+    }
+    if (!shape_name || !type_name || !out_path) {
+        cli_error("synth", "--shape, --type and -o are required");
+        synth_usage(stderr);
+        return 2;
+    }
+    const struct synth_shape *shape = NULL;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (!strcmp(shapes[i].name, shape_name)) shape = &shapes[i];
+    int ti = -1;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(types[i].name, type_name)) ti = (int)i;
+    if (!shape || ti < 0) {
+        cli_error("synth", "unknown %s '%s'", shape ? "type" : "shape", shape ? type_name : shape_name);
+        synth_usage(stderr);
+        return 2;
+    }
+
+    struct err e = {{0}};
+    int rc = 1;
+    gguf_file *vf = NULL;
+    struct vocab vocab = {0};
+    struct synth_tensor *ts = NULL;
+    struct synth_fill sf = {0};
+    gguf_writer *w = gguf_writer_init();
+    if (!w) {
+        cli_error("synth", "out of memory");
+        return 1;
+    }
+    uint64_t n_vocab;
+    if (vocab_path) {
+        if (gguf_open(vocab_path, &vf, &e)) goto fail;
+        int64_t k = gguf_find_kv(vf, "tokenizer.ggml.tokens");
+        if (k < 0 || gguf_kv_arr_type(vf, (uint64_t)k) != GGUF_VTYPE_STRING ||
+            gguf_kv_arr_n(vf, (uint64_t)k) == 0) {
+            err_set(&e, "%s: no tokenizer.ggml.tokens string array", vocab_path);
+            goto fail;
+        }
+        n_vocab = gguf_kv_arr_n(vf, (uint64_t)k);
+        if (n_vocab > UINT32_MAX) {
+            err_set(&e, "%s: %llu tokens is too many", vocab_path, (unsigned long long)n_vocab);
+            goto fail;
+        }
+    } else {
+        if (vocab_builtin(&vocab)) {
+            err_set(&e, "out of memory");
+            goto fail;
+        }
+        n_vocab = vocab.n;
+    }
+    enum gguf_dtype wt = types[ti].dtype;
+    if (synth_metadata(w, shape, types[ti].file_type, n_vocab,
+                       wt != GGUF_DTYPE_F32 && wt != GGUF_DTYPE_F16 && wt != GGUF_DTYPE_BF16, &e))
+        goto fail;
+    if (vf ? gguf_writer_copy_kv(w, vf, "tokenizer.", &e) : vocab_write(w, &vocab, &e)) goto fail;
+
+    ts = calloc(3 + 12 * (size_t)shape->n_layer, sizeof *ts);
+    if (!ts) {
+        err_set(&e, "out of memory");
+        goto fail;
+    }
+    uint64_t n_t = synth_tensors(shape, wt, n_vocab, ts), total = 0;
+    for (uint64_t i = 0; i < n_t; i++) {
+        if (gguf_writer_add_tensor(w, ts[i].name, ts[i].dtype, ts[i].n_dims, ts[i].ne, NULL, &e)) goto fail;
+        total += gguf_row_bytes(ts[i].dtype, ts[i].ne[0]) * ts[i].ne[1];
+    }
+    sf = (struct synth_fill){ts, seed, UINT64_MAX, {{0}}, NULL, 0};
+    log_info("synth: %s %s, %u layers, n_vocab %llu, %llu tensors, %.1f MiB of weights -> %s", shape->name,
+             types[ti].name, shape->n_layer, (unsigned long long)n_vocab, (unsigned long long)n_t,
+             (double)total / (1 << 20), out_path);
+    if (gguf_writer_write(w, out_path, synth_fill_cb, &sf, &e)) goto fail;
+    rc = 0;
+fail:
+    if (rc) cli_error("synth", "%s", e.msg);
+    free(sf.row);
+    free(ts);
+    vocab_free(&vocab);
+    gguf_close(vf);
+    gguf_writer_free(w);
+    return rc;
 }

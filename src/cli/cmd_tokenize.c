@@ -1,10 +1,105 @@
-/* PLACEHOLDER: replaced by the module that implements 'nightshift tokenize'. */
+/* nightshift tokenize — text on stdin -> token ids on stdout.
+ *
+ *   nightshift tokenize [-m MODEL] [--bos] [--special]
+ *
+ * All of stdin is one text (bytes as they are, trailing newline included). The ids are printed
+ * space-separated on one line. No BOS unless --bos; special-token text is plain text unless --special.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tok.h"
+
+static const char tokenize_usage[] =
+    "usage: nightshift tokenize [-m MODEL] [--bos] [--special]\n"
+    "\n"
+    "Reads all of stdin as one text and prints its token ids, space-separated, on one line.\n"
+    "  -m, --model MODEL  GGUF file with the vocab (default: $NIGHTSHIFT_MODEL, the fetched SmolLM2,\n"
+    "                     else ../shared/models/stories260K.gguf)\n"
+    "  --bos              put the BOS token first (default: no BOS)\n"
+    "  --special          text of control tokens (e.g. <|im_start|>) becomes those tokens\n";
+
+/* Reads a whole stream into a malloc'd buffer; NULL on failure. */
+static char *tokenize_read_all(FILE *in, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    while ((r = fread(buf + n, 1, cap - n, in)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (ferror(in)) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
 
 int cmd_tokenize(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    cli_error("tokenize", "not implemented yet");
-    return 1;
+    const char *model = NULL;
+    int bos = 0, special = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(tokenize_usage, stdout);
+            return 0;
+        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
+            model = argv[++i];
+        } else if (!strcmp(argv[i], "--bos")) {
+            bos = 1;
+        } else if (!strcmp(argv[i], "--special")) {
+            special = 1;
+        } else {
+            cli_error("tokenize", "unknown argument '%s'", argv[i]);
+            fputs(tokenize_usage, stderr);
+            return 2;
+        }
+    }
+    if (!model) model = cli_default_model();
+
+    struct err e = {{0}};
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t len = 0, n = 0;
+    int rc = 1;
+    if (gguf_open(model, &f, &e)) {
+        cli_error("tokenize", "%s", e.msg);
+        goto done;
+    }
+    if (tok_load(f, &v, &e)) {
+        cli_error("tokenize", "%s: %s", model, e.msg);
+        goto done;
+    }
+    if (!(text = tokenize_read_all(stdin, &len))) {
+        cli_error("tokenize", "cannot read stdin");
+        goto done;
+    }
+    if (tok_encode(v, text, len, bos, special, &ids, &n, &e)) {
+        cli_error("tokenize", "%s", e.msg);
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", (int)ids[i]);
+    printf("\n");
+    rc = fflush(stdout) == 0 ? 0 : 1;
+done:
+    free(ids);
+    free(text);
+    tok_free(v);
+    gguf_close(f);
+    return rc;
 }

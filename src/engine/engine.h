@@ -20,6 +20,10 @@
 #include "tokenizer/tok.h"
 #include "util/err.h"
 
+/* Valid values (engine_init rejects others with a message): kv_block a power of two in [1, 1024];
+ * kv_blocks >= 1 and kv_blocks * kv_block <= 2^31 - 1; max_batch_tokens in [1, 65536]; max_seqs in
+ * [1, 4096]. max_seqs above max_batch_tokens is lowered to max_batch_tokens (every running sequence must
+ * be able to decode in one step). */
 struct engine_params {
     int32_t kv_block;         /* tokens per KV block (default 16) */
     int64_t kv_blocks;        /* pool size in blocks; computed by the caller from a memory budget
@@ -28,6 +32,8 @@ struct engine_params {
     int32_t max_batch_tokens; /* rows per step (default engine_default_max_batch_tokens) */
     int32_t max_seqs;         /* running sequences at once (default 64) */
     int prefix_cache;         /* 1 = on (default) */
+    int debug_checks;         /* 1: run the pool and scheduler invariant checks after every step (tests;
+                                 O(kv_blocks * kv_block) per step). Default 0. */
 };
 
 struct engine_params engine_default_params(void);
@@ -79,6 +85,9 @@ struct engine_stats {
     int64_t kv_blocks_peak;
     int32_t n_running, n_waiting;
     double t_forward;               /* seconds inside backend forward */
+    int64_t kv_blocks_cached;       /* now: refcount-0 blocks kept by the prefix cache (evictable) */
+    int64_t kv_evictions;           /* cached blocks evicted to make room */
+    int64_t rows_computed;          /* all rows run (prompt, generated, recomputed) */
 };
 
 typedef struct engine engine;

@@ -45,4 +45,14 @@ void sampler_accept(sampler *s, int32_t token, int is_generated);
 /* Samples from logits (n_vocab); logits may be modified in place. */
 int32_t sampler_sample(sampler *s, float *logits);
 
+/* --- additions (issue 3) ---
+ * RNG: splitmix64(seed) fills the four words of a xoshiro256** state; each non-greedy sample draws one
+ * uniform float u = (next() >> 40) * 2^-24 in [0, 1) and walks the kept candidates (best first when top-k
+ * or top-p sorted them, else in id order) until the cumulative probability exceeds u * total. Greedy draws
+ * nothing. Candidates with a non-finite logit (e.g. a logit bias of -inf) are never drawn. */
+/* Index of the largest value; the lowest index on ties; NaN never wins (0 if all are -inf/NaN). */
+int32_t sampler_argmax(const float *logits, int32_t n);
+/* Debug check of the sampler's invariant (history window and count table). */
+int sampler_check(const sampler *s, struct err *e);
+
 #endif

@@ -17,6 +17,7 @@
  */
 #include "gguf/gguf.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -77,8 +78,8 @@ const struct gguf_dtype_info *gguf_dtype_info(uint32_t dtype)
 }
 
 static const char *const vtype_names[GGUF_VTYPE_COUNT] = {
-    "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
-    "BOOL",  "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
+    "UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",   "FLOAT32",
+    "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64",
 };
 
 const char *gguf_vtype_name(uint32_t vtype)
@@ -90,11 +91,23 @@ const char *gguf_vtype_name(uint32_t vtype)
 static uint64_t vtype_size(uint32_t t)
 {
     switch (t) {
-    case GGUF_VTYPE_UINT8: case GGUF_VTYPE_INT8: case GGUF_VTYPE_BOOL: return 1;
-    case GGUF_VTYPE_UINT16: case GGUF_VTYPE_INT16: return 2;
-    case GGUF_VTYPE_UINT32: case GGUF_VTYPE_INT32: case GGUF_VTYPE_FLOAT32: return 4;
-    case GGUF_VTYPE_UINT64: case GGUF_VTYPE_INT64: case GGUF_VTYPE_FLOAT64: return 8;
-    default: return 0;
+    case GGUF_VTYPE_UINT8:
+    case GGUF_VTYPE_INT8:
+    case GGUF_VTYPE_BOOL:
+        return 1;
+    case GGUF_VTYPE_UINT16:
+    case GGUF_VTYPE_INT16:
+        return 2;
+    case GGUF_VTYPE_UINT32:
+    case GGUF_VTYPE_INT32:
+    case GGUF_VTYPE_FLOAT32:
+        return 4;
+    case GGUF_VTYPE_UINT64:
+    case GGUF_VTYPE_INT64:
+    case GGUF_VTYPE_FLOAT64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -111,15 +124,15 @@ uint64_t gguf_row_bytes(uint32_t dtype, uint64_t n)
 /* the open file */
 
 struct gguf_kv {
-    char *key;            /* NUL-terminated copy */
-    uint64_t at;          /* byte offset of the kv's key length in the file */
+    char *key;   /* NUL-terminated copy */
+    uint64_t at; /* byte offset of the kv's key length in the file */
     uint32_t type;
-    const uint8_t *val;   /* fixed-size value (little-endian, maybe unaligned) */
-    struct gguf_str str;  /* STRING value */
-    uint32_t arr_type;    /* ARRAY only */
+    const uint8_t *val;  /* fixed-size value (little-endian, maybe unaligned) */
+    struct gguf_str str; /* STRING value */
+    uint32_t arr_type;   /* ARRAY only */
     uint64_t arr_n;
     const uint8_t *arr_data; /* ARRAY of fixed-size elements */
-    uint64_t str_first;   /* ARRAY of STRING: index of element 0 in gguf_file.strs */
+    uint64_t str_first;      /* ARRAY of STRING: index of element 0 in gguf_file.strs */
 };
 
 struct gguf_file {
@@ -134,6 +147,7 @@ struct gguf_file {
     struct gguf_kv *kvs;
     uint64_t n_tensors;
     struct gguf_tensor *tensors;
+    uint64_t *offset_at; /* file byte offset of each tensor's data-offset field (for error messages) */
     uint64_t n_strs;
     struct gguf_str *strs; /* elements of every array of strings, kv by kv */
     /* open-addressing hash tables of indices + 1 (0 = empty), sized a power of two >= 2n */
@@ -147,7 +161,10 @@ struct rd {
     uint64_t pos;
 };
 
-static int rd_need(struct rd *r, uint64_t n) { return n <= r->size - r->pos; }
+static int rd_need(struct rd *r, uint64_t n)
+{
+    return n <= r->size - r->pos;
+}
 
 static int rd_bytes(struct rd *r, void *dst, uint64_t n)
 {
@@ -157,15 +174,21 @@ static int rd_bytes(struct rd *r, void *dst, uint64_t n)
     return 0;
 }
 
-static int rd_u32(struct rd *r, uint32_t *v) { return rd_bytes(r, v, 4); }
-static int rd_u64(struct rd *r, uint64_t *v) { return rd_bytes(r, v, 8); }
+static int rd_u32(struct rd *r, uint32_t *v)
+{
+    return rd_bytes(r, v, 4);
+}
+static int rd_u64(struct rd *r, uint64_t *v)
+{
+    return rd_bytes(r, v, 8);
+}
 
 /* A string: u64 length + bytes. The view points into the buffer. */
 static int rd_str(struct rd *r, struct gguf_str *s, struct err *e, const char *what)
 {
     uint64_t at = r->pos, len;
-    if (rd_u64(r, &len)) return err_set(e, "%s at byte %llu: truncated string length", what,
-                                        (unsigned long long)at);
+    if (rd_u64(r, &len))
+        return err_set(e, "%s at byte %llu: truncated string length", what, (unsigned long long)at);
     if (!rd_need(r, len))
         return err_set(e, "%s at byte %llu: string length %llu exceeds the %llu bytes left in the file", what,
                        (unsigned long long)at, (unsigned long long)len,
@@ -179,7 +202,8 @@ static int rd_str(struct rd *r, struct gguf_str *s, struct err *e, const char *w
 static uint64_t hash_cap_for(uint64_t n)
 {
     uint64_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
+    while (cap < 2 * n)
+        cap *= 2;
     return cap;
 }
 
@@ -212,8 +236,14 @@ static int64_t hash_find(const uint32_t *tab, uint64_t cap, const char *name,
     }
 }
 
-static const char *kv_name_of(const gguf_file *f, uint64_t i) { return f->kvs[i].key; }
-static const char *tensor_name_of(const gguf_file *f, uint64_t i) { return f->tensors[i].name; }
+static const char *kv_name_of(const gguf_file *f, uint64_t i)
+{
+    return f->kvs[i].key;
+}
+static const char *tensor_name_of(const gguf_file *f, uint64_t i)
+{
+    return f->tensors[i].name;
+}
 
 /* Copies a name NUL-terminated; rejects embedded NUL bytes (names are used as C strings). */
 static char *copy_name(struct gguf_str s)
@@ -232,11 +262,15 @@ static const char *show(struct gguf_str s, char *buf, size_t cap)
     size_t j = 0;
     for (uint64_t i = 0; i < s.len && j + 5 < cap; i++) {
         unsigned char c = (unsigned char)s.ptr[i];
-        if (c >= 0x20 && c < 0x7f && c != '\'') buf[j++] = (char)c;
-        else j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", c);
+        if (c >= 0x20 && c < 0x7f && c != '\'')
+            buf[j++] = (char)c;
+        else
+            j += (size_t)snprintf(buf + j, cap - j, "\\x%02x", c);
     }
-    if (j + 5 >= cap && cap > 4) memcpy(buf + cap - 4, "...", 4);
-    else buf[j] = '\0';
+    if (j + 5 >= cap && cap > 4)
+        memcpy(buf + cap - 4, "...", 4);
+    else
+        buf[j] = '\0';
     return buf;
 }
 
@@ -266,7 +300,8 @@ static int parse_kv(gguf_file *f, struct rd *r, uint64_t i, uint64_t *n_strs_tot
         if (rd_str(r, &kv->str, e, "value")) return err_prefix(e, "key '%s'", kv->key);
     } else if (kv->type == GGUF_VTYPE_ARRAY) {
         if (rd_u32(r, &kv->arr_type) || rd_u64(r, &kv->arr_n))
-            return err_set(e, "key '%s' at byte %llu: truncated array header", kv->key, (unsigned long long)at);
+            return err_set(e, "key '%s' at byte %llu: truncated array header", kv->key,
+                           (unsigned long long)at);
         if (kv->arr_type == GGUF_VTYPE_ARRAY)
             return err_set(e, "key '%s' at byte %llu: nested arrays are not allowed", kv->key,
                            (unsigned long long)at);
@@ -276,8 +311,10 @@ static int parse_kv(gguf_file *f, struct rd *r, uint64_t i, uint64_t *n_strs_tot
         uint64_t esz = kv->arr_type == GGUF_VTYPE_STRING ? GGUF_MIN_STR_BYTES : vtype_size(kv->arr_type);
         uint64_t need;
         if (__builtin_mul_overflow(kv->arr_n, esz, &need) || !rd_need(r, need))
-            return err_set(e, "key '%s' at byte %llu: array of %llu %s elements does not fit in the %llu bytes "
-                           "left in the file", kv->key, (unsigned long long)at, (unsigned long long)kv->arr_n,
+            return err_set(e,
+                           "key '%s' at byte %llu: array of %llu %s elements does not fit in the %llu bytes "
+                           "left in the file",
+                           kv->key, (unsigned long long)at, (unsigned long long)kv->arr_n,
                            gguf_vtype_name(kv->arr_type), (unsigned long long)(r->size - r->pos));
         if (kv->arr_type == GGUF_VTYPE_STRING) {
             /* First pass only validates and counts; views are stored after all kvs are known. */
@@ -314,8 +351,8 @@ static int parse_tensor(gguf_file *f, struct rd *r, uint64_t i, struct err *e)
     char *nm = copy_name(name);
     if (!nm) {
         if (memchr(name.ptr, 0, name.len))
-            return err_set(e, "tensor '%s' at byte %llu: name contains a NUL byte", show(name, sbuf, sizeof sbuf),
-                           (unsigned long long)at0);
+            return err_set(e, "tensor '%s' at byte %llu: name contains a NUL byte",
+                           show(name, sbuf, sizeof sbuf), (unsigned long long)at0);
         return err_set(e, "out of memory");
     }
     t->name = nm;
@@ -326,33 +363,38 @@ static int parse_tensor(gguf_file *f, struct rd *r, uint64_t i, struct err *e)
         return err_set(e, "tensor '%s' at byte %llu: n_dims %u is not in 1..%d", nm, (unsigned long long)at,
                        t->n_dims, GGUF_MAX_DIMS);
     uint64_t n_el = 1;
-    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++)
+        t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         at = r->pos;
         if (rd_u64(r, &t->ne[d]))
-            return err_set(e, "tensor '%s' at byte %llu: truncated dimension %u", nm, (unsigned long long)at, d);
+            return err_set(e, "tensor '%s' at byte %llu: truncated dimension %u", nm, (unsigned long long)at,
+                           d);
         if (t->ne[d] == 0)
             return err_set(e, "tensor '%s' at byte %llu: dimension %u is 0", nm, (unsigned long long)at, d);
         if (t->ne[d] > INT64_MAX || __builtin_mul_overflow(n_el, t->ne[d], &n_el) || n_el > INT64_MAX)
-            return err_set(e, "tensor '%s' at byte %llu: element count overflows at dimension %u (ne = %llu)", nm,
-                           (unsigned long long)at, d, (unsigned long long)t->ne[d]);
+            return err_set(e, "tensor '%s' at byte %llu: element count overflows at dimension %u (ne = %llu)",
+                           nm, (unsigned long long)at, d, (unsigned long long)t->ne[d]);
     }
     t->n_elements = n_el;
     at = r->pos;
     uint32_t type;
-    if (rd_u32(r, &type)) return err_set(e, "tensor '%s' at byte %llu: truncated type", nm, (unsigned long long)at);
+    if (rd_u32(r, &type))
+        return err_set(e, "tensor '%s' at byte %llu: truncated type", nm, (unsigned long long)at);
     const struct gguf_dtype_info *ti = gguf_dtype_info(type);
     if (!ti)
-        return err_set(e, "tensor '%s' at byte %llu: unsupported tensor type id %u", nm, (unsigned long long)at,
-                       type);
+        return err_set(e, "tensor '%s' at byte %llu: unsupported tensor type id %u", nm,
+                       (unsigned long long)at, type);
     t->type = (enum gguf_dtype)type;
     if (t->ne[0] % ti->block_size)
-        return err_set(e, "tensor '%s' at byte %llu: row length %llu is not a multiple of the %s block size %u", nm,
-                       (unsigned long long)at, (unsigned long long)t->ne[0], ti->name, ti->block_size);
+        return err_set(e,
+                       "tensor '%s' at byte %llu: row length %llu is not a multiple of the %s block size %u",
+                       nm, (unsigned long long)at, (unsigned long long)t->ne[0], ti->name, ti->block_size);
     /* n_el / block_size * block_bytes: n_el <= INT64_MAX and block_bytes / block_size <= 8 for plain types */
     if (__builtin_mul_overflow(n_el / ti->block_size, (uint64_t)ti->block_bytes, &t->n_bytes))
         return err_set(e, "tensor '%s' at byte %llu: byte size overflows", nm, (unsigned long long)at);
     at = r->pos;
+    f->offset_at[i] = at;
     if (rd_u64(r, &t->offset))
         return err_set(e, "tensor '%s' at byte %llu: truncated offset", nm, (unsigned long long)at);
     return 0;
@@ -369,8 +411,10 @@ static void sort_by_offset(const gguf_file *f, uint32_t *idx, uint32_t *tmp, uin
     uint64_t a = 0, b = h, k = 0;
     while (a < h && b < n)
         tmp[k++] = f->tensors[idx[b]].offset < f->tensors[idx[a]].offset ? idx[b++] : idx[a++];
-    while (a < h) tmp[k++] = idx[a++];
-    while (b < n) tmp[k++] = idx[b++];
+    while (a < h)
+        tmp[k++] = idx[a++];
+    while (b < n)
+        tmp[k++] = idx[b++];
     memcpy(idx, tmp, n * sizeof *idx);
 }
 
@@ -379,15 +423,19 @@ static int validate_tensors(gguf_file *f, struct err *e)
     uint64_t data_size = f->size - f->data_off;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         struct gguf_tensor *t = &f->tensors[i];
+        unsigned long long at = (unsigned long long)f->offset_at[i];
         if (t->offset % f->alignment)
-            return err_set(e, "tensor '%s': offset %llu not aligned to %llu", t->name,
+            return err_set(e, "tensor '%s' at byte %llu: offset %llu not aligned to %llu", t->name, at,
                            (unsigned long long)t->offset, (unsigned long long)f->alignment);
         uint64_t end;
         if (__builtin_add_overflow(t->offset, t->n_bytes, &end) || end > data_size)
-            return err_set(e, "tensor '%s': data [%llu, +%llu) at file byte %llu runs past the end of the file "
-                           "(data section is %llu bytes from byte %llu)", t->name, (unsigned long long)t->offset,
-                           (unsigned long long)t->n_bytes, (unsigned long long)(f->data_off + t->offset),
-                           (unsigned long long)data_size, (unsigned long long)f->data_off);
+            return err_set(
+                e,
+                "tensor '%s' at byte %llu: data [%llu, +%llu) at file byte %llu runs past the end of "
+                "the file (data section is %llu bytes from byte %llu)",
+                t->name, at, (unsigned long long)t->offset, (unsigned long long)t->n_bytes,
+                (unsigned long long)(f->data_off + t->offset), (unsigned long long)data_size,
+                (unsigned long long)f->data_off);
         t->data = f->base + f->data_off + t->offset;
     }
     if (f->n_tensors < 2) return 0;
@@ -397,15 +445,20 @@ static int validate_tensors(gguf_file *f, struct err *e)
         free(tmp);
         return err_set(e, "out of memory");
     }
-    for (uint64_t i = 0; i < f->n_tensors; i++) idx[i] = (uint32_t)i;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        idx[i] = (uint32_t)i;
     sort_by_offset(f, idx, tmp, f->n_tensors);
     int rc = 0;
     for (uint64_t k = 0; k + 1 < f->n_tensors; k++) {
         const struct gguf_tensor *a = &f->tensors[idx[k]], *b = &f->tensors[idx[k + 1]];
         if (a->offset + a->n_bytes > b->offset) {
-            rc = err_set(e, "tensor '%s' (data [%llu, %llu)) overlaps tensor '%s' (from %llu)", a->name,
-                         (unsigned long long)a->offset, (unsigned long long)(a->offset + a->n_bytes), b->name,
-                         (unsigned long long)b->offset);
+            rc = err_set(
+                e,
+                "tensor '%s' at byte %llu: data [%llu, %llu) overlaps tensor '%s' (at byte %llu, data "
+                "from %llu)",
+                a->name, (unsigned long long)f->offset_at[idx[k]], (unsigned long long)a->offset,
+                (unsigned long long)(a->offset + a->n_bytes), b->name,
+                (unsigned long long)f->offset_at[idx[k + 1]], (unsigned long long)b->offset);
             break;
         }
     }
@@ -418,20 +471,22 @@ static int parse(gguf_file *f, struct err *e)
 {
     struct rd r = {f->base, f->size, 0};
     char magic[4];
-    if (rd_bytes(&r, magic, 4)) return err_set(e, "file of %llu bytes is too short for a GGUF header",
-                                               (unsigned long long)f->size);
+    if (rd_bytes(&r, magic, 4))
+        return err_set(e, "file of %llu bytes is too short for a GGUF header", (unsigned long long)f->size);
     if (memcmp(magic, "GGUF", 4))
         return err_set(e, "bad magic at byte 0: not a GGUF file (got %02x %02x %02x %02x)",
                        (unsigned char)magic[0], (unsigned char)magic[1], (unsigned char)magic[2],
                        (unsigned char)magic[3]);
     if (rd_u32(&r, &f->version)) return err_set(e, "truncated header at byte 4: version");
-    if (f->version == 1) return err_set(e, "GGUF version 1 at byte 4 is not supported (only versions 2 and 3)");
+    if (f->version == 1)
+        return err_set(e, "GGUF version 1 at byte 4 is not supported (only versions 2 and 3)");
     if (f->version != 2 && f->version != 3)
-        return err_set(e, "unsupported GGUF version %u at byte 4 (only 2 and 3; a big-endian file?)", f->version);
+        return err_set(e, "unsupported GGUF version %u at byte 4 (only 2 and 3; a big-endian file?)",
+                       f->version);
     if (rd_u64(&r, &f->n_tensors)) return err_set(e, "truncated header at byte 8: tensor count");
     if (rd_u64(&r, &f->n_kv)) return err_set(e, "truncated header at byte 16: metadata count");
     uint64_t left = r.size - r.pos;
-    if (f->n_kv > left / GGUF_MIN_KV_BYTES)
+    if (f->n_kv > left / GGUF_MIN_KV_BYTES || f->n_kv > UINT32_MAX - 1)
         return err_set(e, "metadata count %llu at byte 16 cannot fit in the %llu bytes of the file",
                        (unsigned long long)f->n_kv, (unsigned long long)f->size);
     if (f->n_tensors > left / GGUF_MIN_TENSOR_BYTES || f->n_tensors > UINT32_MAX - 1)
@@ -491,9 +546,10 @@ static int parse(gguf_file *f, struct err *e)
 
     /* --- tensor infos --- */
     f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->tensors);
+    f->offset_at = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->offset_at);
     f->tensor_hash_cap = hash_cap_for(f->n_tensors);
     f->tensor_hash = calloc(f->tensor_hash_cap, sizeof *f->tensor_hash);
-    if (!f->tensors || !f->tensor_hash) return err_set(e, "out of memory");
+    if (!f->tensors || !f->offset_at || !f->tensor_hash) return err_set(e, "out of memory");
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         uint64_t at = r.pos;
         if (parse_tensor(f, &r, i, e)) {
@@ -522,10 +578,13 @@ static int parse(gguf_file *f, struct err *e)
 static void file_free(gguf_file *f)
 {
     if (!f) return;
-    for (uint64_t i = 0; f->kvs && i < f->n_kv; i++) free(f->kvs[i].key);
-    for (uint64_t i = 0; f->tensors && i < f->n_tensors; i++) free((char *)f->tensors[i].name);
+    for (uint64_t i = 0; f->kvs && i < f->n_kv; i++)
+        free(f->kvs[i].key);
+    for (uint64_t i = 0; f->tensors && i < f->n_tensors; i++)
+        free((char *)f->tensors[i].name);
     free(f->kvs);
     free(f->tensors);
+    free(f->offset_at);
     free(f->strs);
     free(f->kv_hash);
     free(f->tensor_hash);
@@ -595,7 +654,8 @@ int gguf_open(const char *path, gguf_file **out, struct err *e)
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
-        int rc = err_set(e, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)f->size, strerror(errno));
+        int rc =
+            err_set(e, "%s: cannot mmap %llu bytes: %s", path, (unsigned long long)f->size, strerror(errno));
         file_free(f);
         return rc;
     }
@@ -610,24 +670,45 @@ int gguf_open(const char *path, gguf_file **out, struct err *e)
     return 0;
 }
 
-void gguf_close(gguf_file *f) { file_free(f); }
+void gguf_close(gguf_file *f)
+{
+    file_free(f);
+}
 
-uint32_t gguf_version(const gguf_file *f) { return f->version; }
-uint64_t gguf_alignment(const gguf_file *f) { return f->alignment; }
-uint64_t gguf_file_size(const gguf_file *f) { return f->size; }
-const char *gguf_path(const gguf_file *f) { return f->path; }
+uint32_t gguf_version(const gguf_file *f)
+{
+    return f->version;
+}
+uint64_t gguf_alignment(const gguf_file *f)
+{
+    return f->alignment;
+}
+uint64_t gguf_file_size(const gguf_file *f)
+{
+    return f->size;
+}
+const char *gguf_path(const gguf_file *f)
+{
+    return f->path;
+}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* metadata access */
 
-uint64_t gguf_n_kv(const gguf_file *f) { return f->n_kv; }
+uint64_t gguf_n_kv(const gguf_file *f)
+{
+    return f->n_kv;
+}
 
 int64_t gguf_find_kv(const gguf_file *f, const char *key)
 {
     return hash_find(f->kv_hash, f->kv_hash_cap, key, kv_name_of, f);
 }
 
-const char *gguf_kv_key(const gguf_file *f, uint64_t i) { return i < f->n_kv ? f->kvs[i].key : NULL; }
+const char *gguf_kv_key(const gguf_file *f, uint64_t i)
+{
+    return i < f->n_kv ? f->kvs[i].key : NULL;
+}
 
 enum gguf_vtype gguf_kv_type(const gguf_file *f, uint64_t i)
 {
@@ -683,14 +764,45 @@ int gguf_get_int(const gguf_file *f, const char *key, int64_t *out, struct err *
     if (!kv) return -1;
     const uint8_t *p = kv->val;
     switch (kv->type) {
-    case GGUF_VTYPE_UINT8: *out = p[0]; return 0;
-    case GGUF_VTYPE_BOOL: *out = p[0] != 0; return 0;
-    case GGUF_VTYPE_INT8: *out = (int8_t)p[0]; return 0;
-    case GGUF_VTYPE_UINT16: { uint16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case GGUF_VTYPE_INT16: { int16_t v; memcpy(&v, p, 2); *out = v; return 0; }
-    case GGUF_VTYPE_UINT32: { uint32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case GGUF_VTYPE_INT32: { int32_t v; memcpy(&v, p, 4); *out = v; return 0; }
-    case GGUF_VTYPE_INT64: { int64_t v; memcpy(&v, p, 8); *out = v; return 0; }
+    case GGUF_VTYPE_UINT8:
+        *out = p[0];
+        return 0;
+    case GGUF_VTYPE_BOOL:
+        *out = p[0] != 0;
+        return 0;
+    case GGUF_VTYPE_INT8:
+        *out = (int8_t)p[0];
+        return 0;
+    case GGUF_VTYPE_UINT16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case GGUF_VTYPE_INT16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        *out = v;
+        return 0;
+    }
+    case GGUF_VTYPE_UINT32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case GGUF_VTYPE_INT32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        *out = v;
+        return 0;
+    }
+    case GGUF_VTYPE_INT64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        *out = v;
+        return 0;
+    }
     case GGUF_VTYPE_UINT64: {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -700,7 +812,8 @@ int gguf_get_int(const gguf_file *f, const char *key, int64_t *out, struct err *
         *out = (int64_t)v;
         return 0;
     }
-    default: return wrong_type(kv, "an integer", e);
+    default:
+        return wrong_type(kv, "an integer", e);
     }
 }
 
@@ -763,7 +876,10 @@ int gguf_get_cstr(const gguf_file *f, const char *key, char *buf, size_t cap, st
     return 0;
 }
 
-uint64_t gguf_n_tensors(const gguf_file *f) { return f->n_tensors; }
+uint64_t gguf_n_tensors(const gguf_file *f)
+{
+    return f->n_tensors;
+}
 
 const struct gguf_tensor *gguf_tensor(const gguf_file *f, uint64_t i)
 {
@@ -786,7 +902,8 @@ int gguf_check(const gguf_file *f)
         const struct gguf_kv *kv = &f->kvs[i];
         if (gguf_find_kv(f, kv->key) != (int64_t)i) return -1;
         if (kv->type == GGUF_VTYPE_STRING && !IN(kv->str.ptr, kv->str.len)) return -1;
-        if (kv->type != GGUF_VTYPE_STRING && kv->type != GGUF_VTYPE_ARRAY && !IN(kv->val, vtype_size(kv->type)))
+        if (kv->type != GGUF_VTYPE_STRING && kv->type != GGUF_VTYPE_ARRAY &&
+            !IN(kv->val, vtype_size(kv->type)))
             return -1;
         if (kv->type == GGUF_VTYPE_ARRAY && kv->arr_type == GGUF_VTYPE_STRING) {
             if (kv->str_first + kv->arr_n > f->n_strs) return -1;
@@ -801,11 +918,470 @@ int gguf_check(const gguf_file *f)
         const struct gguf_dtype_info *ti = gguf_dtype_info(t->type);
         if (!ti || t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS || t->ne[0] % ti->block_size) return -1;
         uint64_t n = 1;
-        for (int d = 0; d < GGUF_MAX_DIMS; d++) n *= t->ne[d];
+        for (int d = 0; d < GGUF_MAX_DIMS; d++)
+            n *= t->ne[d];
         if (n != t->n_elements || t->n_bytes != n / ti->block_size * ti->block_bytes) return -1;
         if (t->offset % f->alignment || !IN(t->data, t->n_bytes)) return -1;
         if (gguf_find_tensor(f, t->name) != t) return -1;
     }
 #undef IN
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* writer
+ *
+ * Each metadata value is serialized when it is set (type + payload bytes, exactly as in the file), so
+ * gguf_writer_write only concatenates. Tensors get their data offset when added. Keys and tensor names are
+ * kept unique through one hash set per kind (open addressing over indices + 1, rebuilt at half load), so
+ * adding n items is O(n). */
+
+#define GGUF_WRITER_SCRATCH (16u << 20) /* fill() chunk size bound, unless a single row is larger */
+
+struct wkv {
+    char *key;
+    uint32_t type;
+    uint8_t *payload; /* the value bytes after the type field */
+    uint64_t n;
+};
+
+struct wtensor {
+    char *name;
+    uint32_t type, n_dims;
+    uint64_t ne[GGUF_MAX_DIMS];
+    const void *data;
+    uint64_t n_bytes, offset, row_bytes;
+};
+
+struct wset {
+    uint64_t *slots; /* index + 1, 0 = empty */
+    uint64_t cap, n;
+};
+
+struct gguf_writer {
+    struct wkv *kvs;
+    uint64_t n_kv, cap_kv;
+    struct wtensor *tensors;
+    uint64_t n_tensors, cap_tensors;
+    struct wset kv_set, tensor_set;
+    uint64_t alignment;
+    uint64_t data_size; /* end of the last tensor in the data section */
+};
+
+static const char *wname(const gguf_writer *w, int tensors, uint64_t i)
+{
+    return tensors ? w->tensors[i].name : w->kvs[i].key;
+}
+
+/* 1 if name is in the set; otherwise 0 (and, when insert_idx >= 0, inserts it); -1 on out-of-memory. */
+static int wset_probe(gguf_writer *w, int tensors, const char *name, int64_t insert_idx)
+{
+    struct wset *s = tensors ? &w->tensor_set : &w->kv_set;
+    if (insert_idx >= 0 && 2 * (s->n + 1) > s->cap) {
+        uint64_t cap = s->cap ? s->cap * 2 : 64;
+        uint64_t *slots = calloc(cap, sizeof *slots);
+        if (!slots) return -1;
+        for (uint64_t k = 0; k < s->cap; k++) {
+            if (!s->slots[k]) continue;
+            const char *nm = wname(w, tensors, s->slots[k] - 1);
+            uint64_t h = XXH3_64bits(nm, strlen(nm)) & (cap - 1);
+            while (slots[h])
+                h = (h + 1) & (cap - 1);
+            slots[h] = s->slots[k];
+        }
+        free(s->slots);
+        s->slots = slots;
+        s->cap = cap;
+    }
+    if (!s->cap) return 0;
+    uint64_t h = XXH3_64bits(name, strlen(name)) & (s->cap - 1);
+    while (s->slots[h]) {
+        if (strcmp(wname(w, tensors, s->slots[h] - 1), name) == 0) return 1;
+        h = (h + 1) & (s->cap - 1);
+    }
+    if (insert_idx >= 0) {
+        s->slots[h] = (uint64_t)insert_idx + 1;
+        s->n++;
+    }
+    return 0;
+}
+
+gguf_writer *gguf_writer_init(void)
+{
+    gguf_writer *w = calloc(1, sizeof *w);
+    if (w) w->alignment = GGUF_DEFAULT_ALIGNMENT;
+    return w;
+}
+
+void gguf_writer_free(gguf_writer *w)
+{
+    if (!w) return;
+    for (uint64_t i = 0; i < w->n_kv; i++) {
+        free(w->kvs[i].key);
+        free(w->kvs[i].payload);
+    }
+    for (uint64_t i = 0; i < w->n_tensors; i++)
+        free(w->tensors[i].name);
+    free(w->kvs);
+    free(w->tensors);
+    free(w->kv_set.slots);
+    free(w->tensor_set.slots);
+    free(w);
+}
+
+static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    uint64_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need)
+        nc *= 2;
+    void *np = realloc(*p, nc * elem);
+    if (!np) return -1;
+    *p = np;
+    *cap = nc;
+    return 0;
+}
+
+/* Takes ownership of payload (freed on failure too). */
+static int add_kv(gguf_writer *w, const char *key, uint32_t type, uint8_t *payload, uint64_t n, struct err *e)
+{
+    if (wset_probe(w, 0, key, -1) == 1) {
+        free(payload);
+        return err_set(e, "gguf writer: duplicate key '%s'", key);
+    }
+    char *k = strdup(key);
+    if (!k || grow((void **)&w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *w->kvs)) {
+        free(k);
+        free(payload);
+        return err_set(e, "out of memory");
+    }
+    w->kvs[w->n_kv] = (struct wkv){k, type, payload, n};
+    if (wset_probe(w, 0, key, (int64_t)w->n_kv) < 0) {
+        free(k);
+        free(payload);
+        return err_set(e, "out of memory");
+    }
+    w->n_kv++;
+    return 0;
+}
+
+static int add_scalar(gguf_writer *w, const char *key, uint32_t type, const void *v, struct err *e)
+{
+    uint64_t n = vtype_size(type);
+    uint8_t *p = malloc(n);
+    if (!p) return err_set(e, "out of memory");
+    memcpy(p, v, n);
+    return add_kv(w, key, type, p, n, e);
+}
+
+int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v, struct err *e)
+{
+    if (strcmp(key, "general.alignment") == 0) {
+        if (v == 0 || (v & (v - 1))) return err_set(e, "gguf writer: alignment %u is not a power of two", v);
+        if (w->n_tensors)
+            return err_set(e, "gguf writer: general.alignment must be set before adding tensors");
+        if (add_scalar(w, key, GGUF_VTYPE_UINT32, &v, e)) return -1;
+        w->alignment = v;
+        return 0;
+    }
+    return add_scalar(w, key, GGUF_VTYPE_UINT32, &v, e);
+}
+
+int gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v, struct err *e)
+{
+    return add_scalar(w, key, GGUF_VTYPE_INT32, &v, e);
+}
+
+int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v, struct err *e)
+{
+    return add_scalar(w, key, GGUF_VTYPE_UINT64, &v, e);
+}
+
+int gguf_writer_set_f32(gguf_writer *w, const char *key, float v, struct err *e)
+{
+    return add_scalar(w, key, GGUF_VTYPE_FLOAT32, &v, e);
+}
+
+int gguf_writer_set_bool(gguf_writer *w, const char *key, int v, struct err *e)
+{
+    uint8_t b = v != 0;
+    return add_scalar(w, key, GGUF_VTYPE_BOOL, &b, e);
+}
+
+int gguf_writer_set_val(gguf_writer *w, const char *key, enum gguf_vtype t, const void *v, struct err *e)
+{
+    if (!vtype_size(t))
+        return err_set(e, "gguf writer: key '%s': %s is not a scalar type", key, gguf_vtype_name(t));
+    if (t == GGUF_VTYPE_UINT32) {
+        uint32_t u;
+        memcpy(&u, v, 4);
+        return gguf_writer_set_u32(w, key, u, e);
+    }
+    if (strcmp(key, "general.alignment") == 0)
+        return err_set(e, "gguf writer: general.alignment must be a UINT32");
+    return add_scalar(w, key, t, v, e);
+}
+
+int gguf_writer_set_str(gguf_writer *w, const char *key, const char *s, uint64_t len, struct err *e)
+{
+    uint8_t *p = malloc(8 + len);
+    if (!p) return err_set(e, "out of memory");
+    memcpy(p, &len, 8);
+    if (len) memcpy(p + 8, s, len);
+    return add_kv(w, key, GGUF_VTYPE_STRING, p, 8 + len, e);
+}
+
+int gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_vtype t, const void *data, uint64_t n,
+                        struct err *e)
+{
+    uint64_t esz = vtype_size(t), bytes;
+    if (!esz)
+        return err_set(e, "gguf writer: key '%s': arrays of %s need another setter", key, gguf_vtype_name(t));
+    if (__builtin_mul_overflow(esz, n, &bytes) || bytes > SIZE_MAX - 12)
+        return err_set(e, "gguf writer: key '%s': array too large", key);
+    uint8_t *p = malloc(12 + bytes);
+    if (!p) return err_set(e, "out of memory");
+    uint32_t et = t;
+    memcpy(p, &et, 4);
+    memcpy(p + 4, &n, 8);
+    if (bytes) memcpy(p + 12, data, bytes);
+    return add_kv(w, key, GGUF_VTYPE_ARRAY, p, 12 + bytes, e);
+}
+
+int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const struct gguf_str *strs, uint64_t n,
+                            struct err *e)
+{
+    uint64_t bytes = 12;
+    for (uint64_t j = 0; j < n; j++)
+        if (__builtin_add_overflow(bytes, 8 + strs[j].len, &bytes) || bytes > SIZE_MAX)
+            return err_set(e, "gguf writer: key '%s': array too large", key);
+    uint8_t *p = malloc(bytes), *q = p + 12;
+    if (!p) return err_set(e, "out of memory");
+    uint32_t et = GGUF_VTYPE_STRING;
+    memcpy(p, &et, 4);
+    memcpy(p + 4, &n, 8);
+    for (uint64_t j = 0; j < n; j++) {
+        memcpy(q, &strs[j].len, 8);
+        if (strs[j].len) memcpy(q + 8, strs[j].ptr, strs[j].len);
+        q += 8 + strs[j].len;
+    }
+    return add_kv(w, key, GGUF_VTYPE_ARRAY, p, bytes, e);
+}
+
+int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, const char *prefix, struct err *e)
+{
+    size_t pl = strlen(prefix);
+    for (uint64_t i = 0; i < src->n_kv; i++) {
+        const struct gguf_kv *kv = &src->kvs[i];
+        if (strncmp(kv->key, prefix, pl) != 0) continue;
+        int rc;
+        if (kv->type == GGUF_VTYPE_STRING) {
+            rc = gguf_writer_set_str(w, kv->key, kv->str.ptr, kv->str.len, e);
+        } else if (kv->type == GGUF_VTYPE_ARRAY && kv->arr_type == GGUF_VTYPE_STRING) {
+            rc = gguf_writer_set_arr_str(w, kv->key, kv->arr_n ? &src->strs[kv->str_first] : NULL, kv->arr_n,
+                                         e);
+        } else if (kv->type == GGUF_VTYPE_ARRAY) {
+            rc = gguf_writer_set_arr(w, kv->key, (enum gguf_vtype)kv->arr_type, kv->arr_data, kv->arr_n, e);
+        } else {
+            rc = gguf_writer_set_val(w, kv->key, (enum gguf_vtype)kv->type, kv->val, e);
+        }
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum gguf_dtype t, uint32_t n_dims,
+                           const uint64_t *ne, const void *data, struct err *e)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info(t);
+    if (!ti) return err_set(e, "gguf writer: tensor '%s': unsupported tensor type id %u", name, (unsigned)t);
+    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
+        return err_set(e, "gguf writer: tensor '%s': n_dims %u is not in 1..%d", name, n_dims, GGUF_MAX_DIMS);
+    struct wtensor wt = {0};
+    uint64_t n_el = 1;
+    for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++)
+        wt.ne[d] = 1;
+    for (uint32_t d = 0; d < n_dims; d++) {
+        if (ne[d] == 0 || ne[d] > INT64_MAX || __builtin_mul_overflow(n_el, ne[d], &n_el) || n_el > INT64_MAX)
+            return err_set(e, "gguf writer: tensor '%s': bad dimension %u (%llu)", name, d,
+                           (unsigned long long)ne[d]);
+        wt.ne[d] = ne[d];
+    }
+    if (ne[0] % ti->block_size)
+        return err_set(e,
+                       "gguf writer: tensor '%s': row length %llu is not a multiple of the %s block size %u",
+                       name, (unsigned long long)ne[0], ti->name, ti->block_size);
+    if (wset_probe(w, 1, name, -1) == 1) return err_set(e, "gguf writer: duplicate tensor '%s'", name);
+    wt.type = t;
+    wt.n_dims = n_dims;
+    wt.data = data;
+    wt.row_bytes = gguf_row_bytes(t, ne[0]);
+    if (__builtin_mul_overflow(n_el / ti->block_size, (uint64_t)ti->block_bytes, &wt.n_bytes))
+        return err_set(e, "gguf writer: tensor '%s': byte size overflows", name);
+    wt.offset = (w->data_size + w->alignment - 1) / w->alignment * w->alignment;
+    wt.name = strdup(name);
+    if (!wt.name || grow((void **)&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof *w->tensors)) {
+        free(wt.name);
+        return err_set(e, "out of memory");
+    }
+    w->tensors[w->n_tensors] = wt;
+    if (wset_probe(w, 1, wt.name, (int64_t)w->n_tensors) < 0) {
+        free(wt.name);
+        return err_set(e, "out of memory");
+    }
+    w->n_tensors++;
+    w->data_size = wt.offset + wt.n_bytes;
+    return 0;
+}
+
+/* Output: a FILE or a preallocated memory buffer of the exact size. */
+struct sink {
+    FILE *fp;
+    uint8_t *mem;
+    uint64_t pos;
+};
+
+static int sink_write(struct sink *s, const void *p, uint64_t n, struct err *e)
+{
+    if (!n) return 0;
+    if (s->fp) {
+        if (fwrite(p, 1, n, s->fp) != n)
+            return err_set(e, "write failed at byte %llu: %s", (unsigned long long)s->pos, strerror(errno));
+    } else {
+        memcpy(s->mem + s->pos, p, n);
+    }
+    s->pos += n;
+    return 0;
+}
+
+static int sink_pad(struct sink *s, uint64_t alignment, struct err *e)
+{
+    static const uint8_t zeros[256];
+    uint64_t pad = (alignment - s->pos % alignment) % alignment;
+    while (pad) {
+        uint64_t k = pad < sizeof zeros ? pad : sizeof zeros;
+        if (sink_write(s, zeros, k, e)) return -1;
+        pad -= k;
+    }
+    return 0;
+}
+
+static uint64_t header_bytes(const gguf_writer *w)
+{
+    uint64_t n = 4 + 4 + 8 + 8;
+    for (uint64_t i = 0; i < w->n_kv; i++)
+        n += 8 + strlen(w->kvs[i].key) + 4 + w->kvs[i].n;
+    for (uint64_t i = 0; i < w->n_tensors; i++)
+        n += 8 + strlen(w->tensors[i].name) + 4 + 8 * (uint64_t)w->tensors[i].n_dims + 4 + 8;
+    return n;
+}
+
+static int write_all(gguf_writer *w, struct sink *s, gguf_fill_fn fill, void *user, struct err *e)
+{
+    uint32_t version = 3;
+    if (sink_write(s, "GGUF", 4, e) || sink_write(s, &version, 4, e) || sink_write(s, &w->n_tensors, 8, e) ||
+        sink_write(s, &w->n_kv, 8, e))
+        return -1;
+    for (uint64_t i = 0; i < w->n_kv; i++) {
+        const struct wkv *kv = &w->kvs[i];
+        uint64_t kl = strlen(kv->key);
+        if (sink_write(s, &kl, 8, e) || sink_write(s, kv->key, kl, e) || sink_write(s, &kv->type, 4, e) ||
+            sink_write(s, kv->payload, kv->n, e))
+            return -1;
+    }
+    for (uint64_t i = 0; i < w->n_tensors; i++) {
+        const struct wtensor *t = &w->tensors[i];
+        uint64_t nl = strlen(t->name);
+        if (sink_write(s, &nl, 8, e) || sink_write(s, t->name, nl, e) || sink_write(s, &t->n_dims, 4, e) ||
+            sink_write(s, t->ne, 8 * (uint64_t)t->n_dims, e) || sink_write(s, &t->type, 4, e) ||
+            sink_write(s, &t->offset, 8, e))
+            return -1;
+    }
+    if (sink_pad(s, w->alignment, e)) return -1;
+    uint64_t data_start = s->pos;
+    uint8_t *scratch = NULL;
+    uint64_t scratch_cap = 0;
+    int rc = 0;
+    for (uint64_t i = 0; i < w->n_tensors && rc == 0; i++) {
+        const struct wtensor *t = &w->tensors[i];
+        if ((rc = sink_pad(s, w->alignment, e))) break;
+        if (s->pos - data_start != t->offset) {
+            rc = err_set(e, "gguf writer: internal error: tensor '%s' lands at %llu, not %llu", t->name,
+                         (unsigned long long)(s->pos - data_start), (unsigned long long)t->offset);
+            break;
+        }
+        if (t->data) {
+            rc = sink_write(s, t->data, t->n_bytes, e);
+            continue;
+        }
+        if (!fill) {
+            rc = err_set(e, "gguf writer: tensor '%s' has no data and no fill callback", t->name);
+            break;
+        }
+        /* chunks of whole rows, at most GGUF_WRITER_SCRATCH bytes unless one row is larger */
+        uint64_t rows_per_chunk =
+            t->row_bytes >= GGUF_WRITER_SCRATCH ? 1 : GGUF_WRITER_SCRATCH / t->row_bytes;
+        uint64_t chunk = rows_per_chunk * t->row_bytes;
+        if (chunk > t->n_bytes) chunk = t->n_bytes;
+        if (chunk > scratch_cap) {
+            uint8_t *ns = realloc(scratch, chunk);
+            if (!ns) {
+                rc = err_set(e, "out of memory (%llu-byte scratch)", (unsigned long long)chunk);
+                break;
+            }
+            scratch = ns;
+            scratch_cap = chunk;
+        }
+        for (uint64_t done = 0; done < t->n_bytes && rc == 0;) {
+            uint64_t k = t->n_bytes - done < chunk ? t->n_bytes - done : chunk;
+            uint8_t *dst = s->fp ? scratch : s->mem + s->pos;
+            if (fill(user, i, dst, k, e)) {
+                rc = err_prefix(e, "tensor '%s'", t->name);
+                break;
+            }
+            if (s->fp)
+                rc = sink_write(s, scratch, k, e);
+            else
+                s->pos += k;
+            done += k;
+        }
+    }
+    free(scratch);
+    return rc;
+}
+
+int gguf_writer_write(gguf_writer *w, const char *path, gguf_fill_fn fill, void *user, struct err *e)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp) return err_set(e, "%s: cannot create: %s", path, strerror(errno));
+    setvbuf(fp, NULL, _IOFBF, 1 << 20);
+    struct sink s = {fp, NULL, 0};
+    int rc = write_all(w, &s, fill, user, e);
+    if (fclose(fp) != 0 && rc == 0) rc = err_set(e, "close failed: %s", strerror(errno));
+    if (rc) {
+        err_prefix(e, "%s", path);
+        unlink(path);
+    }
+    return rc;
+}
+
+int gguf_writer_write_mem(gguf_writer *w, void **buf, size_t *n, gguf_fill_fn fill, void *user, struct err *e)
+{
+    *buf = NULL;
+    *n = 0;
+    uint64_t hb = header_bytes(w);
+    uint64_t total = (hb + w->alignment - 1) / w->alignment * w->alignment + w->data_size;
+    if (total > SIZE_MAX)
+        return err_set(e, "gguf writer: %llu bytes do not fit in memory", (unsigned long long)total);
+    uint8_t *mem = malloc(total ? total : 1);
+    if (!mem) return err_set(e, "out of memory (%llu bytes)", (unsigned long long)total);
+    struct sink s = {NULL, mem, 0};
+    if (write_all(w, &s, fill, user, e)) {
+        free(mem);
+        return -1;
+    }
+    assert(s.pos == total);
+    *buf = mem;
+    *n = total;
     return 0;
 }

@@ -107,7 +107,7 @@ typedef struct gguf_file gguf_file;
 int gguf_open(const char *path, gguf_file **out, struct err *e);
 /* Validates a caller-owned buffer (fuzzing, tests); buf must outlive the gguf_file. */
 int gguf_open_memory(const void *buf, size_t n, gguf_file **out, struct err *e);
-void gguf_close(gguf_file *f);
+void gguf_close(gguf_file *f); /* NULL is a no-op */
 /* Debug check of the invariant stated at the top of gguf.c (every view inside the mapping, names unique
  * and findable, tensor sizes consistent); 0 when it holds. O(n_kv + n_tensors + string elements). */
 int gguf_check(const gguf_file *f);
@@ -117,16 +117,18 @@ uint64_t gguf_alignment(const gguf_file *f); /* general.alignment or 32 */
 uint64_t gguf_file_size(const gguf_file *f);
 const char *gguf_path(const gguf_file *f);   /* "" for memory buffers */
 
-/* --- metadata: by index --- */
+/* --- metadata: by index (i < gguf_n_kv; an out-of-range i gives NULL / GGUF_VTYPE_COUNT / 0) --- */
 uint64_t gguf_n_kv(const gguf_file *f);
 int64_t gguf_find_kv(const gguf_file *f, const char *key); /* index, or -1 when absent */
 const char *gguf_kv_key(const gguf_file *f, uint64_t i);
 enum gguf_vtype gguf_kv_type(const gguf_file *f, uint64_t i);
-enum gguf_vtype gguf_kv_arr_type(const gguf_file *f, uint64_t i); /* element type (arrays only) */
-uint64_t gguf_kv_arr_n(const gguf_file *f, uint64_t i);           /* element count (arrays only) */
+/* Element type, or GGUF_VTYPE_COUNT if kv i is not an array; element count, or 0 if not an array. */
+enum gguf_vtype gguf_kv_arr_type(const gguf_file *f, uint64_t i);
+uint64_t gguf_kv_arr_n(const gguf_file *f, uint64_t i);
 /* Numeric array elements, packed little-endian as in the file (arrays of non-strings only; NULL if none). */
 const void *gguf_kv_arr_data(const gguf_file *f, uint64_t i);
-/* Element j of an array of strings (j < gguf_kv_arr_n); O(1). */
+/* Element j of an array of strings (j < gguf_kv_arr_n); O(1). {NULL, 0} when i/j is out of range or the
+ * kv is not an array of strings (an empty string element has a non-NULL ptr). */
 struct gguf_str gguf_kv_arr_str(const gguf_file *f, uint64_t i, uint64_t j);
 
 /* --- metadata: typed getters by key. Return 0 and fill *out; on a missing key or a value of the wrong
@@ -150,7 +152,11 @@ const struct gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
  * writes header + tensor infos and streams each tensor's bytes: from the pointer given at add time, or,
  * when that was NULL, from fill(user, tensor_index, dst, n_bytes) into a scratch buffer (so multi-GB
  * random-weight files never need the whole model in memory). Alignment 32 unless general.alignment is set
- * with gguf_writer_set_u32 before tensors are added. Keys and tensor names must be unique (checked). */
+ * with gguf_writer_set_u32 before tensors are added. Keys and tensor names must be unique (checked).
+ * fill contract: tensors are filled in the order they were added; a tensor of up to 16 MiB gets exactly one
+ * call with its whole size; a larger one gets several calls, each for the NEXT consecutive chunk of whole
+ * rows (n_bytes a multiple of the row size, at most 16 MiB or one row), so a stateful callback can stream
+ * any size with bounded memory. The writer keeps one scratch buffer of at most max(16 MiB, one row). */
 typedef struct gguf_writer gguf_writer;
 typedef int (*gguf_fill_fn)(void *user, uint64_t tensor_index, void *dst, uint64_t n_bytes, struct err *e);
 
@@ -162,6 +168,8 @@ int gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v, struct err 
 int gguf_writer_set_f32(gguf_writer *w, const char *key, float v, struct err *e);
 int gguf_writer_set_bool(gguf_writer *w, const char *key, int v, struct err *e);
 int gguf_writer_set_str(gguf_writer *w, const char *key, const char *s, uint64_t len, struct err *e);
+/* Any fixed-size scalar type (UINT8..FLOAT64, BOOL; not STRING/ARRAY), value copied from *v (t's size). */
+int gguf_writer_set_val(gguf_writer *w, const char *key, enum gguf_vtype t, const void *v, struct err *e);
 /* An array of n fixed-size elements of type t (not STRING/ARRAY), copied from data. */
 int gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_vtype t, const void *data, uint64_t n,
                         struct err *e);

@@ -58,7 +58,8 @@ struct model {
     struct model_weight output;       /* (n_vocab, n_embd); = tok_embd when tied */
     struct model_weight rope_freqs;   /* optional Llama 3 rope scaling factors (n_rot/2), F32; data NULL if absent */
     struct model_layer *layers;       /* (n_layer), owned */
-    const gguf_file *file;            /* not owned */
+    const gguf_file *file;            /* not owned; NULL for a model_clone_f32() copy */
+    void *owned_data;                 /* weights owned by this model (model_clone_f32), freed by model_free */
 };
 
 int model_load(const gguf_file *f, struct model **out, struct err *e);
@@ -68,5 +69,20 @@ void model_free(struct model *m);
 uint64_t model_weight_bytes(const struct model *m);
 /* KV bytes per token across all layers (K and V) for a KV element type. */
 uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t);
+
+/* --- additions (issue 3) --- */
+/* Bytes of one (token, kv head) vector of K or V: head_dim elements (Q8_0: blocks of 32 + f16 scale). */
+uint64_t model_kv_vec_bytes(const struct model_hparams *hp, enum kv_type t);
+const char *model_arch_name(enum model_arch a);        /* "llama", "qwen2", "qwen3" */
+const char *model_kv_type_name(enum kv_type t);        /* "f32", "f16", "q8_0" */
+int model_kv_type_parse(const char *s, enum kv_type *out); /* -1 if unknown */
+/* 1 if a weight matrix of this type can be computed (F32, F16, BF16, Q8_0, Q4_0, Q4_1). */
+int model_type_supported(enum gguf_dtype t);
+/* Debug check of the invariant at the top of model.c (shapes, types, views inside the file). */
+int model_check(const struct model *m, struct err *e);
+/* A copy of m whose every weight matrix is dequantized to F32 (in memory owned by the copy); the reference
+ * that quantized paths are compared with. The copy references neither m nor its file (norms are copied
+ * too). Memory: 4 bytes per weight element. */
+int model_clone_f32(const struct model *m, struct model **out, struct err *e);
 
 #endif

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# bench/bench_decode.sh — single-stream and batched decode speed of the CPU backend next to the memory
+# bandwidth limit (issue 3). Builds bench/bandwidth.c and bench/bench_decode.c against build/libnightshift.a
+# (run `make` first), then:
+#   1. read bandwidth of this machine (1 and 2 threads),
+#   2. `nightshift generate` decode tok/s on SmolLM2-135M-Instruct Q4_1 (models/, scripts/fetch-model),
+#      median of 3 runs of 128 tokens,
+#   3. bench_decode on `synth --shape llama-1b --type q8_0` (written to $NS_BENCH_TMP, default /tmp, ~1 GB):
+#      decode tok/s at 1 and 16 concurrent sequences (one row each per step).
+# Usage: bench/bench_decode.sh [THREADS]
+set -eu
+cd "$(dirname "$0")/.."
+threads=${1:-0}
+tmp=${NS_BENCH_TMP:-/tmp}
+libs="-lsqlite3 -ljansson -lpcre2-8 -lcrypto -lxxhash -lpthread -lm"
+mkdir -p build/bench
+cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE bench/bandwidth.c -o build/bench/bandwidth -lpthread
+cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE -Isrc bench/bench_decode.c build/libnightshift.a \
+    -o build/bench/bench_decode $libs
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+bwline=$(build/bench/bandwidth | tee /dev/stderr | tail -1)
+bw=$(echo "$bwline" | sed 's/.*: \([0-9.]*\) GB\/s.*/\1/')
+
+smol=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$smol" ]; then
+    prompt=$'<|im_start|>user\nWrite a long story about a cat.<|im_end|>\n<|im_start|>assistant\n'
+    rates=()
+    for i in 1 2 3; do
+        r=$(build/nightshift generate -m "$smol" -p "$prompt" -n 128 --ignore-eos $( [ "$threads" != 0 ] && echo "-t $threads" ) 2>&1 >/dev/null |
+            sed 's/.*decode \([0-9.]*\) tok\/s.*/\1/')
+        rates+=("$r")
+    done
+    med=$(printf '%s\n' "${rates[@]}" | sort -g | sed -n 2p)
+    bytes=$(build/bench/bench_decode "$smol" -s 1 -n 0 2>/dev/null | sed -n 's/.*per step \([0-9.]*\) MB.*/\1/p')
+    echo "== SmolLM2-135M Q4_1 generate decode: runs ${rates[*]} tok/s, median $med tok/s;" \
+        "weights $bytes MB -> limit $(awk -v b="$bw" -v m="$bytes" 'BEGIN{printf "%.0f", b*1000/m}') tok/s"
+else
+    echo "== SmolLM2: $smol absent (scripts/fetch-model)"
+fi
+
+l1b=$tmp/llama-1b-q8_0.gguf
+[ -f "$l1b" ] || build/nightshift synth --shape llama-1b --type q8_0 -o "$l1b"
+echo "== llama-1b q8_0 (synthetic):"
+build/bench/bench_decode "$l1b" -s 1,16 -n 8 -p 32 $( [ "$threads" != 0 ] && echo "-t $threads" ) --bw "$bw"

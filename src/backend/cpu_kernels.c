@@ -1,0 +1,459 @@
+/* cpu_kernels — dot products, activation quantization and the tiled matmul; see cpu_kernels.h.
+ *
+ * Invariant (batch invariance): the value a kernel computes for (weight row, activation row) depends only
+ * on those two rows. Each activation row has private accumulators; the order of operations is fixed by
+ * the row length; n_x only decides how many rows share one decode of a weight block. The matmul splits
+ * work over weight rows (output columns), never over the reduction dimension.
+ *
+ * Integer paths (Q8_0, Q4_0, Q4_1 weights): per block of 32, the exact integer dot of the weight's quants
+ * with the activation's int8 quants, then acc += (d_w * d_x) * isum in float (8 lanes, FMA), reduced
+ * at the end lane-pairwise. Q4_1 adds m_w * s_x per block into a separate scalar accumulator.
+ * Overflow: |q_x| <= 127; Q8_0 uses |q_w| <= 128 via the sign trick, so a maddubs pair sum is at most
+ * 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); Q4 nibbles are 0..15.
+ */
+#include "backend/cpu_kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "gguf/quant.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define CPU_HAVE_AVX2 1
+#else
+#define CPU_HAVE_AVX2 0
+#endif
+/* AVX-VNNI kernels are compiled with a target attribute and chosen at run time (cpu_dot_simd). */
+#if CPU_HAVE_AVX2 && defined(__GNUC__) && !defined(__clang__) && (__GNUC__ >= 11)
+#define CPU_HAVE_VNNI 1
+#else
+#define CPU_HAVE_VNNI 0
+#endif
+
+#define CPU_TILE_ROWS 16 /* weight rows per task */
+
+int cpu_type_uses_q8(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1;
+}
+
+void cpu_quantize_row_q8(const float *x, struct cpu_q8_block *y, int64_t n)
+{
+    for (int64_t b = 0; b < n / CPU_QK; b++) {
+        const float *xb = x + b * CPU_QK;
+        float amax = 0.0f;
+        for (int i = 0; i < CPU_QK; i++) {
+            float a = fabsf(xb[i]);
+            if (a > amax) amax = a;
+        }
+        float d = amax / 127.0f;
+        float id = d > 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < CPU_QK; i++) {
+            long v = lrintf(xb[i] * id);
+            if (v > 127) v = 127;
+            if (v < -127) v = -127;
+            y[b].q[i] = (int8_t)v;
+            sum += (int)v;
+        }
+        y[b].d = d;
+        y[b].s = d * (float)sum;
+    }
+}
+
+/* ---------------------------------------------------------------- scalar reference */
+
+static float cpu_bf16(uint16_t h)
+{
+    return quant_bf16_to_f32(h);
+}
+
+static void dot_f32_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    const float *wf = w;
+    for (int i = 0; i < n_x; i++) {
+        const float *xf = (const float *)((const char *)x + i * xs);
+        float s = 0.0f;
+        for (int64_t k = 0; k < n; k++) s += wf[k] * xf[k];
+        out[i] = s;
+    }
+}
+
+static void dot_f16_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    const uint16_t *wh = w;
+    for (int i = 0; i < n_x; i++) {
+        const float *xf = (const float *)((const char *)x + i * xs);
+        float s = 0.0f;
+        for (int64_t k = 0; k < n; k++) s += quant_f16_to_f32(wh[k]) * xf[k];
+        out[i] = s;
+    }
+}
+
+static void dot_bf16_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    const uint16_t *wh = w;
+    for (int i = 0; i < n_x; i++) {
+        const float *xf = (const float *)((const char *)x + i * xs);
+        float s = 0.0f;
+        for (int64_t k = 0; k < n; k++) s += cpu_bf16(wh[k]) * xf[k];
+        out[i] = s;
+    }
+}
+
+static uint16_t cpu_rd16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static void dot_q8_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    for (int i = 0; i < n_x; i++) {
+        const struct cpu_q8_block *xb = (const struct cpu_q8_block *)((const char *)x + i * xs);
+        const uint8_t *wb = w;
+        float s = 0.0f;
+        for (int64_t b = 0; b < n / 32; b++, wb += 34) {
+            const int8_t *q = (const int8_t *)(wb + 2);
+            int isum = 0;
+            for (int k = 0; k < 32; k++) isum += q[k] * xb[b].q[k];
+            s += quant_f16_to_f32(cpu_rd16(wb)) * xb[b].d * (float)isum;
+        }
+        out[i] = s;
+    }
+}
+
+static void dot_q4_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    for (int i = 0; i < n_x; i++) {
+        const struct cpu_q8_block *xb = (const struct cpu_q8_block *)((const char *)x + i * xs);
+        const uint8_t *wb = w;
+        float s = 0.0f;
+        for (int64_t b = 0; b < n / 32; b++, wb += 18) {
+            const uint8_t *qs = wb + 2;
+            int isum = 0;
+            for (int k = 0; k < 16; k++) {
+                isum += ((qs[k] & 0x0F) - 8) * xb[b].q[k];
+                isum += ((qs[k] >> 4) - 8) * xb[b].q[k + 16];
+            }
+            s += quant_f16_to_f32(cpu_rd16(wb)) * xb[b].d * (float)isum;
+        }
+        out[i] = s;
+    }
+}
+
+static void dot_q4_1_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    for (int i = 0; i < n_x; i++) {
+        const struct cpu_q8_block *xb = (const struct cpu_q8_block *)((const char *)x + i * xs);
+        const uint8_t *wb = w;
+        float s = 0.0f, sm = 0.0f;
+        for (int64_t b = 0; b < n / 32; b++, wb += 20) {
+            const uint8_t *qs = wb + 4;
+            int isum = 0;
+            for (int k = 0; k < 16; k++) {
+                isum += (qs[k] & 0x0F) * xb[b].q[k];
+                isum += (qs[k] >> 4) * xb[b].q[k + 16];
+            }
+            s += quant_f16_to_f32(cpu_rd16(wb)) * xb[b].d * (float)isum;
+            sm += quant_f16_to_f32(cpu_rd16(wb + 2)) * xb[b].s;
+        }
+        out[i] = s + sm;
+    }
+}
+
+#define DEFINE_SCALAR_TILE(name)                                                                          \
+    static void name##_tile(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,     \
+                            int n_x, float *y, int64_t ys)                                                \
+    {                                                                                                     \
+        float t[CPU_DOT_MAX_X];                                                                           \
+        for (int o = 0; o < n_w; o++) {                                                                   \
+            name(n, (const char *)w + o * ws, x, xs, n_x, t);                                             \
+            for (int i = 0; i < n_x; i++) y[i * ys + o] = t[i];                                           \
+        }                                                                                                 \
+    }
+DEFINE_SCALAR_TILE(dot_f32_scalar)
+DEFINE_SCALAR_TILE(dot_f16_scalar)
+DEFINE_SCALAR_TILE(dot_bf16_scalar)
+DEFINE_SCALAR_TILE(dot_q8_0_scalar)
+DEFINE_SCALAR_TILE(dot_q4_0_scalar)
+DEFINE_SCALAR_TILE(dot_q4_1_scalar)
+
+
+/* ---------------------------------------------------------------- AVX2 / FMA */
+#if CPU_HAVE_AVX2
+
+#define CPU_INLINE static inline __attribute__((always_inline))
+
+CPU_INLINE float hsum256(__m256 v)
+{
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* Body of a tile function: the n_x switch hoisted out of the loop over weight rows; CALL computes
+ * t[0..NXC) for weight row o. */
+#define CPU_TILE_LOOP(CALL)                                                                               \
+    do {                                                                                                  \
+        float t[CPU_DOT_MAX_X];                                                                           \
+        switch (n_x) {                                                                                    \
+        case 1: {                                                                                         \
+            enum { NXC = 1 };                                                                             \
+            for (int o = 0; o < n_w; o++) {                                                               \
+                CALL;                                                                                     \
+                y[o] = t[0];                                                                              \
+            }                                                                                             \
+            break;                                                                                        \
+        }                                                                                                 \
+        case 2: {                                                                                         \
+            enum { NXC = 2 };                                                                             \
+            for (int o = 0; o < n_w; o++) {                                                               \
+                CALL;                                                                                     \
+                y[o] = t[0];                                                                              \
+                y[ys + o] = t[1];                                                                         \
+            }                                                                                             \
+            break;                                                                                        \
+        }                                                                                                 \
+        case 3: {                                                                                         \
+            enum { NXC = 3 };                                                                             \
+            for (int o = 0; o < n_w; o++) {                                                               \
+                CALL;                                                                                     \
+                for (int i_ = 0; i_ < 3; i_++) y[i_ * ys + o] = t[i_];                                    \
+            }                                                                                             \
+            break;                                                                                        \
+        }                                                                                                 \
+        default: {                                                                                        \
+            enum { NXC = 4 };                                                                             \
+            for (int o = 0; o < n_w; o++) {                                                               \
+                CALL;                                                                                     \
+                for (int i_ = 0; i_ < 4; i_++) y[i_ * ys + o] = t[i_];                                    \
+            }                                                                                             \
+            break;                                                                                        \
+        }                                                                                                 \
+        }                                                                                                 \
+    } while (0)
+
+/* Loads 8 weight elements as floats. kind: 0 f32, 1 f16, 2 bf16. */
+CPU_INLINE __m256 load8(const void *w, int64_t k, int kind)
+{
+    if (kind == 0) return _mm256_loadu_ps((const float *)w + k);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+    if (kind == 1) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+CPU_INLINE float load1(const void *w, int64_t k, int kind)
+{
+    if (kind == 0) return ((const float *)w)[k];
+    uint16_t h = ((const uint16_t *)w)[k];
+    if (kind == 1) return _cvtsh_ss(h);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Float-weight kernel: two 8-lane accumulators per row over 16-element steps, then one 8-element step,
+ * the lane reduction, then a scalar tail. */
+CPU_INLINE void dot_float_nx(int64_t n, const void *w, const void *x, int64_t xs, int NX, int kind, float *out)
+{
+    __m256 acc0[CPU_DOT_MAX_X], acc1[CPU_DOT_MAX_X];
+    const float *xr[CPU_DOT_MAX_X];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) {
+        acc0[i] = _mm256_setzero_ps();
+        acc1[i] = _mm256_setzero_ps();
+        xr[i] = (const float *)((const char *)x + i * xs);
+    }
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m256 w0 = load8(w, k, kind), w1 = load8(w, k + 8, kind);
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) {
+            acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[i] + k + 8), acc1[i]);
+        }
+    }
+    if (k + 8 <= n) {
+        __m256 w0 = load8(w, k, kind);
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
+        k += 8;
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) {
+        float s = hsum256(_mm256_add_ps(acc0[i], acc1[i]));
+        for (int64_t j = k; j < n; j++) s += load1(w, j, kind) * xr[i][j];
+        out[i] = s;
+    }
+}
+
+/* name: one weight row; name##_tile: n_w weight rows (stride ws bytes) into y[i * ys + o]. */
+#define DEFINE_FLOAT_DOT(name, kind)                                                                      \
+    static void name(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)            \
+    {                                                                                                     \
+        switch (n_x) {                                                                                    \
+        case 1: dot_float_nx(n, w, x, xs, 1, kind, out); break;                                           \
+        case 2: dot_float_nx(n, w, x, xs, 2, kind, out); break;                                           \
+        case 3: dot_float_nx(n, w, x, xs, 3, kind, out); break;                                           \
+        default: dot_float_nx(n, w, x, xs, 4, kind, out); break;                                          \
+        }                                                                                                 \
+    }                                                                                                     \
+    static void name##_tile(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,     \
+                            int n_x, float *y, int64_t ys)                                                \
+    {                                                                                                     \
+        CPU_TILE_LOOP(dot_float_nx(n, (const char *)w + o * ws, x, xs, NXC, kind, t));                    \
+    }
+DEFINE_FLOAT_DOT(dot_f32_avx2, 0)
+DEFINE_FLOAT_DOT(dot_f16_avx2, 1)
+DEFINE_FLOAT_DOT(dot_bf16_avx2, 2)
+
+/* 32 nibbles of a Q4 block as bytes 0..15 in element order (low nibbles = elements 0..15). */
+CPU_INLINE __m256i unpack_nibbles(const uint8_t *qs)
+{
+    __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0F);
+    __m128i lo = _mm_and_si128(v, m);
+    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* The integer kernels: dot_q8_0_avx2 ... from the template, then dot_q8_0_vnni ... (AVX-VNNI). */
+#define CPU_VNNI 0
+#define CPU_QNAME(x) x##_avx2
+#include "backend/cpu_kernels_quant.h"
+#undef CPU_VNNI
+#undef CPU_QNAME
+
+#if CPU_HAVE_VNNI
+#pragma GCC push_options
+#pragma GCC target("avxvnni")
+#define CPU_VNNI 1
+#define CPU_QNAME(x) x##_vnni
+#include "backend/cpu_kernels_quant.h"
+#undef CPU_VNNI
+#undef CPU_QNAME
+#pragma GCC pop_options
+#endif
+
+#endif /* CPU_HAVE_AVX2 */
+
+/* The kernels of one variant for one type; both NULL when unavailable. */
+static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_variant v)
+{
+    struct cpu_kernel k = {NULL, NULL};
+#define K(name) k = (struct cpu_kernel){name, name##_tile}
+#define K2(dot, tile) k = (struct cpu_kernel){dot, tile}
+    switch (v) {
+    case CPU_KERNEL_SCALAR:
+        switch (t) {
+        case GGUF_DTYPE_F32: K(dot_f32_scalar); break;
+        case GGUF_DTYPE_F16: K(dot_f16_scalar); break;
+        case GGUF_DTYPE_BF16: K(dot_bf16_scalar); break;
+        case GGUF_DTYPE_Q8_0: K(dot_q8_0_scalar); break;
+        case GGUF_DTYPE_Q4_0: K(dot_q4_0_scalar); break;
+        case GGUF_DTYPE_Q4_1: K(dot_q4_1_scalar); break;
+        default: break;
+        }
+        break;
+    case CPU_KERNEL_AVX2:
+#if CPU_HAVE_AVX2
+        switch (t) {
+        case GGUF_DTYPE_F32: K(dot_f32_avx2); break;
+        case GGUF_DTYPE_F16: K(dot_f16_avx2); break;
+        case GGUF_DTYPE_BF16: K(dot_bf16_avx2); break;
+        case GGUF_DTYPE_Q8_0: K2(dot_q8_0_avx2, dot_q8_0_tile_avx2); break;
+        case GGUF_DTYPE_Q4_0: K2(dot_q4_0_avx2, dot_q4_0_tile_avx2); break;
+        case GGUF_DTYPE_Q4_1: K2(dot_q4_1_avx2, dot_q4_1_tile_avx2); break;
+        default: break;
+        }
+#endif
+        break;
+    case CPU_KERNEL_VNNI:
+#if CPU_HAVE_VNNI
+        if (!__builtin_cpu_supports("avxvnni")) break;
+        switch (t) {
+        case GGUF_DTYPE_Q8_0: K2(dot_q8_0_vnni, dot_q8_0_tile_vnni); break;
+        case GGUF_DTYPE_Q4_0: K2(dot_q4_0_vnni, dot_q4_0_tile_vnni); break;
+        case GGUF_DTYPE_Q4_1: K2(dot_q4_1_vnni, dot_q4_1_tile_vnni); break;
+        default: k = cpu_kernel_get(t, CPU_KERNEL_AVX2); break; /* float kernels have no VNNI form */
+        }
+#endif
+        break;
+    }
+#undef K
+#undef K2
+    return k;
+}
+
+struct cpu_kernel cpu_kernel_best(enum gguf_dtype t)
+{
+    struct cpu_kernel k = cpu_kernel_get(t, CPU_KERNEL_VNNI);
+    if (!k.dot) k = cpu_kernel_get(t, CPU_KERNEL_AVX2);
+    if (!k.dot) k = cpu_kernel_get(t, CPU_KERNEL_SCALAR);
+    return k;
+}
+
+cpu_dot_fn cpu_dot_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
+{
+    return cpu_kernel_get(t, v).dot;
+}
+
+cpu_dot_fn cpu_dot_scalar(enum gguf_dtype t)
+{
+    return cpu_kernel_get(t, CPU_KERNEL_SCALAR).dot;
+}
+
+cpu_dot_fn cpu_dot_simd(enum gguf_dtype t)
+{
+    return cpu_kernel_best(t).dot;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+struct cpu_matmul_ctx {
+    const struct cpu_matmul_job *jobs;
+    int n_jobs;
+    int64_t task_start[8]; /* first task of each job; jobs are few (q/k/v, gate/up) */
+    const float *x;
+    const struct cpu_q8_block *xq;
+    int32_t n_rows;
+};
+
+static void cpu_matmul_task(void *arg, int64_t task, int thread)
+{
+    (void)thread;
+    const struct cpu_matmul_ctx *c = arg;
+    int j = 0;
+    while (j + 1 < c->n_jobs && task >= c->task_start[j + 1]) j++;
+    const struct model_weight *w = c->jobs[j].w;
+    float *y = c->jobs[j].y;
+    const int64_t n_in = w->ne[0], n_out = w->ne[1];
+    const int64_t r_begin = (task - c->task_start[j]) * CPU_TILE_ROWS;
+    const int64_t r_end = r_begin + CPU_TILE_ROWS < n_out ? r_begin + CPU_TILE_ROWS : n_out;
+    const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
+    const int q8 = cpu_type_uses_q8(w->type);
+    cpu_tile_fn tile = cpu_kernel_best(w->type).tile;
+    const char *x = q8 ? (const char *)c->xq : (const char *)c->x;
+    const int64_t x_stride = q8 ? n_in / CPU_QK * (int64_t)sizeof(struct cpu_q8_block) : n_in * 4;
+    /* The tile of weight rows stays in cache while every input row passes over it. */
+    for (int32_t r0 = 0; r0 < c->n_rows; r0 += CPU_DOT_MAX_X) {
+        int n_x = c->n_rows - r0 < CPU_DOT_MAX_X ? c->n_rows - r0 : CPU_DOT_MAX_X;
+        tile(n_in, (const char *)w->data + (uint64_t)r_begin * row_bytes, (int64_t)row_bytes, (int)(r_end - r_begin),
+             x + r0 * x_stride, x_stride, n_x, y + (int64_t)r0 * n_out + r_begin, n_out);
+    }
+}
+
+void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x,
+                const struct cpu_q8_block *xq, int32_t n_rows)
+{
+    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs, .x = x, .xq = xq, .n_rows = n_rows};
+    int64_t n_tasks = 0;
+    for (int j = 0; j < n_jobs && j < 8; j++) {
+        c.task_start[j] = n_tasks;
+        n_tasks += (jobs[j].w->ne[1] + CPU_TILE_ROWS - 1) / CPU_TILE_ROWS;
+    }
+    if (n_rows > 0) threads_parallel_for(pool, n_tasks, cpu_matmul_task, &c);
+}

@@ -1,0 +1,495 @@
+/* engine — the step loop: scheduler plan -> step batch -> backend forward -> sampling -> finish checks.
+ *
+ * Invariant: every request added is in exactly one place: the scheduler (waiting or running, listed in
+ * eng->live) or the finished-results FIFO (after its sequence is freed). The text of a request is exactly
+ * the UTF-8-complete detokenization of its generated tokens (control tokens render as nothing), cut at
+ * the first stop string. A request's tokens depend only on its prompt, params and seed: sampling uses the
+ * request's own sampler, fed its own logits row, and preemption keeps the sampler (its RNG position and
+ * penalty counts) — the recomputed KV is bit-identical on the CPU backend, so nothing changes.
+ * With params.debug_checks the scheduler and pool invariants (sched_check) run after every step.
+ */
+#include "engine/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kvpool.h"
+#include "engine/sched.h"
+#include "engine/stop.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+struct eng_seq {
+    struct sched_seq q; /* first member: a sched_seq pointer from the scheduler is an eng_seq pointer */
+    sampler *smp;
+    char **stop;        /* (n_stop) owned copies */
+    int32_t n_stop;
+    size_t released;    /* text before this offset holds no stop string nor the start of one */
+    int ignore_eos;
+    char *text;         /* (text_cap) complete UTF-8 so far */
+    size_t text_len, text_cap;
+    struct tok_utf8 utf8;
+    double t_added, t_first;
+    struct eng_seq *live_prev, *live_next;
+};
+
+struct engine {
+    const struct model *m;
+    struct backend *b;
+    const tok_vocab *v;
+    struct engine_params p;
+    int32_t n_vocab;
+    kv_pool *pool;
+    sched *s;
+    /* step batch buffers */
+    int32_t *row_tokens, *row_pos, *row_seq, *logit_rows; /* (max_batch_tokens) */
+    struct step_seq *step_seqs;                           /* (max_seqs) */
+    float *logits;                                        /* (max_seqs, n_vocab) */
+    struct eng_seq *live;                                 /* all sequences in the scheduler */
+    struct engine_result *done;                           /* FIFO [done_head, n_done) */
+    size_t n_done, done_head, cap_done;
+    struct engine_stats st;
+};
+
+struct engine_params engine_default_params(void)
+{
+    return (struct engine_params){
+        .kv_block = 16,
+        .kv_blocks = 0,
+        .kv_type = KV_TYPE_F16,
+        .max_batch_tokens = 512,
+        .max_seqs = 64,
+        .prefix_cache = 1,
+        .debug_checks = 0,
+    };
+}
+
+int32_t engine_default_max_batch_tokens(const char *backend_name)
+{
+    /* cpu: 512 rows keep a step's activations in cache-friendly sizes while a long prompt still fills a
+     * step; see bench/NOTES.md. Accelerators want bigger steps. */
+    if (backend_name && !strcmp(backend_name, "cuda")) return 2048;
+    return 512;
+}
+
+int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type t, int32_t kv_block,
+                                    uint64_t kv_bytes)
+{
+    if (kv_block < 1) return 0;
+    uint64_t per_token = model_kv_bytes_per_token(hp, t);
+    if (!per_token) return 0;
+    uint64_t per_block = per_token * (uint64_t)kv_block;
+    uint64_t n = kv_bytes / per_block;
+    uint64_t cap = (uint64_t)INT32_MAX / (uint64_t)kv_block;
+    return (int64_t)(n > cap ? cap : n);
+}
+
+static int check_params(const struct engine_params *p, struct err *e)
+{
+    if (p->kv_block < 1 || p->kv_block > 1024 || (p->kv_block & (p->kv_block - 1)))
+        return err_set(e, "kv block size %d: must be a power of two from 1 to 1024", (int)p->kv_block);
+    if (p->kv_blocks < 1)
+        return err_set(e, "KV pool of %lld blocks: the memory budget holds no block of %d tokens", (long long)p->kv_blocks,
+                       (int)p->kv_block);
+    if (p->kv_blocks > INT32_MAX / p->kv_block)
+        return err_set(e, "KV pool of %lld blocks x %d tokens is over 2^31 tokens", (long long)p->kv_blocks, (int)p->kv_block);
+    if (p->max_batch_tokens < 1 || p->max_batch_tokens > 65536)
+        return err_set(e, "max_batch_tokens %d: must be in [1, 65536]", (int)p->max_batch_tokens);
+    if (p->max_seqs < 1 || p->max_seqs > 4096) return err_set(e, "max_seqs %d: must be in [1, 4096]", (int)p->max_seqs);
+    if (p->kv_type != KV_TYPE_F32 && p->kv_type != KV_TYPE_F16 && p->kv_type != KV_TYPE_Q8_0)
+        return err_set(e, "unknown KV type %d", (int)p->kv_type);
+    return 0;
+}
+
+int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, const struct engine_params *p,
+                engine **out, struct err *e)
+{
+    *out = NULL;
+    if (check_params(p, e)) return err_prefix(e, "engine");
+    if (m->hp.n_vocab < 1) return err_set(e, "engine: model has no vocabulary");
+    engine *eng = calloc(1, sizeof *eng);
+    if (!eng) return err_set(e, "engine: out of memory");
+    eng->m = m;
+    eng->b = b;
+    eng->v = v;
+    eng->p = *p;
+    if (eng->p.max_seqs > eng->p.max_batch_tokens) eng->p.max_seqs = eng->p.max_batch_tokens;
+    eng->n_vocab = m->hp.n_vocab;
+    int32_t R = eng->p.max_batch_tokens, S = eng->p.max_seqs;
+    eng->row_tokens = malloc((size_t)R * sizeof(int32_t));
+    eng->row_pos = malloc((size_t)R * sizeof(int32_t));
+    eng->row_seq = malloc((size_t)R * sizeof(int32_t));
+    eng->logit_rows = malloc((size_t)R * sizeof(int32_t));
+    eng->step_seqs = malloc((size_t)S * sizeof *eng->step_seqs);
+    eng->logits = malloc((size_t)S * (size_t)eng->n_vocab * sizeof(float));
+    if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits) {
+        err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
+        goto fail;
+    }
+    if (kv_pool_init((int32_t)eng->p.kv_blocks, eng->p.kv_block, &eng->pool, e)) goto fail;
+    struct sched_params sp = {.max_batch_tokens = R, .max_seqs = S, .prefix_cache = eng->p.prefix_cache};
+    if (sched_init(&sp, eng->pool, &eng->s, e)) goto fail;
+    if (b->ops->kv_alloc(b->ctx, (int32_t)eng->p.kv_blocks, eng->p.kv_block, eng->p.kv_type, e)) {
+        err_prefix(e, "engine: KV pool of %lld blocks", (long long)eng->p.kv_blocks);
+        goto fail;
+    }
+    eng->st.kv_blocks_total = eng->p.kv_blocks;
+    *out = eng;
+    return 0;
+fail:
+    engine_free(eng);
+    return -1;
+}
+
+static void seq_free(struct eng_seq *es)
+{
+    if (!es) return;
+    sched_seq_release(&es->q);
+    sampler_free(es->smp);
+    for (int32_t i = 0; i < es->n_stop; i++) free(es->stop[i]);
+    free(es->stop);
+    free(es->text);
+    free(es);
+}
+
+static void live_unlink(engine *eng, struct eng_seq *es)
+{
+    if (es->live_prev) es->live_prev->live_next = es->live_next;
+    else eng->live = es->live_next;
+    if (es->live_next) es->live_next->live_prev = es->live_prev;
+    es->live_prev = es->live_next = NULL;
+}
+
+void engine_free(engine *eng)
+{
+    if (!eng) return;
+    while (eng->live) {
+        struct eng_seq *es = eng->live;
+        if (eng->s) sched_remove(eng->s, &es->q);
+        live_unlink(eng, es);
+        seq_free(es);
+    }
+    for (size_t i = eng->done_head; i < eng->n_done; i++) engine_result_free(&eng->done[i]);
+    free(eng->done);
+    sched_free(eng->s);
+    kv_pool_free(eng->pool);
+    free(eng->row_tokens);
+    free(eng->row_pos);
+    free(eng->row_seq);
+    free(eng->logit_rows);
+    free(eng->step_seqs);
+    free(eng->logits);
+    free(eng);
+}
+
+/* ---- results ---- */
+
+static struct engine_result *push_result(engine *eng)
+{
+    if (eng->n_done == eng->cap_done) {
+        if (eng->done_head > 0) { /* compact */
+            memmove(eng->done, eng->done + eng->done_head, (eng->n_done - eng->done_head) * sizeof *eng->done);
+            eng->n_done -= eng->done_head;
+            eng->done_head = 0;
+        }
+        if (eng->n_done == eng->cap_done) {
+            size_t cap = eng->cap_done ? eng->cap_done * 2 : 64;
+            struct engine_result *d = realloc(eng->done, cap * sizeof *d);
+            if (!d) return NULL;
+            eng->done = d;
+            eng->cap_done = cap;
+        }
+    }
+    struct engine_result *r = &eng->done[eng->n_done++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+/* Finishes a request that never entered the scheduler. */
+static int fail_request(engine *eng, const struct engine_request *req, const char *msg, struct err *e)
+{
+    struct engine_result *r = push_result(eng);
+    char *text = malloc(1);
+    char *err = strdup(msg);
+    if (!r || !text || !err) {
+        if (r) eng->n_done--;
+        free(text);
+        free(err);
+        return err_set(e, "engine: out of memory");
+    }
+    text[0] = '\0';
+    r->id = req->id;
+    r->finish = ENGINE_FINISH_ERROR;
+    r->text = text;
+    r->error = err;
+    r->n_prompt = req->n_prompt > 0 ? req->n_prompt : 0;
+    r->t_added = r->t_finished = clock_now();
+    return 0;
+}
+
+/* Moves a sequence out of the scheduler into the results FIFO and frees it. */
+static int finish_seq(engine *eng, struct eng_seq *es, enum engine_finish why, struct err *e)
+{
+    struct sched_seq *q = &es->q;
+    struct engine_result *r = push_result(eng);
+    if (!r) return err_set(e, "engine: out of memory for a result");
+    int32_t n_gen = q->n_tokens - q->n_prompt;
+    r->id = q->id;
+    r->finish = why;
+    r->tokens = malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof *r->tokens);
+    if (!r->tokens) {
+        eng->n_done--;
+        return err_set(e, "engine: out of memory for a result");
+    }
+    memcpy(r->tokens, q->tokens + q->n_prompt, (size_t)n_gen * sizeof *r->tokens);
+    r->n_tokens = n_gen;
+    r->text = es->text; /* ownership moves to the result */
+    r->text_len = es->text_len;
+    r->text[r->text_len] = '\0';
+    es->text = NULL;
+    r->n_prompt = q->n_prompt;
+    r->n_prompt_cached = q->n_prompt_cached;
+    r->n_preempted = q->n_preempted;
+    r->t_added = es->t_added;
+    r->t_first_token = es->t_first;
+    r->t_finished = clock_now();
+    sched_remove(eng->s, q);
+    live_unlink(eng, es);
+    seq_free(es);
+    return 0;
+}
+
+int engine_take(engine *eng, struct engine_result *out)
+{
+    if (eng->done_head == eng->n_done) return 0;
+    *out = eng->done[eng->done_head++];
+    if (eng->done_head == eng->n_done) eng->done_head = eng->n_done = 0;
+    return 1;
+}
+
+void engine_result_free(struct engine_result *r)
+{
+    if (!r) return;
+    free(r->tokens);
+    free(r->text);
+    free(r->error);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- adding ---- */
+
+static int text_reserve(struct eng_seq *es, size_t extra)
+{
+    size_t need = es->text_len + extra + 1;
+    if (need <= es->text_cap) return 0;
+    size_t cap = es->text_cap ? es->text_cap : 64;
+    while (cap < need) cap *= 2;
+    char *t = realloc(es->text, cap);
+    if (!t) return -1;
+    es->text = t;
+    es->text_cap = cap;
+    return 0;
+}
+
+int engine_add(engine *eng, const struct engine_request *r, struct err *e)
+{
+    char msg[ERR_MSG_MAX + 64];
+    const struct model_hparams *hp = &eng->m->hp;
+    if (r->n_prompt < 1 || !r->prompt) return fail_request(eng, r, "empty prompt", e);
+    if (r->max_tokens < 1) {
+        snprintf(msg, sizeof msg, "max_tokens %d: must be at least 1", (int)r->max_tokens);
+        return fail_request(eng, r, msg, e);
+    }
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= eng->n_vocab) {
+            snprintf(msg, sizeof msg, "prompt token %d (at %d) is outside the vocabulary (%d tokens)", (int)r->prompt[i],
+                     (int)i, (int)eng->n_vocab);
+            return fail_request(eng, r, msg, e);
+        }
+    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
+    if (hp->n_ctx_train > 0 && total > hp->n_ctx_train) {
+        snprintf(msg, sizeof msg, "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model context of %d tokens",
+                 (int)r->n_prompt, (int)r->max_tokens, (long long)total, (int)hp->n_ctx_train);
+        return fail_request(eng, r, msg, e);
+    }
+    int64_t need_blocks = (total - 1 + eng->p.kv_block - 1) / eng->p.kv_block;
+    if (need_blocks > eng->p.kv_blocks) {
+        snprintf(msg, sizeof msg,
+                 "prompt (%d tokens) + max_tokens (%d) needs %lld KV blocks but the whole pool has %lld (%lld tokens): "
+                 "raise the KV memory budget or lower max_tokens",
+                 (int)r->n_prompt, (int)r->max_tokens, (long long)need_blocks, (long long)eng->p.kv_blocks,
+                 (long long)eng->p.kv_blocks * eng->p.kv_block);
+        return fail_request(eng, r, msg, e);
+    }
+    if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop)) return fail_request(eng, r, "bad stop string list", e);
+
+    struct eng_seq *es = calloc(1, sizeof *es);
+    if (!es) return err_set(e, "engine: out of memory");
+    struct err se;
+    if (sched_seq_init(&es->q, r->id, r->prompt, r->n_prompt, r->max_tokens, eng->p.kv_block, &se)) {
+        free(es);
+        return fail_request(eng, r, se.msg, e);
+    }
+    if (sampler_init(&r->sampling, eng->n_vocab, &es->smp, &se)) {
+        seq_free(es);
+        snprintf(msg, sizeof msg, "sampling parameters: %s", se.msg);
+        return fail_request(eng, r, msg, e);
+    }
+    if (r->n_stop > 0) {
+        es->stop = calloc((size_t)r->n_stop, sizeof *es->stop);
+        if (!es->stop) goto oom;
+        for (int32_t i = 0; i < r->n_stop; i++) {
+            const char *s = r->stop[i] ? r->stop[i] : "";
+            if (!*s) continue; /* an empty stop string never matches */
+            es->stop[es->n_stop] = strdup(s);
+            if (!es->stop[es->n_stop]) goto oom;
+            es->n_stop++;
+        }
+    }
+    if (text_reserve(es, 64)) goto oom;
+    es->ignore_eos = r->ignore_eos;
+    es->t_added = clock_now();
+    for (int32_t i = 0; i < r->n_prompt; i++) sampler_accept(es->smp, r->prompt[i], 0);
+    es->live_next = eng->live;
+    if (eng->live) eng->live->live_prev = es;
+    eng->live = es;
+    sched_add(eng->s, &es->q);
+    return 0;
+oom:
+    seq_free(es);
+    return err_set(e, "engine: out of memory adding request %llu", (unsigned long long)r->id);
+}
+
+int engine_has_work(const engine *eng)
+{
+    return eng->live != NULL;
+}
+
+int engine_cancel(engine *eng, uint64_t id)
+{
+    struct sched_seq *q = sched_find(eng->s, id);
+    if (!q) return -1;
+    struct eng_seq *es = (struct eng_seq *)q;
+    size_t n = tok_utf8_flush(&es->utf8, es->text + es->text_len, es->text_cap - es->text_len - 1);
+    es->text_len += n;
+    return finish_seq(eng, es, ENGINE_FINISH_CANCELLED, NULL) ? -1 : 0;
+}
+
+/* ---- stepping ---- */
+
+/* Appends the text of a generated token; returns 1 if a stop string now appears (text cut before it). */
+static int feed_text(engine *eng, struct eng_seq *es, int32_t token)
+{
+    if (!eng->v) return 0;
+    char buf[256];
+    char *bytes = buf;
+    int n = tok_token_bytes(eng->v, token, 0, buf, sizeof buf);
+    if (n <= 0) return 0;
+    if ((size_t)n > sizeof buf) {
+        bytes = malloc((size_t)n);
+        if (!bytes) return 0;
+        tok_token_bytes(eng->v, token, 0, bytes, (size_t)n);
+    }
+    size_t old = es->text_len;
+    if (text_reserve(es, (size_t)n + sizeof es->utf8.pending) == 0)
+        es->text_len += tok_utf8_feed(&es->utf8, bytes, (size_t)n, es->text + es->text_len, es->text_cap - es->text_len - 1);
+    if (bytes != buf) free(bytes);
+    if (!es->n_stop || es->text_len == old) return 0;
+    size_t release;
+    if (stop_scan(es->text, es->text_len, es->released, (const char *const *)es->stop, es->n_stop, &release)) {
+        es->text_len = release; /* the completion ends before the stop string */
+        return 1;
+    }
+    es->released = release;
+    return 0;
+}
+
+/* Samples the next token of es from its logits row and finishes the request if it is done. */
+static int sample_one(engine *eng, struct eng_seq *es, float *logits, struct err *e)
+{
+    struct sched_seq *q = &es->q;
+    int32_t tok = sampler_sample(es->smp, logits);
+    sampler_accept(es->smp, tok, 1);
+    sched_seq_append(q, tok);
+    eng->st.gen_tokens++;
+    if (q->n_tokens - q->n_prompt == 1) es->t_first = clock_now();
+    int eog = eng->v && !es->ignore_eos && tok_is_eog(eng->v, tok);
+    int stopped = !eog && feed_text(eng, es, tok);
+    int length = q->n_tokens - q->n_prompt >= q->max_tokens;
+    if (!eog && !stopped && !length) return 0;
+    if (!stopped) { /* keep what the UTF-8 decoder still holds */
+        if (text_reserve(es, sizeof es->utf8.pending) == 0)
+            es->text_len += tok_utf8_flush(&es->utf8, es->text + es->text_len, es->text_cap - es->text_len - 1);
+    }
+    return finish_seq(eng, es, eog || stopped ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, e);
+}
+
+int engine_step(engine *eng, struct err *e)
+{
+    if (!eng->live) return 0;
+    const struct sched_plan *pl = sched_schedule(eng->s);
+    if (pl->n_entries == 0)
+        return err_set(e, "engine: the scheduler planned nothing with %d running and %d waiting (bug)",
+                       (int)sched_n_running(eng->s), (int)sched_n_waiting(eng->s));
+    int32_t n_rows = 0, n_logits = 0;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        const struct sched_entry *en = &pl->entries[i];
+        const struct sched_seq *q = en->seq;
+        eng->step_seqs[i] = (struct step_seq){.block_table = q->blocks, .n_blocks = q->n_blocks};
+        for (int32_t k = 0; k < en->n_rows; k++) {
+            int32_t pos = en->pos0 + k;
+            eng->row_tokens[n_rows] = q->tokens[pos];
+            eng->row_pos[n_rows] = pos;
+            eng->row_seq[n_rows] = i;
+            if (pos < q->n_prompt) eng->st.prompt_tokens_computed++;
+            n_rows++;
+        }
+        if (en->logits) eng->logit_rows[n_logits++] = n_rows - 1;
+    }
+    struct step_batch batch = {
+        .n_rows = n_rows,
+        .tokens = eng->row_tokens,
+        .pos = eng->row_pos,
+        .seq = eng->row_seq,
+        .n_seqs = pl->n_entries,
+        .seqs = eng->step_seqs,
+        .n_logits = n_logits,
+        .logit_rows = eng->logit_rows,
+    };
+    double t0 = clock_now();
+    if (eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e)) return err_prefix(e, "engine step");
+    eng->st.t_forward += clock_now() - t0;
+    eng->st.rows_computed += n_rows;
+    int64_t used = kv_n_used(eng->pool);
+    if (used > eng->st.kv_blocks_peak) eng->st.kv_blocks_peak = used;
+    sched_commit(eng->s);
+
+    /* Sampling may finish (and free) sequences; the plan's pointers are not used after their entry. */
+    int32_t j = 0;
+    int32_t n_entries = pl->n_entries;
+    const struct sched_entry *ents = pl->entries;
+    for (int32_t i = 0; i < n_entries; i++) {
+        if (!ents[i].logits) continue;
+        struct eng_seq *es = (struct eng_seq *)ents[i].seq;
+        if (sample_one(eng, es, eng->logits + (size_t)j * (size_t)eng->n_vocab, e)) return -1;
+        j++;
+    }
+    eng->st.n_steps++;
+    if (eng->p.debug_checks && sched_check(eng->s, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
+    return 0;
+}
+
+void engine_get_stats(const engine *eng, struct engine_stats *s)
+{
+    *s = eng->st;
+    const struct sched_stats *ss = sched_get_stats(eng->s);
+    s->prompt_tokens_cached = ss->tokens_cached;
+    s->n_preemptions = ss->n_preemptions;
+    s->kv_blocks_total = kv_n_blocks(eng->pool);
+    s->kv_blocks_used = kv_n_used(eng->pool);
+    s->kv_blocks_cached = kv_n_cached(eng->pool);
+    s->kv_evictions = kv_n_evictions(eng->pool);
+    s->n_running = sched_n_running(eng->s);
+    s->n_waiting = sched_n_waiting(eng->s);
+}

@@ -1,0 +1,425 @@
+/* sched — continuous batching over the kv_pool. Policy: see sched.h.
+ *
+ * Invariant (checked by sched_check):
+ *  - the running set holds at most max_seqs sequences in state RUNNING, sorted by arrival; the waiting
+ *    queue holds sequences in state WAITING, sorted by arrival (preempted ones go back in their place);
+ *  - a waiting sequence holds no blocks and has n_computed 0;
+ *  - a running sequence has n_computed <= n_tokens, blocks covering at least n_computed tokens and at most
+ *    n_tokens (rounded up to a block), and n_registered * block_size <= n_computed;
+ *  - blocks[0 .. n_registered) are cached, each registered under the previous one (the first under
+ *    KV_NONE): the table spells a verified chain of the sequence's tokens;
+ *  - every other block of a table is held by that table alone (refcount 1, not cached): a sequence writes
+ *    KV only into blocks nobody else can read;
+ *  - the pool's refcounts equal the number of block-table entries naming each block (kv_check).
+ */
+#include "engine/sched.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sched {
+    struct sched_params p;
+    kv_pool *pool;
+    int32_t block_size;
+    struct sched_seq **running; /* (max_seqs) sorted by arrival */
+    int32_t n_running;
+    struct sched_seq *wait_head, *wait_tail;
+    int32_t n_waiting;
+    int64_t next_arrival;
+    struct sched_plan plan;
+    struct sched_entry *entries; /* (max_seqs) */
+    int32_t *ref_scratch;        /* (pool blocks) for sched_check */
+    struct sched_stats stats;
+};
+
+/* ---- sequences ---- */
+
+static int32_t ceil_div(int64_t a, int32_t b)
+{
+    return (int32_t)((a + b - 1) / b);
+}
+
+int sched_seq_init(struct sched_seq *q, uint64_t id, const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+                   int32_t block_size, struct err *e)
+{
+    memset(q, 0, sizeof *q);
+    if (n_prompt < 1) return err_set(e, "request %llu: empty prompt", (unsigned long long)id);
+    if (max_tokens < 1) return err_set(e, "request %llu: max_tokens %d < 1", (unsigned long long)id, (int)max_tokens);
+    if ((int64_t)n_prompt + max_tokens > INT32_MAX / 2)
+        return err_set(e, "request %llu: prompt + max_tokens too large", (unsigned long long)id);
+    q->id = id;
+    q->n_prompt = q->n_tokens = n_prompt;
+    q->max_tokens = max_tokens;
+    q->cap_blocks = ceil_div((int64_t)n_prompt + max_tokens, block_size);
+    q->tokens = malloc(((size_t)n_prompt + (size_t)max_tokens) * sizeof *q->tokens);
+    q->blocks = malloc((size_t)q->cap_blocks * sizeof *q->blocks);
+    if (!q->tokens || !q->blocks) {
+        sched_seq_release(q);
+        return err_set(e, "request %llu: out of memory", (unsigned long long)id);
+    }
+    memcpy(q->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    q->preempted_step = -1;
+    q->state = SCHED_NEW;
+    return 0;
+}
+
+void sched_seq_release(struct sched_seq *q)
+{
+    assert(q->n_blocks == 0);
+    free(q->tokens);
+    free(q->blocks);
+    q->tokens = q->blocks = NULL;
+}
+
+void sched_seq_append(struct sched_seq *q, int32_t token)
+{
+    assert(q->n_computed == q->n_tokens && q->n_tokens < q->n_prompt + q->max_tokens);
+    q->tokens[q->n_tokens++] = token;
+}
+
+int32_t sched_seq_max_blocks(const struct sched_seq *q, int32_t block_size)
+{
+    return ceil_div((int64_t)q->n_prompt + q->max_tokens - 1, block_size);
+}
+
+/* ---- init ---- */
+
+int sched_init(const struct sched_params *p, kv_pool *pool, sched **out, struct err *e)
+{
+    *out = NULL;
+    if (p->max_seqs < 1 || p->max_batch_tokens < 1 || p->max_seqs > p->max_batch_tokens)
+        return err_set(e, "scheduler: need 1 <= max_seqs (%d) <= max_batch_tokens (%d)", (int)p->max_seqs,
+                       (int)p->max_batch_tokens);
+    sched *s = calloc(1, sizeof *s);
+    if (!s) return err_set(e, "scheduler: out of memory");
+    s->p = *p;
+    s->pool = pool;
+    s->block_size = kv_block_size(pool);
+    s->running = calloc((size_t)p->max_seqs, sizeof *s->running);
+    s->entries = calloc((size_t)p->max_seqs, sizeof *s->entries);
+    s->ref_scratch = calloc((size_t)kv_n_blocks(pool), sizeof *s->ref_scratch);
+    if (!s->running || !s->entries || !s->ref_scratch) {
+        sched_free(s);
+        return err_set(e, "scheduler: out of memory");
+    }
+    s->plan.entries = s->entries;
+    *out = s;
+    return 0;
+}
+
+/* Releases a sequence's blocks, deepest first. */
+static void release_blocks(sched *s, struct sched_seq *q)
+{
+    for (int32_t i = q->n_blocks - 1; i >= 0; i--) kv_unref(s->pool, q->blocks[i]);
+    q->n_blocks = q->n_registered = 0;
+    q->n_computed = 0;
+}
+
+void sched_free(sched *s)
+{
+    if (!s) return;
+    while (s->n_running) sched_remove(s, s->running[s->n_running - 1]);
+    while (s->wait_head) sched_remove(s, s->wait_head);
+    free(s->running);
+    free(s->entries);
+    free(s->ref_scratch);
+    free(s);
+}
+
+/* ---- queues ---- */
+
+/* Inserts into the waiting queue keeping arrival order (scans from the tail: new arrivals are O(1)). */
+static void wait_insert(sched *s, struct sched_seq *q)
+{
+    struct sched_seq *after = s->wait_tail;
+    while (after && after->arrival > q->arrival) after = after->prev;
+    q->prev = after;
+    q->next = after ? after->next : s->wait_head;
+    if (q->next) q->next->prev = q;
+    else s->wait_tail = q;
+    if (after) after->next = q;
+    else s->wait_head = q;
+    q->state = SCHED_WAITING;
+    s->n_waiting++;
+}
+
+static void wait_unlink(sched *s, struct sched_seq *q)
+{
+    if (q->prev) q->prev->next = q->next;
+    else s->wait_head = q->next;
+    if (q->next) q->next->prev = q->prev;
+    else s->wait_tail = q->prev;
+    q->prev = q->next = NULL;
+    s->n_waiting--;
+}
+
+static void running_insert(sched *s, struct sched_seq *q)
+{
+    assert(s->n_running < s->p.max_seqs);
+    int32_t i = s->n_running;
+    while (i > 0 && s->running[i - 1]->arrival > q->arrival) {
+        s->running[i] = s->running[i - 1];
+        i--;
+    }
+    s->running[i] = q;
+    s->n_running++;
+    q->state = SCHED_RUNNING;
+}
+
+static void running_unlink(sched *s, struct sched_seq *q)
+{
+    int32_t i = 0;
+    while (i < s->n_running && s->running[i] != q) i++;
+    assert(i < s->n_running);
+    memmove(s->running + i, s->running + i + 1, (size_t)(s->n_running - i - 1) * sizeof *s->running);
+    s->n_running--;
+}
+
+void sched_add(sched *s, struct sched_seq *q)
+{
+    assert(q->state == SCHED_NEW && q->n_blocks == 0);
+    q->arrival = s->next_arrival++;
+    wait_insert(s, q);
+}
+
+void sched_remove(sched *s, struct sched_seq *q)
+{
+    if (q->state == SCHED_RUNNING) running_unlink(s, q);
+    else if (q->state == SCHED_WAITING) wait_unlink(s, q);
+    release_blocks(s, q);
+    q->state = SCHED_NEW;
+}
+
+struct sched_seq *sched_find(sched *s, uint64_t id)
+{
+    for (int32_t i = 0; i < s->n_running; i++)
+        if (s->running[i]->id == id) return s->running[i];
+    for (struct sched_seq *q = s->wait_head; q; q = q->next)
+        if (q->id == id) return q;
+    return NULL;
+}
+
+int32_t sched_n_running(const sched *s) { return s->n_running; }
+int32_t sched_n_waiting(const sched *s) { return s->n_waiting; }
+const struct sched_stats *sched_get_stats(const sched *s) { return &s->stats; }
+
+/* ---- planning ---- */
+
+/* Rows q can run from n_computed with its current blocks plus `extra` more. */
+static int32_t rows_that_fit(const sched *s, const struct sched_seq *q, int32_t extra)
+{
+    int64_t cap = (int64_t)(q->n_blocks + extra) * s->block_size - q->n_computed;
+    return cap < 0 ? 0 : cap > INT32_MAX ? INT32_MAX : (int32_t)cap;
+}
+
+/* Allocates blocks so that q covers n_computed + n_rows tokens; all-or-nothing. */
+static int grow(sched *s, struct sched_seq *q, int32_t n_rows)
+{
+    int32_t need = ceil_div((int64_t)q->n_computed + n_rows, s->block_size) - q->n_blocks;
+    if (need <= 0) return 1;
+    if (need > kv_n_available(s->pool)) return 0;
+    assert(q->n_blocks + need <= q->cap_blocks);
+    for (int32_t i = 0; i < need; i++) {
+        int32_t id = kv_alloc(s->pool);
+        assert(id != KV_NONE);
+        q->blocks[q->n_blocks++] = id;
+    }
+    return 1;
+}
+
+static void plan_drop(sched *s, struct sched_seq *q)
+{
+    struct sched_plan *pl = &s->plan;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        if (pl->entries[i].seq != q) continue;
+        pl->n_rows -= pl->entries[i].n_rows;
+        memmove(pl->entries + i, pl->entries + i + 1, (size_t)(pl->n_entries - i - 1) * sizeof *pl->entries);
+        pl->n_entries--;
+        return;
+    }
+}
+
+static void preempt(sched *s, struct sched_seq *q)
+{
+    plan_drop(s, q);
+    running_unlink(s, q);
+    release_blocks(s, q);
+    q->n_preempted++;
+    q->preempted_step = s->stats.n_steps;
+    s->stats.n_preemptions++;
+    wait_insert(s, q);
+}
+
+static void plan_add(sched *s, struct sched_seq *q, int32_t n_rows)
+{
+    struct sched_plan *pl = &s->plan;
+    assert(pl->n_entries < s->p.max_seqs && n_rows >= 1);
+#ifndef NDEBUG
+    /* a sequence writes only into blocks it holds alone */
+    for (int32_t p = q->n_computed; p < q->n_computed + n_rows; p += s->block_size - p % s->block_size) {
+        int32_t id = q->blocks[p / s->block_size];
+        assert(kv_refcount(s->pool, id) == 1 && !kv_is_cached(s->pool, id));
+    }
+#endif
+    pl->entries[pl->n_entries++] = (struct sched_entry){
+        .seq = q, .pos0 = q->n_computed, .n_rows = n_rows, .logits = q->n_computed + n_rows == q->n_tokens};
+    pl->n_rows += n_rows;
+}
+
+/* Schedules up to `want` rows of running sequence q, shrinking the chunk to the blocks available and
+ * preempting the newest running sequences when not even one row fits. Returns 0 if q itself was
+ * preempted. */
+static int schedule_running(sched *s, struct sched_seq *q, int32_t want)
+{
+    for (;;) {
+        int32_t fit = rows_that_fit(s, q, kv_n_available(s->pool));
+        if (fit >= 1) {
+            int32_t n = want < fit ? want : fit;
+            int ok = grow(s, q, n);
+            assert(ok);
+            (void)ok;
+            plan_add(s, q, n);
+            return 1;
+        }
+        struct sched_seq *victim = s->running[s->n_running - 1];
+        preempt(s, victim);
+        if (victim == q) return 0;
+    }
+}
+
+/* Prefix-cache lookup for a sequence being admitted: takes the longest cached chain of full blocks that
+ * still leaves at least one token to compute. */
+static void lookup_prefix(sched *s, struct sched_seq *q)
+{
+    assert(q->n_blocks == 0 && q->n_computed == 0);
+    if (!s->p.prefix_cache) return;
+    int32_t max_hits = (q->n_tokens - 1) / s->block_size;
+    int32_t parent = KV_NONE;
+    for (int32_t i = 0; i < max_hits; i++) {
+        int32_t id = kv_lookup(s->pool, parent, q->tokens + (size_t)i * (size_t)s->block_size);
+        if (id == KV_NONE) break;
+        q->blocks[q->n_blocks++] = id;
+        parent = id;
+    }
+    q->n_registered = q->n_blocks;
+    q->n_computed = q->n_blocks * s->block_size;
+}
+
+const struct sched_plan *sched_schedule(sched *s)
+{
+    struct sched_plan *pl = &s->plan;
+    pl->n_entries = pl->n_rows = pl->n_logits = 0;
+    int32_t budget = s->p.max_batch_tokens;
+
+    /* 1 and 2: running decodes, then running prefill chunks; oldest first. Preemption only removes
+     * sequences from the tail (the newest), so index i stays valid. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t i = 0; i < s->n_running; i++) {
+            struct sched_seq *q = s->running[i];
+            int32_t left = q->n_tokens - q->n_computed;
+            assert(left >= 1);
+            if ((pass == 0) != (left == 1)) continue;
+            budget = s->p.max_batch_tokens - pl->n_rows;
+            if (budget <= 0) break;
+            schedule_running(s, q, left < budget ? left : budget);
+        }
+    }
+
+    /* 3: admissions, strict FCFS */
+    budget = s->p.max_batch_tokens - pl->n_rows;
+    while (budget > 0 && s->n_running < s->p.max_seqs && s->wait_head) {
+        struct sched_seq *q = s->wait_head;
+        if (q->preempted_step == s->stats.n_steps) break; /* not back in the step that preempted it */
+        lookup_prefix(s, q);
+        int32_t left = q->n_tokens - q->n_computed;
+        int32_t n = left < budget ? left : budget;
+        if (!grow(s, q, n)) {
+            release_blocks(s, q); /* cache hits go back to the LRU */
+            break;
+        }
+        int32_t cached = q->n_computed < q->n_prompt ? q->n_computed : q->n_prompt;
+        s->stats.tokens_cached += cached;
+        if (!q->admitted) {
+            q->admitted = 1;
+            q->n_prompt_cached = cached;
+        }
+        wait_unlink(s, q);
+        running_insert(s, q);
+        plan_add(s, q, n);
+        budget -= n;
+    }
+
+    for (int32_t i = 0; i < pl->n_entries; i++) pl->n_logits += pl->entries[i].logits;
+    int64_t used = kv_n_used(s->pool);
+    if (used > s->stats.blocks_peak) s->stats.blocks_peak = used;
+    return pl;
+}
+
+void sched_commit(sched *s)
+{
+    struct sched_plan *pl = &s->plan;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        struct sched_seq *q = pl->entries[i].seq;
+        assert(q->n_computed == pl->entries[i].pos0);
+        q->n_computed += pl->entries[i].n_rows;
+        if (!s->p.prefix_cache) continue;
+        while ((int64_t)(q->n_registered + 1) * s->block_size <= q->n_computed) {
+            int32_t k = q->n_registered;
+            int32_t parent = k ? q->blocks[k - 1] : KV_NONE;
+            int32_t id = kv_register(s->pool, q->blocks[k], parent, q->tokens + (size_t)k * (size_t)s->block_size);
+            q->blocks[k] = id;
+            assert(kv_is_cached(s->pool, id));
+            q->n_registered++;
+        }
+    }
+    s->stats.n_steps++;
+}
+
+/* ---- debug check ---- */
+
+int sched_check(const sched *s, struct err *e)
+{
+    int32_t B = s->block_size, n_pool = kv_n_blocks(s->pool);
+    int32_t *refs = s->ref_scratch;
+    memset(refs, 0, (size_t)n_pool * sizeof *refs);
+    if (s->n_running > s->p.max_seqs) return err_set(e, "sched_check: %d running > max_seqs", (int)s->n_running);
+    for (int32_t i = 0; i < s->n_running; i++) {
+        const struct sched_seq *q = s->running[i];
+        if (q->state != SCHED_RUNNING) return err_set(e, "sched_check: running seq %llu in state %d", (unsigned long long)q->id, q->state);
+        if (i && s->running[i - 1]->arrival >= q->arrival) return err_set(e, "sched_check: running set out of order");
+        if (q->n_computed > q->n_tokens || q->n_tokens > q->n_prompt + q->max_tokens)
+            return err_set(e, "sched_check: seq %llu computed %d of %d tokens", (unsigned long long)q->id, (int)q->n_computed,
+                           (int)q->n_tokens);
+        if ((int64_t)q->n_blocks * B < q->n_computed || q->n_blocks > ceil_div(q->n_tokens, B) || q->n_blocks > q->cap_blocks)
+            return err_set(e, "sched_check: seq %llu has %d blocks for %d computed / %d tokens", (unsigned long long)q->id,
+                           (int)q->n_blocks, (int)q->n_computed, (int)q->n_tokens);
+        if ((int64_t)q->n_registered * B > q->n_computed || q->n_registered > q->n_blocks)
+            return err_set(e, "sched_check: seq %llu registered %d blocks", (unsigned long long)q->id, (int)q->n_registered);
+        for (int32_t k = 0; k < q->n_blocks; k++) {
+            int32_t id = q->blocks[k];
+            if (id < 0 || id >= n_pool) return err_set(e, "sched_check: seq %llu block %d has bad id %d", (unsigned long long)q->id, (int)k, (int)id);
+            refs[id]++;
+            if (k < q->n_registered) {
+                if (!kv_is_cached(s->pool, id) || kv_parent(s->pool, id) != (k ? q->blocks[k - 1] : KV_NONE))
+                    return err_set(e, "sched_check: seq %llu block %d (id %d) breaks the cached chain", (unsigned long long)q->id,
+                                   (int)k, (int)id);
+            } else if (kv_refcount(s->pool, id) != 1 || kv_is_cached(s->pool, id)) {
+                return err_set(e, "sched_check: seq %llu block %d (id %d) is written but shared (refcount %d, cached %d)",
+                               (unsigned long long)q->id, (int)k, (int)id, (int)kv_refcount(s->pool, id), kv_is_cached(s->pool, id));
+            }
+        }
+    }
+    int32_t n_wait = 0;
+    const struct sched_seq *prev = NULL;
+    for (const struct sched_seq *q = s->wait_head; q; prev = q, q = q->next) {
+        if (q->state != SCHED_WAITING || q->prev != prev) return err_set(e, "sched_check: waiting queue is broken");
+        if (prev && prev->arrival >= q->arrival) return err_set(e, "sched_check: waiting queue out of order");
+        if (q->n_blocks || q->n_computed || q->n_registered)
+            return err_set(e, "sched_check: waiting seq %llu holds blocks", (unsigned long long)q->id);
+        if (++n_wait > s->n_waiting) break;
+    }
+    if (n_wait != s->n_waiting || prev != s->wait_tail)
+        return err_set(e, "sched_check: waiting queue has %d entries, counter %d", (int)n_wait, (int)s->n_waiting);
+    return kv_check(s->pool, refs, e);
+}

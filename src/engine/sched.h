@@ -1,0 +1,116 @@
+/* sched — the continuous-batching scheduler: which rows of which sequences run in the next step.
+ *
+ * Owns the waiting queue and the running set, and every sequence's block table (allocating, sharing and
+ * freeing blocks through a kv_pool). It runs no math and samples nothing: the engine asks for a plan,
+ * runs the forward step, calls sched_commit, samples, appends tokens and removes finished sequences.
+ *
+ * Policy (one step):
+ *   1. decodes: every running sequence with exactly one token left to compute, oldest first;
+ *   2. prefill chunks of running sequences that are part-way through their tokens, oldest first;
+ *   3. admission: waiting sequences in arrival order (strict FCFS: the head is never overtaken), each
+ *      after a prefix-cache lookup, while rows remain in max_batch_tokens, the running set is under
+ *      max_seqs, and the pool has the blocks for the chunk.
+ * A sequence's n_computed catches up with n_tokens (prompt + generated); there is no separate prefill
+ * phase. When a running sequence needs a block and none is available (free or evictable), the chunk
+ * shrinks to what fits; if nothing fits, the newest running sequence is preempted: its blocks are
+ * released (full blocks stay in the prefix cache), it goes back to the waiting queue in arrival order and
+ * later recomputes prompt + generated tokens. The oldest sequence can always preempt all others, and the
+ * caller only adds sequences that fit the pool alone, so every sequence finishes (no starvation).
+ */
+#ifndef NS_ENGINE_SCHED_H
+#define NS_ENGINE_SCHED_H
+
+#include <stdint.h>
+
+#include "engine/kvpool.h"
+#include "util/err.h"
+
+struct sched_params {
+    int32_t max_batch_tokens; /* rows per step (>= 1) */
+    int32_t max_seqs;         /* running sequences at once (>= 1, <= max_batch_tokens) */
+    int prefix_cache;         /* 1: look up and register full blocks */
+};
+
+enum sched_state { SCHED_NEW, SCHED_WAITING, SCHED_RUNNING };
+
+/* A sequence. The caller allocates it (it may embed it as the first member of a larger struct), fills it
+ * with sched_seq_init and keeps it alive until sched_remove. Fields are read-only to the caller. */
+struct sched_seq {
+    uint64_t id;
+    int32_t *tokens;         /* (n_prompt + max_tokens) prompt then generated ids; n_tokens in use */
+    int32_t n_tokens, n_prompt, max_tokens;
+    int32_t n_computed;      /* tokens whose KV is in the blocks */
+    int32_t *blocks;         /* (cap_blocks) block table */
+    int32_t n_blocks, cap_blocks;
+    int32_t n_registered;    /* blocks[0 .. n_registered) are full and in the prefix cache, in chain order */
+    int32_t n_prompt_cached; /* prompt tokens served from the cache at the first admission */
+    int32_t n_preempted;
+    int64_t arrival;         /* order of sched_add: smaller = older */
+    int64_t preempted_step;  /* step of the last preemption (-1: never) */
+    int admitted;            /* admitted at least once */
+    enum sched_state state;
+    struct sched_seq *prev, *next; /* waiting queue links */
+};
+
+/* Copies the prompt; reserves room for max_tokens generated ids. n_prompt >= 1, max_tokens >= 1. */
+int sched_seq_init(struct sched_seq *q, uint64_t id, const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
+                   int32_t block_size, struct err *e);
+/* Frees the arrays (the sequence must not be in a scheduler). */
+void sched_seq_release(struct sched_seq *q);
+/* Appends a generated token (after sched_commit made n_computed == n_tokens). */
+void sched_seq_append(struct sched_seq *q, int32_t token);
+/* Blocks the sequence needs at its longest: KV for n_prompt + max_tokens - 1 tokens. */
+int32_t sched_seq_max_blocks(const struct sched_seq *q, int32_t block_size);
+
+/* One entry of a plan: rows for positions [pos0, pos0 + n_rows) of seq; logits = 1 when the chunk reaches
+ * the end of the sequence's tokens (its last row's logits give the next token). */
+struct sched_entry {
+    struct sched_seq *seq;
+    int32_t pos0, n_rows;
+    int logits;
+};
+
+struct sched_plan {
+    struct sched_entry *entries; /* (n_entries): decodes, then running prefills, then admissions */
+    int32_t n_entries, n_rows, n_logits;
+};
+
+struct sched_stats {
+    int64_t n_steps;
+    int64_t n_preemptions;
+    int64_t tokens_cached;  /* prompt tokens served by prefix-cache hits at admission (resumes included) */
+    int64_t blocks_peak;    /* most blocks in use after a plan */
+};
+
+typedef struct sched sched;
+
+/* pool must outlive the scheduler. */
+int sched_init(const struct sched_params *p, kv_pool *pool, sched **out, struct err *e);
+/* Frees the scheduler; sequences still in it are removed (blocks released), not freed. */
+void sched_free(sched *s);
+
+/* Queues q (state NEW) at the tail of the waiting queue. The caller has checked that q fits the pool
+ * alone (sched_seq_max_blocks <= pool blocks). */
+void sched_add(sched *s, struct sched_seq *q);
+/* Removes q from the waiting queue or the running set and releases its blocks (last block first, so the
+ * deepest cached blocks are evicted first). */
+void sched_remove(sched *s, struct sched_seq *q);
+/* The sequence with this id, or NULL. O(running + waiting). */
+struct sched_seq *sched_find(sched *s, uint64_t id);
+
+/* Plans the next step (allocating blocks and preempting as needed). The plan is owned by the scheduler
+ * and valid until the next sched_schedule. An empty plan means there is nothing to run. */
+const struct sched_plan *sched_schedule(sched *s);
+/* After the forward step of the last plan: advances n_computed of every entry and registers the blocks it
+ * filled in the prefix cache (which may swap a block id for an equal cached one). */
+void sched_commit(sched *s);
+
+int32_t sched_n_running(const sched *s);
+int32_t sched_n_waiting(const sched *s);
+const struct sched_stats *sched_get_stats(const sched *s);
+
+/* Debug check of the invariant at the top of sched.c, including kv_check with refcounts counted from
+ * every block table. O(n_blocks * block_size + tokens of running sequences). 0 when it holds. */
+int sched_check(const sched *s, struct err *e);
+
+#endif

@@ -1,0 +1,496 @@
+/* quant — scalar reference conversions between f32 and the ggml tensor types.
+ *
+ * Invariant: every function here is plain C with no SIMD and no table lookups beyond the block layouts
+ * below, so it is the oracle fast kernels are checked against. Conversions are pure functions of their
+ * input bytes (no global state). Block layouts, byte for byte (all little-endian, packed, no padding):
+ *
+ *   Q4_0  (32 elems, 18 B): f16 d; u8 qs[16]                x[j] = d*((qs[j]&15)-8), x[j+16] =
+ * d*((qs[j]>>4)-8) Q4_1  (32 elems, 20 B): f16 d, m; u8 qs[16]             x = d*nibble + m (same nibble
+ * order) Q5_0  (32 elems, 22 B): f16 d; u8 qh[4]; u8 qs[16]       bit j of qh (u32) is the 5th bit of elem j;
+ *                                                             x = d*(q5 - 16)
+ *   Q5_1  (32 elems, 24 B): f16 d, m; u8 qh[4]; u8 qs[16]    x = d*q5 + m
+ *   Q8_0  (32 elems, 34 B): f16 d; i8 qs[32]                 x = d*q
+ *   Q2_K (256 elems, 84 B): u8 scales[16]; u8 qs[64]; f16 d, dmin
+ *         16 groups of 16; scales[g] low nibble = scale, high nibble = min; 2-bit quants
+ *         x = d*sc*q - dmin*m
+ *   Q3_K (256 elems, 110 B): u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d
+ *         16 groups of 16 with 6-bit signed scales (stored +32, packed: low 4 bits in scales[0..7],
+ *         high 2 bits in scales[8..11]); 3-bit quants = 2 low bits in qs + 1 high bit in hmask, q-4 when
+ *         the high bit is clear;  x = d*(sc-32)*q
+ *   Q4_K (256 elems, 144 B): f16 d, dmin; u8 scales[12]; u8 qs[128]
+ *         8 groups of 32, 6-bit scale and min each, packed in 12 bytes (get_scale_min_k4 below);
+ *         x = d*sc*q - dmin*m
+ *   Q5_K (256 elems, 176 B): f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]   as Q4_K + a 5th bit
+ *   Q6_K (256 elems, 210 B): u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
+ *         16 groups of 16 with int8 scales; 6-bit quants = 4 low bits in ql + 2 high bits in qh; x =
+ * d*sc*(q-32)
+ */
+#include "gguf/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------ */
+/* half and bfloat16 */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float quant_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    if (exp == 0) {
+        if (mant == 0) return bits_f32(sign);
+        /* subnormal: mant * 2^-24; normalize */
+        int e = -14;
+        while (!(mant & 0x400)) {
+            mant <<= 1;
+            e--;
+        }
+        mant &= 0x3ff;
+        return bits_f32(sign | (uint32_t)(e + 127) << 23 | mant << 13);
+    }
+    if (exp == 31) return bits_f32(sign | 0x7f800000u | mant << 13); /* inf, or NaN keeping its payload */
+    return bits_f32(sign | (exp - 15 + 127) << 23 | mant << 13);
+}
+
+uint16_t quant_f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    int32_t exp = (int32_t)((x >> 23) & 0xff);
+    uint32_t mant = x & 0x7fffff;
+    if (exp == 0xff) {
+        if (mant) return (uint16_t)(sign | 0x7e00 | (mant >> 13)); /* quiet NaN, top payload bits kept */
+        return (uint16_t)(sign | 0x7c00);
+    }
+    int32_t e = exp - 127 + 15; /* biased half exponent */
+    if (e >= 31) return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) {
+        /* subnormal half (or zero): value = M * 2^(e-14-10) in units of 2^-24 -> M >> (14 - e) */
+        if (exp == 0) return sign; /* f32 subnormals are far below the half range */
+        uint32_t m = mant | 0x800000;
+        uint32_t shift = (uint32_t)(14 - e);
+        if (shift > 24) return sign;
+        uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q); /* q == 0x400 is the smallest normal: still the right encoding */
+    }
+    uint32_t q = (uint32_t)e << 10 | mant >> 13, rem = mant & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++; /* may carry into the exponent, up to inf */
+    return (uint16_t)(sign | q);
+}
+
+float quant_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t quant_f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffff) > 0x7f800000) return (uint16_t)((x >> 16) | 0x40); /* quiet NaN */
+    x += 0x7fff + ((x >> 16) & 1);                                          /* round to nearest even */
+    return (uint16_t)(x >> 16);
+}
+
+static float ld_f16(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return quant_f16_to_f32(h);
+}
+
+static void st_f16(uint8_t *p, float f)
+{
+    uint16_t h = quant_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* dequantization, one block at a time; y receives the block's elements */
+
+static void deq_q4_0(const uint8_t *b, float *y)
+{
+    float d = ld_f16(b);
+    const uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)((qs[j] & 15) - 8);
+        y[j + 16] = d * (float)((qs[j] >> 4) - 8);
+    }
+}
+
+static void deq_q4_1(const uint8_t *b, float *y)
+{
+    float d = ld_f16(b), m = ld_f16(b + 2);
+    const uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)(qs[j] & 15) + m;
+        y[j + 16] = d * (float)(qs[j] >> 4) + m;
+    }
+}
+
+static void deq_q5(const uint8_t *b, float *y, int has_min)
+{
+    float d = ld_f16(b), m = has_min ? ld_f16(b + 2) : 0.0f;
+    const uint8_t *p = b + (has_min ? 4 : 2);
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    const uint8_t *qs = p + 4;
+    int off = has_min ? 0 : 16;
+    for (int j = 0; j < 16; j++) {
+        int lo = (qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+        int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+        y[j] = d * (float)(lo - off) + m;
+        y[j + 16] = d * (float)(hi - off) + m;
+    }
+}
+
+static void deq_q8_0(const uint8_t *b, float *y)
+{
+    float d = ld_f16(b);
+    const int8_t *qs = (const int8_t *)(b + 2);
+    for (int j = 0; j < 32; j++)
+        y[j] = d * (float)qs[j];
+}
+
+static void deq_q2_k(const uint8_t *b, float *y)
+{
+    const uint8_t *scales = b, *q = b + 16;
+    float d = ld_f16(b + 80), dmin = ld_f16(b + 82);
+    int is = 0;
+    for (int n = 0; n < QK_K; n += 128) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int half = 0; half < 2; half++) {
+                uint8_t sc = scales[is++];
+                float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
+            }
+        }
+        q += 32;
+    }
+}
+
+/* Q3_K's 16 6-bit scales: low nibbles in bytes 0..7 (groups 0..7 low nibble, 8..15 high nibble), high two
+ * bits in bytes 8..11 (byte 8+(g%4), bits 2*(g/4)). */
+static void q3_k_scales(const uint8_t *s, int8_t out[16])
+{
+    for (int g = 0; g < 16; g++) {
+        int lo = g < 8 ? s[g] & 15 : s[g - 8] >> 4;
+        int hi = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+        out[g] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+static void deq_q3_k(const uint8_t *b, float *y)
+{
+    const uint8_t *hm = b, *q = b + 32;
+    int8_t sc[16];
+    q3_k_scales(b + 96, sc);
+    float d = ld_f16(b + 108);
+    int is = 0;
+    uint8_t m = 1;
+    for (int n = 0; n < QK_K; n += 128) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int half = 0; half < 2; half++) {
+                float dl = d * (float)sc[is++];
+                for (int l = 0; l < 16; l++) {
+                    int k = l + 16 * half;
+                    int v = ((q[k] >> shift) & 3) - ((hm[k] & m) ? 0 : 4);
+                    *y++ = dl * (float)v;
+                }
+            }
+            m <<= 1;
+        }
+        q += 32;
+    }
+}
+
+/* Q4_K/Q5_K: 8 (scale, min) pairs of 6 bits in 12 bytes. Groups 0..3: low 6 bits of bytes 0..3 (scale)
+ * and 4..7 (min). Groups 4..7: low nibble of bytes 8..11 (scale) / high nibble (min), plus the top two bits
+ * of bytes 0..3 (scale) / 4..7 (min) as bits 4..5. */
+static void get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 15) | (q[j - 4] >> 6) << 4);
+        *m = (uint8_t)((q[j + 4] >> 4) | (q[j] >> 6) << 4);
+    }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y)
+{
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    const uint8_t *scales = b + 4, *q = b + 16;
+    for (int g = 0; g < 8; g += 2) {
+        uint8_t sc, m;
+        get_scale_min_k4(g, scales, &sc, &m);
+        float d1 = d * sc, m1 = dmin * m;
+        get_scale_min_k4(g + 1, scales, &sc, &m);
+        float d2 = d * sc, m2 = dmin * m;
+        for (int l = 0; l < 32; l++)
+            y[l] = d1 * (float)(q[l] & 15) - m1;
+        for (int l = 0; l < 32; l++)
+            y[l + 32] = d2 * (float)(q[l] >> 4) - m2;
+        y += 64;
+        q += 32;
+    }
+}
+
+static void deq_q5_k(const uint8_t *b, float *y)
+{
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    const uint8_t *scales = b + 4, *qh = b + 16, *q = b + 48;
+    uint8_t u1 = 1, u2 = 2;
+    for (int g = 0; g < 8; g += 2) {
+        uint8_t sc, m;
+        get_scale_min_k4(g, scales, &sc, &m);
+        float d1 = d * sc, m1 = dmin * m;
+        get_scale_min_k4(g + 1, scales, &sc, &m);
+        float d2 = d * sc, m2 = dmin * m;
+        for (int l = 0; l < 32; l++)
+            y[l] = d1 * (float)((q[l] & 15) + ((qh[l] & u1) ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; l++)
+            y[l + 32] = d2 * (float)((q[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+        y += 64;
+        q += 32;
+        u1 = (uint8_t)(u1 << 2);
+        u2 = (uint8_t)(u2 << 2);
+    }
+}
+
+static void deq_q6_k(const uint8_t *b, float *y)
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    float d = ld_f16(b + 208);
+    for (int n = 0; n < QK_K; n += 128) {
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = ((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) - 32;
+            int q2 = ((ql[l + 32] & 15) | ((qh[l] >> 2) & 3) << 4) - 32;
+            int q3 = ((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32;
+            int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32;
+            y[l] = d * (float)sc[is] * (float)q1;
+            y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+            y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+            y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        }
+        y += 128;
+        ql += 64;
+        qh += 32;
+        sc += 8;
+    }
+}
+
+int quant_can_dequantize(enum gguf_dtype t)
+{
+    switch (t) {
+    case GGUF_DTYPE_F32:
+    case GGUF_DTYPE_F16:
+    case GGUF_DTYPE_BF16:
+    case GGUF_DTYPE_Q4_0:
+    case GGUF_DTYPE_Q4_1:
+    case GGUF_DTYPE_Q5_0:
+    case GGUF_DTYPE_Q5_1:
+    case GGUF_DTYPE_Q8_0:
+    case GGUF_DTYPE_Q2_K:
+    case GGUF_DTYPE_Q3_K:
+    case GGUF_DTYPE_Q4_K:
+    case GGUF_DTYPE_Q5_K:
+    case GGUF_DTYPE_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int quant_can_quantize(enum gguf_dtype t)
+{
+    switch (t) {
+    case GGUF_DTYPE_F32:
+    case GGUF_DTYPE_F16:
+    case GGUF_DTYPE_BF16:
+    case GGUF_DTYPE_Q8_0:
+    case GGUF_DTYPE_Q4_0:
+    case GGUF_DTYPE_Q4_1:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int quant_dequantize_row(enum gguf_dtype t, const void *src, float *dst, int64_t n)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info(t);
+    if (!ti || !quant_can_dequantize(t) || n < 0 || n % ti->block_size) return -1;
+    const uint8_t *b = src;
+    int64_t nb = n / ti->block_size;
+    switch (t) {
+    case GGUF_DTYPE_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    case GGUF_DTYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = ld_f16(b + 2 * i);
+        return 0;
+    case GGUF_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            dst[i] = quant_bf16_to_f32(h);
+        }
+        return 0;
+    default:
+        break;
+    }
+    for (int64_t i = 0; i < nb; i++, b += ti->block_bytes, dst += ti->block_size) {
+        switch (t) {
+        case GGUF_DTYPE_Q4_0:
+            deq_q4_0(b, dst);
+            break;
+        case GGUF_DTYPE_Q4_1:
+            deq_q4_1(b, dst);
+            break;
+        case GGUF_DTYPE_Q5_0:
+            deq_q5(b, dst, 0);
+            break;
+        case GGUF_DTYPE_Q5_1:
+            deq_q5(b, dst, 1);
+            break;
+        case GGUF_DTYPE_Q8_0:
+            deq_q8_0(b, dst);
+            break;
+        case GGUF_DTYPE_Q2_K:
+            deq_q2_k(b, dst);
+            break;
+        case GGUF_DTYPE_Q3_K:
+            deq_q3_k(b, dst);
+            break;
+        case GGUF_DTYPE_Q4_K:
+            deq_q4_k(b, dst);
+            break;
+        case GGUF_DTYPE_Q5_K:
+            deq_q5_k(b, dst);
+            break;
+        case GGUF_DTYPE_Q6_K:
+            deq_q6_k(b, dst);
+            break;
+        default:
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* quantization (reference: simple round-to-nearest, no search for the best scale) */
+
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void q_q8_0(const float *x, uint8_t *b)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / 127.0f;
+    st_f16(b, d);
+    int8_t *qs = (int8_t *)(b + 2);
+    for (int j = 0; j < 32; j++)
+        qs[j] = d > 0.0f ? (int8_t)clampi((int)lrintf(x[j] / d), -127, 127) : 0;
+}
+
+static void q_q4_0(const float *x, uint8_t *b)
+{
+    float amax = 0.0f, max = 0.0f; /* max: the signed value of largest magnitude */
+    for (int j = 0; j < 32; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    float d = max / -8.0f;
+    st_f16(b, d);
+    uint8_t *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        int lo = d != 0.0f ? clampi((int)lrintf(x[j] / d) + 8, 0, 15) : 8;
+        int hi = d != 0.0f ? clampi((int)lrintf(x[j + 16] / d) + 8, 0, 15) : 8;
+        qs[j] = (uint8_t)(lo | hi << 4);
+    }
+}
+
+static void q_q4_1(const float *x, uint8_t *b)
+{
+    float min = x[0], max = x[0];
+    for (int j = 1; j < 32; j++) {
+        min = fminf(min, x[j]);
+        max = fmaxf(max, x[j]);
+    }
+    float d = (max - min) / 15.0f;
+    st_f16(b, d);
+    st_f16(b + 2, min);
+    uint8_t *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        int lo = d > 0.0f ? clampi((int)lrintf((x[j] - min) / d), 0, 15) : 0;
+        int hi = d > 0.0f ? clampi((int)lrintf((x[j + 16] - min) / d), 0, 15) : 0;
+        qs[j] = (uint8_t)(lo | hi << 4);
+    }
+}
+
+int quant_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info(t);
+    if (!ti || !quant_can_quantize(t) || n < 0 || n % ti->block_size) return -1;
+    uint8_t *b = dst;
+    switch (t) {
+    case GGUF_DTYPE_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    case GGUF_DTYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            st_f16(b + 2 * i, src[i]);
+        return 0;
+    case GGUF_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = quant_f32_to_bf16(src[i]);
+            memcpy(b + 2 * i, &h, 2);
+        }
+        return 0;
+    default:
+        break;
+    }
+    for (int64_t i = 0; i < n / ti->block_size; i++, b += ti->block_bytes, src += ti->block_size) {
+        switch (t) {
+        case GGUF_DTYPE_Q8_0:
+            q_q8_0(src, b);
+            break;
+        case GGUF_DTYPE_Q4_0:
+            q_q4_0(src, b);
+            break;
+        case GGUF_DTYPE_Q4_1:
+            q_q4_1(src, b);
+            break;
+        default:
+            return -1;
+        }
+    }
+    return 0;
+}

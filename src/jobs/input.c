@@ -1,0 +1,979 @@
+/* input — see input.h.
+ *
+ * Invariant: the line buffer never holds more than max_line_bytes bytes; every non-blank physical line
+ * yields exactly one item (request or bad line), in file order; an id read from any line (good or bad)
+ * is in the id set, so a later line with the same id is a duplicate; each unknown field name is warned
+ * about once.
+ */
+#include "jobs/input.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <xxhash.h>
+
+#include "util/log.h"
+#include "util/sha256.h"
+
+enum { RBUF_BYTES = 1 << 16, DETECT_LINES = 32 };
+
+/* --- a set of strings (ids, warned field names) --- */
+
+struct strset {
+    char **slot; /* (cap) owned strings or NULL */
+    int64_t *val;
+    size_t cap, n;
+};
+
+static uint64_t str_hash(const char *s)
+{
+    return XXH3_64bits(s, strlen(s));
+}
+
+static int strset_grow(struct strset *s)
+{
+    size_t cap = s->cap ? s->cap * 2 : 1024;
+    char **slot = calloc(cap, sizeof *slot);
+    int64_t *val = calloc(cap, sizeof *val);
+    if (!slot || !val) {
+        free(slot);
+        free(val);
+        return -1;
+    }
+    for (size_t i = 0; i < s->cap; i++) {
+        if (!s->slot[i]) continue;
+        size_t j = str_hash(s->slot[i]) & (cap - 1);
+        while (slot[j]) j = (j + 1) & (cap - 1);
+        slot[j] = s->slot[i];
+        val[j] = s->val[i];
+    }
+    free(s->slot);
+    free(s->val);
+    s->slot = slot;
+    s->val = val;
+    s->cap = cap;
+    return 0;
+}
+
+/* Finds s; returns its slot index or -1. */
+static int64_t strset_find(const struct strset *s, const char *k)
+{
+    if (!s->cap) return -1;
+    size_t j = str_hash(k) & (s->cap - 1);
+    while (s->slot[j]) {
+        if (!strcmp(s->slot[j], k)) return (int64_t)j;
+        j = (j + 1) & (s->cap - 1);
+    }
+    return -1;
+}
+
+static int strset_add(struct strset *s, const char *k, int64_t v)
+{
+    if ((s->n + 1) * 2 > s->cap && strset_grow(s) != 0) return -1;
+    char *c = strdup(k);
+    if (!c) return -1;
+    size_t j = str_hash(k) & (s->cap - 1);
+    while (s->slot[j]) j = (j + 1) & (s->cap - 1);
+    s->slot[j] = c;
+    s->val[j] = v;
+    s->n++;
+    return 0;
+}
+
+static void strset_free(struct strset *s)
+{
+    for (size_t i = 0; i < s->cap; i++) free(s->slot[i]);
+    free(s->slot);
+    free(s->val);
+    memset(s, 0, sizeof *s);
+}
+
+/* --- generation parameters --- */
+
+struct input_gen input_gen_defaults(void)
+{
+    struct input_gen g;
+    memset(&g, 0, sizeof g);
+    g.max_tokens = 256;
+    g.temperature = 1.0f;
+    g.top_p = 1.0f;
+    g.top_k = 0;
+    g.min_p = 0.0f;
+    g.repetition_penalty = 1.0f;
+    g.repeat_last_n = 64;
+    g.n = 1;
+    return g;
+}
+
+void input_gen_free(struct input_gen *g)
+{
+    if (!g) return;
+    for (int32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->stop);
+    free(g->logit_bias);
+    g->stop = NULL;
+    g->logit_bias = NULL;
+    g->n_stop = g->n_logit_bias = 0;
+}
+
+int input_gen_copy(struct input_gen *dst, const struct input_gen *src, struct err *e)
+{
+    *dst = *src;
+    dst->stop = NULL;
+    dst->logit_bias = NULL;
+    dst->n_stop = dst->n_logit_bias = 0;
+    if (src->n_stop) {
+        dst->stop = calloc((size_t)src->n_stop, sizeof *dst->stop);
+        if (!dst->stop) goto oom;
+        for (int32_t i = 0; i < src->n_stop; i++) {
+            dst->stop[i] = strdup(src->stop[i]);
+            if (!dst->stop[i]) goto oom;
+            dst->n_stop = i + 1;
+        }
+    }
+    if (src->n_logit_bias) {
+        dst->logit_bias = malloc((size_t)src->n_logit_bias * sizeof *dst->logit_bias);
+        if (!dst->logit_bias) goto oom;
+        memcpy(dst->logit_bias, src->logit_bias, (size_t)src->n_logit_bias * sizeof *dst->logit_bias);
+        dst->n_logit_bias = src->n_logit_bias;
+    }
+    return 0;
+oom:
+    input_gen_free(dst);
+    return err_set(e, "out of memory");
+}
+
+int input_gen_check(const struct input_gen *g, struct err *e)
+{
+    if (g->max_tokens < 1 || g->max_tokens > INPUT_MAX_TOKENS_LIMIT)
+        return err_set(e, "max_tokens must be in [1, %d], got %d", INPUT_MAX_TOKENS_LIMIT, g->max_tokens);
+    if (!(g->temperature >= 0 && g->temperature <= 2))
+        return err_set(e, "temperature must be in [0, 2], got %g", (double)g->temperature);
+    if (!(g->top_p > 0 && g->top_p <= 1)) return err_set(e, "top_p must be in (0, 1], got %g", (double)g->top_p);
+    if (g->top_k < 0) return err_set(e, "top_k must be >= 0, got %d", g->top_k);
+    if (!(g->min_p >= 0 && g->min_p <= 1)) return err_set(e, "min_p must be in [0, 1], got %g", (double)g->min_p);
+    if (!(g->presence_penalty >= -2 && g->presence_penalty <= 2))
+        return err_set(e, "presence_penalty must be in [-2, 2], got %g", (double)g->presence_penalty);
+    if (!(g->frequency_penalty >= -2 && g->frequency_penalty <= 2))
+        return err_set(e, "frequency_penalty must be in [-2, 2], got %g", (double)g->frequency_penalty);
+    if (!(g->repetition_penalty > 0 && g->repetition_penalty <= 10))
+        return err_set(e, "repetition_penalty must be in (0, 10], got %g", (double)g->repetition_penalty);
+    if (g->repeat_last_n < 0) return err_set(e, "repeat_last_n must be >= 0, got %d", g->repeat_last_n);
+    if (g->n < 1 || g->n > INPUT_MAX_N) return err_set(e, "n must be in [1, %d], got %d", INPUT_MAX_N, g->n);
+    if (g->n_stop > INPUT_MAX_STOP) return err_set(e, "at most %d stop strings", INPUT_MAX_STOP);
+    for (int32_t i = 0; i < g->n_stop; i++) {
+        size_t len = strlen(g->stop[i]);
+        if (len == 0 || len > INPUT_MAX_STOP_BYTES)
+            return err_set(e, "stop strings must be 1..%d bytes", INPUT_MAX_STOP_BYTES);
+    }
+    for (int32_t i = 0; i < g->n_logit_bias; i++) {
+        float b = g->logit_bias[i].bias;
+        if (!(b >= -100 && b <= 100)) return err_set(e, "logit_bias values must be in [-100, 100], got %g", (double)b);
+        if (g->logit_bias[i].token < 0) return err_set(e, "logit_bias token ids must be >= 0");
+    }
+    return 0;
+}
+
+/* --- items --- */
+
+void input_item_free(struct input_item *it)
+{
+    if (!it) return;
+    free(it->custom_id);
+    free(it->message);
+    free(it->prompt);
+    free(it->prompt_ids);
+    for (size_t i = 0; i < it->n_msgs; i++) {
+        free(it->msgs[i].role);
+        free(it->msgs[i].content);
+    }
+    free(it->msgs);
+    free(it->model);
+    input_gen_free(&it->gen);
+    memset(it, 0, sizeof *it);
+}
+
+/* --- UTF-8 --- */
+
+int input_utf8_valid(const char *buf, size_t n, size_t *bad_at)
+{
+    const unsigned char *s = (const unsigned char *)buf;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned cp, min;
+        if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
+        else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
+        else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
+        else goto bad;
+        if (i + len > n) goto bad;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) goto bad;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) goto bad;
+        i += len;
+    }
+    return 1;
+bad:
+    if (bad_at) *bad_at = i;
+    return 0;
+}
+
+/* --- the reader --- */
+
+struct input_reader {
+    FILE *f;
+    char *path;
+    struct input_opts o;
+    enum input_format format;
+    char *rbuf;
+    size_t rlen, rpos;
+    int eof;
+    char *line; /* (line_cap) at most max_line_bytes + 1 */
+    size_t line_len, line_cap;
+    int64_t n_lines, n_blank;
+    uint64_t n_bytes;
+    sha256_ctx *sha;
+    uint8_t digest[32];
+    int finished;
+    struct strset ids;
+    struct strset warned;
+};
+
+enum input_format input_get_format(const input_reader *r) { return r->format; }
+int64_t input_n_lines(const input_reader *r) { return r->n_lines; }
+int64_t input_n_blank(const input_reader *r) { return r->n_blank; }
+uint64_t input_n_bytes(const input_reader *r) { return r->n_bytes; }
+int input_n_unknown_fields(const input_reader *r) { return (int)r->warned.n; }
+void input_file_sha256(const input_reader *r, uint8_t out[32]) { memcpy(out, r->digest, 32); }
+
+const char *input_format_name(enum input_format f)
+{
+    switch (f) {
+    case INPUT_FORMAT_OPENAI: return "openai";
+    case INPUT_FORMAT_JSONL: return "jsonl";
+    case INPUT_FORMAT_TEXT: return "text";
+    default: return "auto";
+    }
+}
+
+int input_format_parse(const char *name, enum input_format *out)
+{
+    static const enum input_format all[] = {INPUT_FORMAT_AUTO, INPUT_FORMAT_OPENAI, INPUT_FORMAT_JSONL,
+                                            INPUT_FORMAT_TEXT};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(name, input_format_name(all[i]))) {
+            *out = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+struct input_opts input_default_opts(void)
+{
+    struct input_opts o;
+    memset(&o, 0, sizeof o);
+    o.format = INPUT_FORMAT_AUTO;
+    o.max_line_bytes = 1 << 20;
+    o.defaults = input_gen_defaults();
+    return o;
+}
+
+/* Reads one physical line (without '\n' and a trailing '\r'). Returns 1 with a line, 0 at EOF, -1 on error.
+ * *too_long: the line had more than max_line_bytes bytes (its content is not kept). */
+static int read_line(input_reader *r, int *too_long, struct err *e)
+{
+    r->line_len = 0;
+    *too_long = 0;
+    int got_any = 0;
+    for (;;) {
+        if (r->rpos == r->rlen) {
+            if (r->eof) break;
+            size_t n = fread(r->rbuf, 1, RBUF_BYTES, r->f);
+            if (n == 0) {
+                if (ferror(r->f)) return err_set(e, "%s: read: %s", r->path, strerror(errno));
+                r->eof = 1;
+                break;
+            }
+            sha256_update(r->sha, r->rbuf, n);
+            r->n_bytes += n;
+            r->rlen = n;
+            r->rpos = 0;
+        }
+        got_any = 1;
+        char *start = r->rbuf + r->rpos;
+        size_t avail = r->rlen - r->rpos;
+        char *nl = memchr(start, '\n', avail);
+        size_t take = nl ? (size_t)(nl - start) : avail;
+        if (!*too_long) {
+            /* one byte of slack for a '\r' that will be stripped */
+            if (r->line_len + take > r->o.max_line_bytes + 1) {
+                *too_long = 1;
+            } else {
+                if (r->line_len + take + 1 > r->line_cap) {
+                    size_t cap = r->line_cap ? r->line_cap : 4096;
+                    while (cap < r->line_len + take + 1) cap *= 2;
+                    if (cap > r->o.max_line_bytes + 2) cap = r->o.max_line_bytes + 2;
+                    char *nb = realloc(r->line, cap);
+                    if (!nb) return err_set(e, "%s: out of memory", r->path);
+                    r->line = nb;
+                    r->line_cap = cap;
+                }
+                memcpy(r->line + r->line_len, start, take);
+                r->line_len += take;
+            }
+        }
+        r->rpos += take + (nl ? 1 : 0);
+        if (nl) break;
+    }
+    if (!got_any) return 0;
+    r->n_lines++;
+    if (!*too_long) {
+        if (r->line_len && r->line[r->line_len - 1] == '\r') r->line_len--;
+        if (r->line_len > r->o.max_line_bytes) *too_long = 1;
+        else r->line[r->line_len] = '\0';
+    }
+    return 1;
+}
+
+static int is_blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\f' && s[i] != '\v') return 0;
+    return 1;
+}
+
+static int rewind_reader(input_reader *r, struct err *e)
+{
+    if (fseek(r->f, 0, SEEK_SET) != 0) return err_set(e, "%s: cannot seek: %s", r->path, strerror(errno));
+    sha256_abort(r->sha);
+    r->sha = sha256_init();
+    if (!r->sha) return err_set(e, "out of memory");
+    r->rlen = r->rpos = 0;
+    r->eof = 0;
+    r->n_lines = r->n_blank = 0;
+    r->n_bytes = 0;
+    return 0;
+}
+
+static int detect_format(input_reader *r, struct err *e)
+{
+    int n_seen = 0, n_json = 0, n_openai = 0, n_obj = 0;
+    while (n_seen < DETECT_LINES) {
+        int too_long;
+        int rc = read_line(r, &too_long, e);
+        if (rc < 0) return -1;
+        if (rc == 0) break;
+        if (too_long) {
+            n_seen++;
+            continue;
+        }
+        if (is_blank(r->line, r->line_len)) continue;
+        n_seen++;
+        size_t i = 0;
+        while (i < r->line_len && (r->line[i] == ' ' || r->line[i] == '\t')) i++;
+        if (i < r->line_len && r->line[i] == '{') n_json++;
+        else continue;
+        json_t *j = json_loadb(r->line, r->line_len, 0, NULL);
+        if (json_is_object(j)) {
+            n_obj++;
+            if (json_object_get(j, "custom_id") || json_object_get(j, "body")) n_openai++;
+        }
+        json_decref(j);
+    }
+    if (n_seen > 0 && n_json * 2 > n_seen) r->format = n_openai ? INPUT_FORMAT_OPENAI : INPUT_FORMAT_JSONL;
+    else if (n_seen == 0) r->format = INPUT_FORMAT_JSONL; /* empty file: nothing to read either way */
+    else r->format = INPUT_FORMAT_TEXT;
+    (void)n_obj;
+    return rewind_reader(r, e);
+}
+
+int input_open(const char *path, const struct input_opts *o, input_reader **out, struct err *e)
+{
+    *out = NULL;
+    input_reader *r = calloc(1, sizeof *r);
+    if (!r) return err_set(e, "out of memory");
+    r->o = *o;
+    if (r->o.max_line_bytes < 16) r->o.max_line_bytes = 16;
+    r->path = strdup(path);
+    r->rbuf = malloc(RBUF_BYTES);
+    r->sha = sha256_init();
+    if (!r->path || !r->rbuf || !r->sha) {
+        err_set(e, "out of memory");
+        goto fail;
+    }
+    r->f = fopen(path, "rb");
+    if (!r->f) {
+        err_set(e, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    r->format = o->format;
+    if (r->format == INPUT_FORMAT_AUTO && detect_format(r, e) != 0) goto fail;
+    *out = r;
+    return 0;
+fail:
+    input_close(r);
+    return -1;
+}
+
+void input_close(input_reader *r)
+{
+    if (!r) return;
+    if (r->f) fclose(r->f);
+    sha256_abort(r->sha);
+    free(r->path);
+    free(r->rbuf);
+    free(r->line);
+    strset_free(&r->ids);
+    strset_free(&r->warned);
+    free(r);
+}
+
+/* --- parsing one line --- */
+
+struct bad {
+    const char *code;
+    char msg[512];
+};
+
+static int set_bad(struct bad *b, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_bad(struct bad *b, const char *code, const char *fmt, ...)
+{
+    b->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static int get_double(const json_t *v, const char *name, double *out, struct bad *b)
+{
+    if (!json_is_number(v)) return set_bad(b, "invalid_type", "'%s' must be a number, got %s", name, json_type_name(v));
+    double d = json_number_value(v);
+    if (!isfinite(d)) return set_bad(b, "invalid_value", "'%s' must be a finite number", name);
+    *out = d;
+    return 0;
+}
+
+static int get_float_in(const json_t *v, const char *name, double lo, double hi, int lo_open, float *out,
+                        struct bad *b)
+{
+    double d;
+    if (get_double(v, name, &d, b) != 0) return -1;
+    if ((lo_open ? !(d > lo) : !(d >= lo)) || !(d <= hi))
+        return set_bad(b, "invalid_value", "'%s' must be in %c%g, %g], got %g", name, lo_open ? '(' : '[', lo, hi, d);
+    *out = (float)d;
+    return 0;
+}
+
+static int get_int_in(const json_t *v, const char *name, long long lo, long long hi, long long *out, struct bad *b)
+{
+    long long x;
+    if (json_is_integer(v)) {
+        x = (long long)json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!isfinite(d)) return set_bad(b, "invalid_value", "'%s' must be a finite integer", name);
+        if (d != floor(d) || d < -9.2e18 || d > 9.2e18)
+            return set_bad(b, "invalid_type", "'%s' must be an integer, got %g", name, d);
+        x = (long long)d;
+    } else {
+        return set_bad(b, "invalid_type", "'%s' must be an integer, got %s", name, json_type_name(v));
+    }
+    if (x < lo || x > hi) return set_bad(b, "invalid_value", "'%s' must be in [%lld, %lld], got %lld", name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int cmp_bias(const void *a, const void *b)
+{
+    int32_t x = ((const struct logit_bias *)a)->token, y = ((const struct logit_bias *)b)->token;
+    return (x > y) - (x < y);
+}
+
+static int parse_stop(const json_t *v, struct input_gen *g, struct bad *b)
+{
+    const json_t *one[1] = {v};
+    size_t n;
+    const json_t *arr = NULL;
+    if (json_is_string(v)) {
+        one[0] = v;
+        n = 1;
+    } else if (json_is_array(v)) {
+        arr = v;
+        n = json_array_size(v);
+    } else {
+        return set_bad(b, "invalid_type", "'stop' must be a string or an array of strings, got %s", json_type_name(v));
+    }
+    if (n > INPUT_MAX_STOP) return set_bad(b, "invalid_value", "'stop' holds %zu strings, at most %d", n, INPUT_MAX_STOP);
+    char **stop = n ? calloc(n, sizeof *stop) : NULL;
+    if (n && !stop) return set_bad(b, "invalid_value", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = arr ? json_array_get(arr, i) : one[0];
+        if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > INPUT_MAX_STOP_BYTES ||
+            strlen(json_string_value(s)) != json_string_length(s)) {
+            for (size_t k = 0; k < i; k++) free(stop[k]);
+            free(stop);
+            return set_bad(b, json_is_string(s) ? "invalid_value" : "invalid_type",
+                           "'stop' entries must be strings of 1..%d bytes", INPUT_MAX_STOP_BYTES);
+        }
+        stop[i] = strdup(json_string_value(s));
+    }
+    for (int32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->stop);
+    g->stop = stop;
+    g->n_stop = (int32_t)n;
+    return 0;
+}
+
+static int parse_logit_bias(const json_t *v, struct input_gen *g, struct bad *b)
+{
+    if (!json_is_object(v)) return set_bad(b, "invalid_type", "'logit_bias' must be an object, got %s", json_type_name(v));
+    size_t n = json_object_size(v);
+    if (n > INPUT_MAX_LOGIT_BIAS)
+        return set_bad(b, "invalid_value", "'logit_bias' has %zu entries, at most %d", n, INPUT_MAX_LOGIT_BIAS);
+    struct logit_bias *lb = n ? malloc(n * sizeof *lb) : NULL;
+    if (n && !lb) return set_bad(b, "invalid_value", "out of memory");
+    size_t i = 0;
+    const char *k;
+    json_t *val;
+    json_object_foreach((json_t *)v, k, val)
+    {
+        char *end;
+        errno = 0;
+        long long t = strtoll(k, &end, 10);
+        if (!*k || *end || errno || t < 0 || t > INT32_MAX || k[0] == '-' || k[0] == '+' || k[0] == ' ') {
+            free(lb);
+            return set_bad(b, "invalid_value", "'logit_bias' key \"%.40s\" is not a token id", k);
+        }
+        double d;
+        if (get_double(val, "logit_bias value", &d, b) != 0) {
+            free(lb);
+            return -1;
+        }
+        if (d < -100 || d > 100) {
+            free(lb);
+            return set_bad(b, "invalid_value", "'logit_bias' value for token %lld must be in [-100, 100], got %g", t, d);
+        }
+        lb[i].token = (int32_t)t;
+        lb[i].bias = (float)d;
+        i++;
+    }
+    qsort(lb, n, sizeof *lb, cmp_bias);
+    for (size_t j = 1; j < n; j++)
+        if (lb[j].token == lb[j - 1].token) {
+            int32_t t = lb[j].token;
+            free(lb);
+            return set_bad(b, "invalid_value", "'logit_bias' names token %d twice", t);
+        }
+    free(g->logit_bias);
+    g->logit_bias = lb;
+    g->n_logit_bias = (int32_t)n;
+    return 0;
+}
+
+/* Applies one generation field. Returns 1 if it was one (and is fine), 0 if name is not a generation
+ * field, -1 if it is bad. null means "not given". */
+static int apply_gen_field(const char *name, const json_t *v, struct input_gen *g, struct bad *b)
+{
+    long long x;
+    if (!strcmp(name, "max_tokens") || !strcmp(name, "max_completion_tokens")) {
+        if (json_is_null(v)) return 1;
+        if (get_int_in(v, name, 1, INPUT_MAX_TOKENS_LIMIT, &x, b) != 0) return -1;
+        g->max_tokens = (int32_t)x;
+    } else if (!strcmp(name, "temperature")) {
+        if (!json_is_null(v) && get_float_in(v, name, 0, 2, 0, &g->temperature, b) != 0) return -1;
+    } else if (!strcmp(name, "top_p")) {
+        if (!json_is_null(v) && get_float_in(v, name, 0, 1, 1, &g->top_p, b) != 0) return -1;
+    } else if (!strcmp(name, "top_k")) {
+        if (json_is_null(v)) return 1;
+        if (get_int_in(v, name, 0, INT32_MAX, &x, b) != 0) return -1;
+        g->top_k = (int32_t)x;
+    } else if (!strcmp(name, "min_p")) {
+        if (!json_is_null(v) && get_float_in(v, name, 0, 1, 0, &g->min_p, b) != 0) return -1;
+    } else if (!strcmp(name, "presence_penalty")) {
+        if (!json_is_null(v) && get_float_in(v, name, -2, 2, 0, &g->presence_penalty, b) != 0) return -1;
+    } else if (!strcmp(name, "frequency_penalty")) {
+        if (!json_is_null(v) && get_float_in(v, name, -2, 2, 0, &g->frequency_penalty, b) != 0) return -1;
+    } else if (!strcmp(name, "repetition_penalty") || !strcmp(name, "repeat_penalty")) {
+        if (!json_is_null(v) && get_float_in(v, name, 0, 10, 1, &g->repetition_penalty, b) != 0) return -1;
+    } else if (!strcmp(name, "seed")) {
+        if (json_is_null(v)) return 1;
+        if (get_int_in(v, name, INT64_MIN, INT64_MAX, &x, b) != 0) return -1;
+        g->has_seed = 1;
+        g->seed = (uint64_t)x;
+    } else if (!strcmp(name, "n")) {
+        if (json_is_null(v)) return 1;
+        if (get_int_in(v, name, 1, INPUT_MAX_N, &x, b) != 0) return -1;
+        g->n = (int32_t)x;
+    } else if (!strcmp(name, "stop")) {
+        if (json_is_null(v)) return 1;
+        if (parse_stop(v, g, b) != 0) return -1;
+    } else if (!strcmp(name, "logit_bias")) {
+        if (json_is_null(v)) return 1;
+        if (parse_logit_bias(v, g, b) != 0) return -1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static char *dup_json_string(const json_t *s, size_t *len)
+{
+    size_t n = json_string_length(s);
+    char *c = malloc(n + 1);
+    if (!c) return NULL;
+    memcpy(c, json_string_value(s), n);
+    c[n] = '\0';
+    if (len) *len = n;
+    return c;
+}
+
+static int parse_messages(const json_t *v, struct input_item *it, struct bad *b)
+{
+    if (!json_is_array(v)) return set_bad(b, "invalid_type", "'messages' must be an array, got %s", json_type_name(v));
+    size_t n = json_array_size(v);
+    if (n == 0) return set_bad(b, "invalid_value", "'messages' is empty");
+    it->msgs = calloc(n, sizeof *it->msgs);
+    if (!it->msgs) return set_bad(b, "invalid_value", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(v, i);
+        if (!json_is_object(m))
+            return set_bad(b, "invalid_type", "messages[%zu] must be an object, got %s", i, json_type_name(m));
+        const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_string(role)) return set_bad(b, "invalid_type", "messages[%zu].role must be a string", i);
+        const char *r = json_string_value(role);
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
+            return set_bad(b, "unsupported_request", "messages[%zu].role \"%.40s\" is not supported (system, user, assistant)",
+                           i, r);
+        it->msgs[i].role = strdup(r);
+        it->n_msgs = i + 1;
+        if (json_is_string(content)) {
+            it->msgs[i].content = dup_json_string(content, NULL);
+        } else if (json_is_null(content) || (!content && !strcmp(r, "assistant"))) {
+            if (strcmp(r, "assistant"))
+                return set_bad(b, "invalid_type", "messages[%zu].content must be a string or an array of text parts", i);
+            it->msgs[i].content = strdup("");
+        } else if (json_is_array(content)) {
+            /* text parts joined with "\n" */
+            size_t total = 0, np = json_array_size(content);
+            for (size_t k = 0; k < np; k++) {
+                const json_t *part = json_array_get(content, k);
+                const json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+                if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text"))
+                    return set_bad(b, "unsupported_request", "messages[%zu].content[%zu]: only parts of type \"text\" are supported",
+                                   i, k);
+                if (!json_is_string(text))
+                    return set_bad(b, "invalid_type", "messages[%zu].content[%zu].text must be a string", i, k);
+                total += json_string_length(text) + 1;
+            }
+            char *c = malloc(total + 1);
+            if (!c) return set_bad(b, "invalid_value", "out of memory");
+            size_t off = 0;
+            for (size_t k = 0; k < np; k++) {
+                const json_t *text = json_object_get(json_array_get(content, k), "text");
+                if (k) c[off++] = '\n';
+                memcpy(c + off, json_string_value(text), json_string_length(text));
+                off += json_string_length(text);
+            }
+            c[off] = '\0';
+            it->msgs[i].content = c;
+        } else {
+            return set_bad(b, content ? "invalid_type" : "missing_prompt",
+                           "messages[%zu].content must be a string or an array of text parts", i);
+        }
+        if (!it->msgs[i].role || !it->msgs[i].content) return set_bad(b, "invalid_value", "out of memory");
+    }
+    it->kind = INPUT_KIND_CHAT;
+    return 0;
+}
+
+static int parse_prompt(const json_t *v, struct input_item *it, struct bad *b)
+{
+    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) v = json_array_get(v, 0);
+    if (json_is_string(v)) {
+        it->prompt = dup_json_string(v, &it->prompt_len);
+        if (!it->prompt) return set_bad(b, "invalid_value", "out of memory");
+    } else if (json_is_array(v)) {
+        size_t n = json_array_size(v);
+        if (n == 0) return set_bad(b, "invalid_value", "'prompt' is empty");
+        if (json_is_string(json_array_get(v, 0)))
+            return set_bad(b, "unsupported_request", "'prompt' holds several prompts; put each on its own line");
+        it->prompt_ids = malloc(n * sizeof *it->prompt_ids);
+        if (!it->prompt_ids) return set_bad(b, "invalid_value", "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *t = json_array_get(v, i);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+                return set_bad(b, json_is_integer(t) ? "invalid_value" : "invalid_type",
+                               "'prompt' must be a string or an array of token ids (prompt[%zu] is not one)", i);
+            it->prompt_ids[i] = (int32_t)json_integer_value(t);
+        }
+        it->n_prompt_ids = (int32_t)n;
+    } else {
+        return set_bad(b, "invalid_type", "'prompt' must be a string or an array of token ids, got %s", json_type_name(v));
+    }
+    it->kind = INPUT_KIND_COMPLETION;
+    return 0;
+}
+
+static void warn_unknown(input_reader *r, const char *prefix, const char *name, int64_t line)
+{
+    char full[160];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    if (strset_find(&r->warned, full) >= 0) return;
+    if (r->warned.n < 256) {
+        strset_add(&r->warned, full, line);
+        log_warn("%s: line %lld: unknown field '%s' ignored (warned once per field name)", r->path, (long long)line,
+                 full);
+    }
+}
+
+/* Reads the generation fields and the prompt/messages of obj (the body or the whole simple line).
+ * skip: names handled by the caller. */
+static int parse_request_fields(input_reader *r, const json_t *obj, const char *prefix, const char *const *skip,
+                                struct input_item *it, struct bad *b)
+{
+    const char *k;
+    json_t *v;
+    const json_t *prompt = NULL, *messages = NULL;
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        int handled = 0;
+        for (const char *const *s = skip; *s; s++)
+            if (!strcmp(k, *s)) handled = 1;
+        if (handled) continue;
+        if (!strcmp(k, "prompt")) {
+            prompt = v;
+            continue;
+        }
+        if (!strcmp(k, "messages")) {
+            messages = v;
+            continue;
+        }
+        if (!strcmp(k, "model")) {
+            if (json_is_null(v)) continue;
+            if (!json_is_string(v)) return set_bad(b, "invalid_type", "'model' must be a string, got %s", json_type_name(v));
+            free(it->model);
+            it->model = dup_json_string(v, NULL);
+            continue;
+        }
+        int rc = apply_gen_field(k, v, &it->gen, b);
+        if (rc < 0) return -1;
+        if (rc == 0) warn_unknown(r, prefix, k, it->line);
+    }
+    if (prompt && messages) return set_bad(b, "invalid_value", "give either 'prompt' or 'messages', not both");
+    if (!prompt && !messages) return set_bad(b, "missing_prompt", "no 'prompt' or 'messages'");
+    return messages ? parse_messages(messages, it, b) : parse_prompt(prompt, it, b);
+}
+
+/* Registers the id; a duplicate is a bad line. */
+static int take_id(input_reader *r, struct input_item *it, const char *id, struct bad *b)
+{
+    it->custom_id = strdup(id);
+    if (!it->custom_id) return set_bad(b, "invalid_value", "out of memory");
+    int64_t at = strset_find(&r->ids, id);
+    if (at >= 0)
+        return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id, (long long)r->ids.val[at]);
+    if (strset_add(&r->ids, id, it->line) != 0) return set_bad(b, "invalid_value", "out of memory");
+    return 0;
+}
+
+static int read_id(input_reader *r, const json_t *v, const char *name, int allow_int, struct input_item *it,
+                   struct bad *b)
+{
+    char num[32];
+    const char *id;
+    if (!v || json_is_null(v)) return set_bad(b, "missing_id", "missing '%s'", name);
+    if (json_is_string(v)) {
+        id = json_string_value(v);
+        if (strlen(id) != json_string_length(v)) return set_bad(b, "invalid_value", "'%s' contains a NUL byte", name);
+    } else if (allow_int && json_is_integer(v)) {
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        id = num;
+    } else {
+        return set_bad(b, "invalid_type", "'%s' must be a string%s, got %s", name, allow_int ? " or an integer" : "",
+                       json_type_name(v));
+    }
+    if (!*id) return set_bad(b, "missing_id", "'%s' is empty", name);
+    if (strlen(id) > INPUT_MAX_ID_BYTES)
+        return set_bad(b, "invalid_value", "'%s' is longer than %d bytes", name, INPUT_MAX_ID_BYTES);
+    return take_id(r, it, id, b);
+}
+
+static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(r->line, r->line_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        /* name the common non-JSON numbers plainly */
+        const char *at = jerr.position >= 0 && (size_t)jerr.position <= r->line_len ? r->line + jerr.position : r->line;
+        const char *lo = at - (at - r->line >= 12 ? 12 : at - r->line);
+        char win[32] = {0};
+        memcpy(win, lo, (size_t)(r->line + r->line_len - lo) < 24 ? (size_t)(r->line + r->line_len - lo) : 24);
+        if (strstr(win, "NaN") || strstr(win, "nan") || strstr(win, "Infinity") || strstr(win, "inf"))
+            return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr.column);
+        if (strstr(jerr.text, "overflow"))
+            return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr.column, jerr.text);
+        return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr.text, jerr.column);
+    }
+    int rc = -1;
+    if (!json_is_object(root)) {
+        set_bad(b, "invalid_type", "a line must be a JSON object, got %s", json_type_name(root));
+        goto done;
+    }
+    if (r->format == INPUT_FORMAT_OPENAI) {
+        if (read_id(r, json_object_get(root, "custom_id"), "custom_id", 0, it, b) != 0) goto done;
+        const json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
+        const json_t *body = json_object_get(root, "body");
+        const char *k;
+        json_t *v;
+        json_object_foreach(root, k, v)
+        {
+            if (strcmp(k, "custom_id") && strcmp(k, "method") && strcmp(k, "url") && strcmp(k, "body"))
+                warn_unknown(r, "", k, it->line);
+        }
+        if (method && (!json_is_string(method) || strcmp(json_string_value(method), "POST"))) {
+            set_bad(b, "unsupported_request", "'method' must be \"POST\"");
+            goto done;
+        }
+        int want_chat = -1;
+        if (url) {
+            const char *u = json_is_string(url) ? json_string_value(url) : "";
+            if (!strcmp(u, "/v1/chat/completions")) want_chat = 1;
+            else if (!strcmp(u, "/v1/completions")) want_chat = 0;
+            else {
+                set_bad(b, "unsupported_request", "'url' must be \"/v1/chat/completions\" or \"/v1/completions\"");
+                goto done;
+            }
+        }
+        if (!body) {
+            set_bad(b, "missing_prompt", "missing 'body'");
+            goto done;
+        }
+        if (!json_is_object(body)) {
+            set_bad(b, "invalid_type", "'body' must be an object, got %s", json_type_name(body));
+            goto done;
+        }
+        static const char *const none[] = {NULL};
+        if (parse_request_fields(r, body, "body.", none, it, b) != 0) goto done;
+        if (want_chat == 1 && it->kind != INPUT_KIND_CHAT) {
+            set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
+            goto done;
+        }
+        if (want_chat == 0 && it->kind != INPUT_KIND_COMPLETION) {
+            set_bad(b, "invalid_value", "url /v1/completions needs body.prompt");
+            goto done;
+        }
+    } else {
+        const json_t *id = json_object_get(root, "id");
+        const char *idname = "id";
+        if (!id && json_object_get(root, "custom_id")) {
+            id = json_object_get(root, "custom_id");
+            idname = "custom_id";
+        }
+        if (read_id(r, id, idname, 1, it, b) != 0) goto done;
+        static const char *const skip[] = {"id", "custom_id", NULL};
+        if (parse_request_fields(r, root, "", skip, it, b) != 0) goto done;
+    }
+    rc = 0;
+done:
+    json_decref(root);
+    return rc;
+}
+
+int input_next(input_reader *r, struct input_item *it, struct err *e)
+{
+    memset(it, 0, sizeof *it);
+    for (;;) {
+        int too_long;
+        int rc = read_line(r, &too_long, e);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            if (!r->finished) {
+                sha256_final(r->sha, r->digest);
+                r->sha = NULL;
+                r->finished = 1;
+            }
+            return 0;
+        }
+        struct bad b = {0};
+        it->line = r->n_lines;
+        if (too_long) {
+            set_bad(&b, "line_too_long", "line is over --max-line-bytes (%zu bytes)", r->o.max_line_bytes);
+            goto bad_line;
+        }
+        if (is_blank(r->line, r->line_len)) {
+            r->n_blank++;
+            continue;
+        }
+        if (input_gen_copy(&it->gen, &r->o.defaults, e) != 0) return -1;
+        size_t bad_at;
+        if (!input_utf8_valid(r->line, r->line_len, &bad_at)) {
+            set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
+            goto bad_line;
+        }
+        if (r->format == INPUT_FORMAT_TEXT) {
+            if (memchr(r->line, '\0', r->line_len)) {
+                set_bad(&b, "invalid_value", "the line contains a NUL byte");
+                goto bad_line;
+            }
+            char num[32];
+            snprintf(num, sizeof num, "%lld", (long long)it->line);
+            if (take_id(r, it, num, &b) != 0) goto bad_line;
+            it->kind = INPUT_KIND_COMPLETION;
+            it->prompt = malloc(r->line_len + 1);
+            if (!it->prompt) return err_set(e, "out of memory");
+            memcpy(it->prompt, r->line, r->line_len + 1);
+            it->prompt_len = r->line_len;
+            return 1;
+        }
+        if (parse_json_line(r, it, &b) != 0) goto bad_line;
+        return 1;
+    bad_line:
+        it->code = b.code;
+        it->message = strdup(b.msg);
+        if (!it->message) return err_set(e, "out of memory");
+        /* keep only the id of a bad line */
+        free(it->prompt);
+        free(it->prompt_ids);
+        it->prompt = NULL;
+        it->prompt_ids = NULL;
+        it->n_prompt_ids = 0;
+        for (size_t i = 0; i < it->n_msgs; i++) {
+            free(it->msgs[i].role);
+            free(it->msgs[i].content);
+        }
+        free(it->msgs);
+        it->msgs = NULL;
+        it->n_msgs = 0;
+        input_gen_free(&it->gen);
+        return 1;
+    }
+}

@@ -1,0 +1,129 @@
+/* input — reads a backlog file line by line and turns each line into a request or a bad-line record.
+ *
+ * Formats (auto-detected from the first non-blank lines, or forced):
+ *   openai  OpenAI Batch API JSONL: {"custom_id", "method": "POST", "url": "/v1/chat/completions" |
+ *           "/v1/completions", "body": {"messages" | "prompt", generation fields..., "model"}}
+ *   jsonl   {"id", "prompt" | "messages", generation fields..., "model"}
+ *   text    one prompt per line; the id is the line number ("17").
+ * Blank (whitespace-only) lines are skipped in every format and are not requests.
+ *
+ * Lines are read with a bounded reader: a line over max_line_bytes is never held in memory (the rest of
+ * it is skipped up to the newline) and becomes a bad line. Every other problem with a line — not JSON,
+ * invalid UTF-8, a missing or duplicate id, a wrong type, a NaN/inf or out-of-range value, a missing prompt —
+ * also becomes a bad line with a code and a message; reading continues. Checks that need the model (prompt
+ * length against the context, token ids against the vocabulary) are the caller's.
+ *
+ * Memory: one line buffer of max_line_bytes, plus the set of ids seen so far (for duplicates): O(ids).
+ */
+#ifndef NS_JOBS_INPUT_H
+#define NS_JOBS_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+#include "util/err.h"
+
+enum input_format { INPUT_FORMAT_AUTO, INPUT_FORMAT_OPENAI, INPUT_FORMAT_JSONL, INPUT_FORMAT_TEXT };
+enum input_kind { INPUT_KIND_COMPLETION, INPUT_KIND_CHAT };
+
+#define INPUT_MAX_STOP 4        /* stop strings per request (OpenAI's limit) */
+#define INPUT_MAX_STOP_BYTES 256
+#define INPUT_MAX_LOGIT_BIAS 1024
+#define INPUT_MAX_N 128
+#define INPUT_MAX_ID_BYTES 1024
+#define INPUT_MAX_TOKENS_LIMIT (1 << 24)
+
+/* Generation parameters: defaults from flags, overridden field by field by a line. Owns stop and
+ * logit_bias. Ranges (checked for lines and flags alike): max_tokens >= 1, temperature [0, 2], top_p (0, 1],
+ * top_k >= 0 (0 = off), min_p [0, 1], presence/frequency_penalty [-2, 2], repetition_penalty (0, 10],
+ * repeat_last_n >= 0, n [1, 128], logit_bias values [-100, 100]. */
+struct input_gen {
+    int32_t max_tokens;
+    float temperature;
+    float top_p;
+    int32_t top_k;
+    float min_p;
+    float presence_penalty;
+    float frequency_penalty;
+    float repetition_penalty;
+    int32_t repeat_last_n;
+    int has_seed;
+    uint64_t seed;
+    int32_t n;
+    int32_t n_stop;
+    char **stop;                   /* (n_stop) owned, NUL-terminated */
+    int32_t n_logit_bias;
+    struct logit_bias *logit_bias; /* (n_logit_bias) owned, sorted by token, unique tokens */
+};
+
+/* max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, no penalties, repeat_last_n 64, no seed, n 1. */
+struct input_gen input_gen_defaults(void);
+/* Deep copy (dst is overwritten, not freed). */
+int input_gen_copy(struct input_gen *dst, const struct input_gen *src, struct err *e);
+void input_gen_free(struct input_gen *g);
+/* Checks the ranges above; the message names the field (as in a flag check: "temperature must be ..."). */
+int input_gen_check(const struct input_gen *g, struct err *e);
+
+struct input_msg {
+    char *role;    /* "system", "user", "assistant" ("developer" is read as "system") */
+    char *content; /* text parts joined with "\n" */
+};
+
+struct input_item {
+    int64_t line;         /* 1-based line number in the file */
+    char *custom_id;      /* NULL only for a bad line without a readable id */
+    /* bad line: code is non-NULL ("invalid_json", "invalid_utf8", "line_too_long", "missing_id",
+     * "duplicate_id", "invalid_type", "invalid_value", "missing_prompt", "unsupported_request") */
+    const char *code;
+    char *message;
+    /* request (code == NULL) */
+    enum input_kind kind;
+    char *prompt;         /* completion text (NUL-terminated; prompt_len bytes) or NULL */
+    size_t prompt_len;
+    int32_t *prompt_ids;  /* completion given as token ids (not yet checked against a vocab) or NULL */
+    int32_t n_prompt_ids;
+    struct input_msg *msgs; /* (n_msgs) chat */
+    size_t n_msgs;
+    char *model;          /* the line's "model" (recorded only) or NULL */
+    struct input_gen gen; /* defaults with the line's fields applied */
+};
+
+void input_item_free(struct input_item *it);
+
+struct input_opts {
+    enum input_format format; /* AUTO to detect */
+    size_t max_line_bytes;    /* default 1 MiB */
+    struct input_gen defaults; /* borrowed; copied into each item */
+};
+
+struct input_opts input_default_opts(void);
+
+typedef struct input_reader input_reader;
+
+/* Opens the backlog and, for AUTO, detects its format from the first 32 non-blank lines (a majority that
+ * start with '{' means JSON; JSON with "custom_id" or "body" means openai). */
+int input_open(const char *path, const struct input_opts *o, input_reader **out, struct err *e);
+void input_close(input_reader *r);
+enum input_format input_get_format(const input_reader *r);
+const char *input_format_name(enum input_format f);
+int input_format_parse(const char *name, enum input_format *out); /* -1 if unknown */
+
+/* Reads the next non-blank line into *it (request or bad line). Returns 1, 0 at end of file, -1 on an I/O
+ * error. *it is overwritten; the caller frees it with input_item_free. */
+int input_next(input_reader *r, struct input_item *it, struct err *e);
+
+/* After the last input_next: physical lines read, blank lines skipped, bytes, and the sha256 of the whole
+ * file (valid once input_next has returned 0). */
+int64_t input_n_lines(const input_reader *r);
+int64_t input_n_blank(const input_reader *r);
+uint64_t input_n_bytes(const input_reader *r);
+void input_file_sha256(const input_reader *r, uint8_t out[32]);
+/* Unknown field names warned about so far (each once): count. */
+int input_n_unknown_fields(const input_reader *r);
+
+/* 1 if buf is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF); else 0 and the byte
+ * offset of the first bad sequence in *bad_at (may be NULL). */
+int input_utf8_valid(const char *buf, size_t n, size_t *bad_at);
+
+#endif

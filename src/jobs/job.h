@@ -1,0 +1,99 @@
+/* job — one `nightshift run` as a library call: backlog in, result + error files, store and run record out.
+ *
+ *   1. read and validate every line (jobs/input); render chat messages with the model's template;
+ *      tokenize; compute the keys of every completion (jobs/key); fold equal keys (jobs/plan)
+ *   2. open the store (jobs/store); refuse one made with another model or other defaults unless force;
+ *      reconcile: keys already done are skipped, stale line rows are dropped, the output files are
+ *      repaired to match the store exactly (jobs/output)
+ *   3. order the remaining work (jobs/plan) and feed the engine; results are collected and committed to
+ *      the store in one transaction per commit interval (every result finished in an engine step is in
+ *      exactly one transaction), and only then written to the output files
+ *   4. write the run record (jobs/record)
+ *
+ * Every backlog line ends in exactly one of the two files, once (DESIGN.md invariant 3); a result line is
+ * written only after the commit that holds it (invariant 2). A kill at any point loses at most the
+ * uncommitted work; the next run with the same command finishes the job.
+ */
+#ifndef NS_JOBS_JOB_H
+#define NS_JOBS_JOB_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "engine/engine.h"
+#include "jobs/input.h"
+#include "jobs/plan.h"
+#include "jobs/progress.h"
+#include "jobs/store.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tok.h"
+
+struct job_config {
+    const char *backlog, *output, *errors, *store, *record; /* paths (record may be NULL: none) */
+    struct input_opts input;       /* format, line bound, generation defaults */
+    enum store_durability durability;
+    int retry_failed;              /* failed keys are computed again */
+    int force;                     /* reuse a store made with another model / other defaults */
+    int order_input;               /* write results in input order (default: as completed) */
+    enum plan_sort sort;
+    double commit_interval;        /* seconds between commits at most (0: after every engine step) */
+    enum progress_mode progress;
+    double progress_interval;      /* seconds between log lines when not on a terminal */
+    int parse_special;             /* special-token text in completion prompts becomes those tokens */
+    int ignore_eos;
+    int32_t queue_depth;           /* requests kept queued in the engine beyond max_seqs (0: max_seqs) */
+    volatile sig_atomic_t *stop;   /* optional: set (by a signal handler) to stop after the current step */
+    int argc;                      /* the command line, for the record */
+    char **argv;
+    const json_t *settings;        /* the effective flags (borrowed), copied into the record; may be NULL */
+    const char *version;           /* nightshift version, for the record and the store */
+    /* tests only (fault injection): called at "after_commit", "mid_write" (half of a batch written) and
+     * "after_write" of every flush; a crash test's hook kills the process at a chosen call. NULL normally. */
+    void (*test_hook)(const char *point);
+};
+
+/* Defaults: format auto, durability full, sort ascending, commit interval 1 s, progress auto / 10 s,
+ * parse_special 1. Paths are NULL. */
+struct job_config job_default_config(void);
+
+struct job_model {
+    const char *path;              /* model file */
+    const char *name;              /* recorded as "model" in results when a line names none */
+    uint64_t size;
+    uint8_t sha256[32];
+    const struct model_hparams *hp;
+    const tok_vocab *vocab;
+    enum chat_family chat;         /* CHAT_NONE: chat input is an error */
+    const char *chat_source;       /* "gguf", "flag" or "none" (for messages and the record) */
+    engine *eng;
+    struct engine_params ep;       /* what eng was made with */
+    const char *backend;
+    int threads;
+};
+
+struct job_summary {
+    int64_t lines;                 /* non-blank backlog lines */
+    int64_t lines_ok, lines_failed; /* in the result / error file now */
+    int64_t input_errors;          /* bad lines (input, template, prompt too long) */
+    int64_t engine_errors;         /* lines whose request failed in the engine */
+    int64_t work_total;            /* unique keys */
+    int64_t work_skipped_done;     /* already done in the store */
+    int64_t work_computed;         /* finished by this run */
+    int64_t work_failed;           /* of those, failed */
+    int64_t folded_duplicates;     /* completions served by another line's identical key */
+    int64_t prompt_tokens, prompt_tokens_cached, gen_tokens;
+    double wall_s, gen_tok_s, prompt_tok_s;
+    double t_parse, t_plan, t_store, t_output, t_engine; /* seconds by phase */
+    int interrupted;               /* stopped by config.stop before finishing */
+    struct output_repair_stats_pub {
+        int64_t lines_rewritten, bytes_cut;
+    } repaired;
+};
+
+/* Runs the job. Returns 0 when every line has ended in one of the files (or the run was interrupted
+ * through config.stop: summary.interrupted), -1 with an error otherwise (nothing committed is lost). */
+int job_run(const struct job_config *c, const struct job_model *m, struct job_summary *s, struct err *e);
+
+#endif

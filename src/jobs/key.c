@@ -1,0 +1,143 @@
+/* key — see key.h. The encoding is the contract: changing it changes every key, so old stores stop
+ * matching. Bump "nightshift-key-v1" when it changes.
+ *
+ * Invariant: key_encode is a pure function of its arguments, writes fields in the documented order, and
+ * its output length is determined by n_stop, stop lengths, n_logit_bias and n_prompt alone.
+ */
+#include "jobs/key.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/sha256.h"
+
+/* Writes into buf up to cap; with a sha256 ctx, a full buffer is flushed into it instead (streaming). */
+struct enc {
+    uint8_t *buf;
+    size_t cap, n, at;
+    sha256_ctx *sha;
+};
+
+static void put(struct enc *w, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    w->n += n;
+    while (n) {
+        if (w->at == w->cap) {
+            if (!w->sha) return;
+            sha256_update(w->sha, w->buf, w->at);
+            w->at = 0;
+        }
+        size_t room = w->cap - w->at, k = n < room ? n : room;
+        memcpy(w->buf + w->at, b, k);
+        w->at += k;
+        b += k;
+        n -= k;
+    }
+}
+
+static void put_u32(struct enc *w, uint32_t v)
+{
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    put(w, b, 4);
+}
+
+static void put_u64(struct enc *w, uint64_t v)
+{
+    put_u32(w, (uint32_t)v);
+    put_u32(w, (uint32_t)(v >> 32));
+}
+
+static void put_f32(struct enc *w, float f)
+{
+    if (f == 0.0f) f = 0.0f; /* -0 -> +0 */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_u32(w, u);
+}
+
+static void encode(struct enc *wp, const struct key_params *p)
+{
+    static const char tag[] = "nightshift-key-v1";
+    put(wp, tag, sizeof tag); /* with the NUL */
+    put(wp, p->model_sha256, 32);
+    put_u32(wp, p->kv_type);
+    const struct sampler_params *s = &p->sampling;
+    int greedy = !(s->temperature > 0);
+    put_u32(wp, (uint32_t)p->max_tokens);
+    put_u32(wp, (uint32_t)(greedy ? 0 : s->top_k));
+    put_u32(wp, (uint32_t)s->repeat_last_n);
+    put_f32(wp, greedy ? 0.0f : s->temperature);
+    put_f32(wp, greedy ? 1.0f : s->top_p);
+    put_f32(wp, greedy ? 0.0f : s->min_p);
+    put_f32(wp, s->repeat_penalty);
+    put_f32(wp, s->presence_penalty);
+    put_f32(wp, s->frequency_penalty);
+    put_u64(wp, greedy ? 0 : s->seed);
+    put_u32(wp, (uint32_t)p->n_stop);
+    for (int32_t i = 0; i < p->n_stop; i++) {
+        size_t len = strlen(p->stop[i]);
+        put_u32(wp, (uint32_t)len);
+        put(wp, p->stop[i], len);
+    }
+    put_u32(wp, (uint32_t)s->n_logit_bias);
+    for (int32_t i = 0; i < s->n_logit_bias; i++) {
+        put_u32(wp, (uint32_t)s->logit_bias[i].token);
+        put_f32(wp, s->logit_bias[i].bias);
+    }
+    put_u32(wp, (uint32_t)(p->ignore_eos != 0));
+    put_u32(wp, (uint32_t)p->n_prompt);
+    for (int32_t i = 0; i < p->n_prompt; i++) put_u32(wp, (uint32_t)p->prompt[i]);
+    put_u32(wp, p->index);
+}
+
+size_t key_encode(const struct key_params *p, uint8_t *buf, size_t cap)
+{
+    struct enc w = {buf, cap, 0, 0, NULL};
+    encode(&w, p);
+    return w.n;
+}
+
+int key_compute(const struct key_params *p, uint8_t out[KEY_BYTES], struct err *e)
+{
+    uint8_t buf[4096];
+    struct enc w = {buf, sizeof buf, 0, 0, sha256_init()};
+    if (!w.sha) return err_set(e, "key: out of memory");
+    encode(&w, p);
+    sha256_update(w.sha, buf, w.at);
+    sha256_final(w.sha, out);
+    return 0;
+}
+
+uint64_t key_id_seed(const char *custom_id)
+{
+    static const char tag[] = "nightshift-seed";
+    sha256_ctx *c = sha256_init();
+    uint8_t d[32];
+    if (!c) {
+        /* fall back to a plain FNV-1a; only reached when out of memory */
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = custom_id; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        return h;
+    }
+    sha256_update(c, tag, sizeof tag);
+    sha256_update(c, custom_id, strlen(custom_id));
+    sha256_final(c, d);
+    uint64_t s = 0;
+    for (int i = 7; i >= 0; i--) s = s << 8 | d[i];
+    return s;
+}
+
+uint64_t key_completion_seed(uint64_t s, uint32_t index)
+{
+    if (index == 0) return s;
+    uint64_t z = s + 0x9e3779b97f4a7c15ull * (uint64_t)(index + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void key_hex(const uint8_t k[KEY_BYTES], char out[2 * KEY_BYTES + 1])
+{
+    sha256_hex(k, out);
+}

@@ -1,0 +1,61 @@
+/* key — the identity of one unit of work: sha256 over a canonical encoding of everything its result
+ * depends on (DESIGN.md invariant 1):
+ *
+ *   "nightshift-key-v1\0"
+ *   model file sha256                                   32 bytes
+ *   kv element type                                     u32 (it changes the numerics)
+ *   max_tokens, top_k, repeat_last_n                    i32 each
+ *   temperature, top_p, min_p, repetition_penalty,
+ *   presence_penalty, frequency_penalty                 f32 bit patterns (-0 -> +0)
+ *   seed                                                u64 (the per-completion seed actually used)
+ *   n_stop, then each stop string as u32 length + bytes (in request order)
+ *   n_logit_bias, then (token i32, bias f32) sorted by token
+ *   ignore_eos                                          u32
+ *   n_prompt, then the prompt token ids                 i32 each
+ *   completion index                                    u32
+ *
+ * all integers little-endian. Greedy requests (temperature 0) ignore top_k, top_p, min_p and the seed, so
+ * those are encoded as their "off" values (0, 1, 0, 0): greedy duplicates fold whatever seed they carry.
+ *
+ * Seeds: a request without a seed that samples gets key_id_seed(custom_id), so a resumed run reproduces
+ * it; completion i of n uses key_completion_seed(seed, i) (i = 0 keeps the seed itself).
+ */
+#ifndef NS_JOBS_KEY_H
+#define NS_JOBS_KEY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/sampler.h"
+#include "util/err.h"
+
+#define KEY_BYTES 32
+
+struct key_params {
+    const uint8_t *model_sha256; /* (32) */
+    uint32_t kv_type;
+    int32_t max_tokens;
+    struct sampler_params sampling; /* seed = the completion's seed; logit_bias sorted by token */
+    const char *const *stop;        /* (n_stop) */
+    int32_t n_stop;
+    int ignore_eos;
+    const int32_t *prompt;          /* (n_prompt) rendered prompt ids */
+    int32_t n_prompt;
+    uint32_t index;                 /* completion index, 0 .. n-1 */
+};
+
+/* Writes the canonical encoding into buf (cap bytes) and returns its length; if that exceeds cap only cap
+ * bytes were written (call again with a bigger buffer). */
+size_t key_encode(const struct key_params *p, uint8_t *buf, size_t cap);
+/* sha256 of the canonical encoding. */
+int key_compute(const struct key_params *p, uint8_t out[KEY_BYTES], struct err *e);
+
+/* Deterministic seed for a request without one: the first 8 bytes (LE) of sha256("nightshift-seed\0" id). */
+uint64_t key_id_seed(const char *custom_id);
+/* Seed for completion index i of a request with seed s: s for i = 0, else a splitmix64 mix of (s, i). */
+uint64_t key_completion_seed(uint64_t s, uint32_t index);
+
+/* Lower-case hex (65 bytes with the NUL). */
+void key_hex(const uint8_t k[KEY_BYTES], char out[2 * KEY_BYTES + 1]);
+
+#endif

@@ -1,0 +1,381 @@
+/* output — see output.h.
+ *
+ * Invariant: every line produced here is one valid JSON object (valid UTF-8, control characters escaped)
+ * followed by exactly one '\n', and its bytes depend only on the arguments; after output_repair the file
+ * size equals the end of the last scheduled line and the write position is there.
+ */
+#include "jobs/output.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "util/sha256.h"
+
+/* --- buffer --- */
+
+void output_buf_free(struct output_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static int buf_reserve(struct output_buf *b, size_t extra)
+{
+    if (b->oom) return -1;
+    if (b->n + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + extra) cap *= 2;
+    char *np = realloc(b->p, cap);
+    if (!np) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+void output_buf_put(struct output_buf *b, const void *p, size_t n)
+{
+    if (buf_reserve(b, n) != 0) return;
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+
+static void put_str(struct output_buf *b, const char *s)
+{
+    output_buf_put(b, s, strlen(s));
+}
+
+static void put_i64(struct output_buf *b, int64_t v)
+{
+    char t[24];
+    int n = snprintf(t, sizeof t, "%" PRId64, v);
+    output_buf_put(b, t, (size_t)n);
+}
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned cp, min;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
+    else return 0;
+    if (len > n) return 0;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+void output_buf_put_json_string(struct output_buf *b, const char *str, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)str;
+    if (buf_reserve(b, n + 2) != 0) return;
+    b->p[b->n++] = '"';
+    size_t i = 0;
+    while (i < n) {
+        /* copy a run of plain ASCII at once */
+        size_t j = i;
+        while (j < n && s[j] >= 0x20 && s[j] < 0x80 && s[j] != '"' && s[j] != '\\') j++;
+        if (j > i) {
+            output_buf_put(b, s + i, j - i);
+            i = j;
+            if (i == n) break;
+        }
+        unsigned c = s[i];
+        if (c < 0x80) {
+            char esc[6] = {'\\', 0, 0, 0, 0, 0};
+            size_t len = 2;
+            switch (c) {
+            case '"': esc[1] = '"'; break;
+            case '\\': esc[1] = '\\'; break;
+            case '\n': esc[1] = 'n'; break;
+            case '\r': esc[1] = 'r'; break;
+            case '\t': esc[1] = 't'; break;
+            case '\b': esc[1] = 'b'; break;
+            case '\f': esc[1] = 'f'; break;
+            default:
+                esc[1] = 'u', esc[2] = '0', esc[3] = '0', esc[4] = hx[c >> 4], esc[5] = hx[c & 15];
+                len = 6;
+            }
+            output_buf_put(b, esc, len);
+            i++;
+            continue;
+        }
+        size_t len = utf8_seq(s + i, n - i);
+        if (len) {
+            output_buf_put(b, s + i, len);
+            i += len;
+        } else {
+            output_buf_put(b, "\xef\xbf\xbd", 3); /* U+FFFD for one bad byte */
+            i++;
+        }
+    }
+    output_buf_put(b, "\"", 1);
+}
+
+/* --- lines --- */
+
+/* 64 hex chars naming a line: from the custom_id, or from the line number when there is none. Not a
+ * security boundary, only a stable name: XXH3-128 with two seeds. */
+static void line_hash(const char *custom_id, int64_t line, char out[65])
+{
+    static const char hx[] = "0123456789abcdef";
+    char t[48];
+    const void *p = custom_id;
+    size_t n = custom_id ? strlen(custom_id) : 0;
+    if (!custom_id) {
+        n = (size_t)snprintf(t, sizeof t, "line:%" PRId64, line);
+        p = t;
+    }
+    XXH128_hash_t h[2] = {XXH3_128bits_withSeed(p, n, 0x6e73), XXH3_128bits_withSeed(p, n, 0x6e74)};
+    uint64_t w[4] = {h[0].high64, h[0].low64, h[1].high64, h[1].low64};
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 16; k++) out[16 * i + k] = hx[(w[i] >> (60 - 4 * k)) & 15];
+    out[64] = '\0';
+}
+
+void output_ok_line(struct output_buf *b, const struct output_ok *o)
+{
+    char h[65], k[65];
+    line_hash(o->custom_id, 0, h);
+    sha256_hex(o->key, k);
+    put_str(b, "{\"id\":\"batch_req_");
+    output_buf_put(b, h, 24);
+    put_str(b, "\",\"custom_id\":");
+    output_buf_put_json_string(b, o->custom_id, strlen(o->custom_id));
+    put_str(b, ",\"response\":{\"status_code\":200,\"request_id\":\"req_");
+    output_buf_put(b, h + 32, 24);
+    put_str(b, o->chat ? "\",\"body\":{\"id\":\"chatcmpl-" : "\",\"body\":{\"id\":\"cmpl-");
+    output_buf_put(b, k, 24);
+    put_str(b, o->chat ? "\",\"object\":\"chat.completion\",\"created\":" : "\",\"object\":\"text_completion\",\"created\":");
+    put_i64(b, o->created);
+    put_str(b, ",\"model\":");
+    output_buf_put_json_string(b, o->model, strlen(o->model));
+    put_str(b, ",\"choices\":[");
+    for (int i = 0; i < o->n_choices; i++) {
+        const struct output_choice *c = &o->choices[i];
+        if (i) put_str(b, ",");
+        put_str(b, "{\"index\":");
+        put_i64(b, i);
+        if (o->chat) {
+            put_str(b, ",\"message\":{\"role\":\"assistant\",\"content\":");
+            output_buf_put_json_string(b, c->text, c->len);
+            put_str(b, "}");
+        } else {
+            put_str(b, ",\"text\":");
+            output_buf_put_json_string(b, c->text, c->len);
+        }
+        put_str(b, ",\"logprobs\":null,\"finish_reason\":");
+        output_buf_put_json_string(b, c->finish_reason, strlen(c->finish_reason));
+        put_str(b, "}");
+    }
+    put_str(b, "],\"usage\":{\"prompt_tokens\":");
+    put_i64(b, o->prompt_tokens);
+    put_str(b, ",\"completion_tokens\":");
+    put_i64(b, o->completion_tokens);
+    put_str(b, ",\"total_tokens\":");
+    put_i64(b, o->prompt_tokens + o->completion_tokens);
+    put_str(b, "}}},\"error\":null}\n");
+}
+
+void output_error_line(struct output_buf *b, const char *custom_id, int64_t line, const char *code,
+                       const char *message)
+{
+    char h[65];
+    line_hash(custom_id, line, h);
+    put_str(b, "{\"id\":\"batch_req_");
+    output_buf_put(b, h, 24);
+    put_str(b, "\",\"custom_id\":");
+    if (custom_id) output_buf_put_json_string(b, custom_id, strlen(custom_id));
+    else put_str(b, "null");
+    put_str(b, ",\"response\":null,\"error\":{\"code\":");
+    output_buf_put_json_string(b, code, strlen(code));
+    put_str(b, ",\"message\":");
+    output_buf_put_json_string(b, message, strlen(message));
+    put_str(b, ",\"line\":");
+    put_i64(b, line);
+    put_str(b, "}}\n");
+}
+
+/* --- files --- */
+
+struct output_file {
+    int fd;
+    char *path;
+    int64_t size; /* = write position */
+};
+
+const char *output_path(const output_file *f) { return f->path; }
+int64_t output_size(const output_file *f) { return f->size; }
+
+int output_open(const char *path, output_file **out, struct err *e)
+{
+    *out = NULL;
+    output_file *f = calloc(1, sizeof *f);
+    if (!f) return err_set(e, "out of memory");
+    f->path = strdup(path);
+    f->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (!f->path || f->fd < 0) {
+        err_set(e, "%s: %s", path, f->path ? strerror(errno) : "out of memory");
+        output_close(f);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) != 0) {
+        err_set(e, "%s: %s", path, strerror(errno));
+        output_close(f);
+        return -1;
+    }
+    f->size = st.st_size;
+    *out = f;
+    return 0;
+}
+
+void output_close(output_file *f)
+{
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+    free(f);
+}
+
+static int write_all_at(output_file *f, int64_t off, const void *p, size_t n, struct err *e)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = pwrite(f->fd, c, n, off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return err_set(e, "%s: write at byte %lld: %s", f->path, (long long)off, strerror(errno));
+        }
+        c += w;
+        off += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int output_append(output_file *f, const void *p, size_t n, struct err *e)
+{
+    if (write_all_at(f, f->size, p, n, e) != 0) return -1;
+    f->size += (int64_t)n;
+    return 0;
+}
+
+int output_sync(output_file *f, struct err *e)
+{
+    if (fdatasync(f->fd) != 0) return err_set(e, "%s: fsync: %s", f->path, strerror(errno));
+    return 0;
+}
+
+struct repair {
+    output_file *f;
+    int64_t file_size; /* as found */
+    int64_t pos;       /* bytes verified or rewritten */
+    int diverged;
+    char *win;         /* read window over the file */
+    int64_t win_off;
+    size_t win_len;
+    struct output_repair_stats *st;
+    struct err *e;
+    int failed;
+};
+
+enum { WIN_BYTES = 1 << 20 };
+
+/* 1 if the file holds exactly text at off. */
+static int file_matches(struct repair *r, int64_t off, const char *text, size_t len)
+{
+    if (off + (int64_t)len > r->file_size) return 0;
+    while (len) {
+        if (!(off >= r->win_off && off < r->win_off + (int64_t)r->win_len)) {
+            ssize_t got = pread(r->f->fd, r->win, WIN_BYTES, off);
+            if (got <= 0) return 0;
+            r->win_off = off;
+            r->win_len = (size_t)got;
+        }
+        size_t at = (size_t)(off - r->win_off), k = r->win_len - at;
+        if (k > len) k = len;
+        if (memcmp(r->win + at, text, k)) return 0;
+        off += (int64_t)k;
+        text += k;
+        len -= k;
+    }
+    return 1;
+}
+
+static int repair_row(void *user, const struct store_line *l)
+{
+    struct repair *r = user;
+    if (l->off != r->pos) {
+        err_set(r->e, "%s: store offsets are not contiguous at backlog line %lld (run with --check-store)",
+                r->f->path, (long long)l->line);
+        r->failed = 1;
+        return 1;
+    }
+    if (!r->diverged && file_matches(r, l->off, l->text, l->len)) {
+        r->st->lines_kept++;
+        r->pos += (int64_t)l->len;
+        return 0;
+    }
+    if (!r->diverged) {
+        r->diverged = 1;
+        if (ftruncate(r->f->fd, r->pos) != 0) {
+            err_set(r->e, "%s: truncate: %s", r->f->path, strerror(errno));
+            r->failed = 1;
+            return 1;
+        }
+        if (r->file_size > r->pos) r->st->bytes_cut += r->file_size - r->pos;
+        r->file_size = r->pos;
+    }
+    if (write_all_at(r->f, r->pos, l->text, l->len, r->e) != 0) {
+        r->failed = 1;
+        return 1;
+    }
+    r->pos += (int64_t)l->len;
+    r->st->lines_rewritten++;
+    return 0;
+}
+
+int output_repair(output_file *f, store *s, int which, struct output_repair_stats *st, struct err *e)
+{
+    struct output_repair_stats dummy;
+    if (!st) st = &dummy;
+    memset(st, 0, sizeof *st);
+    struct repair r;
+    memset(&r, 0, sizeof r);
+    r.f = f;
+    r.file_size = f->size;
+    r.st = st;
+    r.e = e;
+    r.win = malloc(WIN_BYTES);
+    r.win_off = -1;
+    if (!r.win) return err_set(e, "out of memory");
+    int rc = store_foreach_emitted(s, which, repair_row, &r, e);
+    free(r.win);
+    if (rc != 0 || r.failed) return -1;
+    if (!r.diverged && r.file_size > r.pos) {
+        /* bytes past the last scheduled line: rows dropped from the store since, or writes from outside */
+        st->bytes_cut += r.file_size - r.pos;
+        if (ftruncate(f->fd, r.pos) != 0) return err_set(e, "%s: truncate: %s", f->path, strerror(errno));
+    }
+    f->size = r.pos;
+    if ((st->bytes_cut || st->lines_rewritten) && output_sync(f, e) != 0) return -1;
+    return 0;
+}

@@ -1,0 +1,82 @@
+/* output — the result and error files: the exact bytes of each line, and repair of a file against the
+ * store after a crash.
+ *
+ * Result line (OpenAI batch output shape; one line per backlog request):
+ *   {"id":"batch_req_<h>","custom_id":...,"response":{"status_code":200,"request_id":"req_<h>","body":
+ *    <chat.completion | text_completion object with choices, finish_reason and usage>},"error":null}
+ * Error line:
+ *   {"id":"batch_req_<h>","custom_id":... | null,"response":null,"error":{"code":...,"message":...,"line":N}}
+ * <h> is derived from the custom_id (or the line number when there is none), so a line rebuilt after a
+ * crash is byte-identical. Text that is not valid UTF-8 (a completion cut inside a character) is written
+ * with U+FFFD in place of each bad sequence, so every line is valid JSON.
+ *
+ * Files are written only by appending whole batches of lines after the store has committed them; on start
+ * output_repair makes the file equal to the store's scheduled lines (see store.h).
+ */
+#ifndef NS_JOBS_OUTPUT_H
+#define NS_JOBS_OUTPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jobs/store.h"
+#include "util/err.h"
+
+/* A growable byte buffer. */
+struct output_buf {
+    char *p;
+    size_t n, cap;
+    int oom; /* set when a growth failed; the content is then truncated */
+};
+
+void output_buf_free(struct output_buf *b);
+void output_buf_put(struct output_buf *b, const void *p, size_t n);
+/* Appends s as a JSON string literal (quotes included), escaping and repairing UTF-8. */
+void output_buf_put_json_string(struct output_buf *b, const char *s, size_t n);
+
+struct output_choice {
+    const char *text;
+    size_t len;
+    const char *finish_reason; /* "stop", "length" */
+};
+
+struct output_ok {
+    const char *custom_id;
+    int chat;                  /* 1: chat.completion, 0: text_completion */
+    const char *model;         /* as recorded for the request, or the model file's name */
+    int64_t created;           /* unix seconds, from the store */
+    const uint8_t *key;        /* (32) the first completion's key: names the completion object */
+    const struct output_choice *choices; /* (n_choices) */
+    int n_choices;
+    int64_t prompt_tokens, completion_tokens;
+};
+
+/* Appends one result line ('\n' included). */
+void output_ok_line(struct output_buf *b, const struct output_ok *o);
+/* Appends one error line ('\n' included). custom_id may be NULL. */
+void output_error_line(struct output_buf *b, const char *custom_id, int64_t line, const char *code,
+                       const char *message);
+
+typedef struct output_file output_file;
+
+/* Opens (creating) a file for repair and appending. */
+int output_open(const char *path, output_file **out, struct err *e);
+void output_close(output_file *f);
+const char *output_path(const output_file *f);
+
+struct output_repair_stats {
+    int64_t lines_kept;      /* already correct */
+    int64_t lines_rewritten; /* missing, torn or different, written again from the store */
+    int64_t bytes_cut;       /* bytes past the last scheduled line that were removed (torn tail) */
+};
+
+/* Makes the file exactly the concatenation of the store's scheduled lines of `which` in offset order:
+ * keeps the longest correct prefix, truncates there, writes the rest from the store, and cuts anything
+ * after. Reads the file once: O(file size). Leaves the write position at the end. */
+int output_repair(output_file *f, store *s, int which, struct output_repair_stats *st, struct err *e);
+/* Appends n bytes at the end (one write call per batch; retried on short writes). */
+int output_append(output_file *f, const void *p, size_t n, struct err *e);
+int64_t output_size(const output_file *f);
+int output_sync(output_file *f, struct err *e);
+
+#endif

@@ -1,0 +1,170 @@
+/* record — see record.h.
+ *
+ * Invariant: the record file on disk is always a complete JSON document (written via rename).
+ */
+#include "jobs/record.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int read_first_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char *ok = fgets(buf, (int)cap, f);
+    fclose(f);
+    if (!ok) return -1;
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return 0;
+}
+
+static int is_hex40(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!((s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'f'))) return 0;
+    return n == 40;
+}
+
+const char *record_git_commit(void)
+{
+#ifdef NS_GIT_COMMIT
+    return NS_GIT_COMMIT;
+#else
+    static char commit[64];
+    if (commit[0]) return commit;
+    snprintf(commit, sizeof commit, "unknown");
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return commit;
+    exe[n] = '\0';
+    for (int up = 0; up < 2; up++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash) return commit;
+        *slash = '\0';
+    }
+    char path[4400], head[256], ref[256];
+    snprintf(path, sizeof path, "%s/.git/HEAD", exe);
+    if (read_first_line(path, head, sizeof head) != 0) return commit;
+    if (is_hex40(head)) {
+        memcpy(commit, head, 41); /* 40 hex + NUL, checked */
+        return commit;
+    }
+    if (strncmp(head, "ref: ", 5)) return commit;
+    snprintf(ref, sizeof ref, "%s", head + 5);
+    snprintf(path, sizeof path, "%s/.git/%s", exe, ref);
+    char line[512];
+    if (read_first_line(path, line, sizeof line) == 0 && is_hex40(line)) {
+        memcpy(commit, line, 41);
+        return commit;
+    }
+    snprintf(path, sizeof path, "%s/.git/packed-refs", exe);
+    FILE *f = fopen(path, "r");
+    if (!f) return commit;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *sp = strchr(line, ' ');
+        if (!sp) continue;
+        *sp = '\0';
+        if (!strcmp(sp + 1, ref) && is_hex40(line)) {
+            memcpy(commit, line, 41);
+            break;
+        }
+    }
+    fclose(f);
+    return commit;
+#endif
+}
+
+static int read_u64_file(const char *path, uint64_t *out)
+{
+    char buf[64];
+    if (read_first_line(path, buf, sizeof buf) != 0) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    if (errno || end == buf) return -1;
+    *out = v;
+    return 0;
+}
+
+void record_energy_start(struct record_energy *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int z = 0; z < 8; z++) {
+        char path[128];
+        snprintf(path, sizeof path, "/sys/class/powercap/intel-rapl:%d/energy_uj", z);
+        uint64_t v, max = 0;
+        if (read_u64_file(path, &v) != 0) break;
+        snprintf(path, sizeof path, "/sys/class/powercap/intel-rapl:%d/max_energy_range_uj", z);
+        if (read_u64_file(path, &max) != 0) max = 0;
+        m->start_uj[m->n_zones] = v;
+        m->max_uj[m->n_zones] = max;
+        snprintf(m->zone[m->n_zones], sizeof m->zone[0], "intel-rapl:%d", z);
+        m->n_zones++;
+    }
+    m->available = m->n_zones > 0;
+}
+
+double record_energy_joules(const struct record_energy *m)
+{
+    if (!m->available) return -1;
+    double total = 0;
+    for (int z = 0; z < m->n_zones; z++) {
+        char path[128];
+        snprintf(path, sizeof path, "/sys/class/powercap/%s/energy_uj", m->zone[z]);
+        uint64_t v;
+        if (read_u64_file(path, &v) != 0) return -1;
+        uint64_t d = v >= m->start_uj[z] ? v - m->start_uj[z] : (m->max_uj[z] ? m->max_uj[z] - m->start_uj[z] + v : 0);
+        total += (double)d * 1e-6;
+    }
+    return total;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double record_percentile(double *v, size_t n, double p)
+{
+    if (n == 0) return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    if (p <= 0) return v[0];
+    if (p >= 100) return v[n - 1];
+    size_t rank = (size_t)((p / 100.0) * (double)n + 0.999999999); /* nearest rank, 1-based */
+    if (rank < 1) rank = 1;
+    if (rank > n) rank = n;
+    return v[rank - 1];
+}
+
+void record_iso_time(int64_t unix_seconds, char out[32])
+{
+    time_t t = (time_t)unix_seconds;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+int record_write(const char *path, const json_t *obj, struct err *e)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return err_set(e, "%s: %s", tmp, strerror(errno));
+    int rc = json_dumpf(obj, f, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    if (rc == 0) fputc('\n', f);
+    int ok = rc == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int saved = errno;
+        unlink(tmp);
+        return err_set(e, "%s: cannot write the run record: %s", path, strerror(saved));
+    }
+    return 0;
+}

@@ -1,0 +1,433 @@
+/* model — hyper-parameters and weight binding for Llama-family GGUF files.
+ *
+ * Invariant after model_load() succeeds: every hyper-parameter is positive and bounded (n_head divisible
+ * by n_head_kv, n_rot even and <= head_dim), and every bound weight is a 1-D or 2-D tensor of the exact
+ * shape the forward pass indexes, of a type the CPU backend computes (F32, F16, BF16, Q8_0, Q4_0, Q4_1 for
+ * matrices; F32 for norms, biases and rope_freqs), with data inside the file mapping. So the backend can
+ * index weights without further checks. model_check() re-verifies this (tests call it).
+ */
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/quant.h"
+
+#define MODEL_MAX_DIM (1 << 20)    /* embedding, ff, vocab sizes */
+#define MODEL_MAX_LAYERS 1024
+#define MODEL_MAX_HEADS 4096
+
+static const char *const model_arch_names[] = {"llama", "qwen2", "qwen3"};
+
+const char *model_arch_name(enum model_arch a)
+{
+    return (unsigned)a < sizeof model_arch_names / sizeof model_arch_names[0] ? model_arch_names[a] : "?";
+}
+
+int model_type_supported(enum gguf_dtype t)
+{
+    switch (t) {
+    case GGUF_DTYPE_F32:
+    case GGUF_DTYPE_F16:
+    case GGUF_DTYPE_BF16:
+    case GGUF_DTYPE_Q8_0:
+    case GGUF_DTYPE_Q4_0:
+    case GGUF_DTYPE_Q4_1:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static const char *model_type_name(enum gguf_dtype t)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
+    return ti ? ti->name : "unknown";
+}
+
+/* Optional integer key `<arch>.<suffix>`; *out keeps its default when absent. */
+static int model_get_int(const gguf_file *f, const char *arch, const char *suffix, int required, int64_t lo,
+                         int64_t hi, int32_t *out, struct err *e)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_find_kv(f, key) < 0) {
+        if (required) return err_set(e, "missing metadata key %s", key);
+        return 0;
+    }
+    int64_t v;
+    if (gguf_get_int(f, key, &v, e)) return -1;
+    if (v < lo || v > hi) return err_set(e, "metadata %s = %lld is out of range [%lld, %lld]", key, (long long)v,
+                                         (long long)lo, (long long)hi);
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int model_get_float(const gguf_file *f, const char *arch, const char *suffix, float *out, struct err *e)
+{
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (gguf_find_kv(f, key) < 0) return 0;
+    double v;
+    if (gguf_get_float(f, key, &v, e)) return -1;
+    if (!(v > 0 && v < 1e30)) return err_set(e, "metadata %s = %g is out of range", key, v);
+    *out = (float)v;
+    return 0;
+}
+
+/* Binds tensor `name` of shape (ne0) or (ne0, ne1) (ne1 = 0: 1-D). matrix: one of the matmul types;
+ * otherwise F32. optional: a missing tensor leaves w->data NULL. */
+static int model_bind(const gguf_file *f, struct model_weight *w, const char *name, int64_t ne0, int64_t ne1,
+                      int matrix, int optional, struct err *e)
+{
+    const struct gguf_tensor *t = gguf_find_tensor(f, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (optional) return 0;
+        return err_set(e, "missing tensor %s", name);
+    }
+    int64_t want1 = ne1 > 0 ? ne1 : 1;
+    if ((int64_t)t->ne[0] != ne0 || (int64_t)t->ne[1] != want1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        return err_set(e, "tensor %s has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]", name,
+                       (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                       (unsigned long long)t->ne[3], (long long)ne0, (long long)want1);
+    }
+    if (matrix) {
+        if (!model_type_supported(t->type))
+            return err_set(e, "tensor %s has unsupported type %s (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
+                           name, model_type_name(t->type));
+    } else if (t->type != GGUF_DTYPE_F32) {
+        return err_set(e, "tensor %s has unsupported type %s (norms, biases and rope factors must be F32)", name,
+                       model_type_name(t->type));
+    }
+    w->name = t->name;
+    w->type = t->type;
+    w->ne[0] = ne0;
+    w->ne[1] = want1;
+    w->data = t->data;
+    return 0;
+}
+
+static int model_read_hparams(const gguf_file *f, struct model_hparams *hp, struct err *e)
+{
+    char arch[64];
+    if (gguf_get_cstr(f, "general.architecture", arch, sizeof arch, e)) return -1;
+    if (!strcmp(arch, "llama"))
+        hp->arch = MODEL_ARCH_LLAMA;
+    else if (!strcmp(arch, "qwen2"))
+        hp->arch = MODEL_ARCH_QWEN2;
+    else if (!strcmp(arch, "qwen3"))
+        hp->arch = MODEL_ARCH_QWEN3;
+    else
+        return err_set(e, "unsupported architecture '%s' (supported: llama, qwen2, qwen3)", arch);
+
+    int32_t n_expert = 0;
+    if (model_get_int(f, arch, "expert_count", 0, 0, 1 << 20, &n_expert, e)) return -1;
+    if (n_expert > 0)
+        return err_set(e, "unsupported model: mixture of experts (%s.expert_count = %d)", arch, (int)n_expert);
+
+    if (model_get_int(f, arch, "context_length", 1, 1, 1 << 24, &hp->n_ctx_train, e)) return -1;
+    if (model_get_int(f, arch, "embedding_length", 1, 1, MODEL_MAX_DIM, &hp->n_embd, e)) return -1;
+    if (model_get_int(f, arch, "block_count", 1, 1, MODEL_MAX_LAYERS, &hp->n_layer, e)) return -1;
+    if (model_get_int(f, arch, "feed_forward_length", 1, 1, MODEL_MAX_DIM, &hp->n_ff, e)) return -1;
+    if (model_get_int(f, arch, "attention.head_count", 1, 1, MODEL_MAX_HEADS, &hp->n_head, e)) return -1;
+    hp->n_head_kv = hp->n_head;
+    if (model_get_int(f, arch, "attention.head_count_kv", 0, 1, MODEL_MAX_HEADS, &hp->n_head_kv, e)) return -1;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return err_set(e, "%s.attention.head_count (%d) is not a multiple of head_count_kv (%d)", arch,
+                       (int)hp->n_head, (int)hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if (model_get_int(f, arch, "attention.key_length", 0, 1, 65536, &hp->head_dim, e)) return -1;
+    int32_t v_len = hp->head_dim;
+    if (model_get_int(f, arch, "attention.value_length", 0, 1, 65536, &v_len, e)) return -1;
+    if (v_len != hp->head_dim)
+        return err_set(e, "unsupported model: %s.attention.value_length (%d) differs from key_length (%d)", arch,
+                       (int)v_len, (int)hp->head_dim);
+    if (hp->head_dim < 2 || hp->head_dim % 2 != 0)
+        return err_set(e, "head dimension %d must be even and >= 2", (int)hp->head_dim);
+    if ((int64_t)hp->head_dim * hp->n_head > MODEL_MAX_DIM)
+        return err_set(e, "head_count * key_length = %lld is too large", (long long)hp->head_dim * hp->n_head);
+    hp->n_rot = hp->head_dim;
+    if (model_get_int(f, arch, "rope.dimension_count", 0, 0, hp->head_dim, &hp->n_rot, e)) return -1;
+    if (hp->n_rot % 2 != 0) return err_set(e, "%s.rope.dimension_count = %d must be even", arch, (int)hp->n_rot);
+    hp->rope_base = 10000.0f;
+    if (model_get_float(f, arch, "rope.freq_base", &hp->rope_base, e)) return -1;
+    hp->rope_neox = hp->arch != MODEL_ARCH_LLAMA;
+    hp->norm_eps = 1e-5f;
+    if (model_get_float(f, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, e)) return -1;
+
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (gguf_find_kv(f, key) >= 0) {
+        char type[64];
+        if (gguf_get_cstr(f, key, type, sizeof type, e)) return -1;
+        if (strcmp(type, "none") != 0 && strcmp(type, "llama3") != 0)
+            return err_set(e, "unsupported rope scaling type '%s' (%s)", type, key);
+    }
+    return 0;
+}
+
+int model_load(const gguf_file *f, struct model **out, struct err *e)
+{
+    *out = NULL;
+    struct model *m = calloc(1, sizeof *m);
+    if (!m) return err_set(e, "model: out of memory");
+    m->file = f;
+    struct model_hparams *hp = &m->hp;
+    if (model_read_hparams(f, hp, e)) goto fail;
+
+    const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te) {
+        err_set(e, "missing tensor token_embd.weight");
+        goto fail;
+    }
+    if (te->ne[1] < 1 || te->ne[1] > MODEL_MAX_DIM) {
+        err_set(e, "tensor token_embd.weight has %llu rows (vocabulary size out of range)",
+                (unsigned long long)te->ne[1]);
+        goto fail;
+    }
+    hp->n_vocab = (int32_t)te->ne[1];
+
+    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim,
+                  n_kv = (int64_t)hp->n_head_kv * hp->head_dim, n_ff = hp->n_ff, n_vocab = hp->n_vocab;
+    if (model_bind(f, &m->tok_embd, "token_embd.weight", n_embd, n_vocab, 1, 0, e)) goto fail;
+    if (model_bind(f, &m->output_norm, "output_norm.weight", n_embd, 0, 0, 0, e)) goto fail;
+    if (model_bind(f, &m->output, "output.weight", n_embd, n_vocab, 1, 1, e)) goto fail;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (model_bind(f, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, 0, 1, e)) goto fail;
+
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        err_set(e, "model: out of memory");
+        goto fail;
+    }
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        char name[96];
+#define BIND(field, suffix, ne0, ne1, matrix, optional)                                                   \
+    do {                                                                                                  \
+        snprintf(name, sizeof name, "blk.%d.%s", (int)il, suffix);                                        \
+        if (model_bind(f, &L->field, name, ne0, ne1, matrix, optional, e)) goto fail;                     \
+    } while (0)
+        BIND(attn_norm, "attn_norm.weight", n_embd, 0, 0, 0);
+        BIND(wq, "attn_q.weight", n_embd, n_q, 1, 0);
+        BIND(wk, "attn_k.weight", n_embd, n_kv, 1, 0);
+        BIND(wv, "attn_v.weight", n_embd, n_kv, 1, 0);
+        BIND(wo, "attn_output.weight", n_q, n_embd, 1, 0);
+        BIND(ffn_norm, "ffn_norm.weight", n_embd, 0, 0, 0);
+        BIND(w_gate, "ffn_gate.weight", n_embd, n_ff, 1, 0);
+        BIND(w_up, "ffn_up.weight", n_embd, n_ff, 1, 0);
+        BIND(w_down, "ffn_down.weight", n_ff, n_embd, 1, 0);
+        if (hp->arch == MODEL_ARCH_QWEN2) {
+            BIND(bq, "attn_q.bias", n_q, 0, 0, 0);
+            BIND(bk, "attn_k.bias", n_kv, 0, 0, 0);
+            BIND(bv, "attn_v.bias", n_kv, 0, 0, 0);
+        } else if (hp->arch == MODEL_ARCH_QWEN3) {
+            BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, 0, 0);
+            BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, 0, 0);
+        }
+#undef BIND
+    }
+    if (model_check(m, e)) goto fail;
+    *out = m;
+    return 0;
+fail:
+    model_free(m);
+    return -1;
+}
+
+void model_free(struct model *m)
+{
+    if (!m) return;
+    free(m->owned_data);
+    free(m->layers);
+    free(m);
+}
+
+static uint64_t model_weight_nbytes(const struct model_weight *w)
+{
+    if (!w->data) return 0;
+    return gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)w->ne[1];
+}
+
+uint64_t model_weight_bytes(const struct model *m)
+{
+    /* token_embd is only gathered (one row per token) unless it doubles as the output head. */
+    uint64_t n = model_weight_nbytes(&m->output_norm) + model_weight_nbytes(&m->output);
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct model_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
+                                           &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate,
+                                           &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) n += model_weight_nbytes(ws[i]);
+    }
+    return n;
+}
+
+uint64_t model_kv_vec_bytes(const struct model_hparams *hp, enum kv_type t)
+{
+    switch (t) {
+    case KV_TYPE_F32: return (uint64_t)hp->head_dim * 4;
+    case KV_TYPE_F16: return (uint64_t)hp->head_dim * 2;
+    case KV_TYPE_Q8_0: return (uint64_t)(hp->head_dim + 31) / 32 * 34;
+    }
+    return 0;
+}
+
+uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t)
+{
+    return 2ull * (uint64_t)hp->n_layer * (uint64_t)hp->n_head_kv * model_kv_vec_bytes(hp, t);
+}
+
+const char *model_kv_type_name(enum kv_type t)
+{
+    switch (t) {
+    case KV_TYPE_F32: return "f32";
+    case KV_TYPE_F16: return "f16";
+    case KV_TYPE_Q8_0: return "q8_0";
+    }
+    return "?";
+}
+
+int model_kv_type_parse(const char *s, enum kv_type *out)
+{
+    if (!strcmp(s, "f32") || !strcmp(s, "F32")) *out = KV_TYPE_F32;
+    else if (!strcmp(s, "f16") || !strcmp(s, "F16")) *out = KV_TYPE_F16;
+    else if (!strcmp(s, "q8_0") || !strcmp(s, "Q8_0")) *out = KV_TYPE_Q8_0;
+    else return -1;
+    return 0;
+}
+
+static int model_check_weight(const struct model *m, const struct model_weight *w, int64_t ne0, int64_t ne1,
+                              int matrix, int optional, struct err *e)
+{
+    if (!w->data) return optional ? 0 : err_set(e, "model_check: weight missing");
+    if (w->ne[0] != ne0 || w->ne[1] != (ne1 > 0 ? ne1 : 1))
+        return err_set(e, "model_check: %s has shape [%lld, %lld]", w->name, (long long)w->ne[0],
+                       (long long)w->ne[1]);
+    if (matrix ? !model_type_supported(w->type) : w->type != GGUF_DTYPE_F32)
+        return err_set(e, "model_check: %s has type %s", w->name, model_type_name(w->type));
+    uint64_t rb = gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]);
+    if (rb == 0) return err_set(e, "model_check: %s row length %lld", w->name, (long long)w->ne[0]);
+    if (m->file) {
+        const struct gguf_tensor *t = gguf_find_tensor(m->file, w->name);
+        if (!t || t->data != w->data || t->n_bytes < rb * (uint64_t)w->ne[1])
+            return err_set(e, "model_check: %s does not match the file's tensor table", w->name);
+    }
+    return 0;
+}
+
+int model_check(const struct model *m, struct err *e)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (hp->n_vocab < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 ||
+        hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
+        hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_ctx_train < 1 || !(hp->norm_eps > 0))
+        return err_set(e, "model_check: hyper-parameters out of range");
+    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim,
+                  n_kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    if (model_check_weight(m, &m->tok_embd, n_embd, hp->n_vocab, 1, 0, e) ||
+        model_check_weight(m, &m->output_norm, n_embd, 0, 0, 0, e) ||
+        model_check_weight(m, &m->output, n_embd, hp->n_vocab, 1, 0, e) ||
+        model_check_weight(m, &m->rope_freqs, hp->n_rot / 2, 0, 0, 1, e))
+        return -1;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        int qwen2 = hp->arch == MODEL_ARCH_QWEN2, qwen3 = hp->arch == MODEL_ARCH_QWEN3;
+        if (model_check_weight(m, &L->attn_norm, n_embd, 0, 0, 0, e) ||
+            model_check_weight(m, &L->wq, n_embd, n_q, 1, 0, e) ||
+            model_check_weight(m, &L->wk, n_embd, n_kv, 1, 0, e) ||
+            model_check_weight(m, &L->wv, n_embd, n_kv, 1, 0, e) ||
+            model_check_weight(m, &L->wo, n_q, n_embd, 1, 0, e) ||
+            model_check_weight(m, &L->ffn_norm, n_embd, 0, 0, 0, e) ||
+            model_check_weight(m, &L->w_gate, n_embd, hp->n_ff, 1, 0, e) ||
+            model_check_weight(m, &L->w_up, n_embd, hp->n_ff, 1, 0, e) ||
+            model_check_weight(m, &L->w_down, hp->n_ff, n_embd, 1, 0, e) ||
+            model_check_weight(m, &L->bq, n_q, 0, 0, !qwen2, e) ||
+            model_check_weight(m, &L->bk, n_kv, 0, 0, !qwen2, e) ||
+            model_check_weight(m, &L->bv, n_kv, 0, 0, !qwen2, e) ||
+            model_check_weight(m, &L->q_norm, hp->head_dim, 0, 0, !qwen3, e) ||
+            model_check_weight(m, &L->k_norm, hp->head_dim, 0, 0, !qwen3, e))
+            return err_prefix(e, "layer %d", (int)il);
+    }
+    return 0;
+}
+
+/* Every weight of a model, for walking them uniformly. Returns the count written (<= cap). */
+static size_t model_all_weights(struct model *m, struct model_weight **ws, size_t cap)
+{
+    size_t n = 0;
+#define ADD(w) do { if (n < cap) ws[n] = (w); n++; } while (0)
+    ADD(&m->tok_embd);
+    ADD(&m->output_norm);
+    ADD(&m->output);
+    ADD(&m->rope_freqs);
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        struct model_layer *L = &m->layers[il];
+        ADD(&L->attn_norm); ADD(&L->wq); ADD(&L->wk); ADD(&L->wv); ADD(&L->wo); ADD(&L->bq); ADD(&L->bk);
+        ADD(&L->bv); ADD(&L->q_norm); ADD(&L->k_norm); ADD(&L->ffn_norm); ADD(&L->w_gate); ADD(&L->w_up);
+        ADD(&L->w_down);
+    }
+#undef ADD
+    return n;
+}
+
+int model_clone_f32(const struct model *src, struct model **out, struct err *e)
+{
+    *out = NULL;
+    struct model *m = calloc(1, sizeof *m);
+    struct model_weight **ws = NULL;
+    if (!m) return err_set(e, "model: out of memory");
+    m->hp = src->hp;
+    m->tok_embd = src->tok_embd;
+    m->output_norm = src->output_norm;
+    m->output = src->output;
+    m->rope_freqs = src->rope_freqs;
+    m->layers = malloc((size_t)src->hp.n_layer * sizeof *m->layers);
+    size_t cap = 4 + 14 * (size_t)src->hp.n_layer;
+    ws = malloc(cap * sizeof *ws);
+    if (!m->layers || !ws) {
+        err_set(e, "model: out of memory");
+        goto fail;
+    }
+    memcpy(m->layers, src->layers, (size_t)src->hp.n_layer * sizeof *m->layers);
+    size_t n = model_all_weights(m, ws, cap);
+    int tied = src->output.data == src->tok_embd.data;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!ws[i]->data || (tied && ws[i] == &m->output)) continue;
+        total += (uint64_t)ws[i]->ne[0] * (uint64_t)ws[i]->ne[1] * 4;
+    }
+    m->owned_data = malloc(total ? total : 1);
+    if (!m->owned_data) {
+        err_set(e, "model: out of memory for an F32 copy of %llu bytes", (unsigned long long)total);
+        goto fail;
+    }
+    float *dst = m->owned_data;
+    for (size_t i = 0; i < n; i++) {
+        struct model_weight *w = ws[i];
+        if (!w->data || (tied && w == &m->output)) continue;
+        uint64_t rb = gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]);
+        for (int64_t r = 0; r < w->ne[1]; r++) {
+            if (quant_dequantize_row(w->type, (const char *)w->data + rb * (uint64_t)r, dst + r * w->ne[0],
+                                     w->ne[0])) {
+                err_set(e, "model: cannot dequantize %s (type %s)", w->name, model_type_name(w->type));
+                goto fail;
+            }
+        }
+        w->data = dst;
+        w->type = GGUF_DTYPE_F32;
+        dst += w->ne[0] * w->ne[1];
+    }
+    if (tied) m->output = m->tok_embd;
+    free(ws);
+    ws = NULL;
+    if (model_check(m, e)) goto fail;
+    *out = m;
+    return 0;
+fail:
+    free(ws);
+    model_free(m);
+    return -1;
+}

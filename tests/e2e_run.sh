@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# End-to-end tests of `nightshift run` on stories260K: formats, resume, folding, input order, greedy results
+# equal to `nightshift generate`, the settings guard and --force, --retry-failed, chat via --chat-template,
+# the run record.
+. tests/lib.sh
+model=$SHARED/models/stories260K.gguf
+if [ ! -f "$model" ]; then skip run "no $model"; exit 0; fi
+export NIGHTSHIFT_CACHE_DIR=$e2e_tmp/cache
+T=$e2e_tmp
+base=(-m "$model" --threads 1 --kv-memory 16M -q)
+jq_py() { python3 -c "import json,sys; $1" "${@:2}"; }
+
+# --- plain text: one prompt per line, id = line number; resume computes nothing ---
+printf 'Once upon a time\nThe little dog\n\nLily and Tom\nOnce upon a time\n' >"$T/s.txt"
+$NS run "$T/s.txt" -o "$T/s.out" "${base[@]}" --max-tokens 12 --temperature 0 2>"$T/log" ||
+    fail run_text "$(tail -2 "$T/log")"
+n=$(wc -l <"$T/s.out")
+ids=$(jq_py 'print(" ".join(sorted(json.loads(l)["custom_id"] for l in open(sys.argv[1]))))' "$T/s.out")
+[ "$n" = 4 ] && [ "$ids" = "1 2 4 5" ] && ok run_text_ids_are_line_numbers || fail run_text_ids_are_line_numbers "$n lines, ids $ids"
+folded=$(jq_py 'r=json.load(open(sys.argv[1])); print(r["counts"]["folded_duplicates"], r["counts"]["unique_requests"])' "$T/s.out.record.json")
+[ "$folded" = "1 3" ] && ok run_folds_duplicates || fail run_folds_duplicates "folded/unique: $folded"
+cp "$T/s.out" "$T/s.before"
+$NS run "$T/s.txt" -o "$T/s.out" -m "$model" --threads 1 --kv-memory 16M --max-tokens 12 --temperature 0 >"$T/sum" 2>&1
+grep -q "0 computed now, 3 already done" "$T/sum" && cmp -s "$T/s.out" "$T/s.before" && ok run_resume_skips_done ||
+    fail run_resume_skips_done "$(cat "$T/sum")"
+
+# --- greedy results equal nightshift generate (same KV type) ---
+same=1
+for p in "Once upon a time" "The little dog" "Lily and Tom"; do
+    want=$($NS generate -m "$model" -p "$p" -n 12 --kv-type f32 --threads 1 2>/dev/null)
+    printf '%s\n' "$p" >"$T/one.txt"
+    rm -f "$T/one.out"*
+    $NS run "$T/one.txt" -o "$T/one.out" "${base[@]}" --max-tokens 12 --temperature 0 --kv-type f32 2>/dev/null
+    got=$(jq_py 'print(json.loads(open(sys.argv[1]).readline())["response"]["body"]["choices"][0]["text"], end="")' "$T/one.out")
+    [ "$got" = "$want" ] || { same=0; echo "# '$p': run '$got' vs generate '$want'"; }
+done
+[ $same = 1 ] && ok run_greedy_equals_generate || fail run_greedy_equals_generate "see above"
+
+# --- OpenAI batch format, chat via --chat-template, n > 1, input order ---
+python3 - "$T/oa.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(30):
+        if i % 3 == 0:
+            body = {"model": "tiny", "messages": [{"role": "system", "content": "Tell a story."},
+                                                   {"role": "user", "content": "A story about a cat %d" % i}]}
+            url = "/v1/chat/completions"
+        else:
+            body = {"prompt": "Once upon a time, " * (1 + i % 4) + "there was", "n": 1 + (i % 5 == 1)}
+            url = "/v1/completions"
+        body["max_tokens"] = 4 + i % 7
+        body["temperature"] = 0.7
+        f.write(json.dumps({"custom_id": "req-%02d" % i, "method": "POST", "url": url, "body": body}) + "\n")
+PY
+$NS run "$T/oa.jsonl" -o "$T/oa.out" "${base[@]}" --chat-template chatml --order input 2>"$T/log" ||
+    fail run_openai "$(tail -2 "$T/log")"
+jq_py '
+import json
+rows = [json.loads(l) for l in open(sys.argv[1])]
+ids = [r["custom_id"] for r in rows]
+assert ids == ["req-%02d" % i for i in range(30)], ids
+for i, r in enumerate(rows):
+    b = r["response"]["body"]
+    assert r["error"] is None and r["response"]["status_code"] == 200
+    if i % 3 == 0:
+        assert b["object"] == "chat.completion" and b["model"] == "tiny", b
+        assert b["choices"][0]["message"]["role"] == "assistant"
+    else:
+        assert b["object"] == "text_completion", b
+        assert len(b["choices"]) == 1 + (i % 5 == 1), b
+    assert b["usage"]["completion_tokens"] <= (4 + i % 7) * len(b["choices"])
+    assert b["usage"]["total_tokens"] == b["usage"]["prompt_tokens"] + b["usage"]["completion_tokens"]
+' "$T/oa.out" && ok run_openai_chat_n_input_order || fail run_openai_chat_n_input_order "bad output"
+# sampled requests without a seed are reproducible: same results from a fresh store
+$NS run "$T/oa.jsonl" -o "$T/oa2.out" "${base[@]}" --chat-template chatml --order input --sort descending 2>/dev/null
+expect run_sampled_reproducible python3 tests/run_check.py same "$T/oa.out" "$T/oa.out.errors.jsonl" "$T/oa2.out" "$T/oa2.out.errors.jsonl"
+
+# --- the settings guard: other defaults are refused, --force reuses the store ---
+if $NS run "$T/s.txt" -o "$T/s.out" "${base[@]}" --max-tokens 5 --temperature 0 2>"$T/log"; then
+    fail run_settings_guard "accepted other defaults"
+elif grep -q "default.max_tokens 12 (now 5)" "$T/log"; then ok run_settings_guard; else
+    fail run_settings_guard "message: $(cat "$T/log")"; fi
+$NS run "$T/s.txt" -o "$T/s.out" "${base[@]}" --max-tokens 5 --temperature 0 --force 2>"$T/log" ||
+    fail run_force "$(tail -2 "$T/log")"
+jq_py '
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 4, len(rows)
+assert all(r["response"]["body"]["usage"]["completion_tokens"] <= 5 for r in rows)
+' "$T/s.out" && ok run_force_rewrites_outputs || fail run_force_rewrites_outputs "$(head -c 300 "$T/s.out")"
+
+# --- a request that can never fit fails alone; --retry-failed with a bigger pool computes it ---
+python3 -c 'print("{\"id\":\"big\",\"prompt\":\"%s\",\"max_tokens\":8}" % ("the dog ran " * 60)); print("{\"id\":\"small\",\"prompt\":\"Hi\",\"max_tokens\":4}")' >"$T/f.jsonl"
+$NS run "$T/f.jsonl" -o "$T/f.out" -m "$model" --threads 1 --kv-memory 40K --kv-block 16 -q --temperature 0 2>"$T/log" ||
+    fail run_engine_error "$(tail -2 "$T/log")"
+grep -q '"engine_error"' "$T/f.out.errors.jsonl" && [ "$(wc -l <"$T/f.out")" = 1 ] && ok run_engine_error_alone ||
+    fail run_engine_error_alone "$(cat "$T/f.out.errors.jsonl")"
+$NS run "$T/f.jsonl" -o "$T/f.out" -m "$model" --threads 1 --kv-memory 16M -q --temperature 0 --retry-failed 2>"$T/log" ||
+    fail run_retry_failed "$(tail -2 "$T/log")"
+[ "$(wc -l <"$T/f.out")" = 2 ] && [ ! -s "$T/f.out.errors.jsonl" ] && ok run_retry_failed ||
+    fail run_retry_failed "results $(wc -l <"$T/f.out"), errors: $(cat "$T/f.out.errors.jsonl")"
+
+# --- the record ---
+jq_py '
+r = json.load(open(sys.argv[1]))
+need = ["nightshift", "command", "flags", "model", "backend", "backlog", "counts", "tokens", "time", "throughput",
+        "latency_s", "memory", "kv", "prefix_cache", "energy"]
+missing = [k for k in need if k not in r]
+assert not missing, missing
+assert len(r["model"]["sha256"]) == 64 and r["model"]["size"] > 0
+assert r["backlog"]["lines"] == 30 and len(r["backlog"]["sha256"]) == 64
+assert r["counts"]["results"] == 30
+assert r["latency_s"]["p50"] <= r["latency_s"]["p95"] <= r["latency_s"]["max"]
+assert r["memory"]["peak_rss_bytes"] > 0 and r["kv"]["capacity_tokens"] > 0
+assert r["energy"] == "unavailable" or r["energy"]["joules"] >= 0
+assert r["time"]["start"].endswith("Z") and r["time"]["wall_s"] > 0
+' "$T/oa.out.record.json" && ok run_record_fields || fail run_record_fields "$(head -c 400 "$T/oa.out.record.json")"
+
+# --- refuses to write over the backlog ---
+if $NS run "$T/s.txt" -o "$T/s.txt" "${base[@]}" 2>/dev/null; then fail run_protects_backlog "overwrote"; else
+    ok run_protects_backlog; fi
+exit $E2E_FAILED

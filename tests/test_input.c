@@ -1,0 +1,324 @@
+/* Tests for jobs/input: format detection, every class of bad line, defaults and overrides, bounded lines. */
+#include <math.h>
+
+#include "jobs/input.h"
+#include "test.h"
+#include "util/log.h"
+
+static char tmp_dir[] = "/tmp/ns_test_input_XXXXXX";
+
+static const char *write_tmp(const char *name, const char *content, size_t len)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return NULL;
+    fwrite(content, 1, len, f);
+    fclose(f);
+    return path;
+}
+
+/* Reads every item of a file; returns the count (items stored in out, caller frees). */
+static int read_all(const char *path, struct input_opts *o, struct input_item *out, int cap, enum input_format *fmt)
+{
+    input_reader *r;
+    struct err e;
+    if (input_open(path, o, &r, &e) != 0) {
+        fprintf(stderr, "open: %s\n", e.msg);
+        return -1;
+    }
+    if (fmt) *fmt = input_get_format(r);
+    int n = 0;
+    struct input_item it;
+    while (input_next(r, &it, &e) == 1) {
+        if (n < cap) out[n++] = it;
+        else input_item_free(&it);
+    }
+    input_close(r);
+    return n;
+}
+
+static void free_all(struct input_item *it, int n)
+{
+    for (int i = 0; i < n; i++) input_item_free(&it[i]);
+}
+
+TEST(detect_openai)
+{
+    const char *s = "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\","
+                    "\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}],"
+                    "\"max_tokens\":7,\"temperature\":0.5,\"seed\":42,\"stop\":[\"x\",\"yy\"]}}\n"
+                    "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"Once\","
+                    "\"max_completion_tokens\":3,\"logit_bias\":{\"7\":-100,\"3\":5}}}\n";
+    const char *p = write_tmp("a.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    struct input_item it[4];
+    enum input_format fmt;
+    int n = read_all(p, &o, it, 4, &fmt);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_OPENAI);
+    CHECK(it[0].code == NULL);
+    CHECK_STR(it[0].custom_id, "a");
+    CHECK_EQ_INT(it[0].kind, INPUT_KIND_CHAT);
+    CHECK_EQ_INT(it[0].n_msgs, 2);
+    CHECK_STR(it[0].msgs[0].role, "system");
+    CHECK_STR(it[0].msgs[1].content, "hi");
+    CHECK_STR(it[0].model, "m");
+    CHECK_EQ_INT(it[0].gen.max_tokens, 7);
+    CHECK(it[0].gen.temperature == 0.5f);
+    CHECK(it[0].gen.has_seed && it[0].gen.seed == 42);
+    CHECK_EQ_INT(it[0].gen.n_stop, 2);
+    CHECK_STR(it[0].gen.stop[1], "yy");
+    CHECK(it[1].code == NULL);
+    CHECK_EQ_INT(it[1].kind, INPUT_KIND_COMPLETION);
+    CHECK_STR(it[1].prompt, "Once");
+    CHECK_EQ_INT(it[1].gen.max_tokens, 3);
+    CHECK_EQ_INT(it[1].gen.n_logit_bias, 2);
+    CHECK_EQ_INT(it[1].gen.logit_bias[0].token, 3); /* sorted */
+    CHECK(it[1].gen.logit_bias[1].bias == -100.0f);
+    CHECK(it[1].gen.temperature == 1.0f); /* default */
+    free_all(it, n);
+}
+
+TEST(detect_jsonl_and_text)
+{
+    const char *s = "{\"id\": 5, \"prompt\": \"x\"}\n\n{\"id\": \"q\", \"messages\": [{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}]}\n";
+    const char *p = write_tmp("b.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    struct input_item it[4];
+    enum input_format fmt;
+    int n = read_all(p, &o, it, 4, &fmt);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_JSONL);
+    CHECK_EQ_INT(n, 2);
+    CHECK_STR(it[0].custom_id, "5");
+    CHECK_EQ_INT(it[1].line, 3); /* the blank line counts as a line but is no request */
+    CHECK_STR(it[1].msgs[0].content, "a\nb");
+    free_all(it, n);
+
+    const char *t = "Once upon a time\n\n  \nThe dog\r\nlast line without newline";
+    p = write_tmp("c.txt", t, strlen(t));
+    n = read_all(p, &o, it, 4, &fmt);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_TEXT);
+    CHECK_EQ_INT(n, 3);
+    CHECK_STR(it[0].custom_id, "1");
+    CHECK_STR(it[1].prompt, "The dog"); /* \r stripped */
+    CHECK_STR(it[1].custom_id, "4");
+    CHECK_STR(it[2].prompt, "last line without newline");
+    free_all(it, n);
+}
+
+/* One line per class of bad line; checks code and that the line number is right. */
+TEST(bad_lines)
+{
+    const char *s =
+        "{\"id\":\"ok1\",\"prompt\":\"fine\"}\n"                        /* 1 ok */
+        "this is not json\n"                                           /* 2 invalid_json */
+        "{\"id\":\"u\",\"prompt\":\"\xff\xfe\"}\n"                     /* 3 invalid_utf8 */
+        "{\"prompt\":\"no id\"}\n"                                     /* 4 missing_id */
+        "{\"id\":\"ok1\",\"prompt\":\"dup\"}\n"                        /* 5 duplicate_id */
+        "{\"id\":\"t\",\"prompt\":\"x\",\"max_tokens\":\"ten\"}\n"     /* 6 invalid_type */
+        "{\"id\":\"r\",\"prompt\":\"x\",\"temperature\":5}\n"          /* 7 invalid_value */
+        "{\"id\":\"nan\",\"prompt\":\"x\",\"top_p\":NaN}\n"            /* 8 NaN */
+        "{\"id\":\"inf\",\"prompt\":\"x\",\"top_p\":1e999}\n"          /* 9 inf */
+        "{\"id\":\"np\"}\n"                                            /* 10 missing_prompt */
+        "{\"id\":\"both\",\"prompt\":\"x\",\"messages\":[]}\n"         /* 11 invalid_value */
+        "[1,2]\n"                                                      /* 12 not an object */
+        "{\"id\":\"dk\",\"prompt\":\"x\",\"prompt\":\"y\"}\n"          /* 13 duplicate key: invalid_json */
+        "{\"id\":\"role\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}\n" /* 14 unsupported */
+        "{\"id\":\"n0\",\"prompt\":\"x\",\"n\":0}\n"                   /* 15 invalid_value */
+        "{\"id\":\"mt\",\"prompt\":\"x\",\"max_tokens\":2.5}\n"        /* 16 invalid_type */
+        "{\"id\":\"lb\",\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}\n"  /* 17 invalid_value */
+        "{\"id\":\"st\",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}\n" /* 18 invalid_value */
+        "{\"id\":\"ok2\",\"prompt\":\"fine\",\"mystery\":1,\"mystery\":2}\n" /* 19 duplicate key again */
+        "{\"id\":\"ok3\",\"prompt\":\"fine\",\"mystery\":1,\"other\":true}\n"  /* 20 ok, unknown fields */
+        "{\"id\":\"ok4\",\"prompt\":\"fine\",\"mystery\":3}\n";                /* 21 ok, warned once */
+    const char *p = write_tmp("bad.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    o.format = INPUT_FORMAT_JSONL;
+    struct input_item it[32];
+    input_reader *r;
+    struct err e;
+    CHECK(input_open(p, &o, &r, &e) == 0);
+    int n = 0;
+    while (n < 32 && input_next(r, &it[n], &e) == 1) n++;
+    CHECK_EQ_INT(input_n_unknown_fields(r), 2);
+    input_close(r);
+    CHECK_EQ_INT(n, 21);
+    static const char *want[] = {NULL,            "invalid_json",  "invalid_utf8",  "missing_id",    "duplicate_id",
+                                 "invalid_type",  "invalid_value", "invalid_value", "invalid_value", "missing_prompt",
+                                 "invalid_value", "invalid_type",  "invalid_json",  "unsupported_request",
+                                 "invalid_value", "invalid_type",  "invalid_value", "invalid_value", "invalid_json",
+                                 NULL,            NULL};
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ_INT(it[i].line, i + 1);
+        if (want[i]) CHECK_MSG(it[i].code && !strcmp(it[i].code, want[i]), "line %d: code %s, want %s (%s)", i + 1,
+                               it[i].code ? it[i].code : "(none)", want[i], it[i].message ? it[i].message : "");
+        else CHECK_MSG(!it[i].code, "line %d: unexpected %s: %s", i + 1, it[i].code, it[i].message);
+        if (it[i].code) CHECK(it[i].message && *it[i].message);
+    }
+    CHECK(strstr(it[4].message, "first on line 1") != NULL);
+    CHECK(strstr(it[6].message, "temperature") != NULL);
+    CHECK(strstr(it[7].message, "NaN") != NULL);
+    CHECK_STR(it[5].custom_id, "t"); /* bad lines keep their id */
+    free_all(it, n);
+}
+
+TEST(openai_mismatches)
+{
+    const char *s =
+        "{\"custom_id\":\"a\",\"method\":\"GET\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}\n"
+        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/embeddings\",\"body\":{\"input\":\"x\"}}\n"
+        "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"prompt\":\"x\"}}\n"
+        "{\"custom_id\":7,\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}\n"
+        "{\"custom_id\":\"e\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":\"x\"}\n"
+        "{\"custom_id\":\"f\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":[1,2,3]}}\n"
+        "{\"custom_id\":\"g\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":[\"a\",\"b\"]}}\n";
+    const char *p = write_tmp("oa.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    struct input_item it[8];
+    enum input_format fmt;
+    int n = read_all(p, &o, it, 8, &fmt);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_OPENAI);
+    CHECK_EQ_INT(n, 7);
+    CHECK_STR(it[0].code, "unsupported_request");
+    CHECK_STR(it[1].code, "unsupported_request");
+    CHECK_STR(it[2].code, "invalid_value");
+    CHECK_STR(it[3].code, "invalid_type");
+    CHECK_STR(it[4].code, "invalid_type");
+    CHECK(it[5].code == NULL);
+    CHECK_EQ_INT(it[5].n_prompt_ids, 3);
+    CHECK_EQ_INT(it[5].prompt_ids[2], 3);
+    CHECK_STR(it[6].code, "unsupported_request");
+    free_all(it, n);
+}
+
+TEST(long_lines_are_bounded)
+{
+    size_t big = 5u << 20;
+    char *s = malloc(big + 200);
+    size_t off = 0;
+    off += (size_t)sprintf(s, "{\"id\":\"a\",\"prompt\":\"short\"}\n{\"id\":\"big\",\"prompt\":\"");
+    memset(s + off, 'x', big);
+    off += big;
+    off += (size_t)sprintf(s + off, "\"}\n{\"id\":\"c\",\"prompt\":\"after\"}\n");
+    const char *p = write_tmp("long.jsonl", s, off);
+    free(s);
+    struct input_opts o = input_default_opts();
+    o.max_line_bytes = 4096;
+    struct input_item it[4];
+    enum input_format fmt;
+    int n = read_all(p, &o, it, 4, &fmt);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_JSONL);
+    CHECK_EQ_INT(n, 3);
+    CHECK(it[0].code == NULL);
+    CHECK_STR(it[1].code, "line_too_long");
+    CHECK_EQ_INT(it[1].line, 2);
+    CHECK(it[2].code == NULL);
+    CHECK_STR(it[2].prompt, "after");
+    CHECK_EQ_INT(it[2].line, 3);
+    free_all(it, n);
+}
+
+TEST(defaults_and_overrides)
+{
+    struct input_gen d = input_gen_defaults();
+    d.max_tokens = 11;
+    d.temperature = 0;
+    char *stop0 = strdup("END");
+    d.stop = &stop0;
+    d.n_stop = 1;
+    const char *s = "{\"id\":\"a\",\"prompt\":\"x\"}\n{\"id\":\"b\",\"prompt\":\"x\",\"stop\":null,\"max_tokens\":null,"
+                    "\"temperature\":0.7,\"top_k\":40,\"top_p\":0.9,\"min_p\":0.05,\"presence_penalty\":-1,"
+                    "\"frequency_penalty\":1.5,\"repetition_penalty\":1.1,\"n\":3,\"seed\":-1}\n"
+                    "{\"id\":\"c\",\"prompt\":\"x\",\"stop\":\"Z\"}\n";
+    const char *p = write_tmp("d.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    o.defaults = d;
+    struct input_item it[4];
+    int n = read_all(p, &o, it, 4, NULL);
+    free(stop0);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(it[0].gen.max_tokens, 11);
+    CHECK(it[0].gen.temperature == 0.0f);
+    CHECK_EQ_INT(it[0].gen.n_stop, 1);
+    CHECK_STR(it[0].gen.stop[0], "END");
+    CHECK_EQ_INT(it[1].gen.max_tokens, 11); /* null keeps the default */
+    CHECK_EQ_INT(it[1].gen.n_stop, 1);
+    CHECK(fabsf(it[1].gen.temperature - 0.7f) < 1e-6f);
+    CHECK_EQ_INT(it[1].gen.top_k, 40);
+    CHECK_EQ_INT(it[1].gen.n, 3);
+    CHECK(it[1].gen.seed == UINT64_MAX);
+    struct err e;
+    CHECK(input_gen_check(&it[1].gen, &e) == 0);
+    CHECK_EQ_INT(it[2].gen.n_stop, 1);
+    CHECK_STR(it[2].gen.stop[0], "Z");
+    free_all(it, n);
+
+    struct input_gen g = input_gen_defaults();
+    g.top_p = 0;
+    CHECK(input_gen_check(&g, &e) != 0);
+    CHECK(strstr(e.msg, "top_p") != NULL);
+}
+
+TEST(utf8_validation)
+{
+    size_t at;
+    CHECK(input_utf8_valid("abc", 3, &at));
+    CHECK(input_utf8_valid("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9, &at));
+    CHECK(!input_utf8_valid("ab\xc0\xaf", 4, &at)); /* overlong */
+    CHECK_EQ_INT(at, 2);
+    CHECK(!input_utf8_valid("\xed\xa0\x80", 3, &at)); /* surrogate */
+    CHECK(!input_utf8_valid("\xf4\x90\x80\x80", 4, &at)); /* > U+10FFFF */
+    CHECK(!input_utf8_valid("x\xe2\x82", 3, &at)); /* truncated */
+    CHECK_EQ_INT(at, 1);
+}
+
+TEST(sha_and_counts)
+{
+    const char *s = "a\n\nb\n";
+    const char *p = write_tmp("e.txt", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    input_reader *r;
+    struct err e;
+    CHECK(input_open(p, &o, &r, &e) == 0);
+    struct input_item it;
+    int n = 0;
+    while (input_next(r, &it, &e) == 1) {
+        n++;
+        input_item_free(&it);
+    }
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(input_n_lines(r), 3);
+    CHECK_EQ_INT(input_n_blank(r), 1);
+    CHECK_EQ_INT(input_n_bytes(r), 5);
+    uint8_t d[32];
+    input_file_sha256(r, d);
+    input_close(r);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "sha256sum %s", p);
+    FILE *f = popen(cmd, "r");
+    char hex[65] = {0};
+    CHECK(f && fscanf(f, "%64s", hex) == 1);
+    pclose(f);
+    char mine[65];
+    for (int i = 0; i < 32; i++) sprintf(mine + 2 * i, "%02x", d[i]);
+    CHECK_STR(mine, hex);
+}
+
+int main(void)
+{
+    log_set_level(LOG_QUIET);
+    if (!mkdtemp(tmp_dir)) return 1;
+    RUN(detect_openai);
+    RUN(detect_jsonl_and_text);
+    RUN(bad_lines);
+    RUN(openai_mismatches);
+    RUN(long_lines_are_bounded);
+    RUN(defaults_and_overrides);
+    RUN(utf8_validation);
+    RUN(sha_and_counts);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
+    if (system(cmd) != 0) return 1;
+    return test_summary();
+}

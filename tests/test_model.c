@@ -1,0 +1,207 @@
+/* test_model — hyper-parameters and weight binding: stories260K, SmolLM2 (when fetched), synthetic
+ * llama/qwen2/qwen3 files, defaults of optional keys, tied embeddings, rope_freqs, the F32 clone, and the
+ * errors for unsupported architectures and types, missing tensors and inconsistent heads. */
+#include <math.h>
+#include <string.h>
+
+#include "gguf/quant.h"
+#include "model/model.h"
+#include "synth_util.h"
+#include "test.h"
+
+TEST(test_stories260K_hparams)
+{
+    struct err e = {{0}};
+    gguf_file *f = NULL;
+    struct model *m = NULL;
+    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    const struct model_hparams *hp = &m->hp;
+    CHECK(hp->arch == MODEL_ARCH_LLAMA);
+    CHECK_STR(model_arch_name(hp->arch), "llama");
+    CHECK_EQ_INT(hp->n_vocab, 512);
+    CHECK_EQ_INT(hp->n_ctx_train, 2048);
+    CHECK_EQ_INT(hp->n_embd, 64);
+    CHECK_EQ_INT(hp->n_layer, 5);
+    CHECK_EQ_INT(hp->n_head, 8);
+    CHECK_EQ_INT(hp->n_head_kv, 4);
+    CHECK_EQ_INT(hp->head_dim, 8);
+    CHECK_EQ_INT(hp->n_ff, 172);
+    CHECK_EQ_INT(hp->n_rot, 8);
+    CHECK(hp->rope_base == 10000.0f);
+    CHECK(hp->rope_neox == 0);
+    CHECK(fabsf(hp->norm_eps - 1e-5f) < 1e-9f);
+    CHECK(m->output.data != m->tok_embd.data); /* has its own output.weight */
+    CHECK(m->rope_freqs.data == NULL);
+    CHECK(m->layers[4].w_down.type == GGUF_DTYPE_F32 && m->layers[4].w_down.ne[0] == 172);
+    CHECK(m->layers[0].bq.data == NULL && m->layers[0].q_norm.data == NULL);
+    CHECK(model_check(m, &e) == 0);
+    /* weights read per step: every layer matrix + norms + output (token_embd is only gathered) */
+    uint64_t per_layer = 4ull * (64 + 64 * 64 + 2 * 64 * 32 + 64 * 64 + 64 + 3 * 64 * 172);
+    CHECK_EQ_INT(model_weight_bytes(m), 5 * per_layer + 4ull * (64 + 64 * 512));
+    CHECK_EQ_INT(model_kv_bytes_per_token(hp, KV_TYPE_F32), 2 * 5 * 4 * 8 * 4);
+    CHECK_EQ_INT(model_kv_bytes_per_token(hp, KV_TYPE_F16), 2 * 5 * 4 * 8 * 2);
+    model_free(m);
+    gguf_close(f);
+}
+
+TEST(test_smollm2_hparams)
+{
+    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(path, R_OK) != 0) SKIP("%s absent (run scripts/fetch-model)", path);
+    struct err e = {{0}};
+    gguf_file *f = NULL;
+    struct model *m = NULL;
+    CHECK_MSG(gguf_open(path, &f, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_EQ_INT(m->hp.n_layer, 30);
+    CHECK_EQ_INT(m->hp.n_head, 9);
+    CHECK_EQ_INT(m->hp.n_head_kv, 3);
+    CHECK_EQ_INT(m->hp.head_dim, 64);
+    CHECK_EQ_INT(m->hp.n_vocab, 49152);
+    CHECK(m->hp.rope_base == 100000.0f);
+    CHECK(m->output.data == m->tok_embd.data); /* tied */
+    CHECK(m->tok_embd.type == GGUF_DTYPE_Q8_0);
+    CHECK(m->layers[0].wq.type == GGUF_DTYPE_Q4_1);
+    CHECK_EQ_INT(model_kv_bytes_per_token(&m->hp, KV_TYPE_Q8_0), 2 * 30 * 3 * 68);
+    model_free(m);
+    gguf_close(f);
+}
+
+static int build(struct synth_cfg c, struct synth_model *sm, struct err *e)
+{
+    return synth_build(&c, 1, sm, e);
+}
+
+TEST(test_synthetic_archs)
+{
+    struct err e = {{0}};
+    struct synth_model sm;
+    struct synth_cfg c = synth_default();
+    c.arch = "qwen2";
+    int rc = build(c, &sm, &e);
+    if (rc) synth_free(&sm);
+    CHECK_MSG(rc == 0, "%.900s", e.msg);
+    CHECK(sm.m->hp.arch == MODEL_ARCH_QWEN2 && sm.m->hp.rope_neox == 1);
+    CHECK(sm.m->layers[1].bq.data && sm.m->layers[1].bk.data && sm.m->layers[1].bv.data);
+    CHECK(sm.m->hp.rope_base == 50000.0f && fabsf(sm.m->hp.norm_eps - 1e-6f) < 1e-12f);
+    synth_free(&sm);
+
+    c.arch = "qwen3";
+    c.head_dim = 32; /* key_length != n_embd / n_head */
+    rc = build(c, &sm, &e);
+    if (rc) synth_free(&sm);
+    CHECK_MSG(rc == 0, "%.900s", e.msg);
+    CHECK(sm.m->hp.arch == MODEL_ARCH_QWEN3 && sm.m->hp.rope_neox == 1 && sm.m->hp.head_dim == 32);
+    CHECK(sm.m->layers[0].q_norm.data && sm.m->layers[0].k_norm.data && !sm.m->layers[0].bq.data);
+    CHECK(sm.m->layers[0].wq.ne[1] == 4 * 32 && sm.m->layers[0].wo.ne[0] == 4 * 32);
+    synth_free(&sm);
+
+    c = synth_default();
+    c.tied = 1;
+    c.rope_freqs = 1;
+    c.type = GGUF_DTYPE_Q4_0;
+    rc = build(c, &sm, &e);
+    if (rc) synth_free(&sm);
+    CHECK_MSG(rc == 0, "%.900s", e.msg);
+    CHECK(sm.m->output.data == sm.m->tok_embd.data && sm.m->output.type == GGUF_DTYPE_Q4_0);
+    CHECK(sm.m->rope_freqs.data && ((const float *)sm.m->rope_freqs.data)[1] == 2.0f);
+    /* the F32 clone: same shapes, F32 types, dequantized values, still tied */
+    struct model *f32 = NULL;
+    rc = model_clone_f32(sm.m, &f32, &e);
+    CHECK_MSG(rc == 0, "%.900s", e.msg);
+    CHECK(f32->output.data == f32->tok_embd.data && f32->tok_embd.type == GGUF_DTYPE_F32);
+    CHECK(f32->layers[1].w_down.type == GGUF_DTYPE_F32 && f32->file == NULL);
+    float row[96];
+    CHECK(quant_dequantize_row(GGUF_DTYPE_Q4_0, sm.m->layers[1].w_down.data, row, 96) == 0);
+    CHECK(memcmp(row, f32->layers[1].w_down.data, sizeof row) == 0);
+    CHECK(model_check(f32, &e) == 0);
+    model_free(f32);
+    synth_free(&sm);
+}
+
+TEST(test_defaults)
+{
+    struct err e = {{0}};
+    struct synth_model sm;
+    struct synth_cfg c = synth_default();
+    c.omit_optional = 1;
+    c.n_head_kv = c.n_head; /* head_count_kv absent: defaults to head_count */
+    int rc = build(c, &sm, &e);
+    if (rc) synth_free(&sm);
+    CHECK_MSG(rc == 0, "%.900s", e.msg);
+    CHECK_EQ_INT(sm.m->hp.n_head_kv, 4);
+    CHECK_EQ_INT(sm.m->hp.head_dim, 16);
+    CHECK_EQ_INT(sm.m->hp.n_rot, 16);
+    CHECK(sm.m->hp.rope_base == 10000.0f);
+    CHECK(sm.m->hp.norm_eps == 1e-5f);
+    synth_free(&sm);
+}
+
+/* Builds a model expected to fail and checks that the message contains each of the given words. */
+static int expect_error(struct synth_cfg c, const char *w1, const char *w2, char *why, size_t why_n)
+{
+    struct err e = {{0}};
+    struct synth_model sm;
+    int rc = synth_build(&c, 1, &sm, &e);
+    synth_free(&sm);
+    if (rc == 0) return snprintf(why, why_n, "model_load accepted it"), -1;
+    if (!strstr(e.msg, w1) || (w2 && !strstr(e.msg, w2)))
+        return snprintf(why, why_n, "message lacks '%s'/'%s': %.300s", w1, w2 ? w2 : "", e.msg), -1;
+    return 0;
+}
+
+TEST(test_errors)
+{
+    char why[512] = "";
+    struct synth_cfg c = synth_default();
+    c.arch = "gemma2";
+    CHECK_MSG(expect_error(c, "unsupported architecture", "gemma2", why, sizeof why) == 0, "%s", why);
+
+    c = synth_default();
+    c.n_embd = 256;
+    c.n_ff = 256;
+    c.n_layer = 1;
+    c.n_vocab = 32;
+    c.force_type = GGUF_DTYPE_Q4_K;
+    CHECK_MSG(expect_error(c, "Q4_K", "blk.0.ffn_up.weight", why, sizeof why) == 0, "%s", why);
+
+    c = synth_default();
+    c.skip_tensor = "blk.1.attn_v.weight";
+    CHECK_MSG(expect_error(c, "missing tensor", "blk.1.attn_v.weight", why, sizeof why) == 0, "%s", why);
+
+    c = synth_default();
+    c.skip_tensor = "output_norm.weight";
+    CHECK_MSG(expect_error(c, "output_norm.weight", NULL, why, sizeof why) == 0, "%s", why);
+
+    c = synth_default();
+    c.arch = "qwen2";
+    c.skip_tensor = "blk.0.attn_k.bias";
+    CHECK_MSG(expect_error(c, "blk.0.attn_k.bias", NULL, why, sizeof why) == 0, "%s", why);
+
+    c = synth_default();
+    c.n_head_kv = 3; /* 4 heads are not a multiple of 3 kv heads */
+    CHECK_MSG(expect_error(c, "head_count", NULL, why, sizeof why) == 0, "%s", why);
+}
+
+TEST(test_kv_type_names)
+{
+    enum kv_type t;
+    CHECK(model_kv_type_parse("q8_0", &t) == 0 && t == KV_TYPE_Q8_0);
+    CHECK(model_kv_type_parse("f16", &t) == 0 && t == KV_TYPE_F16);
+    CHECK(model_kv_type_parse("F32", &t) == 0 && t == KV_TYPE_F32);
+    CHECK(model_kv_type_parse("q4_0", &t) != 0);
+    CHECK_STR(model_kv_type_name(KV_TYPE_Q8_0), "q8_0");
+    CHECK(model_type_supported(GGUF_DTYPE_Q4_1) && !model_type_supported(GGUF_DTYPE_Q6_K));
+}
+
+int main(void)
+{
+    RUN(test_stories260K_hparams);
+    RUN(test_smollm2_hparams);
+    RUN(test_synthetic_archs);
+    RUN(test_defaults);
+    RUN(test_errors);
+    RUN(test_kv_type_names);
+    return test_summary();
+}

@@ -1,0 +1,315 @@
+/* test_synth — `nightshift synth` (called in-process): every shape detail a loader relies on, value
+ * statistics of every type, determinism from the seed, --vocab, and usage errors. */
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "gguf/quant.h"
+#include "test.h"
+
+/* cmd_synth reports through cli_error, which lives in main.c (not in the library): keep the last message. */
+static char last_error[1024];
+void cli_error(const char *cmd, const char *fmt, ...)
+{
+    (void)cmd;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+}
+
+static char tmpdir[] = "/tmp/test_synth_XXXXXX";
+
+static int synth(const char *shape, const char *type, const char *out, const char *seed, const char *vocab)
+{
+    char *argv[12] = {"synth", "--shape", (char *)shape, "--type", (char *)type, "-o", (char *)out};
+    int argc = 7;
+    if (seed) {
+        argv[argc++] = "--seed";
+        argv[argc++] = (char *)seed;
+    }
+    if (vocab) {
+        argv[argc++] = "--vocab";
+        argv[argc++] = (char *)vocab;
+    }
+    return cmd_synth(argc, argv);
+}
+
+static const char *tmp(const char *name)
+{
+    static char buf[4][256];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static int64_t get_int(const gguf_file *f, const char *key)
+{
+    int64_t v = -1;
+    struct err e;
+    if (gguf_get_int(f, key, &v, &e)) return -1;
+    return v;
+}
+
+static int tensor_is(const gguf_file *f, const char *name, enum gguf_dtype t, uint64_t ne0, uint64_t ne1)
+{
+    const struct gguf_tensor *x = gguf_find_tensor(f, name);
+    if (!x) {
+        printf("  missing tensor %s\n", name);
+        return 0;
+    }
+    if (x->type != t || x->ne[0] != ne0 || x->ne[1] != ne1 || x->n_dims != (ne1 > 1 ? 2u : 1u)) {
+        printf("  tensor %s: type %u ne (%llu, %llu)\n", name, x->type, (unsigned long long)x->ne[0],
+               (unsigned long long)x->ne[1]);
+        return 0;
+    }
+    return 1;
+}
+
+/* mean and n_in * variance of a tensor's dequantized values */
+static void tensor_stats(const struct gguf_tensor *t, double *mean, double *scaled_var, double *amax)
+{
+    float *row = malloc(t->ne[0] * sizeof *row);
+    uint64_t rb = gguf_row_bytes(t->type, t->ne[0]), n_rows = t->n_elements / t->ne[0];
+    double s = 0, s2 = 0, mx = 0;
+    for (uint64_t r = 0; r < n_rows; r++) {
+        quant_dequantize_row(t->type, (const uint8_t *)t->data + r * rb, row, (int64_t)t->ne[0]);
+        for (uint64_t j = 0; j < t->ne[0]; j++) {
+            s += row[j];
+            s2 += (double)row[j] * row[j];
+            mx = fmax(mx, fabs(row[j]));
+        }
+    }
+    double n = (double)t->n_elements;
+    *mean = s / n;
+    *scaled_var = (s2 / n - *mean * *mean) * (double)t->ne[0];
+    *amax = mx;
+    free(row);
+}
+
+TEST(tiny_every_type)
+{
+    static const struct {
+        const char *name;
+        enum gguf_dtype t;
+        int file_type;
+    } types[] = {{"f32", GGUF_DTYPE_F32, 0},   {"f16", GGUF_DTYPE_F16, 1},   {"bf16", GGUF_DTYPE_BF16, 32},
+                 {"q8_0", GGUF_DTYPE_Q8_0, 7}, {"q4_0", GGUF_DTYPE_Q4_0, 2}, {"q4_1", GGUF_DTYPE_Q4_1, 3}};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        const char *path = tmp("tiny.gguf");
+        CHECK_EQ_INT(synth("tiny", types[k].name, path, NULL, NULL), 0);
+        gguf_file *f;
+        struct err e;
+        CHECK_MSG(gguf_open(path, &f, &e) == 0, "%.900s", e.msg);
+        char arch[16];
+        CHECK(gguf_get_cstr(f, "general.architecture", arch, sizeof arch, &e) == 0 && !strcmp(arch, "llama"));
+        CHECK_EQ_INT(get_int(f, "general.file_type"), types[k].file_type);
+        CHECK_EQ_INT(get_int(f, "llama.block_count"), 2);
+        CHECK_EQ_INT(get_int(f, "llama.embedding_length"), 64);
+        CHECK_EQ_INT(get_int(f, "llama.feed_forward_length"), 160);
+        CHECK_EQ_INT(get_int(f, "llama.attention.head_count"), 4);
+        CHECK_EQ_INT(get_int(f, "llama.attention.head_count_kv"), 2);
+        CHECK_EQ_INT(get_int(f, "llama.context_length"), 512);
+        CHECK_EQ_INT(get_int(f, "llama.rope.dimension_count"), 16);
+        double eps, base;
+        CHECK(gguf_get_float(f, "llama.attention.layer_norm_rms_epsilon", &eps, &e) == 0 &&
+              fabs(eps - 1e-5) < 1e-10);
+        CHECK(gguf_get_float(f, "llama.rope.freq_base", &base, &e) == 0 && base == 10000.0);
+        int64_t tok = gguf_find_kv(f, "tokenizer.ggml.tokens");
+        CHECK(tok >= 0);
+        uint64_t n_vocab = gguf_kv_arr_n(f, tok);
+        CHECK(n_vocab > 259 + 200);
+        CHECK_EQ_INT(get_int(f, "llama.vocab_size"), n_vocab);
+        CHECK_EQ_INT(gguf_kv_arr_n(f, gguf_find_kv(f, "tokenizer.ggml.scores")), n_vocab);
+        CHECK_EQ_INT(gguf_kv_arr_n(f, gguf_find_kv(f, "tokenizer.ggml.token_type")), n_vocab);
+        struct gguf_str s0 = gguf_kv_arr_str(f, tok, 0), s1 = gguf_kv_arr_str(f, tok, 1),
+                        s2 = gguf_kv_arr_str(f, tok, 2), s3 = gguf_kv_arr_str(f, tok, 3 + 0x41);
+        CHECK(s0.len == 5 && !memcmp(s0.ptr, "<unk>", 5) && s1.len == 3 && !memcmp(s1.ptr, "<s>", 3) &&
+              s2.len == 4 && !memcmp(s2.ptr, "</s>", 4) && s3.len == 6 && !memcmp(s3.ptr, "<0x41>", 6));
+        CHECK_EQ_INT(get_int(f, "tokenizer.ggml.bos_token_id"), 1);
+        CHECK_EQ_INT(get_int(f, "tokenizer.ggml.eos_token_id"), 2);
+        char model[16];
+        CHECK(gguf_get_cstr(f, "tokenizer.ggml.model", model, sizeof model, &e) == 0 &&
+              !strcmp(model, "llama"));
+
+        enum gguf_dtype t = types[k].t;
+        CHECK_EQ_INT(gguf_n_tensors(f), 3 + 9 * 2);
+        CHECK(tensor_is(f, "token_embd.weight", t, 64, n_vocab));
+        CHECK(tensor_is(f, "output.weight", t, 64, n_vocab));
+        CHECK(tensor_is(f, "output_norm.weight", GGUF_DTYPE_F32, 64, 1));
+        for (int il = 0; il < 2; il++) {
+            char n[64];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+            CHECK(tensor_is(f, NAME("attn_norm.weight"), GGUF_DTYPE_F32, 64, 1));
+            CHECK(tensor_is(f, NAME("attn_q.weight"), t, 64, 64));
+            CHECK(tensor_is(f, NAME("attn_k.weight"), t, 64, 32));
+            CHECK(tensor_is(f, NAME("attn_v.weight"), t, 64, 32));
+            CHECK(tensor_is(f, NAME("attn_output.weight"), t, 64, 64));
+            CHECK(tensor_is(f, NAME("ffn_norm.weight"), GGUF_DTYPE_F32, 64, 1));
+            CHECK(tensor_is(f, NAME("ffn_gate.weight"), t, 64, 160));
+            CHECK(tensor_is(f, NAME("ffn_up.weight"), t, 64, 160));
+            CHECK(tensor_is(f, NAME("ffn_down.weight"), t, 160, 64));
+#undef NAME
+        }
+        for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+            const struct gguf_tensor *x = gguf_tensor(f, i);
+            double mean, var, amax;
+            tensor_stats(x, &mean, &var, &amax);
+            if (strstr(x->name, "norm")) {
+                CHECK_MSG(mean == 1.0 && amax == 1.0, "%s: norm weights not 1.0", x->name);
+                continue;
+            }
+            /* uniform in [-a, a], a = sqrt(3/n_in): n_in * variance = 1; quantization adds a little */
+            double a = sqrt(3.0 / (double)x->ne[0]);
+            CHECK_MSG(fabs(mean) < 0.05 * a && var > 0.85 && var < 1.2 && amax <= a * 1.1,
+                      "%s (%s): mean %g "
+                      "n_in*var %g amax %g (a %g)",
+                      x->name, types[k].name, mean, var, amax, a);
+        }
+        gguf_close(f);
+    }
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    return test_read_file(path, n);
+}
+
+TEST(deterministic_from_seed)
+{
+    const char *a = tmp("a.gguf"), *b = tmp("b.gguf"), *c = tmp("c.gguf");
+    CHECK_EQ_INT(synth("qwen2-tiny", "q4_0", a, "7", NULL), 0);
+    CHECK_EQ_INT(synth("qwen2-tiny", "q4_0", b, "7", NULL), 0);
+    CHECK_EQ_INT(synth("qwen2-tiny", "q4_0", c, "8", NULL), 0);
+    size_t na = 0, nb = 0, nc = 0;
+    char *da = slurp(a, &na), *db = slurp(b, &nb), *dc = slurp(c, &nc);
+    CHECK(da && db && dc);
+    int same_ab = na == nb && memcmp(da, db, na) == 0;
+    int same_len_ac = na == nc, same_ac = same_len_ac && memcmp(da, dc, na) == 0;
+    free(da);
+    free(db);
+    free(dc);
+    CHECK(same_ab);
+    CHECK(same_len_ac && !same_ac);
+}
+
+TEST(qwen2_tiny_and_tied)
+{
+    const char *path = tmp("q.gguf");
+    CHECK_EQ_INT(synth("qwen2-tiny", "f16", path, NULL, NULL), 0);
+    gguf_file *f;
+    struct err e;
+    CHECK_MSG(gguf_open(path, &f, &e) == 0, "%.900s", e.msg);
+    char arch[16];
+    CHECK(gguf_get_cstr(f, "general.architecture", arch, sizeof arch, &e) == 0 && !strcmp(arch, "qwen2"));
+    CHECK_EQ_INT(get_int(f, "qwen2.block_count"), 2);
+    CHECK_EQ_INT(get_int(f, "llama.block_count"), -1);
+    double base, eps;
+    CHECK(gguf_get_float(f, "qwen2.rope.freq_base", &base, &e) == 0 && base == 1e6);
+    CHECK(gguf_get_float(f, "qwen2.attention.layer_norm_rms_epsilon", &eps, &e) == 0 &&
+          fabs(eps - 1e-6) < 1e-11);
+    CHECK_EQ_INT(gguf_n_tensors(f), 3 + 12 * 2);
+    CHECK(tensor_is(f, "blk.1.attn_q.bias", GGUF_DTYPE_F32, 64, 1));
+    CHECK(tensor_is(f, "blk.1.attn_k.bias", GGUF_DTYPE_F32, 32, 1));
+    CHECK(tensor_is(f, "blk.0.attn_v.bias", GGUF_DTYPE_F32, 32, 1));
+    const struct gguf_tensor *bias = gguf_find_tensor(f, "blk.0.attn_q.bias");
+    const float *bv = bias->data;
+    float bmax = 0;
+    for (int i = 0; i < 64; i++)
+        bmax = fmaxf(bmax, fabsf(bv[i]));
+    CHECK(bmax > 0.05f && bmax <= 0.1f);
+    gguf_close(f);
+
+    CHECK_EQ_INT(synth("tiny-tied", "q8_0", path, NULL, NULL), 0);
+    CHECK_MSG(gguf_open(path, &f, &e) == 0, "%.900s", e.msg);
+    CHECK(gguf_find_tensor(f, "output.weight") == NULL);
+    CHECK(gguf_find_tensor(f, "token_embd.weight") != NULL);
+    CHECK_EQ_INT(gguf_n_tensors(f), 2 + 9 * 2);
+    gguf_close(f);
+}
+
+TEST(vocab_from_file)
+{
+    const char *vocab = test_shared("testdata/vocab/ggml-vocab-llama-spm.gguf");
+    if (access(vocab, R_OK) != 0) SKIP("no llama-spm vocab");
+    const char *path = tmp("v.gguf");
+    CHECK_EQ_INT(synth("tiny", "q8_0", path, "3", vocab), 0);
+    gguf_file *f, *v;
+    struct err e;
+    CHECK_MSG(gguf_open(path, &f, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(gguf_open(vocab, &v, &e) == 0, "%.900s", e.msg);
+    CHECK_EQ_INT(get_int(f, "llama.vocab_size"), 32000);
+    CHECK(tensor_is(f, "token_embd.weight", GGUF_DTYPE_Q8_0, 64, 32000));
+    for (uint64_t i = 0; i < gguf_n_kv(v); i++) {
+        const char *key = gguf_kv_key(v, i);
+        if (strncmp(key, "tokenizer.", 10)) {
+            if (strcmp(key, "general.architecture") && strcmp(key, "llama.vocab_size"))
+                CHECK_MSG(gguf_find_kv(f, key) < 0 || !strncmp(key, "llama.", 6) ||
+                              !strncmp(key, "general.", 8),
+                          "unexpected copy of %.200s", key);
+            continue;
+        }
+        int64_t j = gguf_find_kv(f, key);
+        CHECK_MSG(j >= 0, "tokenizer key %.200s not copied", key);
+        CHECK_EQ_INT(gguf_kv_type(f, j), gguf_kv_type(v, i));
+        CHECK_EQ_INT(gguf_kv_arr_n(f, j), gguf_kv_arr_n(v, i));
+    }
+    int64_t a = gguf_find_kv(f, "tokenizer.ggml.tokens"), b = gguf_find_kv(v, "tokenizer.ggml.tokens");
+    for (uint64_t k = 0; k < 32000; k += 997) {
+        struct gguf_str x = gguf_kv_arr_str(f, a, k), y = gguf_kv_arr_str(v, b, k);
+        CHECK(x.len == y.len && !memcmp(x.ptr, y.ptr, x.len));
+    }
+    gguf_close(v);
+    gguf_close(f);
+}
+
+TEST(usage_errors)
+{
+    char *help[] = {"synth", "--help"};
+    fflush(stdout);
+    int saved = dup(1), devnull = open("/dev/null", O_WRONLY); /* keep usage text out of the test log */
+    dup2(devnull, 1);
+    int rc = cmd_synth(2, help);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    close(devnull);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(synth("nope", "f32", tmp("x.gguf"), NULL, NULL), 2);
+    CHECK(strstr(last_error, "unknown shape 'nope'"));
+    CHECK_EQ_INT(synth("tiny", "q5_k", tmp("x.gguf"), NULL, NULL), 2);
+    CHECK(strstr(last_error, "unknown type 'q5_k'"));
+    CHECK_EQ_INT(synth("tiny", "f32", tmp("x.gguf"), "-1x", NULL), 2);
+    char *missing[] = {"synth", "--shape", "tiny", "--type", "f32"};
+    CHECK_EQ_INT(cmd_synth(5, missing), 2);
+    char *dangling[] = {"synth", "--shape"};
+    CHECK_EQ_INT(cmd_synth(2, dangling), 2);
+    CHECK_EQ_INT(synth("tiny", "f32", tmp("x.gguf"), NULL, "/nonexistent.gguf"), 1);
+    CHECK(strstr(last_error, "/nonexistent.gguf"));
+    CHECK_EQ_INT(synth("tiny", "f32", "/nonexistent/dir/x.gguf", NULL, NULL), 1);
+    CHECK(strstr(last_error, "/nonexistent/dir/x.gguf") && strstr(last_error, "cannot create"));
+    CHECK(access("/nonexistent/dir/x.gguf", F_OK) != 0);
+}
+
+int main(void)
+{
+    freopen("/dev/null", "w", stderr); /* usage text and progress lines */
+    if (!mkdtemp(tmpdir)) {
+        printf("FAIL test_synth: mkdtemp\n");
+        return 1;
+    }
+    RUN(tiny_every_type);
+    RUN(deterministic_from_seed);
+    RUN(qwen2_tiny_and_tied);
+    RUN(vocab_from_file);
+    RUN(usage_errors);
+    const char *names[] = {"tiny.gguf", "a.gguf", "b.gguf", "c.gguf", "q.gguf", "v.gguf", "x.gguf"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unlink(tmp(names[i]));
+    rmdir(tmpdir);
+    return test_summary();
+}
