@@ -5,7 +5,8 @@
 #   1. read bandwidth of this machine (1 and 2 threads),
 #   2. `nightshift generate` decode tok/s on SmolLM2-135M-Instruct Q4_1 (models/, scripts/fetch-model),
 #      median of 3 runs of 128 tokens,
-#   3. bench_decode on `synth --shape llama-1b --type q8_0` (written to $NS_BENCH_TMP, default /tmp, ~1 GB):
+#   3. bench_matmul: the matmul kernel alone (GMAC/s, 1 thread, Q8_0 and Q4_1, 1/4/16 rows),
+#   4. bench_decode on `synth --shape llama-1b --type q8_0` (written to $NS_BENCH_TMP, default /tmp, ~1 GB):
 #      decode tok/s at 1 and 16 concurrent sequences (one row each per step).
 # Usage: bench/bench_decode.sh [THREADS]
 set -eu
@@ -17,9 +18,10 @@ mkdir -p build/bench
 cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE bench/bandwidth.c -o build/bench/bandwidth -lpthread
 cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE -Isrc bench/bench_decode.c build/libnightshift.a \
     -o build/bench/bench_decode $libs
+cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE -Isrc bench/bench_matmul.c build/libnightshift.a \
+    -o build/bench/bench_matmul $libs
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
-bwline=$(build/bench/bandwidth | tee /dev/stderr | tail -1)
-bw=$(echo "$bwline" | sed 's/.*: \([0-9.]*\) GB\/s.*/\1/')
+bw=$(build/bench/bandwidth | tee /dev/stderr | sed 's/.*: \([0-9.]*\) GB\/s.*/\1/' | sort -g | tail -1)
 
 smol=models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -f "$smol" ]; then
@@ -37,6 +39,9 @@ if [ -f "$smol" ]; then
 else
     echo "== SmolLM2: $smol absent (scripts/fetch-model)"
 fi
+
+echo "== matmul kernel alone (8192 x 2048, 1 thread; compute, weights mostly in L3):"
+for ty in 8 3; do for r in 1 4 16; do build/bench/bench_matmul $r 1 $ty; done; done
 
 l1b=$tmp/llama-1b-q8_0.gguf
 [ -f "$l1b" ] || build/nightshift synth --shape llama-1b --type q8_0 -o "$l1b"

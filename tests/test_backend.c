@@ -9,7 +9,7 @@
  *    vs the F32 model with the same values and vs the type's own weights dequantized to F32: see
  *    test_quant_vs_f32_synthetic's table (e.g. Q8_0 rms <= 0.05, Q4_1 rms <= 0.40 vs the F32 model;
  *    F16/BF16 are bit-identical to their F32 copies, Q8_0/Q4_0/Q4_1 within rms 0.03-0.05).
- *  - KV types vs F32 KV on the same model: F16 <= 0.01, Q8_0 <= 0.05 (same measure).
+ * *  - KV types vs F32 KV on the same model: F16 <= 0.01, Q8_0 <= 0.08 (same measure; measured 0.0014, 0.044).
  *  - SmolLM2-135M Q4_1 vs the same weights dequantized to F32 (only the 8-bit activation quantization
  *    differs; with f32 activations the two agree exactly), per position of a 16-token chat prompt:
  *      max |diff| <= 0.75 std(f32 logits) (measured 0.46), rms <= 0.35 std (measured 0.22), the same
@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu_attn.h"
 #include "backend/cpu_kernels.h"
 #include "engine/sampler.h"
 #include "gguf/quant.h"
@@ -124,6 +125,16 @@ static double max_abs_diff(const float *a, const float *b, int64_t n)
     return m;
 }
 
+/* The synthetic model of these tests: wide enough (n_embd 256 = 1 interleaved group, n_ff 320 = 1 group
+ * + 2 leftover blocks) that both kernel paths run inside a whole forward pass. */
+static struct synth_cfg backend_cfg(void)
+{
+    struct synth_cfg c = synth_default();
+    c.n_embd = 256;
+    c.n_ff = 320;
+    return c;
+}
+
 /* ---------------------------------------------------------------- kernels */
 
 static const enum gguf_dtype all_types[] = {GGUF_DTYPE_F32, GGUF_DTYPE_F16, GGUF_DTYPE_BF16,
@@ -131,7 +142,8 @@ static const enum gguf_dtype all_types[] = {GGUF_DTYPE_F32, GGUF_DTYPE_F16, GGUF
 
 TEST(test_dot_simd_vs_scalar)
 {
-    const int64_t lens[] = {32, 64, 96, 160, 1024, 8, 172, 100, 7};
+    /* integer types: 1..2 interleaved groups with and without leftover blocks, and leftovers alone */
+    const int64_t lens[] = {32, 64, 96, 160, 256, 320, 576, 1024, 1056, 8, 172, 100, 7};
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum gguf_dtype t = all_types[ti];
         int q8 = cpu_type_uses_q8(t);
@@ -140,19 +152,21 @@ TEST(test_dot_simd_vs_scalar)
             if (q8 && n % 32) continue;
             float *wf = malloc((size_t)n * 4), *wd = malloc((size_t)n * 4), *x = malloc(4 * (size_t)n * 4);
             uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
-            void *w = malloc(rb);
-            struct cpu_q8_block *xq = malloc(4 * (size_t)(n / 32 + 1) * sizeof *xq);
-            CHECK(wf && wd && x && w && xq);
+            void *w0 = malloc(rb), *w = malloc(rb);
+            int64_t qrb = cpu_q8_row_bytes(n);
+            uint8_t *xq = malloc(4 * (size_t)qrb + 1);
+            CHECK(wf && wd && x && w0 && w && xq);
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
             for (int64_t i = 0; i < 4 * n; i++) x[i] = frand(2.0f);
-            CHECK(quant_quantize_row(t, wf, w, n) == 0);
-            CHECK(quant_dequantize_row(t, w, wd, n) == 0);
+            CHECK(quant_quantize_row(t, wf, w0, n) == 0);
+            CHECK(quant_dequantize_row(t, w0, wd, n) == 0);
+            cpu_repack_row(t, w0, w, n); /* what the backend does at load */
             const void *xin = x;
             int64_t xs = n * 4;
             if (q8) {
-                for (int r = 0; r < 4; r++) cpu_quantize_row_q8(x + r * n, xq + r * (n / 32), n);
+                for (int r = 0; r < 4; r++) cpu_quantize_row_q8(x + r * n, xq + r * qrb, n);
                 xin = xq;
-                xs = n / 32 * (int64_t)sizeof *xq;
+                xs = qrb;
             }
             float simd4[4], simd1[4], ref[4];
             cpu_dot_simd(t)(n, w, xin, xs, 4, simd4);
@@ -175,10 +189,7 @@ TEST(test_dot_simd_vs_scalar)
                 for (int64_t i = 0; i < n; i++) {
                     mag += fabs((double)wd[i] * x[r * n + i]);
                     exact += (double)wd[i] * x[r * n + i];
-                    if (q8) {
-                        const struct cpu_q8_block *blk = &xq[r * (n / 32) + i / 32];
-                        exact_q += (double)wd[i] * ((double)blk->d * blk->q[i % 32]);
-                    }
+                    if (q8) exact_q += (double)wd[i] * cpu_q8_value(xq + r * qrb, n, i);
                 }
                 /* the integer path equals dequantize(w) . dequantize(q8(x)) up to float rounding */
                 CHECK_MSG(!q8 || fabs((double)simd4[r] - exact_q) <= 1e-5 * mag + 1e-6,
@@ -193,6 +204,7 @@ TEST(test_dot_simd_vs_scalar)
             free(wf);
             free(wd);
             free(x);
+            free(w0);
             free(w);
             free(xq);
         }
@@ -202,23 +214,24 @@ TEST(test_dot_simd_vs_scalar)
 /* The tile kernels (what the matmul calls) equal per-row dot calls bit for bit, for every n_x. */
 TEST(test_tile_equals_dot)
 {
-    const int64_t n = 96;
+    const int64_t n = 320; /* one interleaved group + 2 leftover blocks */
     const int n_w = 5;
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum gguf_dtype t = all_types[ti];
         int q8 = cpu_type_uses_q8(t);
         uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
-        char w[5 * 512];
-        float wf[96], x[4 * 96], y[4 * 8], ref[4];
-        struct cpu_q8_block xq[4 * 3];
+        static char w0[1400], w[5 * 1400];
+        static uint8_t xq[4 * 400];
+        float wf[320], x[4 * 320], y[4 * 8], ref[4];
         for (int o = 0; o < n_w; o++) {
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
-            CHECK(quant_quantize_row(t, wf, w + o * rb, n) == 0);
+            CHECK(quant_quantize_row(t, wf, w0, n) == 0);
+            cpu_repack_row(t, w0, w + o * rb, n);
         }
         for (int64_t i = 0; i < 4 * n; i++) x[i] = frand(1.0f);
-        for (int r = 0; r < 4; r++) cpu_quantize_row_q8(x + r * n, xq + r * 3, n);
+        for (int r = 0; r < 4; r++) cpu_quantize_row_q8(x + r * n, xq + r * cpu_q8_row_bytes(n), n);
         const void *xin = q8 ? (const void *)xq : (const void *)x;
-        int64_t xs = q8 ? 3 * (int64_t)sizeof(struct cpu_q8_block) : n * 4;
+        int64_t xs = q8 ? cpu_q8_row_bytes(n) : n * 4;
         struct cpu_kernel k = cpu_kernel_best(t);
         CHECK(k.dot && k.tile);
         for (int n_x = 1; n_x <= 4; n_x++) {
@@ -233,22 +246,28 @@ TEST(test_tile_equals_dot)
     }
 }
 
-/* Q8_0 weights of -128 (not produced by the quantizer, legal in a file) must not saturate. */
+/* Q8_0 weights of -128 (not produced by the quantizer, legal in a file) must not saturate, in an
+ * interleaved group and in a leftover block. */
 TEST(test_dot_q8_0_extremes)
 {
-    uint8_t w[34];
-    w[0] = 0x00;
-    w[1] = 0x3C; /* f16 1.0 */
-    for (int i = 0; i < 32; i++) w[2 + i] = 0x80; /* -128 */
-    struct cpu_q8_block xq;
-    xq.d = 1.0f;
-    for (int i = 0; i < 32; i++) xq.q[i] = -127;
-    xq.s = -127.0f * 32;
+    enum { NB = 9, N = NB * 32 };
+    uint8_t w0[NB * 34], w[NB * 34];
+    for (int b = 0; b < NB; b++) {
+        w0[b * 34] = 0x00;
+        w0[b * 34 + 1] = 0x3C; /* f16 1.0 */
+        for (int i = 0; i < 32; i++) w0[b * 34 + 2 + i] = 0x80; /* -128 */
+    }
+    cpu_repack_row(GGUF_DTYPE_Q8_0, w0, w, N);
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = -1.0f; /* quantizes to d = 1/127, q = -127 */
+    static uint8_t xq[NB * 40];
+    cpu_quantize_row_q8(x, xq, N);
     float a, b;
-    cpu_dot_simd(GGUF_DTYPE_Q8_0)(32, w, &xq, sizeof xq, 1, &a);
-    cpu_dot_scalar(GGUF_DTYPE_Q8_0)(32, w, &xq, sizeof xq, 1, &b);
-    CHECK(a == 128.0f * 127.0f * 32.0f);
-    CHECK(b == a);
+    cpu_dot_simd(GGUF_DTYPE_Q8_0)(N, w, xq, sizeof xq, 1, &a);
+    cpu_dot_scalar(GGUF_DTYPE_Q8_0)(N, w, xq, sizeof xq, 1, &b);
+    double want = 128.0 * 127.0 * N * (1.0 / 127.0);
+    CHECK_MSG(fabs(a - want) < 1e-3 * want, "simd %g want %g", a, want);
+    CHECK_MSG(fabs(b - want) < 1e-3 * want, "scalar %g want %g", b, want);
 }
 
 /* ---------------------------------------------------------------- batch invariance */
@@ -375,7 +394,7 @@ TEST(test_invariance_synthetic)
         {"qwen3", GGUF_DTYPE_BF16, 32, KV_TYPE_Q8_0, 0}, {"llama", GGUF_DTYPE_F32, 0, KV_TYPE_F32, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct synth_cfg c = synth_default();
+        struct synth_cfg c = backend_cfg();
         c.arch = cases[i].arch;
         c.type = cases[i].t;
         c.head_dim = cases[i].head_dim;
@@ -416,7 +435,7 @@ TEST(test_quant_vs_f32_synthetic)
         {GGUF_DTYPE_Q8_0, 0.05, 0.20, 0.03, 0.15},  {GGUF_DTYPE_Q4_1, 0.40, 1.60, 0.05, 0.25},
         {GGUF_DTYPE_Q4_0, 0.40, 1.60, 0.05, 0.25},
     };
-    struct synth_cfg c = synth_default();
+    struct synth_cfg c = backend_cfg();
     struct synth_model ref_m;
     struct err e = {{0}};
     CHECK_MSG(synth_build(&c, 1, &ref_m, &e) == 0, "%.900s", e.msg);
@@ -464,7 +483,7 @@ TEST(test_quant_vs_f32_synthetic)
 
 TEST(test_kv_types_vs_f32)
 {
-    struct synth_cfg c = synth_default();
+    struct synth_cfg c = backend_cfg();
     c.head_dim = 32; /* q8_0 KV needs head_dim % 32 == 0 */
     struct synth_model sm;
     struct err e = {{0}};
@@ -481,9 +500,9 @@ TEST(test_kv_types_vs_f32)
     free(f16);
     free(q8);
     CHECK_MSG(ok, "%.900s", e.msg);
-    printf("# KV f16 vs f32: %.5f (tol 0.01); KV q8_0 vs f32: %.5f (tol 0.05)\n", d16, d8);
+    printf("# KV f16 vs f32: %.5f (tol 0.01); KV q8_0 vs f32: %.5f (tol 0.08)\n", d16, d8);
     CHECK(d16 <= 0.01);
-    CHECK(d8 <= 0.05);
+    CHECK(d8 <= 0.08);
     CHECK(d16 > 0 || d8 > 0); /* the KV type is really used */
 }
 
@@ -539,6 +558,389 @@ TEST(test_smollm2_q41_vs_f32)
     CHECK(last_same);
 }
 
+/* ---------------------------------------------------------------- attention kernel */
+
+/* cpu_exp_row: accurate to a few ulp against exp() in double, exact limits, and each element's bits
+ * depend only on its own input (not on n or its place in the row: the vector tail path). */
+TEST(test_exp_row)
+{
+    enum { N = 4099 };
+    static float x[N], y[N], y1[N];
+    double worst = 0;
+    for (int i = 0; i < N; i++) x[i] = -87.0f + 175.0f * (float)i / (float)(N - 1);
+    x[7] = 0.0f;
+    x[8] = -1e-30f;
+    x[9] = 1e-7f;
+    cpu_exp_row(x, y, N);
+    for (int i = 0; i < N; i++) {
+        double want = exp((double)x[i]);
+        double ulp = nextafterf((float)want, INFINITY) - (float)want;
+        double err = fabs((double)y[i] - want) / ulp;
+        if (err > worst) worst = err;
+    }
+    printf("# cpu_exp_row: max error %.2f ulp over [-87, 88]\n", worst);
+    CHECK_MSG(worst <= 2.0, "max error %.2f ulp", worst);
+    /* element-wise: the same values through other lengths and offsets give the same bits */
+    for (int n = 1; n <= 17; n++) {
+        cpu_exp_row(x + 100 + n, y1, n);
+        CHECK_MSG(memcmp(y1, y + 100 + n, (size_t)n * sizeof(float)) == 0, "n %d differs", n);
+    }
+    float lim[6] = {-INFINITY, -87.5f, -200.0f, 89.0f, INFINITY, NAN}, out[6];
+    cpu_exp_row(lim, out, 6);
+    CHECK(out[0] == 0.0f && out[1] == 0.0f && out[2] == 0.0f);
+    CHECK(isinf(out[3]) && out[3] > 0 && isinf(out[4]));
+    CHECK(isnan(out[5]));
+    float one = 0.0f;
+    cpu_exp_row(&one, &one, 1);
+    CHECK(one == 1.0f);
+}
+
+/* One attention case: a hand-built KV pool (garbage NaN bytes in every slot no row may read), two
+ * sequences, a step batch; every row is checked against a double-precision reference and against the
+ * same row run alone (bit for bit). */
+static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *why, size_t why_n)
+{
+    enum { NB = 128, NA = 75, NBQ = 40 };
+    const enum gguf_dtype dt = t == KV_TYPE_F32 ? GGUF_DTYPE_F32 : t == KV_TYPE_F16 ? GGUF_DTYPE_F16 : GGUF_DTYPE_Q8_0;
+    const uint64_t vec = gguf_row_bytes((uint32_t)dt, (uint64_t)hd);
+    const uint64_t pool_bytes = (uint64_t)NB * n_kv * bs * vec;
+    const int n_head = n_kv * group, n_q = n_head * hd;
+    uint8_t *kp = malloc(pool_bytes), *vp = malloc(pool_bytes);
+    /* sequences: A (NA positions), B (NBQ positions), blocks scattered */
+    int32_t bt_a[NB], bt_b[NB];
+    int na_blocks = (NA + bs - 1) / bs, nb_blocks = (NBQ + bs - 1) / bs;
+    if (na_blocks + nb_blocks > NB) return snprintf(why, why_n, "pool too small"), -1;
+    for (int i = 0; i < na_blocks; i++) bt_a[i] = (i * 7 + 3) % NB;
+    int used[NB] = {0}, nb = 0;
+    for (int i = 0; i < na_blocks; i++) used[bt_a[i]] = 1;
+    for (int i = 0; i < NB && nb < nb_blocks; i++)
+        if (!used[NB - 1 - i]) bt_b[nb++] = NB - 1 - i;
+    memset(kp, 0xFF, pool_bytes); /* NaN in every format: must never be read */
+    memset(vp, 0xFF, pool_bytes);
+    float *kf = malloc((size_t)(NA + NBQ) * n_kv * hd * sizeof(float)); /* dequantized, for the reference */
+    float *vf = malloc((size_t)(NA + NBQ) * n_kv * hd * sizeof(float));
+    float tmp[256];
+    for (int s = 0; s < 2; s++) {
+        int n = s == 0 ? NA : NBQ;
+        const int32_t *bt = s == 0 ? bt_a : bt_b;
+        for (int p = 0; p < n; p++)
+            for (int h = 0; h < n_kv; h++) {
+                uint64_t off = (((uint64_t)bt[p / bs] * n_kv + h) * bs + p % bs) * vec;
+                float *kd = kf + (((size_t)s * NA + p) * n_kv + h) * hd, *vd = vf + (((size_t)s * NA + p) * n_kv + h) * hd;
+                for (int d = 0; d < hd; d++) tmp[d] = frand(2.0f);
+                quant_quantize_row(dt, tmp, kp + off, hd);
+                quant_dequantize_row(dt, kp + off, kd, hd);
+                for (int d = 0; d < hd; d++) tmp[d] = frand(1.0f);
+                quant_quantize_row(dt, tmp, vp + off, hd);
+                quant_dequantize_row(dt, vp + off, vd, hd);
+            }
+    }
+    /* the batch: A positions 3..74 (crossing item and chunk boundaries), then B 17..39 */
+    enum { NR = 72 + 23 };
+    int32_t pos[NR], seq[NR], tok[NR] = {0};
+    for (int i = 0; i < 72; i++) pos[i] = 3 + i, seq[i] = 0;
+    for (int i = 0; i < 23; i++) pos[72 + i] = 17 + i, seq[72 + i] = 1;
+    struct step_seq ss[2] = {{bt_a, na_blocks}, {bt_b, nb_blocks}};
+    float *q = malloc((size_t)NR * n_q * sizeof(float)), *out = malloc((size_t)NR * n_q * sizeof(float));
+    float *one = malloc((size_t)n_q * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)NR * n_q; i++) q[i] = frand(1.0f);
+    struct cpu_kv_layer kv = {kp, vp, t, bs, n_kv, hd, vec};
+    struct cpu_attn_item items[NR * 8];
+    float *scratch = NULL;
+    int rc = -1;
+    if (posix_memalign((void **)&scratch, 64, cpu_attn_scratch_floats(hd, group, 128) * sizeof(float))) goto out;
+    struct step_batch b = {NR, tok, pos, seq, 2, ss, 0, NULL};
+    int64_t max_pos = 0, ni = cpu_attn_plan(&b, n_kv, group, items, &max_pos);
+    if (max_pos != NA) {
+        snprintf(why, why_n, "max_pos %lld", (long long)max_pos);
+        goto out;
+    }
+    for (int64_t i = 0; i < ni; i++) cpu_attn_item_run(&kv, &b, &items[i], group, q, out, scratch, 128);
+    for (int r = 0; r < NR; r++) {
+        /* alone: a one-row batch */
+        struct step_batch b1 = {1, tok, &pos[r], &seq[r], 2, ss, 0, NULL};
+        int64_t mp1 = 0, n1 = cpu_attn_plan(&b1, n_kv, group, items, &mp1);
+        for (int64_t i = 0; i < n1; i++)
+            cpu_attn_item_run(&kv, &b1, &items[i], group, q + (int64_t)r * n_q, one, scratch, 128);
+        if (memcmp(one, out + (int64_t)r * n_q, (size_t)n_q * sizeof(float)) != 0) {
+            snprintf(why, why_n, "row %d (seq %d pos %d) alone differs from in the batch", r, seq[r], pos[r]);
+            goto out;
+        }
+        for (int h = 0; h < n_head; h++) {
+            const float *qh = q + (int64_t)r * n_q + h * hd;
+            double sc[NA], mx = -INFINITY, sum = 0;
+            for (int p = 0; p <= pos[r]; p++) {
+                const float *k = kf + (((size_t)seq[r] * NA + p) * n_kv + h / group) * hd;
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += (double)qh[i] * k[i];
+                sc[p] = d / sqrt((double)hd);
+                if (sc[p] > mx) mx = sc[p];
+            }
+            for (int p = 0; p <= pos[r]; p++) sum += sc[p] = exp(sc[p] - mx);
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int p = 0; p <= pos[r]; p++) o += sc[p] * vf[(((size_t)seq[r] * NA + p) * n_kv + h / group) * hd + i];
+                o /= sum;
+                double got = out[(int64_t)r * n_q + h * hd + i];
+                if (!(fabs(got - o) <= 2e-6 + 2e-5 * fabs(o))) {
+                    snprintf(why, why_n, "row %d head %d dim %d: %.8g, reference %.8g", r, h, i, got, o);
+                    goto out;
+                }
+            }
+        }
+    }
+    rc = 0;
+out:
+    free(kp);
+    free(vp);
+    free(kf);
+    free(vf);
+    free(q);
+    free(out);
+    free(one);
+    free(scratch);
+    return rc;
+}
+
+TEST(test_attn_kernel)
+{
+    struct {
+        int hd, group, n_kv, bs;
+        enum kv_type t;
+    } cases[] = {
+        {8, 2, 4, 16, KV_TYPE_F16}, {8, 2, 4, 4, KV_TYPE_F32},  {16, 1, 2, 8, KV_TYPE_F32},
+        {12, 3, 1, 4, KV_TYPE_F16}, {32, 4, 2, 16, KV_TYPE_Q8_0}, {40, 8, 1, 32, KV_TYPE_F32},
+        {64, 3, 3, 16, KV_TYPE_F16}, {8, 17, 1, 2, KV_TYPE_F32}, {64, 1, 1, 1, KV_TYPE_Q8_0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char why[256] = "";
+        int rc = attn_case(cases[i].hd, cases[i].group, cases[i].n_kv, cases[i].bs, cases[i].t, why, sizeof why);
+        CHECK_MSG(rc == 0, "head_dim %d group %d kv heads %d block %d kv %s: %s", cases[i].hd, cases[i].group,
+                  cases[i].n_kv, cases[i].bs, model_kv_type_name(cases[i].t), why);
+    }
+}
+
+/* A long prefill (70 tokens: several attention items of 8 rows and chunks of 32 positions) alone on 1
+ * thread vs split into chunks of 1, 6, 9, 17, 5, 32 rows mixed with another sequence's rows, on 2 and 3
+ * threads: every logit row bit-identical. */
+static int check_invariance_long(const struct model *m, enum kv_type kvt, int32_t bs, char *why, size_t why_n)
+{
+    enum { NA = 70 };
+    struct err e = {{0}};
+    const int32_t V = m->hp.n_vocab;
+    int32_t ta[NA], tb[NA];
+    for (int i = 0; i < NA; i++) ta[i] = (int32_t)((i * 41 + 7) % V), tb[i] = (int32_t)((i * 13 + 1) % V);
+    float *ref = NULL, *got = malloc((size_t)NA * V * sizeof(float));
+    struct backend be;
+    int rc = -1;
+    const int32_t nblk = 256 / bs;
+    if (make_backend(&be, m, 1, nblk, bs, kvt, &e)) return snprintf(why, why_n, "%.300s", e.msg), -1;
+    struct seq_spec a1 = {ta, NA, {0}, 0};
+    a1.n_blocks = (NA + bs - 1) / bs;
+    for (int i = 0; i < a1.n_blocks; i++) a1.blocks[i] = nblk - 1 - i;
+    struct row_spec rows[NA + 40];
+    for (int i = 0; i < NA; i++) rows[i] = (struct row_spec){0, i, 1};
+    ref = malloc((size_t)NA * V * sizeof(float));
+    if (run_step(&be, &a1, 1, rows, NA, ref, &e)) {
+        snprintf(why, why_n, "alone: %.300s", e.msg);
+        goto out_be;
+    }
+    backend_free(&be);
+    static const int chunks[] = {1, 6, 9, 17, 5, 32};
+    for (int nt = 2; nt <= 3; nt++) {
+        if (make_backend(&be, m, nt, nblk, bs, kvt, &e)) {
+            snprintf(why, why_n, "%.300s", e.msg);
+            goto out;
+        }
+        struct seq_spec sq[2] = {{tb, NA, {0}, 0}, {ta, NA, {0}, 0}};
+        sq[0].n_blocks = sq[1].n_blocks = (NA + bs - 1) / bs;
+        for (int i = 0; i < sq[0].n_blocks; i++) sq[0].blocks[i] = 2 * i, sq[1].blocks[i] = 2 * i + 1;
+        int done = 0, done_b = 0;
+        for (size_t ch = 0; ch < sizeof chunks / sizeof chunks[0]; ch++) {
+            int n = 0, want = 0;
+            int nb_rows = ch % 2 ? 3 : 11; /* B rows first (no logits), then A's chunk */
+            for (int i = 0; i < nb_rows && done_b < NA; i++) rows[n++] = (struct row_spec){0, done_b++, 0};
+            for (int i = 0; i < chunks[ch]; i++, want++) rows[n++] = (struct row_spec){1, done + i, 1};
+            if (run_step(&be, sq, 2, rows, n, got, &e)) {
+                snprintf(why, why_n, "%d threads chunk %zu: %.300s", nt, ch, e.msg);
+                goto out_be;
+            }
+            if (memcmp(got, ref + (size_t)done * V, (size_t)want * V * sizeof(float)) != 0) {
+                snprintf(why, why_n, "%d threads: chunk %zu (rows %d..%d) differs from the whole prefill", nt, ch,
+                         done, done + want - 1);
+                goto out_be;
+            }
+            done += want;
+        }
+        backend_free(&be);
+        if (done != NA) {
+            snprintf(why, why_n, "chunks cover %d rows", done);
+            goto out;
+        }
+    }
+    rc = 0;
+    goto out;
+out_be:
+    backend_free(&be);
+out:
+    free(ref);
+    free(got);
+    return rc;
+}
+
+TEST(test_invariance_long_prefill)
+{
+    struct err e = {{0}};
+    gguf_file *f = NULL;
+    struct model *m = NULL;
+    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    char why[512] = "";
+    int rc = check_invariance_long(m, KV_TYPE_F16, 16, why, sizeof why);
+    if (!rc) rc = check_invariance_long(m, KV_TYPE_F32, 4, why, sizeof why);
+    model_free(m);
+    gguf_close(f);
+    CHECK_MSG(rc == 0, "stories260K: %s", why);
+    /* a GQA model with head_dim 32 and q8_0 KV */
+    struct synth_cfg c = backend_cfg();
+    c.type = GGUF_DTYPE_Q8_0;
+    c.head_dim = 32;
+    c.n_head = 6;
+    c.n_head_kv = 2;
+    struct synth_model sm;
+    CHECK_MSG(synth_build(&c, 1, &sm, &e) == 0, "%.900s", e.msg);
+    rc = check_invariance_long(sm.m, KV_TYPE_Q8_0, 8, why, sizeof why);
+    synth_free(&sm);
+    CHECK_MSG(rc == 0, "synthetic q8_0: %s", why);
+}
+
+/* ---------------------------------------------------------------- memory */
+
+static long status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl)) v = atol(line + kl);
+    if (f) fclose(f);
+    return v;
+}
+
+/* Rss (kB) of the mapping that contains address p, from /proc/self/smaps; -1 if not found. */
+static long mapping_rss_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in = 0;
+    long v = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)p >= a && (uintptr_t)p < b;
+            continue;
+        }
+        if (in && !strncmp(line, "Rss:", 4)) {
+            v = atol(line + 4);
+            break;
+        }
+    }
+    if (f) fclose(f);
+    return v;
+}
+
+/* kv_alloc reserves the pool without committing it: a 1 GiB pool costs almost no RSS until written. */
+TEST(test_kv_pool_lazy)
+{
+    struct err e = {{0}};
+    gguf_file *f = NULL;
+    struct model *m = NULL;
+    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    struct backend be;
+    CHECK_MSG(backend_cpu_init(&be, 2, &e) == 0 && be.ops->load(be.ctx, m, &e) == 0, "%.900s", e.msg);
+    const uint64_t per_block = model_kv_bytes_per_token(&m->hp, KV_TYPE_F32) * 16;
+    const int32_t n_blocks = (int32_t)((1ull << 30) / per_block);
+    long before = status_kb("VmRSS:");
+    int rc = be.ops->kv_alloc(be.ctx, n_blocks, 16, KV_TYPE_F32, &e);
+    long after = status_kb("VmRSS:");
+    int32_t blocks[2] = {n_blocks - 1, 7}, tokens[20], pos[20], seq[20], lr[1] = {19};
+    for (int i = 0; i < 20; i++) tokens[i] = i + 1, pos[i] = i, seq[i] = 0;
+    struct step_seq ss = {blocks, 2};
+    struct step_batch b = {20, tokens, pos, seq, 1, &ss, 1, lr};
+    float logits[512];
+    int rc2 = rc ? -1 : be.ops->forward(be.ctx, &b, logits, &e);
+    long after_step = status_kb("VmRSS:");
+    backend_free(&be);
+    model_free(m);
+    gguf_close(f);
+    CHECK_MSG(rc == 0 && rc2 == 0, "%.900s", e.msg);
+    printf("# 1 GiB KV pool: RSS %ld kB before kv_alloc, %ld after, %ld after a 20-row step\n", before, after,
+           after_step);
+    CHECK(before > 0);
+    CHECK_MSG(after - before < 16 * 1024, "kv_alloc committed %ld kB", after - before);
+    CHECK_MSG(after_step - before < 32 * 1024, "a small step committed %ld kB", after_step - before);
+}
+
+/* Repacking drops the file pages of the repacked tensors (peak RSS ~1x the weights, not 2x), and the
+ * model computes the same logits as the same file read from a memory buffer (nothing released there). */
+TEST(test_weight_pages_released)
+{
+    struct synth_cfg c = backend_cfg();
+    c.type = GGUF_DTYPE_Q8_0;
+    c.n_ff = 1024;
+    struct synth_model sm;
+    struct err e = {{0}};
+    CHECK_MSG(synth_build(&c, 1, &sm, &e) == 0, "%.900s", e.msg);
+    char path[] = "/tmp/ns_test_backend_XXXXXX";
+    int fd = mkstemp(path);
+    int wr = fd >= 0 && write(fd, sm.buf, sm.n) == (ssize_t)sm.n;
+    if (fd >= 0) close(fd);
+    gguf_file *f = NULL;
+    struct model *m = NULL;
+    int ok = wr && gguf_open(path, &f, &e) == 0 && model_load(f, &m, &e) == 0;
+    unlink(path);
+    if (!ok) {
+        model_free(m);
+        gguf_close(f);
+        synth_free(&sm);
+        CHECK_MSG(0, "%.900s", e.msg);
+    }
+    /* fault in every tensor's pages, as a plain read of the file would */
+    volatile uint8_t sink = 0;
+    uint64_t q8_bytes = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const struct gguf_tensor *t = gguf_tensor(f, i);
+        for (uint64_t k = 0; k < t->n_bytes; k += 1024) sink ^= ((const uint8_t *)t->data)[k];
+        if (t->type == GGUF_DTYPE_Q8_0 && strcmp(t->name, "token_embd.weight")) q8_bytes += t->n_bytes;
+    }
+    (void)sink;
+    const void *wq = m->layers[0].wq.data;
+    long before = mapping_rss_kb(wq), after = -1;
+    struct backend be;
+    if (backend_cpu_init(&be, 2, &e) == 0) {
+        if (be.ops->load(be.ctx, m, &e) == 0) after = mapping_rss_kb(wq); /* repacked */
+        backend_free(&be);
+    }
+    /* (a step reads the norms and embedding rows in place; the kernel may map whole page-cache folios
+     * around them again, so the RSS is measured right after the load) */
+    float *a = after >= 0 ? logits_alone(m, test_tokens, 16, 2, KV_TYPE_F32, &e) : NULL;
+    float *b = a ? logits_alone(sm.m, test_tokens, 16, 2, KV_TYPE_F32, &e) : NULL;
+    const int64_t nl = 16 * (int64_t)c.n_vocab;
+    int same = a && b && memcmp(a, b, (size_t)nl * sizeof(float)) == 0;
+    free(a);
+    free(b);
+    model_free(m);
+    gguf_close(f);
+    synth_free(&sm);
+    CHECK_MSG(before > 0 && after >= 0, "no smaps entry for the mapping (%.300s)", e.msg);
+    printf("# file mapping RSS %ld kB before the backend load, %ld kB after (%llu kB of Q8_0 matrices)\n", before,
+           after, (unsigned long long)(q8_bytes / 1024));
+    CHECK_MSG(before - after >= (long)(q8_bytes / 1024) * 8 / 10, "only %ld kB released", before - after);
+    CHECK_MSG(same, "logits differ from the same model read from memory");
+}
+
 /* ---------------------------------------------------------------- errors */
 
 TEST(test_bad_batches)
@@ -561,6 +963,7 @@ TEST(test_bad_batches)
     struct step_batch b = {2, tokens, pos, seq, 1, &ss, 1, lr};
     CHECK(be.ops->forward(be.ctx, &b, logits, &e) == 0);
     CHECK(be.ops->check(be.ctx, &e) == 0);
+    CHECK(be.ops->weight_copy_bytes(be.ctx) == 0); /* all F32: nothing repacked */
     tokens[1] = 512;
     CHECK(be.ops->forward(be.ctx, &b, logits, &e) != 0 && strstr(e.msg, "vocabulary"));
     tokens[1] = 2;
@@ -588,6 +991,11 @@ int main(void)
     RUN(test_dot_q8_0_extremes);
     RUN(test_invariance_stories260K);
     RUN(test_invariance_synthetic);
+    RUN(test_exp_row);
+    RUN(test_attn_kernel);
+    RUN(test_invariance_long_prefill);
+    RUN(test_kv_pool_lazy);
+    RUN(test_weight_pages_released);
     RUN(test_quant_vs_f32_synthetic);
     RUN(test_kv_types_vs_f32);
     RUN(test_smollm2_q41_vs_f32);

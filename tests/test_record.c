@@ -28,9 +28,13 @@ TEST(times_and_commit)
     const char *c = record_git_commit();
     CHECK(c && (!strcmp(c, "unknown") || strlen(c) == 40));
     struct record_energy m;
-    record_energy_start(&m);
-    double j = record_energy_joules(&m);
-    CHECK(m.available ? j >= 0 : j == -1);
+    record_energy_start(&m, 1);
+    double cj, gj;
+    record_energy_read(&m, &cj, &gj);
+    CHECK(m.cpu_available ? cj >= 0 : cj == -1);
+    CHECK(m.gpu_available ? gj >= 0 : gj == -1);
+    record_energy_stop(&m);
+    CHECK(!m.gpu_available && m.nvml == NULL);
 }
 
 TEST(write_is_atomic_json)
@@ -52,7 +56,10 @@ TEST(write_is_atomic_json)
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     CHECK(access(tmp, F_OK) != 0); /* no temporary left behind */
     unlink(path);
-    CHECK(record_write("/proc/nonexistent/x.json", json_object(), &e) != 0);
+    json_t *empty = json_object();
+    int rc = record_write("/proc/nonexistent/x.json", empty, &e);
+    json_decref(empty);
+    CHECK(rc != 0);
 }
 
 TEST(progress_line)

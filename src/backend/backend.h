@@ -50,6 +50,9 @@ struct backend_ops {
     void (*free)(void *ctx);
     /* (optional) Debug check of the backend's own invariant (sizes of its KV pool and scratch). */
     int (*check)(void *ctx, struct err *e);
+    /* (optional) Bytes of weight copies the backend allocated at load, beyond the model's file mapping
+     * (CPU: the Q8_0/Q4_0/Q4_1 matrices repacked for its kernels), for memory budgeting. */
+    uint64_t (*weight_copy_bytes)(void *ctx);
 };
 
 struct backend {

@@ -4,26 +4,43 @@
  *  - Batch invariance (bit for bit): every per-row quantity (embedding, norms, RoPE, K/V, attention,
  *    residuals, logits) is computed by code whose arithmetic depends only on that row's own inputs and its
  *    own sequence's KV: per-row ops run row by row; matmuls split work over weight rows with per-row
- *    accumulators (cpu_kernels.c); attention for a row reads positions 0..pos of its own sequence, in
- *    position order, through its block table. Hence a row's logits do not depend on the batch size, the
+ *    accumulators (cpu_kernels.c); attention for a row reads positions 0..pos of its own sequence through
+ *    its block table, with a fixed per-row order (cpu_attn.h), whatever rows share its work item.
+ *    Whether a dispatch runs on the pool or inline (cpu_par) depends only on its size and never changes
+ *    the arithmetic. Hence a row's logits do not depend on the batch size, the
  *    other rows, the row's place in the batch, the number of threads, or how its sequence's prefill was
  *    split into steps.
- *  - KV layout: for K and for V, [layer][block][slot][kv_head][vec], where vec is head_dim elements of
+ *  - KV layout: for K and for V, [layer][block][kv_head][slot][vec], where vec is head_dim elements of
  *    kv_type (Q8_0: head_dim/32 blocks of {f16 d, int8 q[32]}; needs head_dim % 32 == 0, else kv_alloc
  *    fails). Position p of a sequence lives in block block_table[p / block_size], slot p % block_size.
+ *    The pool is one anonymous MAP_NORESERVE mapping, not cleared: pages are committed when first written.
+ *    A slot is always written before it is read: a step writes K/V of every row (cpu_task_qkv_post)
+ *    before attention, and attention (cpu_attn.c) reads only positions <= the last row of the item's
+ *    sequence in this step, all of which were written by this or an earlier step (or belong to a
+ *    prefix-cache block, written when it was computed). Positions beyond are zero-filled, never loaded.
+ *  - Weights: at load every Q8_0/Q4_0/Q4_1 matrix is repacked once (cpu_repack_row: groups of 8
+ *    interleaved blocks, same size) into one buffer that the backend owns (memory = those matrices'
+ *    bytes again; the model's mapping is then read only for token embedding rows). As rows are repacked,
+ *    their pages of a file mapping are dropped from the process (MADV_DONTNEED; cpu_releasable says
+ *    when), so peak RSS stays ~1x the weights, not 2x. c->layers/c->output
+ *    are the model's views with data pointing at the repacked rows; other types are read in place.
  *  - Scratch is sized for cap_rows rows and grows (one reallocation) when a larger step arrives;
- *    attention scratch is sized for the longest position the KV pool can hold.
+ *    attention scratch (per thread) is sized for the longest position seen in a step so far and grows
+ *    the same way.
  * cpu_check() verifies the sizes (debug).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
 #include "backend/backend.h"
+#include "backend/cpu_attn.h"
 #include "backend/cpu_kernels.h"
 #include "gguf/quant.h"
 #include "util/threads.h"
@@ -33,15 +50,24 @@ struct cpu_ctx {
     int n_threads;
     const struct model *m;
     double *inv_freq; /* (n_rot / 2) RoPE angular frequency per pair, rope_freqs applied */
+    /* The model's matrices as the kernels read them: integer types repacked (cpu_repack_row) into
+     * `packed`, others pointing at the model's data; norms and biases are the model's. */
+    struct model_layer *layers; /* (n_layer) */
+    struct model_weight output;
+    void *packed;
+    uint64_t packed_bytes;
 
     /* KV pool */
     enum kv_type kv_type;
     int32_t n_blocks, block_size;
     uint64_t kv_vec_bytes;   /* one (token, kv head) vector */
     uint64_t kv_layer_bytes; /* n_blocks * block_size * n_head_kv * kv_vec_bytes */
-    void *k_cache, *v_cache; /* (n_layer, n_blocks, block_size, n_head_kv, vec) each */
+    void *k_cache, *v_cache; /* (n_layer, n_blocks, n_head_kv, block_size, vec) each, one mapping */
+    uint64_t kv_map_bytes;   /* the mapping: 2 * n_layer * kv_layer_bytes */
     int64_t max_pos;         /* n_blocks * block_size */
-    float *att_scratch;      /* (n_threads, cpu_att_floats()) */
+    float *att_scratch;      /* (n_threads, att_floats) attention scratch per thread */
+    size_t att_floats;       /* cpu_attn_scratch_floats(head_dim, group, att_pos) */
+    int64_t att_pos;         /* positions the attention scratch holds */
 
     /* step scratch, for up to cap_rows rows */
     int32_t cap_rows;
@@ -56,17 +82,18 @@ struct cpu_ctx {
     float *hb;   /* (cap, n_ff) */
     float *hb2;  /* (cap, n_ff) */
     float *rope; /* (cap, n_rot / 2, 2) cos, sin per row */
-    struct cpu_q8_block *xq; /* (cap, max(n_embd, n_q, n_ff) / 32) quantized matmul input */
+    uint8_t *xq; /* (cap, cpu_q8_row_bytes(max(n_embd, n_q, n_ff))) quantized matmul input */
+    struct cpu_attn_item *att_items; /* (cap * n_head_kv) the step's attention work items */
+    int64_t *att_parts;              /* (cpu_att_max_parts + 1) item ranges handed to threads */
 };
 
-#define CPU_MAX_GROUP 64 /* query heads per kv head (checked at load) */
+#define CPU_MAX_GROUP 64       /* query heads per kv head (checked at load) */
+#define CPU_MAX_HEAD_DIM 1024  /* checked at load */
 
-/* Floats of attention scratch per thread; see cpu_task_attn. */
-static size_t cpu_att_floats(const struct cpu_ctx *c)
+/* Attention items are grouped into this many parts (claimed dynamically by the threads). */
+static int64_t cpu_att_max_parts(const struct cpu_ctx *c)
 {
-    const struct model_hparams *hp = &c->m->hp;
-    size_t group = (size_t)(hp->n_head / hp->n_head_kv);
-    return group * (size_t)c->max_pos + 2 * (size_t)hp->head_dim + group * (size_t)hp->head_dim;
+    return 8 * (int64_t)c->n_threads;
 }
 
 static int64_t cpu_max3(int64_t a, int64_t b, int64_t c)
@@ -97,7 +124,9 @@ static uint64_t cpu_layout_scratch(struct cpu_ctx *c, int32_t rows, char *base)
     CARVE(hb, float, (int64_t)rows * hp->n_ff);
     CARVE(hb2, float, (int64_t)rows * hp->n_ff);
     CARVE(rope, float, (int64_t)rows * hp->n_rot + 1);
-    CARVE(xq, struct cpu_q8_block, (int64_t)rows * (n_in_max / CPU_QK + 1));
+    CARVE(xq, uint8_t, (int64_t)rows * cpu_q8_row_bytes(n_in_max) + 64);
+    CARVE(att_items, struct cpu_attn_item, (int64_t)rows * hp->n_head_kv);
+    CARVE(att_parts, int64_t, cpu_att_max_parts(c) + 1);
 #undef CARVE
     return off;
 }
@@ -122,13 +151,24 @@ static int cpu_check(void *ctx, struct err *e)
     const struct cpu_ctx *c = ctx;
     if (!c->m) return 0;
     if (c->cap_rows > 0 && !c->scratch) return err_set(e, "cpu_check: scratch missing");
+    if (!c->layers || (c->packed_bytes > 0) != (c->packed != NULL)) return err_set(e, "cpu_check: weights not bound");
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
+        const struct model_layer *L = &c->layers[il], *M = &c->m->layers[il];
+        if (L->attn_norm.data != M->attn_norm.data || L->wq.type != M->wq.type || L->w_down.ne[0] != M->w_down.ne[0] ||
+            (cpu_type_uses_q8(L->wq.type) && (const uint8_t *)L->wq.data < (const uint8_t *)c->packed))
+            return err_set(e, "cpu_check: layer %d views do not match the model", (int)il);
+    }
     if (c->k_cache) {
         const struct model_hparams *hp = &c->m->hp;
         if (c->kv_vec_bytes != model_kv_vec_bytes(hp, c->kv_type) ||
             c->kv_layer_bytes != (uint64_t)c->n_blocks * (uint64_t)c->block_size * (uint64_t)hp->n_head_kv *
                                      c->kv_vec_bytes ||
-            c->max_pos != (int64_t)c->n_blocks * c->block_size || !c->att_scratch)
+            c->max_pos != (int64_t)c->n_blocks * c->block_size ||
+            c->kv_map_bytes != 2 * c->kv_layer_bytes * (uint64_t)hp->n_layer)
             return err_set(e, "cpu_check: KV pool sizes inconsistent");
+        if (c->att_scratch &&
+            c->att_floats < cpu_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv, c->att_pos))
+            return err_set(e, "cpu_check: attention scratch smaller than its positions need");
     }
     return 0;
 }
@@ -137,13 +177,178 @@ static int cpu_check(void *ctx, struct err *e)
 
 static void cpu_free_kv(struct cpu_ctx *c)
 {
-    free(c->k_cache);
-    free(c->v_cache);
+    if (c->k_cache) munmap(c->k_cache, (size_t)c->kv_map_bytes);
     free(c->att_scratch);
     c->k_cache = c->v_cache = NULL;
+    c->kv_map_bytes = 0;
     c->att_scratch = NULL;
+    c->att_floats = 0;
+    c->att_pos = 0;
     c->n_blocks = c->block_size = 0;
     c->max_pos = 0;
+}
+
+/* Makes the attention scratch hold steps with positions < n_pos (grows, never shrinks). */
+static int cpu_reserve_att(struct cpu_ctx *c, int64_t n_pos, struct err *e)
+{
+    if (c->att_scratch && n_pos <= c->att_pos) return 0;
+    const struct model_hparams *hp = &c->m->hp;
+    if (n_pos < 256) n_pos = 256;
+    size_t per = cpu_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv, n_pos);
+    void *p = NULL;
+    if (per > SIZE_MAX / sizeof(float) / (size_t)c->n_threads ||
+        posix_memalign(&p, 64, per * sizeof(float) * (size_t)c->n_threads) != 0)
+        return err_set(e, "cpu backend: out of memory for the attention scratch of %lld positions", (long long)n_pos);
+    free(c->att_scratch);
+    c->att_scratch = p;
+    c->att_floats = per;
+    c->att_pos = n_pos;
+    return 0;
+}
+
+static void cpu_free_packed(struct cpu_ctx *c)
+{
+    free(c->packed);
+    free(c->layers);
+    c->packed = NULL;
+    c->layers = NULL;
+    c->packed_bytes = 0;
+}
+
+/* The matrices of layer il (or the output head when il == n_layer) that the matmuls read. */
+static int cpu_matrices(struct cpu_ctx *c, int32_t il, struct model_weight **ws)
+{
+    if (il == c->m->hp.n_layer) {
+        ws[0] = &c->output;
+        return 1;
+    }
+    struct model_layer *L = &c->layers[il];
+    struct model_weight *all[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (int i = 0; i < 7; i++) ws[i] = all[i];
+    return 7;
+}
+
+struct cpu_pack_job {
+    struct model_weight *const *ws; /* views to repack, data still pointing at the model */
+    const int64_t *first_task;      /* (n_ws + 1) */
+    uint8_t *const *dst;            /* (n_ws) */
+    const uint8_t *release;         /* (n_ws) 1: drop the source's file pages once repacked */
+    int n_ws;
+};
+
+#define CPU_PACK_ROWS 256
+
+/* Drops the whole pages inside [p, p + n) of a read-only MAP_PRIVATE file mapping from this process
+ * (MADV_DONTNEED): they leave the RSS; a later read would fault them in again from the file, so this
+ * can never change what the mapping reads. */
+static void cpu_release_pages(const void *p, uint64_t n)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + (uintptr_t)n) & ~(page - 1);
+    if (b > a) (void)madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
+}
+
+/* 1 if w's source bytes may be released after repacking: they live in a file mapping (not a caller's
+ * buffer, where MADV_DONTNEED would discard data), match the file's tensor, and nothing reads them in
+ * place later (the token embedding rows are looked up from the mapping, so a tensor that overlaps
+ * tok_embd — a tied output head — is kept). */
+static int cpu_releasable(const struct model *m, const struct model_weight *w)
+{
+    if (!m->file || !gguf_path(m->file)[0] || !w->name) return 0;
+    const struct gguf_tensor *t = gguf_find_tensor(m->file, w->name);
+    uint64_t n = gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)w->ne[1];
+    if (!t || t->data != w->data || t->n_bytes < n) return 0;
+    const struct model_weight *te = &m->tok_embd;
+    uint64_t ne = gguf_row_bytes((uint32_t)te->type, (uint64_t)te->ne[0]) * (uint64_t)te->ne[1];
+    const uint8_t *a = w->data, *b = te->data;
+    return !(a < b + ne && b < a + n);
+}
+
+static void cpu_task_pack(void *arg, int64_t task, int thread)
+{
+    (void)thread;
+    const struct cpu_pack_job *p = arg;
+    int k = 0;
+    while (k + 1 < p->n_ws && task >= p->first_task[k + 1]) k++;
+    const struct model_weight *w = p->ws[k];
+    uint64_t rb = gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]);
+    int64_t r0 = (task - p->first_task[k]) * CPU_PACK_ROWS;
+    int64_t r1 = r0 + CPU_PACK_ROWS < w->ne[1] ? r0 + CPU_PACK_ROWS : w->ne[1];
+    for (int64_t r = r0; r < r1; r++)
+        cpu_repack_row(w->type, (const uint8_t *)w->data + (uint64_t)r * rb, p->dst[k] + (uint64_t)r * rb, w->ne[0]);
+    /* the file pages of these rows, so that peak RSS stays near the repacked size (pages shared with the
+     * neighbouring tasks' rows are dropped after the loop) */
+    if (p->release[k]) cpu_release_pages((const uint8_t *)w->data + (uint64_t)r0 * rb, (uint64_t)(r1 - r0) * rb);
+}
+
+/* Builds c->layers / c->output and repacks every integer-type matrix into one buffer (in parallel). */
+static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
+{
+    const struct model *m = c->m;
+    const int32_t nl = m->hp.n_layer;
+    struct model_weight **ws = NULL;
+    uint8_t **dst = NULL, *release = NULL;
+    int64_t *first = NULL;
+    c->layers = malloc((size_t)nl * sizeof *c->layers);
+    ws = malloc(((size_t)nl * 7 + 1) * sizeof *ws);
+    dst = malloc(((size_t)nl * 7 + 1) * sizeof *dst);
+    release = malloc((size_t)nl * 7 + 1);
+    first = malloc(((size_t)nl * 7 + 2) * sizeof *first);
+    if (!c->layers || !ws || !dst || !release || !first) goto oom;
+    memcpy(c->layers, m->layers, (size_t)nl * sizeof *c->layers);
+    c->output = m->output;
+    int n_ws = 0;
+    uint64_t total = 0;
+    for (int32_t il = 0; il <= nl; il++) {
+        struct model_weight *lw[7];
+        int n = cpu_matrices(c, il, lw);
+        for (int i = 0; i < n; i++) {
+            if (!cpu_type_uses_q8(lw[i]->type)) continue;
+            ws[n_ws++] = lw[i];
+            total += gguf_row_bytes((uint32_t)lw[i]->type, (uint64_t)lw[i]->ne[0]) * (uint64_t)lw[i]->ne[1];
+        }
+    }
+    if (total > 0) {
+        void *p = NULL;
+        if (total > SIZE_MAX || posix_memalign(&p, 64, (size_t)total) != 0) {
+            err_set(e, "cpu backend: out of memory for %llu bytes of repacked weights", (unsigned long long)total);
+            goto fail;
+        }
+        c->packed = p;
+        c->packed_bytes = total;
+    }
+    uint64_t off = 0;
+    int64_t n_tasks = 0;
+    for (int i = 0; i < n_ws; i++) {
+        dst[i] = (uint8_t *)c->packed + off;
+        off += gguf_row_bytes((uint32_t)ws[i]->type, (uint64_t)ws[i]->ne[0]) * (uint64_t)ws[i]->ne[1];
+        first[i] = n_tasks;
+        n_tasks += (ws[i]->ne[1] + CPU_PACK_ROWS - 1) / CPU_PACK_ROWS;
+        release[i] = (uint8_t)cpu_releasable(m, ws[i]);
+    }
+    first[n_ws] = n_tasks;
+    struct cpu_pack_job job = {ws, first, dst, release, n_ws};
+    if (n_ws > 0) threads_parallel_for(c->pool, n_tasks, cpu_task_pack, &job);
+    for (int i = 0; i < n_ws; i++) {
+        if (release[i])
+            cpu_release_pages(ws[i]->data,
+                              gguf_row_bytes((uint32_t)ws[i]->type, (uint64_t)ws[i]->ne[0]) * (uint64_t)ws[i]->ne[1]);
+        ws[i]->data = dst[i]; /* the views now read the repacked rows */
+    }
+    free(ws);
+    free(dst);
+    free(release);
+    free(first);
+    return 0;
+oom:
+    err_set(e, "cpu backend: out of memory");
+fail:
+    free(ws);
+    free(dst);
+    free(release);
+    free(first);
+    cpu_free_packed(c);
+    return -1;
 }
 
 static int cpu_load(void *ctx, const struct model *m, struct err *e)
@@ -153,12 +358,17 @@ static int cpu_load(void *ctx, const struct model *m, struct err *e)
     if (m->hp.n_head / m->hp.n_head_kv > CPU_MAX_GROUP)
         return err_set(e, "cpu backend: %d query heads per kv head is more than %d", (int)(m->hp.n_head / m->hp.n_head_kv),
                        CPU_MAX_GROUP);
+    if (m->hp.head_dim > CPU_MAX_HEAD_DIM)
+        return err_set(e, "cpu backend: head dimension %d is more than %d", (int)m->hp.head_dim, CPU_MAX_HEAD_DIM);
     cpu_free_kv(c);
     free(c->scratch);
     c->scratch = NULL;
     c->cap_rows = 0;
     free(c->inv_freq);
+    c->inv_freq = NULL;
+    cpu_free_packed(c);
     c->m = m;
+    if (cpu_pack_weights(c, e)) return -1;
     const struct model_hparams *hp = &m->hp;
     c->inv_freq = malloc(((size_t)hp->n_rot / 2 + 1) * sizeof *c->inv_freq);
     if (!c->inv_freq) return err_set(e, "cpu backend: out of memory");
@@ -190,19 +400,17 @@ static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum kv
     uint64_t total = layer * (uint64_t)hp->n_layer;
     if (total / (uint64_t)hp->n_layer != layer || total > SIZE_MAX / 2)
         return err_set(e, "cpu backend: KV pool of %d blocks is too large", (int)n_blocks);
-    c->k_cache = malloc((size_t)total);
-    c->v_cache = malloc((size_t)total);
-    int64_t max_pos = (int64_t)n_blocks * block_size;
-    c->max_pos = max_pos;
-    c->att_scratch = malloc((size_t)c->n_threads * cpu_att_floats(c) * sizeof(float));
-    if (!c->k_cache || !c->v_cache || !c->att_scratch) {
-        cpu_free_kv(c);
-        return err_set(e, "cpu backend: out of memory for a KV pool of %llu bytes (%d blocks x %d tokens, %s)",
+    /* Reserved address space only: a page is committed when a slot in it is first written (see the top
+     * of this file: no slot is read before it is written, so nothing needs clearing). */
+    void *map = mmap(NULL, (size_t)(2 * total), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    if (map == MAP_FAILED)
+        return err_set(e, "cpu backend: cannot map a KV pool of %llu bytes (%d blocks x %d tokens, %s)",
                        (unsigned long long)(2 * total), (int)n_blocks, (int)block_size, model_kv_type_name(t));
-    }
-    /* Zero so that reading a never-written slot is deterministic (it cannot happen for a valid batch). */
-    memset(c->k_cache, 0, (size_t)total);
-    memset(c->v_cache, 0, (size_t)total);
+    c->k_cache = map;
+    c->v_cache = (char *)map + total;
+    c->kv_map_bytes = 2 * total;
+    int64_t max_pos = (int64_t)n_blocks * block_size;
     c->kv_type = t;
     c->n_blocks = n_blocks;
     c->block_size = block_size;
@@ -216,7 +424,13 @@ static uint64_t cpu_scratch_bytes(void *ctx, int32_t max_rows)
 {
     struct cpu_ctx *c = ctx;
     if (!c->m) return 0;
-    uint64_t att = (uint64_t)c->n_threads * cpu_att_floats(c) * 4;
+    /* attention scratch for the longest sequence a step can hold (the context length when the model
+     * states one, else the pool) */
+    const struct model_hparams *hp = &c->m->hp;
+    int64_t n_pos = c->max_pos > 0 ? c->max_pos : hp->n_ctx_train;
+    if (hp->n_ctx_train > 0 && hp->n_ctx_train < n_pos) n_pos = hp->n_ctx_train;
+    uint64_t att =
+        (uint64_t)c->n_threads * cpu_attn_scratch_floats(hp->head_dim, hp->n_head / hp->n_head_kv, n_pos) * 4;
     return cpu_layout_scratch(c, max_rows, NULL) + att;
 }
 
@@ -253,15 +467,6 @@ static uint16_t cpu_f32_to_f16(float f)
 #endif
 }
 
-static float cpu_f16_to_f32(uint16_t h)
-{
-#if defined(__F16C__)
-    return _cvtsh_ss(h);
-#else
-    return quant_f16_to_f32(h);
-#endif
-}
-
 /* Stores one head vector (head_dim floats) into KV storage of the pool's type. */
 static void cpu_kv_store(const struct cpu_ctx *c, void *dst, const float *src, int32_t hd)
 {
@@ -274,99 +479,55 @@ static void cpu_kv_store(const struct cpu_ctx *c, void *dst, const float *src, i
     }
 }
 
-/* One KV vector as floats: a pointer into the pool (F32) or into buf after conversion (exact). */
-static const float *cpu_kv_load(const struct cpu_ctx *c, const void *src, float *buf, int32_t hd)
-{
-    switch (c->kv_type) {
-    case KV_TYPE_F32: return src;
-    case KV_TYPE_F16: {
-        int32_t i = 0;
-#if defined(__F16C__)
-        for (; i + 8 <= hd; i += 8)
-            _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)src + i))));
-#endif
-        for (; i < hd; i++) buf[i] = cpu_f16_to_f32(((const uint16_t *)src)[i]);
-        return buf;
-    }
-    case KV_TYPE_Q8_0: {
-        const uint8_t *p = src;
-        for (int32_t b = 0; b < hd / 32; b++, p += 34) {
-            float d = cpu_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
-            for (int i = 0; i < 32; i++) buf[b * 32 + i] = d * (float)(int8_t)p[2 + i];
-        }
-        return buf;
-    }
-    }
-    return buf;
-}
-
-/* q . k over head_dim, in a fixed order: two 8-lane FMA accumulators over 16-element steps, one more
- * 8-element step, the lane sum, then a scalar tail (AVX2); the plain loop otherwise. */
-static inline float cpu_attn_dot(const float *q, const float *k, int32_t n)
-{
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int32_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
-    }
-    if (i + 8 <= n) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
-        i += 8;
-    }
-    a0 = _mm256_add_ps(a0, a1);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    float s = _mm_cvtss_f32(h);
-    for (; i < n; i++) s += q[i] * k[i];
-    return s;
-#else
-    float s = 0.0f;
-    for (int32_t i = 0; i < n; i++) s += q[i] * k[i];
-    return s;
-#endif
-}
-
-/* acc[i] += p * v[i], i < n: one FMA per element (AVX2 in groups of 8, fmaf for the tail), so the result
- * of each element does not depend on n. */
-static void cpu_axpy(float *acc, float p, const float *v, int32_t n)
-{
-    int32_t i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    __m256 vp = _mm256_set1_ps(p);
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + i), _mm256_loadu_ps(acc + i)));
-#endif
-    for (; i < n; i++) acc[i] = fmaf(p, v[i], acc[i]);
-}
-
 static char *cpu_kv_addr(const struct cpu_ctx *c, void *cache, int32_t layer, int32_t block, int32_t slot,
                          int32_t kvh)
 {
-    uint64_t idx = ((uint64_t)block * (uint64_t)c->block_size + (uint64_t)slot) * (uint64_t)c->m->hp.n_head_kv +
-                   (uint64_t)kvh;
+    uint64_t idx = ((uint64_t)block * (uint64_t)c->m->hp.n_head_kv + (uint64_t)kvh) * (uint64_t)c->block_size +
+                   (uint64_t)slot;
     return (char *)cache + (uint64_t)layer * c->kv_layer_bytes + idx * c->kv_vec_bytes;
 }
 
 /* ---------------------------------------------------------------- the step */
 
+/* A dispatch runs on the pool only when its work (rough multiply-adds) reaches this; below, the
+ * hand-off costs more than it saves, and the tasks run inline on the calling thread. Results are the same
+ * either way (tasks never depend on the thread). */
+#define CPU_PAR_MIN_WORK 24000
+
+static void cpu_par(const struct cpu_ctx *c, int64_t n_tasks, threads_task_fn fn, void *arg, int64_t work)
+{
+    if (c->n_threads > 1 && n_tasks > 1 && work >= CPU_PAR_MIN_WORK) {
+        threads_parallel_for(c->pool, n_tasks, fn, arg);
+        return;
+    }
+    for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
+}
+
+static void cpu_mm(const struct cpu_ctx *c, const struct cpu_matmul_job *jobs, int n_jobs, const float *x,
+                   const void *xq, int32_t n_rows)
+{
+    int64_t work = 0;
+    for (int j = 0; j < n_jobs; j++) work += jobs[j].w->ne[0] * jobs[j].w->ne[1];
+    cpu_matmul(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, xq, n_rows);
+}
+
 struct cpu_step {
     struct cpu_ctx *c;
     const struct step_batch *b;
     int32_t layer;
+    int embed;             /* cpu_task_norm: look up the token embedding and the RoPE table first */
     int add_tmp;           /* cpu_task_norm: x += tmp first (the previous block's output) */
-    const float *norm_w;   /* cpu_task_norm: rmsnorm weight, NULL for the residual add alone */
+    const float *norm_w;   /* cpu_task_norm: rmsnorm weight */
     int quantize;          /* the next matmul needs xq */
     const float *q_src;    /* cpu_task_quantize: rows of length q_in to quantize into xq */
     int64_t q_in;
+    struct cpu_kv_layer kv; /* cpu_task_attn: this layer's KV */
+    int64_t att_n_pos;     /* cpu_task_attn: positions the scratch holds */
 };
 
-static void cpu_task_embed(void *arg, int64_t r, int thread)
+/* Token embedding row and the row's RoPE table (cos, sin per rotated pair). */
+static void cpu_embed_row(const struct cpu_step *s, int64_t r)
 {
-    (void)thread;
-    const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
     const struct model *m = c->m;
     const int64_t n_embd = m->hp.n_embd;
@@ -383,7 +544,7 @@ static void cpu_task_embed(void *arg, int64_t r, int thread)
     }
 }
 
-/* x += tmp (when add), xb = rmsnorm(x) * norm_w, xq = quantized xb (when needed). */
+/* [embedding,] [x += tmp,] xb = rmsnorm(x) * norm_w, xq = quantized xb (when needed). */
 static void cpu_task_norm(void *arg, int64_t r, int thread)
 {
     (void)thread;
@@ -391,13 +552,29 @@ static void cpu_task_norm(void *arg, int64_t r, int thread)
     const struct cpu_ctx *c = s->c;
     const int64_t n = c->m->hp.n_embd;
     float *x = c->x + r * n;
+    if (s->embed) cpu_embed_row(s, r);
     if (s->add_tmp) {
         const float *t = c->tmp + r * n;
         for (int64_t i = 0; i < n; i++) x[i] += t[i];
     }
-    if (!s->norm_w) return;
     cpu_rmsnorm(c->xb + r * n, x, s->norm_w, n, c->m->hp.norm_eps);
-    if (s->quantize) cpu_quantize_row_q8(c->xb + r * n, c->xq + r * (n / CPU_QK), n);
+    if (s->quantize) cpu_quantize_row_q8(c->xb + r * n, c->xq + r * cpu_q8_row_bytes(n), n);
+}
+
+/* Output head input of logit row i: x += tmp (the last FFN output), the output norm, quantized when the
+ * head needs it. */
+static void cpu_task_final(void *arg, int64_t i, int thread)
+{
+    (void)thread;
+    const struct cpu_step *s = arg;
+    const struct cpu_ctx *c = s->c;
+    const int64_t n = c->m->hp.n_embd;
+    const int64_t r = s->b->logit_rows[i];
+    float *x = c->x + r * n;
+    const float *t = c->tmp + r * n;
+    for (int64_t k = 0; k < n; k++) x[k] += t[k];
+    cpu_rmsnorm(c->xb + i * n, x, c->m->output_norm.data, n, c->m->hp.norm_eps);
+    if (s->quantize) cpu_quantize_row_q8(c->xb + i * n, c->xq + i * cpu_q8_row_bytes(n), n);
 }
 
 /* Biases, qwen3 q/k norms, RoPE; then K and V of the row into its KV slot. */
@@ -434,52 +611,18 @@ static void cpu_task_qkv_post(void *arg, int64_t r, int thread)
     }
 }
 
-/* Attention of one (row, kv head) for every query head of its group: pass 1 computes all scores (each K
- * vector loaded once for the group), pass 2 the exp, sums and weighted V sums (each V loaded once). Per
- * query head the arithmetic is: scores in position order, their max, then in position order p = exp(s -
- * max), sum += p, acc += p * V; out = acc * (1 / sum). It depends only on the row's q and its sequence's
- * KV. Scratch per thread: scores (group, max_pos), then kbuf, vbuf (head_dim), acc (group, head_dim). */
-static void cpu_task_attn(void *arg, int64_t task, int thread)
+/* Attention: the items of one part (cpu_attn_parts), each (rows of one sequence, one kv head). */
+static void cpu_task_attn(void *arg, int64_t part, int thread)
 {
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
-    const struct model_hparams *hp = &c->m->hp;
-    const int32_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-    const int64_t r = task / hp->n_head_kv;
-    const int32_t kvh = (int32_t)(task % hp->n_head_kv);
-    const int64_t n_q = (int64_t)hp->n_head * hd;
-    const struct step_seq *sq = &s->b->seqs[s->b->seq[r]];
-    const int32_t n_pos = s->b->pos[r] + 1;
-    float *scores = c->att_scratch + (size_t)thread * cpu_att_floats(c);
-    float *kbuf = scores + (size_t)group * (size_t)c->max_pos, *vbuf = kbuf + hd, *acc = vbuf + hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const float *q0 = c->q + r * n_q + (int64_t)kvh * group * hd; /* the group's query heads */
-    float mx[CPU_MAX_GROUP], sum[CPU_MAX_GROUP];
-    for (int32_t g = 0; g < group; g++) mx[g] = -INFINITY;
-    for (int32_t t = 0; t < n_pos; t++) {
-        int32_t blk = sq->block_table[t / c->block_size], slot = t % c->block_size;
-        const float *kt = cpu_kv_load(c, cpu_kv_addr(c, c->k_cache, s->layer, blk, slot, kvh), kbuf, hd);
-        for (int32_t g = 0; g < group; g++) {
-            float sc = cpu_attn_dot(q0 + (int64_t)g * hd, kt, hd) * scale;
-            scores[(size_t)g * (size_t)c->max_pos + (size_t)t] = sc;
-            if (sc > mx[g]) mx[g] = sc;
-        }
-    }
-    for (int32_t g = 0; g < group; g++) sum[g] = 0.0f;
-    for (int64_t i = 0; i < (int64_t)group * hd; i++) acc[i] = 0.0f;
-    for (int32_t t = 0; t < n_pos; t++) {
-        int32_t blk = sq->block_table[t / c->block_size], slot = t % c->block_size;
-        const float *vt = cpu_kv_load(c, cpu_kv_addr(c, c->v_cache, s->layer, blk, slot, kvh), vbuf, hd);
-        for (int32_t g = 0; g < group; g++) {
-            float p = expf(scores[(size_t)g * (size_t)c->max_pos + (size_t)t] - mx[g]);
-            sum[g] += p;
-            cpu_axpy(acc + (int64_t)g * hd, p, vt, hd);
-        }
-    }
-    for (int32_t g = 0; g < group; g++) {
-        float inv = 1.0f / sum[g];
-        float *out = c->att + r * n_q + ((int64_t)kvh * group + g) * hd;
-        for (int32_t i = 0; i < hd; i++) out[i] = acc[(int64_t)g * hd + i] * inv;
+    const int32_t group = c->m->hp.n_head / c->m->hp.n_head_kv;
+    float *scratch = c->att_scratch + (size_t)thread * c->att_floats;
+    const int64_t end = c->att_parts[part + 1];
+    if (c->att_parts[part] < end) cpu_attn_item_prefetch(&s->kv, s->b, &c->att_items[c->att_parts[part]]);
+    for (int64_t i = c->att_parts[part]; i < end; i++) {
+        if (i + 1 < end) cpu_attn_item_prefetch(&s->kv, s->b, &c->att_items[i + 1]);
+        cpu_attn_item_run(&s->kv, s->b, &c->att_items[i], group, c->q, c->att, scratch, s->att_n_pos);
     }
 }
 
@@ -489,10 +632,11 @@ static void cpu_task_quantize(void *arg, int64_t r, int thread)
     (void)thread;
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
-    cpu_quantize_row_q8(s->q_src + r * s->q_in, c->xq + r * (s->q_in / CPU_QK), s->q_in);
+    cpu_quantize_row_q8(s->q_src + r * s->q_in, c->xq + r * cpu_q8_row_bytes(s->q_in), s->q_in);
 }
 
-/* hb = silu(hb) * hb2, then quantized into xq when w_down needs it. */
+/* hb = silu(hb) * hb2 = hb / (1 + exp(-hb)) * hb2 (cpu_exp_row), then quantized into xq when w_down
+ * needs it. Each element depends only on its own two inputs. */
 static void cpu_task_swiglu(void *arg, int64_t r, int thread)
 {
     (void)thread;
@@ -501,8 +645,14 @@ static void cpu_task_swiglu(void *arg, int64_t r, int thread)
     const int64_t n = c->m->hp.n_ff;
     float *g = c->hb + r * n;
     const float *u = c->hb2 + r * n;
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    if (s->quantize) cpu_quantize_row_q8(g, c->xq + r * (n / CPU_QK), n);
+    float e[256];
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        for (int64_t i = 0; i < m; i++) e[i] = -g[i0 + i];
+        cpu_exp_row(e, e, m);
+        for (int64_t i = 0; i < m; i++) g[i0 + i] = g[i0 + i] / (1.0f + e[i]) * u[i0 + i];
+    }
+    if (s->quantize) cpu_quantize_row_q8(g, c->xq + r * cpu_q8_row_bytes(n), n);
 }
 
 static int cpu_check_batch(const struct cpu_ctx *c, const struct step_batch *b, struct err *e)
@@ -548,61 +698,72 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
     if (cpu_reserve(c, b->n_rows, e)) return -1;
     const struct model *m = c->m;
     const struct model_hparams *hp = &m->hp;
-    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim;
+    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim, n_ff = hp->n_ff;
+    const int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const int32_t n = b->n_rows;
-    threads_pool *pool = c->pool;
     struct cpu_step s = {.c = c, .b = b, .layer = -1};
 
-    threads_parallel_for(pool, n, cpu_task_embed, &s);
+    /* attention work items: the same for every layer of the step */
+    int64_t att_n_pos = 0;
+    const int64_t n_items = cpu_attn_plan(b, hp->n_head_kv, (int32_t)group, c->att_items, &att_n_pos);
+    const int64_t n_parts = cpu_attn_parts(c->att_items, n_items, cpu_att_max_parts(c), c->att_parts);
+    int64_t att_work = 0;
+    for (int64_t i = 0; i < n_items; i++) att_work += c->att_items[i].cost;
+    att_work *= hd;
+    if (cpu_reserve_att(c, att_n_pos, e)) return -1;
+    s.att_n_pos = c->att_pos;
+    s.kv = (struct cpu_kv_layer){.type = c->kv_type, .block_size = c->block_size, .n_head_kv = hp->n_head_kv,
+                                 .head_dim = hp->head_dim, .vec_bytes = c->kv_vec_bytes};
+    const int64_t row_work = n * n_embd * 4; /* a per-row pass (norm, quantize) */
+
     for (int32_t il = 0; il < hp->n_layer; il++) {
-        const struct model_layer *L = &m->layers[il];
+        const struct model_layer *L = &c->layers[il]; /* matrices repacked */
         /* attention block */
         s.layer = il;
+        s.embed = il == 0;
         s.add_tmp = il > 0; /* the previous layer's FFN output */
         s.norm_w = L->attn_norm.data;
         s.quantize = cpu_type_uses_q8(L->wq.type) || cpu_type_uses_q8(L->wk.type) || cpu_type_uses_q8(L->wv.type);
-        threads_parallel_for(pool, n, cpu_task_norm, &s);
+        cpu_par(c, n, cpu_task_norm, &s, row_work + (il == 0 ? n * (n_embd + 16 * hp->n_rot) : 0));
         struct cpu_matmul_job qkv[3] = {{&L->wq, c->q}, {&L->wk, c->k}, {&L->wv, c->v}};
-        cpu_matmul(pool, qkv, 3, c->xb, c->xq, n);
-        threads_parallel_for(pool, n, cpu_task_qkv_post, &s);
-        threads_parallel_for(pool, (int64_t)n * hp->n_head_kv, cpu_task_attn, &s);
+        cpu_mm(c, qkv, 3, c->xb, c->xq, n);
+        cpu_par(c, n, cpu_task_qkv_post, &s, n * (n_q + 2 * hd * hp->n_head_kv) * 2);
+        s.kv.k = (const uint8_t *)c->k_cache + (uint64_t)il * c->kv_layer_bytes;
+        s.kv.v = (const uint8_t *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
+        cpu_par(c, n_parts, cpu_task_attn, &s, att_work);
         if (cpu_type_uses_q8(L->wo.type)) {
             s.q_src = c->att;
             s.q_in = n_q;
-            threads_parallel_for(pool, n, cpu_task_quantize, &s);
+            cpu_par(c, n, cpu_task_quantize, &s, n * n_q * 4);
         }
         struct cpu_matmul_job wo = {&L->wo, c->tmp};
-        cpu_matmul(pool, &wo, 1, c->att, c->xq, n);
+        cpu_mm(c, &wo, 1, c->att, c->xq, n);
         /* feed-forward block */
+        s.embed = 0;
         s.norm_w = L->ffn_norm.data;
         s.quantize = cpu_type_uses_q8(L->w_gate.type) || cpu_type_uses_q8(L->w_up.type);
         s.add_tmp = 1; /* the attention output */
-        threads_parallel_for(pool, n, cpu_task_norm, &s);
+        cpu_par(c, n, cpu_task_norm, &s, row_work);
         struct cpu_matmul_job gu[2] = {{&L->w_gate, c->hb}, {&L->w_up, c->hb2}};
-        cpu_matmul(pool, gu, 2, c->xb, c->xq, n);
+        cpu_mm(c, gu, 2, c->xb, c->xq, n);
         s.quantize = cpu_type_uses_q8(L->w_down.type);
-        threads_parallel_for(pool, n, cpu_task_swiglu, &s);
+        cpu_par(c, n, cpu_task_swiglu, &s, n * n_ff * 6);
         struct cpu_matmul_job dn = {&L->w_down, c->tmp};
-        cpu_matmul(pool, &dn, 1, c->hb, c->xq, n);
+        cpu_mm(c, &dn, 1, c->hb, c->xq, n);
     }
-    /* the last residual add, then the output head for the rows that want logits */
-    s.add_tmp = 1;
-    s.norm_w = NULL;
-    threads_parallel_for(pool, n, cpu_task_norm, &s);
+    /* the last residual add, the output norm and the output head, for the rows that want logits only */
     if (b->n_logits == 0) return 0;
-    for (int32_t i = 0; i < b->n_logits; i++) {
-        int32_t r = b->logit_rows[i];
-        cpu_rmsnorm(c->xb + (int64_t)i * n_embd, c->x + (int64_t)r * n_embd, m->output_norm.data, n_embd,
-                    hp->norm_eps);
-    }
-    if (cpu_type_uses_q8(m->output.type)) {
-        s.q_src = c->xb;
-        s.q_in = n_embd;
-        threads_parallel_for(pool, b->n_logits, cpu_task_quantize, &s);
-    }
-    struct cpu_matmul_job out = {&m->output, logits};
-    cpu_matmul(pool, &out, 1, c->xb, c->xq, b->n_logits);
+    s.quantize = cpu_type_uses_q8(c->output.type);
+    cpu_par(c, b->n_logits, cpu_task_final, &s, (int64_t)b->n_logits * n_embd * 4);
+    struct cpu_matmul_job out = {&c->output, logits};
+    cpu_mm(c, &out, 1, c->xb, c->xq, b->n_logits);
     return 0;
+}
+
+static uint64_t cpu_weight_copy_bytes(void *ctx)
+{
+    const struct cpu_ctx *c = ctx;
+    return c->packed_bytes;
 }
 
 static void cpu_free(void *ctx)
@@ -612,6 +773,7 @@ static void cpu_free(void *ctx)
     cpu_free_kv(c);
     free(c->scratch);
     free(c->inv_freq);
+    cpu_free_packed(c);
     threads_free(c->pool);
     free(c);
 }
@@ -624,6 +786,7 @@ static const struct backend_ops cpu_ops = {
     .scratch_bytes = cpu_scratch_bytes,
     .free = cpu_free,
     .check = cpu_check,
+    .weight_copy_bytes = cpu_weight_copy_bytes,
 };
 
 int backend_cpu_init(struct backend *b, int n_threads, struct err *e)

@@ -5,11 +5,14 @@
  * the row length; n_x only decides how many rows share one decode of a weight block. The matmul splits
  * work over weight rows (output columns), never over the reduction dimension.
  *
- * Integer paths (Q8_0, Q4_0, Q4_1 weights): per block of 32, the exact integer dot of the weight's quants
- * with the activation's int8 quants, then acc += (d_w * d_x) * isum in float (8 lanes, FMA), reduced
- * at the end lane-pairwise. Q4_1 adds m_w * s_x per block into a separate scalar accumulator.
+ * Integer paths (Q8_0, Q4_0, Q4_1 weights, repacked into groups of 8 interleaved blocks; see
+ * cpu_kernels.h): per group, exact 32-bit lane sums (lane j = block j) of the weight quants times the
+ * activation's int8 quants, then acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q4_1 adds
+ * one more FMA m_w[8] * s_x[8]). Leftover blocks (nb % 8) go through a per-block path into a second
+ * accumulator. The row's result is hsum(acc + acc_tail) + the tail's Q4_1 offsets: a fixed order. The
+ * integer part may be split into any number of partial sums (exact), the float part never is.
  * Overflow: |q_x| <= 127; Q8_0 uses |q_w| <= 128 via the sign trick, so a maddubs pair sum is at most
- * 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); Q4 nibbles are 0..15.
+ * 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); a lane of a group sums 32 products < 2^20.
  */
 #include "backend/cpu_kernels.h"
 
@@ -31,35 +34,104 @@
 #define CPU_HAVE_VNNI 0
 #endif
 
-#define CPU_TILE_ROWS 16 /* weight rows per task */
+#define CPU_TILE_ROWS 32 /* weight rows per task */
 
 int cpu_type_uses_q8(enum gguf_dtype t)
 {
     return t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1;
 }
 
-void cpu_quantize_row_q8(const float *x, struct cpu_q8_block *y, int64_t n)
+int64_t cpu_q8_row_bytes(int64_t n)
 {
-    for (int64_t b = 0; b < n / CPU_QK; b++) {
-        const float *xb = x + b * CPU_QK;
-        float amax = 0.0f;
-        for (int i = 0; i < CPU_QK; i++) {
-            float a = fabsf(xb[i]);
-            if (a > amax) amax = a;
-        }
-        float d = amax / 127.0f;
-        float id = d > 0.0f ? 1.0f / d : 0.0f;
-        int sum = 0;
-        for (int i = 0; i < CPU_QK; i++) {
-            long v = lrintf(xb[i] * id);
-            if (v > 127) v = 127;
-            if (v < -127) v = -127;
-            y[b].q[i] = (int8_t)v;
-            sum += (int)v;
-        }
-        y[b].d = d;
-        y[b].s = d * (float)sum;
+    return n / CPU_QK * (int64_t)sizeof(struct cpu_q8_block);
+}
+
+/* One block: d, s and q[32] of 32 floats. */
+static void cpu_quantize_block(const float *xb, float *d_out, float *s_out, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < CPU_QK; i++) {
+        float a = fabsf(xb[i]);
+        if (a > amax) amax = a;
     }
+    float d = amax / 127.0f;
+    float id = d > 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < CPU_QK; i++) {
+        long v = lrintf(xb[i] * id);
+        if (v > 127) v = 127;
+        if (v < -127) v = -127;
+        q[i] = (int8_t)v;
+        sum += (int)v;
+    }
+    *d_out = d;
+    *s_out = d * (float)sum;
+}
+
+void cpu_quantize_row_q8(const float *x, void *y, int64_t n)
+{
+    const int64_t nb = n / CPU_QK, ng = nb / CPU_QG;
+    struct cpu_q8_group *g = y;
+    for (int64_t gi = 0; gi < ng; gi++) {
+        for (int j = 0; j < CPU_QG; j++) {
+            int8_t q[CPU_QK];
+            cpu_quantize_block(x + (gi * CPU_QG + j) * CPU_QK, &g[gi].d[j], &g[gi].s[j], q);
+            for (int c = 0; c < 8; c++) memcpy(&g[gi].q[c * 32 + j * 4], q + 4 * c, 4);
+        }
+    }
+    struct cpu_q8_block *t = (struct cpu_q8_block *)(g + ng);
+    for (int64_t b = ng * CPU_QG; b < nb; b++, t++) cpu_quantize_block(x + b * CPU_QK, &t->d, &t->s, t->q);
+}
+
+/* Bytes of one ggml block (the integer types). */
+static int64_t cpu_block_bytes(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_Q8_0 ? 34 : t == GGUF_DTYPE_Q4_0 ? 18 : 20;
+}
+
+/* The 32 quants of ggml block src as bytes in element order: Q8_0 int8 values, Q4 nibbles 0..15. */
+static void cpu_block_quants(enum gguf_dtype t, const uint8_t *src, uint8_t *v)
+{
+    if (t == GGUF_DTYPE_Q8_0) {
+        memcpy(v, src + 2, 32);
+        return;
+    }
+    const uint8_t *qs = src + (t == GGUF_DTYPE_Q4_0 ? 2 : 4);
+    for (int e = 0; e < 16; e++) {
+        v[e] = qs[e] & 0x0F;
+        v[e + 16] = qs[e] >> 4;
+    }
+}
+
+void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
+{
+    if (!cpu_type_uses_q8(t)) {
+        memcpy(dst, src, (size_t)gguf_row_bytes((uint32_t)t, (uint64_t)n));
+        return;
+    }
+    const int64_t nb = n / CPU_QK, ng = nb / CPU_QG, bb = cpu_block_bytes(t);
+    const int64_t hdr = t == GGUF_DTYPE_Q4_1 ? 32 : 16; /* d[8] (and m[8]) */
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    for (int64_t gi = 0; gi < ng; gi++, s += CPU_QG * bb, d += CPU_QG * bb) {
+        uint8_t chunks[8][32];
+        for (int j = 0; j < CPU_QG; j++) {
+            const uint8_t *blk = s + j * bb;
+            memcpy(d + 2 * j, blk, 2); /* d */
+            if (t == GGUF_DTYPE_Q4_1) memcpy(d + 16 + 2 * j, blk + 2, 2); /* m */
+            uint8_t v[32];
+            cpu_block_quants(t, blk, v);
+            for (int c = 0; c < 8; c++) memcpy(&chunks[c][j * 4], v + 4 * c, 4);
+        }
+        uint8_t *q = d + hdr;
+        if (t == GGUF_DTYPE_Q8_0) {
+            memcpy(q, chunks, 256);
+        } else {
+            for (int k = 0; k < 8; k++)
+                for (int b = 0; b < 16; b++) q[16 * k + b] = (uint8_t)(chunks[k][b] | (chunks[k][16 + b] << 4));
+        }
+    }
+    memcpy(d, s, (size_t)((nb - ng * CPU_QG) * bb)); /* the remaining blocks as they are */
 }
 
 /* ---------------------------------------------------------------- scalar reference */
@@ -107,59 +179,100 @@ static uint16_t cpu_rd16(const uint8_t *p)
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
-static void dot_q8_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+/* Block b of a repacked weight row: scale, Q4_1 offset (else 0) and the 32 values q (Q8_0: int8,
+ * Q4_0: nibble - 8, Q4_1: nibble) in element order. */
+static void cpu_weight_block(enum gguf_dtype t, const uint8_t *row, int64_t nb, int64_t b, float *d, float *m,
+                             int *q)
 {
+    const int64_t bb = cpu_block_bytes(t), ng = nb / CPU_QG;
+    uint8_t v[32];
+    *m = 0.0f;
+    if (b >= ng * CPU_QG) {
+        const uint8_t *blk = row + b * bb; /* tail blocks keep the ggml layout */
+        *d = quant_f16_to_f32(cpu_rd16(blk));
+        if (t == GGUF_DTYPE_Q4_1) *m = quant_f16_to_f32(cpu_rd16(blk + 2));
+        cpu_block_quants(t, blk, v);
+    } else {
+        const uint8_t *g = row + (b / CPU_QG) * CPU_QG * bb;
+        const int j = (int)(b % CPU_QG);
+        *d = quant_f16_to_f32(cpu_rd16(g + 2 * j));
+        if (t == GGUF_DTYPE_Q4_1) *m = quant_f16_to_f32(cpu_rd16(g + 16 + 2 * j));
+        const uint8_t *qs = g + (t == GGUF_DTYPE_Q4_1 ? 32 : 16);
+        for (int c = 0; c < 8; c++)
+            for (int k = 0; k < 4; k++) {
+                int idx = j * 4 + k; /* byte of chunk c */
+                if (t == GGUF_DTYPE_Q8_0)
+                    v[4 * c + k] = qs[c * 32 + idx];
+                else
+                    v[4 * c + k] = idx < 16 ? (qs[16 * c + idx] & 0x0F) : (qs[16 * c + idx - 16] >> 4);
+            }
+    }
+    for (int e = 0; e < 32; e++)
+        q[e] = t == GGUF_DTYPE_Q8_0 ? (int8_t)v[e] : t == GGUF_DTYPE_Q4_0 ? (int)v[e] - 8 : (int)v[e];
+}
+
+/* Block b of a quantized activation row. */
+static void cpu_act_block(const uint8_t *row, int64_t nb, int64_t b, float *d, float *s, int8_t *q)
+{
+    const int64_t ng = nb / CPU_QG;
+    if (b >= ng * CPU_QG) {
+        const struct cpu_q8_block *t = (const struct cpu_q8_block *)(row + ng * (int64_t)sizeof(struct cpu_q8_group)) +
+                                       (b - ng * CPU_QG);
+        *d = t->d;
+        *s = t->s;
+        memcpy(q, t->q, 32);
+        return;
+    }
+    const struct cpu_q8_group *g = (const struct cpu_q8_group *)row + b / CPU_QG;
+    const int j = (int)(b % CPU_QG);
+    *d = g->d[j];
+    *s = g->s[j];
+    for (int c = 0; c < 8; c++) memcpy(q + 4 * c, &g->q[c * 32 + j * 4], 4);
+}
+
+float cpu_q8_value(const void *row, int64_t n, int64_t i)
+{
+    float d, s;
+    int8_t q[32];
+    cpu_act_block(row, n / CPU_QK, i / CPU_QK, &d, &s, q);
+    return d * (float)q[i % CPU_QK];
+}
+
+/* sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q4_1), in block order. */
+static void dot_quant_scalar(enum gguf_dtype t, int64_t n, const void *w, const void *x, int64_t xs, int n_x,
+                             float *out)
+{
+    const int64_t nb = n / 32;
     for (int i = 0; i < n_x; i++) {
-        const struct cpu_q8_block *xb = (const struct cpu_q8_block *)((const char *)x + i * xs);
-        const uint8_t *wb = w;
+        const uint8_t *xr = (const uint8_t *)x + i * xs;
         float s = 0.0f;
-        for (int64_t b = 0; b < n / 32; b++, wb += 34) {
-            const int8_t *q = (const int8_t *)(wb + 2);
+        for (int64_t b = 0; b < nb; b++) {
+            float dw, mw, dx, sx;
+            int qw[32];
+            int8_t qx[32];
+            cpu_weight_block(t, w, nb, b, &dw, &mw, qw);
+            cpu_act_block(xr, nb, b, &dx, &sx, qx);
             int isum = 0;
-            for (int k = 0; k < 32; k++) isum += q[k] * xb[b].q[k];
-            s += quant_f16_to_f32(cpu_rd16(wb)) * xb[b].d * (float)isum;
+            for (int k = 0; k < 32; k++) isum += qw[k] * qx[k];
+            s += dw * dx * (float)isum + mw * sx;
         }
         out[i] = s;
     }
+}
+
+static void dot_q8_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    dot_quant_scalar(GGUF_DTYPE_Q8_0, n, w, x, xs, n_x, out);
 }
 
 static void dot_q4_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
 {
-    for (int i = 0; i < n_x; i++) {
-        const struct cpu_q8_block *xb = (const struct cpu_q8_block *)((const char *)x + i * xs);
-        const uint8_t *wb = w;
-        float s = 0.0f;
-        for (int64_t b = 0; b < n / 32; b++, wb += 18) {
-            const uint8_t *qs = wb + 2;
-            int isum = 0;
-            for (int k = 0; k < 16; k++) {
-                isum += ((qs[k] & 0x0F) - 8) * xb[b].q[k];
-                isum += ((qs[k] >> 4) - 8) * xb[b].q[k + 16];
-            }
-            s += quant_f16_to_f32(cpu_rd16(wb)) * xb[b].d * (float)isum;
-        }
-        out[i] = s;
-    }
+    dot_quant_scalar(GGUF_DTYPE_Q4_0, n, w, x, xs, n_x, out);
 }
 
 static void dot_q4_1_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
 {
-    for (int i = 0; i < n_x; i++) {
-        const struct cpu_q8_block *xb = (const struct cpu_q8_block *)((const char *)x + i * xs);
-        const uint8_t *wb = w;
-        float s = 0.0f, sm = 0.0f;
-        for (int64_t b = 0; b < n / 32; b++, wb += 20) {
-            const uint8_t *qs = wb + 4;
-            int isum = 0;
-            for (int k = 0; k < 16; k++) {
-                isum += (qs[k] & 0x0F) * xb[b].q[k];
-                isum += (qs[k] >> 4) * xb[b].q[k + 16];
-            }
-            s += quant_f16_to_f32(cpu_rd16(wb)) * xb[b].d * (float)isum;
-            sm += quant_f16_to_f32(cpu_rd16(wb + 2)) * xb[b].s;
-        }
-        out[i] = s + sm;
-    }
+    dot_quant_scalar(GGUF_DTYPE_Q4_1, n, w, x, xs, n_x, out);
 }
 
 #define DEFINE_SCALAR_TILE(name)                                                                          \
@@ -416,44 +529,68 @@ cpu_dot_fn cpu_dot_simd(enum gguf_dtype t)
 struct cpu_matmul_ctx {
     const struct cpu_matmul_job *jobs;
     int n_jobs;
-    int64_t task_start[8]; /* first task of each job; jobs are few (q/k/v, gate/up) */
+    int64_t tile_start[9]; /* first weight tile of each job; jobs are few (q/k/v, gate/up) */
     const float *x;
-    const struct cpu_q8_block *xq;
+    const void *xq;
     int32_t n_rows;
+    int32_t rows_per_block; /* a multiple of CPU_DOT_MAX_X */
+    int64_t n_row_blocks;
 };
 
+/* Task = (weight tile, block of activation rows). */
 static void cpu_matmul_task(void *arg, int64_t task, int thread)
 {
     (void)thread;
     const struct cpu_matmul_ctx *c = arg;
+    const int64_t tile = task / c->n_row_blocks;
+    const int32_t row0 = (int32_t)(task % c->n_row_blocks) * c->rows_per_block;
+    const int32_t row1 = c->n_rows - row0 < c->rows_per_block ? c->n_rows : row0 + c->rows_per_block;
     int j = 0;
-    while (j + 1 < c->n_jobs && task >= c->task_start[j + 1]) j++;
+    while (j + 1 < c->n_jobs && tile >= c->tile_start[j + 1]) j++;
     const struct model_weight *w = c->jobs[j].w;
     float *y = c->jobs[j].y;
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
-    const int64_t r_begin = (task - c->task_start[j]) * CPU_TILE_ROWS;
+    const int64_t r_begin = (tile - c->tile_start[j]) * CPU_TILE_ROWS;
     const int64_t r_end = r_begin + CPU_TILE_ROWS < n_out ? r_begin + CPU_TILE_ROWS : n_out;
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
     const int q8 = cpu_type_uses_q8(w->type);
-    cpu_tile_fn tile = cpu_kernel_best(w->type).tile;
+    cpu_tile_fn tile_fn = cpu_kernel_best(w->type).tile;
     const char *x = q8 ? (const char *)c->xq : (const char *)c->x;
-    const int64_t x_stride = q8 ? n_in / CPU_QK * (int64_t)sizeof(struct cpu_q8_block) : n_in * 4;
-    /* The tile of weight rows stays in cache while every input row passes over it. */
-    for (int32_t r0 = 0; r0 < c->n_rows; r0 += CPU_DOT_MAX_X) {
-        int n_x = c->n_rows - r0 < CPU_DOT_MAX_X ? c->n_rows - r0 : CPU_DOT_MAX_X;
-        tile(n_in, (const char *)w->data + (uint64_t)r_begin * row_bytes, (int64_t)row_bytes, (int)(r_end - r_begin),
-             x + r0 * x_stride, x_stride, n_x, y + (int64_t)r0 * n_out + r_begin, n_out);
+    const int64_t x_stride = q8 ? cpu_q8_row_bytes(n_in) : n_in * 4;
+    /* The tile of weight rows stays in cache while the block's input rows pass over it. */
+    for (int32_t r0 = row0; r0 < row1; r0 += CPU_DOT_MAX_X) {
+        int n_x = row1 - r0 < CPU_DOT_MAX_X ? row1 - r0 : CPU_DOT_MAX_X;
+        tile_fn(n_in, (const char *)w->data + (uint64_t)r_begin * row_bytes, (int64_t)row_bytes, (int)(r_end - r_begin),
+                x + r0 * x_stride, x_stride, n_x, y + (int64_t)r0 * n_out + r_begin, n_out);
     }
 }
 
-void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x,
-                const struct cpu_q8_block *xq, int32_t n_rows)
+void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
+                int32_t n_rows)
 {
-    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs, .x = x, .xq = xq, .n_rows = n_rows};
-    int64_t n_tasks = 0;
-    for (int j = 0; j < n_jobs && j < 8; j++) {
-        c.task_start[j] = n_tasks;
-        n_tasks += (jobs[j].w->ne[1] + CPU_TILE_ROWS - 1) / CPU_TILE_ROWS;
+    if (n_rows <= 0 || n_jobs <= 0) return;
+    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .n_rows = n_rows};
+    int64_t n_tiles = 0;
+    for (int j = 0; j < c.n_jobs; j++) {
+        c.tile_start[j] = n_tiles;
+        n_tiles += (jobs[j].w->ne[1] + CPU_TILE_ROWS - 1) / CPU_TILE_ROWS;
     }
-    if (n_rows > 0) threads_parallel_for(pool, n_tasks, cpu_matmul_task, &c);
+    c.tile_start[c.n_jobs] = n_tiles;
+    /* Enough tasks to balance the threads: split the rows too when the weight tiles are few. */
+    const int n_threads = pool ? threads_count(pool) : 1;
+    int64_t n_blocks = 1;
+    if (n_threads > 1 && n_tiles < 4 * n_threads) n_blocks = (4 * n_threads + n_tiles - 1) / n_tiles;
+    const int64_t max_blocks = (n_rows + 4 * CPU_DOT_MAX_X - 1) / (4 * CPU_DOT_MAX_X); /* >= 16 rows each */
+    if (n_blocks > max_blocks) n_blocks = max_blocks;
+    if (n_blocks < 1) n_blocks = 1;
+    int64_t per = (n_rows + n_blocks - 1) / n_blocks;
+    per = (per + CPU_DOT_MAX_X - 1) / CPU_DOT_MAX_X * CPU_DOT_MAX_X;
+    c.rows_per_block = (int32_t)per;
+    c.n_row_blocks = (n_rows + per - 1) / per;
+    const int64_t n_tasks = n_tiles * c.n_row_blocks;
+    if (!pool) {
+        for (int64_t t = 0; t < n_tasks; t++) cpu_matmul_task(&c, t, 0);
+        return;
+    }
+    threads_parallel_for(pool, n_tasks, cpu_matmul_task, &c);
 }

@@ -18,25 +18,54 @@
 #include "util/threads.h"
 
 #define CPU_QK 32       /* activation quantization block */
+#define CPU_QG 8        /* blocks per interleaved group */
 #define CPU_DOT_MAX_X 4 /* activation rows per kernel call */
 
-/* One block of an activation row quantized for the integer dot products: x ~= d * q, with d = amax/127
- * (round to nearest even), and s = d * sum(q) (used by Q4_1's offset term). 40 bytes. */
+/* Activations for the integer kernels. A row of n elements (n % 32 == 0) is nb = n / 32 blocks, each
+ * quantized as x ~= d * q with d = amax / 127 (q rounded to nearest even, |q| <= 127) and s = d * sum(q)
+ * (used by Q4_1's offset term). The row is stored as nb / 8 interleaved groups of 8 blocks followed by the
+ * nb % 8 remaining blocks as plain cpu_q8_blocks; cpu_q8_row_bytes(n) = nb * 40 bytes.
+ *
+ * Interleaving (weights repacked at load use the same one): within a group, chunk c (0..7) is 32 bytes
+ * holding bytes 4c..4c+3 of block 0, then of block 1, ..., of block 7. So 32-bit lane j of every chunk
+ * belongs to block j, and the integer dot of a group accumulates in 8 lanes = 8 blocks without any
+ * horizontal reduction; one multiply by the 8 blocks' scales and one FMA finish the group. */
 struct cpu_q8_block {
     float d;
     float s;
     int8_t q[CPU_QK];
 };
 
-/* n % CPU_QK == 0. Deterministic per row (plain C, round-to-nearest-even). */
-void cpu_quantize_row_q8(const float *x, struct cpu_q8_block *y, int64_t n);
+struct cpu_q8_group {
+    float d[CPU_QG];
+    float s[CPU_QG];
+    int8_t q[CPU_QG * CPU_QK]; /* q[c * 32 + j * 4 + k] = block j's q[4c + k] */
+};
+
+/* Bytes of one quantized activation row of n elements. */
+int64_t cpu_q8_row_bytes(int64_t n);
+
+/* Quantizes one row into the layout above. Deterministic per row (plain C). */
+void cpu_quantize_row_q8(const float *x, void *y, int64_t n);
+
+/* Element i of a quantized activation row of n elements, dequantized (d * q): for tests. */
+float cpu_q8_value(const void *row, int64_t n, int64_t i);
+
+/* Weight rows of the integer types are repacked once (at backend load) into the same group layout:
+ * per group of 8 blocks, Q8_0: {f16 d[8]; int8 q[256] interleaved} (272 bytes); Q4_0: {f16 d[8]; uint8
+ * qs[128]} (144); Q4_1: {f16 d[8]; f16 m[8]; uint8 qs[128]} (160), where for k = 0..7 the 16 bytes
+ * qs[16k..16k+15] hold interleaved chunk k as nibbles: low nibble of byte t = chunk byte t, high nibble =
+ * chunk byte 16 + t. The nb % 8 remaining blocks keep their ggml layout. Same size as the ggml row.
+ * Other types are copied as they are. dst must not overlap src. */
+void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n);
 
 /* 1 if weights of type t are multiplied with q8-quantized activations (Q8_0, Q4_0, Q4_1); 0 if with f32
  * activations (F32, F16, BF16). */
 int cpu_type_uses_q8(enum gguf_dtype t);
 
-/* out[i] = dot(w (n elements of the weight type), x_i) for i < n_x <= CPU_DOT_MAX_X, where x_i starts at
- * (const char *)x + i * x_stride bytes and is n floats (f32-activation types) or n / 32 cpu_q8_blocks. */
+/* out[i] = dot(w (n elements of the weight type; integer types repacked), x_i) for i < n_x <= CPU_DOT_MAX_X,
+ * where x_i starts at (const char *)x + i * x_stride bytes and is n floats (f32-activation types) or a
+ * quantized activation row (cpu_quantize_row_q8). */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);
 
 enum cpu_kernel_variant {
@@ -71,10 +100,13 @@ struct cpu_matmul_job {
     float *y; /* (n_rows, w->ne[1]) */
 };
 
-/* Runs n_jobs matmuls that share the input rows over the pool: x (n_rows, n_in) as floats and, when any
- * job's weight uses q8 activations, xq (n_rows, n_in / 32) quantized blocks (already filled). Threads split
- * weight rows in tiles; each tile is multiplied with every input row while it is in cache. */
-void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x,
-                const struct cpu_q8_block *xq, int32_t n_rows);
+/* Runs n_jobs (<= 8) matmuls that share the input rows over the pool (pool NULL: inline on the calling
+ * thread): x (n_rows, n_in) as floats and, when any job's weight uses q8 activations, xq (n_rows rows of
+ * cpu_q8_row_bytes(n_in)) quantized (already filled). Weights of the integer types must be repacked
+ * (cpu_repack_row). Tasks are (tile of weight rows, block of input rows): each tile is multiplied with
+ * the block's rows while it is in cache; rows are split into blocks only when the tiles alone are too few
+ * to keep the threads busy. Every output is computed by the same kernel code whatever the split. */
+void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
+                int32_t n_rows);
 
 #endif

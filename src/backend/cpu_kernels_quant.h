@@ -1,28 +1,74 @@
 /* cpu_kernels_quant.h — template of the integer dot kernels, private to cpu_kernels.c, which includes it
- * twice: with CPU_VNNI 0 (AVX2: maddubs + madd) and with CPU_VNNI 1 inside a target("avxvnni") region
- * (one vpdpbusd per block instead). Both produce the same 32-bit lane sums (each lane = the exact sum of
- * four consecutive byte products), and the float part is the same code, so the two variants give
- * bit-identical results. CPU_QNAME(x) names a function of the variant. */
+ * twice: with CPU_VNNI 0 (AVX2: maddubs + madd + add) and with CPU_VNNI 1 inside a target("avxvnni")
+ * region (one vpdpbusd). Both produce the same exact 32-bit lane sums (each lane adds products of four
+ * consecutive bytes), and the float part is the same code, so the variants give bit-identical results.
+ * CPU_QNAME(x) names a function of the variant. Layouts: see cpu_kernels.h. */
 
-/* The exact 32-bit lane sums of u8 x s8 products, four bytes per lane. */
-CPU_INLINE __m256i CPU_QNAME(dot4)(__m256i u, __m256i s)
+/* acc + the exact 32-bit lane sums of u8 x s8 products, four bytes per lane. */
+CPU_INLINE __m256i CPU_QNAME(dot4)(__m256i acc, __m256i u, __m256i s)
 {
 #if CPU_VNNI
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
 
-/* One weight block (kind: 0 Q8_0, 1 Q4_0, 2 Q4_1) times block b of NX activation rows, into acc[i]. */
-CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_block *const *xr, int64_t b, int NX,
-                                       int kind, __m256 *acc, float *accm)
+/* One interleaved group of 8 blocks (weights wg, activation groups xg[i]) into acc[i]. kind: 0 Q8_0,
+ * 1 Q4_0, 2 Q4_1. The integer lane sums use P partial accumulators per row (exact, so P is free to vary:
+ * more partials for fewer rows shorten the dependency chains). */
+CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_group *const *xg, int NX, int kind,
+                                       __m256 *acc)
+{
+    enum { P = 4 };
+    const int np = NX == 1 ? 4 : 2;
+    const uint8_t *wq = wg + (kind == 2 ? 32 : 16);
+    __m256i ai[CPU_DOT_MAX_X][P];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++)
+#pragma GCC unroll 4
+        for (int k = 0; k < np; k++) ai[i][k] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        __m256i wu, wsgn = _mm256_setzero_si256();
+        if (kind == 0) {
+            wsgn = _mm256_loadu_si256((const __m256i *)(wq + 32 * c));
+            wu = _mm256_sign_epi8(wsgn, wsgn); /* |q_w| */
+        } else if (kind == 1) {
+            wsgn = _mm256_sub_epi8(unpack_nibbles(wq + 16 * c), _mm256_set1_epi8(8));
+            wu = _mm256_sign_epi8(wsgn, wsgn);
+        } else {
+            wu = unpack_nibbles(wq + 16 * c);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)(xg[i]->q + 32 * c));
+            if (kind != 2) xq = _mm256_sign_epi8(xq, wsgn);
+            ai[i][c % np] = CPU_QNAME(dot4)(ai[i][c % np], wu, xq);
+        }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg));
+    const __m256 mw = kind == 2 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wg + 16))) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) {
+        __m256i isum = ai[i][0];
+#pragma GCC unroll 4
+        for (int k = 1; k < np; k++) isum = _mm256_add_epi32(isum, ai[i][k]);
+        __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(xg[i]->d));
+        acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[i]);
+        if (kind == 2) acc[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xg[i]->s), acc[i]);
+    }
+}
+
+/* One ggml-layout block (a row's leftover blocks) times block xb[i] of NX rows, into acc[i] (+ accm[i]). */
+CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_block *const *xb, int NX, int kind,
+                                       __m256 *acc, float *accm)
 {
     float dw = _cvtsh_ss(cpu_rd16(wb));
     __m256i wu, wsgn = _mm256_setzero_si256();
     if (kind == 0) {
         wsgn = _mm256_loadu_si256((const __m256i *)(wb + 2));
-        wu = _mm256_sign_epi8(wsgn, wsgn); /* |q_w| */
+        wu = _mm256_sign_epi8(wsgn, wsgn);
     } else if (kind == 1) {
         wsgn = _mm256_sub_epi8(unpack_nibbles(wb + 2), _mm256_set1_epi8(8));
         wu = _mm256_sign_epi8(wsgn, wsgn);
@@ -33,42 +79,47 @@ CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_bl
     const __m256 vdw = _mm256_set1_ps(dw);
 #pragma GCC unroll 4
     for (int i = 0; i < NX; i++) {
-        __m256i xq = _mm256_loadu_si256((const __m256i *)xr[i][b].q);
+        __m256i xq = _mm256_loadu_si256((const __m256i *)xb[i]->q);
         if (kind != 2) xq = _mm256_sign_epi8(xq, wsgn);
-        __m256 p = _mm256_cvtepi32_ps(CPU_QNAME(dot4)(wu, xq));
-        /* d_w * d_x in every lane (a broadcast load, no shuffle), then one FMA */
-        __m256 scale = _mm256_mul_ps(vdw, _mm256_broadcast_ss(&xr[i][b].d));
+        __m256 p = _mm256_cvtepi32_ps(CPU_QNAME(dot4)(_mm256_setzero_si256(), wu, xq));
+        __m256 scale = _mm256_mul_ps(vdw, _mm256_broadcast_ss(&xb[i]->d));
         acc[i] = _mm256_fmadd_ps(scale, p, acc[i]);
-        if (kind == 2) accm[i] = fmaf(mw, xr[i][b].s, accm[i]);
+        if (kind == 2) accm[i] = fmaf(mw, xb[i]->s, accm[i]);
     }
 }
 
-/* Two 8-lane accumulators per row, for even and odd blocks (so consecutive FMAs of one row do not wait on
- * each other), summed at the end: hsum(acc_even + acc_odd) + (Q4_1 offsets of even + of odd blocks). */
+/* A whole row: groups into acc, leftover blocks into acc_t / accm; out = hsum(acc + acc_t) + accm. */
 CPU_INLINE void CPU_QNAME(dot_quant_nx)(int64_t n, const void *w, const void *x, int64_t xs, int NX, int kind,
                                         float *out)
 {
-    const int64_t bytes = kind == 0 ? 34 : kind == 1 ? 18 : 20;
-    const struct cpu_q8_block *xr[CPU_DOT_MAX_X];
-    __m256 acc0[CPU_DOT_MAX_X], acc1[CPU_DOT_MAX_X];
-    float accm0[CPU_DOT_MAX_X], accm1[CPU_DOT_MAX_X];
+    const int64_t bb = kind == 0 ? 34 : kind == 1 ? 18 : 20;
+    const int64_t nb = n / 32, ng = nb / CPU_QG;
+    const uint8_t *xr[CPU_DOT_MAX_X];
+    __m256 acc[CPU_DOT_MAX_X], acc_t[CPU_DOT_MAX_X];
+    float accm[CPU_DOT_MAX_X];
 #pragma GCC unroll 4
     for (int i = 0; i < NX; i++) {
-        xr[i] = (const struct cpu_q8_block *)((const char *)x + i * xs);
-        acc0[i] = _mm256_setzero_ps();
-        acc1[i] = _mm256_setzero_ps();
-        accm0[i] = accm1[i] = 0.0f;
+        xr[i] = (const uint8_t *)x + i * xs;
+        acc[i] = _mm256_setzero_ps();
+        acc_t[i] = _mm256_setzero_ps();
+        accm[i] = 0.0f;
     }
-    const uint8_t *wb = w;
-    const int64_t nb = n / 32;
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, wb += 2 * bytes) {
-        CPU_QNAME(quant_block)(wb, xr, b, NX, kind, acc0, accm0);
-        CPU_QNAME(quant_block)(wb + bytes, xr, b + 1, NX, kind, acc1, accm1);
-    }
-    if (b < nb) CPU_QNAME(quant_block)(wb, xr, b, NX, kind, acc0, accm0);
+    const uint8_t *wg = w;
+    for (int64_t g = 0; g < ng; g++, wg += CPU_QG * bb) {
+        const struct cpu_q8_group *xg[CPU_DOT_MAX_X];
 #pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) out[i] = hsum256(_mm256_add_ps(acc0[i], acc1[i])) + (accm0[i] + accm1[i]);
+        for (int i = 0; i < NX; i++) xg[i] = (const struct cpu_q8_group *)xr[i] + g;
+        CPU_QNAME(quant_group)(wg, xg, NX, kind, acc);
+    }
+    for (int64_t b = ng * CPU_QG; b < nb; b++, wg += bb) {
+        const struct cpu_q8_block *xb[CPU_DOT_MAX_X];
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++)
+            xb[i] = (const struct cpu_q8_block *)((const struct cpu_q8_group *)xr[i] + ng) + (b - ng * CPU_QG);
+        CPU_QNAME(quant_block)(wg, xb, NX, kind, acc_t, accm);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) out[i] = hsum256(_mm256_add_ps(acc[i], acc_t[i])) + accm[i];
 }
 
 #define CPU_DEFINE_QUANT_DOT(name, kind)                                                                  \

@@ -84,28 +84,34 @@ static void on_signal(int sig)
     run_stop = 1;
 }
 
-/* NIGHTSHIFT_TEST_CRASH=POINT:N (tests only): SIGKILL this process at the Nth time the job passes POINT
- * (after_commit, mid_write, after_write). */
+/* Tests only. NIGHTSHIFT_TEST_CRASH=POINT:N: SIGKILL this process the Nth time the job passes POINT
+ * (after_commit, mid_write, after_write, step). NIGHTSHIFT_TEST_STEP_DELAY_US=N: sleep N us after every
+ * engine step, so that a crash test's random kills land mid-run however fast the machine is. */
 static const char *crash_point;
-static long crash_countdown;
+static long crash_countdown, step_delay_us;
 
-static void crash_hook(const char *point)
+static void test_hook(const char *point)
 {
-    if (strcmp(point, crash_point) == 0 && --crash_countdown == 0) kill(getpid(), SIGKILL);
+    if (step_delay_us > 0 && !strcmp(point, "step")) usleep((useconds_t)step_delay_us);
+    if (crash_point && !strcmp(point, crash_point) && --crash_countdown == 0) kill(getpid(), SIGKILL);
 }
 
-static void setup_crash_hook(struct job_config *c)
+static void setup_test_hook(struct job_config *c)
 {
     static char buf[64];
     const char *env = getenv("NIGHTSHIFT_TEST_CRASH");
-    if (!env || !*env) return;
-    snprintf(buf, sizeof buf, "%s", env);
-    char *colon = strchr(buf, ':');
-    if (!colon) return;
-    *colon = '\0';
-    crash_point = buf;
-    crash_countdown = strtol(colon + 1, NULL, 10);
-    if (crash_countdown > 0) c->test_hook = crash_hook;
+    if (env && *env) {
+        snprintf(buf, sizeof buf, "%s", env);
+        char *colon = strchr(buf, ':');
+        if (colon) {
+            *colon = '\0';
+            crash_countdown = strtol(colon + 1, NULL, 10);
+            if (crash_countdown > 0) crash_point = buf;
+        }
+    }
+    env = getenv("NIGHTSHIFT_TEST_STEP_DELAY_US");
+    if (env && *env) step_delay_us = strtol(env, NULL, 10);
+    if (crash_point || step_delay_us > 0) c->test_hook = test_hook;
 }
 
 static int parse_long(const char *flag, const char *s, long long lo, long long hi, long long *out)
@@ -445,7 +451,7 @@ int cmd_run(int argc, char **argv)
     c.argv = argv;
     c.version = NS_VERSION;
     c.stop = &run_stop;
-    setup_crash_hook(&c);
+    setup_test_hook(&c);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

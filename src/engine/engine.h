@@ -63,21 +63,22 @@ struct engine_request {
 struct engine_result {
     uint64_t id;
     enum engine_finish finish;
-    int32_t *tokens;  /* (n_tokens) generated ids, malloc'd */
+    int32_t *tokens;  /* (n_tokens) generated ids, malloc'd; includes the EOS/EOT that stopped it */
     int32_t n_tokens;
     char *text;       /* detokenized completion, stop string removed; malloc'd, NUL-terminated */
     size_t text_len;
     char *error;      /* malloc'd message when finish == ENGINE_FINISH_ERROR, else NULL */
     int32_t n_prompt;
-    int32_t n_prompt_cached; /* prompt tokens served from the prefix cache */
+    int32_t n_prompt_cached; /* prompt tokens served from the prefix cache at its first admission */
     int32_t n_preempted;     /* times this request was preempted */
     double t_added, t_first_token, t_finished; /* clock_now() seconds */
 };
 
 struct engine_stats {
     int64_t n_steps;
-    int64_t prompt_tokens_computed; /* prefill rows run (recomputation after preemption included) */
-    int64_t prompt_tokens_cached;   /* prompt tokens served from the prefix cache */
+    int64_t prompt_tokens_computed; /* rows run at prompt positions (recomputation after preemption included) */
+    int64_t prompt_tokens_cached;   /* prompt positions served from the prefix cache (at every admission,
+                                       resumes after preemption included) */
     int64_t gen_tokens;
     int64_t n_preemptions;
     int64_t kv_blocks_total;
@@ -100,8 +101,12 @@ void engine_free(engine *eng);
 /* Queues a request (everything is copied). A request that can never fit (prompt + max_tokens over the
  * context or the whole pool) is not an error here: it finishes with ENGINE_FINISH_ERROR and a message. */
 int engine_add(engine *eng, const struct engine_request *r, struct err *e);
-/* Runs one step (no-op if there is no work). */
+/* Runs one step (no-op if there is no work): plans rows (allocating blocks, preempting), runs the backend
+ * forward, samples the sequences whose rows reached their last token, and moves finished requests to the
+ * results. Fails only on a backend error, out of memory, or (debug_checks) a broken invariant; after a
+ * failed step the engine can only be freed. */
 int engine_step(engine *eng, struct err *e);
+/* 1 while requests are queued or running (results waiting in engine_take do not count). */
 int engine_has_work(const engine *eng);
 /* Moves one finished result into *out (caller frees with engine_result_free); 0 if none is ready. */
 int engine_take(engine *eng, struct engine_result *out);

@@ -369,7 +369,7 @@ static int rewind_reader(input_reader *r, struct err *e)
 
 static int detect_format(input_reader *r, struct err *e)
 {
-    int n_seen = 0, n_json = 0, n_openai = 0, n_obj = 0;
+    int n_seen = 0, n_json = 0, n_openai = 0;
     while (n_seen < DETECT_LINES) {
         int too_long;
         int rc = read_line(r, &too_long, e);
@@ -386,16 +386,12 @@ static int detect_format(input_reader *r, struct err *e)
         if (i < r->line_len && r->line[i] == '{') n_json++;
         else continue;
         json_t *j = json_loadb(r->line, r->line_len, 0, NULL);
-        if (json_is_object(j)) {
-            n_obj++;
-            if (json_object_get(j, "custom_id") || json_object_get(j, "body")) n_openai++;
-        }
+        if (json_is_object(j) && (json_object_get(j, "custom_id") || json_object_get(j, "body"))) n_openai++;
         json_decref(j);
     }
     if (n_seen > 0 && n_json * 2 > n_seen) r->format = n_openai ? INPUT_FORMAT_OPENAI : INPUT_FORMAT_JSONL;
     else if (n_seen == 0) r->format = INPUT_FORMAT_JSONL; /* empty file: nothing to read either way */
     else r->format = INPUT_FORMAT_TEXT;
-    (void)n_obj;
     return rewind_reader(r, e);
 }
 

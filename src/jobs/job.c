@@ -967,6 +967,7 @@ static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err 
         }
         double t0 = clock_now();
         if (engine_step(eng, e) != 0) goto fail;
+        if (j->c->test_hook) j->c->test_hook("step");
         double t1 = clock_now();
         j->sum->t_engine += t1 - t0;
         int64_t before = j->n_done_run;
@@ -1068,7 +1069,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     double t_start = clock_now();
     int64_t t_start_unix = (int64_t)time(NULL);
     struct record_energy energy;
-    record_energy_start(&energy);
+    record_energy_start(&energy, m->backend && !strcmp(m->backend, "cuda"));
     job J;
     memset(&J, 0, sizeof J);
     job *j = &J;
@@ -1182,21 +1183,27 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     sum->prompt_tok_s = sum->wall_s > 0 ? (double)sum->prompt_tokens / sum->wall_s : 0;
     if (c->record) {
         json_t *rec = build_record(j, t_start_unix, sum->wall_s);
-        double joules = record_energy_joules(&energy);
-        if (joules >= 0)
-            json_object_set_new(rec, "energy", json_pack("{s:f, s:s, s:f}", "joules", joules, "source", "rapl",
-                                                         "joules_per_1k_tokens",
-                                                         sum->gen_tokens + sum->prompt_tokens
-                                                             ? 1000.0 * joules /
-                                                                   (double)(sum->gen_tokens + sum->prompt_tokens)
-                                                             : 0.0));
-        else json_object_set_new(rec, "energy", json_string("unavailable"));
+        double cpu_j, gpu_j;
+        record_energy_read(&energy, &cpu_j, &gpu_j);
+        if (cpu_j >= 0 || gpu_j >= 0) {
+            double joules = (cpu_j > 0 ? cpu_j : 0) + (gpu_j > 0 ? gpu_j : 0);
+            int64_t tokens = sum->gen_tokens + sum->prompt_tokens;
+            json_object_set_new(rec, "energy",
+                                json_pack("{s:f, s:o, s:o, s:s, s:f}", "joules", joules, "cpu_rapl_joules",
+                                          cpu_j >= 0 ? json_real(cpu_j) : json_string("unavailable"), "gpu_nvml_joules",
+                                          gpu_j >= 0 ? json_real(gpu_j) : json_string("unavailable"), "source",
+                                          cpu_j >= 0 && gpu_j >= 0 ? "rapl+nvml" : cpu_j >= 0 ? "rapl" : "nvml",
+                                          "joules_per_1k_tokens", tokens ? 1000.0 * joules / (double)tokens : 0.0));
+        } else {
+            json_object_set_new(rec, "energy", json_string("unavailable"));
+        }
         int wr = record_write(c->record, rec, e);
         json_decref(rec);
         if (wr != 0) goto done;
     }
     rc = 0;
 done:
+    record_energy_stop(&energy);
     for (size_t i = 0; i < j->n_fin; i++) {
         free(j->fin[i].text);
         free(j->fin[i].error);

@@ -49,8 +49,9 @@ struct job_config {
     char **argv;
     const json_t *settings;        /* the effective flags (borrowed), copied into the record; may be NULL */
     const char *version;           /* nightshift version, for the record and the store */
-    /* tests only (fault injection): called at "after_commit", "mid_write" (half of a batch written) and
-     * "after_write" of every flush; a crash test's hook kills the process at a chosen call. NULL normally. */
+    /* tests only (fault injection): called after every engine "step", and at "after_commit", "mid_write"
+     * (half of a batch written) and "after_write" of every flush; a crash test's hook kills the process at a
+     * chosen call or slows the steps down. NULL normally. */
     void (*test_hook)(const char *point);
 };
 

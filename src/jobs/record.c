@@ -4,6 +4,7 @@
  */
 #include "jobs/record.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,10 +93,10 @@ static int read_u64_file(const char *path, uint64_t *out)
     return 0;
 }
 
-void record_energy_start(struct record_energy *m)
+void record_energy_start(struct record_energy *m, int use_gpu)
 {
     memset(m, 0, sizeof *m);
-    for (int z = 0; z < 8; z++) {
+    for (int z = 0; z < RECORD_MAX_ZONES; z++) {
         char path[128];
         snprintf(path, sizeof path, "/sys/class/powercap/intel-rapl:%d/energy_uj", z);
         uint64_t v, max = 0;
@@ -107,22 +108,74 @@ void record_energy_start(struct record_energy *m)
         snprintf(m->zone[m->n_zones], sizeof m->zone[0], "intel-rapl:%d", z);
         m->n_zones++;
     }
-    m->available = m->n_zones > 0;
+    m->cpu_available = m->n_zones > 0;
+    if (!use_gpu) return;
+    /* NVML through dlopen: the signatures are NVML's documented C API (nvmlReturn_t is an int, 0 = success) */
+    m->nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!m->nvml) return;
+    int (*init)(void) = (int (*)(void))dlsym(m->nvml, "nvmlInit_v2");
+    int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(m->nvml, "nvmlDeviceGetCount_v2");
+    int (*handle)(unsigned, void **) = (int (*)(unsigned, void **))dlsym(m->nvml, "nvmlDeviceGetHandleByIndex_v2");
+    int (*energy)(void *, unsigned long long *) =
+        (int (*)(void *, unsigned long long *))dlsym(m->nvml, "nvmlDeviceGetTotalEnergyConsumption");
+    unsigned n = 0;
+    if (!init || !count || !handle || !energy || init() != 0 || count(&n) != 0 || n == 0) {
+        record_energy_stop(m);
+        return;
+    }
+    for (unsigned i = 0; i < n && m->n_gpus < RECORD_MAX_GPUS; i++) {
+        void *h;
+        unsigned long long mj;
+        if (handle(i, &h) != 0 || energy(h, &mj) != 0) continue;
+        m->gpu[m->n_gpus] = h;
+        m->gpu_start_mj[m->n_gpus++] = mj;
+    }
+    m->gpu_available = m->n_gpus > 0;
+    if (!m->gpu_available) record_energy_stop(m);
 }
 
-double record_energy_joules(const struct record_energy *m)
+void record_energy_read(const struct record_energy *m, double *cpu_joules, double *gpu_joules)
 {
-    if (!m->available) return -1;
-    double total = 0;
-    for (int z = 0; z < m->n_zones; z++) {
-        char path[128];
-        snprintf(path, sizeof path, "/sys/class/powercap/%s/energy_uj", m->zone[z]);
-        uint64_t v;
-        if (read_u64_file(path, &v) != 0) return -1;
-        uint64_t d = v >= m->start_uj[z] ? v - m->start_uj[z] : (m->max_uj[z] ? m->max_uj[z] - m->start_uj[z] + v : 0);
-        total += (double)d * 1e-6;
+    *cpu_joules = *gpu_joules = -1;
+    if (m->cpu_available) {
+        double total = 0;
+        int ok = 1;
+        for (int z = 0; z < m->n_zones && ok; z++) {
+            char path[128];
+            snprintf(path, sizeof path, "/sys/class/powercap/%s/energy_uj", m->zone[z]);
+            uint64_t v;
+            if (read_u64_file(path, &v) != 0) ok = 0;
+            else {
+                uint64_t d = v >= m->start_uj[z] ? v - m->start_uj[z]
+                                                 : (m->max_uj[z] ? m->max_uj[z] - m->start_uj[z] + v : 0);
+                total += (double)d * 1e-6;
+            }
+        }
+        if (ok) *cpu_joules = total;
     }
-    return total;
+    if (m->gpu_available && m->nvml) {
+        int (*energy)(void *, unsigned long long *) =
+            (int (*)(void *, unsigned long long *))dlsym(m->nvml, "nvmlDeviceGetTotalEnergyConsumption");
+        double total = 0;
+        int ok = energy != NULL;
+        for (int i = 0; i < m->n_gpus && ok; i++) {
+            unsigned long long mj;
+            if (energy(m->gpu[i], &mj) != 0) ok = 0;
+            else total += (double)(mj - m->gpu_start_mj[i]) * 1e-3;
+        }
+        if (ok) *gpu_joules = total;
+    }
+}
+
+void record_energy_stop(struct record_energy *m)
+{
+    if (m->nvml) {
+        int (*shutdown)(void) = (int (*)(void))dlsym(m->nvml, "nvmlShutdown");
+        if (shutdown) shutdown();
+        dlclose(m->nvml);
+        m->nvml = NULL;
+    }
+    m->gpu_available = 0;
 }
 
 static int cmp_double(const void *a, const void *b)

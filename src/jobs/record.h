@@ -16,18 +16,27 @@
  * time, else read from <repo>/.git (repo = two directories above /proc/self/exe), else "unknown". */
 const char *record_git_commit(void);
 
-/* Energy from the RAPL powercap counters (/sys/class/powercap/intel-rapl:N/energy_uj, every package;
- * counter wrap handled with max_energy_range_uj). Unreadable counters make the meter unavailable. */
+/* Energy meters. CPU: the RAPL powercap counters (/sys/class/powercap/intel-rapl:N/energy_uj, every package;
+ * counter wrap handled with max_energy_range_uj). GPU (when asked for): NVML's total energy counter of every
+ * device (nvmlDeviceGetTotalEnergyConsumption, millijoules, Volta and later), with libnvidia-ml.so.1
+ * loaded at run time (no build dependency). A meter that cannot be read is unavailable. */
+#define RECORD_MAX_ZONES 8
+#define RECORD_MAX_GPUS 16
 struct record_energy {
-    int available;
+    int cpu_available, gpu_available;
     int n_zones;
-    uint64_t start_uj[8], max_uj[8];
-    char zone[8][64];
+    uint64_t start_uj[RECORD_MAX_ZONES], max_uj[RECORD_MAX_ZONES];
+    char zone[RECORD_MAX_ZONES][64];
+    void *nvml;    /* dlopen handle */
+    int n_gpus;
+    void *gpu[RECORD_MAX_GPUS];
+    uint64_t gpu_start_mj[RECORD_MAX_GPUS];
 };
 
-void record_energy_start(struct record_energy *m);
-/* Joules since start, or -1 when unavailable. */
-double record_energy_joules(const struct record_energy *m);
+void record_energy_start(struct record_energy *m, int use_gpu);
+/* Joules since start per meter, -1 where unavailable. */
+void record_energy_read(const struct record_energy *m, double *cpu_joules, double *gpu_joules);
+void record_energy_stop(struct record_energy *m); /* releases NVML */
 
 /* p-th percentile (0..100, nearest rank) of v; sorts v in place. 0 for n == 0. */
 double record_percentile(double *v, size_t n, double p);

@@ -65,7 +65,9 @@ struct model {
 int model_load(const gguf_file *f, struct model **out, struct err *e);
 void model_free(struct model *m);
 
-/* Bytes of all weights the forward step reads. */
+/* Bytes of all weights the forward step reads: every layer tensor, output_norm and the output head;
+ * token_embd only when it is the (tied) output head, since otherwise a step gathers just one row per
+ * token. Weight bytes / memory bandwidth = the single-stream decode limit. */
 uint64_t model_weight_bytes(const struct model *m);
 /* KV bytes per token across all layers (K and V) for a KV element type. */
 uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t);

@@ -7,7 +7,10 @@
  *    g + 2, after publishing g + 1, which changes claim). So a worker that wakes late, or stalls between
  *    reading and claiming, can never run a task of the wrong job.
  *  - The owner returns when n_done == n_tasks, i.e. when every task has finished, without waiting for
- *    workers to check in: a worker the OS has descheduled costs nothing unless it holds a task.
+ *    workers to check in: a worker the OS has descheduled costs nothing unless it holds a task. Waiting
+ *    for a task in flight, the owner spins briefly and then sleeps on done_cv; the worker that completes
+ *    the last task signals it when owner_waiting is set (seq_cst on n_done and owner_waiting, and the
+ *    owner re-checks n_done under the mutex, so the signal cannot be lost).
  *  - Sleep/wake: a job is announced by incrementing `generation` (seq_cst) after publishing `claim`; a
  *    worker that goes to sleep first increments n_sleeping and re-checks generation under the mutex, and the
  *    owner broadcasts (under the mutex) whenever it sees n_sleeping > 0 after the increment. With seq_cst
@@ -16,20 +19,42 @@
 #include "util/threads.h"
 
 #include <assert.h>
+#include <stdalign.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include <time.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <x86intrin.h>
 #define THREADS_PAUSE() _mm_pause()
+/* The time-stamp counter: a few ns per read, ~1-4 ticks per ns. */
+static inline uint64_t threads_ticks(void)
+{
+    return __rdtsc();
+}
+#define THREADS_TICKS_PER_US 2500
 #else
 #define THREADS_PAUSE() ((void)0)
+static inline uint64_t threads_ticks(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#define THREADS_TICKS_PER_US 1000
 #endif
 
-#define THREADS_SPIN_ITERS (1 << 14)
+/* How long a thread spins for the next job (worker) or for tasks still running (owner) before it sleeps.
+ * Long enough to cover the gaps between the dispatches of one forward step (a few us of serial work), short
+ * enough that an idle or mostly-inline pool does not burn a core that other processes (or this process's
+ * own owner thread, on a loaded machine) could use. */
+#define THREADS_SPIN_US 20
+#define THREADS_OWNER_SPIN_US 20
 
 struct threads_worker {
     threads_pool *pool;
@@ -50,14 +75,18 @@ struct threads_pool {
 
     uint32_t n_jobs;              /* owner only: jobs published so far */
     struct threads_job jobs[2];   /* job g in jobs[g & 1] */
-    _Atomic uint64_t claim;       /* (g << 32) | next task */
-    _Atomic int64_t n_done;       /* tasks of the current job finished */
-    _Atomic uint64_t generation;  /* bumped per job, for waking workers */
-    _Atomic int stop;
+    /* the three hot counters on their own cache lines (workers spin on generation) */
+    alignas(64) _Atomic uint64_t claim; /* (g << 32) | next task */
+    alignas(64) _Atomic int64_t n_done; /* tasks of the current job finished */
+    alignas(64) _Atomic uint64_t generation; /* bumped per job, for waking workers */
+    alignas(64) _Atomic int stop;
 
     _Atomic int n_sleeping;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+
+    _Atomic int owner_waiting; /* the owner sleeps on done_cv until n_done reaches n_tasks */
+    pthread_cond_t done_cv;
 };
 
 int threads_online_cores(void)
@@ -79,7 +108,11 @@ static void threads_run_claims(threads_pool *p, int thread)
         void *arg = atomic_load_explicit(&j->arg, memory_order_relaxed);
         if (!atomic_compare_exchange_weak(&p->claim, &c, c + 1)) continue; /* c reloaded */
         fn(arg, i, thread);
-        atomic_fetch_add(&p->n_done, 1);
+        if (atomic_fetch_add(&p->n_done, 1) + 1 == n && atomic_load(&p->owner_waiting)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
         c = atomic_load(&p->claim);
     }
 }
@@ -91,9 +124,14 @@ static void *threads_worker_main(void *arg)
     uint64_t seen = 0;
     for (;;) {
         uint64_t g = atomic_load(&p->generation);
-        for (int i = 0; g == seen && i < THREADS_SPIN_ITERS; i++) {
-            THREADS_PAUSE();
-            g = atomic_load(&p->generation);
+        if (g == seen) {
+            const uint64_t t0 = threads_ticks();
+            do {
+                for (int i = 0; i < 16 && g == seen; i++) {
+                    THREADS_PAUSE();
+                    g = atomic_load(&p->generation);
+                }
+            } while (g == seen && threads_ticks() - t0 < (uint64_t)THREADS_SPIN_US * THREADS_TICKS_PER_US);
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
@@ -124,11 +162,13 @@ int threads_init(int n_threads, threads_pool **out, struct err *e)
     *out = NULL;
     if (n_threads <= 0) n_threads = threads_online_cores();
     if (n_threads > 1024) return err_set(e, "threads: %d threads is too many (at most 1024)", n_threads);
-    threads_pool *p = calloc(1, sizeof *p);
-    if (!p) return err_set(e, "threads: out of memory");
+    threads_pool *p = NULL;
+    if (posix_memalign((void **)&p, 64, sizeof *p) != 0) return err_set(e, "threads: out of memory");
+    memset(p, 0, sizeof *p);
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    pthread_cond_init(&p->done_cv, NULL);
     if (n_threads > 1) {
         p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
         if (!p->workers) {
@@ -160,6 +200,7 @@ void threads_free(threads_pool *p)
     free(p->workers);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
+    pthread_cond_destroy(&p->done_cv);
     free(p);
 }
 
@@ -185,10 +226,18 @@ void threads_parallel_for(threads_pool *p, int64_t n_tasks, threads_task_fn fn, 
     atomic_store(&p->claim, (uint64_t)g << 32); /* publishes the slot (seq_cst includes release) */
     threads_wake(p);
     threads_run_claims(p, 0);
-    for (long spins = 0; atomic_load(&p->n_done) < n_tasks; spins++) {
-        if (spins < THREADS_SPIN_ITERS)
+    /* Spin briefly for tasks still running on workers, then sleep: a spinning owner would keep its core
+     * busy while a preempted worker waits for a core; sleeping lets the scheduler run it here. */
+    const uint64_t t0 = threads_ticks();
+    for (int spins = 0; atomic_load(&p->n_done) < n_tasks; spins++) {
+        if ((spins & 15) != 15 || threads_ticks() - t0 < (uint64_t)THREADS_OWNER_SPIN_US * THREADS_TICKS_PER_US) {
             THREADS_PAUSE();
-        else
-            sched_yield();
+            continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->owner_waiting, 1);
+        while (atomic_load(&p->n_done) < n_tasks) pthread_cond_wait(&p->done_cv, &p->mu);
+        atomic_store(&p->owner_waiting, 0);
+        pthread_mutex_unlock(&p->mu);
     }
 }

@@ -1,0 +1,604 @@
+/* cpu_attn — attention over the paged KV cache; see cpu_attn.h for the work unit and the exact per-row
+ * arithmetic (the batch-invariance contract).
+ *
+ * Invariant: the float arithmetic of one (row, query head) is the fixed sequence written in cpu_attn.h;
+ * everything else here (which item converts a chunk, how rows and heads are grouped into kernel calls,
+ * the order items run in) is data movement or scheduling. The arithmetic is written once, over an 8-lane
+ * type (v8f): AVX2/FMA intrinsics when compiled in, otherwise a plain struct whose lane ops (fmaf, the
+ * same lane trees, the same exp polynomial) give the same bits.
+ */
+#include "backend/cpu_attn.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf/quant.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define ATT_AVX2 1
+#else
+#define ATT_AVX2 0
+#endif
+
+#define ATT_INLINE static inline __attribute__((always_inline))
+#define ATT_PARTS 4 /* partial V sums per (row, head): positions t mod 4 */
+
+/* ---------------------------------------------------------------- 8-lane arithmetic */
+
+/* exp: n = round(x * log2(e)); r = x - n * ln2 (two-part ln2); exp(r) = 1 + r + r^2 * P(r) (degree-5
+ * minimax polynomial on [-ln2/2, ln2/2], the Cephes expf coefficients); times 2^n built as two powers
+ * of two (so n = 128 and n = -126 stay exact). */
+#define ATT_EXP_HI 88.72283905206835f  /* ln(FLT_MAX): above -> +inf */
+#define ATT_EXP_LO -87.33654475055310f /* ln(FLT_MIN): below -> 0 */
+#define ATT_LOG2E 1.44269504088896341f
+#define ATT_LN2_HI 0.693359375f
+#define ATT_LN2_LO -2.12194440e-4f
+#define ATT_P0 1.9875691500e-4f
+#define ATT_P1 1.3981999507e-3f
+#define ATT_P2 8.3334519073e-3f
+#define ATT_P3 4.1665795894e-2f
+#define ATT_P4 1.6666665459e-1f
+#define ATT_P5 5.0000001201e-1f
+
+#if ATT_AVX2
+typedef __m256 v8f;
+ATT_INLINE v8f v8_zero(void) { return _mm256_setzero_ps(); }
+ATT_INLINE v8f v8_set1(float x) { return _mm256_set1_ps(x); }
+ATT_INLINE v8f v8_load(const float *p) { return _mm256_loadu_ps(p); }
+ATT_INLINE void v8_store(float *p, v8f v) { _mm256_storeu_ps(p, v); }
+ATT_INLINE v8f v8_fma(v8f a, v8f b, v8f c) { return _mm256_fmadd_ps(a, b, c); }
+ATT_INLINE v8f v8_mul(v8f a, v8f b) { return _mm256_mul_ps(a, b); }
+ATT_INLINE v8f v8_add(v8f a, v8f b) { return _mm256_add_ps(a, b); }
+ATT_INLINE v8f v8_sub(v8f a, v8f b) { return _mm256_sub_ps(a, b); }
+/* lane-wise a > b ? a : b, else b (so a NaN in `a` is dropped, one in `b` kept) */
+ATT_INLINE v8f v8_max(v8f a, v8f b) { return _mm256_max_ps(a, b); }
+/* lanes whose position first + lane is > last become -inf */
+ATT_INLINE v8f v8_mask_after(v8f s, int32_t first, int32_t last)
+{
+    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 out = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(last)));
+    return _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), out);
+}
+/* ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)) */
+ATT_INLINE float v8_hsum(v8f v)
+{
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+ATT_INLINE float v8_hmax(v8f v)
+{
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+ATT_INLINE v8f v8_exp(v8f x)
+{
+    const v8f hi = _mm256_set1_ps(ATT_EXP_HI), lo = _mm256_set1_ps(ATT_EXP_LO);
+    v8f xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    v8f n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(ATT_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v8f r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATT_LN2_HI), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATT_LN2_LO), r);
+    v8f p = _mm256_set1_ps(ATT_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATT_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATT_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATT_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATT_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ATT_P5));
+    v8f y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i na = _mm256_srai_epi32(ni, 1), nb = _mm256_sub_epi32(ni, na);
+    const __m256i bias = _mm256_set1_epi32(127);
+    v8f pa = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(na, bias), 23));
+    v8f pb = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(nb, bias), 23));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, pa), pb);
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); /* NaN stays NaN */
+}
+#else
+typedef struct {
+    float v[8];
+} v8f;
+#define V8_MAP(expr)                                                                                      \
+    v8f o_;                                                                                               \
+    for (int l = 0; l < 8; l++) o_.v[l] = (expr);                                                         \
+    return o_
+ATT_INLINE v8f v8_zero(void) { V8_MAP(0.0f); }
+ATT_INLINE v8f v8_set1(float x) { V8_MAP(x); }
+ATT_INLINE v8f v8_load(const float *p) { V8_MAP(p[l]); }
+ATT_INLINE void v8_store(float *p, v8f v) { memcpy(p, v.v, sizeof v.v); }
+ATT_INLINE v8f v8_fma(v8f a, v8f b, v8f c) { V8_MAP(fmaf(a.v[l], b.v[l], c.v[l])); }
+ATT_INLINE v8f v8_mul(v8f a, v8f b) { V8_MAP(a.v[l] * b.v[l]); }
+ATT_INLINE v8f v8_add(v8f a, v8f b) { V8_MAP(a.v[l] + b.v[l]); }
+ATT_INLINE v8f v8_sub(v8f a, v8f b) { V8_MAP(a.v[l] - b.v[l]); }
+ATT_INLINE v8f v8_max(v8f a, v8f b) { V8_MAP(a.v[l] > b.v[l] ? a.v[l] : b.v[l]); }
+ATT_INLINE v8f v8_mask_after(v8f s, int32_t first, int32_t last) { V8_MAP(first + l > last ? -INFINITY : s.v[l]); }
+ATT_INLINE float v8_hsum(v8f a)
+{
+    const float *v = a.v;
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+static inline float att_max1(float a, float b) { return a > b ? a : b; }
+ATT_INLINE float v8_hmax(v8f a)
+{
+    const float *v = a.v;
+    return att_max1(att_max1(att_max1(v[0], v[4]), att_max1(v[2], v[6])),
+                    att_max1(att_max1(v[1], v[5]), att_max1(v[3], v[7])));
+}
+static float att_exp1(float x)
+{
+    if (isnan(x)) return x;
+    if (x < ATT_EXP_LO) return 0.0f;
+    if (x > ATT_EXP_HI) return INFINITY;
+    float n = nearbyintf(x * ATT_LOG2E);
+    float r = fmaf(-n, ATT_LN2_HI, x);
+    r = fmaf(-n, ATT_LN2_LO, r);
+    float p = ATT_P0;
+    p = fmaf(p, r, ATT_P1);
+    p = fmaf(p, r, ATT_P2);
+    p = fmaf(p, r, ATT_P3);
+    p = fmaf(p, r, ATT_P4);
+    p = fmaf(p, r, ATT_P5);
+    float y = fmaf(p, r * r, r) + 1.0f;
+    int ni = (int)n, na = ni >> 1, nb = ni - na;
+    uint32_t ua = (uint32_t)(na + 127) << 23, ub = (uint32_t)(nb + 127) << 23;
+    float pa, pb;
+    memcpy(&pa, &ua, 4);
+    memcpy(&pb, &ub, 4);
+    return (y * pa) * pb;
+}
+ATT_INLINE v8f v8_exp(v8f x) { V8_MAP(att_exp1(x.v[l])); }
+#endif
+
+void cpu_exp_row(const float *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) v8_store(y + i, v8_exp(v8_load(x + i)));
+    if (i < n) {
+        float t[8] = {0};
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        v8_store(t, v8_exp(v8_load(t)));
+        memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+/* ---------------------------------------------------------------- plan */
+
+int32_t cpu_attn_rows_per_item(int32_t group)
+{
+    int32_t r = CPU_ATT_QUERIES / (group > 0 ? group : 1);
+    return r > 0 ? r : 1;
+}
+
+static int att_cmp_items(const void *pa, const void *pb)
+{
+    const struct cpu_attn_item *a = pa, *b = pb;
+    if (a->cost != b->cost) return a->cost > b->cost ? -1 : 1;
+    if (a->row0 != b->row0) return a->row0 < b->row0 ? -1 : 1;
+    return (a->kvh > b->kvh) - (a->kvh < b->kvh);
+}
+
+int64_t cpu_attn_plan(const struct step_batch *b, int32_t n_head_kv, int32_t group, struct cpu_attn_item *items,
+                      int64_t *max_pos_out)
+{
+    const int32_t rt = cpu_attn_rows_per_item(group);
+    int64_t n = 0, max_pos = 0;
+    for (int32_t r = 0; r < b->n_rows;) {
+        int32_t e = r + 1;
+        while (e < b->n_rows && b->seq[e] == b->seq[r] && b->pos[e] == b->pos[e - 1] + 1) e++;
+        for (int32_t t = r; t < e; t += rt) {
+            int32_t nr = e - t < rt ? e - t : rt;
+            int64_t first = b->pos[t], last = first + nr - 1;
+            /* scores + exp + V sums per (row, head, position); K and V conversion per position */
+            int64_t cost = (int64_t)nr * group * (first + last + 2) / 2 + (last + 1) + 16;
+            for (int32_t h = 0; h < n_head_kv; h++) items[n++] = (struct cpu_attn_item){t, nr, h, 0, cost};
+        }
+        if (b->pos[e - 1] + 1 > max_pos) max_pos = b->pos[e - 1] + 1;
+        r = e;
+    }
+    qsort(items, (size_t)n, sizeof *items, att_cmp_items);
+    *max_pos_out = max_pos;
+    return n;
+}
+
+int64_t cpu_attn_parts(const struct cpu_attn_item *items, int64_t n_items, int64_t max_parts, int64_t *part_start)
+{
+    int64_t total = 0;
+    for (int64_t i = 0; i < n_items; i++) total += items[i].cost;
+    if (max_parts < 1) max_parts = 1;
+    int64_t target = total / max_parts + 1, acc = 0, np = 0;
+    part_start[0] = 0;
+    for (int64_t i = 0; i < n_items; i++) {
+        acc += items[i].cost;
+        if (acc >= target && np + 1 < max_parts && i + 1 < n_items) {
+            part_start[++np] = i + 1;
+            acc = 0;
+        }
+    }
+    part_start[++np] = n_items;
+    return np;
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+struct att_scratch {
+    float *s;    /* (nq_max, stride) scores, then probabilities */
+    float *kt;   /* (head_dim, CHUNK) K of a chunk, transposed */
+    float *vr;   /* (CHUNK, hdp) V of a chunk */
+    float *acc;  /* (nq_max, ATT_PARTS, hdp) partial V sums */
+    float *mx;   /* (nq_max, 8) running max lanes */
+    float *inv;  /* (nq_max) 1 / sum */
+    int64_t stride;
+};
+
+static int64_t att_round(int64_t n, int64_t m)
+{
+    return (n + m - 1) / m * m;
+}
+
+static size_t att_layout(int32_t head_dim, int32_t group, int64_t n_pos, float *base, struct att_scratch *sc)
+{
+    const int64_t nq = (int64_t)cpu_attn_rows_per_item(group) * group, hdp = att_round(head_dim, 8);
+    const int64_t stride = att_round(n_pos > 0 ? n_pos : 1, CPU_ATT_CHUNK);
+    int64_t off = 0;
+#define ATT_CARVE(field, count)                                                                           \
+    do {                                                                                                  \
+        if (sc) sc->field = base + off;                                                                   \
+        off += att_round(count, 16); /* 64-byte aligned pieces */                                         \
+    } while (0)
+    ATT_CARVE(s, nq * stride);
+    ATT_CARVE(kt, hdp * CPU_ATT_CHUNK);
+    ATT_CARVE(vr, hdp * CPU_ATT_CHUNK);
+    ATT_CARVE(acc, nq * ATT_PARTS * hdp);
+    ATT_CARVE(mx, nq * 8);
+    ATT_CARVE(inv, nq);
+#undef ATT_CARVE
+    if (sc) sc->stride = stride;
+    return (size_t)off;
+}
+
+size_t cpu_attn_scratch_floats(int32_t head_dim, int32_t group, int64_t n_pos)
+{
+    return att_layout(head_dim, group, n_pos, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- K / V chunks (exact conversions) */
+
+/* src[j] = the stored vector of position c0 + j for j < CHUNK, NULL from position n_valid on. One block
+ * table lookup (and one division) per block, not per position. */
+static void att_positions(const struct cpu_kv_layer *kv, const uint8_t *base, const int32_t *bt, int32_t kvh,
+                          int32_t c0, int32_t n_valid, const uint8_t **src)
+{
+    const int32_t bs = kv->block_size, end = c0 + CPU_ATT_CHUNK < n_valid ? c0 + CPU_ATT_CHUNK : n_valid;
+    const uint64_t vec = kv->vec_bytes;
+    int32_t j = 0;
+    for (int32_t t = c0; t < end;) {
+        const int32_t slot = t % bs, n = bs - slot < end - t ? bs - slot : end - t;
+        const uint8_t *p =
+            base + (((uint64_t)bt[t / bs] * (uint64_t)kv->n_head_kv + (uint64_t)kvh) * (uint64_t)bs + (uint64_t)slot) * vec;
+        for (int32_t k = 0; k < n; k++, p += vec) src[j++] = p;
+        t += n;
+    }
+    for (; j < CPU_ATT_CHUNK; j++) src[j] = NULL;
+}
+
+/* Prefetches the cache lines of the K and V vectors of positions [c0, min(c0 + CHUNK, n_valid)). The
+ * pool is read in short runs (block_size slots of one kv head), too short for the hardware prefetcher. */
+static void att_prefetch_chunk(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0,
+                               int32_t n_valid)
+{
+#if ATT_AVX2
+    const int32_t bs = kv->block_size, end = c0 + CPU_ATT_CHUNK < n_valid ? c0 + CPU_ATT_CHUNK : n_valid;
+    const uint64_t vec = kv->vec_bytes;
+    for (int32_t t = c0; t < end;) {
+        const int32_t slot = t % bs, n = bs - slot < end - t ? bs - slot : end - t;
+        const uint64_t off = (((uint64_t)bt[t / bs] * (uint64_t)kv->n_head_kv + (uint64_t)kvh) * (uint64_t)bs + (uint64_t)slot) * vec;
+        const uintptr_t a = (uintptr_t)(kv->k + off), b = (uintptr_t)(kv->v + off);
+        for (uintptr_t o = 0; o < (uintptr_t)n * vec + 63; o += 64) {
+            _mm_prefetch((const char *)((a & ~(uintptr_t)63) + o), _MM_HINT_T0);
+            _mm_prefetch((const char *)((b & ~(uintptr_t)63) + o), _MM_HINT_T0);
+        }
+        t += n;
+    }
+#else
+    (void)kv, (void)bt, (void)kvh, (void)c0, (void)n_valid;
+#endif
+}
+
+void cpu_attn_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it)
+{
+    const int32_t n_valid = b->pos[it->row0] + it->n_rows;
+    att_prefetch_chunk(kv, b->seqs[b->seq[it->row0]].block_table, it->kvh, 0, n_valid);
+}
+
+/* One stored vector as head_dim floats (exact). */
+static void att_convert(enum kv_type type, const uint8_t *src, int32_t hd, float *dst)
+{
+    int32_t i = 0;
+    switch (type) {
+    case KV_TYPE_F32: memcpy(dst, src, (size_t)hd * sizeof(float)); return;
+    case KV_TYPE_F16:
+#if ATT_AVX2
+        for (; i + 8 <= hd; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
+#endif
+        for (; i < hd; i++) dst[i] = quant_f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+        return;
+    case KV_TYPE_Q8_0:
+        for (int32_t blk = 0; blk < hd / 32; blk++, src += 34) {
+            float d = quant_f16_to_f32((uint16_t)(src[0] | (src[1] << 8)));
+            int32_t k = 0;
+#if ATT_AVX2
+            for (; k < 32; k += 8) {
+                __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(src + 2 + k))));
+                _mm256_storeu_ps(dst + blk * 32 + k, _mm256_mul_ps(_mm256_set1_ps(d), q));
+            }
+#endif
+            for (; k < 32; k++) dst[blk * 32 + k] = d * (float)(int8_t)src[2 + k];
+        }
+        return;
+    }
+}
+
+#if ATT_AVX2
+/* 8 elements [8 * dg, 8 * dg + 8) of a stored vector (hd % 8 == 0). */
+ATT_INLINE __m256 att_load8(enum kv_type type, const uint8_t *src, int32_t dg)
+{
+    if (type == KV_TYPE_F32) return _mm256_loadu_ps((const float *)src + 8 * dg);
+    if (type == KV_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 16 * dg)));
+    const uint8_t *blk = src + (dg >> 2) * 34;
+    float d = _cvtsh_ss((uint16_t)(blk[0] | (blk[1] << 8)));
+    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + (dg & 3) * 8))));
+    return _mm256_mul_ps(_mm256_set1_ps(d), q);
+}
+
+ATT_INLINE void att_transpose8(__m256 *r)
+{
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+#endif
+
+/* kt (head_dim, CHUNK) = K of positions [c0, c0 + CHUNK), transposed; positions >= n_valid are 0 (never
+ * loaded). */
+static void att_load_k(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
+                       float *kt)
+{
+    const int32_t hd = kv->head_dim;
+    const uint8_t *src[CPU_ATT_CHUNK];
+    att_positions(kv, kv->k, bt, kvh, c0, n_valid, src);
+#if ATT_AVX2
+    if (hd % 8 == 0) {
+        for (int32_t jg = 0; jg < CPU_ATT_CHUNK / 8; jg++) {
+            const uint8_t *const *s8 = src + 8 * jg;
+            for (int32_t dg = 0; dg < hd / 8; dg++) {
+                __m256 r[8];
+                for (int j = 0; j < 8; j++) r[j] = s8[j] ? att_load8(kv->type, s8[j], dg) : _mm256_setzero_ps();
+                att_transpose8(r);
+                for (int d = 0; d < 8; d++) _mm256_storeu_ps(kt + (int64_t)(8 * dg + d) * CPU_ATT_CHUNK + 8 * jg, r[d]);
+            }
+        }
+        return;
+    }
+#endif
+    float row[1024 + 8];
+    for (int32_t j = 0; j < CPU_ATT_CHUNK; j++) {
+        if (src[j] && hd <= 1024) {
+            att_convert(kv->type, src[j], hd, row);
+            for (int32_t d = 0; d < hd; d++) kt[(int64_t)d * CPU_ATT_CHUNK + j] = row[d];
+        } else {
+            for (int32_t d = 0; d < hd; d++) kt[(int64_t)d * CPU_ATT_CHUNK + j] = 0.0f;
+        }
+    }
+}
+
+/* vr (CHUNK, hdp) = V of positions [c0, min(c0 + CHUNK, n_valid)), rows zero-padded to hdp; rows of later
+ * positions are left as they are (never read). */
+static void att_load_v(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
+                       int32_t hdp, float *vr)
+{
+    const int32_t hd = kv->head_dim;
+    const uint8_t *src[CPU_ATT_CHUNK];
+    att_positions(kv, kv->v, bt, kvh, c0, n_valid, src);
+    int32_t n = 0;
+    while (n < CPU_ATT_CHUNK && src[n]) n++;
+#if ATT_AVX2
+    if (hd % 8 == 0 && kv->type == KV_TYPE_F16) {
+        for (int32_t j = 0; j < n; j++)
+            for (int32_t d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(vr + (int64_t)j * hdp + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src[j] + 2 * d))));
+        return;
+    }
+    if (hd % 8 == 0 && kv->type == KV_TYPE_F32) {
+        for (int32_t j = 0; j < n; j++)
+            for (int32_t d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(vr + (int64_t)j * hdp + d, _mm256_loadu_ps((const float *)src[j] + d));
+        return;
+    }
+#endif
+    for (int32_t j = 0; j < n; j++) {
+        float *dst = vr + (int64_t)j * hdp;
+        att_convert(kv->type, src[j], hd, dst);
+        for (int32_t d = hd; d < hdp; d++) dst[d] = 0.0f;
+    }
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* Scores of NQ query vectors (one row) against a K chunk: s = (fma chain over d of q[d] * k[d]) * scale,
+ * -inf after position `last`; stored to s_out[i] + c0 .. + CHUNK, and folded into the running max mx[i]. */
+ATT_INLINE void att_scores(const float *kt, int32_t hd, const float *const *qv, int NQ, float scale, int32_t c0,
+                           int32_t last, float *const *s_out, float *const *mx)
+{
+    v8f acc[2][4];
+    for (int i = 0; i < NQ; i++)
+        for (int k = 0; k < 4; k++) acc[i][k] = v8_zero();
+    for (int32_t d = 0; d < hd; d++) {
+        const float *kd = kt + (int64_t)d * CPU_ATT_CHUNK;
+        v8f k0 = v8_load(kd), k1 = v8_load(kd + 8), k2 = v8_load(kd + 16), k3 = v8_load(kd + 24);
+        for (int i = 0; i < NQ; i++) {
+            v8f qd = v8_set1(qv[i][d]);
+            acc[i][0] = v8_fma(qd, k0, acc[i][0]);
+            acc[i][1] = v8_fma(qd, k1, acc[i][1]);
+            acc[i][2] = v8_fma(qd, k2, acc[i][2]);
+            acc[i][3] = v8_fma(qd, k3, acc[i][3]);
+        }
+    }
+    const v8f vs = v8_set1(scale);
+    for (int i = 0; i < NQ; i++) {
+        v8f m = v8_load(mx[i]);
+        for (int k = 0; k < 4; k++) {
+            v8f s = v8_mask_after(v8_mul(acc[i][k], vs), c0 + 8 * k, last);
+            v8_store(s_out[i] + c0 + 8 * k, s);
+            m = v8_max(s, m);
+        }
+        v8_store(mx[i], m);
+    }
+}
+
+/* V sums of NQ query heads (one row) over the first n positions of a V chunk (n <= CHUNK; chunk start is
+ * a multiple of 4, so local t and absolute position agree mod 4): acc[i] (ATT_PARTS, hdp), partial j
+ * += p[i][t] * v_t for t = j mod 4, in t order. */
+ATT_INLINE void att_vsum(const float *vr, int32_t hdp, const float *const *p, int NQ, int32_t n, float *const *acc)
+{
+    for (int32_t dv = 0; dv < hdp; dv += 8) {
+        v8f a[2][ATT_PARTS];
+        for (int i = 0; i < NQ; i++)
+            for (int j = 0; j < ATT_PARTS; j++) a[i][j] = v8_load(acc[i] + (int64_t)j * hdp + dv);
+        int32_t t = 0;
+        for (; t + ATT_PARTS <= n; t += ATT_PARTS) {
+            for (int j = 0; j < ATT_PARTS; j++) {
+                v8f v = v8_load(vr + (int64_t)(t + j) * hdp + dv);
+                for (int i = 0; i < NQ; i++) a[i][j] = v8_fma(v8_set1(p[i][t + j]), v, a[i][j]);
+            }
+        }
+        for (int j = 0; t < n; t++, j++) {
+            v8f v = v8_load(vr + (int64_t)t * hdp + dv);
+            for (int i = 0; i < NQ; i++) a[i][j] = v8_fma(v8_set1(p[i][t]), v, a[i][j]);
+        }
+        for (int i = 0; i < NQ; i++)
+            for (int j = 0; j < ATT_PARTS; j++) v8_store(acc[i] + (int64_t)j * hdp + dv, a[i][j]);
+    }
+}
+
+/* ---------------------------------------------------------------- one item */
+
+void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
+                       int32_t group, const float *q, float *out, float *scratch, int64_t n_pos)
+{
+    const int32_t hd = kv->head_dim, hdp = (int32_t)att_round(hd, 8), G = group;
+    const int64_t n_q = (int64_t)kv->n_head_kv * G * hd;
+    const int32_t nr = it->n_rows, r0 = it->row0, pos0 = b->pos[r0], n_valid = pos0 + nr;
+    const int32_t *bt = b->seqs[b->seq[r0]].block_table;
+    const float scale = 1.0f / sqrtf((float)hd);
+    struct att_scratch sc;
+    att_layout(hd, G, n_pos, scratch, &sc);
+#define ATT_Q(i, g) (q + (int64_t)(r0 + (i)) * n_q + ((int64_t)it->kvh * G + (g)) * hd)
+#define ATT_QI(i, g) ((int64_t)(i) * G + (g))
+
+    /* pass 1: scores and running maxima, chunk by chunk */
+    for (int64_t qi = 0; qi < (int64_t)nr * G; qi++) v8_store(sc.mx + qi * 8, v8_set1(-INFINITY));
+    for (int32_t c0 = 0; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
+        if (c0 + CPU_ATT_CHUNK < n_valid) att_prefetch_chunk(kv, bt, it->kvh, c0 + CPU_ATT_CHUNK, n_valid);
+        att_load_k(kv, bt, it->kvh, c0, n_valid, sc.kt);
+        for (int32_t i = c0 > pos0 ? c0 - pos0 : 0; i < nr; i++) {
+            const int32_t last = pos0 + i;
+            for (int32_t g = 0; g < G;) {
+                const int NQ = G - g >= 2 ? 2 : 1;
+                const float *qv[2];
+                float *so[2], *mx[2];
+                for (int k = 0; k < NQ; k++) {
+                    qv[k] = ATT_Q(i, g + k);
+                    so[k] = sc.s + ATT_QI(i, g + k) * sc.stride;
+                    mx[k] = sc.mx + ATT_QI(i, g + k) * 8;
+                }
+                if (NQ == 2)
+                    att_scores(sc.kt, hd, qv, 2, scale, c0, last, so, mx);
+                else
+                    att_scores(sc.kt, hd, qv, 1, scale, c0, last, so, mx);
+                g += NQ;
+            }
+        }
+    }
+    /* softmax numerators in place, their sums */
+    for (int32_t i = 0; i < nr; i++) {
+        const int32_t nv = (pos0 + i) / 8 + 1;
+        for (int32_t g = 0; g < G; g++) {
+            const int64_t qi = ATT_QI(i, g);
+            float *s = sc.s + qi * sc.stride;
+            const v8f m = v8_set1(v8_hmax(v8_load(sc.mx + qi * 8)));
+            v8f sum = v8_zero();
+            for (int32_t v = 0; v < nv; v++) {
+                v8f p = v8_exp(v8_sub(v8_load(s + 8 * v), m));
+                v8_store(s + 8 * v, p);
+                sum = v8_add(sum, p);
+            }
+            sc.inv[qi] = 1.0f / v8_hsum(sum);
+            memset(sc.acc + qi * ATT_PARTS * hdp, 0, (size_t)ATT_PARTS * (size_t)hdp * sizeof(float));
+        }
+    }
+    /* pass 2: weighted V sums, chunk by chunk */
+    for (int32_t c0 = 0; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
+        att_load_v(kv, bt, it->kvh, c0, n_valid, hdp, sc.vr);
+        for (int32_t i = c0 > pos0 ? c0 - pos0 : 0; i < nr; i++) {
+            const int32_t end = pos0 + i + 1 - c0, n = end < CPU_ATT_CHUNK ? end : CPU_ATT_CHUNK;
+            for (int32_t g = 0; g < G;) {
+                const int NQ = G - g >= 2 ? 2 : 1;
+                const float *p[2];
+                float *acc[2];
+                for (int k = 0; k < NQ; k++) {
+                    p[k] = sc.s + ATT_QI(i, g + k) * sc.stride + c0;
+                    acc[k] = sc.acc + ATT_QI(i, g + k) * ATT_PARTS * hdp;
+                }
+                if (NQ == 2)
+                    att_vsum(sc.vr, hdp, p, 2, n, acc);
+                else
+                    att_vsum(sc.vr, hdp, p, 1, n, acc);
+                g += NQ;
+            }
+        }
+    }
+    /* out = ((A0 + A1) + (A2 + A3)) * (1 / sum) */
+    for (int32_t i = 0; i < nr; i++) {
+        for (int32_t g = 0; g < G; g++) {
+            const int64_t qi = ATT_QI(i, g);
+            const float *a = sc.acc + qi * ATT_PARTS * hdp;
+            float *o = out + (int64_t)(r0 + i) * n_q + ((int64_t)it->kvh * G + g) * hd;
+            const v8f inv = v8_set1(sc.inv[qi]);
+            for (int32_t dv = 0; dv < hdp; dv += 8) {
+                v8f s01 = v8_add(v8_load(a + dv), v8_load(a + hdp + dv));
+                v8f s23 = v8_add(v8_load(a + 2 * hdp + dv), v8_load(a + 3 * hdp + dv));
+                v8f r = v8_mul(v8_add(s01, s23), inv);
+                if (dv + 8 <= hd) {
+                    v8_store(o + dv, r);
+                } else {
+                    float t[8];
+                    v8_store(t, r);
+                    memcpy(o + dv, t, (size_t)(hd - dv) * sizeof(float));
+                }
+            }
+        }
+    }
+#undef ATT_Q
+#undef ATT_QI
+}

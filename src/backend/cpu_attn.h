@@ -1,0 +1,83 @@
+/* cpu_attn — the CPU backend's attention over the paged KV cache, and the vectorized exp it (and the
+ * SwiGLU) use. Private to src/backend/.
+ *
+ * Work unit: an item = (up to cpu_attn_rows_per_item(group) consecutive rows of one sequence, one kv
+ * head). It walks the sequence's block table in chunks of CPU_ATT_CHUNK positions (absolute multiples of
+ * 32), converts each chunk's K (and later V) to f32 once, and computes all its rows x query heads against
+ * it, vectorized over positions (scores) and over head dims (V sums).
+ *
+ * Batch invariance (bit for bit): for one (row, query head) the arithmetic is fixed by the row's q, its
+ * position and its sequence's KV alone, never by the other rows of the item, the item boundaries, the
+ * thread or the batch:
+ *   s[t]  = fma chain over d = 0..head_dim-1 of q[d] * k_t[d] (from 0), times 1/sqrt(head_dim), for
+ *           t <= pos; positions > pos are -inf;
+ *   m     = max of s (8 lanes = t mod 8, then a fixed lane tree);
+ *   p[t]  = cpu_exp8(s[t] - m); sum = 8 lane sums (t mod 8, in t order) then a fixed lane tree;
+ *   A_j   = fma chain over t <= pos, t mod 4 = j, in t order, of p[t] * v_t (per dim);
+ *   out   = ((A_0 + A_1) + (A_2 + A_3)) * (1 / sum).
+ * K/V conversion to f32 is exact (f16 -> f32, q8_0 d * q with an 11-bit d and a 7-bit q), so it does not
+ * matter which item converts a chunk. Only written KV is read: positions beyond the item's last row are
+ * never loaded (zero-filled in the chunk buffer); positions between a row's own and the item's last row
+ * were written earlier in this step and are masked out of that row's softmax (blend, not arithmetic).
+ */
+#ifndef NS_BACKEND_CPU_ATTN_H
+#define NS_BACKEND_CPU_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+#define CPU_ATT_CHUNK 32 /* positions per K/V chunk */
+#define CPU_ATT_QUERIES 16 /* (rows x query heads) per item, at least (see cpu_attn_rows_per_item) */
+
+/* One layer of the KV pool. Layout of each of K and V: [block][kv_head][slot][vec]; the vector of
+ * (block, kv head, slot) is at ((block * n_head_kv + kv_head) * block_size + slot) * vec_bytes. A vec is
+ * head_dim elements of `type` (Q8_0: head_dim / 32 blocks of {f16 d, int8 q[32]}). */
+struct cpu_kv_layer {
+    const uint8_t *k, *v;
+    enum kv_type type;
+    int32_t block_size, n_head_kv, head_dim;
+    uint64_t vec_bytes;
+};
+
+struct cpu_attn_item {
+    int32_t row0, n_rows; /* rows row0 .. row0 + n_rows - 1: one sequence, consecutive positions */
+    int32_t kvh;
+    int32_t pad_;
+    int64_t cost; /* estimated work, for balancing */
+};
+
+/* Rows per item: max(1, CPU_ATT_QUERIES / group). */
+int32_t cpu_attn_rows_per_item(int32_t group);
+
+/* Splits a (valid) step batch into items, n_head_kv per run tile; items must hold b->n_rows * n_head_kv.
+ * Items come out sorted by decreasing cost. Returns the number of items; *max_pos_out = the largest
+ * position + 1 of any row (what the scores scratch must hold). */
+int64_t cpu_attn_plan(const struct step_batch *b, int32_t n_head_kv, int32_t group, struct cpu_attn_item *items,
+                      int64_t *max_pos_out);
+
+/* Groups items [0, n_items) into at most max_parts contiguous parts of similar cost; part i is items
+ * [part_start[i], part_start[i + 1]). part_start must hold max_parts + 1. Returns the number of parts. */
+int64_t cpu_attn_parts(const struct cpu_attn_item *items, int64_t n_items, int64_t max_parts, int64_t *part_start);
+
+/* Floats of per-thread scratch for a step whose rows have positions < n_pos. */
+size_t cpu_attn_scratch_floats(int32_t head_dim, int32_t group, int64_t n_pos);
+
+/* Attention of one item: reads q rows (n_rows, n_head * head_dim), writes the item's heads of out (same
+ * shape). scratch: cpu_attn_scratch_floats(head_dim, group, n_pos) floats, 32-byte aligned, where every
+ * row of the item has pos < n_pos. */
+void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
+                       int32_t group, const float *q, float *out, float *scratch, int64_t n_pos);
+
+/* Starts loading the first K/V chunk of an item into the cache (call it for the next item while running
+ * the current one). */
+void cpu_attn_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it);
+
+/* y[i] = exp(x[i]) for i < n (in place allowed), by the same 8-lane polynomial as attention's softmax:
+ * results depend only on x[i] (never on n or i), relative error about 2e-7 (a couple of ulp); exactly 0
+ * below -87.33 (and for -inf), +inf above 88.72. */
+void cpu_exp_row(const float *x, float *y, int64_t n);
+
+#endif
