@@ -16,7 +16,7 @@
 
 static int test_n_pass, test_n_fail, test_n_skip;
 static int test_cur_failed, test_cur_skipped;
-static char test_cur_msg[1024];
+static char test_cur_msg[4096]; /* larger than any err.msg plus a file:line prefix */
 
 #define TEST(name) static void name(void)
 

@@ -211,18 +211,20 @@ TEST(test_dot_simd_vs_scalar)
     }
 }
 
-/* The tile kernels (what the matmul calls) equal per-row dot calls bit for bit, for every n_x. */
-TEST(test_tile_equals_dot)
+/* The tile kernels (what the matmul calls) equal per-row dot calls bit for bit, for every n_x, over 13
+ * weight rows (the float kernels reduce 8 rows at once, then 5 one by one) and row lengths with and
+ * without a scalar tail. */
+static void tile_case(int64_t n)
 {
-    const int64_t n = 320; /* one interleaved group + 2 leftover blocks */
-    const int n_w = 5;
+    const int n_w = 13;
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum gguf_dtype t = all_types[ti];
         int q8 = cpu_type_uses_q8(t);
+        if (q8 && n % 32) continue;
         uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
-        static char w0[1400], w[5 * 1400];
+        static char w0[1400], w[13 * 1400];
         static uint8_t xq[4 * 400];
-        float wf[320], x[4 * 320], y[4 * 8], ref[4];
+        float wf[320], x[4 * 320], y[4 * 16], ref[4];
         for (int o = 0; o < n_w; o++) {
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
             CHECK(quant_quantize_row(t, wf, w0, n) == 0);
@@ -235,14 +237,23 @@ TEST(test_tile_equals_dot)
         struct cpu_kernel k = cpu_kernel_best(t);
         CHECK(k.dot && k.tile);
         for (int n_x = 1; n_x <= 4; n_x++) {
-            k.tile(n, w, (int64_t)rb, n_w, xin, xs, n_x, y, 8);
+            k.tile(n, w, (int64_t)rb, n_w, xin, xs, n_x, y, 16);
             for (int o = 0; o < n_w; o++) {
                 k.dot(n, w + o * rb, xin, xs, n_x, ref);
                 for (int i = 0; i < n_x; i++)
-                    CHECK_MSG(memcmp(&y[i * 8 + o], &ref[i], sizeof(float)) == 0, "type %s n_x %d o %d i %d",
-                              gguf_dtype_info(t)->name, n_x, o, i);
+                    CHECK_MSG(memcmp(&y[i * 16 + o], &ref[i], sizeof(float)) == 0, "type %s n %lld n_x %d o %d i %d",
+                              gguf_dtype_info(t)->name, (long long)n, n_x, o, i);
             }
         }
+    }
+}
+
+TEST(test_tile_equals_dot)
+{
+    const int64_t lens[] = {320, 172, 64, 8, 13, 100};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        tile_case(lens[i]);
+        if (test_cur_failed) return;
     }
 }
 
@@ -593,6 +604,39 @@ TEST(test_exp_row)
     float one = 0.0f;
     cpu_exp_row(&one, &one, 1);
     CHECK(one == 1.0f);
+    /* SwiGLU rows: g / (1 + exp(-g)) * u element by element, whatever the length */
+    for (int n = 1; n <= 19; n += 3) {
+        float g[19], u[19], e[19];
+        for (int i = 0; i < n; i++) g[i] = frand(12.0f), u[i] = frand(2.0f), e[i] = -g[i];
+        cpu_exp_row(e, e, n);
+        float want[19];
+        for (int i = 0; i < n; i++) want[i] = g[i] / (1.0f + e[i]) * u[i];
+        cpu_swiglu_row(g, u, n);
+        CHECK_MSG(memcmp(g, want, (size_t)n * sizeof(float)) == 0, "swiglu n %d", n);
+    }
+    /* the softmax's exp2 (inputs <= 0) */
+    for (int i = 0; i < N; i++) x[i] = -126.0f * (float)i / (float)(N - 1);
+    cpu_exp2_softmax_row(x, y, N);
+    worst = 0;
+    for (int i = 0; i < N; i++) {
+        if (x[i] < -125.0f) {
+            CHECK(y[i] == 0.0f);
+            continue;
+        }
+        double want = exp2((double)x[i]);
+        double ulp = nextafterf((float)want, INFINITY) - (float)want;
+        double err = fabs((double)y[i] - want) / ulp;
+        if (err > worst) worst = err;
+    }
+    printf("# cpu_exp2_softmax_row: max error %.2f ulp over [-125, 0]\n", worst);
+    CHECK_MSG(worst <= 2.0, "exp2: max error %.2f ulp", worst);
+    for (int n = 1; n <= 17; n++) {
+        cpu_exp2_softmax_row(x + 100 + n, y1, n);
+        CHECK_MSG(memcmp(y1, y + 100 + n, (size_t)n * sizeof(float)) == 0, "exp2 n %d differs", n);
+    }
+    float lim2[4] = {-INFINITY, -200.0f, 0.0f, NAN}, out2[4];
+    cpu_exp2_softmax_row(lim2, out2, 4);
+    CHECK(out2[0] == 0.0f && out2[1] == 0.0f && out2[2] == 1.0f && isnan(out2[3]));
 }
 
 /* One attention case: a hand-built KV pool (garbage NaN bytes in every slot no row may read), two
@@ -625,11 +669,18 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
         const int32_t *bt = s == 0 ? bt_a : bt_b;
         for (int p = 0; p < n; p++)
             for (int h = 0; h < n_kv; h++) {
-                uint64_t off = (((uint64_t)bt[p / bs] * n_kv + h) * bs + p % bs) * vec;
+                uint64_t region = ((uint64_t)bt[p / bs] * n_kv + h) * bs * vec, off = region + (uint64_t)(p % bs) * vec;
                 float *kd = kf + (((size_t)s * NA + p) * n_kv + h) * hd, *vd = vf + (((size_t)s * NA + p) * n_kv + h) * hd;
+                uint8_t kvec[256 * 4];
                 for (int d = 0; d < hd; d++) tmp[d] = frand(2.0f);
-                quant_quantize_row(dt, tmp, kp + off, hd);
-                quant_dequantize_row(dt, kp + off, kd, hd);
+                quant_quantize_row(dt, tmp, kvec, hd);
+                quant_dequantize_row(dt, kvec, kd, hd);
+                if (cpu_attn_k_transposed(t)) { /* K of f32/f16: [dim][slot] inside the region */
+                    const int esz = t == KV_TYPE_F16 ? 2 : 4;
+                    for (int d = 0; d < hd; d++) memcpy(kp + region + ((uint64_t)d * bs + p % bs) * esz, kvec + d * esz, esz);
+                } else {
+                    memcpy(kp + off, kvec, vec);
+                }
                 for (int d = 0; d < hd; d++) tmp[d] = frand(1.0f);
                 quant_quantize_row(dt, tmp, vp + off, hd);
                 quant_dequantize_row(dt, vp + off, vd, hd);

@@ -1,7 +1,9 @@
 /* test_threads — the persistent pool: every task runs exactly once per call, thread ids are in range,
  * the pool is reusable across many calls of different sizes, and a 1-thread pool runs inline. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "test.h"
 #include "util/threads.h"
@@ -78,11 +80,55 @@ TEST(test_pool_default_and_free)
     threads_free(NULL);
 }
 
+static void spin_task(void *arg, int64_t task, int thread)
+{
+    (void)thread;
+    struct tally *t = arg;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 30000); /* 30 us of work */
+    atomic_fetch_add(&t->hits[task], 1);
+}
+
+/* With every thread pinned to one CPU the workers cannot speed anything up: the pool notices and runs
+ * dispatches inline (still every task exactly once). */
+TEST(test_pool_goes_inline_without_speedup)
+{
+    cpu_set_t old, one;
+    if (sched_getaffinity(0, sizeof old, &old) != 0) SKIP("sched_getaffinity failed");
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &old)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    if (sched_setaffinity(0, sizeof one, &one) != 0) SKIP("sched_setaffinity failed");
+    threads_pool *p = NULL;
+    int rc = threads_init(2, &p, NULL); /* the worker inherits the one-CPU mask */
+    static struct tally t;
+    int64_t inl = -1;
+    int bad = 0;
+    for (int round = 0; rc == 0 && round < 120 && !bad; round++) {
+        memset(&t.hits, 0, sizeof t.hits);
+        threads_parallel_for(p, 8, spin_task, &t);
+        for (int i = 0; i < 8; i++) bad |= atomic_load(&t.hits[i]) != 1;
+    }
+    if (rc == 0) inl = threads_inline_dispatches(p);
+    threads_free(p);
+    sched_setaffinity(0, sizeof old, &old);
+    CHECK(rc == 0);
+    CHECK_MSG(!bad, "a task did not run exactly once");
+    printf("# one CPU, 2 threads: %lld of 120 dispatches ran inline\n", (long long)inl);
+    CHECK_MSG(inl >= 60, "only %lld of 120 dispatches ran inline", (long long)inl);
+}
+
 int main(void)
 {
     RUN(test_pool_1_thread);
     RUN(test_pool_2_threads);
     RUN(test_pool_4_threads);
     RUN(test_pool_default_and_free);
+    RUN(test_pool_goes_inline_without_speedup);
     return test_summary();
 }

@@ -3,30 +3,33 @@
  * Invariants:
  *  - Batch invariance (bit for bit): every per-row quantity (embedding, norms, RoPE, K/V, attention,
  *    residuals, logits) is computed by code whose arithmetic depends only on that row's own inputs and its
- *    own sequence's KV: per-row ops run row by row; matmuls split work over weight rows with per-row
+ *    own sequence's KV: per-row ops run row by row (also when fused into a matmul task's epilogue);
+ *    matmuls split work over weight rows and blocks of activation rows, never the reduction, with per-row
  *    accumulators (cpu_kernels.c); attention for a row reads positions 0..pos of its own sequence through
- *    its block table, with a fixed per-row order (cpu_attn.h), whatever rows share its work item.
- *    Whether a dispatch runs on the pool or inline (cpu_par) depends only on its size and never changes
- *    the arithmetic. Hence a row's logits do not depend on the batch size, the
- *    other rows, the row's place in the batch, the number of threads, or how its sequence's prefill was
- *    split into steps.
- *  - KV layout: for K and for V, [layer][block][kv_head][slot][vec], where vec is head_dim elements of
- *    kv_type (Q8_0: head_dim/32 blocks of {f16 d, int8 q[32]}; needs head_dim % 32 == 0, else kv_alloc
- *    fails). Position p of a sequence lives in block block_table[p / block_size], slot p % block_size.
- *    The pool is one anonymous MAP_NORESERVE mapping, not cleared: pages are committed when first written.
- *    A slot is always written before it is read: a step writes K/V of every row (cpu_task_qkv_post)
- *    before attention, and attention (cpu_attn.c) reads only positions <= the last row of the item's
- *    sequence in this step, all of which were written by this or an earlier step (or belong to a
- *    prefix-cache block, written when it was computed). Positions beyond are zero-filled, never loaded.
+ *    its block table, in a fixed per-row order (cpu_attn.h) whatever rows share its work item. Whether a
+ *    dispatch runs on the pool or inline (cpu_par, the pool's own adaptive choice) never changes the
+ *    arithmetic. Hence a row's logits do not depend on the batch size, the other rows, the row's place in
+ *    the batch, the number of threads, or how its sequence's prefill was split into steps.
+ *  - KV layout: for K and for V, [layer][block][kv_head][region of block_size slots] (struct cpu_kv_layer
+ *    in cpu_attn.h: V [slot][vec]; K [dim][slot] for f32/f16, [slot][vec] for q8_0), where a vec is
+ *    head_dim elements of kv_type (Q8_0: head_dim/32 blocks of {f16 d, int8 q[32]}; needs head_dim % 32
+ *    == 0, else kv_alloc fails). Position p of a sequence lives in block block_table[p / block_size],
+ *    slot p % block_size.
+ *  - The KV pool is one anonymous MAP_NORESERVE mapping, never cleared: a page is committed when a slot in
+ *    it is first written. A slot is always written before it is read: a step writes K/V of every row
+ *    (cpu_epi_qkv, inside the q/k/v matmul) before its attention, and attention (cpu_attn.c) reads only
+ *    positions <= the last row of the item's sequence in this step, all written by this or an earlier
+ *    step (or by the step that computed a prefix-cache block). Chunk positions beyond that are
+ *    zero-filled, never loaded.
  *  - Weights: at load every Q8_0/Q4_0/Q4_1 matrix is repacked once (cpu_repack_row: groups of 8
- *    interleaved blocks, same size) into one buffer that the backend owns (memory = those matrices'
- *    bytes again; the model's mapping is then read only for token embedding rows). As rows are repacked,
- *    their pages of a file mapping are dropped from the process (MADV_DONTNEED; cpu_releasable says
- *    when), so peak RSS stays ~1x the weights, not 2x. c->layers/c->output
- *    are the model's views with data pointing at the repacked rows; other types are read in place.
- *  - Scratch is sized for cap_rows rows and grows (one reallocation) when a larger step arrives;
- *    attention scratch (per thread) is sized for the longest position seen in a step so far and grows
- *    the same way.
+ *    interleaved blocks, same size) into one buffer that the backend owns (memory = those matrices' bytes
+ *    again; the model's mapping is then read only for token embedding rows and the small F32 tensors).
+ *    As rows are repacked, their pages of a file mapping are dropped from the process (MADV_DONTNEED;
+ *    cpu_releasable says when), so peak RSS stays ~1x the weights, not 2x. c->layers/c->output are the
+ *    model's views with data pointing at the repacked rows; other types are read in place.
+ *  - Scratch is sized for cap_rows rows and grows (one reallocation) when a larger step arrives; the
+ *    attention scratch (per thread) is sized for the longest position seen in a step so far and grows the
+ *    same way.
  * cpu_check() verifies the sizes (debug).
  */
 #include <math.h>
@@ -88,7 +91,6 @@ struct cpu_ctx {
 };
 
 #define CPU_MAX_GROUP 64       /* query heads per kv head (checked at load) */
-#define CPU_MAX_HEAD_DIM 1024  /* checked at load */
 
 /* Attention items are grouped into this many parts (claimed dynamically by the threads). */
 static int64_t cpu_att_max_parts(const struct cpu_ctx *c)
@@ -358,8 +360,8 @@ static int cpu_load(void *ctx, const struct model *m, struct err *e)
     if (m->hp.n_head / m->hp.n_head_kv > CPU_MAX_GROUP)
         return err_set(e, "cpu backend: %d query heads per kv head is more than %d", (int)(m->hp.n_head / m->hp.n_head_kv),
                        CPU_MAX_GROUP);
-    if (m->hp.head_dim > CPU_MAX_HEAD_DIM)
-        return err_set(e, "cpu backend: head dimension %d is more than %d", (int)m->hp.head_dim, CPU_MAX_HEAD_DIM);
+    if (m->hp.head_dim > CPU_MAX_HEAD_DIM_ATT)
+        return err_set(e, "cpu backend: head dimension %d is more than %d", (int)m->hp.head_dim, CPU_MAX_HEAD_DIM_ATT);
     cpu_free_kv(c);
     free(c->scratch);
     c->scratch = NULL;
@@ -467,23 +469,32 @@ static uint16_t cpu_f32_to_f16(float f)
 #endif
 }
 
-/* Stores one head vector (head_dim floats) into KV storage of the pool's type. */
-static void cpu_kv_store(const struct cpu_ctx *c, void *dst, const float *src, int32_t hd)
+/* Stores one head vector (head_dim floats) of slot `slot` into the region (block_size vectors) of the
+ * pool's type; `transposed`: element d goes to (d * block_size + slot) (K of f32/f16), else the vector
+ * goes to slot * vec_bytes. */
+static void cpu_kv_store(const struct cpu_ctx *c, char *region, int32_t slot, const float *src, int32_t hd,
+                         int transposed)
 {
+    const int64_t bs = c->block_size;
     switch (c->kv_type) {
-    case KV_TYPE_F32: memcpy(dst, src, (size_t)hd * 4); break;
-    case KV_TYPE_F16:
-        for (int32_t i = 0; i < hd; i++) ((uint16_t *)dst)[i] = cpu_f32_to_f16(src[i]);
+    case KV_TYPE_F32:
+        if (transposed)
+            for (int32_t i = 0; i < hd; i++) ((float *)region)[i * bs + slot] = src[i];
+        else
+            memcpy(region + (uint64_t)slot * c->kv_vec_bytes, src, (size_t)hd * 4);
         break;
-    case KV_TYPE_Q8_0: quant_quantize_row(GGUF_DTYPE_Q8_0, src, dst, hd); break;
+    case KV_TYPE_F16:
+        for (int32_t i = 0; i < hd; i++)
+            ((uint16_t *)region)[transposed ? i * bs + slot : (int64_t)slot * hd + i] = cpu_f32_to_f16(src[i]);
+        break;
+    case KV_TYPE_Q8_0: quant_quantize_row(GGUF_DTYPE_Q8_0, src, region + (uint64_t)slot * c->kv_vec_bytes, hd); break;
     }
 }
 
-static char *cpu_kv_addr(const struct cpu_ctx *c, void *cache, int32_t layer, int32_t block, int32_t slot,
-                         int32_t kvh)
+/* The region of (layer, block, kv head) in the K or V pool: block_size vectors. */
+static char *cpu_kv_region(const struct cpu_ctx *c, void *cache, int32_t layer, int32_t block, int32_t kvh)
 {
-    uint64_t idx = ((uint64_t)block * (uint64_t)c->m->hp.n_head_kv + (uint64_t)kvh) * (uint64_t)c->block_size +
-                   (uint64_t)slot;
+    uint64_t idx = ((uint64_t)block * (uint64_t)c->m->hp.n_head_kv + (uint64_t)kvh) * (uint64_t)c->block_size;
     return (char *)cache + (uint64_t)layer * c->kv_layer_bytes + idx * c->kv_vec_bytes;
 }
 
@@ -492,7 +503,7 @@ static char *cpu_kv_addr(const struct cpu_ctx *c, void *cache, int32_t layer, in
 /* A dispatch runs on the pool only when its work (rough multiply-adds) reaches this; below, the
  * hand-off costs more than it saves, and the tasks run inline on the calling thread. Results are the same
  * either way (tasks never depend on the thread). */
-#define CPU_PAR_MIN_WORK 24000
+#define CPU_PAR_MIN_WORK 100000
 
 static void cpu_par(const struct cpu_ctx *c, int64_t n_tasks, threads_task_fn fn, void *arg, int64_t work)
 {
@@ -504,11 +515,11 @@ static void cpu_par(const struct cpu_ctx *c, int64_t n_tasks, threads_task_fn fn
 }
 
 static void cpu_mm(const struct cpu_ctx *c, const struct cpu_matmul_job *jobs, int n_jobs, const float *x,
-                   const void *xq, int32_t n_rows)
+                   const void *xq, int32_t n_rows, const struct cpu_matmul_opts *opts)
 {
     int64_t work = 0;
     for (int j = 0; j < n_jobs; j++) work += jobs[j].w->ne[0] * jobs[j].w->ne[1];
-    cpu_matmul(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, xq, n_rows);
+    cpu_matmul_ex(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, xq, n_rows, opts);
 }
 
 struct cpu_step {
@@ -577,37 +588,39 @@ static void cpu_task_final(void *arg, int64_t i, int thread)
     if (s->quantize) cpu_quantize_row_q8(c->xb + i * n, c->xq + i * cpu_q8_row_bytes(n), n);
 }
 
-/* Biases, qwen3 q/k norms, RoPE; then K and V of the row into its KV slot. */
-static void cpu_task_qkv_post(void *arg, int64_t r, int thread)
+/* Epilogue of the q/k/v matmul (tasks hold whole heads: outputs [o0, o1) are multiples of head_dim), rows
+ * [r0, r1): biases, qwen3 q/k norms, RoPE of q and k; then K and V of the rows into their KV slots. Per
+ * row and head, the same arithmetic whatever the task split. */
+static void cpu_epi_qkv(void *arg, int job, int64_t o0, int64_t o1, int32_t r0, int32_t r1)
 {
-    (void)thread;
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
     const struct model_hparams *hp = &c->m->hp;
     const struct model_layer *L = &c->m->layers[s->layer];
     const int32_t hd = hp->head_dim;
     const int64_t n_q = (int64_t)hp->n_head * hd, n_kv = (int64_t)hp->n_head_kv * hd;
-    float *q = c->q + r * n_q, *k = c->k + r * n_kv, *v = c->v + r * n_kv;
-    if (L->bq.data) {
-        const float *bq = L->bq.data, *bk = L->bk.data, *bv = L->bv.data;
-        for (int64_t i = 0; i < n_q; i++) q[i] += bq[i];
-        for (int64_t i = 0; i < n_kv; i++) k[i] += bk[i];
-        for (int64_t i = 0; i < n_kv; i++) v[i] += bv[i];
-    }
-    if (L->q_norm.data) {
-        for (int32_t h = 0; h < hp->n_head; h++) cpu_rmsnorm(q + h * hd, q + h * hd, L->q_norm.data, hd, hp->norm_eps);
-        for (int32_t h = 0; h < hp->n_head_kv; h++)
-            cpu_rmsnorm(k + h * hd, k + h * hd, L->k_norm.data, hd, hp->norm_eps);
-    }
-    const float *cs = c->rope + r * hp->n_rot;
-    for (int32_t h = 0; h < hp->n_head; h++) cpu_rope_head(q + h * hd, cs, hp->n_rot, hp->rope_neox);
-    for (int32_t h = 0; h < hp->n_head_kv; h++) cpu_rope_head(k + h * hd, cs, hp->n_rot, hp->rope_neox);
-    const struct step_seq *sq = &s->b->seqs[s->b->seq[r]];
-    int32_t p = s->b->pos[r];
-    int32_t blk = sq->block_table[p / c->block_size], slot = p % c->block_size;
-    for (int32_t h = 0; h < hp->n_head_kv; h++) {
-        cpu_kv_store(c, cpu_kv_addr(c, c->k_cache, s->layer, blk, slot, h), k + h * hd, hd);
-        cpu_kv_store(c, cpu_kv_addr(c, c->v_cache, s->layer, blk, slot, h), v + h * hd, hd);
+    const int32_t h0 = (int32_t)(o0 / hd), h1 = (int32_t)(o1 / hd);
+    const float *bias = job == 0 ? L->bq.data : job == 1 ? L->bk.data : L->bv.data;
+    const float *norm = job == 0 ? L->q_norm.data : job == 1 ? L->k_norm.data : NULL;
+    const int kt = cpu_attn_k_transposed(c->kv_type);
+    for (int32_t r = r0; r < r1; r++) {
+        float *y = job == 0 ? c->q + r * n_q : job == 1 ? c->k + r * n_kv : c->v + r * n_kv;
+        if (bias)
+            for (int64_t i = o0; i < o1; i++) y[i] += bias[i];
+        if (job < 2) {
+            const float *cs = c->rope + (int64_t)r * hp->n_rot;
+            for (int32_t h = h0; h < h1; h++) {
+                if (norm) cpu_rmsnorm(y + h * hd, y + h * hd, norm, hd, hp->norm_eps);
+                cpu_rope_head(y + h * hd, cs, hp->n_rot, hp->rope_neox);
+            }
+        }
+        if (job > 0) {
+            const struct step_seq *sq = &s->b->seqs[s->b->seq[r]];
+            const int32_t p = s->b->pos[r], blk = sq->block_table[p / c->block_size], slot = p % c->block_size;
+            void *cache = job == 1 ? c->k_cache : c->v_cache;
+            for (int32_t h = h0; h < h1; h++)
+                cpu_kv_store(c, cpu_kv_region(c, cache, s->layer, blk, h), slot, y + h * hd, hd, job == 1 && kt);
+        }
     }
 }
 
@@ -635,24 +648,15 @@ static void cpu_task_quantize(void *arg, int64_t r, int thread)
     cpu_quantize_row_q8(s->q_src + r * s->q_in, c->xq + r * cpu_q8_row_bytes(s->q_in), s->q_in);
 }
 
-/* hb = silu(hb) * hb2 = hb / (1 + exp(-hb)) * hb2 (cpu_exp_row), then quantized into xq when w_down
- * needs it. Each element depends only on its own two inputs. */
-static void cpu_task_swiglu(void *arg, int64_t r, int thread)
+/* Epilogue of the paired gate/up matmul: hb = silu(hb) * hb2 = hb / (1 + exp(-hb)) * hb2 (cpu_swiglu_row)
+ * on rows [r0, r1) x outputs [o0, o1). Each element depends only on its own two inputs. */
+static void cpu_epi_swiglu(void *arg, int job, int64_t o0, int64_t o1, int32_t r0, int32_t r1)
 {
-    (void)thread;
+    (void)job;
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
     const int64_t n = c->m->hp.n_ff;
-    float *g = c->hb + r * n;
-    const float *u = c->hb2 + r * n;
-    float e[256];
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        const int64_t m = n - i0 < 256 ? n - i0 : 256;
-        for (int64_t i = 0; i < m; i++) e[i] = -g[i0 + i];
-        cpu_exp_row(e, e, m);
-        for (int64_t i = 0; i < m; i++) g[i0 + i] = g[i0 + i] / (1.0f + e[i]) * u[i0 + i];
-    }
-    if (s->quantize) cpu_quantize_row_q8(g, c->xq + r * cpu_q8_row_bytes(n), n);
+    for (int32_t r = r0; r < r1; r++) cpu_swiglu_row(c->hb + (int64_t)r * n + o0, c->hb2 + (int64_t)r * n + o0, o1 - o0);
 }
 
 static int cpu_check_batch(const struct cpu_ctx *c, const struct step_batch *b, struct err *e)
@@ -715,6 +719,8 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
     s.kv = (struct cpu_kv_layer){.type = c->kv_type, .block_size = c->block_size, .n_head_kv = hp->n_head_kv,
                                  .head_dim = hp->head_dim, .vec_bytes = c->kv_vec_bytes};
     const int64_t row_work = n * n_embd * 4; /* a per-row pass (norm, quantize) */
+    const struct cpu_matmul_opts qkv_opts = {.tile_align = {hd, hd, hd}, .epilogue = cpu_epi_qkv, .epilogue_arg = &s};
+    const struct cpu_matmul_opts glu_opts = {.paired = 1, .epilogue = cpu_epi_swiglu, .epilogue_arg = &s};
 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &c->layers[il]; /* matrices repacked */
@@ -726,8 +732,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         s.quantize = cpu_type_uses_q8(L->wq.type) || cpu_type_uses_q8(L->wk.type) || cpu_type_uses_q8(L->wv.type);
         cpu_par(c, n, cpu_task_norm, &s, row_work + (il == 0 ? n * (n_embd + 16 * hp->n_rot) : 0));
         struct cpu_matmul_job qkv[3] = {{&L->wq, c->q}, {&L->wk, c->k}, {&L->wv, c->v}};
-        cpu_mm(c, qkv, 3, c->xb, c->xq, n);
-        cpu_par(c, n, cpu_task_qkv_post, &s, n * (n_q + 2 * hd * hp->n_head_kv) * 2);
+        cpu_mm(c, qkv, 3, c->xb, c->xq, n, &qkv_opts); /* + biases, norms, RoPE, KV stores */
         s.kv.k = (const uint8_t *)c->k_cache + (uint64_t)il * c->kv_layer_bytes;
         s.kv.v = (const uint8_t *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
         cpu_par(c, n_parts, cpu_task_attn, &s, att_work);
@@ -737,7 +742,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
             cpu_par(c, n, cpu_task_quantize, &s, n * n_q * 4);
         }
         struct cpu_matmul_job wo = {&L->wo, c->tmp};
-        cpu_mm(c, &wo, 1, c->att, c->xq, n);
+        cpu_mm(c, &wo, 1, c->att, c->xq, n, NULL);
         /* feed-forward block */
         s.embed = 0;
         s.norm_w = L->ffn_norm.data;
@@ -745,18 +750,21 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         s.add_tmp = 1; /* the attention output */
         cpu_par(c, n, cpu_task_norm, &s, row_work);
         struct cpu_matmul_job gu[2] = {{&L->w_gate, c->hb}, {&L->w_up, c->hb2}};
-        cpu_mm(c, gu, 2, c->xb, c->xq, n);
-        s.quantize = cpu_type_uses_q8(L->w_down.type);
-        cpu_par(c, n, cpu_task_swiglu, &s, n * n_ff * 6);
+        cpu_mm(c, gu, 2, c->xb, c->xq, n, &glu_opts); /* + SwiGLU */
+        if (cpu_type_uses_q8(L->w_down.type)) {
+            s.q_src = c->hb;
+            s.q_in = n_ff;
+            cpu_par(c, n, cpu_task_quantize, &s, n * n_ff * 4);
+        }
         struct cpu_matmul_job dn = {&L->w_down, c->tmp};
-        cpu_mm(c, &dn, 1, c->hb, c->xq, n);
+        cpu_mm(c, &dn, 1, c->hb, c->xq, n, NULL);
     }
     /* the last residual add, the output norm and the output head, for the rows that want logits only */
     if (b->n_logits == 0) return 0;
     s.quantize = cpu_type_uses_q8(c->output.type);
     cpu_par(c, b->n_logits, cpu_task_final, &s, (int64_t)b->n_logits * n_embd * 4);
     struct cpu_matmul_job out = {&c->output, logits};
-    cpu_mm(c, &out, 1, c->xb, c->xq, b->n_logits);
+    cpu_mm(c, &out, 1, c->xb, c->xq, b->n_logits, NULL);
     return 0;
 }
 

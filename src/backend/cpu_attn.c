@@ -2,10 +2,17 @@
  * arithmetic (the batch-invariance contract).
  *
  * Invariant: the float arithmetic of one (row, query head) is the fixed sequence written in cpu_attn.h;
- * everything else here (which item converts a chunk, how rows and heads are grouped into kernel calls,
- * the order items run in) is data movement or scheduling. The arithmetic is written once, over an 8-lane
- * type (v8f): AVX2/FMA intrinsics when compiled in, otherwise a plain struct whose lane ops (fmaf, the
- * same lane trees, the same exp polynomial) give the same bits.
+ * everything else here (whether K/V are read straight from the pool or from an f32 staging copy, how rows
+ * and heads are grouped into kernel calls, the order items run in) is data movement or scheduling. The
+ * arithmetic is written once, over an 8-lane type (v8f): AVX2/FMA intrinsics when compiled in, otherwise
+ * a plain struct whose lane ops (fmaf, the same lane trees, the same polynomials) give the same bits.
+ *
+ * Two ways to feed the kernels, same results (f16 -> f32 and q8_0 -> f32 are exact):
+ *  - direct: F32/F16 pools with head_dim % 8 == 0 and block_size % 8 == 0. A chunk is 4 groups of 8
+ *    positions, each inside one block; K is stored transposed per (block, kv head) ([dim][slot]), so 8
+ *    positions of one dim are one load (+ one vcvtph2ps); V vectors are read where they are.
+ *  - staged: everything else (Q8_0, odd sizes). The chunk's K is converted into an f32 [dim][32] buffer
+ *    and its V into f32 rows, and the same kernels read those.
  */
 #include "backend/cpu_attn.h"
 
@@ -24,11 +31,12 @@
 
 #define ATT_INLINE static inline __attribute__((always_inline))
 #define ATT_PARTS 4 /* partial V sums per (row, head): positions t mod 4 */
+#define ATT_GROUPS (CPU_ATT_CHUNK / 8) /* position groups of 8 per chunk */
 
 /* ---------------------------------------------------------------- 8-lane arithmetic */
 
-/* exp: n = round(x * log2(e)); r = x - n * ln2 (two-part ln2); exp(r) = 1 + r + r^2 * P(r) (degree-5
- * minimax polynomial on [-ln2/2, ln2/2], the Cephes expf coefficients); times 2^n built as two powers
+/* exp (cpu_exp_row): n = round(x * log2(e)); r = x - n * ln2 (two-part ln2); exp(r) = 1 + r + r^2 * P(r)
+ * (degree-5 polynomial on [-ln2/2, ln2/2], the Cephes expf coefficients); times 2^n built as two powers
  * of two (so n = 128 and n = -126 stay exact). */
 #define ATT_EXP_HI 88.72283905206835f  /* ln(FLT_MAX): above -> +inf */
 #define ATT_EXP_LO -87.33654475055310f /* ln(FLT_MIN): below -> 0 */
@@ -41,6 +49,16 @@
 #define ATT_P3 4.1665795894e-2f
 #define ATT_P4 1.6666665459e-1f
 #define ATT_P5 5.0000001201e-1f
+/* exp2 for the softmax (x <= 0): n = round(x), f = x - n (exact), 2^f = 1 + f * Q(f) (degree-5
+ * polynomial on [-1/2, 1/2], the Cephes exp2f coefficients), times 2^n by adding n to the exponent;
+ * 0 below -125 (so every result is a normal float). */
+#define ATT_EXP2_LO -125.0f
+#define ATT_Q0 1.535336188319500e-4f
+#define ATT_Q1 1.339887440266574e-3f
+#define ATT_Q2 9.618437357674640e-3f
+#define ATT_Q3 5.550332471162809e-2f
+#define ATT_Q4 2.402264791363012e-1f
+#define ATT_Q5 6.931472028550421e-1f
 
 #if ATT_AVX2
 typedef __m256 v8f;
@@ -48,10 +66,16 @@ ATT_INLINE v8f v8_zero(void) { return _mm256_setzero_ps(); }
 ATT_INLINE v8f v8_set1(float x) { return _mm256_set1_ps(x); }
 ATT_INLINE v8f v8_load(const float *p) { return _mm256_loadu_ps(p); }
 ATT_INLINE void v8_store(float *p, v8f v) { _mm256_storeu_ps(p, v); }
+/* 8 stored elements: kind 0 f32, 1 f16 (exact conversion) */
+ATT_INLINE v8f v8_load_kind(const uint8_t *p, int kind)
+{
+    return kind ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)) : _mm256_loadu_ps((const float *)p);
+}
 ATT_INLINE v8f v8_fma(v8f a, v8f b, v8f c) { return _mm256_fmadd_ps(a, b, c); }
 ATT_INLINE v8f v8_mul(v8f a, v8f b) { return _mm256_mul_ps(a, b); }
 ATT_INLINE v8f v8_add(v8f a, v8f b) { return _mm256_add_ps(a, b); }
 ATT_INLINE v8f v8_sub(v8f a, v8f b) { return _mm256_sub_ps(a, b); }
+ATT_INLINE v8f v8_div(v8f a, v8f b) { return _mm256_div_ps(a, b); }
 /* lane-wise a > b ? a : b, else b (so a NaN in `a` is dropped, one in `b` kept) */
 ATT_INLINE v8f v8_max(v8f a, v8f b) { return _mm256_max_ps(a, b); }
 /* lanes whose position first + lane is > last become -inf */
@@ -101,6 +125,24 @@ ATT_INLINE v8f v8_exp(v8f x)
     y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); /* NaN stays NaN */
 }
+ATT_INLINE v8f v8_exp2_neg(v8f x)
+{
+    const v8f lo = _mm256_set1_ps(ATT_EXP2_LO);
+    v8f xc = _mm256_max_ps(x, lo);
+    v8f n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v8f f = _mm256_sub_ps(xc, n);
+    v8f q = _mm256_set1_ps(ATT_Q0);
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(ATT_Q1));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(ATT_Q2));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(ATT_Q3));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(ATT_Q4));
+    q = _mm256_fmadd_ps(q, f, _mm256_set1_ps(ATT_Q5));
+    v8f y = _mm256_fmadd_ps(q, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+    y = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(y), e));
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
 #else
 typedef struct {
     float v[8];
@@ -113,10 +155,19 @@ ATT_INLINE v8f v8_zero(void) { V8_MAP(0.0f); }
 ATT_INLINE v8f v8_set1(float x) { V8_MAP(x); }
 ATT_INLINE v8f v8_load(const float *p) { V8_MAP(p[l]); }
 ATT_INLINE void v8_store(float *p, v8f v) { memcpy(p, v.v, sizeof v.v); }
+static float att_elem(const uint8_t *p, int kind, int l)
+{
+    if (kind) return quant_f16_to_f32((uint16_t)(p[2 * l] | (p[2 * l + 1] << 8)));
+    float f;
+    memcpy(&f, p + 4 * l, 4);
+    return f;
+}
+ATT_INLINE v8f v8_load_kind(const uint8_t *p, int kind) { V8_MAP(att_elem(p, kind, l)); }
 ATT_INLINE v8f v8_fma(v8f a, v8f b, v8f c) { V8_MAP(fmaf(a.v[l], b.v[l], c.v[l])); }
 ATT_INLINE v8f v8_mul(v8f a, v8f b) { V8_MAP(a.v[l] * b.v[l]); }
 ATT_INLINE v8f v8_add(v8f a, v8f b) { V8_MAP(a.v[l] + b.v[l]); }
 ATT_INLINE v8f v8_sub(v8f a, v8f b) { V8_MAP(a.v[l] - b.v[l]); }
+ATT_INLINE v8f v8_div(v8f a, v8f b) { V8_MAP(a.v[l] / b.v[l]); }
 ATT_INLINE v8f v8_max(v8f a, v8f b) { V8_MAP(a.v[l] > b.v[l] ? a.v[l] : b.v[l]); }
 ATT_INLINE v8f v8_mask_after(v8f s, int32_t first, int32_t last) { V8_MAP(first + l > last ? -INFINITY : s.v[l]); }
 ATT_INLINE float v8_hsum(v8f a)
@@ -153,7 +204,26 @@ static float att_exp1(float x)
     memcpy(&pb, &ub, 4);
     return (y * pa) * pb;
 }
+static float att_exp2_neg1(float x)
+{
+    if (isnan(x)) return x;
+    if (x < ATT_EXP2_LO) return 0.0f;
+    float n = nearbyintf(x), f = x - n;
+    float q = ATT_Q0;
+    q = fmaf(q, f, ATT_Q1);
+    q = fmaf(q, f, ATT_Q2);
+    q = fmaf(q, f, ATT_Q3);
+    q = fmaf(q, f, ATT_Q4);
+    q = fmaf(q, f, ATT_Q5);
+    float y = fmaf(q, f, 1.0f);
+    uint32_t u;
+    memcpy(&u, &y, 4);
+    u += (uint32_t)((int32_t)n * (1 << 23));
+    memcpy(&y, &u, 4);
+    return y;
+}
 ATT_INLINE v8f v8_exp(v8f x) { V8_MAP(att_exp1(x.v[l])); }
+ATT_INLINE v8f v8_exp2_neg(v8f x) { V8_MAP(att_exp2_neg1(x.v[l])); }
 #endif
 
 void cpu_exp_row(const float *x, float *y, int64_t n)
@@ -164,6 +234,35 @@ void cpu_exp_row(const float *x, float *y, int64_t n)
         float t[8] = {0};
         memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
         v8_store(t, v8_exp(v8_load(t)));
+        memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+void cpu_swiglu_row(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f x = v8_load(g + i);
+        v8f e = v8_exp(v8_sub(v8_zero(), x));
+        v8_store(g + i, v8_mul(v8_div(x, v8_add(v8_set1(1.0f), e)), v8_load(u + i)));
+    }
+    if (i < n) {
+        float tg[8] = {0}, tu[8] = {0};
+        memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
+        cpu_swiglu_row(tg, tu, 8);
+        memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+void cpu_exp2_softmax_row(const float *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) v8_store(y + i, v8_exp2_neg(v8_load(x + i)));
+    if (i < n) {
+        float t[8] = {0};
+        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
+        v8_store(t, v8_exp2_neg(v8_load(t)));
         memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
     }
 }
@@ -195,7 +294,7 @@ int64_t cpu_attn_plan(const struct step_batch *b, int32_t n_head_kv, int32_t gro
         for (int32_t t = r; t < e; t += rt) {
             int32_t nr = e - t < rt ? e - t : rt;
             int64_t first = b->pos[t], last = first + nr - 1;
-            /* scores + exp + V sums per (row, head, position); K and V conversion per position */
+            /* scores + exp + V sums per (row, head, position); K and V reads per position */
             int64_t cost = (int64_t)nr * group * (first + last + 2) / 2 + (last + 1) + 16;
             for (int32_t h = 0; h < n_head_kv; h++) items[n++] = (struct cpu_attn_item){t, nr, h, 0, cost};
         }
@@ -228,12 +327,13 @@ int64_t cpu_attn_parts(const struct cpu_attn_item *items, int64_t n_items, int64
 /* ---------------------------------------------------------------- scratch */
 
 struct att_scratch {
-    float *s;    /* (nq_max, stride) scores, then probabilities */
-    float *kt;   /* (head_dim, CHUNK) K of a chunk, transposed */
-    float *vr;   /* (CHUNK, hdp) V of a chunk */
-    float *acc;  /* (nq_max, ATT_PARTS, hdp) partial V sums */
-    float *mx;   /* (nq_max, 8) running max lanes */
-    float *inv;  /* (nq_max) 1 / sum */
+    float *s;     /* (nq_max, stride) scores, then probabilities */
+    float *kt;    /* (hdp, CHUNK) staged K of a chunk, transposed */
+    float *vr;    /* (CHUNK, hdp) staged V of a chunk */
+    float *kpart; /* (hdp, 8) direct path: the valid slots of a position group cut by n_valid, zero-padded */
+    float *acc;   /* (nq_max, ATT_PARTS, hdp) partial V sums */
+    float *mx;    /* (nq_max, 8) running max lanes */
+    float *inv;   /* (nq_max) 1 / sum */
     int64_t stride;
 };
 
@@ -255,6 +355,7 @@ static size_t att_layout(int32_t head_dim, int32_t group, int64_t n_pos, float *
     ATT_CARVE(s, nq * stride);
     ATT_CARVE(kt, hdp * CPU_ATT_CHUNK);
     ATT_CARVE(vr, hdp * CPU_ATT_CHUNK);
+    ATT_CARVE(kpart, hdp * 8);
     ATT_CARVE(acc, nq * ATT_PARTS * hdp);
     ATT_CARVE(mx, nq * 8);
     ATT_CARVE(inv, nq);
@@ -268,69 +369,32 @@ size_t cpu_attn_scratch_floats(int32_t head_dim, int32_t group, int64_t n_pos)
     return att_layout(head_dim, group, n_pos, NULL, NULL);
 }
 
-/* ---------------------------------------------------------------- K / V chunks (exact conversions) */
+/* ---------------------------------------------------------------- reading the pool */
 
-/* src[j] = the stored vector of position c0 + j for j < CHUNK, NULL from position n_valid on. One block
- * table lookup (and one division) per block, not per position. */
-static void att_positions(const struct cpu_kv_layer *kv, const uint8_t *base, const int32_t *bt, int32_t kvh,
-                          int32_t c0, int32_t n_valid, const uint8_t **src)
+int cpu_attn_k_transposed(enum kv_type t)
 {
-    const int32_t bs = kv->block_size, end = c0 + CPU_ATT_CHUNK < n_valid ? c0 + CPU_ATT_CHUNK : n_valid;
-    const uint64_t vec = kv->vec_bytes;
-    int32_t j = 0;
-    for (int32_t t = c0; t < end;) {
-        const int32_t slot = t % bs, n = bs - slot < end - t ? bs - slot : end - t;
-        const uint8_t *p =
-            base + (((uint64_t)bt[t / bs] * (uint64_t)kv->n_head_kv + (uint64_t)kvh) * (uint64_t)bs + (uint64_t)slot) * vec;
-        for (int32_t k = 0; k < n; k++, p += vec) src[j++] = p;
-        t += n;
-    }
-    for (; j < CPU_ATT_CHUNK; j++) src[j] = NULL;
+    return t != KV_TYPE_Q8_0;
 }
 
-/* Prefetches the cache lines of the K and V vectors of positions [c0, min(c0 + CHUNK, n_valid)). The
- * pool is read in short runs (block_size slots of one kv head), too short for the hardware prefetcher. */
-static void att_prefetch_chunk(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0,
-                               int32_t n_valid)
+/* Start of the K (or V) region of (block, kv head): block_size vectors. */
+ATT_INLINE const uint8_t *att_region(const struct cpu_kv_layer *kv, const uint8_t *base, int32_t block, int32_t kvh)
 {
-#if ATT_AVX2
-    const int32_t bs = kv->block_size, end = c0 + CPU_ATT_CHUNK < n_valid ? c0 + CPU_ATT_CHUNK : n_valid;
-    const uint64_t vec = kv->vec_bytes;
-    for (int32_t t = c0; t < end;) {
-        const int32_t slot = t % bs, n = bs - slot < end - t ? bs - slot : end - t;
-        const uint64_t off = (((uint64_t)bt[t / bs] * (uint64_t)kv->n_head_kv + (uint64_t)kvh) * (uint64_t)bs + (uint64_t)slot) * vec;
-        const uintptr_t a = (uintptr_t)(kv->k + off), b = (uintptr_t)(kv->v + off);
-        for (uintptr_t o = 0; o < (uintptr_t)n * vec + 63; o += 64) {
-            _mm_prefetch((const char *)((a & ~(uintptr_t)63) + o), _MM_HINT_T0);
-            _mm_prefetch((const char *)((b & ~(uintptr_t)63) + o), _MM_HINT_T0);
-        }
-        t += n;
-    }
-#else
-    (void)kv, (void)bt, (void)kvh, (void)c0, (void)n_valid;
-#endif
+    return base + ((uint64_t)block * (uint64_t)kv->n_head_kv + (uint64_t)kvh) * (uint64_t)kv->block_size * kv->vec_bytes;
 }
 
-void cpu_attn_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it)
+/* One element of a stored F32/F16 value as float (exact). */
+ATT_INLINE float att_scalar(const uint8_t *p, enum kv_type t)
 {
-    const int32_t n_valid = b->pos[it->row0] + it->n_rows;
-    att_prefetch_chunk(kv, b->seqs[b->seq[it->row0]].block_table, it->kvh, 0, n_valid);
+    if (t == KV_TYPE_F16) return quant_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+    float f;
+    memcpy(&f, p, 4);
+    return f;
 }
 
-/* One stored vector as head_dim floats (exact). */
+/* One stored row-layout vector as head_dim floats (exact). */
 static void att_convert(enum kv_type type, const uint8_t *src, int32_t hd, float *dst)
 {
-    int32_t i = 0;
-    switch (type) {
-    case KV_TYPE_F32: memcpy(dst, src, (size_t)hd * sizeof(float)); return;
-    case KV_TYPE_F16:
-#if ATT_AVX2
-        for (; i + 8 <= hd; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
-#endif
-        for (; i < hd; i++) dst[i] = quant_f16_to_f32((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
-        return;
-    case KV_TYPE_Q8_0:
+    if (type == KV_TYPE_Q8_0) {
         for (int32_t blk = 0; blk < hd / 32; blk++, src += 34) {
             float d = quant_f16_to_f32((uint16_t)(src[0] | (src[1] << 8)));
             int32_t k = 0;
@@ -344,20 +408,17 @@ static void att_convert(enum kv_type type, const uint8_t *src, int32_t hd, float
         }
         return;
     }
+    const int32_t esz = type == KV_TYPE_F16 ? 2 : 4;
+    int32_t i = 0;
+#if ATT_AVX2
+    for (; i + 8 <= hd; i += 8)
+        _mm256_storeu_ps(dst + i, type == KV_TYPE_F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i)))
+                                                      : _mm256_loadu_ps((const float *)src + i));
+#endif
+    for (; i < hd; i++) dst[i] = att_scalar(src + (int64_t)i * esz, type);
 }
 
 #if ATT_AVX2
-/* 8 elements [8 * dg, 8 * dg + 8) of a stored vector (hd % 8 == 0). */
-ATT_INLINE __m256 att_load8(enum kv_type type, const uint8_t *src, int32_t dg)
-{
-    if (type == KV_TYPE_F32) return _mm256_loadu_ps((const float *)src + 8 * dg);
-    if (type == KV_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 16 * dg)));
-    const uint8_t *blk = src + (dg >> 2) * 34;
-    float d = _cvtsh_ss((uint16_t)(blk[0] | (blk[1] << 8)));
-    __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + (dg & 3) * 8))));
-    return _mm256_mul_ps(_mm256_set1_ps(d), q);
-}
-
 ATT_INLINE void att_transpose8(__m256 *r)
 {
     __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -379,83 +440,128 @@ ATT_INLINE void att_transpose8(__m256 *r)
 }
 #endif
 
-/* kt (head_dim, CHUNK) = K of positions [c0, c0 + CHUNK), transposed; positions >= n_valid are 0 (never
- * loaded). */
-static void att_load_k(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
-                       float *kt)
+/* Staged K: kt (hd, CHUNK) = K of positions [c0, c0 + CHUNK) as f32, transposed; positions >= n_valid are
+ * 0 (never loaded). */
+static void att_stage_k(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
+                        float *kt)
 {
-    const int32_t hd = kv->head_dim;
-    const uint8_t *src[CPU_ATT_CHUNK];
-    att_positions(kv, kv->k, bt, kvh, c0, n_valid, src);
-#if ATT_AVX2
-    if (hd % 8 == 0) {
-        for (int32_t jg = 0; jg < CPU_ATT_CHUNK / 8; jg++) {
-            const uint8_t *const *s8 = src + 8 * jg;
-            for (int32_t dg = 0; dg < hd / 8; dg++) {
-                __m256 r[8];
-                for (int j = 0; j < 8; j++) r[j] = s8[j] ? att_load8(kv->type, s8[j], dg) : _mm256_setzero_ps();
-                att_transpose8(r);
-                for (int d = 0; d < 8; d++) _mm256_storeu_ps(kt + (int64_t)(8 * dg + d) * CPU_ATT_CHUNK + 8 * jg, r[d]);
-            }
-        }
-        return;
-    }
-#endif
-    float row[1024 + 8];
+    const int32_t hd = kv->head_dim, bs = kv->block_size;
+    const int32_t esz = kv->type == KV_TYPE_F16 ? 2 : 4;
     for (int32_t j = 0; j < CPU_ATT_CHUNK; j++) {
-        if (src[j] && hd <= 1024) {
-            att_convert(kv->type, src[j], hd, row);
-            for (int32_t d = 0; d < hd; d++) kt[(int64_t)d * CPU_ATT_CHUNK + j] = row[d];
-        } else {
+        const int32_t t = c0 + j;
+        if (t >= n_valid) {
             for (int32_t d = 0; d < hd; d++) kt[(int64_t)d * CPU_ATT_CHUNK + j] = 0.0f;
+            continue;
         }
+        const uint8_t *reg = att_region(kv, kv->k, bt[t / bs], kvh);
+        if (cpu_attn_k_transposed(kv->type)) { /* [dim][slot] */
+            const uint8_t *p = reg + (int64_t)(t % bs) * esz;
+            for (int32_t d = 0; d < hd; d++) kt[(int64_t)d * CPU_ATT_CHUNK + j] = att_scalar(p + (int64_t)d * bs * esz, kv->type);
+            continue;
+        }
+        const uint8_t *src = reg + (uint64_t)(t % bs) * kv->vec_bytes;
+#if ATT_AVX2
+        if (hd % 8 == 0 && (j & 7) == 0 && c0 + j + 8 <= n_valid) {
+            /* eight row-layout vectors at once: convert, transpose 8 x 8 */
+            float rows[8][CPU_MAX_HEAD_DIM_ATT];
+            for (int k = 0; k < 8; k++) {
+                const int32_t tk = t + k;
+                att_convert(kv->type, att_region(kv, kv->k, bt[tk / bs], kvh) + (uint64_t)(tk % bs) * kv->vec_bytes, hd,
+                            rows[k]);
+            }
+            for (int32_t dg = 0; dg < hd; dg += 8) {
+                __m256 r[8];
+                for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(rows[k] + dg);
+                att_transpose8(r);
+                for (int d = 0; d < 8; d++) _mm256_storeu_ps(kt + (int64_t)(dg + d) * CPU_ATT_CHUNK + j, r[d]);
+            }
+            j += 7;
+            continue;
+        }
+#endif
+        float row[CPU_MAX_HEAD_DIM_ATT];
+        att_convert(kv->type, src, hd, row);
+        for (int32_t d = 0; d < hd; d++) kt[(int64_t)d * CPU_ATT_CHUNK + j] = row[d];
     }
 }
 
-/* vr (CHUNK, hdp) = V of positions [c0, min(c0 + CHUNK, n_valid)), rows zero-padded to hdp; rows of later
- * positions are left as they are (never read). */
-static void att_load_v(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
-                       int32_t hdp, float *vr)
+/* Staged V: vr (CHUNK, hdp) = V of positions [c0, min(c0 + CHUNK, n_valid)) as f32 rows, zero-padded to
+ * hdp; rows of later positions are left as they are (never read). */
+static void att_stage_v(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
+                        int32_t hdp, float *vr)
 {
-    const int32_t hd = kv->head_dim;
-    const uint8_t *src[CPU_ATT_CHUNK];
-    att_positions(kv, kv->v, bt, kvh, c0, n_valid, src);
-    int32_t n = 0;
-    while (n < CPU_ATT_CHUNK && src[n]) n++;
-#if ATT_AVX2
-    if (hd % 8 == 0 && kv->type == KV_TYPE_F16) {
-        for (int32_t j = 0; j < n; j++)
-            for (int32_t d = 0; d < hd; d += 8)
-                _mm256_storeu_ps(vr + (int64_t)j * hdp + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src[j] + 2 * d))));
-        return;
-    }
-    if (hd % 8 == 0 && kv->type == KV_TYPE_F32) {
-        for (int32_t j = 0; j < n; j++)
-            for (int32_t d = 0; d < hd; d += 8)
-                _mm256_storeu_ps(vr + (int64_t)j * hdp + d, _mm256_loadu_ps((const float *)src[j] + d));
-        return;
-    }
-#endif
-    for (int32_t j = 0; j < n; j++) {
+    const int32_t hd = kv->head_dim, bs = kv->block_size;
+    for (int32_t j = 0; j < CPU_ATT_CHUNK && c0 + j < n_valid; j++) {
+        const int32_t t = c0 + j;
         float *dst = vr + (int64_t)j * hdp;
-        att_convert(kv->type, src[j], hd, dst);
+        att_convert(kv->type, att_region(kv, kv->v, bt[t / bs], kvh) + (uint64_t)(t % bs) * kv->vec_bytes, hd, dst);
         for (int32_t d = hd; d < hdp; d++) dst[d] = 0.0f;
     }
 }
 
+/* Prefetches the K and V regions of the blocks holding positions [c0, min(c0 + CHUNK, n_valid)): the
+ * pool is read in short runs (block_size slots of one kv head), too short for the hardware prefetcher. */
+static void att_prefetch_chunk(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0,
+                               int32_t n_valid)
+{
+#if ATT_AVX2
+    const int32_t bs = kv->block_size, end = c0 + CPU_ATT_CHUNK < n_valid ? c0 + CPU_ATT_CHUNK : n_valid;
+    for (int32_t t = c0; t < end;) {
+        const int32_t slot = t % bs, n = bs - slot < end - t ? bs - slot : end - t;
+        /* transposed K: every dim row of the block holds some of these slots, so the whole region */
+        const uint64_t k0 = cpu_attn_k_transposed(kv->type) ? 0 : (uint64_t)slot * kv->vec_bytes;
+        const uint64_t k1 = cpu_attn_k_transposed(kv->type) ? (uint64_t)bs * kv->vec_bytes : (uint64_t)(slot + n) * kv->vec_bytes;
+        const uintptr_t kr = (uintptr_t)att_region(kv, kv->k, bt[t / bs], kvh), vrg = (uintptr_t)att_region(kv, kv->v, bt[t / bs], kvh);
+        for (uintptr_t a = (kr + k0) & ~(uintptr_t)63; a < kr + k1; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+        for (uintptr_t a = (vrg + (uint64_t)slot * kv->vec_bytes) & ~(uintptr_t)63; a < vrg + (uint64_t)(slot + n) * kv->vec_bytes;
+             a += 64)
+            _mm_prefetch((const char *)a, _MM_HINT_T0);
+        t += n;
+    }
+#else
+    (void)kv, (void)bt, (void)kvh, (void)c0, (void)n_valid;
+#endif
+}
+
+void cpu_attn_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it)
+{
+    const int32_t n_valid = b->pos[it->row0] + it->n_rows;
+    att_prefetch_chunk(kv, b->seqs[b->seq[it->row0]].block_table, it->kvh, 0, n_valid);
+}
+
 /* ---------------------------------------------------------------- kernels */
 
-/* Scores of NQ query vectors (one row) against a K chunk: s = (fma chain over d of q[d] * k[d]) * scale,
- * -inf after position `last`; stored to s_out[i] + c0 .. + CHUNK, and folded into the running max mx[i]. */
-ATT_INLINE void att_scores(const float *kt, int32_t hd, const float *const *qv, int NQ, float scale, int32_t c0,
-                           int32_t last, float *const *s_out, float *const *mx)
+/* K of a chunk: group g (positions c0 + 8g .. + 7): element (d, j) at p[g] + d * ds[g] + j * esize. */
+struct att_kchunk {
+    const uint8_t *p[ATT_GROUPS];
+    int64_t ds[ATT_GROUPS];
+};
+
+/* V of a chunk: position c0 + 8g + j at p[g] + j * ps, its dims contiguous. */
+struct att_vchunk {
+    const uint8_t *p[ATT_GROUPS];
+    int64_t ps;
+};
+
+static const float att_zeros[8] __attribute__((aligned(32)));
+
+/* Scores of NQ query vectors (one row) against a K chunk: s = (fma chain over d of q[d] * k[d]) * scale2,
+ * -inf after position `last`; stored to s_out[i] + c0 .. + CHUNK, and folded into the running max mx[i].
+ * kind: 0 f32, 1 f16 elements. */
+ATT_INLINE void att_scores(const struct att_kchunk *kc, int kind, int32_t hd, const float *const *qv, int NQ,
+                           float scale2, int32_t c0, int32_t last, float *const *s_out, float *const *mx)
 {
-    v8f acc[2][4];
+    v8f acc[2][ATT_GROUPS];
+#pragma GCC unroll 2
     for (int i = 0; i < NQ; i++)
-        for (int k = 0; k < 4; k++) acc[i][k] = v8_zero();
+#pragma GCC unroll 4
+        for (int g = 0; g < ATT_GROUPS; g++) acc[i][g] = v8_zero();
+    const uint8_t *p0 = kc->p[0], *p1 = kc->p[1], *p2 = kc->p[2], *p3 = kc->p[3];
     for (int32_t d = 0; d < hd; d++) {
-        const float *kd = kt + (int64_t)d * CPU_ATT_CHUNK;
-        v8f k0 = v8_load(kd), k1 = v8_load(kd + 8), k2 = v8_load(kd + 16), k3 = v8_load(kd + 24);
+        v8f k0 = v8_load_kind(p0, kind), k1 = v8_load_kind(p1, kind), k2 = v8_load_kind(p2, kind),
+            k3 = v8_load_kind(p3, kind);
+        p0 += kc->ds[0], p1 += kc->ds[1], p2 += kc->ds[2], p3 += kc->ds[3];
+#pragma GCC unroll 2
         for (int i = 0; i < NQ; i++) {
             v8f qd = v8_set1(qv[i][d]);
             acc[i][0] = v8_fma(qd, k0, acc[i][0]);
@@ -464,44 +570,108 @@ ATT_INLINE void att_scores(const float *kt, int32_t hd, const float *const *qv, 
             acc[i][3] = v8_fma(qd, k3, acc[i][3]);
         }
     }
-    const v8f vs = v8_set1(scale);
+    const v8f vs = v8_set1(scale2);
+#pragma GCC unroll 2
     for (int i = 0; i < NQ; i++) {
         v8f m = v8_load(mx[i]);
-        for (int k = 0; k < 4; k++) {
-            v8f s = v8_mask_after(v8_mul(acc[i][k], vs), c0 + 8 * k, last);
-            v8_store(s_out[i] + c0 + 8 * k, s);
+#pragma GCC unroll 4
+        for (int g = 0; g < ATT_GROUPS; g++) {
+            v8f s = v8_mask_after(v8_mul(acc[i][g], vs), c0 + 8 * g, last);
+            v8_store(s_out[i] + c0 + 8 * g, s);
             m = v8_max(s, m);
         }
         v8_store(mx[i], m);
     }
 }
 
-/* V sums of NQ query heads (one row) over the first n positions of a V chunk (n <= CHUNK; chunk start is
- * a multiple of 4, so local t and absolute position agree mod 4): acc[i] (ATT_PARTS, hdp), partial j
- * += p[i][t] * v_t for t = j mod 4, in t order. */
-ATT_INLINE void att_vsum(const float *vr, int32_t hdp, const float *const *p, int NQ, int32_t n, float *const *acc)
+/* V sums of NQ query heads (one row) over the first n positions of a V chunk (n <= CHUNK; the chunk start
+ * is a multiple of 8, so local t and the absolute position agree mod 4): acc[i] (ATT_PARTS, hdp), partial
+ * j += p[i][t] * v_t for t = j mod 4, in t order. esz: bytes per element. */
+ATT_INLINE void att_vsum(const struct att_vchunk *vc, int kind, int32_t esz, int32_t hdp, const float *const *p,
+                         int NQ, int32_t n, float *const *acc)
 {
     for (int32_t dv = 0; dv < hdp; dv += 8) {
-        v8f a[2][ATT_PARTS];
-        for (int i = 0; i < NQ; i++)
-            for (int j = 0; j < ATT_PARTS; j++) a[i][j] = v8_load(acc[i] + (int64_t)j * hdp + dv);
+        v8f a0[ATT_PARTS], a1[ATT_PARTS]; /* query 0, query 1 (NQ == 2) */
+#pragma GCC unroll 4
+        for (int j = 0; j < ATT_PARTS; j++) {
+            a0[j] = v8_load(acc[0] + (int64_t)j * hdp + dv);
+            a1[j] = NQ == 2 ? v8_load(acc[1] + (int64_t)j * hdp + dv) : v8_zero();
+        }
+        const float *p0 = p[0], *p1 = NQ == 2 ? p[1] : p[0];
         int32_t t = 0;
         for (; t + ATT_PARTS <= n; t += ATT_PARTS) {
+            const uint8_t *vp = vc->p[t >> 3] + (int64_t)(t & 7) * vc->ps + (int64_t)dv * esz;
+#pragma GCC unroll 4
             for (int j = 0; j < ATT_PARTS; j++) {
-                v8f v = v8_load(vr + (int64_t)(t + j) * hdp + dv);
-                for (int i = 0; i < NQ; i++) a[i][j] = v8_fma(v8_set1(p[i][t + j]), v, a[i][j]);
+                v8f v = v8_load_kind(vp + (int64_t)j * vc->ps, kind);
+                a0[j] = v8_fma(v8_set1(p0[t + j]), v, a0[j]);
+                if (NQ == 2) a1[j] = v8_fma(v8_set1(p1[t + j]), v, a1[j]);
             }
         }
+        /* the last n mod 4 positions: partials 0, 1, 2 in order */
         for (int j = 0; t < n; t++, j++) {
-            v8f v = v8_load(vr + (int64_t)t * hdp + dv);
-            for (int i = 0; i < NQ; i++) a[i][j] = v8_fma(v8_set1(p[i][t]), v, a[i][j]);
+            v8f v = v8_load_kind(vc->p[t >> 3] + (int64_t)(t & 7) * vc->ps + (int64_t)dv * esz, kind);
+            if (j == 0) {
+                a0[0] = v8_fma(v8_set1(p0[t]), v, a0[0]);
+                if (NQ == 2) a1[0] = v8_fma(v8_set1(p1[t]), v, a1[0]);
+            } else if (j == 1) {
+                a0[1] = v8_fma(v8_set1(p0[t]), v, a0[1]);
+                if (NQ == 2) a1[1] = v8_fma(v8_set1(p1[t]), v, a1[1]);
+            } else {
+                a0[2] = v8_fma(v8_set1(p0[t]), v, a0[2]);
+                if (NQ == 2) a1[2] = v8_fma(v8_set1(p1[t]), v, a1[2]);
+            }
         }
-        for (int i = 0; i < NQ; i++)
-            for (int j = 0; j < ATT_PARTS; j++) v8_store(acc[i] + (int64_t)j * hdp + dv, a[i][j]);
+#pragma GCC unroll 4
+        for (int j = 0; j < ATT_PARTS; j++) {
+            v8_store(acc[0] + (int64_t)j * hdp + dv, a0[j]);
+            if (NQ == 2) v8_store(acc[1] + (int64_t)j * hdp + dv, a1[j]);
+        }
     }
 }
 
 /* ---------------------------------------------------------------- one item */
+
+/* The K chunk of positions [c0, c0 + CHUNK) in the direct path: groups inside one block each; a group cut
+ * by n_valid is copied (valid slots only) into kpart, zero-padded; groups past n_valid read zeros. */
+static void att_direct_k(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
+                         uint8_t *kpart, struct att_kchunk *kc)
+{
+    const int32_t bs = kv->block_size, esz = kv->type == KV_TYPE_F16 ? 2 : 4;
+    for (int g = 0; g < ATT_GROUPS; g++) {
+        const int32_t t = c0 + 8 * g;
+        if (t >= n_valid) {
+            kc->p[g] = (const uint8_t *)att_zeros;
+            kc->ds[g] = 0;
+            continue;
+        }
+        const uint8_t *src = att_region(kv, kv->k, bt[t / bs], kvh) + (int64_t)(t % bs) * esz;
+        if (t + 8 <= n_valid) {
+            kc->p[g] = src;
+            kc->ds[g] = (int64_t)bs * esz;
+            continue;
+        }
+        const int32_t nv = n_valid - t;
+        for (int32_t d = 0; d < kv->head_dim; d++) {
+            memcpy(kpart + (int64_t)d * 8 * esz, src + (int64_t)d * bs * esz, (size_t)nv * (size_t)esz);
+            memset(kpart + (int64_t)d * 8 * esz + nv * esz, 0, (size_t)(8 - nv) * (size_t)esz);
+        }
+        kc->p[g] = kpart;
+        kc->ds[g] = 8 * esz;
+    }
+}
+
+static void att_direct_v(const struct cpu_kv_layer *kv, const int32_t *bt, int32_t kvh, int32_t c0, int32_t n_valid,
+                         struct att_vchunk *vc)
+{
+    const int32_t bs = kv->block_size;
+    for (int g = 0; g < ATT_GROUPS; g++) {
+        const int32_t t = c0 + 8 * g;
+        vc->p[g] = t < n_valid ? att_region(kv, kv->v, bt[t / bs], kvh) + (uint64_t)(t % bs) * kv->vec_bytes
+                               : (const uint8_t *)att_zeros; /* never read */
+    }
+    vc->ps = (int64_t)kv->vec_bytes;
+}
 
 void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
                        int32_t group, const float *q, float *out, float *scratch, int64_t n_pos)
@@ -510,7 +680,10 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
     const int64_t n_q = (int64_t)kv->n_head_kv * G * hd;
     const int32_t nr = it->n_rows, r0 = it->row0, pos0 = b->pos[r0], n_valid = pos0 + nr;
     const int32_t *bt = b->seqs[b->seq[r0]].block_table;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale2 = (1.0f / sqrtf((float)hd)) * ATT_LOG2E;
+    const int direct = kv->type != KV_TYPE_Q8_0 && hd % 8 == 0 && kv->block_size % 8 == 0;
+    const int kind = direct && kv->type == KV_TYPE_F16; /* element kind the kernels read */
+    const int32_t esz = kind ? 2 : 4;
     struct att_scratch sc;
     att_layout(hd, G, n_pos, scratch, &sc);
 #define ATT_Q(i, g) (q + (int64_t)(r0 + (i)) * n_q + ((int64_t)it->kvh * G + (g)) * hd)
@@ -520,7 +693,16 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
     for (int64_t qi = 0; qi < (int64_t)nr * G; qi++) v8_store(sc.mx + qi * 8, v8_set1(-INFINITY));
     for (int32_t c0 = 0; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
         if (c0 + CPU_ATT_CHUNK < n_valid) att_prefetch_chunk(kv, bt, it->kvh, c0 + CPU_ATT_CHUNK, n_valid);
-        att_load_k(kv, bt, it->kvh, c0, n_valid, sc.kt);
+        struct att_kchunk kc;
+        if (direct) {
+            att_direct_k(kv, bt, it->kvh, c0, n_valid, (uint8_t *)sc.kpart, &kc);
+        } else {
+            att_stage_k(kv, bt, it->kvh, c0, n_valid, sc.kt);
+            for (int g = 0; g < ATT_GROUPS; g++) {
+                kc.p[g] = (const uint8_t *)(sc.kt + 8 * g);
+                kc.ds[g] = CPU_ATT_CHUNK * (int64_t)sizeof(float);
+            }
+        }
         for (int32_t i = c0 > pos0 ? c0 - pos0 : 0; i < nr; i++) {
             const int32_t last = pos0 + i;
             for (int32_t g = 0; g < G;) {
@@ -532,10 +714,14 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
                     so[k] = sc.s + ATT_QI(i, g + k) * sc.stride;
                     mx[k] = sc.mx + ATT_QI(i, g + k) * 8;
                 }
-                if (NQ == 2)
-                    att_scores(sc.kt, hd, qv, 2, scale, c0, last, so, mx);
+                if (NQ == 2 && kind)
+                    att_scores(&kc, 1, hd, qv, 2, scale2, c0, last, so, mx);
+                else if (NQ == 2)
+                    att_scores(&kc, 0, hd, qv, 2, scale2, c0, last, so, mx);
+                else if (kind)
+                    att_scores(&kc, 1, hd, qv, 1, scale2, c0, last, so, mx);
                 else
-                    att_scores(sc.kt, hd, qv, 1, scale, c0, last, so, mx);
+                    att_scores(&kc, 0, hd, qv, 1, scale2, c0, last, so, mx);
                 g += NQ;
             }
         }
@@ -549,7 +735,7 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
             const v8f m = v8_set1(v8_hmax(v8_load(sc.mx + qi * 8)));
             v8f sum = v8_zero();
             for (int32_t v = 0; v < nv; v++) {
-                v8f p = v8_exp(v8_sub(v8_load(s + 8 * v), m));
+                v8f p = v8_exp2_neg(v8_sub(v8_load(s + 8 * v), m));
                 v8_store(s + 8 * v, p);
                 sum = v8_add(sum, p);
             }
@@ -559,7 +745,14 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
     }
     /* pass 2: weighted V sums, chunk by chunk */
     for (int32_t c0 = 0; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
-        att_load_v(kv, bt, it->kvh, c0, n_valid, hdp, sc.vr);
+        struct att_vchunk vc;
+        if (direct) {
+            att_direct_v(kv, bt, it->kvh, c0, n_valid, &vc);
+        } else {
+            att_stage_v(kv, bt, it->kvh, c0, n_valid, hdp, sc.vr);
+            for (int g = 0; g < ATT_GROUPS; g++) vc.p[g] = (const uint8_t *)(sc.vr + (int64_t)8 * g * hdp);
+            vc.ps = (int64_t)hdp * (int64_t)sizeof(float);
+        }
         for (int32_t i = c0 > pos0 ? c0 - pos0 : 0; i < nr; i++) {
             const int32_t end = pos0 + i + 1 - c0, n = end < CPU_ATT_CHUNK ? end : CPU_ATT_CHUNK;
             for (int32_t g = 0; g < G;) {
@@ -570,14 +763,19 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
                     p[k] = sc.s + ATT_QI(i, g + k) * sc.stride + c0;
                     acc[k] = sc.acc + ATT_QI(i, g + k) * ATT_PARTS * hdp;
                 }
-                if (NQ == 2)
-                    att_vsum(sc.vr, hdp, p, 2, n, acc);
+                if (NQ == 2 && kind)
+                    att_vsum(&vc, 1, 2, hdp, p, 2, n, acc);
+                else if (NQ == 2)
+                    att_vsum(&vc, 0, 4, hdp, p, 2, n, acc);
+                else if (kind)
+                    att_vsum(&vc, 1, 2, hdp, p, 1, n, acc);
                 else
-                    att_vsum(sc.vr, hdp, p, 1, n, acc);
+                    att_vsum(&vc, 0, 4, hdp, p, 1, n, acc);
                 g += NQ;
             }
         }
     }
+    (void)esz;
     /* out = ((A0 + A1) + (A2 + A3)) * (1 / sum) */
     for (int32_t i = 0; i < nr; i++) {
         for (int32_t g = 0; g < G; g++) {

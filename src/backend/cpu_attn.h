@@ -3,16 +3,19 @@
  *
  * Work unit: an item = (up to cpu_attn_rows_per_item(group) consecutive rows of one sequence, one kv
  * head). It walks the sequence's block table in chunks of CPU_ATT_CHUNK positions (absolute multiples of
- * 32), converts each chunk's K (and later V) to f32 once, and computes all its rows x query heads against
- * it, vectorized over positions (scores) and over head dims (V sums).
+ * 32), reads each chunk's K (and later V) once — straight from the pool for F32/F16 (K is stored
+ * transposed, so 8 positions of one dim are one vector), else converted to f32 once (Q8_0, odd sizes) —
+ * and computes all its rows x query heads against it, vectorized over positions (scores) and over head
+ * dims (V sums).
  *
  * Batch invariance (bit for bit): for one (row, query head) the arithmetic is fixed by the row's q, its
  * position and its sequence's KV alone, never by the other rows of the item, the item boundaries, the
  * thread or the batch:
- *   s[t]  = fma chain over d = 0..head_dim-1 of q[d] * k_t[d] (from 0), times 1/sqrt(head_dim), for
- *           t <= pos; positions > pos are -inf;
+ *   s[t]  = fma chain over d = 0..head_dim-1 of q[d] * k_t[d] (from 0), times c = (1/sqrt(head_dim)) *
+ *           log2(e) (one float), for t <= pos; positions > pos are -inf;
  *   m     = max of s (8 lanes = t mod 8, then a fixed lane tree);
- *   p[t]  = cpu_exp8(s[t] - m); sum = 8 lane sums (t mod 8, in t order) then a fixed lane tree;
+ *   p[t]  = 2^(s[t] - m) (cpu_exp2_softmax_row's polynomial; = e^((q.k)/sqrt(d) - max));
+ *   sum   = 8 lane sums (t mod 8, in t order) then a fixed lane tree;
  *   A_j   = fma chain over t <= pos, t mod 4 = j, in t order, of p[t] * v_t (per dim);
  *   out   = ((A_0 + A_1) + (A_2 + A_3)) * (1 / sum).
  * K/V conversion to f32 is exact (f16 -> f32, q8_0 d * q with an 11-bit d and a 7-bit q), so it does not
@@ -30,11 +33,14 @@
 #include "model/model.h"
 
 #define CPU_ATT_CHUNK 32 /* positions per K/V chunk */
+#define CPU_MAX_HEAD_DIM_ATT 1024 /* head_dim at most (the backend refuses larger at load) */
 #define CPU_ATT_QUERIES 16 /* (rows x query heads) per item, at least (see cpu_attn_rows_per_item) */
 
-/* One layer of the KV pool. Layout of each of K and V: [block][kv_head][slot][vec]; the vector of
- * (block, kv head, slot) is at ((block * n_head_kv + kv_head) * block_size + slot) * vec_bytes. A vec is
- * head_dim elements of `type` (Q8_0: head_dim / 32 blocks of {f16 d, int8 q[32]}). */
+/* One layer of the KV pool. Each of K and V is [block][kv_head][region], a region being block_size
+ * vectors of vec_bytes (head_dim elements of `type`; Q8_0: head_dim / 32 blocks of {f16 d, int8 q[32]}),
+ * at ((block * n_head_kv + kv_head) * block_size) * vec_bytes. Inside a region V is [slot][vec]; K is
+ * [dim][slot] (transposed: element (d, slot) at (d * block_size + slot) * element bytes) for F32 and F16
+ * (cpu_attn_k_transposed), [slot][vec] for Q8_0. */
 struct cpu_kv_layer {
     const uint8_t *k, *v;
     enum kv_type type;
@@ -74,6 +80,17 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
 /* Starts loading the first K/V chunk of an item into the cache (call it for the next item while running
  * the current one). */
 void cpu_attn_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it);
+
+/* 1 if K of this type is stored transposed inside a region (see struct cpu_kv_layer). */
+int cpu_attn_k_transposed(enum kv_type t);
+
+/* y[i] = 2^x[i] for x[i] <= 0 by the softmax's polynomial (exactly 0 below -125, NaN stays NaN); each
+ * result depends only on x[i]. For tests. */
+void cpu_exp2_softmax_row(const float *x, float *y, int64_t n);
+
+/* g[i] = g[i] / (1 + exp(-g[i])) * u[i] (SwiGLU: silu(gate) * up), exp as cpu_exp_row; each result
+ * depends only on g[i] and u[i]. */
+void cpu_swiglu_row(float *g, const float *u, int64_t n);
 
 /* y[i] = exp(x[i]) for i < n (in place allowed), by the same 8-lane polynomial as attention's softmax:
  * results depend only on x[i] (never on n or i), relative error about 2e-7 (a couple of ulp); exactly 0

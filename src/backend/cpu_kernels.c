@@ -16,6 +16,7 @@
  */
 #include "backend/cpu_kernels.h"
 
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -403,6 +404,82 @@ CPU_INLINE void dot_float_nx(int64_t n, const void *w, const void *x, int64_t xs
     }
 }
 
+/* The lane sums of 8 vectors at once, each by exactly hsum256's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5)
+ * + (l3 + l7)): out lane o = hsum256(v[o]). */
+CPU_INLINE __m256 hsum256_x8(const __m256 *v)
+{
+    __m256 a04 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[4], 0x20), _mm256_permute2f128_ps(v[0], v[4], 0x31));
+    __m256 a15 = _mm256_add_ps(_mm256_permute2f128_ps(v[1], v[5], 0x20), _mm256_permute2f128_ps(v[1], v[5], 0x31));
+    __m256 a26 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[6], 0x20), _mm256_permute2f128_ps(v[2], v[6], 0x31));
+    __m256 a37 = _mm256_add_ps(_mm256_permute2f128_ps(v[3], v[7], 0x20), _mm256_permute2f128_ps(v[3], v[7], 0x31));
+    __m256 b0145 = _mm256_add_ps(_mm256_shuffle_ps(a04, a15, 0x44), _mm256_shuffle_ps(a04, a15, 0xEE));
+    __m256 b2367 = _mm256_add_ps(_mm256_shuffle_ps(a26, a37, 0x44), _mm256_shuffle_ps(a26, a37, 0xEE));
+    return _mm256_add_ps(_mm256_shuffle_ps(b0145, b2367, 0x88), _mm256_shuffle_ps(b0145, b2367, 0xDD));
+}
+
+/* The lane vectors (acc0 + acc1) of dot_float_nx for NX rows, before its lane sum and scalar tail. */
+CPU_INLINE void dot_float_lanes(int64_t n, const void *w, const float *const *xr, int NX, int kind, __m256 *lanes)
+{
+    __m256 acc0[CPU_DOT_MAX_X], acc1[CPU_DOT_MAX_X];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m256 w0 = load8(w, k, kind), w1 = load8(w, k + 8, kind);
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) {
+            acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[i] + k + 8), acc1[i]);
+        }
+    }
+    if (k + 8 <= n) {
+        __m256 w0 = load8(w, k, kind);
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) lanes[i] = _mm256_add_ps(acc0[i], acc1[i]);
+}
+
+/* n_w weight rows x NX rows, bit-identical to dot_float_nx per (row, weight row): groups of 8 weight rows
+ * share one 8-way lane reduction (hsum256_x8, the same tree), then each output adds its scalar tail. */
+CPU_INLINE void tile_float_nx(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, int NX,
+                              int kind, float *y, int64_t ys)
+{
+    const float *xr[CPU_DOT_MAX_X];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) xr[i] = (const float *)((const char *)x + i * xs);
+    const int64_t tail = n - n % 8;
+    int o = 0;
+    for (; o + 8 <= n_w; o += 8) {
+        __m256 lanes[8][CPU_DOT_MAX_X];
+        for (int k8 = 0; k8 < 8; k8++) dot_float_lanes(n, (const char *)w + (int64_t)(o + k8) * ws, xr, NX, kind, lanes[k8]);
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) {
+            __m256 v[8];
+            for (int k8 = 0; k8 < 8; k8++) v[k8] = lanes[k8][i];
+            __m256 sum = hsum256_x8(v);
+            if (tail == n) {
+                _mm256_storeu_ps(y + i * ys + o, sum);
+                continue;
+            }
+            float t[8];
+            _mm256_storeu_ps(t, sum);
+            for (int k8 = 0; k8 < 8; k8++) {
+                const void *wr = (const char *)w + (int64_t)(o + k8) * ws;
+                float s = t[k8];
+                for (int64_t j = tail; j < n; j++) s += load1(wr, j, kind) * xr[i][j];
+                y[i * ys + o + k8] = s;
+            }
+        }
+    }
+    for (; o < n_w; o++) {
+        float t[CPU_DOT_MAX_X];
+        dot_float_nx(n, (const char *)w + (int64_t)o * ws, x, xs, NX, kind, t);
+        for (int i = 0; i < NX; i++) y[i * ys + o] = t[i];
+    }
+}
+
 /* name: one weight row; name##_tile: n_w weight rows (stride ws bytes) into y[i * ys + o]. */
 #define DEFINE_FLOAT_DOT(name, kind)                                                                      \
     static void name(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)            \
@@ -417,7 +494,12 @@ CPU_INLINE void dot_float_nx(int64_t n, const void *w, const void *x, int64_t xs
     static void name##_tile(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,     \
                             int n_x, float *y, int64_t ys)                                                \
     {                                                                                                     \
-        CPU_TILE_LOOP(dot_float_nx(n, (const char *)w + o * ws, x, xs, NXC, kind, t));                    \
+        switch (n_x) {                                                                                    \
+        case 1: tile_float_nx(n, w, ws, n_w, x, xs, 1, kind, y, ys); break;                               \
+        case 2: tile_float_nx(n, w, ws, n_w, x, xs, 2, kind, y, ys); break;                               \
+        case 3: tile_float_nx(n, w, ws, n_w, x, xs, 3, kind, y, ys); break;                               \
+        default: tile_float_nx(n, w, ws, n_w, x, xs, 4, kind, y, ys); break;                              \
+        }                                                                                                 \
     }
 DEFINE_FLOAT_DOT(dot_f32_avx2, 0)
 DEFINE_FLOAT_DOT(dot_f16_avx2, 1)
@@ -529,29 +611,26 @@ cpu_dot_fn cpu_dot_simd(enum gguf_dtype t)
 struct cpu_matmul_ctx {
     const struct cpu_matmul_job *jobs;
     int n_jobs;
-    int64_t tile_start[9]; /* first weight tile of each job; jobs are few (q/k/v, gate/up) */
+    int n_units;               /* units of tiles: the jobs, except that a paired 0 and 1 form unit 0 */
+    int unit_job[9];           /* first job of each unit */
+    int64_t unit_tile[9];      /* tile rows (outputs per task) of each unit */
+    int64_t tile_start[10];    /* first tile of each unit */
     const float *x;
     const void *xq;
     int32_t n_rows;
     int32_t rows_per_block; /* a multiple of CPU_DOT_MAX_X */
     int64_t n_row_blocks;
+    int paired;
+    cpu_matmul_epilogue epilogue;
+    void *epilogue_arg;
 };
 
-/* Task = (weight tile, block of activation rows). */
-static void cpu_matmul_task(void *arg, int64_t task, int thread)
+/* y rows [row0, row1) x outputs [o0, o1) of one job. */
+static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, const struct cpu_matmul_job *job, int64_t o0, int64_t o1,
+                            int32_t row0, int32_t row1)
 {
-    (void)thread;
-    const struct cpu_matmul_ctx *c = arg;
-    const int64_t tile = task / c->n_row_blocks;
-    const int32_t row0 = (int32_t)(task % c->n_row_blocks) * c->rows_per_block;
-    const int32_t row1 = c->n_rows - row0 < c->rows_per_block ? c->n_rows : row0 + c->rows_per_block;
-    int j = 0;
-    while (j + 1 < c->n_jobs && tile >= c->tile_start[j + 1]) j++;
-    const struct model_weight *w = c->jobs[j].w;
-    float *y = c->jobs[j].y;
+    const struct model_weight *w = job->w;
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
-    const int64_t r_begin = (tile - c->tile_start[j]) * CPU_TILE_ROWS;
-    const int64_t r_end = r_begin + CPU_TILE_ROWS < n_out ? r_begin + CPU_TILE_ROWS : n_out;
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
     const int q8 = cpu_type_uses_q8(w->type);
     cpu_tile_fn tile_fn = cpu_kernel_best(w->type).tile;
@@ -560,22 +639,52 @@ static void cpu_matmul_task(void *arg, int64_t task, int thread)
     /* The tile of weight rows stays in cache while the block's input rows pass over it. */
     for (int32_t r0 = row0; r0 < row1; r0 += CPU_DOT_MAX_X) {
         int n_x = row1 - r0 < CPU_DOT_MAX_X ? row1 - r0 : CPU_DOT_MAX_X;
-        tile_fn(n_in, (const char *)w->data + (uint64_t)r_begin * row_bytes, (int64_t)row_bytes, (int)(r_end - r_begin),
-                x + r0 * x_stride, x_stride, n_x, y + (int64_t)r0 * n_out + r_begin, n_out);
+        tile_fn(n_in, (const char *)w->data + (uint64_t)o0 * row_bytes, (int64_t)row_bytes, (int)(o1 - o0),
+                x + r0 * x_stride, x_stride, n_x, job->y + (int64_t)r0 * n_out + o0, n_out);
     }
 }
 
-void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
-                int32_t n_rows)
+/* Task = (tile of weight rows of one unit, block of activation rows), then the epilogue. */
+static void cpu_matmul_task(void *arg, int64_t task, int thread)
+{
+    (void)thread;
+    const struct cpu_matmul_ctx *c = arg;
+    const int64_t tile = task / c->n_row_blocks;
+    const int32_t row0 = (int32_t)(task % c->n_row_blocks) * c->rows_per_block;
+    const int32_t row1 = c->n_rows - row0 < c->rows_per_block ? c->n_rows : row0 + c->rows_per_block;
+    int u = 0;
+    while (u + 1 < c->n_units && tile >= c->tile_start[u + 1]) u++;
+    const int j = c->unit_job[u];
+    const int64_t n_out = c->jobs[j].w->ne[1];
+    const int64_t o0 = (tile - c->tile_start[u]) * c->unit_tile[u];
+    const int64_t o1 = o0 + c->unit_tile[u] < n_out ? o0 + c->unit_tile[u] : n_out;
+    cpu_matmul_tile(c, &c->jobs[j], o0, o1, row0, row1);
+    if (c->paired && u == 0) cpu_matmul_tile(c, &c->jobs[1], o0, o1, row0, row1);
+    if (c->epilogue) c->epilogue(c->epilogue_arg, j, o0, o1, row0, row1);
+}
+
+void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
+                   int32_t n_rows, const struct cpu_matmul_opts *opts)
 {
     if (n_rows <= 0 || n_jobs <= 0) return;
     struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .n_rows = n_rows};
+    if (opts) {
+        c.paired = opts->paired && c.n_jobs >= 2;
+        assert(!c.paired || jobs[0].w->ne[1] == jobs[1].w->ne[1]);
+        c.epilogue = opts->epilogue;
+        c.epilogue_arg = opts->epilogue_arg;
+    }
     int64_t n_tiles = 0;
     for (int j = 0; j < c.n_jobs; j++) {
-        c.tile_start[j] = n_tiles;
-        n_tiles += (jobs[j].w->ne[1] + CPU_TILE_ROWS - 1) / CPU_TILE_ROWS;
+        if (c.paired && j == 1) continue;
+        const int u = c.n_units++;
+        int64_t align = opts && opts->tile_align[j] > 1 ? opts->tile_align[j] : 1;
+        c.unit_job[u] = j;
+        c.unit_tile[u] = (CPU_TILE_ROWS + align - 1) / align * align;
+        c.tile_start[u] = n_tiles;
+        n_tiles += (jobs[j].w->ne[1] + c.unit_tile[u] - 1) / c.unit_tile[u];
     }
-    c.tile_start[c.n_jobs] = n_tiles;
+    c.tile_start[c.n_units] = n_tiles;
     /* Enough tasks to balance the threads: split the rows too when the weight tiles are few. */
     const int n_threads = pool ? threads_count(pool) : 1;
     int64_t n_blocks = 1;
@@ -593,4 +702,10 @@ void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_job
         return;
     }
     threads_parallel_for(pool, n_tasks, cpu_matmul_task, &c);
+}
+
+void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
+                int32_t n_rows)
+{
+    cpu_matmul_ex(pool, jobs, n_jobs, x, xq, n_rows, NULL);
 }

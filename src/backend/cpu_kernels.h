@@ -109,4 +109,20 @@ struct cpu_matmul_job {
 void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
                 int32_t n_rows);
 
+/* (optional) Run by a matmul task right after it wrote y[r][o] of job `job` for rows [r0, r1) and outputs
+ * [o0, o1) (paired: of jobs 0 and 1, reported as job 0): per-row work fused into the matmul's dispatch
+ * (RoPE, KV stores, SwiGLU). It must only touch those rows x outputs (tasks run concurrently). */
+typedef void (*cpu_matmul_epilogue)(void *arg, int job, int64_t o0, int64_t o1, int32_t r0, int32_t r1);
+
+struct cpu_matmul_opts {
+    int64_t tile_align[8]; /* per job: each task's outputs are a whole multiple of this (e.g. head_dim), 0: any */
+    int paired;            /* jobs 0 and 1 have the same outputs and one task computes both (gate, up) */
+    cpu_matmul_epilogue epilogue;
+    void *epilogue_arg;
+};
+
+/* cpu_matmul with options (opts may be NULL). */
+void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
+                   int32_t n_rows, const struct cpu_matmul_opts *opts);
+
 #endif

@@ -15,6 +15,8 @@
  *    worker that goes to sleep first increments n_sleeping and re-checks generation under the mutex, and the
  *    owner broadcasts (under the mutex) whenever it sees n_sleeping > 0 after the increment. With seq_cst
  *    on both sides one of the two sees the other, so no wake-up is lost.
+ *  - Adaptive inline mode (threads_adapt): solo_left > 0 means the next dispatches run on the owner alone;
+ *    it is set only from timing measurements and changes where tasks run, never which tasks run.
  */
 #include "util/threads.h"
 
@@ -24,15 +26,14 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #include <x86intrin.h>
 #define THREADS_PAUSE() _mm_pause()
-/* The time-stamp counter: a few ns per read, ~1-4 ticks per ns. */
+/* The time-stamp counter: a few ns per read, ~1-4 ticks per ns (the spin times below are approximate). */
 static inline uint64_t threads_ticks(void)
 {
     return __rdtsc();
@@ -55,6 +56,12 @@ static inline uint64_t threads_ticks(void)
  * own owner thread, on a loaded machine) could use. */
 #define THREADS_SPIN_US 20
 #define THREADS_OWNER_SPIN_US 20
+
+/* Adaptive use of the workers: see threads_adapt. */
+#define THREADS_WINDOW 16
+#define THREADS_MIN_SPEEDUP 1.15
+#define THREADS_SOLO_MIN 64
+#define THREADS_SOLO_MAX 4096
 
 struct threads_worker {
     threads_pool *pool;
@@ -87,6 +94,14 @@ struct threads_pool {
 
     _Atomic int owner_waiting; /* the owner sleeps on done_cv until n_done reaches n_tasks */
     pthread_cond_t done_cv;
+
+    /* Adaptive use of the workers (see threads_parallel_for); owner only, except worker_busy. */
+    alignas(64) _Atomic uint64_t worker_busy; /* ticks the workers spent inside tasks */
+    uint64_t win_wall, win_busy;              /* over the current window of pool dispatches */
+    int win_n;
+    int solo_left; /* dispatches still to run inline before the workers are tried again */
+    int solo_len;  /* length of the next inline period */
+    int64_t n_inline, n_pooled; /* statistics: dispatches of >= 2 tasks run inline / on the pool */
 };
 
 int threads_online_cores(void)
@@ -95,19 +110,24 @@ int threads_online_cores(void)
     return n < 1 ? 1 : (int)n;
 }
 
-/* Claims and runs tasks of whatever job `claim` names until it has none left. */
-static void threads_run_claims(threads_pool *p, int thread)
+/* Claims and runs tasks of whatever job `claim` names until it has none left; returns the ticks spent in
+ * tasks (workers also add them to worker_busy, before counting the task done). */
+static uint64_t threads_run_claims(threads_pool *p, int thread)
 {
-    uint64_t c = atomic_load(&p->claim);
+    uint64_t c = atomic_load(&p->claim), busy = 0;
     for (;;) {
         const struct threads_job *j = &p->jobs[(c >> 32) & 1];
         int64_t n = atomic_load_explicit(&j->n_tasks, memory_order_relaxed);
         int64_t i = (int64_t)(uint32_t)c;
-        if (i >= n) return;
+        if (i >= n) return busy;
         threads_task_fn fn = atomic_load_explicit(&j->fn, memory_order_relaxed);
         void *arg = atomic_load_explicit(&j->arg, memory_order_relaxed);
         if (!atomic_compare_exchange_weak(&p->claim, &c, c + 1)) continue; /* c reloaded */
+        const uint64_t t0 = threads_ticks();
         fn(arg, i, thread);
+        const uint64_t dt = threads_ticks() - t0;
+        busy += dt;
+        if (thread != 0) atomic_fetch_add_explicit(&p->worker_busy, dt, memory_order_relaxed);
         if (atomic_fetch_add(&p->n_done, 1) + 1 == n && atomic_load(&p->owner_waiting)) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done_cv);
@@ -166,6 +186,7 @@ int threads_init(int n_threads, threads_pool **out, struct err *e)
     if (posix_memalign((void **)&p, 64, sizeof *p) != 0) return err_set(e, "threads: out of memory");
     memset(p, 0, sizeof *p);
     p->n_threads = n_threads;
+    p->solo_len = THREADS_SOLO_MIN;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
@@ -209,6 +230,27 @@ int threads_count(const threads_pool *p)
     return p->n_threads;
 }
 
+/* After a pool dispatch that took `wall` ticks, `busy` of them (summed over threads) inside tasks: every
+ * THREADS_WINDOW dispatches, if the threads together did less than THREADS_MIN_SPEEDUP times the work of
+ * one thread per unit of time, the workers are not running beside the owner (a loaded machine: they
+ * share its core or wait for one) and only add hand-off costs, so the next solo_len dispatches run inline;
+ * solo_len doubles (up to THREADS_SOLO_MAX) while that stays true and resets when the workers help
+ * again. Only where tasks run changes, never what they compute. */
+static void threads_adapt(threads_pool *p, uint64_t wall, uint64_t busy)
+{
+    p->win_wall += wall;
+    p->win_busy += busy;
+    if (++p->win_n < THREADS_WINDOW) return;
+    if ((double)p->win_busy < THREADS_MIN_SPEEDUP * (double)p->win_wall) {
+        p->solo_left = p->solo_len;
+        p->solo_len = p->solo_len * 2 > THREADS_SOLO_MAX ? THREADS_SOLO_MAX : p->solo_len * 2;
+    } else {
+        p->solo_len = THREADS_SOLO_MIN;
+    }
+    p->win_wall = p->win_busy = 0;
+    p->win_n = 0;
+}
+
 void threads_parallel_for(threads_pool *p, int64_t n_tasks, threads_task_fn fn, void *arg)
 {
     if (n_tasks <= 0) return;
@@ -216,6 +258,14 @@ void threads_parallel_for(threads_pool *p, int64_t n_tasks, threads_task_fn fn, 
         for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
+    if (p->solo_left > 0) { /* the workers gave no speed-up lately: run inline (same results) */
+        p->solo_left--;
+        p->n_inline++;
+        for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
+        return;
+    }
+    p->n_pooled++;
+    const uint64_t t_start = threads_ticks(), wb_start = atomic_load_explicit(&p->worker_busy, memory_order_relaxed);
     assert(n_tasks <= (int64_t)UINT32_MAX);
     uint32_t g = ++p->n_jobs;
     struct threads_job *j = &p->jobs[g & 1];
@@ -225,7 +275,7 @@ void threads_parallel_for(threads_pool *p, int64_t n_tasks, threads_task_fn fn, 
     atomic_store(&p->n_done, 0);
     atomic_store(&p->claim, (uint64_t)g << 32); /* publishes the slot (seq_cst includes release) */
     threads_wake(p);
-    threads_run_claims(p, 0);
+    const uint64_t owner_busy = threads_run_claims(p, 0);
     /* Spin briefly for tasks still running on workers, then sleep: a spinning owner would keep its core
      * busy while a preempted worker waits for a core; sleeping lets the scheduler run it here. */
     const uint64_t t0 = threads_ticks();
@@ -240,4 +290,11 @@ void threads_parallel_for(threads_pool *p, int64_t n_tasks, threads_task_fn fn, 
         atomic_store(&p->owner_waiting, 0);
         pthread_mutex_unlock(&p->mu);
     }
+    threads_adapt(p, threads_ticks() - t_start,
+                  owner_busy + atomic_load_explicit(&p->worker_busy, memory_order_relaxed) - wb_start);
+}
+
+int64_t threads_inline_dispatches(const threads_pool *p)
+{
+    return p->n_inline;
 }

@@ -8,8 +8,13 @@
  * The call returns as soon as every task has finished; it never waits for a worker that the OS has not
  * scheduled (that worker simply finds no task left when it runs).
  *
- * Between calls workers spin briefly (a dispatch every few microseconds is the common case in a forward
- * step) and then sleep on a condition variable, so an idle pool costs no CPU.
+ * Between calls workers spin briefly (~20 us: a dispatch every few microseconds is the common case in a
+ * forward step) and then sleep on a condition variable, so an idle pool costs no CPU.
+ *
+ * Adaptive: the pool measures, over windows of dispatches, how much task time the threads deliver per unit
+ * of wall time; when the workers give no speed-up (a loaded machine: they only get a core when the owner
+ * does not), dispatches run inline on the calling thread for a while, then the workers are tried again.
+ * Results never depend on this (tasks never depend on the thread that runs them).
  *
  * Not reentrant: one parallel_for at a time per pool, called from the thread that owns the pool, and a
  * task must not call threads_parallel_for on the same pool.
@@ -33,6 +38,8 @@ void threads_free(threads_pool *p);
 int threads_count(const threads_pool *p);
 /* Runs fn for every task index in [0, n_tasks) (n_tasks < 2^32) and returns when all have finished. */
 void threads_parallel_for(threads_pool *p, int64_t n_tasks, threads_task_fn fn, void *arg);
+/* Dispatches of >= 2 tasks that ran inline because the workers gave no speed-up (statistics). */
+int64_t threads_inline_dispatches(const threads_pool *p);
 /* Online cores (at least 1). */
 int threads_online_cores(void);
 
