@@ -70,7 +70,8 @@ asan: deps
 
 # libFuzzer needs clang; the library is rebuilt with coverage instrumentation.
 FUZZ_SRCS = $(wildcard fuzz/fuzz_*.c)
-fuzz: deps
+fuzz:
+	@scripts/install-deps fuzz
 	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 \
 	  SANITIZE="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" build-fuzz/libnightshift.a
 	@mkdir -p build-fuzz/bin

@@ -24,6 +24,17 @@ $NS run "$T/s.txt" -o "$T/s.out" -m "$model" --threads 1 --kv-memory 16M --max-t
 grep -q "0 computed now, 3 already done" "$T/sum" && cmp -s "$T/s.out" "$T/s.before" && ok run_resume_skips_done ||
     fail run_resume_skips_done "$(cat "$T/sum")"
 
+# --- an existing output with a new store is refused (nothing is silently overwritten); --force overwrites ---
+if $NS run "$T/s.txt" -o "$T/s.out" --store "$T/other.db" "${base[@]}" --max-tokens 12 --temperature 0 2>"$T/log"; then
+    fail run_refuses_foreign_output "exit 0"
+elif grep -q "already holds" "$T/log" && cmp -s "$T/s.out" "$T/s.before"; then
+    ok run_refuses_foreign_output
+else
+    fail run_refuses_foreign_output "$(tail -1 "$T/log")"
+fi
+$NS run "$T/s.txt" -o "$T/s.out" --store "$T/other.db" "${base[@]}" --max-tokens 12 --temperature 0 --force 2>"$T/log" &&
+    cmp -s "$T/s.out" "$T/s.before" && ok run_force_rebuilds_output || fail run_force_rebuilds_output "$(tail -1 "$T/log")"
+
 # --- greedy results equal nightshift generate (same KV type) ---
 same=1
 for p in "Once upon a time" "The little dog" "Lily and Tom"; do

@@ -28,11 +28,12 @@ struct synth_cfg {
     enum gguf_dtype force_type; /* if != 0: blk.0.ffn_up.weight gets this type (raw random bytes) */
     const char *skip_tensor;    /* if set: this tensor is left out */
     int omit_optional;          /* leave out head_count_kv, key_length, rope.*, epsilon (defaults apply) */
+    uint32_t alignment;         /* if != 0: general.alignment */
 };
 
 static inline struct synth_cfg synth_default(void)
 {
-    struct synth_cfg c = {"llama", 64, 2, 4, 2, 0, 96, 300, 256, GGUF_DTYPE_F32, 0, 0, 1, 0, NULL, 0};
+    struct synth_cfg c = {"llama", 64, 2, 4, 2, 0, 96, 300, 256, GGUF_DTYPE_F32, 0, 0, 1, 0, NULL, 0, 0};
     return c;
 }
 
@@ -125,6 +126,7 @@ static inline int synth_build(const struct synth_cfg *c, int load_model, struct 
         if (gguf_writer_set_u32(w, key, (uint32_t)(val), e)) goto out;                                    \
     } while (0)
     if (gguf_writer_set_str(w, "general.architecture", c->arch, strlen(c->arch), e)) goto out;
+    if (c->alignment && gguf_writer_set_u32(w, "general.alignment", c->alignment, e)) goto out;
     KU("context_length", c->n_ctx);
     KU("embedding_length", c->n_embd);
     KU("block_count", c->n_layer);

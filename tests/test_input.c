@@ -305,6 +305,62 @@ TEST(sha_and_counts)
     CHECK_STR(mine, hex);
 }
 
+/* A truncated line whose text merely contains "nan"/"inf" is plain invalid JSON, not a NaN complaint; real
+ * NaN / Infinity / -Infinity tokens are named as such. */
+TEST(nan_message_only_for_nan_tokens)
+{
+    const char *s =
+        "{\"id\":\"a\",\"prompt\":\"banana\"\n"               /* 1 truncated: invalid_json */
+        "{\"id\":\"b\",\"prompt\":\"tell me info\" \"x\":1}\n" /* 2 missing comma: invalid_json */
+        "{\"id\":\"c\",\"prompt\":\"x\",\"top_p\":-Infinity}\n" /* 3 -Infinity */
+        "{\"id\":\"d\",\"prompt\":\"x\",\"top_p\":Infinity}\n"  /* 4 Infinity */
+        "{\"id\":\"e\",\"prompt\":\"x\",\"top_p\":nan}\n";      /* 5 nan */
+    const char *p = write_tmp("nan.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    o.format = INPUT_FORMAT_JSONL;
+    struct input_item it[8];
+    int n = read_all(p, &o, it, 8, NULL);
+    CHECK_EQ_INT(n, 5);
+    if (n != 5) return;
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(it[i].code && !strcmp(it[i].code, "invalid_json"), "line %d: %s: %s", i + 1,
+                  it[i].code ? it[i].code : "(none)", it[i].message ? it[i].message : "");
+        CHECK(it[i].message && !strstr(it[i].message, "NaN"));
+    }
+    for (int i = 2; i < 5; i++) {
+        CHECK_MSG(it[i].code && !strcmp(it[i].code, "invalid_value"), "line %d: %s: %s", i + 1,
+                  it[i].code ? it[i].code : "(none)", it[i].message ? it[i].message : "");
+        CHECK(it[i].message && strstr(it[i].message, "NaN and Infinity"));
+    }
+    free_all(it, n);
+}
+
+/* A UTF-8 byte order mark before the first line is dropped: a one-line BOM'd JSONL file is detected as
+ * JSONL and its line parses; a BOM'd text file's first prompt does not start with U+FEFF. */
+TEST(utf8_bom_is_dropped)
+{
+    const char *s = "\xef\xbb\xbf{\"id\":\"a\",\"prompt\":\"hi\"}\n";
+    const char *p = write_tmp("bom.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    struct input_item it[4];
+    enum input_format fmt;
+    int n = read_all(p, &o, it, 4, &fmt);
+    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_JSONL);
+    if (n == 1) {
+        CHECK_MSG(!it[0].code, "%s: %s", it[0].code, it[0].message);
+        CHECK_STR(it[0].custom_id, "a");
+    }
+    free_all(it, n);
+    s = "\xef\xbb\xbfhello\nworld\n";
+    p = write_tmp("bom.txt", s, strlen(s));
+    o.format = INPUT_FORMAT_TEXT;
+    n = read_all(p, &o, it, 4, NULL);
+    CHECK_EQ_INT(n, 2);
+    if (n == 2) CHECK_STR(it[0].prompt, "hello");
+    free_all(it, n);
+}
+
 int main(void)
 {
     log_set_level(LOG_QUIET);
@@ -317,6 +373,8 @@ int main(void)
     RUN(defaults_and_overrides);
     RUN(utf8_validation);
     RUN(sha_and_counts);
+    RUN(nan_message_only_for_nan_tokens);
+    RUN(utf8_bom_is_dropped);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
     if (system(cmd) != 0) return 1;

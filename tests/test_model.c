@@ -182,6 +182,104 @@ TEST(test_errors)
     c = synth_default();
     c.n_head_kv = 3; /* 4 heads are not a multiple of 3 kv heads */
     CHECK_MSG(expect_error(c, "head_count", NULL, why, sizeof why) == 0, "%s", why);
+
+    /* general.alignment = 1 puts tensors at odd addresses: reading them as float arrays would be undefined
+     * behaviour (a misaligned load), so the loader refuses them; alignment 4 is enough for every type here */
+    c = synth_default();
+    c.alignment = 1;
+    CHECK_MSG(expect_error(c, "not aligned to 4 bytes", "general.alignment = 1", why, sizeof why) == 0, "%s", why);
+    c.type = GGUF_DTYPE_F16;
+    CHECK_MSG(expect_error(c, "not aligned to", NULL, why, sizeof why) == 0, "%s", why);
+    struct err e = {{0}};
+    struct synth_model sm;
+    c.alignment = 4;
+    int rc = synth_build(&c, 1, &sm, &e);
+    synth_free(&sm);
+    CHECK_MSG(rc == 0, "alignment 4: %.900s", e.msg);
+}
+
+/* A metadata-only llama file: valid base hyper-parameters (n_embd 64, 4 heads, 2 kv heads, 1 layer) with
+ * key `<arch>.suffix` replaced by (or, when absent in the base, added as) a value of type t. No tensors. */
+static int hp_try(const char *suffix, enum gguf_vtype t, const void *val, struct err *e)
+{
+    static const struct { const char *suffix; uint32_t v; } base[] = {
+        {"context_length", 256}, {"embedding_length", 64}, {"block_count", 1},
+        {"feed_forward_length", 96}, {"attention.head_count", 4}, {"attention.head_count_kv", 2}};
+    gguf_writer *w = gguf_writer_init();
+    void *buf = NULL;
+    size_t n = 0;
+    gguf_file *f = NULL;
+    struct model *m = NULL;
+    char key[128];
+    int rc = -1, found = 0;
+    if (!w || gguf_writer_set_str(w, "general.architecture", "llama", 5, e)) goto out;
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) {
+        snprintf(key, sizeof key, "llama.%s", base[i].suffix);
+        if (!strcmp(base[i].suffix, suffix)) {
+            found = 1;
+            if (gguf_writer_set_val(w, key, t, val, e)) goto out;
+        } else if (gguf_writer_set_u32(w, key, base[i].v, e)) {
+            goto out;
+        }
+    }
+    snprintf(key, sizeof key, "llama.%s", suffix);
+    if (!found && gguf_writer_set_val(w, key, t, val, e)) goto out;
+    if (gguf_writer_write_mem(w, &buf, &n, NULL, NULL, e) || gguf_open_memory(buf, n, &f, e)) goto out;
+    rc = model_load(f, &m, e);
+out:
+    model_free(m);
+    gguf_close(f);
+    free(buf);
+    gguf_writer_free(w);
+    return rc;
+}
+
+/* Hostile hyper-parameters are clear errors naming the key, never a crash or a huge allocation. */
+TEST(test_hparam_bounds)
+{
+    struct err e = {{0}};
+    uint32_t u;
+    int32_t i;
+    uint64_t u64;
+    float fl;
+#define HP_FAIL(suffix, T, var, value, w1, w2)                                                            \
+    do {                                                                                                  \
+        var = value;                                                                                      \
+        e.msg[0] = '\0';                                                                                  \
+        int rc_ = hp_try(suffix, T, &var, &e);                                                            \
+        CHECK_MSG(rc_ != 0, "%s accepted", suffix);                                                       \
+        const char *w2_ = w2;                                                                             \
+        CHECK_MSG(strstr(e.msg, w1) && (!w2_ || strstr(e.msg, w2_)), "%s: %s", suffix, e.msg);            \
+    } while (0)
+    HP_FAIL("attention.head_count", GGUF_VTYPE_UINT32, u, 0, "attention.head_count", "out of range");
+    HP_FAIL("attention.head_count_kv", GGUF_VTYPE_UINT32, u, 0, "head_count_kv", "out of range");
+    HP_FAIL("attention.head_count_kv", GGUF_VTYPE_UINT32, u, 8, "not a multiple", NULL);
+    HP_FAIL("attention.head_count", GGUF_VTYPE_UINT32, u, 100000, "attention.head_count", "out of range");
+    HP_FAIL("embedding_length", GGUF_VTYPE_UINT32, u, 2, "head dimension 0", NULL); /* 2 / 4 heads */
+    HP_FAIL("embedding_length", GGUF_VTYPE_INT32, i, -64, "embedding_length", "out of range");
+    HP_FAIL("context_length", GGUF_VTYPE_INT32, i, -1, "context_length", "out of range");
+    HP_FAIL("context_length", GGUF_VTYPE_UINT64, u64, 1ull << 40, "context_length", "out of range");
+    HP_FAIL("context_length", GGUF_VTYPE_UINT64, u64, UINT64_MAX, "context_length", "int64");
+    HP_FAIL("context_length", GGUF_VTYPE_FLOAT32, fl, 256.0f, "context_length", "integer");
+    HP_FAIL("block_count", GGUF_VTYPE_UINT32, u, 0, "block_count", "out of range");
+    HP_FAIL("block_count", GGUF_VTYPE_UINT32, u, 1u << 30, "block_count", "out of range");
+    HP_FAIL("feed_forward_length", GGUF_VTYPE_UINT32, u, 0xFFFFFFFFu, "feed_forward_length", "out of range");
+    HP_FAIL("attention.key_length", GGUF_VTYPE_UINT32, u, 15, "head dimension 15", NULL);
+    HP_FAIL("attention.key_length", GGUF_VTYPE_UINT32, u, 0, "key_length", "out of range");
+    HP_FAIL("attention.value_length", GGUF_VTYPE_UINT32, u, 8, "value_length", NULL);
+    HP_FAIL("rope.dimension_count", GGUF_VTYPE_UINT32, u, 32, "rope.dimension_count", "out of range");
+    HP_FAIL("rope.dimension_count", GGUF_VTYPE_UINT32, u, 5, "must be even", NULL);
+    HP_FAIL("rope.freq_base", GGUF_VTYPE_FLOAT32, fl, NAN, "rope.freq_base", "out of range");
+    HP_FAIL("rope.freq_base", GGUF_VTYPE_FLOAT32, fl, INFINITY, "rope.freq_base", "out of range");
+    HP_FAIL("attention.layer_norm_rms_epsilon", GGUF_VTYPE_FLOAT32, fl, 0.0f, "epsilon", "out of range");
+    HP_FAIL("attention.layer_norm_rms_epsilon", GGUF_VTYPE_FLOAT32, fl, -1e-5f, "epsilon", "out of range");
+    HP_FAIL("expert_count", GGUF_VTYPE_UINT32, u, 8, "mixture of experts", NULL);
+#undef HP_FAIL
+    /* the base itself gets past the hyper-parameters and stops at the first tensor */
+    u = 4;
+    e.msg[0] = '\0';
+    CHECK(hp_try("attention.head_count", GGUF_VTYPE_UINT32, &u, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "token_embd.weight") != NULL, "%s", e.msg);
 }
 
 TEST(test_kv_type_names)
@@ -202,6 +300,7 @@ int main(void)
     RUN(test_synthetic_archs);
     RUN(test_defaults);
     RUN(test_errors);
+    RUN(test_hparam_bounds);
     RUN(test_kv_type_names);
     return test_summary();
 }

@@ -71,13 +71,8 @@ static void bench_usage(FILE *out)
 
 static int parse_i32(const char *flag, const char *s, long lo, long hi, int32_t *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        cli_error("bench", "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
-        return -1;
-    }
+    long v;
+    if (engine_flags_parse_long("bench", flag, s, lo, hi, &v)) return -1;
     *out = (int32_t)v;
     return 0;
 }

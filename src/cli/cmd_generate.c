@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "cli/cli.h"
+#include "cli/engine_flags.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
 #include "gguf/gguf.h"
@@ -61,18 +62,7 @@ static void gen_usage(FILE *out)
             cli_default_model(), GEN_MAX_STOPS);
 }
 
-static int gen_parse_int(const char *flag, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        cli_error("generate", "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
+#define parse_int(flag, s, lo, hi, out) engine_flags_parse_long("generate", flag, s, lo, hi, out)
 
 static int gen_parse_u64(const char *flag, const char *s, uint64_t *out)
 {
@@ -145,19 +135,19 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v;
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) rc = gen_parse_int(a, v, 0, 1L << 24, &o->n_predict);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) rc = gen_parse_int(a, v, 1, 1L << 24, &o->n_ctx);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = gen_parse_int(a, v, 1, 1024, &o->n_threads);
-        else if (!strcmp(a, "--batch")) rc = gen_parse_int(a, v, 1, 1 << 16, &o->n_batch);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) rc = parse_int(a, v, 0, 1L << 24, &o->n_predict);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) rc = parse_int(a, v, 1, 1L << 24, &o->n_ctx);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = parse_int(a, v, 1, 1024, &o->n_threads);
+        else if (!strcmp(a, "--batch")) rc = parse_int(a, v, 1, 1 << 16, &o->n_batch);
         else if (!strcmp(a, "--temp")) rc = gen_parse_float(a, v, &o->sp.temperature);
         else if (!strcmp(a, "--top-k")) {
-            rc = gen_parse_int(a, v, 0, 1L << 30, &n);
+            rc = parse_int(a, v, 0, 1L << 30, &n);
             o->sp.top_k = (int32_t)n;
         } else if (!strcmp(a, "--top-p")) rc = gen_parse_float(a, v, &o->sp.top_p);
         else if (!strcmp(a, "--min-p")) rc = gen_parse_float(a, v, &o->sp.min_p);
         else if (!strcmp(a, "--repeat-penalty")) rc = gen_parse_float(a, v, &o->sp.repeat_penalty);
         else if (!strcmp(a, "--repeat-last-n")) {
-            rc = gen_parse_int(a, v, 0, 1L << 24, &n);
+            rc = parse_int(a, v, 0, 1L << 24, &n);
             o->sp.repeat_last_n = (int32_t)n;
         } else if (!strcmp(a, "--presence-penalty")) rc = gen_parse_float(a, v, &o->sp.presence_penalty);
         else if (!strcmp(a, "--frequency-penalty")) rc = gen_parse_float(a, v, &o->sp.frequency_penalty);

@@ -114,19 +114,6 @@ static void setup_test_hook(struct job_config *c)
     if (crash_point || step_delay_us > 0) c->test_hook = test_hook;
 }
 
-static int parse_long(const char *flag, const char *s, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        cli_error("run", "%s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 static int parse_double(const char *flag, const char *s, double *out)
 {
     char *end;
@@ -221,7 +208,7 @@ int cmd_run(int argc, char **argv)
                 goto out;
             }
             const char *v = argv[++i];
-            long long n;
+            long n;
             double d;
             if (!strcmp(a, "--check-store")) {
                 rc = check_store(v);
@@ -237,7 +224,7 @@ int cmd_run(int argc, char **argv)
                     goto out;
                 }
             } else if (!strcmp(a, "--max-line-bytes")) {
-                if (parse_long(a, v, 16, 1LL << 32, &n)) goto out;
+                if (engine_flags_parse_long("run", a, v, 16, 1LL << 32, &n)) goto out;
                 c.input.max_line_bytes = (size_t)n;
             } else if (!strcmp(a, "--chat-template")) {
                 enum chat_family f;
@@ -247,16 +234,16 @@ int cmd_run(int argc, char **argv)
                 }
                 chat_name = v;
             } else if (!strcmp(a, "--max-tokens") || !strcmp(a, "-n")) {
-                if (parse_long(a, v, 1, INPUT_MAX_TOKENS_LIMIT, &n)) goto out;
+                if (engine_flags_parse_long("run", a, v, 1, INPUT_MAX_TOKENS_LIMIT, &n)) goto out;
                 g->max_tokens = (int32_t)n;
             } else if (!strcmp(a, "--top-k")) {
-                if (parse_long(a, v, 0, INT32_MAX, &n)) goto out;
+                if (engine_flags_parse_long("run", a, v, 0, INT32_MAX, &n)) goto out;
                 g->top_k = (int32_t)n;
             } else if (!strcmp(a, "--repeat-last-n")) {
-                if (parse_long(a, v, 0, 1 << 20, &n)) goto out;
+                if (engine_flags_parse_long("run", a, v, 0, 1 << 20, &n)) goto out;
                 g->repeat_last_n = (int32_t)n;
             } else if (!strcmp(a, "--n")) {
-                if (parse_long(a, v, 1, INPUT_MAX_N, &n)) goto out;
+                if (engine_flags_parse_long("run", a, v, 1, INPUT_MAX_N, &n)) goto out;
                 g->n = (int32_t)n;
             } else if (!strcmp(a, "--seed")) {
                 char *end;

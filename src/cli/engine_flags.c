@@ -34,7 +34,7 @@ void engine_flags_usage(FILE *out)
             "  --no-prefix-cache       do not reuse KV of shared prompt prefixes\n");
 }
 
-static int parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
+int engine_flags_parse_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
@@ -73,7 +73,7 @@ int engine_flags_parse(struct engine_flags *f, const char *cmd, int argc, char *
         }
         f->backend = v;
     } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-        if (parse_int(cmd, a, v, 1, 1024, &n)) return -1;
+        if (engine_flags_parse_long(cmd, a, v, 1, 1024, &n)) return -1;
         f->threads = (int)n;
     } else if (!strcmp(a, "--kv-memory") || !strcmp(a, "--headroom")) {
         uint64_t bytes;
@@ -90,17 +90,17 @@ int engine_flags_parse(struct engine_flags *f, const char *cmd, int argc, char *
             return -1;
         }
     } else if (!strcmp(a, "--kv-block")) {
-        if (parse_int(cmd, a, v, 1, 1024, &n)) return -1;
+        if (engine_flags_parse_long(cmd, a, v, 1, 1024, &n)) return -1;
         if (n & (n - 1)) {
             cli_error(cmd, "--kv-block %ld: must be a power of two", n);
             return -1;
         }
         f->kv_block = (int32_t)n;
     } else if (!strcmp(a, "--max-batch-tokens")) {
-        if (parse_int(cmd, a, v, 1, 65536, &n)) return -1;
+        if (engine_flags_parse_long(cmd, a, v, 1, 65536, &n)) return -1;
         f->max_batch_tokens = (int32_t)n;
     } else if (!strcmp(a, "--max-seqs")) {
-        if (parse_int(cmd, a, v, 1, 4096, &n)) return -1;
+        if (engine_flags_parse_long(cmd, a, v, 1, 4096, &n)) return -1;
         f->max_seqs = (int32_t)n;
     }
     return 1;

@@ -46,6 +46,9 @@ void engine_flags_defaults(struct engine_flags *f);
 int engine_flags_parse(struct engine_flags *f, const char *cmd, int argc, char **argv, int *i);
 /* The help lines above, for a command's --help. */
 void engine_flags_usage(FILE *out);
+/* Parses a decimal integer in [lo, hi] for flag; on failure prints "CMD: FLAG expects an integer in [LO, HI],
+ * got 'S'" through cli_error and returns -1. Shared by the subcommands' own flags. */
+int engine_flags_parse_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
 /* The effective flags as JSON (for run records). */
 json_t *engine_flags_json(const struct engine_flags *f);
 

@@ -78,11 +78,6 @@ void sched_seq_append(struct sched_seq *q, int32_t token)
     q->tokens[q->n_tokens++] = token;
 }
 
-int32_t sched_seq_max_blocks(const struct sched_seq *q, int32_t block_size)
-{
-    return ceil_div((int64_t)q->n_prompt + q->max_tokens - 1, block_size);
-}
-
 /* ---- init ---- */
 
 int sched_init(const struct sched_params *p, kv_pool *pool, sched **out, struct err *e)

@@ -59,8 +59,6 @@ int sched_seq_init(struct sched_seq *q, uint64_t id, const int32_t *prompt, int3
 void sched_seq_release(struct sched_seq *q);
 /* Appends a generated token (after sched_commit made n_computed == n_tokens). */
 void sched_seq_append(struct sched_seq *q, int32_t token);
-/* Blocks the sequence needs at its longest: KV for n_prompt + max_tokens - 1 tokens. */
-int32_t sched_seq_max_blocks(const struct sched_seq *q, int32_t block_size);
 
 /* One entry of a plan: rows for positions [pos0, pos0 + n_rows) of seq; logits = 1 when the chunk reaches
  * the end of the sequence's tokens (its last row's logits give the next token). */
@@ -90,7 +88,7 @@ int sched_init(const struct sched_params *p, kv_pool *pool, sched **out, struct 
 void sched_free(sched *s);
 
 /* Queues q (state NEW) at the tail of the waiting queue. The caller has checked that q fits the pool
- * alone (sched_seq_max_blocks <= pool blocks). */
+ * alone: KV for n_prompt + max_tokens - 1 tokens, rounded up to blocks, <= pool blocks (engine_add). */
 void sched_add(sched *s, struct sched_seq *q);
 /* Removes q from the waiting queue or the running set and releases its blocks (last block first, so the
  * deepest cached blocks are evicted first). */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 #include <xxhash.h>
@@ -340,6 +341,11 @@ static int read_line(input_reader *r, int *too_long, struct err *e)
     if (!got_any) return 0;
     r->n_lines++;
     if (!*too_long) {
+        /* a UTF-8 byte order mark before the first line is not part of it (editors on Windows add one) */
+        if (r->n_lines == 1 && r->line_len >= 3 && !memcmp(r->line, "\xef\xbb\xbf", 3)) {
+            memmove(r->line, r->line + 3, r->line_len - 3);
+            r->line_len -= 3;
+        }
         if (r->line_len && r->line[r->line_len - 1] == '\r') r->line_len--;
         if (r->line_len > r->o.max_line_bytes) *too_long = 1;
         else r->line[r->line_len] = '\0';
@@ -540,6 +546,11 @@ static int parse_stop(const json_t *v, struct input_gen *g, struct bad *b)
                            "'stop' entries must be strings of 1..%d bytes", INPUT_MAX_STOP_BYTES);
         }
         stop[i] = strdup(json_string_value(s));
+        if (!stop[i]) {
+            for (size_t k = 0; k < i; k++) free(stop[k]);
+            free(stop);
+            return set_bad(b, "invalid_value", "out of memory");
+        }
     }
     for (int32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->stop);
@@ -823,17 +834,28 @@ static int read_id(input_reader *r, const json_t *v, const char *name, int allow
     return take_id(r, it, id, b);
 }
 
+/* 1 if jansson stopped at a NaN / Infinity / -Infinity token (any case): its error text names the token
+ * ("invalid token near 'NaN'"); for a leading '-' the lexer stops after it, at jerr->position in line. */
+static int is_nonfinite_token(const char *line, size_t len, const json_error_t *jerr)
+{
+    const char *t = strstr(jerr->text, "invalid token near '");
+    if (!t) return 0;
+    t += strlen("invalid token near '");
+    if (t[0] == '-' && t[1] == '\'') {
+        if (jerr->position < 0 || (size_t)jerr->position >= len) return 0;
+        t = line + jerr->position;
+        if (len - (size_t)jerr->position < 3) return 0;
+    }
+    return !strncasecmp(t, "nan", 3) || !strncasecmp(t, "inf", 3);
+}
+
 static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
 {
     json_error_t jerr;
     json_t *root = json_loadb(r->line, r->line_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         /* name the common non-JSON numbers plainly */
-        const char *at = jerr.position >= 0 && (size_t)jerr.position <= r->line_len ? r->line + jerr.position : r->line;
-        const char *lo = at - (at - r->line >= 12 ? 12 : at - r->line);
-        char win[32] = {0};
-        memcpy(win, lo, (size_t)(r->line + r->line_len - lo) < 24 ? (size_t)(r->line + r->line_len - lo) : 24);
-        if (strstr(win, "NaN") || strstr(win, "nan") || strstr(win, "Infinity") || strstr(win, "inf"))
+        if (is_nonfinite_token(r->line, r->line_len, &jerr))
             return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr.column);
         if (strstr(jerr.text, "overflow"))
             return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr.column, jerr.text);

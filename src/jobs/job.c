@@ -529,6 +529,19 @@ static int check_settings(job *j, struct err *e)
                            j->c->store, diff);
         if (n_diff) log_warn("--force: store %s was made with other settings: %s", j->c->store, diff);
     }
+    if (fresh && !j->c->force) {
+        /* A new store means the output files are rebuilt from it (truncated): never do that silently to
+         * results that some other run (or another program) left there. */
+        const char *paths[2] = {j->c->output, j->c->errors};
+        for (int k = 0; k < 2; k++) {
+            struct stat st;
+            if (paths[k] && stat(paths[k], &st) == 0 && st.st_size > 0)
+                return err_set(e, "%s already holds %lld bytes, but the store %s is new: they were not made by this "
+                                  "store and would be overwritten. Point --store at the run's store, choose another "
+                                  "output, or --force to overwrite",
+                               paths[k], (long long)st.st_size, j->c->store);
+        }
+    }
     if (fresh || n_diff) {
         if (store_begin(j->st, e) != 0) return -1;
         for (int k = 0; k < N_SETTINGS; k++)

@@ -221,7 +221,6 @@ struct output_file {
     int64_t size; /* = write position */
 };
 
-const char *output_path(const output_file *f) { return f->path; }
 int64_t output_size(const output_file *f) { return f->size; }
 
 int output_open(const char *path, output_file **out, struct err *e)

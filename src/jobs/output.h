@@ -62,7 +62,6 @@ typedef struct output_file output_file;
 /* Opens (creating) a file for repair and appending. */
 int output_open(const char *path, output_file **out, struct err *e);
 void output_close(output_file *f);
-const char *output_path(const output_file *f);
 
 struct output_repair_stats {
     int64_t lines_kept;      /* already correct */

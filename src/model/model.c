@@ -3,8 +3,10 @@
  * Invariant after model_load() succeeds: every hyper-parameter is positive and bounded (n_head divisible
  * by n_head_kv, n_rot even and <= head_dim), and every bound weight is a 1-D or 2-D tensor of the exact
  * shape the forward pass indexes, of a type the CPU backend computes (F32, F16, BF16, Q8_0, Q4_0, Q4_1 for
- * matrices; F32 for norms, biases and rope_freqs), with data inside the file mapping. So the backend can
- * index weights without further checks. model_check() re-verifies this (tests call it).
+ * matrices; F32 for norms, biases and rope_freqs), with data inside the file mapping and aligned to its
+ * element (model_data_align: 4 bytes for F32, 2 for the others, whose blocks hold f16 values), so the
+ * backend can index weights as typed arrays without further checks (a file with general.alignment = 1
+ * could otherwise place an F32 tensor at an odd address). model_check() re-verifies this (tests call it).
  */
 #include "model/model.h"
 
@@ -76,6 +78,13 @@ static int model_get_float(const gguf_file *f, const char *arch, const char *suf
     return 0;
 }
 
+/* Byte alignment a tensor of type t needs so that the backend may read it as an array of its elements
+ * (F32: float; F16, BF16 and the block types: 16-bit values). */
+static uintptr_t model_data_align(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_F32 ? 4 : 2;
+}
+
 /* Binds tensor `name` of shape (ne0) or (ne0, ne1) (ne1 = 0: 1-D). matrix: one of the matmul types;
  * otherwise F32. optional: a missing tensor leaves w->data NULL. */
 static int model_bind(const gguf_file *f, struct model_weight *w, const char *name, int64_t ne0, int64_t ne1,
@@ -101,6 +110,10 @@ static int model_bind(const gguf_file *f, struct model_weight *w, const char *na
         return err_set(e, "tensor %s has unsupported type %s (norms, biases and rope factors must be F32)", name,
                        model_type_name(t->type));
     }
+    if ((uintptr_t)t->data % model_data_align(t->type))
+        return err_set(e, "tensor %s (%s) at data offset %llu is not aligned to %u bytes (general.alignment = %llu)",
+                       name, model_type_name(t->type), (unsigned long long)t->offset,
+                       (unsigned)model_data_align(t->type), (unsigned long long)gguf_alignment(f));
     w->name = t->name;
     w->type = t->type;
     w->ne[0] = ne0;
@@ -308,6 +321,7 @@ static int model_check_weight(const struct model *m, const struct model_weight *
                        (long long)w->ne[1]);
     if (matrix ? !model_type_supported(w->type) : w->type != GGUF_DTYPE_F32)
         return err_set(e, "model_check: %s has type %s", w->name, model_type_name(w->type));
+    if ((uintptr_t)w->data % model_data_align(w->type)) return err_set(e, "model_check: %s is misaligned", w->name);
     uint64_t rb = gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]);
     if (rb == 0) return err_set(e, "model_check: %s row length %lld", w->name, (long long)w->ne[0]);
     if (m->file) {

@@ -160,11 +160,6 @@ void pretok_free(struct pretok *p)
     free(p);
 }
 
-const char *pretok_name(const struct pretok *p)
-{
-    return p->name;
-}
-
 int pretok_create(const char *name, struct pretok **out, int *ignore_merges, int *add_bos, struct err *e)
 {
     *out = NULL;
