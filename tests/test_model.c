@@ -293,6 +293,30 @@ TEST(test_kv_type_names)
     CHECK(model_type_supported(GGUF_DTYPE_Q4_1) && !model_type_supported(GGUF_DTYPE_Q6_K));
 }
 
+/* rope_freqs are divisors of the RoPE frequencies: zero, negative or non-finite values are refused. */
+TEST(test_rope_freqs_values)
+{
+    const float bad[3] = {0.0f, -1.0f, NAN};
+    for (int k = 0; k < 3; k++) {
+        struct synth_cfg c = synth_default();
+        c.rope_freqs = 1;
+        struct synth_model sm;
+        struct err e = {{0}};
+        int rc = synth_build(&c, 0, &sm, &e);
+        CHECK_MSG(rc == 0, "%.900s", e.msg);
+        const struct gguf_tensor *t = gguf_find_tensor(sm.f, "rope_freqs.weight");
+        CHECK(t != NULL);
+        size_t off = (size_t)((const char *)t->data - (const char *)sm.buf);
+        memcpy((char *)sm.buf + off + sizeof(float), &bad[k], sizeof(float)); /* element 1 */
+        struct model *m = NULL;
+        rc = model_load(sm.f, &m, &e);
+        model_free(m);
+        synth_free(&sm);
+        CHECK_MSG(rc != 0, "value %g accepted", (double)bad[k]);
+        CHECK_MSG(strstr(e.msg, "rope_freqs.weight") && strstr(e.msg, "element 1"), "%.900s", e.msg);
+    }
+}
+
 int main(void)
 {
     RUN(test_stories260K_hparams);
@@ -301,6 +325,7 @@ int main(void)
     RUN(test_defaults);
     RUN(test_errors);
     RUN(test_hparam_bounds);
+    RUN(test_rope_freqs_values);
     RUN(test_kv_type_names);
     return test_summary();
 }

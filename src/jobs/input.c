@@ -14,10 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/sha256.h"
 
@@ -29,15 +31,18 @@ struct strset {
     char **slot; /* (cap) owned strings or NULL */
     int64_t *val;
     size_t cap, n;
+    uint64_t seed; /* random per set, so a crafted backlog cannot aim ids at one probe chain */
 };
 
-static uint64_t str_hash(const char *s)
+static uint64_t str_hash(const struct strset *s, const char *k)
 {
-    return XXH3_64bits(s, strlen(s));
+    return XXH3_64bits_withSeed(k, strlen(k), s->seed);
 }
 
 static int strset_grow(struct strset *s)
 {
+    if (s->cap == 0 && getrandom(&s->seed, sizeof s->seed, GRND_NONBLOCK) != (ssize_t)sizeof s->seed)
+        s->seed = (uint64_t)(clock_now() * 1e9) ^ (uint64_t)(uintptr_t)s; /* no entropy yet: still varies */
     size_t cap = s->cap ? s->cap * 2 : 1024;
     char **slot = calloc(cap, sizeof *slot);
     int64_t *val = calloc(cap, sizeof *val);
@@ -48,7 +53,7 @@ static int strset_grow(struct strset *s)
     }
     for (size_t i = 0; i < s->cap; i++) {
         if (!s->slot[i]) continue;
-        size_t j = str_hash(s->slot[i]) & (cap - 1);
+        size_t j = str_hash(s, s->slot[i]) & (cap - 1);
         while (slot[j]) j = (j + 1) & (cap - 1);
         slot[j] = s->slot[i];
         val[j] = s->val[i];
@@ -65,7 +70,7 @@ static int strset_grow(struct strset *s)
 static int64_t strset_find(const struct strset *s, const char *k)
 {
     if (!s->cap) return -1;
-    size_t j = str_hash(k) & (s->cap - 1);
+    size_t j = str_hash(s, k) & (s->cap - 1);
     while (s->slot[j]) {
         if (!strcmp(s->slot[j], k)) return (int64_t)j;
         j = (j + 1) & (s->cap - 1);
@@ -78,7 +83,7 @@ static int strset_add(struct strset *s, const char *k, int64_t v)
     if ((s->n + 1) * 2 > s->cap && strset_grow(s) != 0) return -1;
     char *c = strdup(k);
     if (!c) return -1;
-    size_t j = str_hash(k) & (s->cap - 1);
+    size_t j = str_hash(s, k) & (s->cap - 1);
     while (s->slot[j]) j = (j + 1) & (s->cap - 1);
     s->slot[j] = c;
     s->val[j] = v;

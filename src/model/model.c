@@ -11,6 +11,7 @@
 #include "model/model.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -209,6 +210,15 @@ int model_load(const gguf_file *f, struct model **out, struct err *e)
     if (model_bind(f, &m->output, "output.weight", n_embd, n_vocab, 1, 1, e)) goto fail;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
     if (model_bind(f, &m->rope_freqs, "rope_freqs.weight", hp->n_rot / 2, 0, 0, 1, e)) goto fail;
+    if (m->rope_freqs.data) { /* divisors of the RoPE frequencies: must be finite and positive */
+        const float *rf = m->rope_freqs.data;
+        for (int32_t i = 0; i < hp->n_rot / 2; i++)
+            if (!(rf[i] > 0.0f) || !isfinite(rf[i])) {
+                err_set(e, "tensor 'rope_freqs.weight': element %d is %g; RoPE scaling factors must be finite and > 0",
+                        (int)i, (double)rf[i]);
+                goto fail;
+            }
+    }
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) {
