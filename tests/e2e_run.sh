@@ -23,6 +23,7 @@ cp "$T/s.out" "$T/s.before"
 $NS run "$T/s.txt" -o "$T/s.out" -m "$model" --threads 1 --kv-memory 16M --max-tokens 12 --temperature 0 >"$T/sum" 2>&1
 grep -q "0 computed now, 3 already done" "$T/sum" && cmp -s "$T/s.out" "$T/s.before" && ok run_resume_skips_done ||
     fail run_resume_skips_done "$(cat "$T/sum")"
+grep -q "KV pool 26208 tokens (1638 blocks x 16, f16" "$T/sum" && ok run_prints_kv_capacity || fail run_prints_kv_capacity "$(head -1 "$T/sum")"
 
 # --- an existing output with a new store is refused (nothing is silently overwritten); --force overwrites ---
 if $NS run "$T/s.txt" -o "$T/s.out" --store "$T/other.db" "${base[@]}" --max-tokens 12 --temperature 0 2>"$T/log"; then

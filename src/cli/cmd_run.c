@@ -376,6 +376,11 @@ int cmd_run(int argc, char **argv)
         cli_error("run", "%s: %s", model_path, e.msg);
         goto out;
     }
+    log_info("nightshift run: %s backend, %d threads; KV pool %lld tokens (%lld blocks x %d, %s, %.1f MiB)",
+             stack.backend_name, stack.threads, (long long)stack.ep.kv_blocks * stack.ep.kv_block,
+             (long long)stack.ep.kv_blocks, (int)stack.ep.kv_block, model_kv_type_name(stack.ep.kv_type),
+             (double)stack.ep.kv_blocks * stack.ep.kv_block *
+                 (double)model_kv_bytes_per_token(&stack.model->hp, stack.ep.kv_type) / (1024.0 * 1024.0));
     m.path = model_path;
     m.name = base_name(model_path);
     m.size = (uint64_t)st.st_size;
