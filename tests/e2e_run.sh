@@ -132,4 +132,21 @@ assert r["time"]["start"].endswith("Z") and r["time"]["wall_s"] > 0
 # --- refuses to write over the backlog ---
 if $NS run "$T/s.txt" -o "$T/s.txt" "${base[@]}" 2>/dev/null; then fail run_protects_backlog "overwrote"; else
     ok run_protects_backlog; fi
+# --- SIGINT while a large backlog is still being read: stops at once, stores nothing, exit 130 ---
+python3 -c "
+with open('$T/big.txt', 'w') as f:
+    for i in range(600000): f.write('Once upon a time there was a dog number %d\\n' % i)
+"
+$NS run "$T/big.txt" -o "$T/big.out" -m "$model" --max-tokens 4 >"$T/big.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "text format" "$T/big.log" 2>/dev/null && break; sleep 0.05; done # reading began
+kill -INT $pid
+wait $pid
+rc=$?
+if [ $rc = 130 ] && grep -q "interrupted while reading the backlog" "$T/big.log" && [ ! -e "$T/big.out" ]; then
+    ok run_sigint_while_reading
+else
+    fail run_sigint_while_reading "rc=$rc $(tail -1 "$T/big.log")"
+fi
+
 exit $E2E_FAILED

@@ -462,7 +462,9 @@ int cmd_run(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    if (!quiet) {
+    if (!quiet && s.interrupted && s.wall_s == 0) {
+        printf("nightshift run: interrupted while reading the backlog: nothing was stored; run it again\n");
+    } else if (!quiet) {
         printf("nightshift run: %lld lines: %lld results -> %s, %lld errors -> %s (%lld bad input, %lld failed)\n",
                (long long)s.lines, (long long)s.lines_ok, c.output, (long long)s.lines_failed, c.errors,
                (long long)s.input_errors, (long long)s.engine_errors);

@@ -368,6 +368,10 @@ static int read_backlog(job *j, struct err *e)
     log_info("%s: %s format", j->c->backlog, input_format_name(input_get_format(r)));
     int64_t first_chat_line = 0;
     for (;;) {
+        if (j->c->stop && *j->c->stop) { /* interrupted while reading: nothing was stored yet */
+            j->sum->interrupted = 1;
+            break;
+        }
         int rc = input_next(r, &it, e);
         if (rc < 0) goto fail;
         if (rc == 0) break;
@@ -1104,6 +1108,10 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
 
     /* 1. read */
     if (read_backlog(j, e) != 0) goto done;
+    if (sum->interrupted) {
+        rc = 0;
+        goto done;
+    }
     for (size_t i = 0; i < j->n_lines; i++)
         if (j->lines[i].no > j->max_line_no) j->max_line_no = j->lines[i].no;
     j->line_index = malloc((size_t)(j->max_line_no + 1) * sizeof *j->line_index);
