@@ -22,6 +22,7 @@
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "util/clock.h"
+#include "util/rng.h"
 #include "util/sysmem.h"
 #include "util/threads.h"
 
@@ -159,14 +160,6 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     }
     if (!o->model) o->model = cli_default_model();
     return 0;
-}
-
-static uint64_t splitmix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static int32_t level_requests(const struct bench_opts *o, int32_t c)
@@ -339,11 +332,11 @@ int cmd_bench(int argc, char **argv)
     }
     uint64_t rng = o.seed;
     int32_t n_vocab = hp->n_vocab;
-    for (int64_t k = 0; k < o.shared_prefix; k++) prompts[k] = (int32_t)(splitmix64(&rng) % (uint64_t)n_vocab);
+    for (int64_t k = 0; k < o.shared_prefix; k++) prompts[k] = (int32_t)(rng_splitmix64(&rng) % (uint64_t)n_vocab);
     for (int32_t i = 0; i < max_requests; i++) {
         int32_t *p = prompts + (size_t)i * (size_t)n_prompt;
         if (i) memcpy(p, prompts, (size_t)o.shared_prefix * sizeof *p);
-        for (int64_t k = o.shared_prefix; k < n_prompt; k++) p[k] = (int32_t)(splitmix64(&rng) % (uint64_t)n_vocab);
+        for (int64_t k = o.shared_prefix; k < n_prompt; k++) p[k] = (int32_t)(rng_splitmix64(&rng) % (uint64_t)n_vocab);
     }
 
     FILE *info = o.json ? stderr : stdout;

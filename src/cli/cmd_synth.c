@@ -4,7 +4,7 @@
  *   nightshift synth --shape NAME --type T -o FILE [--vocab VOCAB.gguf] [--seed S]
  *
  * Invariant: the output is a function of (shape, type, vocab file, seed) alone. Each tensor's values come
- * from its own xoshiro256** stream, seeded by splitmix64 from (seed, tensor index), and are generated in
+ * from its own util/rng stream (xoshiro256**), seeded from (seed, tensor index), and are generated in
  * row order, so the bytes do not depend on how the writer chunks the data. Memory is bounded: tensor data
  * is produced by the writer's fill callback one chunk (<= 16 MiB) at a time, plus one row of floats.
  *
@@ -21,6 +21,7 @@
 #include "gguf/gguf.h"
 #include "gguf/quant.h"
 #include "util/log.h"
+#include "util/rng.h"
 
 struct synth_shape {
     const char *name;
@@ -50,41 +51,10 @@ static const struct {
     {"q8_0", GGUF_DTYPE_Q8_0, 7}, {"q4_0", GGUF_DTYPE_Q4_0, 2}, {"q4_1", GGUF_DTYPE_Q4_1, 3},
 };
 
-/* ---- random numbers: splitmix64 for seeding, xoshiro256** for streams ---- */
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-struct xoshiro {
-    uint64_t s[4];
-};
-
-static uint64_t xoshiro_next(struct xoshiro *r)
-{
-    uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
 /* uniform in [-1, 1) */
-static float xoshiro_sym(struct xoshiro *r)
+static float rng_sym(struct rng *r)
 {
-    return (float)(xoshiro_next(r) >> 40) * 0x1p-23f - 1.0f;
+    return (float)(rng_next(r) >> 40) * 0x1p-23f - 1.0f;
 }
 
 /* ---- the built-in vocabulary (SentencePiece "llama" style, byte fallback) ---- */
@@ -233,7 +203,7 @@ struct synth_fill {
     const struct synth_tensor *tensors;
     uint64_t seed;
     uint64_t cur; /* tensor the stream below belongs to, or UINT64_MAX */
-    struct xoshiro rng;
+    struct rng rng;
     float *row; /* (ne[0]) scratch for one row */
     uint64_t row_cap;
 };
@@ -243,9 +213,7 @@ static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, s
     struct synth_fill *sf = user;
     const struct synth_tensor *t = &sf->tensors[ti];
     if (sf->cur != ti) {
-        uint64_t x = sf->seed ^ (ti * 0xD1B54A32D192ED03ull);
-        for (int k = 0; k < 4; k++)
-            sf->rng.s[k] = splitmix64(&x);
+        rng_seed(&sf->rng, sf->seed ^ (ti * 0xD1B54A32D192ED03ull));
         sf->cur = ti;
     }
     uint64_t n_in = t->ne[0], row_bytes = gguf_row_bytes(t->dtype, n_in);
@@ -264,10 +232,10 @@ static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, s
                 sf->row[j] = 1.0f;
                 break;
             case FILL_BIAS:
-                sf->row[j] = 0.1f * xoshiro_sym(&sf->rng);
+                sf->row[j] = 0.1f * rng_sym(&sf->rng);
                 break;
             default:
-                sf->row[j] = a * xoshiro_sym(&sf->rng);
+                sf->row[j] = a * rng_sym(&sf->rng);
                 break;
             }
         }

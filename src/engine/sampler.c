@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/rng.h"
+
 struct sampler_cand {
     int32_t id;
     float logit; /* then the probability (unnormalized) */
@@ -33,7 +35,7 @@ struct sampler {
     struct sampler_params p;
     struct logit_bias *bias; /* (p.n_logit_bias) owned copy */
     int32_t n_vocab;
-    uint64_t rng[4];
+    struct rng rng;
 
     int32_t *window;  /* (win_cap) ring of the last accepted tokens */
     int32_t *win_tmp; /* (win_cap) scratch for deduplication */
@@ -62,35 +64,9 @@ struct sampler_params sampler_default_params(void)
 
 /* ---------------------------------------------------------------- RNG */
 
-static uint64_t sampler_splitmix64(uint64_t *x)
+static float sampler_uniform(struct rng *r)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t sampler_rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t sampler_next(uint64_t *s)
-{
-    uint64_t result = sampler_rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = sampler_rotl(s[3], 45);
-    return result;
-}
-
-static float sampler_uniform(uint64_t *s)
-{
-    return (float)(sampler_next(s) >> 40) * (1.0f / 16777216.0f);
+    return (float)(rng_next(r) >> 40) * (1.0f / 16777216.0f);
 }
 
 /* ---------------------------------------------------------------- init */
@@ -146,8 +122,7 @@ int sampler_init(const struct sampler_params *p, int32_t n_vocab, sampler **out,
         s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
         if (!s->cand) goto oom;
     }
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = sampler_splitmix64(&x);
+    rng_seed(&s->rng, p->seed);
     *out = s;
     return 0;
 oom:
@@ -379,7 +354,7 @@ int32_t sampler_sample(sampler *s, float *logits)
             }
         n = m;
     }
-    double u = (double)sampler_uniform(s->rng) * total, cum = 0.0;
+    double u = (double)sampler_uniform(&s->rng) * total, cum = 0.0;
     for (int32_t i = 0; i < n; i++) {
         cum += c[i].logit;
         if (u < cum) return c[i].id;
