@@ -11,8 +11,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tok.h"
+#include "cli/cli_util.h"
 
 static const char detokenize_usage[] =
     "usage: nightshift detokenize [-m MODEL] [--special]\n"
@@ -21,6 +20,12 @@ static const char detokenize_usage[] =
     "  -m, --model MODEL  GGUF file with the vocab (default: $NIGHTSHIFT_MODEL, the fetched SmolLM2,\n"
     "                     else ../shared/models/stories260K.gguf)\n"
     "  --special          show control tokens (BOS, EOS, <|im_end|>, ...) as their text\n";
+
+/* The C locale's white space. */
+static int detok_is_space(int c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 int cmd_detokenize(int argc, char **argv)
 {
@@ -50,24 +55,17 @@ int cmd_detokenize(int argc, char **argv)
     char *text = NULL, word[64];
     size_t tlen = 0;
     int rc = 1;
-    if (gguf_open(model, &f, &e)) {
-        cli_error("detokenize", "%s", e.msg);
-        goto done;
-    }
-    if (tok_load(f, &v, &e)) {
-        cli_error("detokenize", "%s: %s", model, e.msg);
-        goto done;
-    }
+    if (cli_open_vocab("detokenize", model, &f, &v)) goto done;
     for (;;) {
         int c;
         size_t wl = 0, wlen = 0; /* wlen: the word's full length (may exceed what fits in word) */
-        while ((c = getchar()) != EOF && (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'))
+        while ((c = getchar()) != EOF && detok_is_space(c))
             ;
         if (c == EOF) break;
         do {
             if (wl + 1 < sizeof word) word[wl++] = (char)c;
             wlen++;
-        } while ((c = getchar()) != EOF && !(c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'));
+        } while ((c = getchar()) != EOF && !detok_is_space(c));
         word[wl] = '\0';
         char *end;
         errno = 0;

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "cli/cli.h"
+#include "cli/cli_util.h"
 #include "cli/engine_flags.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
@@ -63,19 +64,6 @@ static void gen_usage(FILE *out)
 }
 
 #define parse_int(flag, s, lo, hi, out) engine_flags_parse_long("generate", flag, s, lo, hi, out)
-
-static int gen_parse_u64(const char *flag, const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') {
-        cli_error("generate", "%s expects a non-negative integer, got '%s'", flag, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
 
 static int gen_parse_float(const char *flag, const char *s, float *out)
 {
@@ -151,7 +139,7 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
             o->sp.repeat_last_n = (int32_t)n;
         } else if (!strcmp(a, "--presence-penalty")) rc = gen_parse_float(a, v, &o->sp.presence_penalty);
         else if (!strcmp(a, "--frequency-penalty")) rc = gen_parse_float(a, v, &o->sp.frequency_penalty);
-        else if (!strcmp(a, "--seed")) rc = gen_parse_u64(a, v, &o->sp.seed);
+        else if (!strcmp(a, "--seed")) rc = engine_flags_parse_u64("generate", a, v, &o->sp.seed);
         else if (!strcmp(a, "--kv-type")) {
             if (model_kv_type_parse(v, &o->kv_type)) {
                 cli_error("generate", "--kv-type must be f32, f16 or q8_0, got '%s'", v);
@@ -243,13 +231,13 @@ int cmd_generate(int argc, char **argv)
             cli_error("generate", "cannot read prompt file %s: %s", o.prompt_file, strerror(errno));
             goto done;
         }
-        size_t cap = 0;
-        char chunk[65536];
-        size_t r;
-        while ((r = fread(chunk, 1, sizeof chunk, pf)) > 0)
-            if (gen_append(&prompt_buf, &prompt_len, &cap, chunk, r)) break;
+        prompt_buf = cli_read_all(pf, &prompt_len);
         fclose(pf);
-        prompt = prompt_buf ? prompt_buf : "";
+        if (!prompt_buf) {
+            cli_error("generate", "cannot read prompt file %s", o.prompt_file);
+            goto done;
+        }
+        prompt = prompt_buf;
     }
 
     if (gguf_open(o.model, &f, &e)) {

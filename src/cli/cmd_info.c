@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_util.h"
 #include "gguf/gguf.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
@@ -304,21 +305,11 @@ int cmd_info(int argc, char **argv)
 
     /* chat template */
     json_t *ct = json_object();
-    struct gguf_str tmpl = {0};
-    int has_tmpl = gguf_find_kv(f, "tokenizer.chat_template") >= 0 &&
-                   gguf_get_str(f, "tokenizer.chat_template", &tmpl, &e) == 0;
-    enum chat_family fam = CHAT_NONE;
-    if (has_tmpl) {
-        char *t = malloc(tmpl.len + 1);
-        if (t) {
-            memcpy(t, tmpl.ptr, tmpl.len);
-            t[tmpl.len] = '\0';
-            fam = chat_detect(t);
-            free(t);
-        }
-    }
+    enum chat_family fam;
+    size_t tmpl_len;
+    int has_tmpl = cli_chat_template(f, &fam, &tmpl_len);
     json_object_set_new(ct, "present", json_boolean(has_tmpl));
-    json_object_set_new(ct, "bytes", json_integer(has_tmpl ? (json_int_t)tmpl.len : 0));
+    json_object_set_new(ct, "bytes", json_integer((json_int_t)tmpl_len));
     json_object_set_new(ct, "family", has_tmpl ? json_string(chat_family_name(fam)) : json_null());
     json_object_set_new(root, "chat_template", ct);
 
@@ -372,7 +363,7 @@ int cmd_info(int argc, char **argv)
         } else {
             printf("vocab              none\n");
         }
-        if (has_tmpl) printf("chat template      %s (%llu bytes)\n", chat_family_name(fam), (unsigned long long)tmpl.len);
+        if (has_tmpl) printf("chat template      %s (%llu bytes)\n", chat_family_name(fam), (unsigned long long)tmpl_len);
         else printf("chat template      none\n");
     }
     if (!vocab_ok) {

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cli_util.h"
 #include "cli/engine_flags.h"
 #include "jobs/job.h"
 #include "jobs/store.h"
@@ -246,15 +247,8 @@ int cmd_run(int argc, char **argv)
                 if (engine_flags_parse_long("run", a, v, 1, INPUT_MAX_N, &n)) goto out;
                 g->n = (int32_t)n;
             } else if (!strcmp(a, "--seed")) {
-                char *end;
-                errno = 0;
-                unsigned long long s = strtoull(v, &end, 10);
-                if (errno || end == v || *end || v[0] == '-') {
-                    cli_error("run", "--seed expects a non-negative integer, got '%s'", v);
-                    goto out;
-                }
+                if (engine_flags_parse_u64("run", a, v, &g->seed)) goto out;
                 g->has_seed = 1;
-                g->seed = s;
             } else if (!strcmp(a, "--stop")) {
                 if (n_stops == RUN_MAX_STOP) {
                     cli_error("run", "at most %d --stop strings", RUN_MAX_STOP);
@@ -394,21 +388,11 @@ int cmd_run(int argc, char **argv)
         chat_family_parse(chat_name, &m.chat);
         m.chat_source = "flag";
     } else {
-        struct gguf_str tmpl;
-        struct err ge;
-        if (gguf_get_str(stack.gf, "tokenizer.chat_template", &tmpl, &ge) == 0) {
-            char *t = malloc(tmpl.len + 1);
-            if (t) {
-                memcpy(t, tmpl.ptr, tmpl.len);
-                t[tmpl.len] = '\0';
-                m.chat = chat_detect(t);
-                free(t);
-            }
+        size_t tmpl_len;
+        if (cli_chat_template(stack.gf, &m.chat, &tmpl_len))
             m.chat_source = m.chat != CHAT_NONE ? "gguf" : "tokenizer.chat_template not recognised";
-        } else {
-            m.chat = CHAT_NONE;
+        else
             m.chat_source = "no tokenizer.chat_template in the model";
-        }
     }
 
     json_object_set_new(settings, "model", json_string(model_path));

@@ -10,8 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gguf/gguf.h"
-#include "tokenizer/tok.h"
+#include "cli/cli_util.h"
 
 static const char tokenize_usage[] =
     "usage: nightshift tokenize [-m MODEL] [--bos] [--special]\n"
@@ -21,32 +20,6 @@ static const char tokenize_usage[] =
     "                     else ../shared/models/stories260K.gguf)\n"
     "  --bos              put the BOS token first (default: no BOS)\n"
     "  --special          text of control tokens (e.g. <|im_start|>) becomes those tokens\n";
-
-/* Reads a whole stream into a malloc'd buffer; NULL on failure. */
-static char *tokenize_read_all(FILE *in, size_t *len)
-{
-    size_t cap = 1 << 16, n = 0, r;
-    char *buf = malloc(cap);
-    if (!buf) return NULL;
-    while ((r = fread(buf + n, 1, cap - n, in)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (ferror(in)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
 
 int cmd_tokenize(int argc, char **argv)
 {
@@ -77,15 +50,8 @@ int cmd_tokenize(int argc, char **argv)
     int32_t *ids = NULL;
     size_t len = 0, n = 0;
     int rc = 1;
-    if (gguf_open(model, &f, &e)) {
-        cli_error("tokenize", "%s", e.msg);
-        goto done;
-    }
-    if (tok_load(f, &v, &e)) {
-        cli_error("tokenize", "%s: %s", model, e.msg);
-        goto done;
-    }
-    if (!(text = tokenize_read_all(stdin, &len))) {
+    if (cli_open_vocab("tokenize", model, &f, &v)) goto done;
+    if (!(text = cli_read_all(stdin, &len))) {
         cli_error("tokenize", "cannot read stdin");
         goto done;
     }

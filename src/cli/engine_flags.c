@@ -47,6 +47,19 @@ int engine_flags_parse_long(const char *cmd, const char *flag, const char *s, lo
     return 0;
 }
 
+int engine_flags_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        cli_error(cmd, "%s expects a non-negative integer, got '%s'", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int engine_flags_parse(struct engine_flags *f, const char *cmd, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];

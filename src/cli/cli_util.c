@@ -1,0 +1,69 @@
+/* cli_util — see cli_util.h. Stateless. */
+#include "cli/cli_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+char *cli_read_all(FILE *in, size_t *len)
+{
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    while ((r = fread(buf + n, 1, cap - n, in)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (ferror(in)) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+int cli_open_vocab(const char *cmd, const char *model, gguf_file **f, tok_vocab **v)
+{
+    struct err e = {{0}};
+    *f = NULL;
+    *v = NULL;
+    if (gguf_open(model, f, &e)) {
+        cli_error(cmd, "%s", e.msg);
+        return -1;
+    }
+    if (tok_load(*f, v, &e)) {
+        cli_error(cmd, "%s: %s", model, e.msg);
+        gguf_close(*f);
+        *f = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int cli_chat_template(const gguf_file *f, enum chat_family *fam, size_t *len)
+{
+    struct gguf_str tmpl = {0};
+    struct err e;
+    *fam = CHAT_NONE;
+    *len = 0;
+    if (gguf_find_kv(f, "tokenizer.chat_template") < 0 || gguf_get_str(f, "tokenizer.chat_template", &tmpl, &e) != 0)
+        return 0;
+    *len = tmpl.len;
+    char *t = malloc(tmpl.len + 1);
+    if (t) {
+        memcpy(t, tmpl.ptr, tmpl.len);
+        t[tmpl.len] = '\0';
+        *fam = chat_detect(t);
+        free(t);
+    }
+    return 1;
+}

@@ -1,0 +1,27 @@
+/* cli_util — small pieces that several subcommands share: reading a whole stream, opening a GGUF file with
+ * its vocab, and detecting a model's chat template family. */
+#ifndef NS_CLI_UTIL_H
+#define NS_CLI_UTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "gguf/gguf.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tok.h"
+
+/* Reads the rest of a stream into a malloc'd buffer (not NUL-terminated; the caller frees it) and sets *len.
+ * Returns NULL on a read error or out of memory. O(bytes read). */
+char *cli_read_all(FILE *in, size_t *len);
+
+/* Opens `model` and loads its vocab; on failure prints "nightshift <cmd>: ..." (the GGUF error as it is,
+ * a vocab error prefixed with the model path), closes what it opened and returns -1 with *f, *v NULL.
+ * On success the caller owns both (tok_free, then gguf_close). */
+int cli_open_vocab(const char *cmd, const char *model, gguf_file **f, tok_vocab **v);
+
+/* The family of the file's tokenizer.chat_template: returns 1 and sets *fam (CHAT_NONE when not recognised
+ * or out of memory) and *len (the template's bytes) when the key is there as a string; returns 0 and sets
+ * *fam = CHAT_NONE, *len = 0 otherwise. */
+int cli_chat_template(const gguf_file *f, enum chat_family *fam, size_t *len);
+
+#endif
