@@ -182,4 +182,19 @@ out:
     return rc;
 }
 
+/* Opens the GGUF file at path and loads its model into *f and *m (the caller frees both: model_free, then
+ * gguf_close). On failure nothing is left open and e says why. */
+static inline int synth_open_model(const char *path, gguf_file **f, struct model **m, struct err *e)
+{
+    *f = NULL;
+    *m = NULL;
+    if (gguf_open(path, f, e)) return -1;
+    if (model_load(*f, m, e)) {
+        gguf_close(*f);
+        *f = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 #endif

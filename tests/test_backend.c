@@ -381,8 +381,7 @@ TEST(test_invariance_stories260K)
     struct err e = {{0}};
     gguf_file *f = NULL;
     struct model *m = NULL;
-    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
-    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(synth_open_model(test_shared("models/stories260K.gguf"), &f, &m, &e) == 0, "%.900s", e.msg);
     char why[512] = "";
     int rc1 = check_invariance(m, KV_TYPE_F32, why, sizeof why);
     int rc2 = rc1 ? 0 : check_invariance(m, KV_TYPE_F16, why, sizeof why);
@@ -524,8 +523,7 @@ TEST(test_smollm2_q41_vs_f32)
     struct err e = {{0}};
     gguf_file *f = NULL;
     struct model *m = NULL, *mf = NULL;
-    CHECK_MSG(gguf_open(path, &f, &e) == 0, "%.900s", e.msg);
-    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(synth_open_model(path, &f, &m, &e) == 0, "%.900s", e.msg);
     CHECK_MSG(model_clone_f32(m, &mf, &e) == 0, "%.900s", e.msg);
     static const char chat[] = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
     tok_vocab *v = NULL;
@@ -844,8 +842,7 @@ TEST(test_invariance_long_prefill)
     struct err e = {{0}};
     gguf_file *f = NULL;
     struct model *m = NULL;
-    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
-    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(synth_open_model(test_shared("models/stories260K.gguf"), &f, &m, &e) == 0, "%.900s", e.msg);
     char why[512] = "";
     int rc = check_invariance_long(m, KV_TYPE_F16, 16, why, sizeof why);
     if (!rc) rc = check_invariance_long(m, KV_TYPE_F32, 4, why, sizeof why);
@@ -907,8 +904,7 @@ TEST(test_kv_pool_lazy)
     struct err e = {{0}};
     gguf_file *f = NULL;
     struct model *m = NULL;
-    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
-    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(synth_open_model(test_shared("models/stories260K.gguf"), &f, &m, &e) == 0, "%.900s", e.msg);
     struct backend be;
     CHECK_MSG(backend_cpu_init(&be, 2, &e) == 0 && be.ops->load(be.ctx, m, &e) == 0, "%.900s", e.msg);
     const uint64_t per_block = model_kv_bytes_per_token(&m->hp, KV_TYPE_F32) * 16;
@@ -950,7 +946,7 @@ TEST(test_weight_pages_released)
     if (fd >= 0) close(fd);
     gguf_file *f = NULL;
     struct model *m = NULL;
-    int ok = wr && gguf_open(path, &f, &e) == 0 && model_load(f, &m, &e) == 0;
+    int ok = wr && synth_open_model(path, &f, &m, &e) == 0;
     unlink(path);
     if (!ok) {
         model_free(m);
@@ -999,8 +995,7 @@ TEST(test_bad_batches)
     struct err e = {{0}};
     gguf_file *f = NULL;
     struct model *m = NULL;
-    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
-    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(synth_open_model(test_shared("models/stories260K.gguf"), &f, &m, &e) == 0, "%.900s", e.msg);
     struct backend be;
     CHECK_MSG(backend_cpu_init(&be, 2, &e) == 0, "%.900s", e.msg);
     CHECK(be.ops->load(be.ctx, m, &e) == 0);

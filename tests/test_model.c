@@ -14,8 +14,7 @@ TEST(test_stories260K_hparams)
     struct err e = {{0}};
     gguf_file *f = NULL;
     struct model *m = NULL;
-    CHECK_MSG(gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0, "%.900s", e.msg);
-    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(synth_open_model(test_shared("models/stories260K.gguf"), &f, &m, &e) == 0, "%.900s", e.msg);
     const struct model_hparams *hp = &m->hp;
     CHECK(hp->arch == MODEL_ARCH_LLAMA);
     CHECK_STR(model_arch_name(hp->arch), "llama");
@@ -52,8 +51,7 @@ TEST(test_smollm2_hparams)
     struct err e = {{0}};
     gguf_file *f = NULL;
     struct model *m = NULL;
-    CHECK_MSG(gguf_open(path, &f, &e) == 0, "%.900s", e.msg);
-    CHECK_MSG(model_load(f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(synth_open_model(path, &f, &m, &e) == 0, "%.900s", e.msg);
     CHECK_EQ_INT(m->hp.n_layer, 30);
     CHECK_EQ_INT(m->hp.n_head, 9);
     CHECK_EQ_INT(m->hp.n_head_kv, 3);

@@ -250,6 +250,12 @@ static void cpu_release_pages(const void *p, uint64_t n)
     if (b > a) (void)madvise((void *)a, (size_t)(b - a), MADV_DONTNEED);
 }
 
+/* Bytes of the whole matrix w (ne[1] rows of its type). */
+static uint64_t cpu_weight_bytes(const struct model_weight *w)
+{
+    return gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)w->ne[1];
+}
+
 /* 1 if w's source bytes may be released after repacking: they live in a file mapping (not a caller's
  * buffer, where MADV_DONTNEED would discard data), match the file's tensor, and nothing reads them in
  * place later (the token embedding rows are looked up from the mapping, so a tensor that overlaps
@@ -258,10 +264,10 @@ static int cpu_releasable(const struct model *m, const struct model_weight *w)
 {
     if (!m->file || !gguf_path(m->file)[0] || !w->name) return 0;
     const struct gguf_tensor *t = gguf_find_tensor(m->file, w->name);
-    uint64_t n = gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)w->ne[1];
+    uint64_t n = cpu_weight_bytes(w);
     if (!t || t->data != w->data || t->n_bytes < n) return 0;
     const struct model_weight *te = &m->tok_embd;
-    uint64_t ne = gguf_row_bytes((uint32_t)te->type, (uint64_t)te->ne[0]) * (uint64_t)te->ne[1];
+    uint64_t ne = cpu_weight_bytes(te);
     const uint8_t *a = w->data, *b = te->data;
     return !(a < b + ne && b < a + n);
 }
@@ -291,6 +297,7 @@ static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
     struct model_weight **ws = NULL;
     uint8_t **dst = NULL, *release = NULL;
     int64_t *first = NULL;
+    int rc = -1;
     c->layers = malloc((size_t)nl * sizeof *c->layers);
     ws = malloc(((size_t)nl * 7 + 1) * sizeof *ws);
     dst = malloc(((size_t)nl * 7 + 1) * sizeof *dst);
@@ -307,7 +314,7 @@ static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
         for (int i = 0; i < n; i++) {
             if (!cpu_type_uses_q8(lw[i]->type)) continue;
             ws[n_ws++] = lw[i];
-            total += gguf_row_bytes((uint32_t)lw[i]->type, (uint64_t)lw[i]->ne[0]) * (uint64_t)lw[i]->ne[1];
+            total += cpu_weight_bytes(lw[i]);
         }
     }
     if (total > 0) {
@@ -323,7 +330,7 @@ static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
     int64_t n_tasks = 0;
     for (int i = 0; i < n_ws; i++) {
         dst[i] = (uint8_t *)c->packed + off;
-        off += gguf_row_bytes((uint32_t)ws[i]->type, (uint64_t)ws[i]->ne[0]) * (uint64_t)ws[i]->ne[1];
+        off += cpu_weight_bytes(ws[i]);
         first[i] = n_tasks;
         n_tasks += (ws[i]->ne[1] + CPU_PACK_ROWS - 1) / CPU_PACK_ROWS;
         release[i] = (uint8_t)cpu_releasable(m, ws[i]);
@@ -332,25 +339,21 @@ static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
     struct cpu_pack_job job = {ws, first, dst, release, n_ws};
     if (n_ws > 0) threads_parallel_for(c->pool, n_tasks, cpu_task_pack, &job);
     for (int i = 0; i < n_ws; i++) {
-        if (release[i])
-            cpu_release_pages(ws[i]->data,
-                              gguf_row_bytes((uint32_t)ws[i]->type, (uint64_t)ws[i]->ne[0]) * (uint64_t)ws[i]->ne[1]);
+        if (release[i]) cpu_release_pages(ws[i]->data, cpu_weight_bytes(ws[i]));
         ws[i]->data = dst[i]; /* the views now read the repacked rows */
     }
-    free(ws);
-    free(dst);
-    free(release);
-    free(first);
-    return 0;
+    rc = 0;
+    goto out;
 oom:
     err_set(e, "cpu backend: out of memory");
 fail:
+    cpu_free_packed(c);
+out:
     free(ws);
     free(dst);
     free(release);
     free(first);
-    cpu_free_packed(c);
-    return -1;
+    return rc;
 }
 
 static int cpu_load(void *ctx, const struct model *m, struct err *e)
@@ -555,6 +558,17 @@ static void cpu_embed_row(const struct cpu_step *s, int64_t r)
     }
 }
 
+/* [x += add,] row `out` of xb = rmsnorm(x) * norm_w, [row `out` of xq = quantized xb]. x: one row of c->x. */
+static void cpu_add_norm_row(const struct cpu_ctx *c, float *x, const float *add, const float *norm_w, int64_t out,
+                             int quantize)
+{
+    const int64_t n = c->m->hp.n_embd;
+    if (add)
+        for (int64_t i = 0; i < n; i++) x[i] += add[i];
+    cpu_rmsnorm(c->xb + out * n, x, norm_w, n, c->m->hp.norm_eps);
+    if (quantize) cpu_quantize_row_q8(c->xb + out * n, c->xq + out * cpu_q8_row_bytes(n), n);
+}
+
 /* [embedding,] [x += tmp,] xb = rmsnorm(x) * norm_w, xq = quantized xb (when needed). */
 static void cpu_task_norm(void *arg, int64_t r, int thread)
 {
@@ -562,14 +576,8 @@ static void cpu_task_norm(void *arg, int64_t r, int thread)
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
     const int64_t n = c->m->hp.n_embd;
-    float *x = c->x + r * n;
     if (s->embed) cpu_embed_row(s, r);
-    if (s->add_tmp) {
-        const float *t = c->tmp + r * n;
-        for (int64_t i = 0; i < n; i++) x[i] += t[i];
-    }
-    cpu_rmsnorm(c->xb + r * n, x, s->norm_w, n, c->m->hp.norm_eps);
-    if (s->quantize) cpu_quantize_row_q8(c->xb + r * n, c->xq + r * cpu_q8_row_bytes(n), n);
+    cpu_add_norm_row(c, c->x + r * n, s->add_tmp ? c->tmp + r * n : NULL, s->norm_w, r, s->quantize);
 }
 
 /* Output head input of logit row i: x += tmp (the last FFN output), the output norm, quantized when the
@@ -581,11 +589,7 @@ static void cpu_task_final(void *arg, int64_t i, int thread)
     const struct cpu_ctx *c = s->c;
     const int64_t n = c->m->hp.n_embd;
     const int64_t r = s->b->logit_rows[i];
-    float *x = c->x + r * n;
-    const float *t = c->tmp + r * n;
-    for (int64_t k = 0; k < n; k++) x[k] += t[k];
-    cpu_rmsnorm(c->xb + i * n, x, c->m->output_norm.data, n, c->m->hp.norm_eps);
-    if (s->quantize) cpu_quantize_row_q8(c->xb + i * n, c->xq + i * cpu_q8_row_bytes(n), n);
+    cpu_add_norm_row(c, c->x + r * n, c->tmp + r * n, c->m->output_norm.data, i, s->quantize);
 }
 
 /* Epilogue of the q/k/v matmul (tasks hold whole heads: outputs [o0, o1) are multiples of head_dim), rows

@@ -369,55 +369,8 @@ CPU_INLINE float load1(const void *w, int64_t k, int kind)
     return f;
 }
 
-/* Float-weight kernel: two 8-lane accumulators per row over 16-element steps, then one 8-element step,
- * the lane reduction, then a scalar tail. */
-CPU_INLINE void dot_float_nx(int64_t n, const void *w, const void *x, int64_t xs, int NX, int kind, float *out)
-{
-    __m256 acc0[CPU_DOT_MAX_X], acc1[CPU_DOT_MAX_X];
-    const float *xr[CPU_DOT_MAX_X];
-#pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) {
-        acc0[i] = _mm256_setzero_ps();
-        acc1[i] = _mm256_setzero_ps();
-        xr[i] = (const float *)((const char *)x + i * xs);
-    }
-    int64_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-        __m256 w0 = load8(w, k, kind), w1 = load8(w, k + 8, kind);
-#pragma GCC unroll 4
-        for (int i = 0; i < NX; i++) {
-            acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[i] + k + 8), acc1[i]);
-        }
-    }
-    if (k + 8 <= n) {
-        __m256 w0 = load8(w, k, kind);
-#pragma GCC unroll 4
-        for (int i = 0; i < NX; i++) acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
-        k += 8;
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) {
-        float s = hsum256(_mm256_add_ps(acc0[i], acc1[i]));
-        for (int64_t j = k; j < n; j++) s += load1(w, j, kind) * xr[i][j];
-        out[i] = s;
-    }
-}
-
-/* The lane sums of 8 vectors at once, each by exactly hsum256's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5)
- * + (l3 + l7)): out lane o = hsum256(v[o]). */
-CPU_INLINE __m256 hsum256_x8(const __m256 *v)
-{
-    __m256 a04 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[4], 0x20), _mm256_permute2f128_ps(v[0], v[4], 0x31));
-    __m256 a15 = _mm256_add_ps(_mm256_permute2f128_ps(v[1], v[5], 0x20), _mm256_permute2f128_ps(v[1], v[5], 0x31));
-    __m256 a26 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[6], 0x20), _mm256_permute2f128_ps(v[2], v[6], 0x31));
-    __m256 a37 = _mm256_add_ps(_mm256_permute2f128_ps(v[3], v[7], 0x20), _mm256_permute2f128_ps(v[3], v[7], 0x31));
-    __m256 b0145 = _mm256_add_ps(_mm256_shuffle_ps(a04, a15, 0x44), _mm256_shuffle_ps(a04, a15, 0xEE));
-    __m256 b2367 = _mm256_add_ps(_mm256_shuffle_ps(a26, a37, 0x44), _mm256_shuffle_ps(a26, a37, 0xEE));
-    return _mm256_add_ps(_mm256_shuffle_ps(b0145, b2367, 0x88), _mm256_shuffle_ps(b0145, b2367, 0xDD));
-}
-
-/* The lane vectors (acc0 + acc1) of dot_float_nx for NX rows, before its lane sum and scalar tail. */
+/* Float-weight kernel, vector part: two 8-lane accumulators per row over 16-element steps, then one
+ * 8-element step; lanes[i] = acc0 + acc1. Elements from n - n % 8 on are left to the caller's scalar tail. */
 CPU_INLINE void dot_float_lanes(int64_t n, const void *w, const float *const *xr, int NX, int kind, __m256 *lanes)
 {
     __m256 acc0[CPU_DOT_MAX_X], acc1[CPU_DOT_MAX_X];
@@ -439,6 +392,36 @@ CPU_INLINE void dot_float_lanes(int64_t n, const void *w, const float *const *xr
     }
 #pragma GCC unroll 4
     for (int i = 0; i < NX; i++) lanes[i] = _mm256_add_ps(acc0[i], acc1[i]);
+}
+
+/* Float-weight kernel: the lane vectors of dot_float_lanes, the lane reduction, then a scalar tail. */
+CPU_INLINE void dot_float_nx(int64_t n, const void *w, const void *x, int64_t xs, int NX, int kind, float *out)
+{
+    const float *xr[CPU_DOT_MAX_X];
+    __m256 lanes[CPU_DOT_MAX_X];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) xr[i] = (const float *)((const char *)x + i * xs);
+    dot_float_lanes(n, w, xr, NX, kind, lanes);
+    const int64_t tail = n - n % 8;
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) {
+        float s = hsum256(lanes[i]);
+        for (int64_t j = tail; j < n; j++) s += load1(w, j, kind) * xr[i][j];
+        out[i] = s;
+    }
+}
+
+/* The lane sums of 8 vectors at once, each by exactly hsum256's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5)
+ * + (l3 + l7)): out lane o = hsum256(v[o]). */
+CPU_INLINE __m256 hsum256_x8(const __m256 *v)
+{
+    __m256 a04 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[4], 0x20), _mm256_permute2f128_ps(v[0], v[4], 0x31));
+    __m256 a15 = _mm256_add_ps(_mm256_permute2f128_ps(v[1], v[5], 0x20), _mm256_permute2f128_ps(v[1], v[5], 0x31));
+    __m256 a26 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[6], 0x20), _mm256_permute2f128_ps(v[2], v[6], 0x31));
+    __m256 a37 = _mm256_add_ps(_mm256_permute2f128_ps(v[3], v[7], 0x20), _mm256_permute2f128_ps(v[3], v[7], 0x31));
+    __m256 b0145 = _mm256_add_ps(_mm256_shuffle_ps(a04, a15, 0x44), _mm256_shuffle_ps(a04, a15, 0xEE));
+    __m256 b2367 = _mm256_add_ps(_mm256_shuffle_ps(a26, a37, 0x44), _mm256_shuffle_ps(a26, a37, 0xEE));
+    return _mm256_add_ps(_mm256_shuffle_ps(b0145, b2367, 0x88), _mm256_shuffle_ps(b0145, b2367, 0xDD));
 }
 
 /* n_w weight rows x NX rows, bit-identical to dot_float_nx per (row, weight row): groups of 8 weight rows
@@ -615,6 +598,7 @@ struct cpu_matmul_ctx {
     int unit_job[9];           /* first job of each unit */
     int64_t unit_tile[9];      /* tile rows (outputs per task) of each unit */
     int64_t tile_start[10];    /* first tile of each unit */
+    cpu_tile_fn tile_fn[8];    /* cpu_kernel_best(type).tile of each job, chosen once per call */
     const float *x;
     const void *xq;
     int32_t n_rows;
@@ -625,15 +609,15 @@ struct cpu_matmul_ctx {
     void *epilogue_arg;
 };
 
-/* y rows [row0, row1) x outputs [o0, o1) of one job. */
-static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, const struct cpu_matmul_job *job, int64_t o0, int64_t o1,
-                            int32_t row0, int32_t row1)
+/* y rows [row0, row1) x outputs [o0, o1) of job j. */
+static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, int j, int64_t o0, int64_t o1, int32_t row0, int32_t row1)
 {
+    const struct cpu_matmul_job *job = &c->jobs[j];
     const struct model_weight *w = job->w;
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
     const int q8 = cpu_type_uses_q8(w->type);
-    cpu_tile_fn tile_fn = cpu_kernel_best(w->type).tile;
+    cpu_tile_fn tile_fn = c->tile_fn[j];
     const char *x = q8 ? (const char *)c->xq : (const char *)c->x;
     const int64_t x_stride = q8 ? cpu_q8_row_bytes(n_in) : n_in * 4;
     /* The tile of weight rows stays in cache while the block's input rows pass over it. */
@@ -658,8 +642,8 @@ static void cpu_matmul_task(void *arg, int64_t task, int thread)
     const int64_t n_out = c->jobs[j].w->ne[1];
     const int64_t o0 = (tile - c->tile_start[u]) * c->unit_tile[u];
     const int64_t o1 = o0 + c->unit_tile[u] < n_out ? o0 + c->unit_tile[u] : n_out;
-    cpu_matmul_tile(c, &c->jobs[j], o0, o1, row0, row1);
-    if (c->paired && u == 0) cpu_matmul_tile(c, &c->jobs[1], o0, o1, row0, row1);
+    cpu_matmul_tile(c, j, o0, o1, row0, row1);
+    if (c->paired && u == 0) cpu_matmul_tile(c, 1, o0, o1, row0, row1);
     if (c->epilogue) c->epilogue(c->epilogue_arg, j, o0, o1, row0, row1);
 }
 
@@ -676,6 +660,7 @@ void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_
     }
     int64_t n_tiles = 0;
     for (int j = 0; j < c.n_jobs; j++) {
+        c.tile_fn[j] = cpu_kernel_best(jobs[j].w->type).tile;
         if (c.paired && j == 1) continue;
         const int u = c.n_units++;
         int64_t align = opts && opts->tile_align[j] > 1 ? opts->tile_align[j] : 1;

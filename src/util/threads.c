@@ -101,7 +101,7 @@ struct threads_pool {
     int win_n;
     int solo_left; /* dispatches still to run inline before the workers are tried again */
     int solo_len;  /* length of the next inline period */
-    int64_t n_inline, n_pooled; /* statistics: dispatches of >= 2 tasks run inline / on the pool */
+    int64_t n_inline; /* statistics: dispatches of >= 2 tasks run inline */
 };
 
 int threads_online_cores(void)
@@ -264,7 +264,6 @@ void threads_parallel_for(threads_pool *p, int64_t n_tasks, threads_task_fn fn, 
         for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
-    p->n_pooled++;
     const uint64_t t_start = threads_ticks(), wb_start = atomic_load_explicit(&p->worker_busy, memory_order_relaxed);
     assert(n_tasks <= (int64_t)UINT32_MAX);
     uint32_t g = ++p->n_jobs;
