@@ -38,6 +38,7 @@ struct sim {
     struct sched_seq seqs[64];
     int done[64];
     int n;
+    int32_t max_batch, max_seqs; /* the scheduler's limits, checked against every plan */
     int64_t admitted_order[64];
     int n_admitted;
     int64_t steps;
@@ -47,6 +48,8 @@ static int sim_init(struct sim *sm, int32_t n_blocks, int32_t block, int32_t max
 {
     struct err e;
     memset(sm, 0, sizeof *sm);
+    sm->max_batch = max_batch;
+    sm->max_seqs = max_seqs;
     if (kv_pool_init(n_blocks, block, &sm->pool, &e)) return -1;
     struct sched_params p = {.max_batch_tokens = max_batch, .max_seqs = max_seqs, .prefix_cache = cache};
     return sched_init(&p, sm->pool, &sm->s, &e);
@@ -69,8 +72,9 @@ static void sim_free(struct sim *sm)
 }
 
 /* Runs one step; checks the plan against the policy. Returns 0 ok, else a line number. */
-static int sim_step(struct sim *sm, int32_t max_batch, int32_t max_seqs)
+static int sim_step(struct sim *sm)
 {
+    int32_t max_batch = sm->max_batch, max_seqs = sm->max_seqs;
     struct err e;
     /* which running seqs are decodes before planning (they must all be scheduled first) */
     int was_running[64] = {0}, left_before[64] = {0};
@@ -127,10 +131,10 @@ static int sim_step(struct sim *sm, int32_t max_batch, int32_t max_seqs)
     return 0;
 }
 
-static int sim_run(struct sim *sm, int32_t max_batch, int32_t max_seqs, int64_t max_steps)
+static int sim_run(struct sim *sm, int64_t max_steps)
 {
     while (sched_n_running(sm->s) + sched_n_waiting(sm->s) > 0) {
-        int line = sim_step(sm, max_batch, max_seqs);
+        int line = sim_step(sm);
         if (line) return line;
         if (sm->steps > max_steps) return -1;
     }
@@ -154,17 +158,21 @@ static void make_prompt(int32_t *p, int32_t n, uint64_t seed)
     for (int32_t i = 0; i < n; i++) p[i] = (int32_t)(mix64(seed * 1000 + (uint64_t)i) % 1000);
 }
 
+/* Adds a request whose prompt is make_prompt(n, seed). */
+static void sim_add_made(struct sim *sm, int32_t n, uint64_t seed, int32_t max_tokens)
+{
+    int32_t p[64];
+    if (n > 64) abort();
+    make_prompt(p, n, seed);
+    sim_add(sm, p, n, max_tokens);
+}
+
 TEST(sched_budget_decode_first_fcfs)
 {
     struct sim sm;
     CHECK(sim_init(&sm, 256, 4, 32, 4, 1) == 0);
-    for (int i = 0; i < 12; i++) {
-        int32_t p[64];
-        int32_t n = 5 + (i * 7) % 50;
-        make_prompt(p, n, (uint64_t)i);
-        sim_add(&sm, p, n, 3 + i % 6);
-    }
-    int line = sim_run(&sm, 32, 4, 10000);
+    for (int i = 0; i < 12; i++) sim_add_made(&sm, 5 + (i * 7) % 50, (uint64_t)i, 3 + i % 6);
+    int line = sim_run(&sm, 10000);
     CHECK_MSG(line == 0, "policy violated at test line %d", line);
     CHECK(sim_outputs_ok(&sm));
     /* admissions happened in arrival order */
@@ -178,11 +186,9 @@ TEST(sched_chunked_prefill_catches_up)
 {
     struct sim sm;
     CHECK(sim_init(&sm, 64, 4, 8, 2, 0) == 0);
-    int32_t p[40];
-    make_prompt(p, 40, 99);
-    sim_add(&sm, p, 40, 2);
+    sim_add_made(&sm, 40, 99, 2);
     /* 40 prompt tokens at 8 rows a step: 5 prefill steps, then 1 decode */
-    int line = sim_run(&sm, 8, 2, 100);
+    int line = sim_run(&sm, 100);
     CHECK_EQ_INT(line, 0);
     CHECK_EQ_INT(sm.steps, 6);
     CHECK(sim_outputs_ok(&sm));
@@ -194,12 +200,8 @@ TEST(sched_preemption_and_resumption)
     struct sim sm;
     /* 10 blocks of 4 = 40 tokens; six sequences of up to 30 tokens each */
     CHECK(sim_init(&sm, 10, 4, 16, 6, 1) == 0);
-    for (int i = 0; i < 6; i++) {
-        int32_t p[20];
-        make_prompt(p, 10 + i, (uint64_t)(50 + i));
-        sim_add(&sm, p, 10 + i, 14);
-    }
-    int line = sim_run(&sm, 16, 6, 100000);
+    for (int i = 0; i < 6; i++) sim_add_made(&sm, 10 + i, (uint64_t)(50 + i), 14);
+    int line = sim_run(&sm, 100000);
     CHECK_MSG(line == 0, "line %d", line);
     CHECK(sched_get_stats(sm.s)->n_preemptions > 0);
     int preempted = 0;
@@ -214,12 +216,8 @@ TEST(sched_preemption_without_cache)
 {
     struct sim sm;
     CHECK(sim_init(&sm, 9, 4, 16, 6, 0) == 0);
-    for (int i = 0; i < 5; i++) {
-        int32_t p[20];
-        make_prompt(p, 8 + i, (uint64_t)(70 + i));
-        sim_add(&sm, p, 8 + i, 20);
-    }
-    int line = sim_run(&sm, 16, 6, 100000);
+    for (int i = 0; i < 5; i++) sim_add_made(&sm, 8 + i, (uint64_t)(70 + i), 20);
+    int line = sim_run(&sm, 100000);
     CHECK_MSG(line == 0, "line %d", line);
     CHECK(sched_get_stats(sm.s)->n_preemptions > 0);
     CHECK(sim_outputs_ok(&sm));
@@ -235,12 +233,12 @@ TEST(sched_prefix_hits)
     make_prompt(p, 13, 5);
     memcpy(p2, p, sizeof p2);
     sim_add(&sm, p, 13, 2);
-    CHECK_EQ_INT(sim_run(&sm, 64, 4, 100), 0);
+    CHECK_EQ_INT(sim_run(&sm, 100), 0);
     /* same 13 tokens: the 3 full blocks (12 tokens) hit */
     sim_add(&sm, p, 13, 2);
     /* 12 tokens = exactly 3 blocks: only 2 may hit (the last token must be computed) */
     sim_add(&sm, p2, 12, 2);
-    CHECK_EQ_INT(sim_run(&sm, 64, 4, 100), 0);
+    CHECK_EQ_INT(sim_run(&sm, 100), 0);
     CHECK_EQ_INT(sm.seqs[0].n_prompt_cached, 0);
     CHECK_EQ_INT(sm.seqs[1].n_prompt_cached, 12);
     CHECK_EQ_INT(sm.seqs[2].n_prompt_cached, 8);
@@ -254,20 +252,14 @@ TEST(sched_no_starvation)
     struct sim sm;
     /* the pool fits the long request alone; short ones keep arriving while it waits */
     CHECK(sim_init(&sm, 16, 4, 16, 4, 1) == 0);
-    int32_t p[60];
-    for (int i = 0; i < 3; i++) {
-        make_prompt(p, 10, (uint64_t)(200 + i));
-        sim_add(&sm, p, 10, 10);
-    }
-    make_prompt(p, 50, 300);
-    sim_add(&sm, p, 50, 12); /* id 3: needs 16 blocks, the whole pool */
+    for (int i = 0; i < 3; i++) sim_add_made(&sm, 10, (uint64_t)(200 + i), 10);
+    sim_add_made(&sm, 50, 300, 12); /* id 3: needs 16 blocks, the whole pool */
     int long_done_step = -1;
     for (int step = 0; step < 2000 && long_done_step < 0; step++) {
         if (sm.n < 60 && step % 2 == 0) { /* a newer short request every other step */
-            make_prompt(p, 6, (uint64_t)(400 + step));
-            sim_add(&sm, p, 6, 4);
+            sim_add_made(&sm, 6, (uint64_t)(400 + step), 4);
         }
-        int line = sim_step(&sm, 16, 4);
+        int line = sim_step(&sm);
         CHECK_MSG(line == 0, "line %d", line);
         if (sm.done[3]) long_done_step = step;
     }
@@ -277,7 +269,7 @@ TEST(sched_no_starvation)
         if (sm.admitted_order[i] == 3) break;
         CHECK(sm.admitted_order[i] < 3);
     }
-    CHECK_EQ_INT(sim_run(&sm, 16, 4, 100000), 0);
+    CHECK_EQ_INT(sim_run(&sm, 100000), 0);
     CHECK(sim_outputs_ok(&sm));
     sim_free(&sm);
 }
@@ -287,12 +279,9 @@ TEST(sched_oldest_preempts_until_it_fits)
     struct sim sm;
     /* two sequences each needing the whole pool eventually: they take turns, both finish */
     CHECK(sim_init(&sm, 6, 4, 8, 2, 1) == 0);
-    int32_t p[8];
-    make_prompt(p, 4, 1);
-    sim_add(&sm, p, 4, 20);
-    make_prompt(p, 4, 2);
-    sim_add(&sm, p, 4, 20);
-    CHECK_EQ_INT(sim_run(&sm, 8, 2, 10000), 0);
+    sim_add_made(&sm, 4, 1, 20);
+    sim_add_made(&sm, 4, 2, 20);
+    CHECK_EQ_INT(sim_run(&sm, 10000), 0);
     CHECK(sched_get_stats(sm.s)->n_preemptions > 0);
     CHECK(sim_outputs_ok(&sm));
     sim_free(&sm);
@@ -436,6 +425,16 @@ static void reference_greedy(const struct fake_req *r, int32_t *out)
     }
 }
 
+/* A model the engine sees through the fake backend: only the vocabulary and the context matter. */
+static struct model fake_model(int32_t n_ctx_train)
+{
+    struct model m;
+    memset(&m, 0, sizeof m);
+    m.hp.n_vocab = FAKE_VOCAB;
+    m.hp.n_ctx_train = n_ctx_train;
+    return m;
+}
+
 struct run_cfg {
     int32_t kv_blocks, kv_block, max_seqs, max_batch_tokens;
     int prefix_cache;
@@ -454,10 +453,7 @@ static void run_engine(const struct fake_req *reqs, int n, const struct run_cfg 
     struct err e;
     struct fake f = {0};
     struct backend be = {.ops = &fake_ops, .ctx = &f};
-    struct model m;
-    memset(&m, 0, sizeof m);
-    m.hp.n_vocab = FAKE_VOCAB;
-    m.hp.n_ctx_train = 512;
+    struct model m = fake_model(512);
     struct engine_params p = engine_default_params();
     p.kv_blocks = c->kv_blocks;
     p.kv_block = c->kv_block;
@@ -589,10 +585,7 @@ TEST(engine_fake_too_large_fails_alone)
     struct err e;
     struct fake f = {0};
     struct backend be = {.ops = &fake_ops, .ctx = &f};
-    struct model m;
-    memset(&m, 0, sizeof m);
-    m.hp.n_vocab = FAKE_VOCAB;
-    m.hp.n_ctx_train = 100;
+    struct model m = fake_model(100);
     struct engine_params p = engine_default_params();
     p.kv_blocks = 8;
     p.kv_block = 4; /* 32 tokens */
@@ -648,10 +641,7 @@ TEST(engine_fake_cancel)
     struct err e;
     struct fake f = {0};
     struct backend be = {.ops = &fake_ops, .ctx = &f};
-    struct model m;
-    memset(&m, 0, sizeof m);
-    m.hp.n_vocab = FAKE_VOCAB;
-    m.hp.n_ctx_train = 512;
+    struct model m = fake_model(512);
     struct engine_params p = engine_default_params();
     p.kv_blocks = 64;
     p.kv_block = 4;
@@ -701,10 +691,7 @@ TEST(engine_rejects_bad_params)
     struct err e;
     struct fake f = {0};
     struct backend be = {.ops = &fake_ops, .ctx = &f};
-    struct model m;
-    memset(&m, 0, sizeof m);
-    m.hp.n_vocab = FAKE_VOCAB;
-    m.hp.n_ctx_train = 512;
+    struct model m = fake_model(512);
     engine *eng;
     struct engine_params p = engine_default_params();
     p.kv_blocks = 10;

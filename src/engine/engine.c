@@ -292,6 +292,13 @@ static int text_reserve(struct eng_seq *es, size_t extra)
     return 0;
 }
 
+/* Appends the bytes the UTF-8 decoder still holds (end of the completion). */
+static void text_flush(struct eng_seq *es)
+{
+    if (text_reserve(es, sizeof es->utf8.pending) == 0)
+        es->text_len += tok_utf8_flush(&es->utf8, es->text + es->text_len, es->text_cap - es->text_len - 1);
+}
+
 int engine_add(engine *eng, const struct engine_request *r, struct err *e)
 {
     char msg[ERR_MSG_MAX + 64];
@@ -371,8 +378,7 @@ int engine_cancel(engine *eng, uint64_t id)
     struct sched_seq *q = sched_find(eng->s, id);
     if (!q) return -1;
     struct eng_seq *es = (struct eng_seq *)q;
-    size_t n = tok_utf8_flush(&es->utf8, es->text + es->text_len, es->text_cap - es->text_len - 1);
-    es->text_len += n;
+    text_flush(es);
     return finish_seq(eng, es, ENGINE_FINISH_CANCELLED, NULL) ? -1 : 0;
 }
 
@@ -418,10 +424,7 @@ static int sample_one(engine *eng, struct eng_seq *es, float *logits, struct err
     int stopped = !eog && feed_text(eng, es, tok);
     int length = q->n_tokens - q->n_prompt >= q->max_tokens;
     if (!eog && !stopped && !length) return 0;
-    if (!stopped) { /* keep what the UTF-8 decoder still holds */
-        if (text_reserve(es, sizeof es->utf8.pending) == 0)
-            es->text_len += tok_utf8_flush(&es->utf8, es->text + es->text_len, es->text_cap - es->text_len - 1);
-    }
+    if (!stopped) text_flush(es);
     return finish_seq(eng, es, eog || stopped ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, e);
 }
 
@@ -461,8 +464,6 @@ int engine_step(engine *eng, struct err *e)
     if (eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e)) return err_prefix(e, "engine step");
     eng->st.t_forward += clock_now() - t0;
     eng->st.rows_computed += n_rows;
-    int64_t used = kv_n_used(eng->pool);
-    if (used > eng->st.kv_blocks_peak) eng->st.kv_blocks_peak = used;
     sched_commit(eng->s);
 
     /* Sampling may finish (and free) sequences; the plan's pointers are not used after their entry. */
@@ -486,6 +487,7 @@ void engine_get_stats(const engine *eng, struct engine_stats *s)
     const struct sched_stats *ss = sched_get_stats(eng->s);
     s->prompt_tokens_cached = ss->tokens_cached;
     s->n_preemptions = ss->n_preemptions;
+    s->kv_blocks_peak = ss->blocks_peak; /* the scheduler tracks it after each plan */
     s->kv_blocks_total = kv_n_blocks(eng->pool);
     s->kv_blocks_used = kv_n_used(eng->pool);
     s->kv_blocks_cached = kv_n_cached(eng->pool);

@@ -108,6 +108,19 @@ static void cb_put_trim(struct chat_buf *b, const char *s)
     cb_putn(b, s + a, n - a);
 }
 
+/* Appends strip(pre + sys + sep + user): a system text folded into the first user turn. */
+static void cb_put_trim_joined(struct chat_buf *b, const char *pre, const char *sys, const char *sep, const char *user)
+{
+    struct chat_buf t = {0};
+    cb_put(&t, pre);
+    cb_put(&t, sys);
+    cb_put(&t, sep);
+    cb_put(&t, user);
+    if (t.oom) b->oom = 1;
+    else cb_put_trim(b, t.p);
+    free(t.p);
+}
+
 enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
 
 static int chat_role(const struct chat_msg *m, enum chat_role *r)
@@ -166,15 +179,8 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
             } else if (r == ROLE_USER) {
                 cb_put(&b, bos);
                 cb_put(&b, "[INST] ");
-                if (pending_sys) { /* '<<SYS>>\n' + system + '\n<</SYS>>\n\n' + user, then strip() */
-                    struct chat_buf t = {0};
-                    cb_put(&t, "<<SYS>>\n");
-                    cb_put(&t, pending_sys);
-                    cb_put(&t, "\n<</SYS>>\n\n");
-                    cb_put(&t, c);
-                    if (t.oom) b.oom = 1;
-                    else cb_put_trim(&b, t.p);
-                    free(t.p);
+                if (pending_sys) {
+                    cb_put_trim_joined(&b, "<<SYS>>\n", pending_sys, "\n<</SYS>>\n\n", c);
                     pending_sys = NULL;
                 } else {
                     cb_put_trim(&b, c);
@@ -223,13 +229,7 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
             cb_put(&b, r == ROLE_ASSISTANT ? "model" : "user");
             cb_put(&b, "\n");
             if (r == ROLE_USER && pending_sys) {
-                struct chat_buf t = {0};
-                cb_put(&t, pending_sys);
-                cb_put(&t, "\n\n");
-                cb_put(&t, c);
-                if (t.oom) b.oom = 1;
-                else cb_put_trim(&b, t.p);
-                free(t.p);
+                cb_put_trim_joined(&b, "", pending_sys, "\n\n", c);
                 pending_sys = NULL;
             } else {
                 cb_put_trim(&b, c);
