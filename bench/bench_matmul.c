@@ -26,16 +26,16 @@ int main(int argc, char **argv)
     const int64_t n_in = 2048, n_out = 8192;
     uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
     if (rows < 1 || rows > 512 || rb == 0 || !cpu_kernel_best(t).tile) return 2;
-    char *w = malloc(rb * (uint64_t)n_out), *w0 = malloc(rb);
+    char *w = malloc(rb * (uint64_t)cpu_packed_rows(t, n_out)), *w0 = malloc(rb * (uint64_t)n_out);
     float *row = malloc((size_t)n_in * 4), *x = malloc((size_t)n_in * 4 * (size_t)rows);
     uint8_t *xq = malloc((size_t)cpu_q8_row_bytes(n_in) * (size_t)rows);
     float *y = malloc((size_t)n_out * 4 * (size_t)rows);
     if (!w || !w0 || !row || !x || !xq || !y) return 1;
     for (int64_t o = 0; o < n_out; o++) {
         for (int64_t i = 0; i < n_in; i++) row[i] = (float)(((i + 1) * (o + 7) * 7919) % 1000) / 500.0f - 1.0f;
-        quant_quantize_row(t, row, w0, n_in);
-        cpu_repack_row(t, w0, w + (uint64_t)o * rb, n_in);
+        quant_quantize_row(t, row, w0 + (uint64_t)o * rb, n_in);
     }
+    cpu_repack_rows(t, w0, n_in, n_out, 0, n_out, w);
     for (int64_t i = 0; i < n_in * rows; i++) x[i] = (float)((i * 31) % 977) / 488.0f - 1.0f;
     for (int r = 0; r < rows; r++) cpu_quantize_row_q8(x + (int64_t)r * n_in, xq + r * cpu_q8_row_bytes(n_in), n_in);
     struct model_weight mw = {"w", t, {n_in, n_out}, w};

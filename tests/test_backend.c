@@ -211,38 +211,48 @@ TEST(test_dot_simd_vs_scalar)
     }
 }
 
-/* The tile kernels (what the matmul calls) equal per-row dot calls bit for bit, for every n_x, over 13
- * weight rows (the float kernels reduce 8 rows at once, then 5 one by one) and row lengths with and
- * without a scalar tail. */
-static void tile_case(int64_t n)
+/* The tile kernels (what the matmul calls) of every variant this CPU has equal per-row dot calls bit for
+ * bit, for every n_x, over 13, 37 and 80 weight rows (float panels: one partial; two whole and a partial;
+ * four at once (AVX-512) and one more) and several row lengths. For
+ * the float types the reference dot reads the unpacked row: scalar, AVX2 and AVX-512 panel kernels must
+ * all give its bits. */
+static void tile_case(int64_t n, int n_w)
 {
-    const int n_w = 13;
+    static const enum cpu_kernel_variant variants[] = {CPU_KERNEL_SCALAR, CPU_KERNEL_AVX2, CPU_KERNEL_VNNI,
+                                                       CPU_KERNEL_AVX512};
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum gguf_dtype t = all_types[ti];
         int q8 = cpu_type_uses_q8(t);
         if (q8 && n % 32) continue;
         uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
-        static char w0[1400], w[13 * 1400];
+        static char w0[80 * 1400], w[80 * 1400];
         static uint8_t xq[4 * 400];
-        float wf[320], x[4 * 320], y[4 * 16], ref[4];
+        float wf[320], x[4 * 320], y[4 * 80], ref[4];
         for (int o = 0; o < n_w; o++) {
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
-            CHECK(quant_quantize_row(t, wf, w0, n) == 0);
-            cpu_repack_row(t, w0, w + o * rb, n);
+            CHECK(quant_quantize_row(t, wf, w0 + o * rb, n) == 0);
         }
+        CHECK(cpu_packed_rows(t, n_w) * (int64_t)rb <= (int64_t)sizeof w);
+        cpu_repack_rows(t, w0, n, n_w, 0, n_w, w); /* what the backend does at load */
         for (int64_t i = 0; i < 4 * n; i++) x[i] = frand(1.0f);
         for (int r = 0; r < 4; r++) cpu_quantize_row_q8(x + r * n, xq + r * cpu_q8_row_bytes(n), n);
         const void *xin = q8 ? (const void *)xq : (const void *)x;
         int64_t xs = q8 ? cpu_q8_row_bytes(n) : n * 4;
-        struct cpu_kernel k = cpu_kernel_best(t);
-        CHECK(k.dot && k.tile);
-        for (int n_x = 1; n_x <= 4; n_x++) {
-            k.tile(n, w, (int64_t)rb, n_w, xin, xs, n_x, y, 16);
-            for (int o = 0; o < n_w; o++) {
-                k.dot(n, w + o * rb, xin, xs, n_x, ref);
-                for (int i = 0; i < n_x; i++)
-                    CHECK_MSG(memcmp(&y[i * 16 + o], &ref[i], sizeof(float)) == 0, "type %s n %lld n_x %d o %d i %d",
-                              gguf_dtype_info(t)->name, (long long)n, n_x, o, i);
+        CHECK(cpu_kernel_best(t).dot && cpu_kernel_best(t).tile);
+        for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+            struct cpu_kernel k = cpu_kernel_variant(t, variants[vi]);
+            if (!k.tile) continue;
+            for (int n_x = 1; n_x <= 4; n_x++) {
+                k.tile(n, w, (int64_t)rb, n_w, xin, xs, n_x, y, 80);
+                for (int o = 0; o < n_w; o++) {
+                    k.dot(n, (q8 ? w : w0) + o * rb, xin, xs, n_x, ref);
+                    for (int i = 0; i < n_x; i++)
+                        CHECK_MSG(memcmp(&y[i * 80 + o], &ref[i], sizeof(float)) == 0,
+                                  "type %s variant %d n %lld n_w %d n_x %d o %d i %d: %.9g vs %.9g",
+                                  gguf_dtype_info(t)->name, (int)variants[vi], (long long)n, n_w, n_x, o, i,
+                                  y[i * 80 + o], ref[i]);
+                }
+                if (test_cur_failed) return;
             }
         }
     }
@@ -251,10 +261,12 @@ static void tile_case(int64_t n)
 TEST(test_tile_equals_dot)
 {
     const int64_t lens[] = {320, 172, 64, 8, 13, 100};
-    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-        tile_case(lens[i]);
-        if (test_cur_failed) return;
-    }
+    const int n_ws[] = {13, 37, 80};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (size_t j = 0; j < sizeof n_ws / sizeof n_ws[0]; j++) {
+            tile_case(lens[i], n_ws[j]);
+            if (test_cur_failed) return;
+        }
 }
 
 /* Q8_0 weights of -128 (not produced by the quantizer, legal in a file) must not saturate, in an
@@ -1009,7 +1021,18 @@ TEST(test_bad_batches)
     struct step_batch b = {2, tokens, pos, seq, 1, &ss, 1, lr};
     CHECK(be.ops->forward(be.ctx, &b, logits, &e) == 0);
     CHECK(be.ops->check(be.ctx, &e) == 0);
-    CHECK(be.ops->weight_copy_bytes(be.ctx) == 0); /* all F32: nothing repacked */
+    /* every matrix is repacked: F32 into panels of 16 rows */
+    uint64_t packed = 0;
+    for (int32_t il = 0; il <= m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il < m->hp.n_layer ? il : 0];
+        const struct model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < (il < m->hp.n_layer ? 7 : 1); i++) {
+            const struct model_weight *w = il < m->hp.n_layer ? ws[i] : &m->output;
+            packed += gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)cpu_packed_rows(w->type, w->ne[1]);
+        }
+    }
+    CHECK_MSG(be.ops->weight_copy_bytes(be.ctx) == packed, "%llu vs %llu",
+              (unsigned long long)be.ops->weight_copy_bytes(be.ctx), (unsigned long long)packed);
     tokens[1] = 512;
     CHECK(be.ops->forward(be.ctx, &b, logits, &e) != 0 && strstr(e.msg, "vocabulary"));
     tokens[1] = 2;

@@ -21,12 +21,13 @@
  *    positions <= the last row of the item's sequence in this step, all written by this or an earlier
  *    step (or by the step that computed a prefix-cache block). Chunk positions beyond that are
  *    zero-filled, never loaded.
- *  - Weights: at load every Q8_0/Q4_0/Q4_1 matrix is repacked once (cpu_repack_row: groups of 8
- *    interleaved blocks, same size) into one buffer that the backend owns (memory = those matrices' bytes
- *    again; the model's mapping is then read only for token embedding rows and the small F32 tensors).
- *    As rows are repacked, their pages of a file mapping are dropped from the process (MADV_DONTNEED;
+ *  - Weights: at load every matrix is repacked once (cpu_repack_rows: Q8_0/Q4_0/Q4_1 into groups of 8
+ *    interleaved blocks, same size; F32/F16/BF16 into panels of 16 rows, padded to a multiple of 16
+ *    rows) into one buffer that the backend owns (memory = the matrices' bytes again; the model's
+ *    mapping is then read only for token embedding rows and the small F32 tensors). As rows are
+ *    repacked, their pages of a file mapping are dropped from the process (MADV_DONTNEED;
  *    cpu_releasable says when), so peak RSS stays ~1x the weights, not 2x. c->layers/c->output are the
- *    model's views with data pointing at the repacked rows; other types are read in place.
+ *    model's views with data pointing at the repacked rows.
  *  - Scratch is sized for cap_rows rows and grows (one reallocation) when a larger step arrives; the
  *    attention scratch (per thread) is sized for the longest position seen in a step so far and grows the
  *    same way.
@@ -157,7 +158,7 @@ static int cpu_check(void *ctx, struct err *e)
     for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
         const struct model_layer *L = &c->layers[il], *M = &c->m->layers[il];
         if (L->attn_norm.data != M->attn_norm.data || L->wq.type != M->wq.type || L->w_down.ne[0] != M->w_down.ne[0] ||
-            (cpu_type_uses_q8(L->wq.type) && (const uint8_t *)L->wq.data < (const uint8_t *)c->packed))
+            (const uint8_t *)L->wq.data < (const uint8_t *)c->packed)
             return err_set(e, "cpu_check: layer %d views do not match the model", (int)il);
     }
     if (c->k_cache) {
@@ -238,7 +239,7 @@ struct cpu_pack_job {
     int n_ws;
 };
 
-#define CPU_PACK_ROWS 256
+#define CPU_PACK_ROWS 256 /* a multiple of CPU_PANEL */
 
 /* Drops the whole pages inside [p, p + n) of a read-only MAP_PRIVATE file mapping from this process
  * (MADV_DONTNEED): they leave the RSS; a later read would fault them in again from the file, so this
@@ -254,6 +255,12 @@ static void cpu_release_pages(const void *p, uint64_t n)
 static uint64_t cpu_weight_bytes(const struct model_weight *w)
 {
     return gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)w->ne[1];
+}
+
+/* Bytes of w once repacked (cpu_repack_rows). */
+static uint64_t cpu_packed_bytes(const struct model_weight *w)
+{
+    return gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)cpu_packed_rows(w->type, w->ne[1]);
 }
 
 /* 1 if w's source bytes may be released after repacking: they live in a file mapping (not a caller's
@@ -282,14 +289,13 @@ static void cpu_task_pack(void *arg, int64_t task, int thread)
     uint64_t rb = gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]);
     int64_t r0 = (task - p->first_task[k]) * CPU_PACK_ROWS;
     int64_t r1 = r0 + CPU_PACK_ROWS < w->ne[1] ? r0 + CPU_PACK_ROWS : w->ne[1];
-    for (int64_t r = r0; r < r1; r++)
-        cpu_repack_row(w->type, (const uint8_t *)w->data + (uint64_t)r * rb, p->dst[k] + (uint64_t)r * rb, w->ne[0]);
+    cpu_repack_rows(w->type, w->data, w->ne[0], w->ne[1], r0, r1, p->dst[k]);
     /* the file pages of these rows, so that peak RSS stays near the repacked size (pages shared with the
      * neighbouring tasks' rows are dropped after the loop) */
     if (p->release[k]) cpu_release_pages((const uint8_t *)w->data + (uint64_t)r0 * rb, (uint64_t)(r1 - r0) * rb);
 }
 
-/* Builds c->layers / c->output and repacks every integer-type matrix into one buffer (in parallel). */
+/* Builds c->layers / c->output and repacks every matrix into one buffer (in parallel). */
 static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
 {
     const struct model *m = c->m;
@@ -312,9 +318,8 @@ static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
         struct model_weight *lw[7];
         int n = cpu_matrices(c, il, lw);
         for (int i = 0; i < n; i++) {
-            if (!cpu_type_uses_q8(lw[i]->type)) continue;
             ws[n_ws++] = lw[i];
-            total += cpu_weight_bytes(lw[i]);
+            total += cpu_packed_bytes(lw[i]);
         }
     }
     if (total > 0) {
@@ -330,7 +335,7 @@ static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
     int64_t n_tasks = 0;
     for (int i = 0; i < n_ws; i++) {
         dst[i] = (uint8_t *)c->packed + off;
-        off += cpu_weight_bytes(ws[i]);
+        off += cpu_packed_bytes(ws[i]);
         first[i] = n_tasks;
         n_tasks += (ws[i]->ne[1] + CPU_PACK_ROWS - 1) / CPU_PACK_ROWS;
         release[i] = (uint8_t)cpu_releasable(m, ws[i]);

@@ -18,6 +18,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gguf/quant.h"
@@ -34,6 +35,9 @@
 #else
 #define CPU_HAVE_VNNI 0
 #endif
+
+/* AVX-512F float kernels are compiled with target attributes and chosen at run time (cpu_kernel_best). */
+#define CPU_HAVE_AVX512 CPU_HAVE_AVX2
 
 #define CPU_TILE_ROWS 32 /* weight rows per task */
 
@@ -135,6 +139,44 @@ void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
     memcpy(d, s, (size_t)((nb - ng * CPU_QG) * bb)); /* the remaining blocks as they are */
 }
 
+static int cpu_type_panels(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_F32 || t == GGUF_DTYPE_F16 || t == GGUF_DTYPE_BF16;
+}
+
+int64_t cpu_packed_rows(enum gguf_dtype t, int64_t n_out)
+{
+    return cpu_type_panels(t) ? (n_out + CPU_PANEL - 1) / CPU_PANEL * CPU_PANEL : n_out;
+}
+
+void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n_out, int64_t r0, int64_t r1,
+                     void *dst)
+{
+    const uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    if (!cpu_type_panels(t)) {
+        for (int64_t r = r0; r < r1; r++) cpu_repack_row(t, s + (uint64_t)r * rb, d + (uint64_t)r * rb, n_in);
+        return;
+    }
+    assert(r0 % CPU_PANEL == 0 && (r1 % CPU_PANEL == 0 || r1 == n_out));
+    const size_t esz = t == GGUF_DTYPE_F32 ? 4 : 2;
+    const int64_t end = r1 == n_out ? cpu_packed_rows(t, n_out) : r1;
+    for (int64_t p0 = r0; p0 < end; p0 += CPU_PANEL) {
+        uint8_t *panel = d + (uint64_t)p0 * rb;
+        for (int64_t j = 0; j < CPU_PANEL; j++) {
+            const uint8_t *row = s + (uint64_t)(p0 + j) * rb;
+            for (int64_t k = 0; k < n_in; k++) {
+                uint8_t *e = panel + ((uint64_t)k * CPU_PANEL + (uint64_t)j) * esz;
+                if (p0 + j < n_out)
+                    memcpy(e, row + (uint64_t)k * esz, esz);
+                else
+                    memset(e, 0, esz);
+            }
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- scalar reference */
 
 static float cpu_bf16(uint16_t h)
@@ -142,38 +184,53 @@ static float cpu_bf16(uint16_t h)
     return quant_bf16_to_f32(h);
 }
 
-static void dot_f32_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+/* Element i of a float weight row or panel. kind: 0 f32, 1 f16, 2 bf16. */
+static float cpu_wval(const void *w, int64_t i, int kind)
 {
-    const float *wf = w;
+    if (kind == 0) return ((const float *)w)[i];
+    uint16_t h = ((const uint16_t *)w)[i];
+    return kind == 1 ? quant_f16_to_f32(h) : cpu_bf16(h);
+}
+
+/* The float types' reference (and their dot on an unpacked row): y = fma chain over k from 0. */
+static void dot_float_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out, int kind)
+{
     for (int i = 0; i < n_x; i++) {
         const float *xf = (const float *)((const char *)x + i * xs);
         float s = 0.0f;
-        for (int64_t k = 0; k < n; k++) s += wf[k] * xf[k];
+        for (int64_t k = 0; k < n; k++) s = fmaf(cpu_wval(w, k, kind), xf[k], s);
         out[i] = s;
     }
 }
 
-static void dot_f16_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+/* The same chain per output from panels (w at a panel start, ws the source row bytes). */
+static void tile_float_scalar(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, int n_x,
+                              float *y, int64_t ys, int kind)
 {
-    const uint16_t *wh = w;
-    for (int i = 0; i < n_x; i++) {
-        const float *xf = (const float *)((const char *)x + i * xs);
-        float s = 0.0f;
-        for (int64_t k = 0; k < n; k++) s += quant_f16_to_f32(wh[k]) * xf[k];
-        out[i] = s;
+    for (int o = 0; o < n_w; o++) {
+        const char *p = (const char *)w + (int64_t)(o - o % CPU_PANEL) * ws;
+        for (int i = 0; i < n_x; i++) {
+            const float *xf = (const float *)((const char *)x + i * xs);
+            float s = 0.0f;
+            for (int64_t k = 0; k < n; k++) s = fmaf(cpu_wval(p, k * CPU_PANEL + o % CPU_PANEL, kind), xf[k], s);
+            y[i * ys + o] = s;
+        }
     }
 }
 
-static void dot_bf16_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
-{
-    const uint16_t *wh = w;
-    for (int i = 0; i < n_x; i++) {
-        const float *xf = (const float *)((const char *)x + i * xs);
-        float s = 0.0f;
-        for (int64_t k = 0; k < n; k++) s += cpu_bf16(wh[k]) * xf[k];
-        out[i] = s;
+#define DEFINE_FLOAT_SCALAR(t, kind)                                                                      \
+    static void dot_##t##_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out) \
+    {                                                                                                     \
+        dot_float_scalar(n, w, x, xs, n_x, out, kind);                                                    \
+    }                                                                                                     \
+    static void tile_##t##_scalar(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, \
+                                  int n_x, float *y, int64_t ys)                                          \
+    {                                                                                                     \
+        tile_float_scalar(n, w, ws, n_w, x, xs, n_x, y, ys, kind);                                        \
     }
-}
+DEFINE_FLOAT_SCALAR(f32, 0)
+DEFINE_FLOAT_SCALAR(f16, 1)
+DEFINE_FLOAT_SCALAR(bf16, 2)
 
 static uint16_t cpu_rd16(const uint8_t *p)
 {
@@ -286,9 +343,6 @@ static void dot_q4_1_scalar(int64_t n, const void *w, const void *x, int64_t xs,
             for (int i = 0; i < n_x; i++) y[i * ys + o] = t[i];                                           \
         }                                                                                                 \
     }
-DEFINE_SCALAR_TILE(dot_f32_scalar)
-DEFINE_SCALAR_TILE(dot_f16_scalar)
-DEFINE_SCALAR_TILE(dot_bf16_scalar)
 DEFINE_SCALAR_TILE(dot_q8_0_scalar)
 DEFINE_SCALAR_TILE(dot_q4_0_scalar)
 DEFINE_SCALAR_TILE(dot_q4_1_scalar)
@@ -349,7 +403,12 @@ CPU_INLINE float hsum256(__m256 v)
         }                                                                                                 \
     } while (0)
 
-/* Loads 8 weight elements as floats. kind: 0 f32, 1 f16, 2 bf16. */
+/* Float weights (F32, F16, BF16) are multiplied from panels (cpu_kernels.h): output o of panel p is lane
+ * o % 16 of the vectors at p's k * 16, so a vector load gives one k for 16 outputs and each output's
+ * y = fma(w_k, x_k, y) runs for k = 0, 1, ... in its own lane — the same chain whatever the vector
+ * width, as in the scalar reference (dot_float_scalar). kind: 0 f32, 1 f16, 2 bf16. */
+
+/* Loads 8 weight elements as floats. */
 CPU_INLINE __m256 load8(const void *w, int64_t k, int kind)
 {
     if (kind == 0) return _mm256_loadu_ps((const float *)w + k);
@@ -358,135 +417,128 @@ CPU_INLINE __m256 load8(const void *w, int64_t k, int kind)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-CPU_INLINE float load1(const void *w, int64_t k, int kind)
+/* Outputs [0, m) (m <= 16) of one 16-lane result given as two halves, to y. */
+CPU_INLINE void store16_avx2(float *y, __m256 lo, __m256 hi, int m)
 {
-    if (kind == 0) return ((const float *)w)[k];
-    uint16_t h = ((const uint16_t *)w)[k];
-    if (kind == 1) return _cvtsh_ss(h);
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    if (m == CPU_PANEL) {
+        _mm256_storeu_ps(y, lo);
+        _mm256_storeu_ps(y + 8, hi);
+        return;
+    }
+    float t[CPU_PANEL];
+    _mm256_storeu_ps(t, lo);
+    _mm256_storeu_ps(t + 8, hi);
+    memcpy(y, t, (size_t)m * sizeof(float));
 }
 
-/* Float-weight kernel, vector part: two 8-lane accumulators per row over 16-element steps, then one
- * 8-element step; lanes[i] = acc0 + acc1. Elements from n - n % 8 on are left to the caller's scalar tail. */
-CPU_INLINE void dot_float_lanes(int64_t n, const void *w, const float *const *xr, int NX, int kind, __m256 *lanes)
+/* One panel x NX rows: 2 NX accumulators (16 lanes as two halves). */
+CPU_INLINE void panel_avx2_nx(int64_t n, const char *p, const float *const *xr, int NX, int kind, float *y,
+                              int64_t ys, int m)
 {
-    __m256 acc0[CPU_DOT_MAX_X], acc1[CPU_DOT_MAX_X];
+    __m256 lo[CPU_DOT_MAX_X], hi[CPU_DOT_MAX_X];
 #pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= n; k += 16) {
-        __m256 w0 = load8(w, k, kind), w1 = load8(w, k + 8, kind);
+    for (int i = 0; i < NX; i++) lo[i] = hi[i] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        __m256 w0 = load8(p, k * CPU_PANEL, kind), w1 = load8(p, k * CPU_PANEL + 8, kind);
 #pragma GCC unroll 4
         for (int i = 0; i < NX; i++) {
-            acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
-            acc1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[i] + k + 8), acc1[i]);
+            __m256 b = _mm256_broadcast_ss(xr[i] + k);
+            lo[i] = _mm256_fmadd_ps(w0, b, lo[i]);
+            hi[i] = _mm256_fmadd_ps(w1, b, hi[i]);
         }
     }
-    if (k + 8 <= n) {
-        __m256 w0 = load8(w, k, kind);
 #pragma GCC unroll 4
-        for (int i = 0; i < NX; i++) acc0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[i] + k), acc0[i]);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) lanes[i] = _mm256_add_ps(acc0[i], acc1[i]);
+    for (int i = 0; i < NX; i++) store16_avx2(y + i * ys, lo[i], hi[i], m);
 }
 
-/* Float-weight kernel: the lane vectors of dot_float_lanes, the lane reduction, then a scalar tail. */
-CPU_INLINE void dot_float_nx(int64_t n, const void *w, const void *x, int64_t xs, int NX, int kind, float *out)
-{
-    const float *xr[CPU_DOT_MAX_X];
-    __m256 lanes[CPU_DOT_MAX_X];
-#pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) xr[i] = (const float *)((const char *)x + i * xs);
-    dot_float_lanes(n, w, xr, NX, kind, lanes);
-    const int64_t tail = n - n % 8;
-#pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) {
-        float s = hsum256(lanes[i]);
-        for (int64_t j = tail; j < n; j++) s += load1(w, j, kind) * xr[i][j];
-        out[i] = s;
-    }
-}
-
-/* The lane sums of 8 vectors at once, each by exactly hsum256's tree ((l0 + l4) + (l2 + l6)) + ((l1 + l5)
- * + (l3 + l7)): out lane o = hsum256(v[o]). */
-CPU_INLINE __m256 hsum256_x8(const __m256 *v)
-{
-    __m256 a04 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[4], 0x20), _mm256_permute2f128_ps(v[0], v[4], 0x31));
-    __m256 a15 = _mm256_add_ps(_mm256_permute2f128_ps(v[1], v[5], 0x20), _mm256_permute2f128_ps(v[1], v[5], 0x31));
-    __m256 a26 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[6], 0x20), _mm256_permute2f128_ps(v[2], v[6], 0x31));
-    __m256 a37 = _mm256_add_ps(_mm256_permute2f128_ps(v[3], v[7], 0x20), _mm256_permute2f128_ps(v[3], v[7], 0x31));
-    __m256 b0145 = _mm256_add_ps(_mm256_shuffle_ps(a04, a15, 0x44), _mm256_shuffle_ps(a04, a15, 0xEE));
-    __m256 b2367 = _mm256_add_ps(_mm256_shuffle_ps(a26, a37, 0x44), _mm256_shuffle_ps(a26, a37, 0xEE));
-    return _mm256_add_ps(_mm256_shuffle_ps(b0145, b2367, 0x88), _mm256_shuffle_ps(b0145, b2367, 0xDD));
-}
-
-/* n_w weight rows x NX rows, bit-identical to dot_float_nx per (row, weight row): groups of 8 weight rows
- * share one 8-way lane reduction (hsum256_x8, the same tree), then each output adds its scalar tail. */
-CPU_INLINE void tile_float_nx(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, int NX,
-                              int kind, float *y, int64_t ys)
+CPU_INLINE void tile_panels_avx2_nx(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, int NX,
+                                    int kind, float *y, int64_t ys)
 {
     const float *xr[CPU_DOT_MAX_X];
 #pragma GCC unroll 4
     for (int i = 0; i < NX; i++) xr[i] = (const float *)((const char *)x + i * xs);
-    const int64_t tail = n - n % 8;
+    for (int o = 0; o < n_w; o += CPU_PANEL) {
+        const int m = n_w - o < CPU_PANEL ? n_w - o : CPU_PANEL;
+        panel_avx2_nx(n, (const char *)w + (int64_t)o * ws, xr, NX, kind, y + o, ys, m);
+    }
+}
+
+#define DEFINE_PANEL_TILE(name, body, kind)                                                               \
+    static void name(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, int n_x,   \
+                     float *y, int64_t ys)                                                                \
+    {                                                                                                     \
+        switch (n_x) {                                                                                    \
+        case 1: body(n, w, ws, n_w, x, xs, 1, kind, y, ys); break;                                        \
+        case 2: body(n, w, ws, n_w, x, xs, 2, kind, y, ys); break;                                        \
+        case 3: body(n, w, ws, n_w, x, xs, 3, kind, y, ys); break;                                        \
+        default: body(n, w, ws, n_w, x, xs, 4, kind, y, ys); break;                                       \
+        }                                                                                                 \
+    }
+DEFINE_PANEL_TILE(tile_f32_avx2, tile_panels_avx2_nx, 0)
+DEFINE_PANEL_TILE(tile_f16_avx2, tile_panels_avx2_nx, 1)
+DEFINE_PANEL_TILE(tile_bf16_avx2, tile_panels_avx2_nx, 2)
+
+#if CPU_HAVE_AVX512
+/* AVX-512F: up to 4 panels x NX rows per pass (16 accumulators), one zmm per panel and k. */
+#define CPU_512 static inline __attribute__((always_inline, target("avx512f")))
+
+CPU_512 __m512 load16(const void *w, int64_t k, int kind)
+{
+    if (kind == 0) return _mm512_loadu_ps((const float *)w + k);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k));
+    if (kind == 1) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+CPU_512 void panels_512(int64_t n, const char *p, int64_t pb, int NP, const float *const *xr, int NX, int kind,
+                        float *y, int64_t ys, int m_last)
+{
+    __m512 acc[CPU_DOT_MAX_X][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; k++) {
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; j++) wv[j] = load16(p + j * pb, k * CPU_PANEL, kind);
+#pragma GCC unroll 4
+        for (int i = 0; i < NX; i++) {
+            __m512 b = _mm512_set1_ps(xr[i][k]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NP; j++) acc[i][j] = _mm512_fmadd_ps(wv[j], b, acc[i][j]);
+        }
+    }
+    const __mmask16 last = (__mmask16)((1u << m_last) - 1u);
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; j++) _mm512_mask_storeu_ps(y + i * ys + j * CPU_PANEL, j + 1 < NP ? 0xFFFF : last, acc[i][j]);
+}
+
+CPU_512 void tile_panels_512_nx(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, int NX,
+                                int kind, float *y, int64_t ys)
+{
+    const float *xr[CPU_DOT_MAX_X];
+#pragma GCC unroll 4
+    for (int i = 0; i < NX; i++) xr[i] = (const float *)((const char *)x + i * xs);
+    const int64_t pb = CPU_PANEL * ws;
     int o = 0;
-    for (; o + 8 <= n_w; o += 8) {
-        __m256 lanes[8][CPU_DOT_MAX_X];
-        for (int k8 = 0; k8 < 8; k8++) dot_float_lanes(n, (const char *)w + (int64_t)(o + k8) * ws, xr, NX, kind, lanes[k8]);
-#pragma GCC unroll 4
-        for (int i = 0; i < NX; i++) {
-            __m256 v[8];
-            for (int k8 = 0; k8 < 8; k8++) v[k8] = lanes[k8][i];
-            __m256 sum = hsum256_x8(v);
-            if (tail == n) {
-                _mm256_storeu_ps(y + i * ys + o, sum);
-                continue;
-            }
-            float t[8];
-            _mm256_storeu_ps(t, sum);
-            for (int k8 = 0; k8 < 8; k8++) {
-                const void *wr = (const char *)w + (int64_t)(o + k8) * ws;
-                float s = t[k8];
-                for (int64_t j = tail; j < n; j++) s += load1(wr, j, kind) * xr[i][j];
-                y[i * ys + o + k8] = s;
-            }
-        }
-    }
-    for (; o < n_w; o++) {
-        float t[CPU_DOT_MAX_X];
-        dot_float_nx(n, (const char *)w + (int64_t)o * ws, x, xs, NX, kind, t);
-        for (int i = 0; i < NX; i++) y[i * ys + o] = t[i];
-    }
+    for (; o + 4 * CPU_PANEL <= n_w; o += 4 * CPU_PANEL)
+        panels_512(n, (const char *)w + (int64_t)o * ws, pb, 4, xr, NX, kind, y + o, ys, CPU_PANEL);
+    const int rest = n_w - o, np = (rest + CPU_PANEL - 1) / CPU_PANEL, m = rest - (np - 1) * CPU_PANEL;
+    const char *p = (const char *)w + (int64_t)o * ws;
+    if (np == 3) panels_512(n, p, pb, 3, xr, NX, kind, y + o, ys, m);
+    if (np == 2) panels_512(n, p, pb, 2, xr, NX, kind, y + o, ys, m);
+    if (np == 1) panels_512(n, p, pb, 1, xr, NX, kind, y + o, ys, m);
 }
 
-/* name: one weight row; name##_tile: n_w weight rows (stride ws bytes) into y[i * ys + o]. */
-#define DEFINE_FLOAT_DOT(name, kind)                                                                      \
-    static void name(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)            \
-    {                                                                                                     \
-        switch (n_x) {                                                                                    \
-        case 1: dot_float_nx(n, w, x, xs, 1, kind, out); break;                                           \
-        case 2: dot_float_nx(n, w, x, xs, 2, kind, out); break;                                           \
-        case 3: dot_float_nx(n, w, x, xs, 3, kind, out); break;                                           \
-        default: dot_float_nx(n, w, x, xs, 4, kind, out); break;                                          \
-        }                                                                                                 \
-    }                                                                                                     \
-    static void name##_tile(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,     \
-                            int n_x, float *y, int64_t ys)                                                \
-    {                                                                                                     \
-        switch (n_x) {                                                                                    \
-        case 1: tile_float_nx(n, w, ws, n_w, x, xs, 1, kind, y, ys); break;                               \
-        case 2: tile_float_nx(n, w, ws, n_w, x, xs, 2, kind, y, ys); break;                               \
-        case 3: tile_float_nx(n, w, ws, n_w, x, xs, 3, kind, y, ys); break;                               \
-        default: tile_float_nx(n, w, ws, n_w, x, xs, 4, kind, y, ys); break;                              \
-        }                                                                                                 \
-    }
-DEFINE_FLOAT_DOT(dot_f32_avx2, 0)
-DEFINE_FLOAT_DOT(dot_f16_avx2, 1)
-DEFINE_FLOAT_DOT(dot_bf16_avx2, 2)
+#define DEFINE_PANEL_TILE_512(name, kind)                                                                 \
+    __attribute__((target("avx512f"))) DEFINE_PANEL_TILE(name, tile_panels_512_nx, kind)
+DEFINE_PANEL_TILE_512(tile_f32_avx512, 0)
+DEFINE_PANEL_TILE_512(tile_f16_avx512, 1)
+DEFINE_PANEL_TILE_512(tile_bf16_avx512, 2)
+#endif
 
 /* 32 nibbles of a Q4 block as bytes 0..15 in element order (low nibbles = elements 0..15). */
 CPU_INLINE __m256i unpack_nibbles(const uint8_t *qs)
@@ -527,9 +579,9 @@ static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_varia
     switch (v) {
     case CPU_KERNEL_SCALAR:
         switch (t) {
-        case GGUF_DTYPE_F32: K(dot_f32_scalar); break;
-        case GGUF_DTYPE_F16: K(dot_f16_scalar); break;
-        case GGUF_DTYPE_BF16: K(dot_bf16_scalar); break;
+        case GGUF_DTYPE_F32: K2(dot_f32_scalar, tile_f32_scalar); break;
+        case GGUF_DTYPE_F16: K2(dot_f16_scalar, tile_f16_scalar); break;
+        case GGUF_DTYPE_BF16: K2(dot_bf16_scalar, tile_bf16_scalar); break;
         case GGUF_DTYPE_Q8_0: K(dot_q8_0_scalar); break;
         case GGUF_DTYPE_Q4_0: K(dot_q4_0_scalar); break;
         case GGUF_DTYPE_Q4_1: K(dot_q4_1_scalar); break;
@@ -539,9 +591,9 @@ static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_varia
     case CPU_KERNEL_AVX2:
 #if CPU_HAVE_AVX2
         switch (t) {
-        case GGUF_DTYPE_F32: K(dot_f32_avx2); break;
-        case GGUF_DTYPE_F16: K(dot_f16_avx2); break;
-        case GGUF_DTYPE_BF16: K(dot_bf16_avx2); break;
+        case GGUF_DTYPE_F32: K2(dot_f32_scalar, tile_f32_avx2); break;
+        case GGUF_DTYPE_F16: K2(dot_f16_scalar, tile_f16_avx2); break;
+        case GGUF_DTYPE_BF16: K2(dot_bf16_scalar, tile_bf16_avx2); break;
         case GGUF_DTYPE_Q8_0: K2(dot_q8_0_avx2, dot_q8_0_tile_avx2); break;
         case GGUF_DTYPE_Q4_0: K2(dot_q4_0_avx2, dot_q4_0_tile_avx2); break;
         case GGUF_DTYPE_Q4_1: K2(dot_q4_1_avx2, dot_q4_1_tile_avx2); break;
@@ -556,7 +608,18 @@ static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_varia
         case GGUF_DTYPE_Q8_0: K2(dot_q8_0_vnni, dot_q8_0_tile_vnni); break;
         case GGUF_DTYPE_Q4_0: K2(dot_q4_0_vnni, dot_q4_0_tile_vnni); break;
         case GGUF_DTYPE_Q4_1: K2(dot_q4_1_vnni, dot_q4_1_tile_vnni); break;
-        default: k = cpu_kernel_get(t, CPU_KERNEL_AVX2); break; /* float kernels have no VNNI form */
+        default: break;
+        }
+#endif
+        break;
+    case CPU_KERNEL_AVX512:
+#if CPU_HAVE_AVX512
+        if (!__builtin_cpu_supports("avx512f")) break;
+        switch (t) {
+        case GGUF_DTYPE_F32: K2(dot_f32_scalar, tile_f32_avx512); break;
+        case GGUF_DTYPE_F16: K2(dot_f16_scalar, tile_f16_avx512); break;
+        case GGUF_DTYPE_BF16: K2(dot_bf16_scalar, tile_bf16_avx512); break;
+        default: break;
         }
 #endif
         break;
@@ -566,12 +629,33 @@ static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_varia
     return k;
 }
 
+/* The most capable variant cpu_kernel_best may use: NIGHTSHIFT_CPU_KERNELS=scalar or avx2 (plain AVX2,
+ * no VNNI or AVX-512) caps it, for comparing variants on one machine; read once. */
+static enum cpu_kernel_variant cpu_kernel_cap(void)
+{
+    static int cap = -1; /* a racing first read stores the same value */
+    if (cap < 0) {
+        const char *e = getenv("NIGHTSHIFT_CPU_KERNELS");
+        cap = e && strcmp(e, "scalar") == 0 ? CPU_KERNEL_SCALAR : e && strcmp(e, "avx2") == 0 ? CPU_KERNEL_AVX2
+                                                                                               : CPU_KERNEL_AVX512;
+    }
+    return (enum cpu_kernel_variant)cap;
+}
+
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t)
 {
-    struct cpu_kernel k = cpu_kernel_get(t, CPU_KERNEL_VNNI);
-    if (!k.dot) k = cpu_kernel_get(t, CPU_KERNEL_AVX2);
-    if (!k.dot) k = cpu_kernel_get(t, CPU_KERNEL_SCALAR);
+    static const enum cpu_kernel_variant order[] = {CPU_KERNEL_AVX512, CPU_KERNEL_VNNI, CPU_KERNEL_AVX2,
+                                                    CPU_KERNEL_SCALAR};
+    const enum cpu_kernel_variant cap = cpu_kernel_cap();
+    struct cpu_kernel k = {NULL, NULL};
+    for (size_t i = 0; i < sizeof order / sizeof order[0] && !k.tile; i++)
+        if (order[i] <= cap) k = cpu_kernel_get(t, order[i]);
     return k;
+}
+
+struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
+{
+    return cpu_kernel_get(t, v);
 }
 
 cpu_dot_fn cpu_dot_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
@@ -590,6 +674,16 @@ cpu_dot_fn cpu_dot_simd(enum gguf_dtype t)
 }
 
 /* ---------------------------------------------------------------- matmul */
+
+static int64_t cpu_gcd(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
 
 struct cpu_matmul_ctx {
     const struct cpu_matmul_job *jobs;
@@ -663,7 +757,9 @@ void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_
         c.tile_fn[j] = cpu_kernel_best(jobs[j].w->type).tile;
         if (c.paired && j == 1) continue;
         const int u = c.n_units++;
+        /* tiles start at multiples of CPU_PANEL (float panels) and of the job's alignment */
         int64_t align = opts && opts->tile_align[j] > 1 ? opts->tile_align[j] : 1;
+        align = align * CPU_PANEL / cpu_gcd(align, CPU_PANEL);
         c.unit_job[u] = j;
         c.unit_tile[u] = (CPU_TILE_ROWS + align - 1) / align * align;
         c.tile_start[u] = n_tiles;

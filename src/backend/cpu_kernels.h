@@ -1,12 +1,16 @@
-/* cpu_kernels — the CPU backend's inner loops (private to src/backend/): dot products of one weight row
- * with a few activation rows, per weight type, in a plain scalar reference version and an AVX2/FMA
- * version; the quantization of activation rows to 8-bit blocks; and the matmul driver that tiles weight
- * rows over the thread pool.
+/* cpu_kernels — the CPU backend's inner loops (private to src/backend/): dot products of weight rows
+ * with a few activation rows, per weight type, in a plain scalar reference version and SIMD versions
+ * (AVX2/FMA; AVX-VNNI for the integer types and AVX-512F for the float types, chosen at run time); the
+ * quantization of activation rows to 8-bit blocks; and the matmul driver that tiles weight rows over the
+ * thread pool.
  *
  * Batch invariance: every dot product of a weight row with an activation row runs the same sequence of
  * floating-point operations whatever the other activation rows handled in the same call (the kernels
  * take up to CPU_DOT_MAX_X rows only to load and decode each weight block once; each row has its own
  * accumulators, reduced in a fixed order that depends only on the row length).
+ *
+ * Float weights (F32, F16, BF16): y = fma(w_k, x_k, y) for k = 0 .. n-1 from y = 0, one output per
+ * vector lane, so the scalar, AVX2 and AVX-512 kernels give the same bits.
  */
 #ifndef NS_BACKEND_CPU_KERNELS_H
 #define NS_BACKEND_CPU_KERNELS_H
@@ -20,6 +24,7 @@
 #define CPU_QK 32       /* activation quantization block */
 #define CPU_QG 8        /* blocks per interleaved group */
 #define CPU_DOT_MAX_X 4 /* activation rows per kernel call */
+#define CPU_PANEL 16    /* float weight rows per panel */
 
 /* Activations for the integer kernels. A row of n elements (n % 32 == 0) is nb = n / 32 blocks, each
  * quantized as x ~= d * q with d = amax / 127 (q rounded to nearest even, |q| <= 127) and s = d * sum(q)
@@ -59,11 +64,26 @@ float cpu_q8_value(const void *row, int64_t n, int64_t i);
  * Other types are copied as they are. dst must not overlap src. */
 void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n);
 
+/* Repacking of whole matrices, what the backend does at load for every type it computes. Integer types:
+ * row by row as cpu_repack_row. Float types (F32, F16, BF16): panels of CPU_PANEL rows; panel p holds
+ * rows 16p .. 16p + 15 with element k of row 16p + j at index k * 16 + j (elements of the weight type),
+ * and starts at byte 16p * rb of the repacked matrix (rb = the source row bytes), so weight row o's data
+ * "starts" at o * rb for every type when o is a multiple of 16. The last panel's rows past n_out are
+ * zeros: the repacked matrix takes cpu_packed_rows(t, n_out) * rb bytes. */
+int64_t cpu_packed_rows(enum gguf_dtype t, int64_t n_out);
+
+/* Repacks rows [r0, r1) of a matrix of n_out rows of n_in elements (src: its row 0, rows rb bytes apart)
+ * into dst (the repacked matrix's start). r0 is a multiple of CPU_PANEL; so is r1 unless r1 == n_out
+ * (which also writes the padding rows). dst must not overlap src. */
+void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n_out, int64_t r0, int64_t r1,
+                     void *dst);
+
 /* 1 if weights of type t are multiplied with q8-quantized activations (Q8_0, Q4_0, Q4_1); 0 if with f32
  * activations (F32, F16, BF16). */
 int cpu_type_uses_q8(enum gguf_dtype t);
 
-/* out[i] = dot(w (n elements of the weight type; integer types repacked), x_i) for i < n_x <= CPU_DOT_MAX_X,
+/* out[i] = dot(w (n elements of the weight type; integer types repacked, float types an unpacked row: the
+ * reference), x_i) for i < n_x <= CPU_DOT_MAX_X,
  * where x_i starts at (const char *)x + i * x_stride bytes and is n floats (f32-activation types) or a
  * quantized activation row (cpu_quantize_row_q8). */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);
@@ -71,11 +91,13 @@ typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_st
 enum cpu_kernel_variant {
     CPU_KERNEL_SCALAR, /* plain C reference */
     CPU_KERNEL_AVX2,   /* AVX2/FMA/F16C (compiled in with the Makefile's default flags) */
-    CPU_KERNEL_VNNI    /* AVX2 + AVX-VNNI for the integer kernels, when the CPU has it (run-time check) */
+    CPU_KERNEL_VNNI,   /* AVX2 + AVX-VNNI for the integer kernels, when the CPU has it (run-time check) */
+    CPU_KERNEL_AVX512  /* AVX-512F for the float kernels, when the CPU has it (run-time check) */
 };
 
-/* y[i * y_stride + o] = dot(weight row o, x_i) for o < n_w (weight rows w_stride bytes apart), i < n_x <=
- * CPU_DOT_MAX_X: the same arithmetic per (o, i) as cpu_dot_fn, in one call per tile. */
+/* y[i * y_stride + o] = dot(weight row o, x_i) for o < n_w (weight rows w_stride bytes apart; float types:
+ * w at a panel start, w_stride the source row bytes), i < n_x <= CPU_DOT_MAX_X: the same arithmetic per
+ * (o, i) as cpu_dot_fn, in one call per tile. */
 typedef void (*cpu_tile_fn)(int64_t n, const void *w, int64_t w_stride, int n_w, const void *x, int64_t x_stride,
                             int n_x, float *y, int64_t y_stride);
 
@@ -84,11 +106,14 @@ struct cpu_kernel {
     cpu_tile_fn tile;
 };
 
-/* The fastest available kernels for a type (what cpu_matmul uses); NULLs for an unsupported type. */
+/* The fastest available kernels for a type (what cpu_matmul uses); NULLs for an unsupported type. The
+ * environment variable NIGHTSHIFT_CPU_KERNELS=avx2 (plain AVX2 only) or =scalar caps the choice. */
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t);
 
-/* NULL for a type the backend does not compute or a variant this build/CPU lacks. The AVX2 and VNNI
- * variants give bit-identical results (same exact integer lane sums, same float code). */
+/* NULLs for a type the backend does not compute or a variant this build/CPU lacks (or that has no kernel
+ * of this type). The variants give bit-identical results: integer AVX2 and VNNI the same exact lane sums
+ * and float code; float scalar, AVX2 and AVX-512 the same per-output fma chains. */
+struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant v);
 cpu_dot_fn cpu_dot_variant(enum gguf_dtype t, enum cpu_kernel_variant v);
 cpu_dot_fn cpu_dot_scalar(enum gguf_dtype t);
 /* The fastest available variant; what cpu_matmul uses. */
