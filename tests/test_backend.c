@@ -717,6 +717,22 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
         goto out;
     }
     for (int64_t i = 0; i < ni; i++) cpu_attn_item_run(&kv, &b, &items[i], group, q, out, scratch, 128);
+    /* every path this layout and CPU have gives the general path's bits */
+    float *alt = malloc((size_t)NR * n_q * sizeof(float));
+    for (int path = CPU_ATTN_GENERAL; path <= CPU_ATTN_FAST_AVX512; path++) {
+        memset(alt, 0, (size_t)NR * n_q * sizeof(float));
+        int ran = 1;
+        for (int64_t i = 0; i < ni && ran; i++)
+            ran = cpu_attn_item_run_path((enum cpu_attn_path)path, &kv, &b, &items[i], group, q, alt, scratch, 128) == 0;
+        if (ran && memcmp(alt, out, (size_t)NR * n_q * sizeof(float)) != 0) {
+            snprintf(why, why_n, "path %d differs from the one cpu_attn_item_run took", path);
+            free(alt);
+            goto out;
+        }
+        if (ran) printf("# attention head_dim %d group %d block %d %s: path %d same bits\n", hd, group, bs,
+                        model_kv_type_name(t), path);
+    }
+    free(alt);
     for (int r = 0; r < NR; r++) {
         /* alone: a one-row batch */
         struct step_batch b1 = {1, tok, &pos[r], &seq[r], 2, ss, 0, NULL};
@@ -772,6 +788,9 @@ TEST(test_attn_kernel)
         {8, 2, 4, 16, KV_TYPE_F16}, {8, 2, 4, 4, KV_TYPE_F32},  {16, 1, 2, 8, KV_TYPE_F32},
         {12, 3, 1, 4, KV_TYPE_F16}, {32, 4, 2, 16, KV_TYPE_Q8_0}, {40, 8, 1, 32, KV_TYPE_F32},
         {64, 3, 3, 16, KV_TYPE_F16}, {8, 17, 1, 2, KV_TYPE_F32}, {64, 1, 1, 1, KV_TYPE_Q8_0},
+        /* fast-path layouts (head_dim 8 or a multiple of 16, block >= 16) */
+        {8, 2, 4, 32, KV_TYPE_F32}, {32, 4, 2, 16, KV_TYPE_F32}, {16, 1, 2, 64, KV_TYPE_F16},
+        {8, 17, 1, 16, KV_TYPE_F16}, {8, 5, 2, 16, KV_TYPE_F32}, {128, 2, 1, 16, KV_TYPE_F16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char why[256] = "";

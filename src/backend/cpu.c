@@ -446,13 +446,24 @@ static uint64_t cpu_scratch_bytes(void *ctx, int32_t max_rows)
 
 /* ---------------------------------------------------------------- per-row helpers */
 
-/* out = x / sqrt(mean(x^2) + eps) * w, the sum of squares in double in index order. */
+/* out = x / sqrt(mean(x^2) + eps) * w, the sum of squares in double: four partial sums over i mod 4 in
+ * index order, then (s0 + s1) + (s2 + s3). */
 static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps)
 {
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double s4[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+#if defined(__AVX2__)
+    __m256d acc = _mm256_setzero_pd(); /* lane j: the partial sum of i mod 4 == j */
+    for (; i + 4 <= n; i += 4) {
+        const __m256d xd = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        acc = _mm256_add_pd(acc, _mm256_mul_pd(xd, xd));
+    }
+    _mm256_storeu_pd(s4, acc);
+#endif
+    for (; i < n; i++) s4[i & 3] += (double)x[i] * x[i];
+    const double ss = (s4[0] + s4[1]) + (s4[2] + s4[3]);
     float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+    for (i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
 }
 
 /* Rotates the first n_rot dims of one head vector. cs: (n_rot / 2, 2) cos, sin. */
@@ -513,10 +524,28 @@ static char *cpu_kv_region(const struct cpu_ctx *c, void *cache, int32_t layer, 
  * either way (tasks never depend on the thread). */
 #define CPU_PAR_MIN_WORK 100000
 
+/* Runs of consecutive task indices handed to the pool as one task each (cpu_par). */
+struct cpu_runs {
+    threads_task_fn fn;
+    void *arg;
+    int64_t n, per;
+};
+
+static void cpu_task_run(void *arg, int64_t t, int thread)
+{
+    const struct cpu_runs *r = arg;
+    const int64_t end = (t + 1) * r->per < r->n ? (t + 1) * r->per : r->n;
+    for (int64_t i = t * r->per; i < end; i++) r->fn(r->arg, i, thread);
+}
+
+/* fn(arg, t) for t < n_tasks, on the pool when `work` is worth it. Small tasks (one row each) go to the
+ * pool in runs, about 8 per thread, so that claiming and counting tasks does not cost more than they do. */
 static void cpu_par(const struct cpu_ctx *c, int64_t n_tasks, threads_task_fn fn, void *arg, int64_t work)
 {
     if (c->n_threads > 1 && n_tasks > 1 && work >= CPU_PAR_MIN_WORK) {
-        threads_parallel_for(c->pool, n_tasks, fn, arg);
+        const int64_t runs = 8 * (int64_t)c->n_threads;
+        struct cpu_runs r = {fn, arg, n_tasks, (n_tasks + runs - 1) / runs};
+        threads_parallel_for(c->pool, (n_tasks + r.per - 1) / r.per, cpu_task_run, &r);
         return;
     }
     for (int64_t t = 0; t < n_tasks; t++) fn(arg, t, 0);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu_kernels.h"
 #include "gguf/quant.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -238,9 +239,17 @@ void cpu_exp_row(const float *x, float *y, int64_t n)
     }
 }
 
+#if ATT_AVX2
+static int64_t att_swiglu16_512(float *g, const float *u, int64_t n);
+static int att_use_512(void);
+#endif
+
 void cpu_swiglu_row(float *g, const float *u, int64_t n)
 {
     int64_t i = 0;
+#if ATT_AVX2
+    if (n >= 16 && att_use_512()) i = att_swiglu16_512(g, u, n);
+#endif
     for (; i + 8 <= n; i += 8) {
         v8f x = v8_load(g + i);
         v8f e = v8_exp(v8_sub(v8_zero(), x));
@@ -673,8 +682,83 @@ static void att_direct_v(const struct cpu_kv_layer *kv, const int32_t *bt, int32
     vc->ps = (int64_t)kv->vec_bytes;
 }
 
+/* ---------------------------------------------------------------- the fast path */
+
+#if ATT_AVX2
+#define ATTF_512 0
+#include "backend/cpu_attn_fast.h"
+#undef ATTF_512
+#define ATTF_512 1
+#include "backend/cpu_attn_fast.h"
+#undef ATTF_512
+
+static int64_t att_swiglu16_512(float *g, const float *u, int64_t n)
+{
+    return swiglu16_512(g, u, n);
+}
+
+/* 1 if the AVX-512F forms may run: the CPU has them and NIGHTSHIFT_CPU_KERNELS does not cap them. */
+static int att_use_512(void)
+{
+    static int use = -1; /* a racing first call stores the same value */
+    if (use < 0) use = cpu_kernel_cap() >= CPU_KERNEL_AVX512 && __builtin_cpu_supports("avx512f");
+    return use;
+}
+#endif
+
+/* 1 if the fast path takes this layer's layout (cpu_attn_fast.h). */
+static int att_fast_layout(const struct cpu_kv_layer *kv)
+{
+    const int32_t bs = kv->block_size, hd = kv->head_dim;
+    return (kv->type == KV_TYPE_F32 || kv->type == KV_TYPE_F16) && bs >= 16 && (bs & (bs - 1)) == 0 &&
+           (hd == 8 || hd % 16 == 0);
+}
+
+static void att_general_item(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
+                             int32_t group, const float *q, float *out, const struct att_scratch *sc_in);
+
+int cpu_attn_item_run_path(enum cpu_attn_path path, const struct cpu_kv_layer *kv, const struct step_batch *b,
+                           const struct cpu_attn_item *it, int32_t group, const float *q, float *out, float *scratch,
+                           int64_t n_pos)
+{
+    struct att_scratch sc;
+    att_layout(kv->head_dim, group, n_pos, scratch, &sc);
+    switch (path) {
+    case CPU_ATTN_GENERAL: att_general_item(kv, b, it, group, q, out, &sc); return 0;
+#if ATT_AVX2
+    case CPU_ATTN_FAST_AVX2:
+        if (!att_fast_layout(kv)) return -1;
+        attf_item_avx2(kv, b, it, group, q, out, &sc);
+        return 0;
+    case CPU_ATTN_FAST_AVX512:
+        if (!att_fast_layout(kv) || !__builtin_cpu_supports("avx512f")) return -1;
+        attf_item_512(kv, b, it, group, q, out, &sc);
+        return 0;
+#endif
+    default: return -1;
+    }
+}
+
 void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
                        int32_t group, const float *q, float *out, float *scratch, int64_t n_pos)
+{
+    static int best = -1; /* a racing first call stores the same value */
+    if (best < 0) {
+#if ATT_AVX2
+        best = cpu_kernel_cap() < CPU_KERNEL_AVX2 ? CPU_ATTN_GENERAL
+               : att_use_512()                    ? CPU_ATTN_FAST_AVX512
+                                                  : CPU_ATTN_FAST_AVX2;
+#else
+        best = CPU_ATTN_GENERAL;
+#endif
+    }
+    if (best == CPU_ATTN_GENERAL || cpu_attn_item_run_path((enum cpu_attn_path)best, kv, b, it, group, q, out, scratch,
+                                                           n_pos) != 0)
+        cpu_attn_item_run_path(CPU_ATTN_GENERAL, kv, b, it, group, q, out, scratch, n_pos);
+}
+
+static void att_general_item(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
+                             int32_t group, const float *q, float *out, const struct att_scratch *sc_in)
 {
     const int32_t hd = kv->head_dim, hdp = (int32_t)att_round(hd, 8), G = group;
     const int64_t n_q = (int64_t)kv->n_head_kv * G * hd;
@@ -684,8 +768,7 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
     const int direct = kv->type != KV_TYPE_Q8_0 && hd % 8 == 0 && kv->block_size % 8 == 0;
     const int kind = direct && kv->type == KV_TYPE_F16; /* element kind the kernels read */
     const int32_t esz = kind ? 2 : 4;
-    struct att_scratch sc;
-    att_layout(hd, G, n_pos, scratch, &sc);
+    const struct att_scratch sc = *sc_in;
 #define ATT_Q(i, g) (q + (int64_t)(r0 + (i)) * n_q + ((int64_t)it->kvh * G + (g)) * hd)
 #define ATT_QI(i, g) ((int64_t)(i) * G + (g))
 

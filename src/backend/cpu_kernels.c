@@ -631,7 +631,7 @@ static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_varia
 
 /* The most capable variant cpu_kernel_best may use: NIGHTSHIFT_CPU_KERNELS=scalar or avx2 (plain AVX2,
  * no VNNI or AVX-512) caps it, for comparing variants on one machine; read once. */
-static enum cpu_kernel_variant cpu_kernel_cap(void)
+enum cpu_kernel_variant cpu_kernel_cap(void)
 {
     static int cap = -1; /* a racing first read stores the same value */
     if (cap < 0) {

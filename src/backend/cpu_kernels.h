@@ -110,6 +110,10 @@ struct cpu_kernel {
  * environment variable NIGHTSHIFT_CPU_KERNELS=avx2 (plain AVX2 only) or =scalar caps the choice. */
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t);
 
+/* The most capable variant allowed: CPU_KERNEL_AVX512 unless NIGHTSHIFT_CPU_KERNELS says avx2 or scalar
+ * (read once). The attention's fast paths follow it too. */
+enum cpu_kernel_variant cpu_kernel_cap(void);
+
 /* NULLs for a type the backend does not compute or a variant this build/CPU lacks (or that has no kernel
  * of this type). The variants give bit-identical results: integer AVX2 and VNNI the same exact lane sums
  * and float code; float scalar, AVX2 and AVX-512 the same per-output fma chains. */
