@@ -341,7 +341,7 @@ struct att_scratch {
     float *vr;    /* (CHUNK, hdp) staged V of a chunk */
     float *kpart; /* (hdp, 8) direct path: the valid slots of a position group cut by n_valid, zero-padded */
     float *acc;   /* (nq_max, ATT_PARTS, hdp) partial V sums */
-    float *mx;    /* (nq_max, 8) running max lanes */
+    float *mx;    /* (nq_max, 16) running max lanes */
     float *inv;   /* (nq_max) 1 / sum */
     int64_t stride;
 };
@@ -366,7 +366,7 @@ static size_t att_layout(int32_t head_dim, int32_t group, int64_t n_pos, float *
     ATT_CARVE(vr, hdp * CPU_ATT_CHUNK);
     ATT_CARVE(kpart, hdp * 8);
     ATT_CARVE(acc, nq * ATT_PARTS * hdp);
-    ATT_CARVE(mx, nq * 8);
+    ATT_CARVE(mx, nq * 16); /* the general path uses 8 per query, the fast one 16 */
     ATT_CARVE(inv, nq);
 #undef ATT_CARVE
     if (sc) sc->stride = stride;
@@ -684,6 +684,17 @@ static void att_direct_v(const struct cpu_kv_layer *kv, const int32_t *bt, int32
 
 /* ---------------------------------------------------------------- the fast path */
 
+/* Prefetches the cache lines of [a, a + n). */
+ATT_INLINE void att_prefetch_lines(const uint8_t *a, int64_t n)
+{
+#if ATT_AVX2
+    for (uintptr_t p = (uintptr_t)a & ~(uintptr_t)63; p < (uintptr_t)a + (uintptr_t)n; p += 64)
+        _mm_prefetch((const char *)p, _MM_HINT_T0);
+#else
+    (void)a, (void)n;
+#endif
+}
+
 #if ATT_AVX2
 #define ATTF_512 0
 #include "backend/cpu_attn_fast.h"
@@ -706,12 +717,12 @@ static int att_use_512(void)
 }
 #endif
 
-/* 1 if the fast path takes this layer's layout (cpu_attn_fast.h). */
-static int att_fast_layout(const struct cpu_kv_layer *kv)
+/* 1 if the fast path (AVX-512F: avx512 1) takes this layer's layout (cpu_attn_fast.h). */
+static int att_fast_layout(const struct cpu_kv_layer *kv, int avx512)
 {
     const int32_t bs = kv->block_size, hd = kv->head_dim;
     return (kv->type == KV_TYPE_F32 || kv->type == KV_TYPE_F16) && bs >= 16 && (bs & (bs - 1)) == 0 &&
-           (hd == 8 || hd % 16 == 0);
+           (hd == 8 || (avx512 && hd % 16 == 0));
 }
 
 static void att_general_item(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
@@ -727,11 +738,11 @@ int cpu_attn_item_run_path(enum cpu_attn_path path, const struct cpu_kv_layer *k
     case CPU_ATTN_GENERAL: att_general_item(kv, b, it, group, q, out, &sc); return 0;
 #if ATT_AVX2
     case CPU_ATTN_FAST_AVX2:
-        if (!att_fast_layout(kv)) return -1;
+        if (!att_fast_layout(kv, 0)) return -1;
         attf_item_avx2(kv, b, it, group, q, out, &sc);
         return 0;
     case CPU_ATTN_FAST_AVX512:
-        if (!att_fast_layout(kv) || !__builtin_cpu_supports("avx512f")) return -1;
+        if (!att_fast_layout(kv, 1) || !__builtin_cpu_supports("avx512f")) return -1;
         attf_item_512(kv, b, it, group, q, out, &sc);
         return 0;
 #endif

@@ -78,8 +78,8 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
                        int32_t group, const float *q, float *out, float *scratch, int64_t n_pos);
 
 /* Ways to run an item, all with the same bits: the general kernels (any layout), and the fast path
- * (cpu_attn_fast.h: F32/F16 KV, head_dim 8 or a multiple of 16, block_size a power of two >= 16) in AVX2
- * or AVX-512F. cpu_attn_item_run takes the fastest this CPU has (capped like the matmul kernels by
+ * (cpu_attn_fast.h: F32/F16 KV, block_size a power of two >= 16, head_dim 8 in AVX2, 8 or a multiple of
+ * 16 in AVX-512F). cpu_attn_item_run takes the fastest this CPU has (capped like the matmul kernels by
  * NIGHTSHIFT_CPU_KERNELS), falling back to the general one. */
 enum cpu_attn_path { CPU_ATTN_GENERAL, CPU_ATTN_FAST_AVX2, CPU_ATTN_FAST_AVX512 };
 

@@ -2,7 +2,8 @@
  * (ATTF_512 0: a 16-lane vector is two __m256) and once for AVX-512F (ATTF_512 1: one __m512, compiled
  * with a target attribute and chosen at run time). Private to cpu_attn.c.
  *
- * Taken when K/V are F32 or F16 with head_dim 8 or a multiple of 16 and block_size a power of two >= 16,
+ * Taken when K/V are F32 or F16 with head_dim 8 (or, AVX-512 only, a multiple of 16) and block_size a power
+ * of two >= 16,
  * so that 16 consecutive positions from a multiple of 16 lie in one block: K (stored [dim][slot]) gives
  * one 16-lane vector per dim, V vectors of a group are contiguous.
  *
@@ -22,6 +23,7 @@
 #define ATTF_TOP __attribute__((target("avx512f"))) static
 #define ATTF_QB 8 /* queries per score pass */
 #define ATTF_NG(nq) ((nq) <= 4 ? 4 : 2) /* position groups per score call: nq x groups accumulators */
+#define ATTF_QV 4 /* queries per V pass (head_dim % 16 == 0): 16 accumulators */
 typedef __m512 vft_512;
 #define vf vft_512
 ATTF_FN vf ATTF(vf_zero)(void) { return _mm512_setzero_ps(); }
@@ -36,6 +38,7 @@ ATTF_FN vf ATTF(vf_fma)(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 ATTF_FN vf ATTF(vf_mul)(vf a, vf b) { return _mm512_mul_ps(a, b); }
 ATTF_FN vf ATTF(vf_sub)(vf a, vf b) { return _mm512_sub_ps(a, b); }
 ATTF_FN vf ATTF(vf_add)(vf a, vf b) { return _mm512_add_ps(a, b); }
+ATTF_FN vf ATTF(vf_max)(vf a, vf b) { return _mm512_max_ps(a, b); }
 ATTF_FN __m256 ATTF(vf_lo)(vf v) { return _mm512_castps512_ps256(v); }
 ATTF_FN __m256 ATTF(vf_hi)(vf v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 ATTF_FN vf ATTF(vf_mask_after)(vf s, int32_t first, int32_t last)
@@ -134,6 +137,7 @@ ATTF_FN vf ATTF(vf_fma)(vf a, vf b, vf c) { return (vf){v8_fma(a.lo, b.lo, c.lo)
 ATTF_FN vf ATTF(vf_mul)(vf a, vf b) { return (vf){v8_mul(a.lo, b.lo), v8_mul(a.hi, b.hi)}; }
 ATTF_FN vf ATTF(vf_sub)(vf a, vf b) { return (vf){v8_sub(a.lo, b.lo), v8_sub(a.hi, b.hi)}; }
 ATTF_FN vf ATTF(vf_add)(vf a, vf b) { return (vf){v8_add(a.lo, b.lo), v8_add(a.hi, b.hi)}; }
+ATTF_FN vf ATTF(vf_max)(vf a, vf b) { return (vf){v8_max(a.lo, b.lo), v8_max(a.hi, b.hi)}; }
 ATTF_FN __m256 ATTF(vf_lo)(vf v) { return v.lo; }
 ATTF_FN __m256 ATTF(vf_hi)(vf v) { return v.hi; }
 ATTF_FN vf ATTF(vf_mask_after)(vf s, int32_t first, int32_t last)
@@ -149,8 +153,9 @@ ATTF_FN void ATTF(vf_pairs)(const float *p, vf *p01, vf *p23)
 #endif
 
 /* Scores of NQ queries (qv[j], of a row whose last position is last[j]) against NG groups of 16
- * positions from t0[g] (K of dim d at kp[g] + d * kds): stored to so[j] + t0[g], folded into the 8-lane
- * running maxima mx[j]. NG groups at once give NG x NQ independent fma chains. */
+ * positions from t0[g] (K of dim d at kp[g] + d * kds): stored to so[j] + t0[g], folded into the 16-lane
+ * running maxima mx[j] (max is exact: any order gives the general path's value). NG groups at once give
+ * NG x NQ independent fma chains. */
 ATTF_FN void ATTF(attf_scores)(const uint8_t *const *kp, int NG, int64_t kds, int kind, int32_t hd,
                               const float *const *qv, int NQ, float scale2, const int32_t *t0, const int32_t *last,
                               float *const *so, float *const *mx)
@@ -174,14 +179,15 @@ ATTF_FN void ATTF(attf_scores)(const uint8_t *const *kp, int NG, int64_t kds, in
     const vf vs = ATTF(vf_set1)(scale2);
 #pragma GCC unroll 8
     for (int j = 0; j < NQ; j++) {
-        v8f m = v8_load(mx[j]);
+        vf m = ATTF(vf_load)(mx[j]);
 #pragma GCC unroll 4
         for (int g = 0; g < NG; g++) {
-            const vf s = ATTF(vf_mask_after)(ATTF(vf_mul)(acc[g][j], vs), t0[g], last[j]);
+            vf s = ATTF(vf_mul)(acc[g][j], vs);
+            if (t0[g] + 15 > last[j]) s = ATTF(vf_mask_after)(s, t0[g], last[j]);
             ATTF(vf_store)(so[j] + t0[g], s);
-            m = v8_max(ATTF(vf_hi)(s), v8_max(ATTF(vf_lo)(s), m));
+            m = ATTF(vf_max)(s, m);
         }
-        v8_store(mx[j], m);
+        ATTF(vf_store)(mx[j], m);
     }
 }
 
@@ -202,6 +208,30 @@ ATTF_FN void ATTF(attf_v8_run)(const uint8_t *vp, int64_t vs, int kind, const fl
     }
 }
 
+#if ATTF_512
+/* head_dim % 16 == 0: V sums of NQ queries (partials a[j][t mod 4]) over positions [t0, t0 + n) of one
+ * 16-group (t0 a multiple of 16), 16 dims of V of position t0 + u at vp + u * vs. */
+ATTF_FN void ATTF(attf_v16_run)(const uint8_t *vp, int64_t vs, int kind, const float *const *p, int NQ, int32_t t0,
+                               int32_t n, vf (*a)[4])
+{
+    int32_t u = 0;
+    for (; u + 4 <= n; u += 4, vp += 4 * vs) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const vf v = ATTF(vf_load_kind)(vp + k * vs, kind);
+#pragma GCC unroll 4
+            for (int j = 0; j < NQ; j++) a[j][k] = ATTF(vf_fma)(ATTF(vf_set1)(p[j][t0 + u + k]), v, a[j][k]);
+        }
+    }
+    for (; u < n; u++, vp += vs) {
+        const vf v = ATTF(vf_load_kind)(vp, kind);
+#pragma GCC unroll 4
+        for (int j = 0; j < NQ; j++) a[j][u & 3] = ATTF(vf_fma)(ATTF(vf_set1)(p[j][t0 + u]), v, a[j][u & 3]);
+    }
+}
+
+#endif
+
 /* One item by the fast path; see the top of this file. */
 ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
                               int32_t group, const float *q, float *out, const struct att_scratch *sc)
@@ -213,7 +243,6 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
     const float scale2 = (1.0f / sqrtf((float)hd)) * ATT_LOG2E;
     const int kind = kv->type == KV_TYPE_F16;
     const int64_t esz = kind ? 2 : 4, kds = (int64_t)bs * esz, vs = (int64_t)kv->vec_bytes;
-    const int32_t hdp = hd; /* acc layout: (nq, 4, hd) */
 #define ATTF_Q(qi) (q + (int64_t)(r0 + (qi) / G) * n_q + ((int64_t)it->kvh * G + (qi) % G) * hd)
 #define ATTF_LAST(qi) (pos0 + (qi) / G)
 #define ATTF_K(t) (att_region(kv, kv->k, bt[(t) >> sh], it->kvh) + (int64_t)((t) & (bs - 1)) * esz)
@@ -221,7 +250,7 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
 
     /* pass 1: scores and running maxima, 16 positions at a time; groups that every row of the item has
      * whole (t0 + 16 <= pos0 + 1) go several at a time */
-    for (int32_t qi = 0; qi < nq; qi++) v8_store(sc->mx + qi * 8, v8_set1(-INFINITY));
+    for (int32_t qi = 0; qi < nq; qi++) ATTF(vf_store)(sc->mx + qi * 16, ATTF(vf_set1)(-INFINITY));
     const int32_t n_whole = (pos0 + 1) / 16;
     for (int32_t g0 = 0; g0 * 16 < n_valid;) {
         const int32_t t_first = g0 * 16;
@@ -236,9 +265,12 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
             t0[g] = t_first + 16 * g;
             kp[g] = ATTF_K(t0[g]);
             if (t0[g] + 32 < n_valid) { /* K and V of the group two ahead */
-                const uint8_t *kn = ATTF_K(t0[g] + 32), *vn = ATTF_V(t0[g] + 32);
-                for (int32_t d = 0; d < hd; d++) _mm_prefetch((const char *)(kn + d * kds), _MM_HINT_T0);
-                for (int64_t o = 0; o < 16 * vs; o += 64) _mm_prefetch((const char *)(vn + o), _MM_HINT_T0);
+                const uint8_t *kn = ATTF_K(t0[g] + 32);
+                if (bs == 16) /* the group's K is its whole region */
+                    att_prefetch_lines(kn, hd * kds);
+                else
+                    for (int32_t d = 0; d < hd; d++) att_prefetch_lines(kn + d * kds, 16 * esz);
+                att_prefetch_lines(ATTF_V(t0[g] + 32), 16 * vs);
             }
         }
         for (int32_t qi = qi0; qi < nq; qi += ATTF_QB) {
@@ -249,7 +281,7 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
             for (int j = 0; j < NQ; j++) {
                 qv[j] = ATTF_Q(qi + j);
                 so[j] = sc->s + (int64_t)(qi + j) * sc->stride;
-                mx[j] = sc->mx + (int64_t)(qi + j) * 8;
+                mx[j] = sc->mx + (int64_t)(qi + j) * 16;
                 last[j] = ATTF_LAST(qi + j);
             }
             switch (NQ * 8 + (ng == 4 ? 2 : ng == 2)) {
@@ -282,7 +314,8 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
     /* softmax numerators in place (16 positions at a time, the halves summed in order), their sums */
     for (int32_t qi = 0; qi < nq; qi++) {
         float *s = sc->s + (int64_t)qi * sc->stride;
-        const vf m = ATTF(vf_set1)(v8_hmax(v8_load(sc->mx + qi * 8)));
+        const float *mq = sc->mx + qi * 16;
+        const vf m = ATTF(vf_set1)(v8_hmax(v8_max(v8_load(mq), v8_load(mq + 8))));
         v8f sum = v8_zero();
         for (int32_t t0 = 0; t0 <= ATTF_LAST(qi); t0 += 16) {
             const vf p = ATTF(vf_exp2_neg)(ATTF(vf_sub)(ATTF(vf_load)(s + t0), m));
@@ -334,31 +367,40 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
         }
         return;
     }
-    /* head_dim a multiple of 16: per query and 16 dims, 4 partial vectors */
-    for (int32_t qi = 0; qi < nq; qi++) {
-        const float *p = sc->s + (int64_t)qi * sc->stride;
-        const int32_t last = ATTF_LAST(qi);
-        float *o = out + (int64_t)(r0 + qi / G) * n_q + ((int64_t)it->kvh * G + qi % G) * hd;
-        const vf inv = ATTF(vf_set1)(sc->inv[qi]);
-        for (int32_t dv = 0; dv < hdp; dv += 16) {
-            vf a[4] = {ATTF(vf_zero)(), ATTF(vf_zero)(), ATTF(vf_zero)(), ATTF(vf_zero)()};
-            for (int32_t t0 = 0; t0 <= last; t0 += 16) {
+#if ATTF_512
+    /* head_dim a multiple of 16 (AVX-512 only: in AVX2 the general kernels are faster there): per 16 dims, query batches of ATTF_QV sharing each V load, 4 partial
+     * vectors per query; positions all of the batch has first, then each query's own */
+    for (int32_t qi = 0; qi < nq; qi += ATTF_QV) {
+        const int NQ = nq - qi < ATTF_QV ? nq - qi : ATTF_QV;
+        const float *p[ATTF_QV];
+        for (int j = 0; j < NQ; j++) p[j] = sc->s + (int64_t)(qi + j) * sc->stride;
+        const int32_t common = ATTF_LAST(qi) + 1;
+        for (int32_t dv = 0; dv < hd; dv += 16) {
+            vf a[ATTF_QV][4];
+            for (int j = 0; j < NQ; j++) a[j][0] = a[j][1] = a[j][2] = a[j][3] = ATTF(vf_zero)();
+            for (int32_t t0 = 0; t0 < common; t0 += 16) {
+                const int32_t n = common - t0 < 16 ? common - t0 : 16;
                 const uint8_t *vp = ATTF_V(t0) + dv * esz;
-                const int32_t end = last + 1 - t0 < 16 ? last + 1 - t0 : 16;
-                int32_t u = 0;
-                for (; u + 4 <= end; u += 4, vp += 4 * vs) {
-                    a[0] = ATTF(vf_fma)(ATTF(vf_set1)(p[t0 + u]), ATTF(vf_load_kind)(vp, kind), a[0]);
-                    a[1] = ATTF(vf_fma)(ATTF(vf_set1)(p[t0 + u + 1]), ATTF(vf_load_kind)(vp + vs, kind), a[1]);
-                    a[2] = ATTF(vf_fma)(ATTF(vf_set1)(p[t0 + u + 2]), ATTF(vf_load_kind)(vp + 2 * vs, kind), a[2]);
-                    a[3] = ATTF(vf_fma)(ATTF(vf_set1)(p[t0 + u + 3]), ATTF(vf_load_kind)(vp + 3 * vs, kind), a[3]);
+                switch (NQ) {
+#if ATTF_QV > 1
+                case 2: ATTF(attf_v16_run)(vp, vs, kind, p, 2, t0, n, a); break;
+                case 3: ATTF(attf_v16_run)(vp, vs, kind, p, 3, t0, n, a); break;
+                case 4: ATTF(attf_v16_run)(vp, vs, kind, p, 4, t0, n, a); break;
+#endif
+                default: ATTF(attf_v16_run)(vp, vs, kind, p, 1, t0, n, a); break;
                 }
-                for (; u < end; u++, vp += vs)
-                    a[u & 3] = ATTF(vf_fma)(ATTF(vf_set1)(p[t0 + u]), ATTF(vf_load_kind)(vp, kind), a[u & 3]);
             }
-            const vf r = ATTF(vf_mul)(ATTF(vf_add)(ATTF(vf_add)(a[0], a[1]), ATTF(vf_add)(a[2], a[3])), inv);
-            ATTF(vf_store)(o + dv, r);
+            for (int j = 0; j < NQ; j++) {
+                for (int32_t t = common; t <= ATTF_LAST(qi + j); t++)
+                    a[j][t & 3] = ATTF(vf_fma)(ATTF(vf_set1)(p[j][t]), ATTF(vf_load_kind)(ATTF_V(t) + dv * esz, kind),
+                                               a[j][t & 3]);
+                const vf r = ATTF(vf_mul)(ATTF(vf_add)(ATTF(vf_add)(a[j][0], a[j][1]), ATTF(vf_add)(a[j][2], a[j][3])),
+                                          ATTF(vf_set1)(sc->inv[qi + j]));
+                ATTF(vf_store)(out + (int64_t)(r0 + (qi + j) / G) * n_q + ((int64_t)it->kvh * G + (qi + j) % G) * hd + dv, r);
+            }
         }
     }
+#endif
 #undef ATTF_Q
 #undef ATTF_LAST
 #undef ATTF_K
@@ -371,3 +413,4 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
 #undef ATTF_TOP
 #undef ATTF_QB
 #undef ATTF_NG
+#undef ATTF_QV
