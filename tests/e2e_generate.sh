@@ -129,4 +129,19 @@ else
     skip generate_unsupported_arch "nightshift synth failed"
 fi
 
+# --- kernel variants: plain AVX2 (and, for the F32 stories260K, the scalar reference) give the default's
+# tokens: seeded sampling over 96 tokens, a different logit bit anywhere would likely change a draw ----------
+smol=models/SmolLM2-135M-Instruct.Q4_1.gguf
+for m in "$model" "$smol"; do
+    [ -f "$m" ] || { skip generate_kernel_variants "no $m"; continue; }
+    name=generate_kernel_variants_$(basename "$m" .gguf)
+    want=$($NS generate -m "$m" -p "Once upon a time" -n 96 --temp 1.0 --seed 11 --ids 2>/dev/null)
+    variants="avx2"
+    [ "$m" = "$model" ] && variants="avx2 scalar"
+    for v in $variants; do
+        got=$(NIGHTSHIFT_CPU_KERNELS=$v $NS generate -m "$m" -p "Once upon a time" -n 96 --temp 1.0 --seed 11 --ids 2>/dev/null)
+        if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "${name}_$v"; else fail "${name}_$v" "'$got' vs '$want'"; fi
+    done
+done
+
 exit $E2E_FAILED

@@ -58,7 +58,9 @@ static inline uint64_t threads_ticks(void)
 #define THREADS_OWNER_SPIN_US 20
 
 /* Adaptive use of the workers: see threads_adapt. */
-#define THREADS_WINDOW 16
+#define THREADS_WINDOW 16         /* dispatches per window, at least */
+#define THREADS_WINDOW_US 2000    /* wall time per window, at least */
+#define THREADS_STRIKES 2         /* windows in a row without speed-up before running inline */
 #define THREADS_MIN_SPEEDUP 1.15
 #define THREADS_SOLO_MIN 64
 #define THREADS_SOLO_MAX 4096
@@ -99,6 +101,7 @@ struct threads_pool {
     alignas(64) _Atomic uint64_t worker_busy; /* ticks the workers spent inside tasks */
     uint64_t win_wall, win_busy;              /* over the current window of pool dispatches */
     int win_n;
+    int strikes; /* windows in a row that showed no speed-up */
     int solo_left; /* dispatches still to run inline before the workers are tried again */
     int solo_len;  /* length of the next inline period */
     int64_t n_inline; /* statistics: dispatches of >= 2 tasks run inline */
@@ -230,21 +233,26 @@ int threads_count(const threads_pool *p)
     return p->n_threads;
 }
 
-/* After a pool dispatch that took `wall` ticks, `busy` of them (summed over threads) inside tasks: every
- * THREADS_WINDOW dispatches, if the threads together did less than THREADS_MIN_SPEEDUP times the work of
- * one thread per unit of time, the workers are not running beside the owner (a loaded machine: they
+/* After a pool dispatch that took `wall` ticks, `busy` of them (summed over threads) inside tasks: over
+ * windows of at least THREADS_WINDOW dispatches and THREADS_WINDOW_US of wall time, if the threads
+ * together did less than THREADS_MIN_SPEEDUP times the work of one thread per unit of time in
+ * THREADS_STRIKES windows in a row, the workers are not running beside the owner (a loaded machine: they
  * share its core or wait for one) and only add hand-off costs, so the next solo_len dispatches run inline;
  * solo_len doubles (up to THREADS_SOLO_MAX) while that stays true and resets when the workers help
- * again. Only where tasks run changes, never what they compute. */
+ * again. The time floor and the strikes keep a short stall (a virtual CPU descheduled for a millisecond)
+ * from sending a busy pool inline. Only where tasks run changes, never what they compute. */
 static void threads_adapt(threads_pool *p, uint64_t wall, uint64_t busy)
 {
     p->win_wall += wall;
     p->win_busy += busy;
-    if (++p->win_n < THREADS_WINDOW) return;
+    if (++p->win_n < THREADS_WINDOW || p->win_wall < (uint64_t)THREADS_WINDOW_US * THREADS_TICKS_PER_US) return;
     if ((double)p->win_busy < THREADS_MIN_SPEEDUP * (double)p->win_wall) {
-        p->solo_left = p->solo_len;
-        p->solo_len = p->solo_len * 2 > THREADS_SOLO_MAX ? THREADS_SOLO_MAX : p->solo_len * 2;
+        if (++p->strikes >= THREADS_STRIKES) {
+            p->solo_left = p->solo_len;
+            p->solo_len = p->solo_len * 2 > THREADS_SOLO_MAX ? THREADS_SOLO_MAX : p->solo_len * 2;
+        }
     } else {
+        p->strikes = 0;
         p->solo_len = THREADS_SOLO_MIN;
     }
     p->win_wall = p->win_busy = 0;
