@@ -131,8 +131,8 @@ struct cpu_matmul_job {
 
 /* Runs n_jobs (<= 8) matmuls that share the input rows over the pool (pool NULL: inline on the calling
  * thread): x (n_rows, n_in) as floats and, when any job's weight uses q8 activations, xq (n_rows rows of
- * cpu_q8_row_bytes(n_in)) quantized (already filled). Weights of the integer types must be repacked
- * (cpu_repack_row). Tasks are (tile of weight rows, block of input rows): each tile is multiplied with
+ * cpu_q8_row_bytes(n_in)) quantized (already filled). Weights must be repacked (cpu_repack_rows); tiles
+ * start at multiples of CPU_PANEL outputs. Tasks are (tile of weight rows, block of input rows): each tile is multiplied with
  * the block's rows while it is in cache; rows are split into blocks only when the tiles alone are too few
  * to keep the threads busy. Every output is computed by the same kernel code whatever the split. */
 void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
