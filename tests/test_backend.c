@@ -172,14 +172,20 @@ TEST(test_dot_simd_vs_scalar)
             cpu_dot_simd(t)(n, w, xin, xs, 4, simd4);
             for (int r = 0; r < 4; r++) cpu_dot_simd(t)(n, w, (const char *)xin + r * xs, xs, 1, &simd1[r]);
             cpu_dot_scalar(t)(n, w, xin, xs, 4, ref);
-            /* the AVX-VNNI integer kernels (when this CPU has them) equal the AVX2 ones bit for bit */
-            cpu_dot_fn vnni = cpu_dot_variant(t, CPU_KERNEL_VNNI), avx2 = cpu_dot_variant(t, CPU_KERNEL_AVX2);
-            if (vnni && avx2) {
-                float va[4], vb[4];
-                vnni(n, w, xin, xs, 4, va);
-                avx2(n, w, xin, xs, 4, vb);
-                CHECK_MSG(memcmp(va, vb, sizeof va) == 0, "type %s n %lld: VNNI differs from AVX2",
-                          gguf_dtype_info(t)->name, (long long)n);
+            /* the AVX-VNNI and AVX-512 integer kernels (when this CPU has them) equal the AVX2 ones bit for
+             * bit, for 1 to 4 rows */
+            cpu_dot_fn avx2 = cpu_dot_variant(t, CPU_KERNEL_AVX2);
+            const enum cpu_kernel_variant others[] = {CPU_KERNEL_VNNI, CPU_KERNEL_AVX512};
+            for (size_t vi = 0; vi < 2 && avx2; vi++) {
+                cpu_dot_fn f = cpu_dot_variant(t, others[vi]);
+                if (!f) continue;
+                for (int nx = 1; nx <= 4; nx++) {
+                    float va[4], vb[4];
+                    f(n, w, xin, xs, nx, va);
+                    avx2(n, w, xin, xs, nx, vb);
+                    CHECK_MSG(memcmp(va, vb, (size_t)nx * sizeof(float)) == 0, "type %s n %lld rows %d: variant %d differs from AVX2",
+                              gguf_dtype_info(t)->name, (long long)n, nx, (int)others[vi]);
+                }
             }
             /* rows share a weight decode but never an accumulator: bit-identical */
             CHECK_MSG(memcmp(simd4, simd1, sizeof simd4) == 0, "type %s n %lld: 4-row kernel differs from 1-row",
@@ -225,9 +231,10 @@ static void tile_case(int64_t n, int n_w)
         int q8 = cpu_type_uses_q8(t);
         if (q8 && n % 32) continue;
         uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
-        static char w0[80 * 1400], w[80 * 1400];
-        static uint8_t xq[4 * 400];
-        float wf[320], x[4 * 320], y[4 * 80], ref[4];
+        static char w0[80 * 4400], w[80 * 4400];
+        static uint8_t xq[4 * 1400];
+        static float wf[1100], x[4 * 1100];
+        float y[4 * 80], ref[4];
         for (int o = 0; o < n_w; o++) {
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
             CHECK(quant_quantize_row(t, wf, w0 + o * rb, n) == 0);
@@ -260,7 +267,7 @@ static void tile_case(int64_t n, int n_w)
 
 TEST(test_tile_equals_dot)
 {
-    const int64_t lens[] = {320, 172, 64, 8, 13, 100};
+    const int64_t lens[] = {320, 172, 64, 8, 13, 100, 512, 768, 1056}; /* 512+: 2, 3, 4 block groups */
     const int n_ws[] = {13, 37, 80};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         for (size_t j = 0; j < sizeof n_ws / sizeof n_ws[0]; j++) {
