@@ -243,6 +243,9 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
     const float scale2 = (1.0f / sqrtf((float)hd)) * ATT_LOG2E;
     const int kind = kv->type == KV_TYPE_F16;
     const int64_t esz = kind ? 2 : 4, kds = (int64_t)bs * esz, vs = (int64_t)kv->vec_bytes;
+    /* Software prefetch only for short runs: a group's K and V are 16 x head_dim elements each; from 1 KiB
+     * on (head_dim 32 in f16) the hardware prefetcher follows them and the prefetch loops only cost. */
+    const int prefetch = 16 * hd * esz < 1024;
 #define ATTF_Q(qi) (q + (int64_t)(r0 + (qi) / G) * n_q + ((int64_t)it->kvh * G + (qi) % G) * hd)
 #define ATTF_LAST(qi) (pos0 + (qi) / G)
 #define ATTF_K(t) (att_region(kv, kv->k, bt[(t) >> sh], it->kvh) + (int64_t)((t) & (bs - 1)) * esz)
@@ -264,7 +267,7 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
         for (int32_t g = 0; g < ng; g++) {
             t0[g] = t_first + 16 * g;
             kp[g] = ATTF_K(t0[g]);
-            if (t0[g] + 32 < n_valid) { /* K and V of the group two ahead */
+            if (prefetch && t0[g] + 32 < n_valid) { /* K and V of the group two ahead */
                 const uint8_t *kn = ATTF_K(t0[g] + 32);
                 if (bs == 16) /* the group's K is its whole region */
                     att_prefetch_lines(kn, hd * kds);
