@@ -13,6 +13,8 @@
  *    positions of one dim are one load (+ one vcvtph2ps); V vectors are read where they are.
  *  - staged: everything else (Q8_0, odd sizes). The chunk's K is converted into an f32 [dim][32] buffer
  *    and its V into f32 rows, and the same kernels read those.
+ * The fast path (cpu_attn_fast.h, AVX2 and AVX-512F) replays the same arithmetic over 16-lane vectors for
+ * the common layouts; cpu_attn_item_run takes it when it can. Tests run every path and memcmp them.
  */
 #include "backend/cpu_attn.h"
 
@@ -236,31 +238,6 @@ void cpu_exp_row(const float *x, float *y, int64_t n)
         memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
         v8_store(t, v8_exp(v8_load(t)));
         memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
-    }
-}
-
-#if ATT_AVX2
-static int64_t att_swiglu16_512(float *g, const float *u, int64_t n);
-static int att_use_512(void);
-#endif
-
-void cpu_swiglu_row(float *g, const float *u, int64_t n)
-{
-    int64_t i = 0;
-#if ATT_AVX2
-    if (n >= 16 && att_use_512()) i = att_swiglu16_512(g, u, n);
-#endif
-    for (; i + 8 <= n; i += 8) {
-        v8f x = v8_load(g + i);
-        v8f e = v8_exp(v8_sub(v8_zero(), x));
-        v8_store(g + i, v8_mul(v8_div(x, v8_add(v8_set1(1.0f), e)), v8_load(u + i)));
-    }
-    if (i < n) {
-        float tg[8] = {0}, tu[8] = {0};
-        memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
-        memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
-        cpu_swiglu_row(tg, tu, 8);
-        memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
     }
 }
 
@@ -703,11 +680,6 @@ ATT_INLINE void att_prefetch_lines(const uint8_t *a, int64_t n)
 #include "backend/cpu_attn_fast.h"
 #undef ATTF_512
 
-static int64_t att_swiglu16_512(float *g, const float *u, int64_t n)
-{
-    return swiglu16_512(g, u, n);
-}
-
 /* 1 if the AVX-512F forms may run: the CPU has them and NIGHTSHIFT_CPU_KERNELS does not cap them. */
 static int att_use_512(void)
 {
@@ -715,7 +687,6 @@ static int att_use_512(void)
     if (use < 0) use = cpu_kernel_cap() >= CPU_KERNEL_AVX512 && __builtin_cpu_supports("avx512f");
     return use;
 }
-#endif
 
 /* 1 if the fast path (AVX-512F: avx512 1) takes this layer's layout (cpu_attn_fast.h). */
 static int att_fast_layout(const struct cpu_kv_layer *kv, int avx512)
@@ -723,6 +694,27 @@ static int att_fast_layout(const struct cpu_kv_layer *kv, int avx512)
     const int32_t bs = kv->block_size, hd = kv->head_dim;
     return (kv->type == KV_TYPE_F32 || kv->type == KV_TYPE_F16) && bs >= 16 && (bs & (bs - 1)) == 0 &&
            (hd == 8 || (avx512 && hd % 16 == 0));
+}
+#endif
+
+void cpu_swiglu_row(float *g, const float *u, int64_t n)
+{
+    int64_t i = 0;
+#if ATT_AVX2
+    if (n >= 16 && att_use_512()) i = swiglu16_512(g, u, n);
+#endif
+    for (; i + 8 <= n; i += 8) {
+        v8f x = v8_load(g + i);
+        v8f e = v8_exp(v8_sub(v8_zero(), x));
+        v8_store(g + i, v8_mul(v8_div(x, v8_add(v8_set1(1.0f), e)), v8_load(u + i)));
+    }
+    if (i < n) {
+        float tg[8] = {0}, tu[8] = {0};
+        memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
+        cpu_swiglu_row(tg, tu, 8);
+        memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
+    }
 }
 
 static void att_general_item(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
