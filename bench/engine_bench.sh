@@ -12,7 +12,9 @@ what=${1:-all}
 echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 if [ "$what" = scaling ] || [ "$what" = all ]; then
-    # stories260K, 128 prompt / 128 generated: concurrency 64 vs 1 (requests = 2 x concurrency)
+    # stories260K, 128 prompt / 128 generated: concurrency 64 vs 1 (issue 4's ratio), 5 runs per level
+    # taking turns, medians; then the 1,4,16,64 curve (requests = 2 x concurrency)
+    "$NS" bench -m "$STORIES" --prompt-len 128 --gen-len 128 --concurrency 1,64 --requests 64 --reps 5
     "$NS" bench -m "$STORIES" --prompt-len 128 --gen-len 128 --concurrency 1,4,16,64
 fi
 

@@ -29,6 +29,22 @@ assert d["kv_tokens"] >= 6 * 32 and d["kv_block"] == 16
 EOF
 then ok bench_json; else fail bench_json "$json $(cat "$e2e_tmp/err")"; fi
 
+# --reps: every level runs R times; it reports its median run and the list of all runs' total tok/s
+json=$("$NS" bench -m "$M" --prompt-len 16 --gen-len 8 --concurrency 1,3 --requests 3 --reps 3 --json 2>"$e2e_tmp/err")
+table=$("$NS" bench -m "$M" --prompt-len 16 --gen-len 8 --concurrency 2 --requests 2 --reps 2 2>&1)
+if python3 - "$json" <<'EOF'
+import json, sys
+d = json.loads(sys.argv[1])
+for l in d["levels"]:
+    runs = l["total_tok_s_runs"]
+    assert len(runs) == 3 and runs == sorted(runs), l
+    assert abs(l["total_tok_s"] - runs[1]) <= 1e-6 * runs[1], l     # the median run's own numbers
+    assert l["gen_tokens"] == 3 * 8 and l["requests"] == 3 and l["failed"] == 0, l
+EOF
+then ok bench_reps_json; else fail bench_reps_json "$json $(cat "$e2e_tmp/err")"; fi
+if echo "$table" | grep -q "total range" && echo "$table" | grep -Eq "^ +2 +2 .* [0-9.]+-[0-9.]+$"; then ok bench_reps_table
+else fail bench_reps_table "$table"; fi
+
 # shared prefix: later requests hit the cache; without the cache nothing is cached
 json=$("$NS" bench -m "$M" --shared-prefix 64 --prompt-len 8 --gen-len 4 --concurrency 4 --requests 16 --max-batch-tokens 64 --json 2>/dev/null)
 json2=$("$NS" bench -m "$M" --shared-prefix 64 --prompt-len 8 --gen-len 4 --concurrency 4 --requests 16 --max-batch-tokens 64 --no-prefix-cache --json 2>/dev/null)
@@ -67,6 +83,8 @@ bad bench_requests_negative "--requests" --requests -3
 bad bench_max_batch_zero "--max-batch-tokens" --max-batch-tokens 0
 bad bench_unknown_flag "unknown flag" --bogus
 bad bench_missing_value "needs a value" --gen-len
+bad bench_reps_zero "--reps" --reps 0
+bad bench_reps_huge "--reps" --reps 5000
 
 "$NS" bench -m "$e2e_tmp/nope.gguf" --concurrency 1 >/dev/null 2>"$e2e_tmp/err"
 rc=$?

@@ -1,7 +1,7 @@
 /* nightshift bench — synthetic throughput through the real scheduler, one run per concurrency level.
  *
  *   nightshift bench [-m MODEL] [--prompt-len 128] [--gen-len 128] [--requests N] [--concurrency 1,4,16,64]
- *                    [--shared-prefix LEN] [--seed S] [--json] [engine flags]
+ *                    [--shared-prefix LEN] [--reps R] [--seed S] [--json] [engine flags]
  *
  * Each level c runs N requests (default 2c) through a fresh engine with max_seqs = c: prompts of random
  * token ids (an optional shared prefix of LEN ids, then prompt-len unique ones), greedy, EOS ignored, so
@@ -10,6 +10,10 @@
  * The KV pool is sized once from --kv-memory (auto by default) and capped at what the largest level can
  * ever hold (every request's blocks at once); the capacity is printed first. A tiny warm-up request runs
  * before the first level (page faults of the mapped weights, thread start-up).
+ *
+ * With --reps R every level runs R times, the levels taking turns (1, 4, ..., 1, 4, ...) so that a machine
+ * whose speed drifts affects them alike; each level reports its median run by total tok/s (for even R the
+ * lower of the middle two) and the lowest and highest total tok/s of its runs.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -32,6 +36,7 @@ struct bench_opts {
     const char *model;
     int32_t prompt_len, gen_len, shared_prefix;
     int32_t requests; /* 0: 2 x concurrency */
+    int32_t reps;     /* runs per level */
     int32_t levels[BENCH_MAX_LEVELS];
     int n_levels;
     uint64_t seed;
@@ -63,6 +68,8 @@ static void bench_usage(FILE *out)
             "  --shared-prefix N       tokens every prompt starts with, before its unique part (default 0)\n"
             "  --requests N            requests per level (default: 2 x the level's concurrency)\n"
             "  --concurrency LIST      comma-separated levels; each sets --max-seqs (default 1,4,16,64)\n"
+            "  --reps R                runs per level, levels taking turns; reports the median run and the\n"
+            "                          range of total tok/s (default 1)\n"
             "  --seed S                seed of the random prompts (default 1)\n"
             "  --json                  one JSON object on stdout instead of the table\n"
             "Engine (--max-seqs is set by each concurrency level):\n",
@@ -110,6 +117,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     o->prompt_len = 128;
     o->gen_len = 128;
     o->seed = 1;
+    o->reps = 1;
     o->levels[0] = 1, o->levels[1] = 4, o->levels[2] = 16, o->levels[3] = 64;
     o->n_levels = 4;
     engine_flags_defaults(&o->ef);
@@ -127,7 +135,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         if (r < 0) return 2;
         if (r > 0) continue;
         static const char *const with_value[] = {"-m", "--model", "--prompt-len", "--gen-len", "--shared-prefix",
-                                                 "--requests", "--concurrency", "--seed", NULL};
+                                                 "--requests", "--concurrency", "--reps", "--seed", NULL};
         int known = 0;
         for (const char *const *w = with_value; *w; w++) known |= !strcmp(a, *w);
         if (!known) {
@@ -146,6 +154,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         else if (!strcmp(a, "--shared-prefix")) bad = parse_i32(a, v, 0, 1 << 20, &o->shared_prefix);
         else if (!strcmp(a, "--requests")) bad = parse_i32(a, v, 1, 1 << 20, &o->requests);
         else if (!strcmp(a, "--concurrency")) bad = parse_levels(v, o);
+        else if (!strcmp(a, "--reps")) bad = parse_i32(a, v, 1, 1000, &o->reps);
         else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -232,6 +241,18 @@ static double mib(uint64_t b)
     return (double)b / (1024.0 * 1024.0);
 }
 
+/* Total tok/s of a run. */
+static double level_rate(const struct bench_level *lv)
+{
+    return (double)(lv->prompt_tokens + lv->gen_tokens) / (lv->wall > 0 ? lv->wall : 1e-9);
+}
+
+static int cmp_rate(const void *pa, const void *pb)
+{
+    double a = level_rate(pa), b = level_rate(pb);
+    return (a > b) - (a < b);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o;
@@ -241,6 +262,7 @@ int cmd_bench(int argc, char **argv)
     struct engine_stack st;
     struct err e;
     int32_t *prompts = NULL;
+    struct bench_level *runs = NULL; /* (n_levels, reps) */
     json_t *levels_json = NULL;
     memset(&st, 0, sizeof st);
 
@@ -361,25 +383,41 @@ int cmd_bench(int argc, char **argv)
         }
     }
     if (!o.json)
-        printf("%5s %6s %12s %11s %12s %8s %10s %15s %10s %8s %8s\n", "conc", "reqs", "prompt tok/s", "gen tok/s",
-               "total tok/s", "wall s", "decode t/s", "peak KV tokens", "peak RSS", "cached", "preempt");
+        printf("%5s %6s %12s %11s %12s %8s %10s %15s %10s %8s %8s%s\n", "conc", "reqs", "prompt tok/s", "gen tok/s",
+               "total tok/s", "wall s", "decode t/s", "peak KV tokens", "peak RSS", "cached", "preempt",
+               o.reps > 1 ? "  total range" : "");
     levels_json = json_array();
+    runs = malloc((size_t)o.n_levels * (size_t)o.reps * sizeof *runs);
+    if (!runs) {
+        cli_error("bench", "out of memory");
+        rc = 1;
+        goto done;
+    }
+    /* rounds of all levels; a level is reported once its last run is in */
+    for (int32_t r = 0; r < o.reps; r++) {
     for (int l = 0; l < o.n_levels; l++) {
-        struct bench_level lv;
         int32_t c = o.levels[l];
-        if (run_level(&st, &ep, c, level_requests(&o, c), prompts, (int32_t)n_prompt, o.gen_len, &lv, &e)) {
+        struct bench_level *lr = runs + (size_t)l * (size_t)o.reps;
+        if (run_level(&st, &ep, c, level_requests(&o, c), prompts, (int32_t)n_prompt, o.gen_len, &lr[r], &e)) {
             cli_error("bench", "concurrency %d: %s", (int)c, e.msg);
             rc = 1;
             goto done;
         }
+        if (r + 1 < o.reps) continue;
+        qsort(lr, (size_t)o.reps, sizeof *lr, cmp_rate);
+        const struct bench_level lv = lr[(o.reps - 1) / 2];
+        json_t *rates = json_array();
+        for (int32_t k = 0; k < o.reps; k++) json_array_append_new(rates, json_real(level_rate(&lr[k])));
         double w = lv.wall > 0 ? lv.wall : 1e-9;
         double pr = (double)lv.prompt_tokens / w, gr = (double)lv.gen_tokens / w;
         int64_t peak_tokens = lv.peak_blocks * ep.kv_block;
         double dr = lv.t_decode > 0 ? (double)lv.decode_rows / lv.t_decode : 0;
         if (!o.json) {
-            printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld\n", (int)c, (int)lv.requests, pr,
+            printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld", (int)c, (int)lv.requests, pr,
                    gr, pr + gr, lv.wall, dr, (long long)peak_tokens, 100.0 * (double)lv.peak_blocks / (double)ep.kv_blocks,
                    mib(lv.peak_rss), (long long)lv.prompt_cached, (long long)lv.preemptions);
+            if (o.reps > 1) printf("  %.1f-%.1f", level_rate(&lr[0]), level_rate(&lr[o.reps - 1]));
+            printf("\n");
             fflush(stdout);
         }
         json_array_append_new(
@@ -391,7 +429,10 @@ int cmd_bench(int argc, char **argv)
                       (json_int_t)lv.gen_tokens, "steps", (json_int_t)lv.steps, "preemptions", (json_int_t)lv.preemptions,
                       "peak_kv_tokens", (json_int_t)peak_tokens, "peak_rss_bytes", (json_int_t)lv.peak_rss, "forward_s",
                       lv.t_forward));
-        if (lv.failed) rc = 1;
+        json_object_set_new(json_array_get(levels_json, json_array_size(levels_json) - 1), "total_tok_s_runs", rates);
+        for (int32_t k = 0; k < o.reps; k++)
+            if (lr[k].failed) rc = 1;
+    }
     }
     if (o.json) {
         json_t *root = json_pack("{s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:b, s:O}", "model", o.model,
@@ -408,6 +449,7 @@ int cmd_bench(int argc, char **argv)
     }
 done:
     json_decref(levels_json);
+    free(runs);
     free(prompts);
     if (st.backend.ops) backend_free(&st.backend);
     tok_free(st.vocab);
