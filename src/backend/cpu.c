@@ -16,11 +16,12 @@
  *    == 0, else kv_alloc fails). Position p of a sequence lives in block block_table[p / block_size],
  *    slot p % block_size.
  *  - The KV pool is one anonymous MAP_NORESERVE mapping, never cleared: a page is committed when a slot in
- *    it is first written. A slot is always written before it is read: a step writes K/V of every row
- *    (cpu_epi_qkv, inside the q/k/v matmul) before its attention, and attention (cpu_attn.c) reads only
- *    positions <= the last row of the item's sequence in this step, all written by this or an earlier
- *    step (or by the step that computed a prefix-cache block). Chunk positions beyond that are
- *    zero-filled, never loaded.
+ *    it is first written. A step writes K/V of every row (cpu_epi_qkv, inside the q/k/v matmul) before its
+ *    attention, and attention (cpu_attn.c) uses only positions <= the last row of the item's sequence in
+ *    this step, all written by this or an earlier step (or by the step that computed a prefix-cache
+ *    block). The general kernels never load a slot past that; the fast path loads K of whole 16-slot
+ *    groups inside the sequence's own last block, and the lanes of unwritten slots (any bits, NaN
+ *    included) are replaced by -inf before anything uses them (cpu_attn.h).
  *  - Weights: at load every matrix is repacked once (cpu_repack_rows: Q8_0/Q4_0/Q4_1 into groups of 8
  *    interleaved blocks, same size; F32/F16/BF16 into panels of 16 rows, padded to a multiple of 16
  *    rows) into one buffer that the backend owns (memory = the matrices' bytes again; the model's

@@ -19,9 +19,12 @@
  *   A_j   = fma chain over t <= pos, t mod 4 = j, in t order, of p[t] * v_t (per dim);
  *   out   = ((A_0 + A_1) + (A_2 + A_3)) * (1 / sum).
  * K/V conversion to f32 is exact (f16 -> f32, q8_0 d * q with an 11-bit d and a 7-bit q), so it does not
- * matter which item converts a chunk. Only written KV is read: positions beyond the item's last row are
- * never loaded (zero-filled in the chunk buffer); positions between a row's own and the item's last row
- * were written earlier in this step and are masked out of that row's softmax (blend, not arithmetic).
+ * matter which item converts a chunk. Only written KV enters the arithmetic: the general kernels never
+ * load positions beyond the item's last row (zero-filled in the chunk buffer); the fast path loads K of
+ * whole 16-position groups, and the scores of the slots past a row's position (unwritten ones included,
+ * whatever their bits) are blended to -inf before the max, the exp and the sums, and their V is never
+ * loaded. Positions between a row's own and the item's last row were written earlier in this step and
+ * are masked out of that row's softmax (blend, not arithmetic).
  */
 #ifndef NS_BACKEND_CPU_ATTN_H
 #define NS_BACKEND_CPU_ATTN_H
