@@ -276,6 +276,29 @@ TEST(test_tile_equals_dot)
         }
 }
 
+/* The activation quantizer (AVX2 where built) gives the plain-C reference's bytes: random rows of several
+ * scales, exact .5 ties, zeros, denormals, huge values, inf and NaN. */
+TEST(test_quantize_row_vs_ref)
+{
+    enum { N = 1056 }; /* 4 groups of 8 blocks and one leftover block */
+    static float x[N];
+    static uint8_t a[N / 32 * 40], b[N / 32 * 40];
+    for (int round = 0; round < 40 && !test_cur_failed; round++) {
+        const float scale = round < 10 ? 1.0f : round < 20 ? 1e-3f : round < 30 ? 1e6f : 1e-40f;
+        for (int i = 0; i < N; i++) x[i] = frand(scale);
+        if (round % 5 == 1)
+            for (int i = 0; i < N; i++) x[i] = (float)((i % 255) - 127) * 0.5f; /* ties after scaling */
+        if (round % 5 == 2) {
+            memset(x, 0, 32 * sizeof(float)); /* an all-zero block */
+            x[40] = INFINITY, x[77] = -INFINITY, x[100] = NAN, x[200] = 3e38f, x[201] = -3e38f;
+            x[300] = 1e-45f, x[333] = -1e-44f;
+        }
+        cpu_quantize_row_q8(x, a, N);
+        cpu_quantize_row_q8_ref(x, b, N);
+        CHECK_MSG(memcmp(a, b, sizeof a) == 0, "round %d: quantized row differs from the reference", round);
+    }
+}
+
 /* Q8_0 weights of -128 (not produced by the quantizer, legal in a file) must not saturate, in an
  * interleaved group and in a leftover block. */
 TEST(test_dot_q8_0_extremes)
@@ -1087,6 +1110,7 @@ int main(void)
     RUN(test_invariance_stories260K);
     RUN(test_invariance_synthetic);
     RUN(test_exp_row);
+    RUN(test_quantize_row_vs_ref);
     RUN(test_attn_kernel);
     RUN(test_invariance_long_prefill);
     RUN(test_kv_pool_lazy);

@@ -51,7 +51,7 @@ int64_t cpu_q8_row_bytes(int64_t n)
     return n / CPU_QK * (int64_t)sizeof(struct cpu_q8_block);
 }
 
-/* One block: d, s and q[32] of 32 floats. */
+/* One block: d, s and q[32] of 32 floats (the reference). */
 static void cpu_quantize_block(const float *xb, float *d_out, float *s_out, int8_t *q)
 {
     float amax = 0.0f;
@@ -73,19 +73,73 @@ static void cpu_quantize_block(const float *xb, float *d_out, float *s_out, int8
     *s_out = d * (float)sum;
 }
 
-void cpu_quantize_row_q8(const float *x, void *y, int64_t n)
+#if CPU_HAVE_AVX2
+/* cpu_quantize_block in AVX2, the same values: the max of |x| is exact in any order and skips NaN like
+ * the scalar compare; d and 1/d are the same scalar ops; x * id rounds to nearest even in both (lrintf in
+ * the default mode, vcvtps2dq); what lrintf and vcvtps2dq give for inf or NaN products both clamp to -127
+ * (finite products stay near +-127); the integer sum is exact. */
+static void cpu_quantize_block_avx2(const float *xb, float *d_out, float *s_out, int8_t *q)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 x[4], m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        x[k] = _mm256_loadu_ps(xb + 8 * k);
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, x[k]), m); /* a NaN |x| gives m */
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    const float amax = _mm_cvtss_f32(h);
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    __m256i qi[4], acc = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+        qi[k] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x[k], vid)), lo), hi);
+        acc = _mm256_add_epi32(acc, qi[k]);
+    }
+    /* packs work per 128-bit lane: 4-byte units come out as (x0a x1a x2a x3a x0b x1b x2b x3b) */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    *d_out = d;
+    *s_out = d * (float)_mm_cvtsi128_si32(s4);
+}
+#endif
+
+typedef void (*cpu_quantize_block_fn)(const float *xb, float *d_out, float *s_out, int8_t *q);
+
+static void cpu_quantize_row_with(cpu_quantize_block_fn block, const float *x, void *y, int64_t n)
 {
     const int64_t nb = n / CPU_QK, ng = nb / CPU_QG;
     struct cpu_q8_group *g = y;
     for (int64_t gi = 0; gi < ng; gi++) {
         for (int j = 0; j < CPU_QG; j++) {
             int8_t q[CPU_QK];
-            cpu_quantize_block(x + (gi * CPU_QG + j) * CPU_QK, &g[gi].d[j], &g[gi].s[j], q);
+            block(x + (gi * CPU_QG + j) * CPU_QK, &g[gi].d[j], &g[gi].s[j], q);
             for (int c = 0; c < 8; c++) memcpy(&g[gi].q[c * 32 + j * 4], q + 4 * c, 4);
         }
     }
     struct cpu_q8_block *t = (struct cpu_q8_block *)(g + ng);
-    for (int64_t b = ng * CPU_QG; b < nb; b++, t++) cpu_quantize_block(x + b * CPU_QK, &t->d, &t->s, t->q);
+    for (int64_t b = ng * CPU_QG; b < nb; b++, t++) block(x + b * CPU_QK, &t->d, &t->s, t->q);
+}
+
+void cpu_quantize_row_q8(const float *x, void *y, int64_t n)
+{
+#if CPU_HAVE_AVX2
+    cpu_quantize_row_with(cpu_quantize_block_avx2, x, y, n);
+#else
+    cpu_quantize_row_with(cpu_quantize_block, x, y, n);
+#endif
+}
+
+void cpu_quantize_row_q8_ref(const float *x, void *y, int64_t n)
+{
+    cpu_quantize_row_with(cpu_quantize_block, x, y, n);
 }
 
 /* Bytes of one ggml block (the integer types). */

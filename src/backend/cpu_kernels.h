@@ -50,8 +50,10 @@ struct cpu_q8_group {
 /* Bytes of one quantized activation row of n elements. */
 int64_t cpu_q8_row_bytes(int64_t n);
 
-/* Quantizes one row into the layout above. Deterministic per row (plain C). */
+/* Quantizes one row into the layout above. Deterministic per row; AVX2 where compiled in, with the same
+ * bytes as the plain-C reference cpu_quantize_row_q8_ref (tests compare them). */
 void cpu_quantize_row_q8(const float *x, void *y, int64_t n);
+void cpu_quantize_row_q8_ref(const float *x, void *y, int64_t n);
 
 /* Element i of a quantized activation row of n elements, dequantized (d * q): for tests. */
 float cpu_q8_value(const void *row, int64_t n, int64_t i);
