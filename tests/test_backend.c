@@ -150,21 +150,21 @@ TEST(test_dot_simd_vs_scalar)
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             int64_t n = lens[li];
             if (q8 && n % 32) continue;
-            float *wf = malloc((size_t)n * 4), *wd = malloc((size_t)n * 4), *x = malloc(4 * (size_t)n * 4);
+            float *wf = malloc((size_t)n * 4), *wd = malloc((size_t)n * 4), *x = malloc(8 * (size_t)n * 4);
             uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
             void *w0 = malloc(rb), *w = malloc(rb);
             int64_t qrb = cpu_q8_row_bytes(n);
-            uint8_t *xq = malloc(4 * (size_t)qrb + 1);
+            uint8_t *xq = malloc(8 * (size_t)qrb + 1);
             CHECK(wf && wd && x && w0 && w && xq);
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
-            for (int64_t i = 0; i < 4 * n; i++) x[i] = frand(2.0f);
+            for (int64_t i = 0; i < 8 * n; i++) x[i] = frand(2.0f);
             CHECK(quant_quantize_row(t, wf, w0, n) == 0);
             CHECK(quant_dequantize_row(t, w0, wd, n) == 0);
             cpu_repack_row(t, w0, w, n); /* what the backend does at load */
             const void *xin = x;
             int64_t xs = n * 4;
             if (q8) {
-                for (int r = 0; r < 4; r++) cpu_quantize_row_q8(x + r * n, xq + r * qrb, n);
+                for (int r = 0; r < 8; r++) cpu_quantize_row_q8(x + r * n, xq + r * qrb, n);
                 xin = xq;
                 xs = qrb;
             }
@@ -173,17 +173,22 @@ TEST(test_dot_simd_vs_scalar)
             for (int r = 0; r < 4; r++) cpu_dot_simd(t)(n, w, (const char *)xin + r * xs, xs, 1, &simd1[r]);
             cpu_dot_scalar(t)(n, w, xin, xs, 4, ref);
             /* the AVX-VNNI and AVX-512 integer kernels (when this CPU has them) equal the AVX2 ones bit for
-             * bit, for 1 to 4 rows */
+             * bit, for 1 to max_x rows (AVX2 takes rows 0-3 and 4-7 in two calls) */
             cpu_dot_fn avx2 = cpu_dot_variant(t, CPU_KERNEL_AVX2);
+            float want[8];
+            if (avx2) {
+                avx2(n, w, xin, xs, 4, want);
+                avx2(n, w, (const char *)xin + 4 * xs, xs, 4, want + 4);
+            }
             const enum cpu_kernel_variant others[] = {CPU_KERNEL_VNNI, CPU_KERNEL_AVX512};
             for (size_t vi = 0; vi < 2 && avx2; vi++) {
-                cpu_dot_fn f = cpu_dot_variant(t, others[vi]);
-                if (!f) continue;
-                for (int nx = 1; nx <= 4; nx++) {
-                    float va[4], vb[4];
-                    f(n, w, xin, xs, nx, va);
-                    avx2(n, w, xin, xs, nx, vb);
-                    CHECK_MSG(memcmp(va, vb, (size_t)nx * sizeof(float)) == 0, "type %s n %lld rows %d: variant %d differs from AVX2",
+                struct cpu_kernel k = cpu_kernel_variant(t, others[vi]);
+                if (!k.dot) continue;
+                CHECK(k.max_x == CPU_DOT_MAX_X || k.max_x == CPU_TILE_MAX_X);
+                for (int nx = 1; nx <= k.max_x; nx++) {
+                    float va[CPU_TILE_MAX_X];
+                    k.dot(n, w, xin, xs, nx, va);
+                    CHECK_MSG(memcmp(va, want, (size_t)nx * sizeof(float)) == 0, "type %s n %lld rows %d: variant %d differs from AVX2",
                               gguf_dtype_info(t)->name, (long long)n, nx, (int)others[vi]);
                 }
             }
@@ -232,24 +237,24 @@ static void tile_case(int64_t n, int n_w)
         if (q8 && n % 32) continue;
         uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
         static char w0[80 * 4400], w[80 * 4400];
-        static uint8_t xq[4 * 1400];
-        static float wf[1100], x[4 * 1100];
-        float y[4 * 80], ref[4];
+        static uint8_t xq[8 * 1400];
+        static float wf[1100], x[8 * 1100];
+        float y[8 * 80], ref[8];
         for (int o = 0; o < n_w; o++) {
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
             CHECK(quant_quantize_row(t, wf, w0 + o * rb, n) == 0);
         }
         CHECK(cpu_packed_rows(t, n_w) * (int64_t)rb <= (int64_t)sizeof w);
         cpu_repack_rows(t, w0, n, n_w, 0, n_w, w); /* what the backend does at load */
-        for (int64_t i = 0; i < 4 * n; i++) x[i] = frand(1.0f);
-        for (int r = 0; r < 4; r++) cpu_quantize_row_q8(x + r * n, xq + r * cpu_q8_row_bytes(n), n);
+        for (int64_t i = 0; i < 8 * n; i++) x[i] = frand(1.0f);
+        for (int r = 0; r < 8; r++) cpu_quantize_row_q8(x + r * n, xq + r * cpu_q8_row_bytes(n), n);
         const void *xin = q8 ? (const void *)xq : (const void *)x;
         int64_t xs = q8 ? cpu_q8_row_bytes(n) : n * 4;
         CHECK(cpu_kernel_best(t).dot && cpu_kernel_best(t).tile);
         for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
             struct cpu_kernel k = cpu_kernel_variant(t, variants[vi]);
             if (!k.tile) continue;
-            for (int n_x = 1; n_x <= 4; n_x++) {
+            for (int n_x = 1; n_x <= k.max_x; n_x++) {
                 k.tile(n, w, (int64_t)rb, n_w, xin, xs, n_x, y, 80);
                 for (int o = 0; o < n_w; o++) {
                     k.dot(n, (q8 ? w : w0) + o * rb, xin, xs, n_x, ref);

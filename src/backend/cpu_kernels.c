@@ -415,47 +415,27 @@ CPU_INLINE float hsum256(__m256 v)
     return _mm_cvtss_f32(lo);
 }
 
-/* Body of a tile function: the n_x switch hoisted out of the loop over weight rows; CALL computes
- * t[0..NXC) for weight row o. */
-#define CPU_TILE_LOOP(CALL)                                                                               \
-    do {                                                                                                  \
-        float t[CPU_DOT_MAX_X];                                                                           \
-        switch (n_x) {                                                                                    \
-        case 1: {                                                                                         \
-            enum { NXC = 1 };                                                                             \
-            for (int o = 0; o < n_w; o++) {                                                               \
-                CALL;                                                                                     \
-                y[o] = t[0];                                                                              \
-            }                                                                                             \
-            break;                                                                                        \
-        }                                                                                                 \
-        case 2: {                                                                                         \
-            enum { NXC = 2 };                                                                             \
-            for (int o = 0; o < n_w; o++) {                                                               \
-                CALL;                                                                                     \
-                y[o] = t[0];                                                                              \
-                y[ys + o] = t[1];                                                                         \
-            }                                                                                             \
-            break;                                                                                        \
-        }                                                                                                 \
-        case 3: {                                                                                         \
-            enum { NXC = 3 };                                                                             \
-            for (int o = 0; o < n_w; o++) {                                                               \
-                CALL;                                                                                     \
-                for (int i_ = 0; i_ < 3; i_++) y[i_ * ys + o] = t[i_];                                    \
-            }                                                                                             \
-            break;                                                                                        \
-        }                                                                                                 \
-        default: {                                                                                        \
-            enum { NXC = 4 };                                                                             \
-            for (int o = 0; o < n_w; o++) {                                                               \
-                CALL;                                                                                     \
-                for (int i_ = 0; i_ < 4; i_++) y[i_ * ys + o] = t[i_];                                    \
-            }                                                                                             \
-            break;                                                                                        \
-        }                                                                                                 \
-        }                                                                                                 \
-    } while (0)
+/* Cases of an n_x switch in the integer template (cpu_kernels_quant.h), each running the body with the
+ * constant NXC = n_x (so the row loops unroll): 1 .. CPU_QMAX, the last one as the default. */
+#define CPU_QCASE(N, ...)                                                                                 \
+    case N: {                                                                                             \
+        enum { NXC = N };                                                                                 \
+        __VA_ARGS__;                                                                                      \
+        break;                                                                                            \
+    }
+#define CPU_QCASES4(...)                                                                                  \
+    CPU_QCASE(1, __VA_ARGS__) CPU_QCASE(2, __VA_ARGS__) CPU_QCASE(3, __VA_ARGS__) default : {             \
+        enum { NXC = 4 };                                                                                 \
+        __VA_ARGS__;                                                                                      \
+        break;                                                                                            \
+    }
+#define CPU_QCASES8(...)                                                                                  \
+    CPU_QCASE(1, __VA_ARGS__) CPU_QCASE(2, __VA_ARGS__) CPU_QCASE(3, __VA_ARGS__) CPU_QCASE(4, __VA_ARGS__) \
+    CPU_QCASE(5, __VA_ARGS__) CPU_QCASE(6, __VA_ARGS__) CPU_QCASE(7, __VA_ARGS__) default : {             \
+        enum { NXC = 8 };                                                                                 \
+        __VA_ARGS__;                                                                                      \
+        break;                                                                                            \
+    }
 
 /* Float weights (F32, F16, BF16) are multiplied from panels (cpu_kernels.h): output o of panel p is lane
  * o % 16 of the vectors at p's k * 16, so a vector load gives one k for 16 outputs and each output's
@@ -604,8 +584,11 @@ CPU_INLINE __m256i unpack_nibbles(const uint8_t *qs)
     return _mm256_set_m128i(hi, lo);
 }
 
-/* The integer kernels: dot_q8_0_avx2 ... from the template, then dot_q8_0_vnni ... (AVX-VNNI). */
+/* The integer kernels: dot_q8_0_avx2 ... from the template, then dot_q8_0_vnni ... (AVX-VNNI), then
+ * dot_q8_0_vnni512 ... (AVX-512 VNNI on 256-bit vectors, 8 rows per call). */
 #define CPU_VNNI 0
+#define CPU_QMAX 4
+#define CPU_QCASES CPU_QCASES4
 #define CPU_QNAME(x) x##_avx2
 #include "backend/cpu_kernels_quant.h"
 #undef CPU_VNNI
@@ -620,16 +603,40 @@ CPU_INLINE __m256i unpack_nibbles(const uint8_t *qs)
 #undef CPU_VNNI
 #undef CPU_QNAME
 #pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx512bw,avx512vnni")
+#undef CPU_QMAX
+#undef CPU_QCASES
+#define CPU_VNNI 2
+#define CPU_QMAX 8
+#define CPU_QNO_Q8_0 1 /* Q8_0 stays with the 4-row AVX-VNNI kernels: at 8 rows it measured slower */
+#define CPU_QCASES CPU_QCASES8
+#define CPU_QNAME(x) x##_vnni512
+#include "backend/cpu_kernels_quant.h"
+#undef CPU_VNNI
+#undef CPU_QNAME
+#undef CPU_QNO_Q8_0
+#pragma GCC pop_options
+
+static int cpu_have_vnni512(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni");
+}
 #endif
+#undef CPU_QMAX
+#undef CPU_QCASES
 
 #endif /* CPU_HAVE_AVX2 */
 
 /* The kernels of one variant for one type; both NULL when unavailable. */
 static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_variant v)
 {
-    struct cpu_kernel k = {NULL, NULL};
-#define K(name) k = (struct cpu_kernel){name, name##_tile}
-#define K2(dot, tile) k = (struct cpu_kernel){dot, tile}
+    struct cpu_kernel k = {NULL, NULL, 0};
+#define K(name) k = (struct cpu_kernel){name, name##_tile, CPU_DOT_MAX_X}
+#define K2(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_DOT_MAX_X}
+#define K8(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_TILE_MAX_X}
     switch (v) {
     case CPU_KERNEL_SCALAR:
         switch (t) {
@@ -673,6 +680,10 @@ static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_varia
         case GGUF_DTYPE_F32: K2(dot_f32_scalar, tile_f32_avx512); break;
         case GGUF_DTYPE_F16: K2(dot_f16_scalar, tile_f16_avx512); break;
         case GGUF_DTYPE_BF16: K2(dot_bf16_scalar, tile_bf16_avx512); break;
+#if CPU_HAVE_VNNI
+        case GGUF_DTYPE_Q4_0: if (cpu_have_vnni512()) K8(dot_q4_0_vnni512, dot_q4_0_tile_vnni512); break;
+        case GGUF_DTYPE_Q4_1: if (cpu_have_vnni512()) K8(dot_q4_1_vnni512, dot_q4_1_tile_vnni512); break;
+#endif
         default: break;
         }
 #endif
@@ -680,6 +691,7 @@ static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_varia
     }
 #undef K
 #undef K2
+#undef K8
     return k;
 }
 
@@ -701,7 +713,7 @@ struct cpu_kernel cpu_kernel_best(enum gguf_dtype t)
     static const enum cpu_kernel_variant order[] = {CPU_KERNEL_AVX512, CPU_KERNEL_VNNI, CPU_KERNEL_AVX2,
                                                     CPU_KERNEL_SCALAR};
     const enum cpu_kernel_variant cap = cpu_kernel_cap();
-    struct cpu_kernel k = {NULL, NULL};
+    struct cpu_kernel k = {NULL, NULL, 0};
     for (size_t i = 0; i < sizeof order / sizeof order[0] && !k.tile; i++)
         if (order[i] <= cap) k = cpu_kernel_get(t, order[i]);
     return k;
@@ -747,10 +759,11 @@ struct cpu_matmul_ctx {
     int64_t unit_tile[9];      /* tile rows (outputs per task) of each unit */
     int64_t tile_start[10];    /* first tile of each unit */
     cpu_tile_fn tile_fn[8];    /* cpu_kernel_best(type).tile of each job, chosen once per call */
+    int max_x[8];              /* and its rows per call */
     const float *x;
     const void *xq;
     int32_t n_rows;
-    int32_t rows_per_block; /* a multiple of CPU_DOT_MAX_X */
+    int32_t rows_per_block; /* a multiple of CPU_TILE_MAX_X */
     int64_t n_row_blocks;
     int paired;
     cpu_matmul_epilogue epilogue;
@@ -769,8 +782,9 @@ static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, int j, int64_t o0, i
     const char *x = q8 ? (const char *)c->xq : (const char *)c->x;
     const int64_t x_stride = q8 ? cpu_q8_row_bytes(n_in) : n_in * 4;
     /* The tile of weight rows stays in cache while the block's input rows pass over it. */
-    for (int32_t r0 = row0; r0 < row1; r0 += CPU_DOT_MAX_X) {
-        int n_x = row1 - r0 < CPU_DOT_MAX_X ? row1 - r0 : CPU_DOT_MAX_X;
+    const int mx = c->max_x[j];
+    for (int32_t r0 = row0; r0 < row1; r0 += mx) {
+        int n_x = row1 - r0 < mx ? row1 - r0 : mx;
         tile_fn(n_in, (const char *)w->data + (uint64_t)o0 * row_bytes, (int64_t)row_bytes, (int)(o1 - o0),
                 x + r0 * x_stride, x_stride, n_x, job->y + (int64_t)r0 * n_out + o0, n_out);
     }
@@ -808,7 +822,9 @@ void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_
     }
     int64_t n_tiles = 0;
     for (int j = 0; j < c.n_jobs; j++) {
-        c.tile_fn[j] = cpu_kernel_best(jobs[j].w->type).tile;
+        const struct cpu_kernel kb = cpu_kernel_best(jobs[j].w->type);
+        c.tile_fn[j] = kb.tile;
+        c.max_x[j] = kb.max_x;
         if (c.paired && j == 1) continue;
         const int u = c.n_units++;
         /* tiles start at multiples of CPU_PANEL (float panels) and of the job's alignment */
@@ -828,7 +844,7 @@ void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_
     if (n_blocks > max_blocks) n_blocks = max_blocks;
     if (n_blocks < 1) n_blocks = 1;
     int64_t per = (n_rows + n_blocks - 1) / n_blocks;
-    per = (per + CPU_DOT_MAX_X - 1) / CPU_DOT_MAX_X * CPU_DOT_MAX_X;
+    per = (per + CPU_TILE_MAX_X - 1) / CPU_TILE_MAX_X * CPU_TILE_MAX_X;
     c.rows_per_block = (int32_t)per;
     c.n_row_blocks = (n_rows + per - 1) / per;
     const int64_t n_tasks = n_tiles * c.n_row_blocks;

@@ -23,7 +23,8 @@
 
 #define CPU_QK 32       /* activation quantization block */
 #define CPU_QG 8        /* blocks per interleaved group */
-#define CPU_DOT_MAX_X 4 /* activation rows per kernel call */
+#define CPU_DOT_MAX_X 4  /* activation rows per kernel call, except where a kernel's max_x says more */
+#define CPU_TILE_MAX_X 8 /* the most rows any kernel takes per call */
 #define CPU_PANEL 16    /* float weight rows per panel */
 
 /* Activations for the integer kernels. A row of n elements (n % 32 == 0) is nb = n / 32 blocks, each
@@ -94,7 +95,8 @@ enum cpu_kernel_variant {
     CPU_KERNEL_SCALAR, /* plain C reference */
     CPU_KERNEL_AVX2,   /* AVX2/FMA/F16C (compiled in with the Makefile's default flags) */
     CPU_KERNEL_VNNI,   /* AVX2 + AVX-VNNI for the integer kernels, when the CPU has it (run-time check) */
-    CPU_KERNEL_AVX512  /* AVX-512F for the float kernels, when the CPU has it (run-time check) */
+    CPU_KERNEL_AVX512  /* AVX-512F for the float kernels; for the integer ones AVX-512 VNNI/VL/BW on 256-bit
+                          vectors, 8 rows per call (run-time checks) */
 };
 
 /* y[i * y_stride + o] = dot(weight row o, x_i) for o < n_w (weight rows w_stride bytes apart; float types:
@@ -106,6 +108,8 @@ typedef void (*cpu_tile_fn)(int64_t n, const void *w, int64_t w_stride, int n_w,
 struct cpu_kernel {
     cpu_dot_fn dot;
     cpu_tile_fn tile;
+    int max_x; /* rows per call (n_x <= max_x) of dot and tile: CPU_DOT_MAX_X, or CPU_TILE_MAX_X for the
+                  AVX-512 integer kernels, which have 32 vector registers for 8 rows' accumulators */
 };
 
 /* The fastest available kernels for a type (what cpu_matmul uses); NULLs for an unsupported type. The

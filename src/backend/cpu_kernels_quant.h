@@ -1,13 +1,17 @@
 /* cpu_kernels_quant.h — template of the integer dot kernels, private to cpu_kernels.c, which includes it
- * twice: with CPU_VNNI 0 (AVX2: maddubs + madd + add) and with CPU_VNNI 1 inside a target("avxvnni")
- * region (one vpdpbusd). Both produce the same exact 32-bit lane sums (each lane adds products of four
- * consecutive bytes), and the float part is the same code, so the variants give bit-identical results.
- * CPU_QNAME(x) names a function of the variant. Layouts: see cpu_kernels.h. */
+ * three times: with CPU_VNNI 0 (AVX2: maddubs + madd + add), with CPU_VNNI 1 inside a target("avxvnni")
+ * region (one VEX vpdpbusd), and with CPU_VNNI 2 inside an AVX-512 VNNI/VL/BW region (one EVEX vpdpbusd on
+ * 256-bit vectors, which may use all 32 vector registers: CPU_QMAX 8 rows per call instead of 4). All
+ * produce the same exact 32-bit lane sums (each lane adds products of four consecutive bytes), and the
+ * float part is the same code per row, so the variants give bit-identical results. CPU_QNAME(x) names a
+ * function of the variant; CPU_QNO_Q8_0 1 leaves the Q8_0 functions out. Layouts: see cpu_kernels.h. */
 
 /* acc + the exact 32-bit lane sums of u8 x s8 products, four bytes per lane. */
 CPU_INLINE __m256i CPU_QNAME(dot4)(__m256i acc, __m256i u, __m256i s)
 {
-#if CPU_VNNI
+#if CPU_VNNI == 2
+    return _mm256_dpbusd_epi32(acc, u, s);
+#elif CPU_VNNI
     return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
@@ -21,12 +25,12 @@ CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_gr
                                        __m256 *acc)
 {
     enum { P = 4 };
-    const int np = NX == 1 ? 4 : 2;
+    const int np = NX == 1 ? 4 : NX <= 4 ? 2 : 1;
     const uint8_t *wq = wg + (kind == 2 ? 32 : 16);
-    __m256i ai[CPU_DOT_MAX_X][P];
-#pragma GCC unroll 4
+    __m256i ai[CPU_QMAX][P];
+#pragma GCC unroll 8
     for (int i = 0; i < NX; i++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int k = 0; k < np; k++) ai[i][k] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
@@ -40,7 +44,7 @@ CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_gr
         } else {
             wu = unpack_nibbles(wq + 16 * c);
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
             __m256i xq = _mm256_loadu_si256((const __m256i *)(xg[i]->q + 32 * c));
             if (kind != 2) xq = _mm256_sign_epi8(xq, wsgn);
@@ -49,10 +53,10 @@ CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_gr
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg));
     const __m256 mw = kind == 2 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wg + 16))) : _mm256_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NX; i++) {
         __m256i isum = ai[i][0];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int k = 1; k < np; k++) isum = _mm256_add_epi32(isum, ai[i][k]);
         __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(xg[i]->d));
         acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[i]);
@@ -77,7 +81,7 @@ CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_bl
     }
     float mw = kind == 2 ? _cvtsh_ss(cpu_rd16(wb + 2)) : 0.0f;
     const __m256 vdw = _mm256_set1_ps(dw);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NX; i++) {
         __m256i xq = _mm256_loadu_si256((const __m256i *)xb[i]->q);
         if (kind != 2) xq = _mm256_sign_epi8(xq, wsgn);
@@ -94,10 +98,10 @@ CPU_INLINE void CPU_QNAME(dot_quant_nx)(int64_t n, const void *w, const void *x,
 {
     const int64_t bb = kind == 0 ? 34 : kind == 1 ? 18 : 20;
     const int64_t nb = n / 32, ng = nb / CPU_QG;
-    const uint8_t *xr[CPU_DOT_MAX_X];
-    __m256 acc[CPU_DOT_MAX_X], acc_t[CPU_DOT_MAX_X];
-    float accm[CPU_DOT_MAX_X];
-#pragma GCC unroll 4
+    const uint8_t *xr[CPU_QMAX];
+    __m256 acc[CPU_QMAX], acc_t[CPU_QMAX];
+    float accm[CPU_QMAX];
+#pragma GCC unroll 8
     for (int i = 0; i < NX; i++) {
         xr[i] = (const uint8_t *)x + i * xs;
         acc[i] = _mm256_setzero_ps();
@@ -106,19 +110,19 @@ CPU_INLINE void CPU_QNAME(dot_quant_nx)(int64_t n, const void *w, const void *x,
     }
     const uint8_t *wg = w;
     for (int64_t g = 0; g < ng; g++, wg += CPU_QG * bb) {
-        const struct cpu_q8_group *xg[CPU_DOT_MAX_X];
-#pragma GCC unroll 4
+        const struct cpu_q8_group *xg[CPU_QMAX];
+#pragma GCC unroll 8
         for (int i = 0; i < NX; i++) xg[i] = (const struct cpu_q8_group *)xr[i] + g;
         CPU_QNAME(quant_group)(wg, xg, NX, kind, acc);
     }
     for (int64_t b = ng * CPU_QG; b < nb; b++, wg += bb) {
-        const struct cpu_q8_block *xb[CPU_DOT_MAX_X];
-#pragma GCC unroll 4
+        const struct cpu_q8_block *xb[CPU_QMAX];
+#pragma GCC unroll 8
         for (int i = 0; i < NX; i++)
             xb[i] = (const struct cpu_q8_block *)((const struct cpu_q8_group *)xr[i] + ng) + (b - ng * CPU_QG);
         CPU_QNAME(quant_block)(wg, xb, NX, kind, acc_t, accm);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < NX; i++) out[i] = hsum256(_mm256_add_ps(acc[i], acc_t[i])) + accm[i];
 }
 
@@ -126,18 +130,23 @@ CPU_INLINE void CPU_QNAME(dot_quant_nx)(int64_t n, const void *w, const void *x,
     static void CPU_QNAME(name)(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out) \
     {                                                                                                     \
         switch (n_x) {                                                                                    \
-        case 1: CPU_QNAME(dot_quant_nx)(n, w, x, xs, 1, kind, out); break;                                \
-        case 2: CPU_QNAME(dot_quant_nx)(n, w, x, xs, 2, kind, out); break;                                \
-        case 3: CPU_QNAME(dot_quant_nx)(n, w, x, xs, 3, kind, out); break;                                \
-        default: CPU_QNAME(dot_quant_nx)(n, w, x, xs, 4, kind, out); break;                               \
+        CPU_QCASES(CPU_QNAME(dot_quant_nx)(n, w, x, xs, NXC, kind, out))                                  \
         }                                                                                                 \
     }                                                                                                     \
     static void CPU_QNAME(name##_tile)(int64_t n, const void *w, int64_t ws, int n_w, const void *x,      \
                                        int64_t xs, int n_x, float *y, int64_t ys)                         \
     {                                                                                                     \
-        CPU_TILE_LOOP(CPU_QNAME(dot_quant_nx)(n, (const char *)w + o * ws, x, xs, NXC, kind, t));         \
+        float t[CPU_QMAX];                                                                                \
+        switch (n_x) {                                                                                    \
+        CPU_QCASES(for (int o = 0; o < n_w; o++) {                                                        \
+            CPU_QNAME(dot_quant_nx)(n, (const char *)w + o * ws, x, xs, NXC, kind, t);                    \
+            for (int i_ = 0; i_ < NXC; i_++) y[i_ * ys + o] = t[i_];                                      \
+        })                                                                                                \
+        }                                                                                                 \
     }
+#if !CPU_QNO_Q8_0
 CPU_DEFINE_QUANT_DOT(dot_q8_0, 0)
+#endif
 CPU_DEFINE_QUANT_DOT(dot_q4_0, 1)
 CPU_DEFINE_QUANT_DOT(dot_q4_1, 2)
 #undef CPU_DEFINE_QUANT_DOT
