@@ -42,10 +42,10 @@ int main(int argc, char **argv)
     threads_pool *p;
     if (threads_init(nth, &p, NULL)) return 1;
     struct cpu_matmul_job job = {&mw, y};
-    cpu_matmul(p, &job, 1, x, xq, rows);
+    cpu_matmul(p, &job, 1, x, xq, rows, NULL);
     const int iters = 20;
     double t0 = clock_now(), c0 = cpu_seconds();
-    for (int i = 0; i < iters; i++) cpu_matmul(p, &job, 1, x, xq, rows);
+    for (int i = 0; i < iters; i++) cpu_matmul(p, &job, 1, x, xq, rows, NULL);
     double dt = (clock_now() - t0) / iters, dc = (cpu_seconds() - c0) / iters;
     double macs = (double)n_in * (double)n_out * rows;
     printf("type %s rows %d threads %d: %.3f ms/matmul, %.1f GMAC/s wall, %.1f GMAC per CPU-second\n",

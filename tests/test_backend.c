@@ -169,12 +169,12 @@ TEST(test_dot_simd_vs_scalar)
                 xs = qrb;
             }
             float simd4[4], simd1[4], ref[4];
-            cpu_dot_simd(t)(n, w, xin, xs, 4, simd4);
-            for (int r = 0; r < 4; r++) cpu_dot_simd(t)(n, w, (const char *)xin + r * xs, xs, 1, &simd1[r]);
-            cpu_dot_scalar(t)(n, w, xin, xs, 4, ref);
+            cpu_kernel_best(t).dot(n, w, xin, xs, 4, simd4);
+            for (int r = 0; r < 4; r++) cpu_kernel_best(t).dot(n, w, (const char *)xin + r * xs, xs, 1, &simd1[r]);
+            cpu_kernel_variant(t, CPU_KERNEL_SCALAR).dot(n, w, xin, xs, 4, ref);
             /* the AVX-VNNI and AVX-512 integer kernels (when this CPU has them) equal the AVX2 ones bit for
              * bit, for 1 to max_x rows (AVX2 takes rows 0-3 and 4-7 in two calls) */
-            cpu_dot_fn avx2 = cpu_dot_variant(t, CPU_KERNEL_AVX2);
+            cpu_dot_fn avx2 = cpu_kernel_variant(t, CPU_KERNEL_AVX2).dot;
             float want[8];
             if (avx2) {
                 avx2(n, w, xin, xs, 4, want);
@@ -321,8 +321,8 @@ TEST(test_dot_q8_0_extremes)
     static uint8_t xq[NB * 40];
     cpu_quantize_row_q8(x, xq, N);
     float a, b;
-    cpu_dot_simd(GGUF_DTYPE_Q8_0)(N, w, xq, sizeof xq, 1, &a);
-    cpu_dot_scalar(GGUF_DTYPE_Q8_0)(N, w, xq, sizeof xq, 1, &b);
+    cpu_kernel_best(GGUF_DTYPE_Q8_0).dot(N, w, xq, sizeof xq, 1, &a);
+    cpu_kernel_variant(GGUF_DTYPE_Q8_0, CPU_KERNEL_SCALAR).dot(N, w, xq, sizeof xq, 1, &b);
     double want = 128.0 * 127.0 * N * (1.0 / 127.0);
     CHECK_MSG(fabs(a - want) < 1e-3 * want, "simd %g want %g", a, want);
     CHECK_MSG(fabs(b - want) < 1e-3 * want, "scalar %g want %g", b, want);
@@ -354,11 +354,9 @@ static int check_invariance(const struct model *m, enum kv_type kvt, char *why, 
                                {tc, 24, {11, 12, 13, 14, 15, 16}, 6}};
     /* step 1: B 0..6 (want last), A 0..9 (want all), C 0..12 (want 3 rows) */
     struct row_spec rows[64];
-    int n = 0, a_first[3], a_count[3];
+    int n = 0;
     for (int i = 0; i < 7; i++) rows[n++] = (struct row_spec){0, i, i == 6};
-    a_first[0] = n;
     for (int i = 0; i < 10; i++) rows[n++] = (struct row_spec){1, i, 1};
-    a_count[0] = 10;
     for (int i = 0; i < 13; i++) rows[n++] = (struct row_spec){2, i, i % 5 == 0};
     if (run_step(&be, seqs, 3, rows, n, got, &e)) {
         snprintf(why, why_n, "step 1: %.400s", e.msg);
@@ -400,8 +398,6 @@ static int check_invariance(const struct model *m, enum kv_type kvt, char *why, 
         goto out;
     }
     struct seq_spec a_only = {ta, NA, {40, 41, 42, 43, 44, 45}, 6};
-    (void)a_first;
-    (void)a_count;
     for (int ch = 0; ch < 3; ch++) {
         n = 0;
         for (int i = ch * 8; i < ch * 8 + 8; i++) rows[n++] = (struct row_spec){0, i, i == ch * 8 + 7};
@@ -751,7 +747,7 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
         snprintf(why, why_n, "max_pos %lld", (long long)max_pos);
         goto out;
     }
-    for (int64_t i = 0; i < ni; i++) cpu_attn_item_run(&kv, &b, &items[i], group, q, out, scratch, 128);
+    cpu_attn_run(&kv, &b, items, ni, group, q, out, scratch, 128);
     /* every path this layout and CPU have gives the general path's bits */
     float *alt = malloc((size_t)NR * n_q * sizeof(float));
     for (int path = CPU_ATTN_GENERAL; path <= CPU_ATTN_FAST_AVX512; path++) {
@@ -760,7 +756,7 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
         for (int64_t i = 0; i < ni && ran; i++)
             ran = cpu_attn_item_run_path((enum cpu_attn_path)path, &kv, &b, &items[i], group, q, alt, scratch, 128) == 0;
         if (ran && memcmp(alt, out, (size_t)NR * n_q * sizeof(float)) != 0) {
-            snprintf(why, why_n, "path %d differs from the one cpu_attn_item_run took", path);
+            snprintf(why, why_n, "path %d differs from the one cpu_attn_run took", path);
             free(alt);
             goto out;
         }
@@ -772,8 +768,7 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
         /* alone: a one-row batch */
         struct step_batch b1 = {1, tok, &pos[r], &seq[r], 2, ss, 0, NULL};
         int64_t mp1 = 0, n1 = cpu_attn_plan(&b1, n_kv, group, items, &mp1);
-        for (int64_t i = 0; i < n1; i++)
-            cpu_attn_item_run(&kv, &b1, &items[i], group, q + (int64_t)r * n_q, one, scratch, 128);
+        cpu_attn_run(&kv, &b1, items, n1, group, q + (int64_t)r * n_q, one, scratch, 128);
         if (memcmp(one, out + (int64_t)r * n_q, (size_t)n_q * sizeof(float)) != 0) {
             snprintf(why, why_n, "row %d (seq %d pos %d) alone differs from in the batch", r, seq[r], pos[r]);
             goto out;

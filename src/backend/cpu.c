@@ -362,6 +362,18 @@ out:
     return rc;
 }
 
+/* Frees what a loaded model and its KV pool hold (the pool of threads stays): back to the state before load. */
+static void cpu_release(struct cpu_ctx *c)
+{
+    cpu_free_kv(c);
+    free(c->scratch);
+    c->scratch = NULL;
+    c->cap_rows = 0;
+    free(c->inv_freq);
+    c->inv_freq = NULL;
+    cpu_free_packed(c);
+}
+
 static int cpu_load(void *ctx, const struct model *m, struct err *e)
 {
     struct cpu_ctx *c = ctx;
@@ -371,13 +383,7 @@ static int cpu_load(void *ctx, const struct model *m, struct err *e)
                        CPU_MAX_GROUP);
     if (m->hp.head_dim > CPU_MAX_HEAD_DIM_ATT)
         return err_set(e, "cpu backend: head dimension %d is more than %d", (int)m->hp.head_dim, CPU_MAX_HEAD_DIM_ATT);
-    cpu_free_kv(c);
-    free(c->scratch);
-    c->scratch = NULL;
-    c->cap_rows = 0;
-    free(c->inv_freq);
-    c->inv_freq = NULL;
-    cpu_free_packed(c);
+    cpu_release(c);
     c->m = m;
     if (cpu_pack_weights(c, e)) return -1;
     const struct model_hparams *hp = &m->hp;
@@ -557,7 +563,7 @@ static void cpu_mm(const struct cpu_ctx *c, const struct cpu_matmul_job *jobs, i
 {
     int64_t work = 0;
     for (int j = 0; j < n_jobs; j++) work += jobs[j].w->ne[0] * jobs[j].w->ne[1];
-    cpu_matmul_ex(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, xq, n_rows, opts);
+    cpu_matmul(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, xq, n_rows, opts);
 }
 
 struct cpu_step {
@@ -670,12 +676,9 @@ static void cpu_task_attn(void *arg, int64_t part, int thread)
     const struct cpu_ctx *c = s->c;
     const int32_t group = c->m->hp.n_head / c->m->hp.n_head_kv;
     float *scratch = c->att_scratch + (size_t)thread * c->att_floats;
-    const int64_t end = c->att_parts[part + 1];
-    if (c->att_parts[part] < end) cpu_attn_item_prefetch(&s->kv, s->b, &c->att_items[c->att_parts[part]]);
-    for (int64_t i = c->att_parts[part]; i < end; i++) {
-        if (i + 1 < end) cpu_attn_item_prefetch(&s->kv, s->b, &c->att_items[i + 1]);
-        cpu_attn_item_run(&s->kv, s->b, &c->att_items[i], group, c->q, c->att, scratch, s->att_n_pos);
-    }
+    const int64_t i0 = c->att_parts[part];
+    cpu_attn_run(&s->kv, s->b, &c->att_items[i0], c->att_parts[part + 1] - i0, group, c->q, c->att, scratch,
+                 s->att_n_pos);
 }
 
 /* Quantizes rows of `src` (row length s->q_in) into xq. */
@@ -685,6 +688,20 @@ static void cpu_task_quantize(void *arg, int64_t r, int thread)
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
     cpu_quantize_row_q8(s->q_src + r * s->q_in, c->xq + r * cpu_q8_row_bytes(s->q_in), s->q_in);
+}
+
+/* y (n rows) = x (n rows of n_in) * w^T, quantizing x into xq first when w multiplies q8 activations. */
+static void cpu_mm_one(struct cpu_step *s, const struct model_weight *w, const float *x, int64_t n_in, float *y,
+                       int32_t n)
+{
+    const struct cpu_ctx *c = s->c;
+    if (cpu_type_uses_q8(w->type)) {
+        s->q_src = x;
+        s->q_in = n_in;
+        cpu_par(c, n, cpu_task_quantize, s, n * n_in * 4);
+    }
+    const struct cpu_matmul_job job = {w, y};
+    cpu_mm(c, &job, 1, x, c->xq, n, NULL);
 }
 
 /* Epilogue of the paired gate/up matmul: hb = silu(hb) * hb2 = hb / (1 + exp(-hb)) * hb2 (cpu_swiglu_row)
@@ -775,13 +792,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         s.kv.k = (const uint8_t *)c->k_cache + (uint64_t)il * c->kv_layer_bytes;
         s.kv.v = (const uint8_t *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
         cpu_par(c, n_parts, cpu_task_attn, &s, att_work);
-        if (cpu_type_uses_q8(L->wo.type)) {
-            s.q_src = c->att;
-            s.q_in = n_q;
-            cpu_par(c, n, cpu_task_quantize, &s, n * n_q * 4);
-        }
-        struct cpu_matmul_job wo = {&L->wo, c->tmp};
-        cpu_mm(c, &wo, 1, c->att, c->xq, n, NULL);
+        cpu_mm_one(&s, &L->wo, c->att, n_q, c->tmp, n);
         /* feed-forward block */
         s.embed = 0;
         s.norm_w = L->ffn_norm.data;
@@ -790,13 +801,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         cpu_par(c, n, cpu_task_norm, &s, row_work);
         struct cpu_matmul_job gu[2] = {{&L->w_gate, c->hb}, {&L->w_up, c->hb2}};
         cpu_mm(c, gu, 2, c->xb, c->xq, n, &glu_opts); /* + SwiGLU */
-        if (cpu_type_uses_q8(L->w_down.type)) {
-            s.q_src = c->hb;
-            s.q_in = n_ff;
-            cpu_par(c, n, cpu_task_quantize, &s, n * n_ff * 4);
-        }
-        struct cpu_matmul_job dn = {&L->w_down, c->tmp};
-        cpu_mm(c, &dn, 1, c->hb, c->xq, n, NULL);
+        cpu_mm_one(&s, &L->w_down, c->hb, n_ff, c->tmp, n);
     }
     /* the last residual add, the output norm and the output head, for the rows that want logits only */
     if (b->n_logits == 0) return 0;
@@ -817,10 +822,7 @@ static void cpu_free(void *ctx)
 {
     struct cpu_ctx *c = ctx;
     if (!c) return;
-    cpu_free_kv(c);
-    free(c->scratch);
-    free(c->inv_freq);
-    cpu_free_packed(c);
+    cpu_release(c);
     threads_free(c->pool);
     free(c);
 }

@@ -14,7 +14,7 @@
  *  - staged: everything else (Q8_0, odd sizes). The chunk's K is converted into an f32 [dim][32] buffer
  *    and its V into f32 rows, and the same kernels read those.
  * The fast path (cpu_attn_fast.h, AVX2 and AVX-512F) replays the same arithmetic over 16-lane vectors for
- * the common layouts; cpu_attn_item_run takes it when it can. Tests run every path and memcmp them.
+ * the common layouts; cpu_attn_run takes it when it can. Tests run every path and memcmp them.
  */
 #include "backend/cpu_attn.h"
 
@@ -229,28 +229,32 @@ ATT_INLINE v8f v8_exp(v8f x) { V8_MAP(att_exp1(x.v[l])); }
 ATT_INLINE v8f v8_exp2_neg(v8f x) { V8_MAP(att_exp2_neg1(x.v[l])); }
 #endif
 
-void cpu_exp_row(const float *x, float *y, int64_t n)
+/* y[i] = v8_exp2_neg(x[i]) (exp2 1) or v8_exp(x[i]) (exp2 0), 8 lanes at a time, the tail through a
+ * zero-padded copy. */
+ATT_INLINE void att_map_row(const float *x, float *y, int64_t n, int exp2)
 {
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) v8_store(y + i, v8_exp(v8_load(x + i)));
+    for (; i + 8 <= n; i += 8) {
+        const v8f v = v8_load(x + i);
+        v8_store(y + i, exp2 ? v8_exp2_neg(v) : v8_exp(v));
+    }
     if (i < n) {
         float t[8] = {0};
         memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
-        v8_store(t, v8_exp(v8_load(t)));
+        const v8f v = v8_load(t);
+        v8_store(t, exp2 ? v8_exp2_neg(v) : v8_exp(v));
         memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
     }
 }
 
+void cpu_exp_row(const float *x, float *y, int64_t n)
+{
+    att_map_row(x, y, n, 0);
+}
+
 void cpu_exp2_softmax_row(const float *x, float *y, int64_t n)
 {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) v8_store(y + i, v8_exp2_neg(v8_load(x + i)));
-    if (i < n) {
-        float t[8] = {0};
-        memcpy(t, x + i, (size_t)(n - i) * sizeof(float));
-        v8_store(t, v8_exp2_neg(v8_load(t)));
-        memcpy(y + i, t, (size_t)(n - i) * sizeof(float));
-    }
+    att_map_row(x, y, n, 1);
 }
 
 /* ---------------------------------------------------------------- plan */
@@ -509,7 +513,8 @@ static void att_prefetch_chunk(const struct cpu_kv_layer *kv, const int32_t *bt,
 #endif
 }
 
-void cpu_attn_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it)
+/* Starts loading the first K/V chunk of an item into the cache (for the next item while the current one runs). */
+static void att_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it)
 {
     const int32_t n_valid = b->pos[it->row0] + it->n_rows;
     att_prefetch_chunk(kv, b->seqs[b->seq[it->row0]].block_table, it->kvh, 0, n_valid);
@@ -720,30 +725,42 @@ void cpu_swiglu_row(float *g, const float *u, int64_t n)
 static void att_general_item(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
                              int32_t group, const float *q, float *out, const struct att_scratch *sc_in);
 
+/* One item's kernel, with the scratch already laid out. */
+typedef void (*att_item_fn)(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
+                            int32_t group, const float *q, float *out, const struct att_scratch *sc);
+
+/* The kernel of one path for this layer's layout; NULL when the path does not take it or the build/CPU
+ * lacks it. */
+static att_item_fn att_path_fn(enum cpu_attn_path path, const struct cpu_kv_layer *kv)
+{
+    switch (path) {
+    case CPU_ATTN_GENERAL: return att_general_item;
+#if ATT_AVX2
+    case CPU_ATTN_FAST_AVX2: return att_fast_layout(kv, 0) ? attf_item_avx2 : NULL;
+    case CPU_ATTN_FAST_AVX512:
+        return att_fast_layout(kv, 1) && __builtin_cpu_supports("avx512f") ? attf_item_512 : NULL;
+#else
+    case CPU_ATTN_FAST_AVX2:
+    case CPU_ATTN_FAST_AVX512: (void)kv; return NULL;
+#endif
+    default: return NULL;
+    }
+}
+
 int cpu_attn_item_run_path(enum cpu_attn_path path, const struct cpu_kv_layer *kv, const struct step_batch *b,
                            const struct cpu_attn_item *it, int32_t group, const float *q, float *out, float *scratch,
                            int64_t n_pos)
 {
+    const att_item_fn fn = att_path_fn(path, kv);
+    if (!fn) return -1;
     struct att_scratch sc;
     att_layout(kv->head_dim, group, n_pos, scratch, &sc);
-    switch (path) {
-    case CPU_ATTN_GENERAL: att_general_item(kv, b, it, group, q, out, &sc); return 0;
-#if ATT_AVX2
-    case CPU_ATTN_FAST_AVX2:
-        if (!att_fast_layout(kv, 0)) return -1;
-        attf_item_avx2(kv, b, it, group, q, out, &sc);
-        return 0;
-    case CPU_ATTN_FAST_AVX512:
-        if (!att_fast_layout(kv, 1) || !__builtin_cpu_supports("avx512f")) return -1;
-        attf_item_512(kv, b, it, group, q, out, &sc);
-        return 0;
-#endif
-    default: return -1;
-    }
+    fn(kv, b, it, group, q, out, &sc);
+    return 0;
 }
 
-void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
-                       int32_t group, const float *q, float *out, float *scratch, int64_t n_pos)
+void cpu_attn_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *items,
+                  int64_t n_items, int32_t group, const float *q, float *out, float *scratch, int64_t n_pos)
 {
     static int best = -1; /* a racing first call stores the same value */
     if (best < 0) {
@@ -755,9 +772,16 @@ void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b
         best = CPU_ATTN_GENERAL;
 #endif
     }
-    if (best == CPU_ATTN_GENERAL || cpu_attn_item_run_path((enum cpu_attn_path)best, kv, b, it, group, q, out, scratch,
-                                                           n_pos) != 0)
-        cpu_attn_item_run_path(CPU_ATTN_GENERAL, kv, b, it, group, q, out, scratch, n_pos);
+    if (n_items <= 0) return;
+    att_item_fn fn = att_path_fn((enum cpu_attn_path)best, kv);
+    if (!fn) fn = att_general_item;
+    struct att_scratch sc;
+    att_layout(kv->head_dim, group, n_pos, scratch, &sc);
+    att_item_prefetch(kv, b, &items[0]);
+    for (int64_t i = 0; i < n_items; i++) {
+        if (i + 1 < n_items) att_item_prefetch(kv, b, &items[i + 1]);
+        fn(kv, b, &items[i], group, q, out, &sc);
+    }
 }
 
 static void att_general_item(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
@@ -770,7 +794,6 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
     const float scale2 = (1.0f / sqrtf((float)hd)) * ATT_LOG2E;
     const int direct = kv->type != KV_TYPE_Q8_0 && hd % 8 == 0 && kv->block_size % 8 == 0;
     const int kind = direct && kv->type == KV_TYPE_F16; /* element kind the kernels read */
-    const int32_t esz = kind ? 2 : 4;
     const struct att_scratch sc = *sc_in;
 #define ATT_Q(i, g) (q + (int64_t)(r0 + (i)) * n_q + ((int64_t)it->kvh * G + (g)) * hd)
 #define ATT_QI(i, g) ((int64_t)(i) * G + (g))
@@ -861,7 +884,6 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
             }
         }
     }
-    (void)esz;
     /* out = ((A0 + A1) + (A2 + A3)) * (1 / sum) */
     for (int32_t i = 0; i < nr; i++) {
         for (int32_t g = 0; g < G; g++) {

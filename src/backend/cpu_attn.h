@@ -74,27 +74,24 @@ int64_t cpu_attn_parts(const struct cpu_attn_item *items, int64_t n_items, int64
 /* Floats of per-thread scratch for a step whose rows have positions < n_pos. */
 size_t cpu_attn_scratch_floats(int32_t head_dim, int32_t group, int64_t n_pos);
 
-/* Attention of one item: reads q rows (n_rows, n_head * head_dim), writes the item's heads of out (same
- * shape). scratch: cpu_attn_scratch_floats(head_dim, group, n_pos) floats, 32-byte aligned, where every
- * row of the item has pos < n_pos. */
-void cpu_attn_item_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it,
-                       int32_t group, const float *q, float *out, float *scratch, int64_t n_pos);
+/* Attention of items [0, n_items), one after the other (each prefetching the next): reads q rows (n_rows,
+ * n_head * head_dim), writes the items' heads of out (same shape). scratch: cpu_attn_scratch_floats(head_dim,
+ * group, n_pos) floats, 32-byte aligned, where every row of the items has pos < n_pos; it is laid out and
+ * the path chosen once per call. */
+void cpu_attn_run(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *items,
+                  int64_t n_items, int32_t group, const float *q, float *out, float *scratch, int64_t n_pos);
 
 /* Ways to run an item, all with the same bits: the general kernels (any layout), and the fast path
  * (cpu_attn_fast.h: F32/F16 KV, block_size a power of two >= 16, head_dim 8 in AVX2, 8 or a multiple of
- * 16 in AVX-512F). cpu_attn_item_run takes the fastest this CPU has (capped like the matmul kernels by
+ * 16 in AVX-512F). cpu_attn_run takes the fastest this CPU has (capped like the matmul kernels by
  * NIGHTSHIFT_CPU_KERNELS), falling back to the general one. */
 enum cpu_attn_path { CPU_ATTN_GENERAL, CPU_ATTN_FAST_AVX2, CPU_ATTN_FAST_AVX512 };
 
-/* cpu_attn_item_run by one path (for tests): returns -1, having done nothing, when the path does not take
+/* One item by one path (for tests and bench/bench_attn.c): returns -1, having done nothing, when the path does not take
  * this layout or the build/CPU lacks it. */
 int cpu_attn_item_run_path(enum cpu_attn_path path, const struct cpu_kv_layer *kv, const struct step_batch *b,
                            const struct cpu_attn_item *it, int32_t group, const float *q, float *out, float *scratch,
                            int64_t n_pos);
-
-/* Starts loading the first K/V chunk of an item into the cache (call it for the next item while running
- * the current one). */
-void cpu_attn_item_prefetch(const struct cpu_kv_layer *kv, const struct step_batch *b, const struct cpu_attn_item *it);
 
 /* 1 if K of this type is stored transposed inside a region (see struct cpu_kv_layer). */
 int cpu_attn_k_transposed(enum kv_type t);

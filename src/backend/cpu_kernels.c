@@ -29,7 +29,7 @@
 #else
 #define CPU_HAVE_AVX2 0
 #endif
-/* AVX-VNNI kernels are compiled with a target attribute and chosen at run time (cpu_dot_simd). */
+/* AVX-VNNI kernels are compiled with a target attribute and chosen at run time (cpu_kernel_best). */
 #if CPU_HAVE_AVX2 && defined(__GNUC__) && !defined(__clang__) && (__GNUC__ >= 11)
 #define CPU_HAVE_VNNI 1
 #else
@@ -631,7 +631,7 @@ static int cpu_have_vnni512(void)
 #endif /* CPU_HAVE_AVX2 */
 
 /* The kernels of one variant for one type; both NULL when unavailable. */
-static struct cpu_kernel cpu_kernel_get(enum gguf_dtype t, enum cpu_kernel_variant v)
+struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
 {
     struct cpu_kernel k = {NULL, NULL, 0};
 #define K(name) k = (struct cpu_kernel){name, name##_tile, CPU_DOT_MAX_X}
@@ -708,35 +708,27 @@ enum cpu_kernel_variant cpu_kernel_cap(void)
     return (enum cpu_kernel_variant)cap;
 }
 
+/* The kernels cpu_kernel_best returns, per type: chosen once (they depend only on the type, the CPU and
+ * the cap), since every matmul asks. A racing first call stores the same values. */
+static struct cpu_kernel cpu_best[GGUF_DTYPE_COUNT_MAX];
+static int cpu_best_ready;
+
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t)
 {
-    static const enum cpu_kernel_variant order[] = {CPU_KERNEL_AVX512, CPU_KERNEL_VNNI, CPU_KERNEL_AVX2,
-                                                    CPU_KERNEL_SCALAR};
-    const enum cpu_kernel_variant cap = cpu_kernel_cap();
-    struct cpu_kernel k = {NULL, NULL, 0};
-    for (size_t i = 0; i < sizeof order / sizeof order[0] && !k.tile; i++)
-        if (order[i] <= cap) k = cpu_kernel_get(t, order[i]);
-    return k;
-}
-
-struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
-{
-    return cpu_kernel_get(t, v);
-}
-
-cpu_dot_fn cpu_dot_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
-{
-    return cpu_kernel_get(t, v).dot;
-}
-
-cpu_dot_fn cpu_dot_scalar(enum gguf_dtype t)
-{
-    return cpu_kernel_get(t, CPU_KERNEL_SCALAR).dot;
-}
-
-cpu_dot_fn cpu_dot_simd(enum gguf_dtype t)
-{
-    return cpu_kernel_best(t).dot;
+    if (!__atomic_load_n(&cpu_best_ready, __ATOMIC_ACQUIRE)) {
+        static const enum cpu_kernel_variant order[] = {CPU_KERNEL_AVX512, CPU_KERNEL_VNNI, CPU_KERNEL_AVX2,
+                                                        CPU_KERNEL_SCALAR};
+        const enum cpu_kernel_variant cap = cpu_kernel_cap();
+        for (int ty = 0; ty < GGUF_DTYPE_COUNT_MAX; ty++) {
+            struct cpu_kernel k = {NULL, NULL, 0};
+            for (size_t i = 0; i < sizeof order / sizeof order[0] && !k.tile; i++)
+                if (order[i] <= cap) k = cpu_kernel_variant((enum gguf_dtype)ty, order[i]);
+            cpu_best[ty] = k;
+        }
+        __atomic_store_n(&cpu_best_ready, 1, __ATOMIC_RELEASE);
+    }
+    if ((unsigned)t >= GGUF_DTYPE_COUNT_MAX) return (struct cpu_kernel){NULL, NULL, 0};
+    return cpu_best[t];
 }
 
 /* ---------------------------------------------------------------- matmul */
@@ -809,7 +801,7 @@ static void cpu_matmul_task(void *arg, int64_t task, int thread)
     if (c->epilogue) c->epilogue(c->epilogue_arg, j, o0, o1, row0, row1);
 }
 
-void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
+void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
                    int32_t n_rows, const struct cpu_matmul_opts *opts)
 {
     if (n_rows <= 0 || n_jobs <= 0) return;
@@ -840,7 +832,7 @@ void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_
     const int n_threads = pool ? threads_count(pool) : 1;
     int64_t n_blocks = 1;
     if (n_threads > 1 && n_tiles < 4 * n_threads) n_blocks = (4 * n_threads + n_tiles - 1) / n_tiles;
-    const int64_t max_blocks = (n_rows + 4 * CPU_DOT_MAX_X - 1) / (4 * CPU_DOT_MAX_X); /* >= 16 rows each */
+    const int64_t max_blocks = (n_rows + 15) / 16; /* >= 16 rows each */
     if (n_blocks > max_blocks) n_blocks = max_blocks;
     if (n_blocks < 1) n_blocks = 1;
     int64_t per = (n_rows + n_blocks - 1) / n_blocks;
@@ -853,10 +845,4 @@ void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_
         return;
     }
     threads_parallel_for(pool, n_tasks, cpu_matmul_task, &c);
-}
-
-void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
-                int32_t n_rows)
-{
-    cpu_matmul_ex(pool, jobs, n_jobs, x, xq, n_rows, NULL);
 }

@@ -6,7 +6,7 @@
  *
  * Batch invariance: every dot product of a weight row with an activation row runs the same sequence of
  * floating-point operations whatever the other activation rows handled in the same call (the kernels
- * take up to CPU_DOT_MAX_X rows only to load and decode each weight block once; each row has its own
+ * take up to max_x rows only to load and decode each weight block once; each row has its own
  * accumulators, reduced in a fixed order that depends only on the row length).
  *
  * Float weights (F32, F16, BF16): y = fma(w_k, x_k, y) for k = 0 .. n-1 from y = 0, one output per
@@ -86,8 +86,7 @@ void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n
 int cpu_type_uses_q8(enum gguf_dtype t);
 
 /* out[i] = dot(w (n elements of the weight type; integer types repacked, float types an unpacked row: the
- * reference), x_i) for i < n_x <= CPU_DOT_MAX_X,
- * where x_i starts at (const char *)x + i * x_stride bytes and is n floats (f32-activation types) or a
+ * reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride bytes and is n floats (f32-activation types) or a
  * quantized activation row (cpu_quantize_row_q8). */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);
 
@@ -100,7 +99,7 @@ enum cpu_kernel_variant {
 };
 
 /* y[i * y_stride + o] = dot(weight row o, x_i) for o < n_w (weight rows w_stride bytes apart; float types:
- * w at a panel start, w_stride the source row bytes), i < n_x <= CPU_DOT_MAX_X: the same arithmetic per
+ * w at a panel start, w_stride the source row bytes), i < n_x <= the kernel's max_x: the same arithmetic per
  * (o, i) as cpu_dot_fn, in one call per tile. */
 typedef void (*cpu_tile_fn)(int64_t n, const void *w, int64_t w_stride, int n_w, const void *x, int64_t x_stride,
                             int n_x, float *y, int64_t y_stride);
@@ -112,8 +111,9 @@ struct cpu_kernel {
                   AVX-512 integer kernels, which have 32 vector registers for 8 rows' accumulators */
 };
 
-/* The fastest available kernels for a type (what cpu_matmul uses); NULLs for an unsupported type. The
- * environment variable NIGHTSHIFT_CPU_KERNELS=avx2 (plain AVX2 only) or =scalar caps the choice. */
+/* The fastest available kernels for a type (what cpu_matmul uses), chosen once per process; NULLs for an
+ * unsupported type. The environment variable NIGHTSHIFT_CPU_KERNELS=avx2 (plain AVX2 only) or =scalar caps
+ * the choice. */
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t);
 
 /* The most capable variant allowed: CPU_KERNEL_AVX512 unless NIGHTSHIFT_CPU_KERNELS says avx2 or scalar
@@ -124,25 +124,12 @@ enum cpu_kernel_variant cpu_kernel_cap(void);
  * of this type). The variants give bit-identical results: integer AVX2 and VNNI the same exact lane sums
  * and float code; float scalar, AVX2 and AVX-512 the same per-output fma chains. */
 struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant v);
-cpu_dot_fn cpu_dot_variant(enum gguf_dtype t, enum cpu_kernel_variant v);
-cpu_dot_fn cpu_dot_scalar(enum gguf_dtype t);
-/* The fastest available variant; what cpu_matmul uses. */
-cpu_dot_fn cpu_dot_simd(enum gguf_dtype t);
 
 /* One matmul of a step: y (n_rows, w->ne[1]) = x (n_rows, w->ne[0]) * w^T. */
 struct cpu_matmul_job {
     const struct model_weight *w;
     float *y; /* (n_rows, w->ne[1]) */
 };
-
-/* Runs n_jobs (<= 8) matmuls that share the input rows over the pool (pool NULL: inline on the calling
- * thread): x (n_rows, n_in) as floats and, when any job's weight uses q8 activations, xq (n_rows rows of
- * cpu_q8_row_bytes(n_in)) quantized (already filled). Weights must be repacked (cpu_repack_rows); tiles
- * start at multiples of CPU_PANEL outputs. Tasks are (tile of weight rows, block of input rows): each tile is multiplied with
- * the block's rows while it is in cache; rows are split into blocks only when the tiles alone are too few
- * to keep the threads busy. Every output is computed by the same kernel code whatever the split. */
-void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
-                int32_t n_rows);
 
 /* (optional) Run by a matmul task right after it wrote y[r][o] of job `job` for rows [r0, r1) and outputs
  * [o0, o1) (paired: of jobs 0 and 1, reported as job 0): per-row work fused into the matmul's dispatch
@@ -156,8 +143,14 @@ struct cpu_matmul_opts {
     void *epilogue_arg;
 };
 
-/* cpu_matmul with options (opts may be NULL). */
-void cpu_matmul_ex(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
-                   int32_t n_rows, const struct cpu_matmul_opts *opts);
+/* Runs n_jobs (<= 8) matmuls that share the input rows over the pool (pool NULL: inline on the calling
+ * thread): x (n_rows, n_in) as floats and, when any job's weight uses q8 activations, xq (n_rows rows of
+ * cpu_q8_row_bytes(n_in)) quantized (already filled). Weights must be repacked (cpu_repack_rows); tiles
+ * start at multiples of CPU_PANEL outputs. Tasks are (tile of weight rows, block of input rows): each tile
+ * is multiplied with the block's rows while it is in cache; rows are split into blocks only when the tiles
+ * alone are too few to keep the threads busy. Every output is computed by the same kernel code whatever the
+ * split. opts (may be NULL): see struct cpu_matmul_opts. */
+void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
+                int32_t n_rows, const struct cpu_matmul_opts *opts);
 
 #endif
