@@ -15,7 +15,6 @@
  * whose speed drifts affects them alike; each level reports its median run by total tok/s (for even R the
  * lower of the middle two) and the lowest and highest total tok/s of its runs.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +27,6 @@
 #include "util/clock.h"
 #include "util/rng.h"
 #include "util/sysmem.h"
-#include "util/threads.h"
 
 #define BENCH_MAX_LEVELS 32
 
@@ -155,16 +153,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         else if (!strcmp(a, "--requests")) bad = parse_i32(a, v, 1, 1 << 20, &o->requests);
         else if (!strcmp(a, "--concurrency")) bad = parse_levels(v, o);
         else if (!strcmp(a, "--reps")) bad = parse_i32(a, v, 1, 1000, &o->reps);
-        else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(v, &end, 10);
-            if (errno || end == v || *end || *v == '-') {
-                cli_error("bench", "--seed expects a non-negative integer, got '%s'", v);
-                return 2;
-            }
-            o->seed = s;
-        }
+        else if (!strcmp(a, "--seed")) bad = engine_flags_parse_u64("bench", a, v, &o->seed);
         if (bad) return 2;
     }
     if (!o->model) o->model = cli_default_model();
@@ -267,7 +256,7 @@ int cmd_bench(int argc, char **argv)
     memset(&st, 0, sizeof st);
 
     /* the stack without an engine: each level makes its own */
-    if (gguf_open(o.model, &st.gf, &e) || model_load(st.gf, &st.model, &e) || tok_load(st.gf, &st.vocab, &e)) {
+    if (engine_stack_open_model(o.model, &st, &e)) {
         cli_error("bench", "%s", e.msg);
         rc = 1;
         goto done;
@@ -281,38 +270,28 @@ int cmd_bench(int argc, char **argv)
         rc = 2;
         goto done;
     }
-    st.threads = o.ef.threads > 0 ? o.ef.threads : 0;
-    if (backend_cpu_init(&st.backend, st.threads, &e) || st.backend.ops->load(st.backend.ctx, st.model, &e)) {
+    if (engine_stack_open_backend(&o.ef, &st, &e)) {
         cli_error("bench", "%s", e.msg);
         rc = 1;
         goto done;
     }
-    st.backend_name = st.backend.ops->name;
-
-    struct engine_params ep = engine_default_params();
-    ep.kv_type = o.ef.kv_type;
-    ep.kv_block = o.ef.kv_block;
-    ep.prefix_cache = o.ef.prefix_cache;
-    ep.max_batch_tokens = o.ef.max_batch_tokens > 0 ? o.ef.max_batch_tokens : engine_default_max_batch_tokens(st.backend_name);
+    struct engine_params ep = st.ep; /* max_seqs: set by each level */
 
     /* memory budget -> pool size */
     uint64_t per_token = model_kv_bytes_per_token(hp, ep.kv_type);
     uint64_t budget;
     char budget_desc[256];
     if (!strcmp(o.ef.kv_memory, "auto")) {
-        struct sysmem_info mi;
-        uint64_t headroom = UINT64_MAX;
-        if (sysmem_read(&mi, &e) || (o.ef.headroom && sysmem_parse_size(o.ef.headroom, &headroom, &e))) {
+        struct engine_stack_budget a;
+        if (engine_stack_auto_budget(&st, &o.ef, &a, &e)) {
             cli_error("bench", "%s", e.msg);
             rc = 1;
             goto done;
         }
-        uint64_t scratch = st.backend.ops->scratch_bytes(st.backend.ctx, ep.max_batch_tokens);
-        uint64_t weights = model_weight_bytes(st.model);
-        budget = sysmem_auto_kv_bytes(&mi, weights, scratch, headroom);
+        budget = a.kv_bytes;
         snprintf(budget_desc, sizeof budget_desc,
-                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB", mib(sysmem_available(&mi)),
-                 mib(weights), mib(scratch), mib(headroom == UINT64_MAX ? sysmem_default_headroom(&mi) : headroom));
+                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB", mib(a.available),
+                 mib(a.weights), mib(a.scratch), mib(a.headroom));
         if (!budget) {
             cli_error("bench", "--kv-memory auto: nothing is left for the KV cache (%s); pass --kv-memory SIZE or a smaller --headroom",
                       budget_desc);
@@ -363,7 +342,7 @@ int cmd_bench(int argc, char **argv)
 
     FILE *info = o.json ? stderr : stdout;
     fprintf(info, "nightshift bench: %s (%d layers, n_embd %d, vocab %d), %s backend, %d threads\n", o.model, (int)hp->n_layer,
-            (int)hp->n_embd, (int)n_vocab, st.backend_name, st.threads > 0 ? st.threads : (int)threads_online_cores());
+            (int)hp->n_embd, (int)n_vocab, st.backend_name, st.threads);
     fprintf(info, "KV pool: %lld blocks x %d = %lld tokens (%s, %.1f MiB); budget %s holds %lld tokens\n", (long long)ep.kv_blocks,
             (int)ep.kv_block, (long long)ep.kv_blocks * ep.kv_block, model_kv_type_name(ep.kv_type),
             mib((uint64_t)ep.kv_blocks * (uint64_t)ep.kv_block * per_token), budget_desc, (long long)budget_blocks * ep.kv_block);
@@ -436,7 +415,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (o.json) {
         json_t *root = json_pack("{s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:b, s:O}", "model", o.model,
-                                 "backend", st.backend_name, "threads", st.threads > 0 ? st.threads : threads_online_cores(),
+                                 "backend", st.backend_name, "threads", st.threads,
                                  "kv_type", model_kv_type_name(ep.kv_type), "kv_block", ep.kv_block, "kv_blocks",
                                  (json_int_t)ep.kv_blocks, "kv_tokens", (json_int_t)(ep.kv_blocks * ep.kv_block),
                                  "kv_budget_tokens", (json_int_t)(budget_blocks * ep.kv_block), "max_batch_tokens",
@@ -451,9 +430,6 @@ done:
     json_decref(levels_json);
     free(runs);
     free(prompts);
-    if (st.backend.ops) backend_free(&st.backend);
-    tok_free(st.vocab);
-    model_free(st.model);
-    gguf_close(st.gf);
+    engine_stack_close(&st);
     return rc;
 }

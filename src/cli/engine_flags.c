@@ -127,16 +127,21 @@ json_t *engine_flags_json(const struct engine_flags *f)
                      f->max_batch_tokens, "max_seqs", f->max_seqs, "prefix_cache", f->prefix_cache);
 }
 
-int engine_stack_open(const char *model_path, const struct engine_flags *f, struct engine_stack *s, struct err *e)
+int engine_stack_open_model(const char *model_path, struct engine_stack *s, struct err *e)
 {
     memset(s, 0, sizeof *s);
-    if (gguf_open(model_path, &s->gf, e)) goto fail;
-    if (model_load(s->gf, &s->model, e)) goto fail;
-    if (tok_load(s->gf, &s->vocab, e)) goto fail;
+    if (gguf_open(model_path, &s->gf, e)) return -1;
+    if (model_load(s->gf, &s->model, e)) return -1;
+    if (tok_load(s->gf, &s->vocab, e)) return -1;
+    return 0;
+}
+
+int engine_stack_open_backend(const struct engine_flags *f, struct engine_stack *s, struct err *e)
+{
     s->threads = f->threads > 0 ? f->threads : threads_online_cores();
-    if (backend_cpu_init(&s->backend, s->threads, e)) goto fail;
+    if (backend_cpu_init(&s->backend, s->threads, e)) return -1;
     s->backend_name = s->backend.ops->name;
-    if (s->backend.ops->load(s->backend.ctx, s->model, e)) goto fail;
+    if (s->backend.ops->load(s->backend.ctx, s->model, e)) return -1;
 
     s->ep = engine_default_params();
     s->ep.kv_type = f->kv_type;
@@ -144,14 +149,32 @@ int engine_stack_open(const char *model_path, const struct engine_flags *f, stru
     s->ep.max_seqs = f->max_seqs;
     s->ep.prefix_cache = f->prefix_cache;
     s->ep.max_batch_tokens = f->max_batch_tokens > 0 ? f->max_batch_tokens : engine_default_max_batch_tokens(s->backend_name);
+    return 0;
+}
+
+int engine_stack_auto_budget(const struct engine_stack *s, const struct engine_flags *f, struct engine_stack_budget *a,
+                             struct err *e)
+{
+    struct sysmem_info mi;
+    if (sysmem_read(&mi, e)) return -1;
+    uint64_t headroom = UINT64_MAX;
+    if (f->headroom && sysmem_parse_size(f->headroom, &headroom, e)) return -1;
+    a->available = sysmem_available(&mi);
+    a->weights = model_weight_bytes(s->model);
+    a->scratch = s->backend.ops->scratch_bytes ? s->backend.ops->scratch_bytes(s->backend.ctx, s->ep.max_batch_tokens) : 0;
+    a->headroom = headroom == UINT64_MAX ? sysmem_default_headroom(&mi) : headroom;
+    a->kv_bytes = sysmem_auto_kv_bytes(&mi, a->weights, a->scratch, headroom);
+    return 0;
+}
+
+int engine_stack_open(const char *model_path, const struct engine_flags *f, struct engine_stack *s, struct err *e)
+{
+    if (engine_stack_open_model(model_path, s, e) || engine_stack_open_backend(f, s, e)) goto fail;
     const struct model_hparams *hp = &s->model->hp;
     if (!strcmp(f->kv_memory, "auto")) {
-        struct sysmem_info mi;
-        if (sysmem_read(&mi, e)) goto fail;
-        uint64_t headroom = UINT64_MAX;
-        if (f->headroom && sysmem_parse_size(f->headroom, &headroom, e)) goto fail;
-        uint64_t scratch = s->backend.ops->scratch_bytes ? s->backend.ops->scratch_bytes(s->backend.ctx, s->ep.max_batch_tokens) : 0;
-        s->kv_bytes = sysmem_auto_kv_bytes(&mi, model_weight_bytes(s->model), scratch, headroom);
+        struct engine_stack_budget a;
+        if (engine_stack_auto_budget(s, f, &a, e)) goto fail;
+        s->kv_bytes = a.kv_bytes;
         /* more than every running sequence at full context, twice over (prefix cache), is never used */
         uint64_t per_token = model_kv_bytes_per_token(hp, f->kv_type);
         uint64_t ctx = hp->n_ctx_train > 0 ? (uint64_t)hp->n_ctx_train : 4096;

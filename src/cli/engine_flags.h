@@ -68,7 +68,30 @@ struct engine_stack {
     const char *backend_name;
 };
 
+/* Opens the whole stack: engine_stack_open_model, engine_stack_open_backend, the KV budget from f->kv_memory
+ * ("auto": engine_stack_auto_budget, capped at what max_seqs sequences of the full context can use twice
+ * over), then the engine. On failure s is closed. */
 int engine_stack_open(const char *model_path, const struct engine_flags *f, struct engine_stack *s, struct err *e);
+/* The parts without an engine (for callers that make their own, like bench). engine_stack_open_model zeroes s
+ * and opens GGUF -> model -> vocab; engine_stack_open_backend then starts the backend (s->threads: f's or one
+ * per core), loads the weights and fills s->ep from f (kv_blocks left 0). On failure s holds what was opened:
+ * engine_stack_close releases it, as after success. */
+int engine_stack_open_model(const char *model_path, struct engine_stack *s, struct err *e);
+int engine_stack_open_backend(const struct engine_flags *f, struct engine_stack *s, struct err *e);
+
+/* The `--kv-memory auto` budget (bytes) and what went into it (sysmem_auto_kv_bytes). */
+struct engine_stack_budget {
+    uint64_t kv_bytes;  /* available - weights - scratch - headroom; 0 when nothing is left */
+    uint64_t available; /* sysmem_available() */
+    uint64_t weights;   /* model_weight_bytes() */
+    uint64_t scratch;   /* the backend's scratch at s->ep.max_batch_tokens rows */
+    uint64_t headroom;  /* f->headroom, or the default */
+};
+/* Fills a for the stack's model and backend (after engine_stack_open_backend) and f->headroom; no cap by
+ * max_seqs. Fails when memory cannot be read or f->headroom does not parse. */
+int engine_stack_auto_budget(const struct engine_stack *s, const struct engine_flags *f, struct engine_stack_budget *a,
+                             struct err *e);
+/* Frees whatever s holds (engine, backend, vocab, model, GGUF) and zeroes s; safe on a zeroed stack. */
 void engine_stack_close(struct engine_stack *s);
 
 #endif

@@ -243,34 +243,29 @@ int32_t sampler_argmax(const float *logits, int32_t n)
     return best;
 }
 
+/* Sifts c[j] down the heap c[0..k) whose root is the worst candidate, until neither child is worse. O(log k). */
+static void sampler_sift_down(struct sampler_cand *c, int32_t k, int32_t j)
+{
+    for (;;) {
+        int32_t l = 2 * j + 1, r = l + 1, w = j;
+        if (l < k && sampler_better(&c[w], &c[l])) w = l;
+        if (r < k && sampler_better(&c[w], &c[r])) w = r;
+        if (w == j) break;
+        struct sampler_cand t = c[j]; c[j] = c[w]; c[w] = t;
+        j = w;
+    }
+}
+
 /* Keeps the k best candidates of c[0..n) in c[0..k), sorted best first. O(n log k) with a heap whose
  * root is the worst kept candidate. */
 static void sampler_top_k(struct sampler_cand *c, int32_t n, int32_t k)
 {
     /* build a heap of c[0..k) with the worst at the root */
-    for (int32_t i = k / 2 - 1; i >= 0; i--) {
-        int32_t j = i;
-        for (;;) {
-            int32_t l = 2 * j + 1, r = l + 1, w = j;
-            if (l < k && sampler_better(&c[w], &c[l])) w = l;
-            if (r < k && sampler_better(&c[w], &c[r])) w = r;
-            if (w == j) break;
-            struct sampler_cand t = c[j]; c[j] = c[w]; c[w] = t;
-            j = w;
-        }
-    }
+    for (int32_t i = k / 2 - 1; i >= 0; i--) sampler_sift_down(c, k, i);
     for (int32_t i = k; i < n; i++) {
         if (!sampler_better(&c[i], &c[0])) continue;
         c[0] = c[i];
-        int32_t j = 0;
-        for (;;) {
-            int32_t l = 2 * j + 1, r = l + 1, w = j;
-            if (l < k && sampler_better(&c[w], &c[l])) w = l;
-            if (r < k && sampler_better(&c[w], &c[r])) w = r;
-            if (w == j) break;
-            struct sampler_cand t = c[j]; c[j] = c[w]; c[w] = t;
-            j = w;
-        }
+        sampler_sift_down(c, k, 0);
     }
     qsort(c, (size_t)k, sizeof *c, sampler_cmp_cand);
 }

@@ -304,7 +304,7 @@ static void lookup_prefix(sched *s, struct sched_seq *q)
 const struct sched_plan *sched_schedule(sched *s)
 {
     struct sched_plan *pl = &s->plan;
-    pl->n_entries = pl->n_rows = pl->n_logits = 0;
+    pl->n_entries = pl->n_rows = 0;
     int32_t budget = s->p.max_batch_tokens;
 
     /* 1 and 2: running decodes, then running prefill chunks; oldest first. Preemption only removes
@@ -345,7 +345,6 @@ const struct sched_plan *sched_schedule(sched *s)
         budget -= n;
     }
 
-    for (int32_t i = 0; i < pl->n_entries; i++) pl->n_logits += pl->entries[i].logits;
     int64_t used = kv_n_used(s->pool);
     if (used > s->stats.blocks_peak) s->stats.blocks_peak = used;
     return pl;

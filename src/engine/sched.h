@@ -70,7 +70,7 @@ struct sched_entry {
 
 struct sched_plan {
     struct sched_entry *entries; /* (n_entries): decodes, then running prefills, then admissions */
-    int32_t n_entries, n_rows, n_logits;
+    int32_t n_entries, n_rows;
 };
 
 struct sched_stats {
