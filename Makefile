@@ -6,6 +6,7 @@
 #   make fuzz       libFuzzer targets (clang) in build-fuzz/; run them with scripts/fuzz
 #   make demo       install, build, fetch the default model, clear the example backlog
 #   make CUDA=1     also compile the CUDA backend with nvcc (sm_90 + PTX)
+#   make build/bench/NAME    bench/NAME.c linked against the library (the bench/*.sh scripts build theirs so)
 #
 # Every src/<layer>/<module>.c is part of libnightshift.a except src/cli/main.c; every tests/test_*.c is
 # its own test binary linked against that library. Adding a module or a test needs no edit here.
@@ -55,6 +56,10 @@ $(BIN): $(BUILD)/src/cli/main.o $(BUILD)/libnightshift.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnightshift.a
 	$(CC) $(NS_CFLAGS) $^ -o $@ $(LDLIBS)
 
+# bench/<name>.c -> $(BUILD)/bench/<name>, built on request by the bench/*.sh scripts (`make build/bench/NAME`).
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnightshift.a
+	$(CC) $(NS_CFLAGS) $^ -o $@ $(LDLIBS)
+
 deps:
 	@scripts/install-deps
 
@@ -93,4 +98,4 @@ check-cuda:
 clean:
 	rm -rf build build-asan build-fuzz build-cuda
 
--include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d)
+-include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(wildcard $(BUILD)/bench/*.d)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/bench_decode.sh — single-stream and batched decode speed of the CPU backend next to the memory
-# bandwidth limit (issue 3). Builds bench/bandwidth.c and bench/bench_decode.c against build/libnightshift.a
-# (run `make` first), then:
+# bandwidth limit (issue 3). Builds bench/bandwidth.c, bench/bench_decode.c and bench/bench_matmul.c with
+# `make build/bench/NAME` (run `make` first for build/nightshift), then:
 #   1. read bandwidth of this machine (1 and 2 threads),
 #   2. `nightshift generate` decode tok/s on SmolLM2-135M-Instruct Q4_1 (models/, scripts/fetch-model),
 #      median of 3 runs of 128 tokens,
@@ -13,13 +13,7 @@ set -eu
 cd "$(dirname "$0")/.."
 threads=${1:-0}
 tmp=${NS_BENCH_TMP:-/tmp}
-libs="-lsqlite3 -ljansson -lpcre2-8 -lcrypto -lxxhash -lpthread -lm"
-mkdir -p build/bench
-cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE bench/bandwidth.c -o build/bench/bandwidth -lpthread
-cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE -Isrc bench/bench_decode.c build/libnightshift.a \
-    -o build/bench/bench_decode $libs
-cc -std=c11 -O2 -mavx2 -mfma -mf16c -D_GNU_SOURCE -Isrc bench/bench_matmul.c build/libnightshift.a \
-    -o build/bench/bench_matmul $libs
+make -s -j2 build/bench/bandwidth build/bench/bench_decode build/bench/bench_matmul
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 bw=$(build/bench/bandwidth | tee /dev/stderr | sed 's/.*: \([0-9.]*\) GB\/s.*/\1/' | sort -g | tail -1)
 

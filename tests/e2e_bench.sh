@@ -59,36 +59,27 @@ EOF
 then ok bench_shared_prefix; else fail bench_shared_prefix "$json / $json2"; fi
 
 # bad flags: exit 2 with a message that names the problem
-bad() { # NAME PATTERN ARGS...
-    local name=$1 pat=$2
-    shift 2
-    local msg
-    msg=$("$NS" bench -m "$M" --prompt-len 8 --gen-len 4 --concurrency 1 "$@" 2>&1 >/dev/null)
-    local rc=$?
-    if [ $rc -eq 2 ] && echo "$msg" | grep -q -- "$pat"; then ok "$name"; else fail "$name" "rc=$rc msg=$msg"; fi
-}
-bad bench_concurrency_zero "--concurrency" --concurrency 0
-bad bench_concurrency_garbage "--concurrency" --concurrency 1,,4
-bad bench_concurrency_huge "--concurrency" --concurrency 100000
-bad bench_kv_memory_zero "one request needs" --kv-memory 0
-bad bench_kv_memory_garbage "--kv-memory" --kv-memory lots
-bad bench_kv_memory_too_small "holds 16 KV tokens" --kv-memory 10K --prompt-len 40
-bad bench_kv_block_not_pow2 "power of two" --kv-block 7
-bad bench_kv_block_huge "--kv-block" --kv-block 4096
-bad bench_kv_type "--kv-type" --kv-type q4
-bad bench_prompt_len_zero "--prompt-len" --prompt-len 0
-bad bench_gen_len_absurd "--gen-len" --gen-len 99999999999
-bad bench_over_context "exceeds the model context" --prompt-len 2000 --gen-len 100
-bad bench_requests_negative "--requests" --requests -3
-bad bench_max_batch_zero "--max-batch-tokens" --max-batch-tokens 0
-bad bench_unknown_flag "unknown flag" --bogus
-bad bench_missing_value "needs a value" --gen-len
-bad bench_reps_zero "--reps" --reps 0
-bad bench_reps_huge "--reps" --reps 5000
+base=("$NS" bench -m "$M" --prompt-len 8 --gen-len 4 --concurrency 1)
+expect_err bench_concurrency_zero 2 "--concurrency" "${base[@]}" --concurrency 0
+expect_err bench_concurrency_garbage 2 "--concurrency" "${base[@]}" --concurrency 1,,4
+expect_err bench_concurrency_huge 2 "--concurrency" "${base[@]}" --concurrency 100000
+expect_err bench_kv_memory_zero 2 "one request needs" "${base[@]}" --kv-memory 0
+expect_err bench_kv_memory_garbage 2 "--kv-memory" "${base[@]}" --kv-memory lots
+expect_err bench_kv_memory_too_small 2 "holds 16 KV tokens" "${base[@]}" --kv-memory 10K --prompt-len 40
+expect_err bench_kv_block_not_pow2 2 "power of two" "${base[@]}" --kv-block 7
+expect_err bench_kv_block_huge 2 "--kv-block" "${base[@]}" --kv-block 4096
+expect_err bench_kv_type 2 "--kv-type" "${base[@]}" --kv-type q4
+expect_err bench_prompt_len_zero 2 "--prompt-len" "${base[@]}" --prompt-len 0
+expect_err bench_gen_len_absurd 2 "--gen-len" "${base[@]}" --gen-len 99999999999
+expect_err bench_over_context 2 "exceeds the model context" "${base[@]}" --prompt-len 2000 --gen-len 100
+expect_err bench_requests_negative 2 "--requests" "${base[@]}" --requests -3
+expect_err bench_max_batch_zero 2 "--max-batch-tokens" "${base[@]}" --max-batch-tokens 0
+expect_err bench_unknown_flag 2 "unknown flag" "${base[@]}" --bogus
+expect_err bench_missing_value 2 "needs a value" "${base[@]}" --gen-len
+expect_err bench_reps_zero 2 "--reps" "${base[@]}" --reps 0
+expect_err bench_reps_huge 2 "--reps" "${base[@]}" --reps 5000
 
-"$NS" bench -m "$e2e_tmp/nope.gguf" --concurrency 1 >/dev/null 2>"$e2e_tmp/err"
-rc=$?
-if [ $rc -eq 1 ] && grep -q "nope.gguf" "$e2e_tmp/err"; then ok bench_missing_model; else fail bench_missing_model "rc=$rc $(cat "$e2e_tmp/err")"; fi
+expect_err bench_missing_model 1 "nope.gguf" "$NS" bench -m "$e2e_tmp/nope.gguf" --concurrency 1
 
 if "$NS" bench --help | grep -q -- "--shared-prefix"; then ok bench_help; else fail bench_help "no --shared-prefix in --help"; fi
 exit $E2E_FAILED

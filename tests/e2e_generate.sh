@@ -70,25 +70,17 @@ whole=$($NS generate -m "$model" -p "Lily and Tom went to the park" -n 64 2>/dev
 [ -n "$whole" ] && [ "$chunked" = "$whole" ] && ok generate_prefill_chunks || fail generate_prefill_chunks "'$chunked' vs '$whole'"
 
 # --- bad input: non-zero exit and a message naming the problem ----------------------------------------------
-bad() { # NAME EXPECTED_STDERR_SUBSTRING CMD...
-    local name=$1 want=$2
-    shift 2
-    "$@" >"$e2e_tmp/bad.out" 2>"$e2e_tmp/bad.err"
-    local rc=$?
-    if [ $rc -ne 0 ] && grep -qi -- "$want" "$e2e_tmp/bad.err"; then ok "$name"; else
-        fail "$name" "rc=$rc stderr: $(head -c 300 "$e2e_tmp/bad.err")"; fi
-}
-bad generate_missing_file "$e2e_tmp/nope.gguf" $NS generate -m "$e2e_tmp/nope.gguf" -p hi
+expect_err -i generate_missing_file nz "$e2e_tmp/nope.gguf" $NS generate -m "$e2e_tmp/nope.gguf" -p hi
 echo "this is not a model" >"$e2e_tmp/text.gguf"
-bad generate_not_gguf "text.gguf" $NS generate -m "$e2e_tmp/text.gguf" -p hi
-bad generate_n_over_context "context" $NS generate -m "$model" -p "Once upon a time" -n 5000
+expect_err -i generate_not_gguf nz "text.gguf" $NS generate -m "$e2e_tmp/text.gguf" -p hi
+expect_err -i generate_n_over_context nz "context" $NS generate -m "$model" -p "Once upon a time" -n 5000
 long=$(for i in $(seq 1 700); do printf 'the cat sat on the mat. '; done)
 printf '%s' "$long" >"$e2e_tmp/long.txt"
-bad generate_prompt_over_context "exceeds the context" $NS generate -m "$model" -f "$e2e_tmp/long.txt" -n 1 -c 512
-bad generate_q8_kv_head_dim "head dimension" $NS generate -m "$model" -p hi --kv-type q8_0
-bad generate_bad_flag "unknown option" $NS generate -m "$model" -p hi --bogus 1
-bad generate_bad_number "integer" $NS generate -m "$model" -p hi -n abc
-bad generate_no_prompt "-p" $NS generate -m "$model"
+expect_err -i generate_prompt_over_context nz "exceeds the context" $NS generate -m "$model" -f "$e2e_tmp/long.txt" -n 1 -c 512
+expect_err -i generate_q8_kv_head_dim nz "head dimension" $NS generate -m "$model" -p hi --kv-type q8_0
+expect_err -i generate_bad_flag nz "unknown option" $NS generate -m "$model" -p hi --bogus 1
+expect_err -i generate_bad_number nz "integer" $NS generate -m "$model" -p hi -n abc
+expect_err -i generate_no_prompt nz "-p" $NS generate -m "$model"
 $NS generate --help >"$e2e_tmp/help" 2>&1 && grep -q -- "--temp" "$e2e_tmp/help" && ok generate_help || fail generate_help "no usage"
 
 # unsupported architecture and tensor type: patch a synthetic file (same-length renames keep it valid)
@@ -123,8 +115,8 @@ for _ in range(n_t):
     o += 4 + 8
 open(f"{tmp}/type.gguf", "wb").write(bytes(b))
 PY
-    bad generate_unsupported_arch "unsupported architecture 'lamma'" $NS generate -m "$e2e_tmp/arch.gguf" -p hi
-    bad generate_unsupported_type "IQ4_NL" $NS generate -m "$e2e_tmp/type.gguf" -p hi
+    expect_err -i generate_unsupported_arch nz "unsupported architecture 'lamma'" $NS generate -m "$e2e_tmp/arch.gguf" -p hi
+    expect_err -i generate_unsupported_type nz "IQ4_NL" $NS generate -m "$e2e_tmp/type.gguf" -p hi
 else
     skip generate_unsupported_arch "nightshift synth failed"
 fi

@@ -40,9 +40,7 @@ else
 fi
 
 "$NS" synth --help >/dev/null 2>&1 && ok synth_help || fail synth_help "--help did not exit 0"
-"$NS" synth --shape nope --type f32 -o "$e2e_tmp/x.gguf" >/dev/null 2>"$e2e_tmp/err"
-[ $? -eq 2 ] && grep -q "unknown shape 'nope'" "$e2e_tmp/err" && ok synth_bad_shape ||
-    fail synth_bad_shape "expected exit 2 and a message: $(cat "$e2e_tmp/err")"
+expect_err synth_bad_shape 2 "unknown shape 'nope'" "$NS" synth --shape nope --type f32 -o "$e2e_tmp/x.gguf"
 "$NS" synth --shape tiny -o "$e2e_tmp/x.gguf" >/dev/null 2>&1
 [ $? -eq 2 ] && ok synth_missing_type || fail synth_missing_type "expected exit 2"
 "$NS" synth --shape tiny --type f32 -o "$e2e_tmp/no/such/dir/x.gguf" >/dev/null 2>&1

@@ -74,25 +74,18 @@ else
 fi
 
 # errors: missing file, not a GGUF, bad ids, bad flags
-expect_fail() { # NAME WANT_RC WANT_TEXT CMD... (stdin from $e2e_tmp/stdin)
-    local n=$1 want=$2 text=$3
-    shift 3
-    "$@" <"$e2e_tmp/stdin" >"$e2e_tmp/o" 2>"$e2e_tmp/e"
-    local rc=$?
-    if [[ $rc == "$want" ]] && grep -q -- "$text" "$e2e_tmp/e"; then ok "$n"; else fail "$n" "rc=$rc stderr: $(head -c 300 "$e2e_tmp/e")"; fi
-}
 printf 'hi' >"$e2e_tmp/stdin"
-expect_fail info_missing_file 1 "no-such.gguf" "$NS" info "$e2e_tmp/no-such.gguf"
-expect_fail tokenize_missing_file 1 "no-such.gguf" "$NS" tokenize -m "$e2e_tmp/no-such.gguf"
+expect_err info_missing_file 1 "no-such.gguf" "$NS" info "$e2e_tmp/no-such.gguf" <"$e2e_tmp/stdin"
+expect_err tokenize_missing_file 1 "no-such.gguf" "$NS" tokenize -m "$e2e_tmp/no-such.gguf" <"$e2e_tmp/stdin"
 printf 'this is not a gguf file at all, just some text\n' >"$e2e_tmp/not.gguf"
-expect_fail tokenize_not_gguf 1 "not.gguf" "$NS" tokenize -m "$e2e_tmp/not.gguf"
-expect_fail info_not_gguf 1 "not.gguf" "$NS" info "$e2e_tmp/not.gguf"
+expect_err tokenize_not_gguf 1 "not.gguf" "$NS" tokenize -m "$e2e_tmp/not.gguf" <"$e2e_tmp/stdin"
+expect_err info_not_gguf 1 "not.gguf" "$NS" info "$e2e_tmp/not.gguf" <"$e2e_tmp/stdin"
 printf '1 15 abc 2' >"$e2e_tmp/stdin"
-expect_fail detokenize_bad_id 1 "'abc' at position 2" "$NS" detokenize -m "$M"
+expect_err detokenize_bad_id 1 "'abc' at position 2" "$NS" detokenize -m "$M" <"$e2e_tmp/stdin"
 printf '1 99999' >"$e2e_tmp/stdin"
-expect_fail detokenize_out_of_range 1 "99999 at position 1 is outside the vocab" "$NS" detokenize -m "$M"
+expect_err detokenize_out_of_range 1 "99999 at position 1 is outside the vocab" "$NS" detokenize -m "$M" <"$e2e_tmp/stdin"
 printf '' >"$e2e_tmp/stdin"
-expect_fail tokenize_bad_flag 2 "unknown argument" "$NS" tokenize --frobnicate
+expect_err tokenize_bad_flag 2 "unknown argument" "$NS" tokenize --frobnicate <"$e2e_tmp/stdin"
 if "$NS" tokenize --help | grep -q -- '--bos' && "$NS" detokenize --help | grep -q usage && "$NS" info --help | grep -q -- '--json'; then
     ok cli_help
 else

@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "gguf/quant.h"
 #include "model/model.h"
+#include "util/rng.h"
 
 struct synth_cfg {
     const char *arch; /* "llama", "qwen2", "qwen3", or anything (for error tests) */
@@ -46,17 +47,9 @@ struct synth_model {
     int n_blobs;
 };
 
-static inline uint64_t synth_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static inline float synth_uniform(uint64_t *s, float a)
 {
-    return ((float)(synth_rng(s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
+    return ((float)(rng_splitmix64(s) >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * a;
 }
 
 /* kind: 0 matrix, 1 norm, 2 bias, 3 rope factors. */
@@ -86,7 +79,7 @@ static inline int synth_add(gguf_writer *w, struct synth_model *sm, const struct
     }
     for (uint64_t r = 0; r < rows; r++) {
         if (c->force_type && t == c->force_type) {
-            for (uint64_t i = 0; i < rb; i++) ((uint8_t *)data)[r * rb + i] = (uint8_t)(synth_rng(rng) & 0x3F);
+            for (uint64_t i = 0; i < rb; i++) ((uint8_t *)data)[r * rb + i] = (uint8_t)(rng_splitmix64(rng) & 0x3F);
         } else if (quant_quantize_row(t, vals + r * (uint64_t)ne0, (char *)data + r * rb, ne0)) {
             free(vals);
             free(data);

@@ -117,4 +117,21 @@ static inline char *test_read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* Writes n bytes of p to path (created or truncated); 0 ok. */
+static inline int test_write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(p, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+/* Removes dir and everything under it (`rm -rf`, for the mkdtemp folders of test mains); 0 ok. */
+static inline int test_rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
 #endif

@@ -28,6 +28,7 @@
 #include "synth_util.h"
 #include "tokenizer/tok.h"
 #include "test.h"
+#include "util/sysmem.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -925,16 +926,10 @@ TEST(test_invariance_long_prefill)
 
 /* ---------------------------------------------------------------- memory */
 
-static long status_kb(const char *key)
+/* VmRSS in kB; 0 if unknown. */
+static long rss_kb(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    size_t kl = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl)) v = atol(line + kl);
-    if (f) fclose(f);
-    return v;
+    return (long)(sysmem_rss_bytes() / 1024);
 }
 
 /* Rss (kB) of the mapping that contains address p, from /proc/self/smaps; -1 if not found. */
@@ -970,16 +965,16 @@ TEST(test_kv_pool_lazy)
     CHECK_MSG(backend_cpu_init(&be, 2, &e) == 0 && be.ops->load(be.ctx, m, &e) == 0, "%.900s", e.msg);
     const uint64_t per_block = model_kv_bytes_per_token(&m->hp, KV_TYPE_F32) * 16;
     const int32_t n_blocks = (int32_t)((1ull << 30) / per_block);
-    long before = status_kb("VmRSS:");
+    long before = rss_kb();
     int rc = be.ops->kv_alloc(be.ctx, n_blocks, 16, KV_TYPE_F32, &e);
-    long after = status_kb("VmRSS:");
+    long after = rss_kb();
     int32_t blocks[2] = {n_blocks - 1, 7}, tokens[20], pos[20], seq[20], lr[1] = {19};
     for (int i = 0; i < 20; i++) tokens[i] = i + 1, pos[i] = i, seq[i] = 0;
     struct step_seq ss = {blocks, 2};
     struct step_batch b = {20, tokens, pos, seq, 1, &ss, 1, lr};
     float logits[512];
     int rc2 = rc ? -1 : be.ops->forward(be.ctx, &b, logits, &e);
-    long after_step = status_kb("VmRSS:");
+    long after_step = rss_kb();
     backend_free(&be);
     model_free(m);
     gguf_close(f);

@@ -11,11 +11,7 @@ static const char *write_tmp(const char *name, const char *content, size_t len)
 {
     static char path[512];
     snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
-    FILE *f = fopen(path, "wb");
-    if (!f) return NULL;
-    fwrite(content, 1, len, f);
-    fclose(f);
-    return path;
+    return test_write_file(path, content, len) == 0 ? path : NULL;
 }
 
 /* Reads every item of a file; returns the count (items stored in out, caller frees). */
@@ -375,8 +371,6 @@ int main(void)
     RUN(sha_and_counts);
     RUN(nan_message_only_for_nan_tokens);
     RUN(utf8_bom_is_dropped);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
-    if (system(cmd) != 0) return 1;
+    if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }

@@ -27,20 +27,13 @@ TEST(known_vectors)
     CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
-static void write_file(const char *path, const char *s)
-{
-    FILE *f = fopen(path, "wb");
-    fputs(s, f);
-    fclose(f);
-}
-
 TEST(file_and_cache)
 {
     char path[600], cache[600];
     snprintf(path, sizeof path, "%s/model.bin", tmp_dir);
     snprintf(cache, sizeof cache, "%s/cache", tmp_dir);
     setenv("NIGHTSHIFT_CACHE_DIR", cache, 1);
-    write_file(path, "abc");
+    test_write_file(path, "abc", 3);
     uint8_t d[32], d2[32];
     char hex[65];
     struct err e;
@@ -59,13 +52,13 @@ TEST(file_and_cache)
     char *text = test_read_file(tsv, &n);
     CHECK(text && n > 64);
     text[0] = text[0] == '0' ? '1' : '0';
-    write_file(tsv, text);
+    test_write_file(tsv, text, strlen(text));
     free(text);
     CHECK(sha256_file_cached(path, d2, &cached, &e) == 0);
     CHECK_EQ_INT(cached, 1);
     CHECK(memcmp(d, d2, 32) != 0);
     /* a change of the file (size and mtime) makes the entry stale */
-    write_file(path, "abcd");
+    test_write_file(path, "abcd", 4);
     struct timespec ts[2] = {{0, UTIME_NOW}, {1000, 0}};
     utimensat(AT_FDCWD, path, ts, 0);
     CHECK(sha256_file_cached(path, d2, &cached, &e) == 0);
@@ -88,8 +81,6 @@ int main(void)
     if (!mkdtemp(tmp_dir)) return 1;
     RUN(known_vectors);
     RUN(file_and_cache);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
-    if (system(cmd) != 0) return 1;
+    if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }

@@ -166,13 +166,6 @@ static char *slurp(const char *p, size_t *n)
     return test_read_file(p, n);
 }
 
-static void spit(const char *p, const char *s, size_t n)
-{
-    FILE *f = fopen(p, "wb");
-    fwrite(s, 1, n, f);
-    fclose(f);
-}
-
 static const char *L1 = "{\"a\":1}\n", *L2 = "{\"b\":22}\n", *L3 = "{\"c\":333}\n";
 
 static store *three_lines(const char *db)
@@ -231,7 +224,7 @@ TEST(repair_cases)
     /* torn last line (killed mid-write) */
     char buf[128];
     snprintf(buf, sizeof buf, "%s%s{\"c\":3", L1, L2);
-    spit(out, buf, strlen(buf));
+    test_write_file(out, buf, strlen(buf));
     CHECK(repair_to(s, out, &st) == 0);
     CHECK(file_is_three(out));
     CHECK_EQ_INT(st.lines_kept, 2);
@@ -239,7 +232,7 @@ TEST(repair_cases)
 
     /* garbage after the last line (e.g. a line whose row was dropped) */
     snprintf(buf, sizeof buf, "%s%s%s{\"zz\":0}\n{\"y", L1, L2, L3);
-    spit(out, buf, strlen(buf));
+    test_write_file(out, buf, strlen(buf));
     CHECK(repair_to(s, out, &st) == 0);
     CHECK(file_is_three(out));
     CHECK_EQ_INT(st.lines_kept, 3);
@@ -247,7 +240,7 @@ TEST(repair_cases)
 
     /* a different line in the middle: kept up to it, rewritten from there */
     snprintf(buf, sizeof buf, "%s{\"b\":99}\n%s", L1, L3);
-    spit(out, buf, strlen(buf));
+    test_write_file(out, buf, strlen(buf));
     CHECK(repair_to(s, out, &st) == 0);
     CHECK(file_is_three(out));
     CHECK_EQ_INT(st.lines_kept, 1);
@@ -256,7 +249,7 @@ TEST(repair_cases)
     /* zeros where data should be (size extended without data) */
     memset(buf, 0, sizeof buf);
     memcpy(buf, L1, strlen(L1));
-    spit(out, buf, strlen(L1) + strlen(L2) + strlen(L3));
+    test_write_file(out, buf, strlen(L1) + strlen(L2) + strlen(L3));
     CHECK(repair_to(s, out, &st) == 0);
     CHECK(file_is_three(out));
 
@@ -325,8 +318,6 @@ int main(void)
     RUN(lines_offsets_and_check);
     RUN(repair_cases);
     RUN(lines_are_valid_json);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_dir);
-    if (system(cmd) != 0) return 1;
+    if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }
