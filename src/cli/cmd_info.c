@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/cli_util.h"
 #include "gguf/gguf.h"
+#include "jobs/input.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
 
@@ -54,7 +55,8 @@ static void info_human_bytes(uint64_t n, char *buf, size_t cap)
     else snprintf(buf, cap, "%.2f %s", x, unit[u]);
 }
 
-/* A JSON string of n bytes; invalid UTF-8 (hostile files) becomes U+FFFD per bad byte. */
+/* A JSON string of n bytes; invalid UTF-8 (hostile files) becomes U+FFFD per bad byte, and so does any NUL
+ * byte of such a string (a valid string keeps its NULs). */
 static json_t *info_str(const char *s, size_t n)
 {
     json_t *j = json_stringn(s, n);
@@ -63,19 +65,22 @@ static json_t *info_str(const char *s, size_t n)
     if (!buf) return json_null();
     size_t w = 0;
     for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t need = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-        json_t *probe = need && i + need <= n ? json_stringn(s + i, need) : NULL;
-        if (probe && c != 0) {
-            memcpy(buf + w, s + i, need);
-            w += need;
-            i += need;
-        } else {
+        size_t ok = n - i; /* s[i..i+ok) is valid UTF-8; a bad sequence starts at i + ok */
+        input_utf8_valid(s + i, n - i, &ok);
+        for (size_t k = i; k < i + ok; k++) {
+            if (s[k] != '\0') {
+                buf[w++] = s[k];
+            } else {
+                memcpy(buf + w, "\xEF\xBF\xBD", 3);
+                w += 3;
+            }
+        }
+        i += ok;
+        if (i < n) { /* its first byte */
             memcpy(buf + w, "\xEF\xBF\xBD", 3);
             w += 3;
             i++;
         }
-        json_decref(probe);
     }
     j = json_stringn(buf, w);
     free(buf);

@@ -14,7 +14,8 @@
 
 #include "tokenizer/pretok.h"
 
-uint32_t bpe_byte_to_cp(uint8_t b)
+/* The GPT-2 mapping (see bpe.h): the code point byte b is shown as. */
+static uint32_t bpe_byte_to_cp(uint8_t b)
 {
     if (b <= 0x20) return 256u + b;                 /* controls and space: U+0100..U+0120 */
     if (b >= 0x7F && b <= 0xA0) return 289u + (b - 0x7Fu); /* DEL, C1 controls, NBSP: U+0121..U+0142 */
@@ -22,7 +23,8 @@ uint32_t bpe_byte_to_cp(uint8_t b)
     return b;
 }
 
-int bpe_cp_to_byte(uint32_t cp)
+/* The byte a code point stands for; -1 if it is not in the mapping's image. */
+static int bpe_cp_to_byte(uint32_t cp)
 {
     if (cp < 256) {
         uint8_t b = (uint8_t)cp;
@@ -32,6 +34,18 @@ int bpe_cp_to_byte(uint32_t cp)
     if (cp <= 322) return (int)(cp - 289 + 0x7F);
     if (cp == 323) return 0xAD;
     return -1;
+}
+
+size_t bpe_byte_utf8(uint8_t b, char out[2])
+{
+    uint32_t cp = bpe_byte_to_cp(b);
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
 }
 
 /* --- pair map --- */
@@ -227,15 +241,7 @@ static int bpe_piece(void *user, const char *s, size_t n, struct err *e)
     if (bpe_reserve(w, n, e)) return -1;
     if (v->ignore_merges) {
         size_t m = 0;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t cp = bpe_byte_to_cp((uint8_t)s[i]);
-            if (cp < 0x80) {
-                w->mapped[m++] = (char)cp;
-            } else {
-                w->mapped[m++] = (char)(0xC0 | (cp >> 6));
-                w->mapped[m++] = (char)(0x80 | (cp & 0x3F));
-            }
-        }
+        for (size_t i = 0; i < n; i++) m += bpe_byte_utf8((uint8_t)s[i], w->mapped + m);
         int32_t id = tok_lookup(v, w->mapped, m);
         if (id >= 0) return tok_out_push(w->out, id, e);
     }

@@ -12,10 +12,9 @@
 #include "util/err.h"
 
 /* The GPT-2 mapping: every byte is shown as one printable code point (bytes that are printable Latin-1
- * stay themselves, the rest map to U+0100 + n in byte order). */
-uint32_t bpe_byte_to_cp(uint8_t b);
-/* The byte a code point stands for; -1 if it is not in the mapping's image. */
-int bpe_cp_to_byte(uint32_t cp);
+ * stay themselves, the rest map to U+0100 + n in byte order). Writes the UTF-8 of byte b's code point into
+ * out and returns its length (1 or 2). */
+size_t bpe_byte_utf8(uint8_t b, char out[2]);
 
 /* Reads tokenizer.ggml.merges (array of "left right" strings) into v->ranks: both halves must be
  * non-empty tokens and their concatenation a token; a bad merge is an error naming its index. Needs

@@ -212,12 +212,14 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
             }
             break;
         case CHAT_PHI3:
-            if (i == 0) cb_put(&b, bos);
+        case CHAT_ZEPHYR: /* the same turns; phi3 starts with bos and ends a turn with <|end|>, zephyr with eos */
+            if (f == CHAT_PHI3 && i == 0) cb_put(&b, bos);
             cb_put(&b, "<|");
             cb_put(&b, role);
             cb_put(&b, "|>\n");
             cb_put(&b, c);
-            cb_put(&b, "<|end|>\n");
+            cb_put(&b, f == CHAT_PHI3 ? "<|end|>" : eos);
+            cb_put(&b, "\n");
             break;
         case CHAT_GEMMA:
             if (i == 0) cb_put(&b, bos);
@@ -236,14 +238,6 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
             }
             cb_put(&b, "<end_of_turn>\n");
             break;
-        case CHAT_ZEPHYR:
-            cb_put(&b, "<|");
-            cb_put(&b, role);
-            cb_put(&b, "|>\n");
-            cb_put(&b, c);
-            cb_put(&b, eos);
-            cb_put(&b, "\n");
-            break;
         default:
             break;
         }
@@ -256,9 +250,9 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
     switch (f) {
     case CHAT_CHATML: cb_put(&b, "<|im_start|>assistant\n"); break;
     case CHAT_LLAMA3: cb_put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
-    case CHAT_PHI3: cb_put(&b, "<|assistant|>\n"); break;
-    case CHAT_GEMMA: cb_put(&b, "<start_of_turn>model\n"); break;
+    case CHAT_PHI3:
     case CHAT_ZEPHYR: cb_put(&b, "<|assistant|>\n"); break;
+    case CHAT_GEMMA: cb_put(&b, "<start_of_turn>model\n"); break;
     default: break; /* llama2 / mistral: the prompt ends with [/INST] */
     }
     if (b.oom || !b.p) {

@@ -132,7 +132,8 @@ static void pretok_supported_init(void)
     pretok_supported_buf[n] = '\0';
 }
 
-const char *pretok_supported(void)
+/* "default, gpt-2, llama-bpe, ..." for error messages (a static buffer, built once). */
+static const char *pretok_supported(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, pretok_supported_init);

@@ -19,8 +19,6 @@ struct pretok;
  * is itself a token whole, without merging (Llama 3); *add_bos to the default of tokenizer.ggml.add_bos_token. */
 int pretok_create(const char *name, struct pretok **out, int *ignore_merges, int *add_bos, struct err *e);
 void pretok_free(struct pretok *p);
-/* "default, gpt-2, llama-bpe, ..." for error messages (static). */
-const char *pretok_supported(void);
 
 /* Called for each piece, in text order; a non-zero return stops the split and is returned. */
 typedef int (*pretok_piece_fn)(void *user, const char *s, size_t n, struct err *e);

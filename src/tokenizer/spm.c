@@ -158,8 +158,6 @@ int spm_encode(const tok_vocab *v, const char *text, size_t len, int add_prefix,
     size_t n = 0;
     int rc = 0;
     if (!buf) return err_set(e, "out of memory (%zu bytes of text)", len);
-    w.sym = NULL;
-    w.heap = NULL;
     if (add_prefix) {
         memcpy(buf, ws, 3);
         n = 3;

@@ -25,27 +25,50 @@
 
 /* ---------- small helpers ---------- */
 
+/* Length of the UTF-8 sequence that lead byte c announces (0 if c cannot start a multi-byte one, ASCII
+ * included) and the allowed range [*lo, *hi] of its second byte (this excludes overlongs, surrogates and code
+ * points above U+10FFFF; later bytes are any continuation byte). */
+static size_t tok_utf8_lead(unsigned c, unsigned *lo, unsigned *hi)
+{
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) return 2;
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (c == 0xE0) *lo = 0xA0;
+        if (c == 0xED) *hi = 0x9F;
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (c == 0xF0) *lo = 0x90;
+        if (c == 0xF4) *hi = 0x8F;
+        return 4;
+    }
+    return 0;
+}
+
+/* 1 if the bytes s[1..n) after a lead byte are a valid start of its sequence: s[1] (when n >= 2) inside
+ * [lo, hi], the rest continuation bytes. n must not exceed the announced length. */
+static int tok_utf8_tail_ok(const unsigned char *s, size_t n, unsigned lo, unsigned hi)
+{
+    if (n >= 2 && (s[1] < lo || s[1] > hi)) return 0;
+    for (size_t k = 2; k < n; k++)
+        if ((s[k] & 0xC0) != 0x80) return 0;
+    return 1;
+}
+
 size_t tok_utf8_char_len(const unsigned char *s, size_t n)
 {
-    unsigned c = s[0];
-    size_t need;
-    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else return 1;
-    if (n < need) return 1;
-    if (s[1] < lo || s[1] > hi) return 1;
-    for (size_t k = 2; k < need; k++)
-        if ((s[k] & 0xC0) != 0x80) return 1;
+    unsigned lo, hi;
+    size_t need = tok_utf8_lead(s[0], &lo, &hi);
+    if (need == 0 || n < need || !tok_utf8_tail_ok(s, need, lo, hi)) return 1;
     return need;
+}
+
+/* 1 for the token types whose text is not part of the decoded output unless special tokens are rendered
+ * (control, unknown, unused). */
+static int tok_is_hidden_type(uint8_t t)
+{
+    return t == TOK_TYPE_CONTROL || t == TOK_TYPE_UNKNOWN || t == TOK_TYPE_UNUSED;
 }
 
 int tok_out_push(struct tok_out *o, int32_t id, struct err *e)
@@ -361,16 +384,8 @@ int tok_load(const gguf_file *f, tok_vocab **out, struct err *e)
         }
         if (pretok_create(v->pre_name, &v->pre, &v->ignore_merges, &default_add_bos, e)) goto fail;
         for (int b = 0; b < 256; b++) {
-            uint32_t cp = bpe_byte_to_cp((uint8_t)b);
             char u[2];
-            size_t ul = 1;
-            if (cp < 0x80) {
-                u[0] = (char)cp;
-            } else {
-                u[0] = (char)(0xC0 | (cp >> 6));
-                u[1] = (char)(0x80 | (cp & 0x3F));
-                ul = 2;
-            }
+            size_t ul = bpe_byte_utf8((uint8_t)b, u);
             v->byte_tok[b] = tok_lookup(v, u, ul);
         }
         if (bpe_load_merges(v, f, e)) goto fail;
@@ -524,8 +539,7 @@ int tok_token_bytes(const tok_vocab *v, int32_t id, int render_special, char *bu
     if (id < 0 || id >= v->n_vocab) return -1;
     const char *src = v->dec + v->dec_off[id];
     size_t n = v->dec_len[id];
-    uint8_t t = v->type[id];
-    if (render_special && (t == TOK_TYPE_CONTROL || t == TOK_TYPE_UNKNOWN || t == TOK_TYPE_UNUSED)) {
+    if (render_special && tok_is_hidden_type(v->type[id])) {
         src = tok_text(v, id);
         n = v->len[id];
     }
@@ -551,9 +565,8 @@ int tok_decode_ex(const tok_vocab *v, const int32_t *ids, size_t n, int render_s
     int strip = v->kind == TOK_KIND_SPM && v->add_space_prefix;
     for (size_t i = 0; i < n; i++) {
         int m = tok_token_bytes(v, ids[i], render_special, buf + pos, total - pos);
-        uint8_t t = v->type[ids[i]];
-        int is_text = t != TOK_TYPE_CONTROL && t != TOK_TYPE_UNKNOWN && t != TOK_TYPE_UNUSED;
-        if (m > 0 && strip && is_text) { /* the space the encoder put in front of the text */
+        /* the space the encoder put in front of the text */
+        if (m > 0 && strip && !tok_is_hidden_type(v->type[ids[i]])) {
             if (buf[pos] == ' ') {
                 memmove(buf + pos, buf + pos + 1, (size_t)m - 1);
                 m--;
@@ -613,31 +626,12 @@ int32_t tok_find_piece(const tok_vocab *v, const char *text, size_t len)
 
 /* ---------- streaming UTF-8 ---------- */
 
-/* Length of a UTF-8 sequence announced by lead byte c (0 if c cannot start one). */
-static size_t tok_utf8_need(unsigned c)
-{
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
 /* 1 if t[0..n) (n < its announced length) can still become a valid character. */
 static int tok_utf8_viable(const unsigned char *t, size_t n)
 {
-    size_t need = tok_utf8_need(t[0]);
-    if (need == 0 || n >= need) return 0;
-    if (n >= 2) {
-        unsigned lo = 0x80, hi = 0xBF;
-        if (t[0] == 0xE0) lo = 0xA0;
-        if (t[0] == 0xED) hi = 0x9F;
-        if (t[0] == 0xF0) lo = 0x90;
-        if (t[0] == 0xF4) hi = 0x8F;
-        if (t[1] < lo || t[1] > hi) return 0;
-    }
-    for (size_t k = 2; k < n; k++)
-        if ((t[k] & 0xC0) != 0x80) return 0;
-    return 1;
+    unsigned lo, hi;
+    size_t need = tok_utf8_lead(t[0], &lo, &hi);
+    return need != 0 && n < need && tok_utf8_tail_ok(t, n, lo, hi);
 }
 
 size_t tok_utf8_feed(struct tok_utf8 *s, const char *bytes, size_t n, char *out, size_t cap)
