@@ -222,33 +222,33 @@ static uint64_t hash_cap_for(uint64_t n)
     return cap;
 }
 
+/* The slot of name in the table: the one holding it, or the empty slot where it would go (the table is never
+ * full: cap >= 2n). */
+static uint64_t hash_slot(const uint32_t *tab, uint64_t cap, const char *name,
+                          const char *(*name_of)(const gguf_file *, uint64_t), const gguf_file *f)
+{
+    uint64_t h = XXH3_64bits(name, strlen(name)) & (cap - 1);
+    while (tab[h] && strcmp(name_of(f, tab[h] - 1), name) != 0)
+        h = (h + 1) & (cap - 1);
+    return h;
+}
+
 /* Inserts index idx (name names[idx]) into the table; returns the index of an existing equal name, or -1. */
 static int64_t hash_insert(uint32_t *tab, uint64_t cap, const char *name, uint32_t idx,
                            const char *(*name_of)(const gguf_file *, uint64_t), const gguf_file *f)
 {
-    uint64_t h = XXH3_64bits(name, strlen(name)) & (cap - 1);
-    for (;;) {
-        uint32_t slot = tab[h];
-        if (!slot) {
-            tab[h] = idx + 1;
-            return -1;
-        }
-        if (strcmp(name_of(f, slot - 1), name) == 0) return slot - 1;
-        h = (h + 1) & (cap - 1);
-    }
+    uint64_t h = hash_slot(tab, cap, name, name_of, f);
+    if (tab[h]) return tab[h] - 1;
+    tab[h] = idx + 1;
+    return -1;
 }
 
 static int64_t hash_find(const uint32_t *tab, uint64_t cap, const char *name,
                          const char *(*name_of)(const gguf_file *, uint64_t), const gguf_file *f)
 {
     if (!tab) return -1;
-    uint64_t h = XXH3_64bits(name, strlen(name)) & (cap - 1);
-    for (;;) {
-        uint32_t slot = tab[h];
-        if (!slot) return -1;
-        if (strcmp(name_of(f, slot - 1), name) == 0) return slot - 1;
-        h = (h + 1) & (cap - 1);
-    }
+    uint64_t h = hash_slot(tab, cap, name, name_of, f);
+    return tab[h] ? (int64_t)tab[h] - 1 : -1;
 }
 
 static const char *kv_name_of(const gguf_file *f, uint64_t i)
