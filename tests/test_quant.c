@@ -8,18 +8,12 @@
 
 #include "gguf/quant.h"
 #include "test.h"
+#include "util/rng.h"
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull; /* one splitmix64 stream for the whole file */
 static float rng_uniform(void)
 {
-    return (float)((rng_next() >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+    return (float)((rng_splitmix64(&rng_state) >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
 }
 
 static uint32_t fbits(float f)
@@ -68,7 +62,7 @@ TEST(f32_to_f16_rounding_matches_f16c)
     }
     /* random bit patterns: subnormals, huge values, NaNs, infinities */
     for (int i = 0; i < 2000000; i++) {
-        float f = bitsf((uint32_t)rng_next());
+        float f = bitsf((uint32_t)rng_splitmix64(&rng_state));
         CHECK_MSG(f32_to_f16_matches(f), "f=%a (0x%08x): got 0x%04x want 0x%04x", f, fbits(f),
                   quant_f32_to_f16(f), (unsigned)_cvtss_sh(f, 0));
     }

@@ -174,11 +174,6 @@ TEST(tiny_every_type)
     }
 }
 
-static char *slurp(const char *path, size_t *n)
-{
-    return test_read_file(path, n);
-}
-
 TEST(deterministic_from_seed)
 {
     const char *a = tmp("a.gguf"), *b = tmp("b.gguf"), *c = tmp("c.gguf");
@@ -186,7 +181,7 @@ TEST(deterministic_from_seed)
     CHECK_EQ_INT(synth("qwen2-tiny", "q4_0", b, "7", NULL), 0);
     CHECK_EQ_INT(synth("qwen2-tiny", "q4_0", c, "8", NULL), 0);
     size_t na = 0, nb = 0, nc = 0;
-    char *da = slurp(a, &na), *db = slurp(b, &nb), *dc = slurp(c, &nc);
+    char *da = test_read_file(a, &na), *db = test_read_file(b, &nb), *dc = test_read_file(c, &nc);
     CHECK(da && db && dc);
     int same_ab = na == nb && memcmp(da, db, na) == 0;
     int same_len_ac = na == nc, same_ac = same_len_ac && memcmp(da, dc, na) == 0;

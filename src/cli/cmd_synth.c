@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/engine_flags.h"
 #include "gguf/gguf.h"
 #include "gguf/quant.h"
 #include "util/log.h"
@@ -208,6 +209,26 @@ struct synth_fill {
     uint64_t row_cap;
 };
 
+/* One row of n values of the given kind: ones, biases in [-0.1, 0.1], or matrix values in [-a, a]; the
+ * random kinds draw n values from rng in order. */
+static void fill_row(enum fill_kind kind, float a, struct rng *rng, float *row, uint64_t n)
+{
+    switch (kind) {
+    case FILL_ONES:
+        for (uint64_t j = 0; j < n; j++)
+            row[j] = 1.0f;
+        break;
+    case FILL_BIAS:
+        for (uint64_t j = 0; j < n; j++)
+            row[j] = 0.1f * rng_sym(rng);
+        break;
+    default:
+        for (uint64_t j = 0; j < n; j++)
+            row[j] = a * rng_sym(rng);
+        break;
+    }
+}
+
 static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, struct err *e)
 {
     struct synth_fill *sf = user;
@@ -226,19 +247,7 @@ static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, s
     float a = sqrtf(3.0f / (float)n_in);
     uint8_t *out = dst;
     for (uint64_t done = 0; done < n_bytes; done += row_bytes) {
-        for (uint64_t j = 0; j < n_in; j++) {
-            switch (t->kind) {
-            case FILL_ONES:
-                sf->row[j] = 1.0f;
-                break;
-            case FILL_BIAS:
-                sf->row[j] = 0.1f * rng_sym(&sf->rng);
-                break;
-            default:
-                sf->row[j] = a * rng_sym(&sf->rng);
-                break;
-            }
-        }
+        fill_row(t->kind, a, &sf->rng, sf->row, n_in);
         if (quant_quantize_row(t->dtype, sf->row, out + done, (int64_t)n_in))
             return err_set(e, "cannot quantize a row of %llu to %s", (unsigned long long)n_in,
                            gguf_dtype_info(t->dtype)->name);
@@ -353,12 +362,7 @@ int cmd_synth(int argc, char **argv)
         else if (!strcmp(arg, "--vocab"))
             vocab_path = val;
         else if (!strcmp(arg, "--seed")) {
-            char *end;
-            seed = strtoull(val, &end, 10);
-            if (!*val || *end) {
-                cli_error("synth", "--seed: '%s' is not a non-negative integer", val);
-                return 2;
-            }
+            if (engine_flags_parse_u64("synth", "--seed", val, &seed)) return 2;
         } else {
             cli_error("synth", "unknown flag '%s'", arg);
             synth_usage(stderr);

@@ -148,7 +148,7 @@ struct gguf_file {
     uint64_t n_tensors;
     struct gguf_tensor *tensors;
     uint64_t *offset_at; /* file byte offset of each tensor's data-offset field (for error messages) */
-    uint64_t n_strs;
+    uint64_t n_strs, cap_strs;
     struct gguf_str *strs; /* elements of every array of strings, kv by kv */
     /* open-addressing hash tables of indices + 1 (0 = empty), sized a power of two >= 2n */
     uint64_t kv_hash_cap, tensor_hash_cap;
@@ -199,6 +199,21 @@ static int rd_str(struct rd *r, struct gguf_str *s, struct err *e, const char *w
     return 0;
 }
 
+/* Makes room for need elements of elem bytes in *p (capacity *cap, doubling); 0 or -1 (out of memory, *p
+ * unchanged). Callers bound need by the input size, so need * elem does not overflow. */
+static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    uint64_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need)
+        nc *= 2;
+    void *np = realloc(*p, nc * elem);
+    if (!np) return -1;
+    *p = np;
+    *cap = nc;
+    return 0;
+}
+
 static uint64_t hash_cap_for(uint64_t n)
 {
     uint64_t cap = 16;
@@ -207,33 +222,33 @@ static uint64_t hash_cap_for(uint64_t n)
     return cap;
 }
 
+/* The slot of name in the table: the one holding it, or the empty slot where it would go (the table is never
+ * full: cap >= 2n). */
+static uint64_t hash_slot(const uint32_t *tab, uint64_t cap, const char *name,
+                          const char *(*name_of)(const gguf_file *, uint64_t), const gguf_file *f)
+{
+    uint64_t h = XXH3_64bits(name, strlen(name)) & (cap - 1);
+    while (tab[h] && strcmp(name_of(f, tab[h] - 1), name) != 0)
+        h = (h + 1) & (cap - 1);
+    return h;
+}
+
 /* Inserts index idx (name names[idx]) into the table; returns the index of an existing equal name, or -1. */
 static int64_t hash_insert(uint32_t *tab, uint64_t cap, const char *name, uint32_t idx,
                            const char *(*name_of)(const gguf_file *, uint64_t), const gguf_file *f)
 {
-    uint64_t h = XXH3_64bits(name, strlen(name)) & (cap - 1);
-    for (;;) {
-        uint32_t slot = tab[h];
-        if (!slot) {
-            tab[h] = idx + 1;
-            return -1;
-        }
-        if (strcmp(name_of(f, slot - 1), name) == 0) return slot - 1;
-        h = (h + 1) & (cap - 1);
-    }
+    uint64_t h = hash_slot(tab, cap, name, name_of, f);
+    if (tab[h]) return tab[h] - 1;
+    tab[h] = idx + 1;
+    return -1;
 }
 
 static int64_t hash_find(const uint32_t *tab, uint64_t cap, const char *name,
                          const char *(*name_of)(const gguf_file *, uint64_t), const gguf_file *f)
 {
     if (!tab) return -1;
-    uint64_t h = XXH3_64bits(name, strlen(name)) & (cap - 1);
-    for (;;) {
-        uint32_t slot = tab[h];
-        if (!slot) return -1;
-        if (strcmp(name_of(f, slot - 1), name) == 0) return slot - 1;
-        h = (h + 1) & (cap - 1);
-    }
+    uint64_t h = hash_slot(tab, cap, name, name_of, f);
+    return tab[h] ? (int64_t)tab[h] - 1 : -1;
 }
 
 static const char *kv_name_of(const gguf_file *f, uint64_t i)
@@ -274,7 +289,8 @@ static const char *show(struct gguf_str s, char *buf, size_t cap)
     return buf;
 }
 
-static int parse_kv(gguf_file *f, struct rd *r, uint64_t i, uint64_t *n_strs_total, struct err *e)
+/* Reads kv #i; the elements of an array of strings are appended to f->strs as they are read. */
+static int parse_kv(gguf_file *f, struct rd *r, uint64_t i, struct err *e)
 {
     struct gguf_kv *kv = &f->kvs[i];
     struct gguf_str key;
@@ -317,14 +333,16 @@ static int parse_kv(gguf_file *f, struct rd *r, uint64_t i, uint64_t *n_strs_tot
                            kv->key, (unsigned long long)at, (unsigned long long)kv->arr_n,
                            gguf_vtype_name(kv->arr_type), (unsigned long long)(r->size - r->pos));
         if (kv->arr_type == GGUF_VTYPE_STRING) {
-            /* First pass only validates and counts; views are stored after all kvs are known. */
-            kv->str_first = *n_strs_total;
+            kv->str_first = f->n_strs;
             for (uint64_t j = 0; j < kv->arr_n; j++) {
                 struct gguf_str s;
                 snprintf(what, sizeof what, "element %llu", (unsigned long long)j);
                 if (rd_str(r, &s, e, what)) return err_prefix(e, "key '%s'", kv->key);
+                /* n_strs <= bytes read / GGUF_MIN_STR_BYTES, so the table is bounded by the file size */
+                if (grow((void **)&f->strs, &f->cap_strs, f->n_strs + 1, sizeof *f->strs))
+                    return err_set(e, "out of memory");
+                f->strs[f->n_strs++] = s;
             }
-            *n_strs_total += kv->arr_n;
         } else {
             kv->arr_data = r->p + r->pos;
             r->pos += need;
@@ -498,9 +516,8 @@ static int parse(gguf_file *f, struct err *e)
     f->kv_hash_cap = hash_cap_for(f->n_kv);
     f->kv_hash = calloc(f->kv_hash_cap, sizeof *f->kv_hash);
     if (!f->kvs || !f->kv_hash) return err_set(e, "out of memory");
-    uint64_t n_strs = 0;
     for (uint64_t i = 0; i < f->n_kv; i++) {
-        if (parse_kv(f, &r, i, &n_strs, e)) {
+        if (parse_kv(f, &r, i, e)) {
             f->n_kv = i + 1; /* free the key copied so far */
             return -1;
         }
@@ -511,23 +528,6 @@ static int parse(gguf_file *f, struct err *e)
                            (unsigned long long)f->kvs[i].at, (unsigned long long)f->kvs[dup].at);
         }
     }
-    /* O(1) access to string array elements: one table of views built in a second pass. */
-    f->n_strs = n_strs;
-    if (n_strs) {
-        f->strs = malloc(n_strs * sizeof *f->strs);
-        if (!f->strs) return err_set(e, "out of memory");
-        for (uint64_t i = 0; i < f->n_kv; i++) {
-            struct gguf_kv *kv = &f->kvs[i];
-            if (kv->type != GGUF_VTYPE_ARRAY || kv->arr_type != GGUF_VTYPE_STRING) continue;
-            /* the elements start after key (8 + len), type (4), elem type (4), count (8) */
-            struct rd rr = {f->base, f->size, kv->at + 8 + strlen(kv->key) + 4 + 4 + 8};
-            for (uint64_t j = 0; j < kv->arr_n; j++) {
-                if (rd_str(&rr, &f->strs[kv->str_first + j], NULL, ""))
-                    return err_set(e, "internal error re-reading key '%s'", kv->key);
-            }
-        }
-    }
-
     /* --- alignment --- */
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
     int64_t ai = hash_find(f->kv_hash, f->kv_hash_cap, "general.alignment", kv_name_of, f);
@@ -758,10 +758,9 @@ static int wrong_type(const struct gguf_kv *kv, const char *expected, struct err
                    gguf_vtype_name(kv->type), expected);
 }
 
-int gguf_get_int(const gguf_file *f, const char *key, int64_t *out, struct err *e)
+/* The value of an integer or BOOL kv as an int64; an error for other types and UINT64 above INT64_MAX. */
+static int kv_int(const struct gguf_kv *kv, int64_t *out, struct err *e)
 {
-    const struct gguf_kv *kv = get_kv(f, key, e);
-    if (!kv) return -1;
     const uint8_t *p = kv->val;
     switch (kv->type) {
     case GGUF_VTYPE_UINT8:
@@ -807,7 +806,7 @@ int gguf_get_int(const gguf_file *f, const char *key, int64_t *out, struct err *
         uint64_t v;
         memcpy(&v, p, 8);
         if (v > INT64_MAX)
-            return err_set(e, "key '%s' at byte %llu: value %llu does not fit in int64", key,
+            return err_set(e, "key '%s' at byte %llu: value %llu does not fit in int64", kv->key,
                            (unsigned long long)kv->at, (unsigned long long)v);
         *out = (int64_t)v;
         return 0;
@@ -815,6 +814,12 @@ int gguf_get_int(const gguf_file *f, const char *key, int64_t *out, struct err *
     default:
         return wrong_type(kv, "an integer", e);
     }
+}
+
+int gguf_get_int(const gguf_file *f, const char *key, int64_t *out, struct err *e)
+{
+    const struct gguf_kv *kv = get_kv(f, key, e);
+    return kv ? kv_int(kv, out, e) : -1;
 }
 
 int gguf_get_float(const gguf_file *f, const char *key, double *out, struct err *e)
@@ -838,7 +843,7 @@ int gguf_get_float(const gguf_file *f, const char *key, double *out, struct err 
         return 0;
     }
     int64_t v;
-    if (kv->type != GGUF_VTYPE_BOOL && vtype_size(kv->type) && gguf_get_int(f, key, &v, NULL) == 0) {
+    if (kv->type != GGUF_VTYPE_BOOL && vtype_size(kv->type) && kv_int(kv, &v, NULL) == 0) {
         *out = (double)v;
         return 0;
     }
@@ -1029,22 +1034,27 @@ void gguf_writer_free(gguf_writer *w)
     free(w);
 }
 
-static int grow(void **p, uint64_t *cap, uint64_t need, size_t elem)
+/* general.alignment must be a UINT32 power of two set before any tensor (tensor offsets use it); returns
+ * the alignment in *a. */
+static int check_alignment(const gguf_writer *w, uint32_t type, const uint8_t *payload, uint32_t *a,
+                           struct err *e)
 {
-    if (need <= *cap) return 0;
-    uint64_t nc = *cap ? *cap * 2 : 16;
-    while (nc < need)
-        nc *= 2;
-    void *np = realloc(*p, nc * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = nc;
+    if (type != GGUF_VTYPE_UINT32) return err_set(e, "gguf writer: general.alignment must be a UINT32");
+    memcpy(a, payload, 4);
+    if (*a == 0 || (*a & (*a - 1))) return err_set(e, "gguf writer: alignment %u is not a power of two", *a);
+    if (w->n_tensors) return err_set(e, "gguf writer: general.alignment must be set before adding tensors");
     return 0;
 }
 
-/* Takes ownership of payload (freed on failure too). */
+/* Every setter ends here. Takes ownership of payload (freed on failure too). */
 static int add_kv(gguf_writer *w, const char *key, uint32_t type, uint8_t *payload, uint64_t n, struct err *e)
 {
+    int is_alignment = strcmp(key, "general.alignment") == 0;
+    uint32_t alignment = 0;
+    if (is_alignment && check_alignment(w, type, payload, &alignment, e)) {
+        free(payload);
+        return -1;
+    }
     if (wset_probe(w, 0, key, -1) == 1) {
         free(payload);
         return err_set(e, "gguf writer: duplicate key '%s'", key);
@@ -1062,6 +1072,7 @@ static int add_kv(gguf_writer *w, const char *key, uint32_t type, uint8_t *paylo
         return err_set(e, "out of memory");
     }
     w->n_kv++;
+    if (is_alignment) w->alignment = alignment;
     return 0;
 }
 
@@ -1076,14 +1087,6 @@ static int add_scalar(gguf_writer *w, const char *key, uint32_t type, const void
 
 int gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v, struct err *e)
 {
-    if (strcmp(key, "general.alignment") == 0) {
-        if (v == 0 || (v & (v - 1))) return err_set(e, "gguf writer: alignment %u is not a power of two", v);
-        if (w->n_tensors)
-            return err_set(e, "gguf writer: general.alignment must be set before adding tensors");
-        if (add_scalar(w, key, GGUF_VTYPE_UINT32, &v, e)) return -1;
-        w->alignment = v;
-        return 0;
-    }
     return add_scalar(w, key, GGUF_VTYPE_UINT32, &v, e);
 }
 
@@ -1112,13 +1115,6 @@ int gguf_writer_set_val(gguf_writer *w, const char *key, enum gguf_vtype t, cons
 {
     if (!vtype_size(t))
         return err_set(e, "gguf writer: key '%s': %s is not a scalar type", key, gguf_vtype_name(t));
-    if (t == GGUF_VTYPE_UINT32) {
-        uint32_t u;
-        memcpy(&u, v, 4);
-        return gguf_writer_set_u32(w, key, u, e);
-    }
-    if (strcmp(key, "general.alignment") == 0)
-        return err_set(e, "gguf writer: general.alignment must be a UINT32");
     return add_scalar(w, key, t, v, e);
 }
 

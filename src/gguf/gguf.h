@@ -152,7 +152,8 @@ const struct gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
  * writes header + tensor infos and streams each tensor's bytes: from the pointer given at add time, or,
  * when that was NULL, from fill(user, tensor_index, dst, n_bytes) into a scratch buffer (so multi-GB
  * random-weight files never need the whole model in memory). Alignment 32 unless general.alignment is set
- * with gguf_writer_set_u32 before tensors are added. Keys and tensor names must be unique (checked).
+ * before tensors are added, as a UINT32 power of two (every setter refuses it otherwise). Keys and tensor
+ * names must be unique (checked).
  * fill contract: tensors are filled in the order they were added; a tensor of up to 16 MiB gets exactly one
  * call with its whole size; a larger one gets several calls, each for the NEXT consecutive chunk of whole
  * rows (n_bytes a multiple of the row size, at most 16 MiB or one row), so a stateful callback can stream

@@ -234,29 +234,12 @@ static void get_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
     }
 }
 
-static void deq_q4_k(const uint8_t *b, float *y)
+/* Q4_K and Q5_K: b holds d, dmin (f16) and the 12 scale bytes; q the 128 nibble bytes; qh the 32 bytes of
+ * fifth bits (Q5_K) or NULL (Q4_K). */
+static void deq_k_4_5(const uint8_t *b, const uint8_t *q, const uint8_t *qh, float *y)
 {
     float d = ld_f16(b), dmin = ld_f16(b + 2);
-    const uint8_t *scales = b + 4, *q = b + 16;
-    for (int g = 0; g < 8; g += 2) {
-        uint8_t sc, m;
-        get_scale_min_k4(g, scales, &sc, &m);
-        float d1 = d * sc, m1 = dmin * m;
-        get_scale_min_k4(g + 1, scales, &sc, &m);
-        float d2 = d * sc, m2 = dmin * m;
-        for (int l = 0; l < 32; l++)
-            y[l] = d1 * (float)(q[l] & 15) - m1;
-        for (int l = 0; l < 32; l++)
-            y[l + 32] = d2 * (float)(q[l] >> 4) - m2;
-        y += 64;
-        q += 32;
-    }
-}
-
-static void deq_q5_k(const uint8_t *b, float *y)
-{
-    float d = ld_f16(b), dmin = ld_f16(b + 2);
-    const uint8_t *scales = b + 4, *qh = b + 16, *q = b + 48;
+    const uint8_t *scales = b + 4;
     uint8_t u1 = 1, u2 = 2;
     for (int g = 0; g < 8; g += 2) {
         uint8_t sc, m;
@@ -265,14 +248,24 @@ static void deq_q5_k(const uint8_t *b, float *y)
         get_scale_min_k4(g + 1, scales, &sc, &m);
         float d2 = d * sc, m2 = dmin * m;
         for (int l = 0; l < 32; l++)
-            y[l] = d1 * (float)((q[l] & 15) + ((qh[l] & u1) ? 16 : 0)) - m1;
+            y[l] = d1 * (float)((q[l] & 15) + (qh && (qh[l] & u1) ? 16 : 0)) - m1;
         for (int l = 0; l < 32; l++)
-            y[l + 32] = d2 * (float)((q[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+            y[l + 32] = d2 * (float)((q[l] >> 4) + (qh && (qh[l] & u2) ? 16 : 0)) - m2;
         y += 64;
         q += 32;
         u1 = (uint8_t)(u1 << 2);
         u2 = (uint8_t)(u2 << 2);
     }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y)
+{
+    deq_k_4_5(b, b + 16, NULL, y);
+}
+
+static void deq_q5_k(const uint8_t *b, float *y)
+{
+    deq_k_4_5(b, b + 48, b + 16, y);
 }
 
 static void deq_q6_k(const uint8_t *b, float *y)
