@@ -1,5 +1,5 @@
 /* bench/bandwidth.c — STREAM-like read bandwidth: sums a 1 GiB buffer with AVX2 loads on T threads,
- * best of R runs. Build and run through bench/bench_decode.sh (or: cc -O2 -mavx2 bench/bandwidth.c -lpthread).
+ * best of R runs. Built and run by bench/bench_decode.sh (or: make build/bench/bandwidth).
  * Prints "read bandwidth: X GB/s (T threads)" for T = 1 and 2. */
 #include <immintrin.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  * group 2, f16 KV, blocks of 16), on each path this CPU has (general, fast AVX2, fast AVX-512). Prints ns
  * per item and per (row, query head, position).
  *
- *   bench_attn [CTX=192] [HEAD_DIM=8] [GROUP=2]      (cc ... -Isrc bench/bench_attn.c build/libnightshift.a) */
+ *   make build/bench/bench_attn && build/bench/bench_attn [CTX=192] [HEAD_DIM=8] [GROUP=2] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

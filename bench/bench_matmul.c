@@ -3,7 +3,7 @@
  * Prints GMAC/s by wall time and by process CPU time (the latter is what a shared, loaded machine can
  * still measure). The weights (~17 MB for Q8_0) mostly fit in L3: this times compute, not DRAM.
  *
- *   bench_matmul [ROWS=1] [THREADS=1] [TYPE=8]      (built by bench/bench_decode.sh) */
+ *   bench_matmul [ROWS=1] [THREADS=1] [TYPE=8]      (make build/bench/bench_matmul) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>

@@ -1,9 +1,7 @@
 /* bench/energy_probe.c — reads the run record's energy meters (jobs/record: RAPL and NVML) over a short
  * interval and prints what they say; checks the meters on a machine without running a whole backlog.
  *
- *   cc -std=c11 -D_GNU_SOURCE -Isrc bench/energy_probe.c src/jobs/record.c src/util/err.c -ljansson \
- *      -o /tmp/energy_probe
- *   /tmp/energy_probe [seconds]
+ *   make build/bench/energy_probe && build/bench/energy_probe [seconds]
  */
 #include <stdio.h>
 #include <stdlib.h>
