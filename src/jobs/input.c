@@ -206,34 +206,41 @@ void input_item_free(struct input_item *it)
 
 /* --- UTF-8 --- */
 
+size_t input_utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned cp, min;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
+    else return 0;
+    if (len > n) return 0;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
 int input_utf8_valid(const char *buf, size_t n, size_t *bad_at)
 {
     const unsigned char *s = (const unsigned char *)buf;
     size_t i = 0;
     while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
+        if (s[i] < 0x80) {
             i++;
             continue;
         }
-        size_t len;
-        unsigned cp, min;
-        if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
-        else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
-        else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
-        else goto bad;
-        if (i + len > n) goto bad;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) goto bad;
-            cp = cp << 6 | (s[i + k] & 0x3f);
+        size_t len = input_utf8_seq(s + i, n - i);
+        if (!len) {
+            if (bad_at) *bad_at = i;
+            return 0;
         }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) goto bad;
         i += len;
     }
     return 1;
-bad:
-    if (bad_at) *bad_at = i;
-    return 0;
 }
 
 /* --- the reader --- */
@@ -931,6 +938,20 @@ done:
     return rc;
 }
 
+/* Turns *it into a bad line: frees everything but its line number, id and model, and sets b's code and
+ * message. */
+static int to_bad_item(struct input_item *it, const struct bad *b, struct err *e)
+{
+    struct input_item keep = {.line = it->line, .custom_id = it->custom_id, .code = b->code, .model = it->model};
+    it->custom_id = NULL;
+    it->model = NULL;
+    input_item_free(it);
+    *it = keep;
+    it->message = strdup(b->msg);
+    if (!it->message) return err_set(e, "out of memory");
+    return 0;
+}
+
 int input_next(input_reader *r, struct input_item *it, struct err *e)
 {
     memset(it, 0, sizeof *it);
@@ -980,23 +1001,7 @@ int input_next(input_reader *r, struct input_item *it, struct err *e)
         if (parse_json_line(r, it, &b) != 0) goto bad_line;
         return 1;
     bad_line:
-        it->code = b.code;
-        it->message = strdup(b.msg);
-        if (!it->message) return err_set(e, "out of memory");
-        /* keep only the id of a bad line */
-        free(it->prompt);
-        free(it->prompt_ids);
-        it->prompt = NULL;
-        it->prompt_ids = NULL;
-        it->n_prompt_ids = 0;
-        for (size_t i = 0; i < it->n_msgs; i++) {
-            free(it->msgs[i].role);
-            free(it->msgs[i].content);
-        }
-        free(it->msgs);
-        it->msgs = NULL;
-        it->n_msgs = 0;
-        input_gen_free(&it->gen);
+        if (to_bad_item(it, &b, e) != 0) return -1;
         return 1;
     }
 }

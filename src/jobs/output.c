@@ -17,6 +17,7 @@
 
 #include <xxhash.h>
 
+#include "jobs/input.h"
 #include "util/sha256.h"
 
 /* --- buffer --- */
@@ -62,25 +63,6 @@ static void put_i64(struct output_buf *b, int64_t v)
     output_buf_put(b, t, (size_t)n);
 }
 
-/* Length of the valid UTF-8 sequence at s[0..n), or 0 if it is not one. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp, min;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[k] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
 void output_buf_put_json_string(struct output_buf *b, const char *str, size_t n)
 {
     static const char hx[] = "0123456789abcdef";
@@ -117,7 +99,7 @@ void output_buf_put_json_string(struct output_buf *b, const char *str, size_t n)
             i++;
             continue;
         }
-        size_t len = utf8_seq(s + i, n - i);
+        size_t len = input_utf8_seq(s + i, n - i);
         if (len) {
             output_buf_put(b, s + i, len);
             i += len;
