@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/rng.h"
 #include "util/sha256.h"
 
 /* Writes into buf up to cap; with a sha256 ctx, a full buffer is flushed into it instead (streaming). */
@@ -131,10 +132,11 @@ uint64_t key_id_seed(const char *custom_id)
 uint64_t key_completion_seed(uint64_t s, uint32_t index)
 {
     if (index == 0) return s;
-    uint64_t z = s + 0x9e3779b97f4a7c15ull * (uint64_t)(index + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    /* splitmix64 of the state s + G * (index + 1), index + 1 taken in 32 bits as the stored keys were made;
+     * the step adds one G itself */
+    const uint64_t g = 0x9e3779b97f4a7c15ull;
+    uint64_t x = s + g * (uint64_t)(index + 1) - g;
+    return rng_splitmix64(&x);
 }
 
 void key_hex(const uint8_t k[KEY_BYTES], char out[2 * KEY_BYTES + 1])
