@@ -138,7 +138,7 @@ TEST(lines_offsets_and_check)
     CHECK(store_commit(s, &e) == 0);
     CHECK(store_check(s, &e) == 0);
     int n = 0;
-    CHECK(store_foreach_line(s, 0, count_rows, &n, &e) == 0);
+    CHECK(store_foreach_line(s, count_rows, &n, &e) == 0);
     CHECK_EQ_INT(n, 4);
     n = 0;
     CHECK(store_foreach_emitted(s, 0, count_rows, &n, &e) == 0);

@@ -14,6 +14,7 @@
  */
 #include "jobs/job.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -36,7 +37,6 @@ enum { L_WAITING, L_READY, L_SCHEDULED };
 
 struct work {
     uint32_t owner;    /* line index whose prompt and parameters run it */
-    uint32_t index;    /* completion index within the owner */
     uint32_t ref_head; /* first entry in refs, NO_REF when none */
     int32_t max_tokens;
     uint64_t seed;
@@ -70,16 +70,11 @@ struct line {
     size_t len;
 };
 
-/* A finished work waiting for the next commit. */
+/* A finished work waiting for the next commit. r.text and r.error are owned (malloc'd); r.key and
+ * r.created are set by the flush that stores it. */
 struct finished {
     uint32_t work;
-    int status;
-    int32_t finish;
-    char *text;
-    size_t text_len;
-    int32_t n_prompt, n_gen, n_cached;
-    char *error;
-    int64_t created;
+    struct store_result r;
 };
 
 typedef struct job {
@@ -343,7 +338,6 @@ static int add_line_works(job *j, uint32_t li, struct err *e)
             struct work *W = &j->works[w];
             memset(W, 0, sizeof *W);
             W->owner = li;
-            W->index = (uint32_t)i;
             W->ref_head = NO_REF;
             W->max_tokens = max_tokens;
             W->seed = seed;
@@ -440,68 +434,62 @@ struct setting {
 
 enum { N_SETTINGS = 18 };
 
-static void fmt_float(char *buf, size_t cap, float f)
+/* Sets s[*k] to key and the printf-formatted value, and advances *k. */
+static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
 {
-    snprintf(buf, cap, "%.9g", (double)f);
+    va_list ap;
+    va_start(ap, fmt);
+    s[*k].key = key;
+    vsnprintf(s[*k].value, sizeof s[*k].value, fmt, ap);
+    va_end(ap);
+    (*k)++;
 }
 
 /* The run-wide settings a store is bound to (besides the model): the generation defaults and whatever else
- * changes results. */
+ * changes results. Fills exactly N_SETTINGS entries. */
 static void settings_of(const job *j, struct setting *s)
 {
     const struct input_gen *g = &j->c->input.defaults;
     int k = 0;
-    s[k].key = "model.sha256";
-    sha256_hex(j->m->sha256, s[k++].value);
-    s[k].key = "default.max_tokens";
-    snprintf(s[k++].value, sizeof s[0].value, "%d", g->max_tokens);
-    s[k].key = "default.temperature";
-    fmt_float(s[k++].value, sizeof s[0].value, g->temperature);
-    s[k].key = "default.top_p";
-    fmt_float(s[k++].value, sizeof s[0].value, g->top_p);
-    s[k].key = "default.top_k";
-    snprintf(s[k++].value, sizeof s[0].value, "%d", g->top_k);
-    s[k].key = "default.min_p";
-    fmt_float(s[k++].value, sizeof s[0].value, g->min_p);
-    s[k].key = "default.presence_penalty";
-    fmt_float(s[k++].value, sizeof s[0].value, g->presence_penalty);
-    s[k].key = "default.frequency_penalty";
-    fmt_float(s[k++].value, sizeof s[0].value, g->frequency_penalty);
-    s[k].key = "default.repetition_penalty";
-    fmt_float(s[k++].value, sizeof s[0].value, g->repetition_penalty);
-    s[k].key = "default.repeat_last_n";
-    snprintf(s[k++].value, sizeof s[0].value, "%d", g->repeat_last_n);
-    s[k].key = "default.seed";
-    if (g->has_seed) snprintf(s[k++].value, sizeof s[0].value, "%llu", (unsigned long long)g->seed);
-    else snprintf(s[k++].value, sizeof s[0].value, "none");
-    s[k].key = "default.n";
-    snprintf(s[k++].value, sizeof s[0].value, "%d", g->n);
-    s[k].key = "default.stop";
+    char hex[65];
+    sha256_hex(j->m->sha256, hex);
+    setting_set(s, &k, "model.sha256", "%s", hex);
+    setting_set(s, &k, "default.max_tokens", "%d", g->max_tokens);
+    setting_set(s, &k, "default.temperature", "%.9g", (double)g->temperature);
+    setting_set(s, &k, "default.top_p", "%.9g", (double)g->top_p);
+    setting_set(s, &k, "default.top_k", "%d", g->top_k);
+    setting_set(s, &k, "default.min_p", "%.9g", (double)g->min_p);
+    setting_set(s, &k, "default.presence_penalty", "%.9g", (double)g->presence_penalty);
+    setting_set(s, &k, "default.frequency_penalty", "%.9g", (double)g->frequency_penalty);
+    setting_set(s, &k, "default.repetition_penalty", "%.9g", (double)g->repetition_penalty);
+    setting_set(s, &k, "default.repeat_last_n", "%d", g->repeat_last_n);
+    if (g->has_seed) setting_set(s, &k, "default.seed", "%llu", (unsigned long long)g->seed);
+    else setting_set(s, &k, "default.seed", "none");
+    setting_set(s, &k, "default.n", "%d", g->n);
     {
         json_t *a = json_array();
         for (int32_t i = 0; i < g->n_stop; i++) json_array_append_new(a, json_string(g->stop[i]));
         char *d = json_dumps(a, JSON_COMPACT);
-        snprintf(s[k++].value, sizeof s[0].value, "%s", d ? d : "?");
+        setting_set(s, &k, "default.stop", "%s", d ? d : "?");
         free(d);
         json_decref(a);
     }
-    s[k].key = "default.logit_bias";
     {
-        size_t off = 0;
-        s[k].value[0] = '\0';
-        for (int32_t i = 0; i < g->n_logit_bias && off + 32 < sizeof s[0].value; i++)
-            off += (size_t)snprintf(s[k].value + off, sizeof s[0].value - off, "%s%d:%.9g", i ? "," : "",
-                                    g->logit_bias[i].token, (double)g->logit_bias[i].bias);
-        k++;
+        char *v = s[k].value;
+        size_t off = 0, cap = sizeof s[k].value;
+        v[0] = '\0';
+        for (int32_t i = 0; i < g->n_logit_bias && off + 32 < cap; i++)
+            off += (size_t)snprintf(v + off, cap - off, "%s%d:%.9g", i ? "," : "", g->logit_bias[i].token,
+                                    (double)g->logit_bias[i].bias);
+        s[k++].key = "default.logit_bias";
     }
-    s[k].key = "chat_template";
-    snprintf(s[k++].value, sizeof s[0].value, "%s", chat_family_name(j->m->chat));
-    s[k].key = "kv_type";
-    snprintf(s[k++].value, sizeof s[0].value, "%s", model_kv_type_name(j->m->ep.kv_type));
-    s[k].key = "ignore_eos";
-    snprintf(s[k++].value, sizeof s[0].value, "%d", j->c->ignore_eos);
-    s[k].key = "parse_special";
-    snprintf(s[k++].value, sizeof s[0].value, "%d", j->c->parse_special);
+    setting_set(s, &k, "chat_template", "%s", chat_family_name(j->m->chat));
+    setting_set(s, &k, "kv_type", "%s", model_kv_type_name(j->m->ep.kv_type));
+    setting_set(s, &k, "ignore_eos", "%d", j->c->ignore_eos);
+    setting_set(s, &k, "parse_special", "%d", j->c->parse_special);
+    assert(k == N_SETTINGS);
 }
 
 static int check_settings(job *j, struct err *e)
@@ -616,6 +604,20 @@ static int queue_ready(job *j, uint32_t li, struct err *e)
     return 0;
 }
 
+/* Counts finished work W (DONE or FAILED) toward every line that needs it. With queue, a line it completes
+ * is queued for the next flush (without, the caller queues lines itself; then it cannot fail). */
+static int credit_lines(job *j, const struct work *W, int queue, struct err *e)
+{
+    for (uint32_t r = W->ref_head; r != NO_REF; r = j->refs[r].next) {
+        uint32_t li = j->refs[r].line;
+        struct line *L = &j->lines[li];
+        if (W->state == W_DONE) L->n_done++;
+        else L->n_failed++;
+        if (queue && L->n_done + L->n_failed == L->n && queue_ready(j, li, e) != 0) return -1;
+    }
+    return 0;
+}
+
 /* Marks works done from the store, drops stale rows, repairs both files. */
 static int reconcile(job *j, struct err *e)
 {
@@ -631,13 +633,9 @@ static int reconcile(job *j, struct err *e)
         struct work *W = &j->works[w];
         if (W->state == W_PENDING) continue;
         j->sum->work_skipped_done++;
-        for (uint32_t r = W->ref_head; r != NO_REF; r = j->refs[r].next) {
-            struct line *L = &j->lines[j->refs[r].line];
-            if (W->state == W_DONE) L->n_done++;
-            else L->n_failed++;
-        }
+        credit_lines(j, W, 0, e);
     }
-    if (store_foreach_line(j->st, 0, row_cb, &s, e) != 0) goto fail;
+    if (store_foreach_line(j->st, row_cb, &s, e) != 0) goto fail;
     if (s.oom) {
         err_set(e, "out of memory");
         goto fail;
@@ -704,15 +702,7 @@ static int get_result(job *j, uint32_t w, struct store_result *r, int *owned, st
     *owned = 0;
     struct finished *f = j->slot[w];
     if (f) {
-        memset(r, 0, sizeof *r);
-        r->status = f->status;
-        r->finish = f->finish;
-        r->text = f->text;
-        r->text_len = f->text_len;
-        r->n_prompt = f->n_prompt;
-        r->n_gen = f->n_gen;
-        r->created = f->created;
-        r->error = f->error;
+        *r = f->r;
         return 0;
     }
     int found;
@@ -788,13 +778,19 @@ static int build_line(job *j, struct line *L, struct err *e)
     return 0;
 }
 
+/* Inserts L's row (its built bytes, in L->file, at offset off or -1 for none yet); L->row = its id. */
+static int put_line_row(job *j, struct line *L, int64_t off, struct err *e)
+{
+    struct store_line row = {0, L->no, {0}, L->file, off, L->text, L->len};
+    memcpy(row.digest, L->digest, 32);
+    return store_put_line(j->st, &row, &L->row, e);
+}
+
 static int schedule_line(job *j, struct line *L, int insert, struct err *e)
 {
     int f = L->file;
     if (insert) {
-        struct store_line row = {0, L->no, {0}, f, j->out_end[f], L->text, L->len};
-        memcpy(row.digest, L->digest, 32);
-        if (store_put_line(j->st, &row, &L->row, e) != 0) return -1;
+        if (put_line_row(j, L, j->out_end[f], e) != 0) return -1;
     } else if (store_set_line_off(j->st, L->row, j->out_end[f], e) != 0) {
         return -1;
     }
@@ -816,21 +812,13 @@ static int flush(job *j, struct err *e)
     if (store_begin(j->st, e) != 0) return -1;
     for (size_t i = 0; i < j->n_fin; i++) {
         struct finished *f = &j->fin[i];
-        f->created = now_unix;
-        struct store_result r = {{0}, f->status, f->finish, f->text, f->text_len, f->n_prompt, f->n_gen, f->n_cached,
-                                 now_unix, f->error};
-        memcpy(r.key, plan_keymap_key(j->keys, f->work), 32);
+        f->r.created = now_unix;
+        memcpy(f->r.key, plan_keymap_key(j->keys, f->work), 32);
         struct work *W = &j->works[f->work];
-        if (store_put_result(j->st, &r, &W->result_id, e) != 0) goto fail;
+        if (store_put_result(j->st, &f->r, &W->result_id, e) != 0) goto fail;
         j->slot[f->work] = f;
-        W->state = f->status == STORE_STATUS_DONE ? W_DONE : W_FAILED;
-        for (uint32_t rr = W->ref_head; rr != NO_REF; rr = j->refs[rr].next) {
-            uint32_t li = j->refs[rr].line;
-            struct line *L = &j->lines[li];
-            if (W->state == W_DONE) L->n_done++;
-            else L->n_failed++;
-            if (L->n_done + L->n_failed == L->n && queue_ready(j, li, e) != 0) goto fail;
-        }
+        W->state = f->r.status == STORE_STATUS_DONE ? W_DONE : W_FAILED;
+        if (credit_lines(j, W, 1, e) != 0) goto fail;
     }
     double t1 = clock_now();
     for (size_t i = 0; i < j->n_ready; i++) {
@@ -839,9 +827,7 @@ static int flush(job *j, struct err *e)
         if (!j->c->order_input) {
             if (schedule_line(j, L, 1, e) != 0) goto fail;
         } else {
-            struct store_line row = {0, L->no, {0}, L->file, -1, L->text, L->len};
-            memcpy(row.digest, L->digest, 32);
-            if (store_put_line(j->st, &row, &L->row, e) != 0) goto fail;
+            if (put_line_row(j, L, -1, e) != 0) goto fail;
             L->state = L_READY;
         }
     }
@@ -875,8 +861,7 @@ static int flush(job *j, struct err *e)
     double t4 = clock_now();
     for (size_t i = 0; i < j->n_fin; i++) {
         j->slot[j->fin[i].work] = NULL;
-        free(j->fin[i].text);
-        free(j->fin[i].error);
+        free_result(&j->fin[i].r, 1);
     }
     j->n_fin = 0;
     j->n_ready = 0;
@@ -903,16 +888,16 @@ static int take_results(job *j, struct err *e)
         memset(f, 0, sizeof *f);
         f->work = (uint32_t)r.id;
         int ok = r.finish == ENGINE_FINISH_STOP || r.finish == ENGINE_FINISH_LENGTH;
-        f->status = ok ? STORE_STATUS_DONE : STORE_STATUS_FAILED;
-        f->finish = (int32_t)r.finish;
-        f->text = r.text;
-        f->text_len = r.text_len;
+        f->r.status = ok ? STORE_STATUS_DONE : STORE_STATUS_FAILED;
+        f->r.finish = (int32_t)r.finish;
+        f->r.text = r.text;
+        f->r.text_len = r.text_len;
         r.text = NULL;
-        f->n_prompt = r.n_prompt;
-        f->n_gen = r.n_tokens;
-        f->n_cached = r.n_prompt_cached;
+        f->r.n_prompt = r.n_prompt;
+        f->r.n_gen = r.n_tokens;
+        f->r.n_cached = r.n_prompt_cached;
         if (!ok) {
-            f->error = r.error ? r.error : strdup(r.finish == ENGINE_FINISH_CANCELLED ? "cancelled" : "failed");
+            f->r.error = r.error ? r.error : strdup(r.finish == ENGINE_FINISH_CANCELLED ? "cancelled" : "failed");
             r.error = NULL;
             j->n_failed_run++;
             j->sum->work_failed++;
@@ -946,7 +931,7 @@ static void snapshot(job *j, struct progress_snapshot *ps)
 static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err *e)
 {
     engine *eng = j->m->eng;
-    int32_t limit = j->m->ep.max_seqs + (j->c->queue_depth > 0 ? j->c->queue_depth : j->m->ep.max_seqs);
+    int32_t limit = 2 * j->m->ep.max_seqs; /* requests in the engine: max_seqs running, as many queued */
     int64_t in_engine = 0;
     size_t next = 0;
     progress *pg = progress_init(stderr, j->c->progress, j->c->progress_interval, clock_now());
@@ -1225,10 +1210,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     rc = 0;
 done:
     record_energy_stop(&energy);
-    for (size_t i = 0; i < j->n_fin; i++) {
-        free(j->fin[i].text);
-        free(j->fin[i].error);
-    }
+    for (size_t i = 0; i < j->n_fin; i++) free_result(&j->fin[i].r, 1);
     free(j->fin);
     for (size_t i = 0; i < j->n_lines; i++) line_free(&j->lines[i]);
     free(j->lines);

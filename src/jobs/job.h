@@ -43,7 +43,6 @@ struct job_config {
     double progress_interval;      /* seconds between log lines when not on a terminal */
     int parse_special;             /* special-token text in completion prompts becomes those tokens */
     int ignore_eos;
-    int32_t queue_depth;           /* requests kept queued in the engine beyond max_seqs (0: max_seqs) */
     volatile sig_atomic_t *stop;   /* optional: set (by a signal handler) to stop after the current step */
     int argc;                      /* the command line, for the record */
     char **argv;

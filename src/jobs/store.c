@@ -335,15 +335,12 @@ static int scan_lines(store *s, sqlite3_stmt *st, int with_text, store_line_fn c
     return 0;
 }
 
-int store_foreach_line(store *s, int with_text, store_line_fn cb, void *user, struct err *e)
+int store_foreach_line(store *s, store_line_fn cb, void *user, struct err *e)
 {
     sqlite3_stmt *st;
-    SQL_OK(sqlite3_prepare_v2(s->db,
-                              with_text ? "SELECT id, line, digest, file, off, length(text), text FROM lines"
-                                        : "SELECT id, line, digest, file, off, length(text) FROM lines",
-                              -1, &st, NULL),
+    SQL_OK(sqlite3_prepare_v2(s->db, "SELECT id, line, digest, file, off, length(text) FROM lines", -1, &st, NULL),
            "scan lines");
-    return scan_lines(s, st, with_text, cb, user, e);
+    return scan_lines(s, st, 0, cb, user, e);
 }
 
 int store_foreach_emitted(store *s, int file, store_line_fn cb, void *user, struct err *e)

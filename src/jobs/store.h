@@ -83,9 +83,9 @@ struct store_line {
 int store_put_line(store *s, const struct store_line *l, int64_t *id, struct err *e);
 int store_set_line_off(store *s, int64_t id, int64_t off, struct err *e);
 int store_delete_line(store *s, int64_t id, struct err *e);
-/* Every line row in insertion order; with_text = 0 leaves text NULL (cheaper). Views valid during cb only. */
+/* Every line row in insertion order, text left NULL (len is set). Views valid during cb only. */
 typedef int (*store_line_fn)(void *user, const struct store_line *l);
-int store_foreach_line(store *s, int with_text, store_line_fn cb, void *user, struct err *e);
+int store_foreach_line(store *s, store_line_fn cb, void *user, struct err *e);
 /* Rows of one file that have an offset, in offset order, with text. cb returning non-zero stops. */
 int store_foreach_emitted(store *s, int file, store_line_fn cb, void *user, struct err *e);
 /* Reassigns the offsets of a file's scheduled rows so that they tile [0, end) in their current order
