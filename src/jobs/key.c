@@ -132,11 +132,7 @@ uint64_t key_id_seed(const char *custom_id)
 uint64_t key_completion_seed(uint64_t s, uint32_t index)
 {
     if (index == 0) return s;
-    /* splitmix64 of the state s + G * (index + 1), index + 1 taken in 32 bits as the stored keys were made;
-     * the step adds one G itself */
-    const uint64_t g = 0x9e3779b97f4a7c15ull;
-    uint64_t x = s + g * (uint64_t)(index + 1) - g;
-    return rng_splitmix64(&x);
+    return rng_mix64(s + 0x9e3779b97f4a7c15ull * (uint64_t)(index + 1));
 }
 
 void key_hex(const uint8_t k[KEY_BYTES], char out[2 * KEY_BYTES + 1])

@@ -10,8 +10,10 @@ struct rng {
     uint64_t s[4];
 };
 
-/* One splitmix64 step: advances *x and returns the next output. */
+/* One splitmix64 step: advances *x by the golden-ratio increment and returns rng_mix64 of it. */
 uint64_t rng_splitmix64(uint64_t *x);
+/* splitmix64's output function: a bijective 64-bit mix (also a hash of a counter). */
+uint64_t rng_mix64(uint64_t z);
 /* State = four successive splitmix64 outputs starting from seed. */
 void rng_seed(struct rng *r, uint64_t seed);
 /* Next xoshiro256** output. */
