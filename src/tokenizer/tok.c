@@ -644,7 +644,7 @@ size_t tok_utf8_feed(struct tok_utf8 *s, const char *bytes, size_t n, char *out,
         size_t at = total - back;
         unsigned char c = (unsigned char)(at < np ? s->pending[at] : bytes[at - np]);
         if ((c & 0xC0) == 0x80) continue; /* continuation byte: look further back */
-        unsigned char t[4];
+        unsigned char t[4] = {0}; /* (zeroed: gcc -O1 cannot see that back >= 1 sets t[0]) */
         for (size_t k = 0; k < back; k++) {
             size_t j = at + k;
             t[k] = (unsigned char)(j < np ? s->pending[j] : bytes[j - np]);
