@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of `nightshift run` on stories260K: formats, resume, folding, input order, greedy results
-# equal to `nightshift generate`, the settings guard and --force, --retry-failed, chat via --chat-template,
-# the run record.
+# equal to `nightshift generate`, the settings guard and --force, a store from an older request-key version,
+# --retry-failed, chat via --chat-template, the run record.
 . tests/lib.sh
 model=$SHARED/models/stories260K.gguf
 if [ ! -f "$model" ]; then skip run "no $model"; exit 0; fi
@@ -101,6 +101,39 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert len(rows) == 4, len(rows)
 assert all(r["response"]["body"]["usage"]["completion_tokens"] <= 5 for r in rows)
 ' "$T/s.out" && ok run_force_rewrites_outputs || fail run_force_rewrites_outputs "$(head -c 300 "$T/s.out")"
+
+# --- a store from before the request-key version bump (v1: seeded sampling drew from a per-request stream) is
+# refused with the reason; --force computes every request again. Simulated from a v2 store: no key.version
+# setting, and every result key and line digest replaced (a v1 store's keys never match v2 keys). ---
+sampled=(--max-tokens 10 --temperature 0.8 --seed 3)
+$NS run "$T/s.txt" -o "$T/v.out" "${base[@]}" "${sampled[@]}" 2>"$T/log" || fail run_key_version "$(tail -2 "$T/log")"
+cp "$T/v.out" "$T/v.want"
+python3 - "$T/v.out.nightshift.db" <<'PY'
+import hashlib, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("DELETE FROM meta WHERE k = 'key.version'")
+for table, col in (("results", "key"), ("lines", "digest")):
+    for rowid, v in db.execute("SELECT id, %s FROM %s" % (col, table)).fetchall():
+        db.execute("UPDATE %s SET %s = ? WHERE id = ?" % (table, col), (hashlib.sha256(b"v1" + v).digest(), rowid))
+db.execute("UPDATE results SET text = CAST('OLD' AS BLOB)")
+db.commit()
+PY
+if $NS run "$T/s.txt" -o "$T/v.out" "${base[@]}" "${sampled[@]}" 2>"$T/log"; then
+    fail run_key_version_refused "accepted a v1 store"
+elif grep -q "made by an older nightshift (request key version 1, this one 2) whose sampling differs" "$T/log" &&
+    grep -q -- "--force" "$T/log" && cmp -s "$T/v.out" "$T/v.want"; then
+    ok run_key_version_refused
+else
+    fail run_key_version_refused "message: $(cat "$T/log")"
+fi
+$NS run "$T/s.txt" -o "$T/v.out" -m "$model" --threads 1 --kv-memory 16M "${sampled[@]}" --force >"$T/log" 2>&1 ||
+    fail run_key_version_force "$(tail -2 "$T/log")"
+grep -q "3 computed now, 0 already done" "$T/log" && [ "$(texts "$T/v.out")" = "$(texts "$T/v.want")" ] &&
+    [ "$(wc -l <"$T/v.out")" = 4 ] && ! grep -q OLD "$T/v.out" && ok run_key_version_force_recomputes ||
+    fail run_key_version_force_recomputes "$(grep computed "$T/log"); $(texts "$T/v.out")"
+$NS run "$T/s.txt" -o "$T/v.out" -m "$model" --threads 1 --kv-memory 16M "${sampled[@]}" >"$T/log" 2>&1 &&
+    grep -q "0 computed now, 3 already done" "$T/log" && ok run_key_version_then_resumes ||
+    fail run_key_version_then_resumes "$(grep computed "$T/log")"
 
 # --- a request that can never fit fails alone; --retry-failed with a bigger pool computes it ---
 python3 -c 'print("{\"id\":\"big\",\"prompt\":\"%s\",\"max_tokens\":8}" % ("the dog ran " * 60)); print("{\"id\":\"small\",\"prompt\":\"Hi\",\"max_tokens\":4}")' >"$T/f.jsonl"

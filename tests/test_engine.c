@@ -1,6 +1,7 @@
 /* test_engine — the engine on real models through the CPU backend.
  *
- * Batch invariance (DESIGN.md invariant 1): the same requests (half greedy, half seeded sampling) give
+ * Batch invariance (DESIGN.md invariant 1): the same requests (half greedy, half seeded sampling, half of
+ * those with repetition/presence/frequency penalties, top-k, min-p and a logit bias) give
  * identical tokens, text and finish reasons at max_seqs 1, at max_seqs 64, with a pool so small that
  * preemption happens (asserted), and with a shared prefix that hits the prefix cache (asserted) — on
  * stories260K, and on SmolLM2-135M when models/ has it. Plus: stop strings and EOS on a real vocabulary,
@@ -68,6 +69,7 @@ struct out {
     int32_t n_tokens[MAX_REQ];
     char *text[MAX_REQ];
     enum engine_finish finish[MAX_REQ];
+    int32_t n_preempted[MAX_REQ];
     struct engine_stats st;
     double wall;
     int ok;
@@ -119,13 +121,26 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
         struct engine_request q = {.id = (uint64_t)i, .prompt = r[i].prompt, .n_prompt = r[i].n_prompt,
                                    .max_tokens = r[i].max_tokens, .sampling = sampler_default_params(),
                                    .ignore_eos = r[i].ignore_eos};
-        if (r[i].sampled) {
+        struct logit_bias bias[2] = {{r[i].prompt[0], -2.0f}, {3 + i, 1.5f}};
+        if (r[i].sampled && (i / 4) % 2 == 0) {
             q.sampling.temperature = 0.8f;
             q.sampling.top_p = 0.95f;
             q.sampling.repeat_penalty = 1.1f;
             q.sampling.seed = 42 + (uint64_t)i;
+        } else if (r[i].sampled) { /* every penalty and filter, and a logit bias (copied by engine_add) */
+            q.sampling.temperature = 1.0f;
+            q.sampling.top_k = 40;
+            q.sampling.min_p = 0.02f;
+            q.sampling.repeat_penalty = 1.3f;
+            q.sampling.repeat_last_n = 16;
+            q.sampling.presence_penalty = 0.4f;
+            q.sampling.frequency_penalty = 0.3f;
+            q.sampling.logit_bias = bias;
+            q.sampling.n_logit_bias = 2;
+            q.sampling.seed = 42 + (uint64_t)i;
         }
         if (engine_add(eng, &q, &e)) goto fail;
+        memset(bias, 0, sizeof bias);
     }
     int got = 0;
     for (;;) {
@@ -134,6 +149,7 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
             int i = (int)res.id;
             o->n_tokens[i] = res.n_tokens;
             o->finish[i] = res.finish;
+            o->n_preempted[i] = res.n_preempted;
             memcpy(o->tokens[i], res.tokens, (size_t)res.n_tokens * sizeof(int32_t));
             o->text[i] = res.text;
             res.text = NULL;
@@ -212,6 +228,9 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
         d = compare(&g_a, &g_b, n);
         CHECK_MSG(d == 0, "tiny pool (prefix cache %d) differs at request %d", cache, d - 1);
         CHECK_MSG(g_b.st.n_preemptions > 0, "no preemption with %lld blocks", (long long)tiny_pool);
+        int penalized_preempted = 0; /* requests i % 8 == 5 or 7 sample with penalties */
+        for (int i = 0; i < n; i++) penalized_preempted += (i % 8 == 5 || i % 8 == 7) && g_b.n_preempted[i] > 0;
+        CHECK_MSG(penalized_preempted > 0, "no request sampling with penalties was preempted");
         fprintf(stderr, "# tiny pool (%lld blocks, cache %d): %lld preemptions\n", (long long)tiny_pool, cache,
                 (long long)g_b.st.n_preemptions);
     }

@@ -44,7 +44,8 @@ TEST(encoding_layout)
     /* tag 18 + model 32 + kv 4 + 3 i32 + 6 f32 + seed 8 + n_stop 4 + (4+2) + (4+1) + n_bias 4 + 2*8 +
      * ignore_eos 4 + n_prompt 4 + 5*4 + index 4 */
     CHECK_EQ_INT(n, 18 + 32 + 4 + 12 + 24 + 8 + 4 + 6 + 5 + 4 + 16 + 4 + 4 + 20 + 4);
-    CHECK(!memcmp(buf, "nightshift-key-v1", 18));
+    CHECK_EQ_INT(KEY_VERSION, 2);
+    CHECK(!memcmp(buf, "nightshift-key-v2", 18)); /* the tag carries KEY_VERSION, NUL-terminated */
     CHECK(!memcmp(buf + 18, model_a, 32));
     CHECK_EQ_INT(buf[n - 4], 2); /* index, little-endian */
     CHECK_EQ_INT(buf[n - 8], 378 & 255);
@@ -104,6 +105,24 @@ TEST(what_changes_a_key)
     CHECK(memcmp(k0, k1, 32));
 }
 
+/* The key of one request under KEY_VERSION 2, pinned (the value was computed independently from the layout
+ * in key.h): it changes only with a deliberate version bump (then update it). The v1 key of the same
+ * request was the sha256 of the same bytes with "v1" in the tag. */
+TEST(version_pinned)
+{
+    struct key_params p = base();
+    uint8_t buf[256], k[32], v1[32];
+    char hex[65];
+    size_t n = key_encode(&p, buf, sizeof buf);
+    CHECK(n <= sizeof buf);
+    key_of(&p, k);
+    key_hex(k, hex);
+    CHECK_STR(hex, "08d476697ed9c38ae29caebf02d09fbf59ca3149fbc33a388bcb3aa05734aaad");
+    buf[16] = '1';
+    sha256_buf(buf, n, v1);
+    CHECK(memcmp(k, v1, 32) != 0);
+}
+
 TEST(greedy_ignores_sampling_knobs)
 {
     struct key_params p = base(), q = base();
@@ -141,6 +160,7 @@ int main(void)
 {
     RUN(encoding_layout);
     RUN(what_changes_a_key);
+    RUN(version_pinned);
     RUN(greedy_ignores_sampling_knobs);
     RUN(seeds);
     return test_summary();

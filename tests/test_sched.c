@@ -425,6 +425,38 @@ static void reference_greedy(const struct fake_req *r, int32_t *out)
     }
 }
 
+/* The sampling parameters of request i (run_engine and reference_sampled use the same). */
+static struct sampler_params fake_sampling(const struct fake_req *r, int i)
+{
+    struct sampler_params sp = sampler_default_params();
+    sp.temperature = r->temperature;
+    sp.seed = r->seed;
+    if (r->temperature > 0) sp.top_k = 20;
+    if (r->temperature > 0 && i % 2) { /* penalties read the history, which preemption recomputes */
+        sp.repeat_penalty = 1.3f;
+        sp.repeat_last_n = 8;
+        sp.presence_penalty = 0.4f;
+        sp.frequency_penalty = 0.3f;
+    }
+    return sp;
+}
+
+/* Sampled reference without any engine: the sampler drawing generated token g at position g. */
+static void reference_sampled(const struct fake_req *r, int i, int32_t *out)
+{
+    struct sampler_params sp = fake_sampling(r, i);
+    sampler *smp = NULL;
+    int32_t t[400];
+    memcpy(t, r->prompt, (size_t)r->n_prompt * sizeof *t);
+    float lg[FAKE_VOCAB];
+    if (sampler_init(FAKE_VOCAB, &smp, NULL)) return;
+    for (int32_t g = 0; g < r->max_tokens; g++) {
+        fake_logits(fake_hash_tokens(t, r->n_prompt + g), lg);
+        out[g] = t[r->n_prompt + g] = sampler_sample(smp, &sp, t, r->n_prompt, g, lg);
+    }
+    sampler_free(smp);
+}
+
 /* A model the engine sees through the fake backend: only the vocabulary and the context matter. */
 static struct model fake_model(int32_t n_ctx_train)
 {
@@ -470,10 +502,7 @@ static void run_engine(const struct fake_req *reqs, int n, const struct run_cfg 
     }
     for (int i = 0; i < n; i++) {
         struct engine_request r = {.id = (uint64_t)i, .prompt = reqs[i].prompt, .n_prompt = reqs[i].n_prompt,
-                                   .max_tokens = reqs[i].max_tokens, .sampling = sampler_default_params()};
-        r.sampling.temperature = reqs[i].temperature;
-        r.sampling.seed = reqs[i].seed;
-        if (reqs[i].temperature > 0) r.sampling.top_k = 20;
+                                   .max_tokens = reqs[i].max_tokens, .sampling = fake_sampling(&reqs[i], i)};
         if (engine_add(eng, &r, &e)) goto fail;
     }
     int got = 0;
@@ -534,14 +563,14 @@ static void invariance(int sampled)
     struct run_cfg base = {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .prefix_cache = 0};
     run_engine(g_reqs, n, &base, &g_base);
     if (!g_base.ok) return;
-    if (!sampled) { /* greedy: matches the independent reference */
-        for (int i = 0; i < n; i++) {
-            int32_t ref[64];
-            reference_greedy(&g_reqs[i], ref);
-            if (g_base.n_tokens[i] != g_reqs[i].max_tokens || memcmp(ref, g_base.tokens[i], sizeof(int32_t) * (size_t)g_reqs[i].max_tokens)) {
-                g_base.ok = 0;
-                return;
-            }
+    /* greedy: matches an independent argmax; sampled: the sampler alone, drawing token g at position g */
+    for (int i = 0; i < n; i++) {
+        int32_t ref[64] = {0};
+        if (sampled) reference_sampled(&g_reqs[i], i, ref);
+        else reference_greedy(&g_reqs[i], ref);
+        if (g_base.n_tokens[i] != g_reqs[i].max_tokens || memcmp(ref, g_base.tokens[i], sizeof(int32_t) * (size_t)g_reqs[i].max_tokens)) {
+            g_base.ok = 0;
+            return;
         }
     }
 }

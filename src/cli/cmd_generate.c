@@ -288,7 +288,7 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     /* sample only ids the tokenizer knows (token_embd may have padding rows beyond the vocabulary) */
-    if (sampler_init(&o.sp, tok_n_vocab(v), &smp, &e)) {
+    if (sampler_check_params(&o.sp, tok_n_vocab(v), &e) || sampler_init(tok_n_vocab(v), &smp, &e)) {
         cli_error("generate", "%s", e.msg);
         goto done;
     }
@@ -306,7 +306,6 @@ int cmd_generate(int argc, char **argv)
     }
     for (int32_t i = 0; i < n_blocks; i++) blocks[i] = i;
     struct step_seq sq = {.block_table = blocks, .n_blocks = n_blocks};
-    for (int32_t i = 0; i < n_prompt; i++) sampler_accept(smp, ids[i], 0);
 
     double t0 = clock_now();
     for (int32_t start = 0; start < n_prompt; start += n_batch) {
@@ -320,9 +319,8 @@ int cmd_generate(int argc, char **argv)
     int32_t n_gen = 0;
     int stopped = 0;
     while (n_gen < o.n_predict) {
-        int32_t tok = sampler_sample(smp, logits);
+        int32_t tok = sampler_sample(smp, &o.sp, ids, n_prompt, n_gen, logits);
         if (!o.ignore_eos && tok_is_eog(v, tok)) break;
-        sampler_accept(smp, tok, 1);
         out_ids[n_gen] = tok;
         ids[n_prompt + n_gen] = tok;
         n_gen++;

@@ -3,10 +3,13 @@
  * Invariant: every request added is in exactly one place: the scheduler (waiting or running, listed in
  * eng->live) or the finished-results FIFO (after its sequence is freed). The text of a request is exactly
  * the UTF-8-complete detokenization of its generated tokens (control tokens render as nothing), cut at
- * the first stop string. A request's tokens depend only on its prompt, params and seed: sampling uses the
- * request's own sampler, fed its own logits row, and preemption keeps the sampler (its RNG position and
- * penalty counts) — the recomputed KV is bit-identical on the CPU backend, so nothing changes.
- * With params.debug_checks the scheduler and pool invariants (sched_check) run after every step.
+ * the first stop string. A request's tokens depend only on its prompt, params and seed: a draw is a pure
+ * function of (the request's params, its own tokens so far, its own logits row, seed, position in the
+ * generation) — see sampler.h — so the one sampler scratch is shared by every sequence and no sampling
+ * state belongs to a request: queued requests hold only their params, and preemption has nothing to save
+ * or rebuild (the recomputed KV is bit-identical on the CPU backend, so nothing changes).
+ * With params.debug_checks the scheduler and pool invariants (sched_check) and the sampler scratch's
+ * (sampler_check) run after every step.
  */
 #include "engine/engine.h"
 
@@ -22,7 +25,8 @@
 
 struct eng_seq {
     struct sched_seq q; /* first member: a sched_seq pointer from the scheduler is an eng_seq pointer */
-    sampler *smp;
+    struct sampler_params sampling; /* logit_bias points into bias */
+    struct logit_bias *bias;        /* (sampling.n_logit_bias) owned copy */
     char **stop;        /* (n_stop) owned copies */
     int32_t n_stop;
     size_t released;    /* text before this offset holds no stop string nor the start of one */
@@ -46,6 +50,7 @@ struct engine {
     int32_t *row_tokens, *row_pos, *row_seq, *logit_rows; /* (max_batch_tokens) */
     struct step_seq *step_seqs;                           /* (max_seqs) */
     float *logits;                                        /* (max_seqs, n_vocab) */
+    sampler *smp;                                         /* scratch for one draw at a time */
     struct eng_seq *live;                                 /* all sequences in the scheduler */
     struct engine_result *done;                           /* FIFO [done_head, n_done) */
     size_t n_done, done_head, cap_done;
@@ -127,6 +132,7 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
         err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
         goto fail;
     }
+    if (sampler_init(eng->n_vocab, &eng->smp, e)) goto fail;
     if (kv_pool_init((int32_t)eng->p.kv_blocks, eng->p.kv_block, &eng->pool, e)) goto fail;
     struct sched_params sp = {.max_batch_tokens = R, .max_seqs = S, .prefix_cache = eng->p.prefix_cache};
     if (sched_init(&sp, eng->pool, &eng->s, e)) goto fail;
@@ -146,7 +152,7 @@ static void seq_free(struct eng_seq *es)
 {
     if (!es) return;
     sched_seq_release(&es->q);
-    sampler_free(es->smp);
+    free(es->bias);
     for (int32_t i = 0; i < es->n_stop; i++) free(es->stop[i]);
     free(es->stop);
     free(es->text);
@@ -180,6 +186,7 @@ void engine_free(engine *eng)
     free(eng->logit_rows);
     free(eng->step_seqs);
     free(eng->logits);
+    sampler_free(eng->smp);
     free(eng);
 }
 
@@ -338,10 +345,19 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
         free(es);
         return fail_request(eng, r, se.msg, e);
     }
-    if (sampler_init(&r->sampling, eng->n_vocab, &es->smp, &se)) {
+    if (sampler_check_params(&r->sampling, eng->n_vocab, &se)) {
         seq_free(es);
         snprintf(msg, sizeof msg, "sampling parameters: %s", se.msg);
         return fail_request(eng, r, msg, e);
+    }
+    es->sampling = r->sampling;
+    es->sampling.logit_bias = NULL;
+    if (r->sampling.n_logit_bias > 0) {
+        size_t nb = (size_t)r->sampling.n_logit_bias * sizeof *es->bias;
+        es->bias = malloc(nb);
+        if (!es->bias) goto oom;
+        memcpy(es->bias, r->sampling.logit_bias, nb);
+        es->sampling.logit_bias = es->bias;
     }
     if (r->n_stop > 0) {
         es->stop = calloc((size_t)r->n_stop, sizeof *es->stop);
@@ -357,7 +373,6 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     if (text_reserve(es, 64)) goto oom;
     es->ignore_eos = r->ignore_eos;
     es->t_added = clock_now();
-    for (int32_t i = 0; i < r->n_prompt; i++) sampler_accept(es->smp, r->prompt[i], 0);
     es->live_next = eng->live;
     if (eng->live) eng->live->live_prev = es;
     eng->live = es;
@@ -415,8 +430,7 @@ static int feed_text(engine *eng, struct eng_seq *es, int32_t token)
 static int sample_one(engine *eng, struct eng_seq *es, float *logits, struct err *e)
 {
     struct sched_seq *q = &es->q;
-    int32_t tok = sampler_sample(es->smp, logits);
-    sampler_accept(es->smp, tok, 1);
+    int32_t tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, q->n_tokens - q->n_prompt, logits);
     sched_seq_append(q, tok);
     eng->st.gen_tokens++;
     if (q->n_tokens - q->n_prompt == 1) es->t_first = clock_now();
@@ -477,7 +491,8 @@ int engine_step(engine *eng, struct err *e)
         j++;
     }
     eng->st.n_steps++;
-    if (eng->p.debug_checks && sched_check(eng->s, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
+    if (eng->p.debug_checks && (sched_check(eng->s, e) || sampler_check(eng->smp, e)))
+        return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;
 }
 

@@ -6,7 +6,9 @@
  * within max_batch_tokens and max_seqs. See DESIGN.md "The engine's core ideas".
  *
  * Invariant (CPU backend): a request's result depends only on (model, prompt, params, seed) — not on what
- * else is running, max_seqs, preemption or prefix-cache hits.
+ * else is running, max_seqs, preemption or prefix-cache hits. Sampling is position-keyed (sampler.h): the
+ * draw for a request's k-th generated token depends on (seed, k) and its own history only, so no RNG
+ * stream or penalty table belongs to a request; the engine owns one O(n_vocab) sampler scratch.
  */
 #ifndef NS_ENGINE_H
 #define NS_ENGINE_H
@@ -54,7 +56,7 @@ struct engine_request {
     const int32_t *prompt;      /* (n_prompt) copied */
     int32_t n_prompt;
     int32_t max_tokens;         /* generated tokens at most (>= 1) */
-    struct sampler_params sampling;
+    struct sampler_params sampling; /* its logit_bias list is copied */
     const char *const *stop;    /* (n_stop) stop strings, copied; matched on detokenized text */
     int32_t n_stop;
     int ignore_eos;             /* 1: EOS/EOT do not stop (benchmarks) */

@@ -1,17 +1,14 @@
-/* sampler — per-request token sampling; see sampler.h for the order of operations.
+/* sampler — stateless token sampling; see sampler.h for the order of operations and the exact draw.
  *
- * RNG (documented, fixed): the 64-bit seed is expanded by splitmix64 into the 256-bit state of xoshiro256**
- * (four successive splitmix64 outputs). One uniform float in [0, 1) is drawn per non-greedy sample as
- * (next() >> 40) * 2^-24, i.e. from the 24 high bits. Greedy sampling draws nothing. So a request's tokens
- * are a function of (logits, params, seed, accepted tokens) only.
+ * Invariant: between calls, every entry of the scratch count table is 0 (sampler_sample sets entries
+ * while it applies the penalties and clears exactly those before it returns); sampler_check() verifies it.
+ * The candidate buffer holds nothing between calls. So a draw depends only on its arguments.
  *
- * Invariant: window holds the last min(n_seen, repeat_last_n) accepted tokens (prompt and generated) in a
- * ring; counts is an open-addressing table (linear probing, load <= 1/2) of generated token -> count > 0.
- * sampler_check() verifies both (tests call it).
- *
- * Complexity per sample: O(n_vocab) for bias/penalties/softmax; top-k adds O(n_vocab log k); top-p without
- * top-k sorts all candidates, O(n_vocab log n_vocab). Memory: the candidate scratch is n_vocab * 8 bytes,
- * allocated at init only when temperature > 0.
+ * Complexity per sample: O(n_vocab) for bias/penalties/softmax, plus O(min(repeat_last_n, history)) for
+ * the repetition penalty and O(pos) for presence/frequency (the counts are rebuilt from the generated
+ * tokens each time; a generation is short next to the O(n_vocab) work, and this keeps no state to keep
+ * right across preemption). top-k adds O(n_vocab log k); top-p without top-k sorts all candidates,
+ * O(n_vocab log n_vocab). Memory: n_vocab * 12 bytes per scratch.
  */
 #include "engine/sampler.h"
 
@@ -26,25 +23,10 @@ struct sampler_cand {
     float logit; /* then the probability (unnormalized) */
 };
 
-struct sampler_count {
-    int32_t token; /* -1: empty */
-    int32_t count;
-};
-
 struct sampler {
-    struct sampler_params p;
-    struct logit_bias *bias; /* (p.n_logit_bias) owned copy */
     int32_t n_vocab;
-    struct rng rng;
-
-    int32_t *window;  /* (win_cap) ring of the last accepted tokens */
-    int32_t *win_tmp; /* (win_cap) scratch for deduplication */
-    int32_t win_cap, win_n, win_head;
-
-    struct sampler_count *counts; /* (counts_cap), a power of two */
-    uint32_t counts_cap, counts_n;
-
-    struct sampler_cand *cand; /* (n_vocab), NULL when greedy */
+    int32_t *count;            /* (n_vocab) all 0 between calls */
+    struct sampler_cand *cand; /* (n_vocab) */
 };
 
 struct sampler_params sampler_default_params(void)
@@ -62,18 +44,8 @@ struct sampler_params sampler_default_params(void)
     return p;
 }
 
-/* ---------------------------------------------------------------- RNG */
-
-static float sampler_uniform(struct rng *r)
+int sampler_check_params(const struct sampler_params *p, int32_t n_vocab, struct err *e)
 {
-    return (float)(rng_next(r) >> 40) * (1.0f / 16777216.0f);
-}
-
-/* ---------------------------------------------------------------- init */
-
-int sampler_init(const struct sampler_params *p, int32_t n_vocab, sampler **out, struct err *e)
-{
-    *out = NULL;
     if (n_vocab < 1) return err_set(e, "sampler: vocabulary size %d", (int)n_vocab);
     if (!isfinite(p->temperature)) return err_set(e, "sampler: temperature must be finite");
     if (!(p->top_p > 0.0f)) return err_set(e, "sampler: top_p must be > 0 (got %g)", (double)p->top_p);
@@ -95,127 +67,50 @@ int sampler_init(const struct sampler_params *p, int32_t n_vocab, sampler **out,
             return err_set(e, "sampler: logit bias of token %d must be a number < +inf",
                            (int)p->logit_bias[i].token);
     }
+    return 0;
+}
 
+float sampler_uniform(uint64_t seed, int32_t pos)
+{
+    return (float)(rng_at(seed, (uint64_t)pos) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* ---------------------------------------------------------------- scratch */
+
+int sampler_init(int32_t n_vocab, sampler **out, struct err *e)
+{
+    *out = NULL;
+    if (n_vocab < 1) return err_set(e, "sampler: vocabulary size %d", (int)n_vocab);
     sampler *s = calloc(1, sizeof *s);
     if (!s) return err_set(e, "sampler: out of memory");
-    s->p = *p;
     s->n_vocab = n_vocab;
-    if (p->n_logit_bias > 0) {
-        s->bias = malloc((size_t)p->n_logit_bias * sizeof *s->bias);
-        if (!s->bias) goto oom;
-        memcpy(s->bias, p->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+    s->count = calloc((size_t)n_vocab, sizeof *s->count);
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    if (!s->count || !s->cand) {
+        sampler_free(s);
+        return err_set(e, "sampler: out of memory for a vocabulary of %d", (int)n_vocab);
     }
-    s->p.logit_bias = s->bias;
-    s->win_cap = p->repeat_penalty != 1.0f ? p->repeat_last_n : 0;
-    if (s->win_cap > 0) {
-        s->window = malloc((size_t)s->win_cap * sizeof *s->window);
-        s->win_tmp = malloc((size_t)s->win_cap * sizeof *s->win_tmp);
-        if (!s->window || !s->win_tmp) goto oom;
-    }
-    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
-        s->counts_cap = 64;
-        s->counts = malloc(s->counts_cap * sizeof *s->counts);
-        if (!s->counts) goto oom;
-        for (uint32_t i = 0; i < s->counts_cap; i++) s->counts[i].token = -1;
-    }
-    if (p->temperature > 0.0f) {
-        s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
-        if (!s->cand) goto oom;
-    }
-    rng_seed(&s->rng, p->seed);
     *out = s;
     return 0;
-oom:
-    sampler_free(s);
-    return err_set(e, "sampler: out of memory");
 }
 
 void sampler_free(sampler *s)
 {
     if (!s) return;
-    free(s->bias);
-    free(s->window);
-    free(s->win_tmp);
-    free(s->counts);
+    free(s->count);
     free(s->cand);
     free(s);
 }
 
-/* ---------------------------------------------------------------- history */
-
-static uint32_t sampler_hash(int32_t token)
-{
-    return (uint32_t)token * 2654435761u;
-}
-
-static int sampler_counts_grow(sampler *s)
-{
-    uint32_t cap = s->counts_cap * 2;
-    struct sampler_count *c = malloc(cap * sizeof *c);
-    if (!c) return -1;
-    for (uint32_t i = 0; i < cap; i++) c[i].token = -1;
-    for (uint32_t i = 0; i < s->counts_cap; i++) {
-        if (s->counts[i].token < 0) continue;
-        uint32_t h = sampler_hash(s->counts[i].token) & (cap - 1);
-        while (c[h].token >= 0) h = (h + 1) & (cap - 1);
-        c[h] = s->counts[i];
-    }
-    free(s->counts);
-    s->counts = c;
-    s->counts_cap = cap;
-    return 0;
-}
-
-void sampler_accept(sampler *s, int32_t token, int is_generated)
-{
-    if (token < 0 || token >= s->n_vocab) return;
-    if (s->win_cap > 0) {
-        s->window[s->win_head] = token;
-        s->win_head = (s->win_head + 1) % s->win_cap;
-        if (s->win_n < s->win_cap) s->win_n++;
-    }
-    if (is_generated && s->counts) {
-        /* On out-of-memory the table stays at load 1/2 and the count is dropped: penalties weaken, nothing
-         * breaks. (A 64-entry table never needs to grow for fewer than 32 distinct tokens.) */
-        if ((s->counts_n + 1) * 2 > s->counts_cap && sampler_counts_grow(s)) return;
-        uint32_t h = sampler_hash(token) & (s->counts_cap - 1);
-        while (s->counts[h].token >= 0 && s->counts[h].token != token) h = (h + 1) & (s->counts_cap - 1);
-        if (s->counts[h].token < 0) {
-            s->counts[h].token = token;
-            s->counts[h].count = 0;
-            s->counts_n++;
-        }
-        s->counts[h].count++;
-    }
-}
-
 int sampler_check(const sampler *s, struct err *e)
 {
-    if (s->win_n < 0 || s->win_n > s->win_cap || (s->win_cap > 0 && (s->win_head < 0 || s->win_head >= s->win_cap)))
-        return err_set(e, "sampler_check: window %d/%d head %d", (int)s->win_n, (int)s->win_cap, (int)s->win_head);
-    for (int32_t i = 0; i < s->win_n; i++)
-        if (s->window[i] < 0 || s->window[i] >= s->n_vocab) return err_set(e, "sampler_check: bad window token");
-    if (s->counts) {
-        uint32_t n = 0;
-        if (s->counts_cap & (s->counts_cap - 1)) return err_set(e, "sampler_check: capacity not a power of 2");
-        for (uint32_t i = 0; i < s->counts_cap; i++) {
-            if (s->counts[i].token < 0) continue;
-            n++;
-            if (s->counts[i].token >= s->n_vocab || s->counts[i].count < 1)
-                return err_set(e, "sampler_check: bad count entry");
-        }
-        if (n != s->counts_n || n * 2 > s->counts_cap) return err_set(e, "sampler_check: count table size");
-    }
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (s->count[i] != 0)
+            return err_set(e, "sampler_check: count of token %d is %d between draws", (int)i, (int)s->count[i]);
     return 0;
 }
 
 /* ---------------------------------------------------------------- sampling */
-
-static int sampler_cmp_int(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
 
 /* a ranks before b: higher logit, then lower id. */
 static int sampler_better(const struct sampler_cand *a, const struct sampler_cand *b)
@@ -270,34 +165,53 @@ static void sampler_top_k(struct sampler_cand *c, int32_t n, int32_t k)
     qsort(c, (size_t)k, sizeof *c, sampler_cmp_cand);
 }
 
-static void sampler_apply_penalties(sampler *s, float *logits)
+/* Repetition penalty over the distinct tokens of hist (n): the count table marks the ones already done,
+ * then is cleared again. O(n). */
+static void sampler_repeat_penalty(sampler *s, float penalty, const int32_t *hist, int32_t n, float *logits)
 {
-    const struct sampler_params *p = &s->p;
-    for (int32_t i = 0; i < p->n_logit_bias; i++) logits[s->bias[i].token] += s->bias[i].bias;
-    if (s->win_n > 0) {
-        /* each distinct token in the window is penalized once */
-        memcpy(s->win_tmp, s->window, (size_t)s->win_n * sizeof *s->window);
-        qsort(s->win_tmp, (size_t)s->win_n, sizeof *s->win_tmp, sampler_cmp_int);
-        for (int32_t i = 0; i < s->win_n; i++) {
-            if (i > 0 && s->win_tmp[i] == s->win_tmp[i - 1]) continue;
-            float *l = &logits[s->win_tmp[i]];
-            *l = *l > 0.0f ? *l / p->repeat_penalty : *l * p->repeat_penalty;
-        }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = hist[i];
+        if (t < 0 || t >= s->n_vocab || s->count[t]) continue;
+        s->count[t] = 1;
+        logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
     }
-    if (s->counts) {
-        for (uint32_t i = 0; i < s->counts_cap; i++) {
-            if (s->counts[i].token < 0) continue;
-            logits[s->counts[i].token] -=
-                p->presence_penalty + p->frequency_penalty * (float)s->counts[i].count;
-        }
+    for (int32_t i = 0; i < n; i++)
+        if (hist[i] >= 0 && hist[i] < s->n_vocab) s->count[hist[i]] = 0;
+}
+
+/* Presence/frequency penalties from the counts of the generated tokens gen (n): counted into the table,
+ * applied once per distinct token as its entry is cleared. O(n). */
+static void sampler_count_penalties(sampler *s, const struct sampler_params *p, const int32_t *gen, int32_t n,
+                                    float *logits)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (gen[i] >= 0 && gen[i] < s->n_vocab) s->count[gen[i]]++;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = gen[i];
+        if (t < 0 || t >= s->n_vocab || !s->count[t]) continue;
+        logits[t] -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
+        s->count[t] = 0;
     }
 }
 
-int32_t sampler_sample(sampler *s, float *logits)
+static void sampler_apply_penalties(sampler *s, const struct sampler_params *p, const int32_t *tokens,
+                                    int32_t n_prompt, int32_t pos, float *logits)
 {
-    const struct sampler_params *p = &s->p;
-    sampler_apply_penalties(s, logits);
-    if (p->temperature <= 0.0f || !s->cand) return sampler_argmax(logits, s->n_vocab);
+    for (int32_t i = 0; i < p->n_logit_bias; i++) logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
+    int32_t n_hist = n_prompt + pos;
+    if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0) {
+        int32_t w = n_hist < p->repeat_last_n ? n_hist : p->repeat_last_n;
+        sampler_repeat_penalty(s, p->repeat_penalty, tokens + n_hist - w, w, logits);
+    }
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
+        sampler_count_penalties(s, p, tokens + n_prompt, pos, logits);
+}
+
+int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t *tokens, int32_t n_prompt,
+                       int32_t pos, float *logits)
+{
+    sampler_apply_penalties(s, p, tokens, n_prompt, pos, logits);
+    if (p->temperature <= 0.0f) return sampler_argmax(logits, s->n_vocab);
 
     /* candidates: every token with a finite logit, in id order */
     struct sampler_cand *c = s->cand;
@@ -349,7 +263,7 @@ int32_t sampler_sample(sampler *s, float *logits)
             }
         n = m;
     }
-    double u = (double)sampler_uniform(&s->rng) * total, cum = 0.0;
+    double u = (double)sampler_uniform(p->seed, pos) * total, cum = 0.0;
     for (int32_t i = 0; i < n; i++) {
         cum += c[i].logit;
         if (u < cum) return c[i].id;

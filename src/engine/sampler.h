@@ -1,11 +1,29 @@
-/* sampler — turns one row of logits into a token, per request, deterministically.
+/* sampler — turns one row of logits into a token, deterministically, from the request alone.
  *
- * Each request owns a sampler_state whose RNG is seeded from the request's seed only, so its tokens never
- * depend on what else is in the batch. Order of operations (documented, fixed): logit bias -> repetition
- * penalty (llama.cpp style: divide positive / multiply negative logits of tokens seen in the last
- * repeat_last_n) -> presence/frequency penalties (OpenAI: logit -= presence*[count>0] + frequency*count over
- * generated tokens) -> if temperature <= 0: argmax (lowest id on ties) -> top-k -> softmax(logits/temp) ->
- * top-p -> min-p -> draw with the RNG.
+ * A draw is a pure function of (params, token history, logits, seed, position): the sampler keeps no
+ * per-request state at all — no RNG stream, no penalty tables. So a request's tokens never depend on what
+ * else is in the batch, a preempted request resumes with nothing to restore, a draft token that is
+ * rejected (prompt-lookup decoding) leaves nothing to undo, and a GPU can draw on the device from the
+ * same inputs. The penalties are recomputed from the history at every draw (O(window + generated)).
+ *
+ * Order of operations (documented, fixed): logit bias -> repetition penalty (llama.cpp style: divide
+ * positive / multiply negative logits of the distinct tokens among the last repeat_last_n tokens of
+ * prompt + generated) -> presence/frequency penalties (OpenAI: logit -= presence + frequency * count, for
+ * each distinct generated token) -> if temperature <= 0: argmax (lowest id on ties) -> top-k -> softmax
+ * (logits / temp) -> top-p -> min-p -> draw with sampler_uniform(seed, pos).
+ *
+ * The draw (the contract a GPU backend implements bit for bit): pos is the index of the token within the
+ * generation (0 for the first generated token), and
+ *
+ *     r = rng_at(seed, pos) = mix64(mix64(seed) + (pos + 1) * 0x9e3779b97f4a7c15)     (mod 2^64)
+ *     mix64(z): z = (z ^ z >> 30) * 0xbf58476d1ce4e5b9; z = (z ^ z >> 27) * 0x94d049bb133111eb;
+ *               return z ^ z >> 31
+ *     u = (float)(r >> 40) * 2^-24                                            (24 bits, u in [0, 1))
+ *
+ * The kept candidates (best first when top-k or top-p sorted them, else in id order) are walked until the
+ * cumulative unnormalized probability exceeds (double)u * total; the last one is taken if rounding leaves
+ * none. Greedy draws nothing. Candidates with a non-finite logit (e.g. a logit bias of -inf) are never
+ * drawn.
  */
 #ifndef NS_ENGINE_SAMPLER_H
 #define NS_ENGINE_SAMPLER_H
@@ -30,29 +48,36 @@ struct sampler_params {
     float frequency_penalty;  /* 0: off */
     uint64_t seed;
     int32_t n_logit_bias;
-    const struct logit_bias *logit_bias; /* (n_logit_bias); copied by sampler_init */
+    const struct logit_bias *logit_bias; /* (n_logit_bias) borrowed: the caller keeps it alive (the engine
+                                            copies a request's list) */
 };
 
 /* Defaults: greedy, no penalties, repeat_last_n 64, seed 0. */
 struct sampler_params sampler_default_params(void);
+/* 0 when p is usable with a vocabulary of n_vocab tokens; else a message naming the parameter. */
+int sampler_check_params(const struct sampler_params *p, int32_t n_vocab, struct err *e);
 
+/* The uniform draw of the token at generation position pos >= 0 of a request with this seed (formula
+ * above). */
+float sampler_uniform(uint64_t seed, int32_t pos);
+
+/* Scratch for one draw at a time: O(n_vocab) (candidates, and a count table that is all zero between
+ * draws). Not per request: one per engine (or per thread that samples). */
 typedef struct sampler sampler;
 
-int sampler_init(const struct sampler_params *p, int32_t n_vocab, sampler **out, struct err *e);
+int sampler_init(int32_t n_vocab, sampler **out, struct err *e);
 void sampler_free(sampler *s);
-/* Records a token as context (prompt or generated) for the penalties. */
-void sampler_accept(sampler *s, int32_t token, int is_generated);
-/* Samples from logits (n_vocab); logits may be modified in place. */
-int32_t sampler_sample(sampler *s, float *logits);
 
-/* --- additions (issue 3) ---
- * RNG: splitmix64(seed) fills the four words of a xoshiro256** state; each non-greedy sample draws one
- * uniform float u = (next() >> 40) * 2^-24 in [0, 1) and walks the kept candidates (best first when top-k
- * or top-p sorted them, else in id order) until the cumulative probability exceeds u * total. Greedy draws
- * nothing. Candidates with a non-finite logit (e.g. a logit bias of -inf) are never drawn. */
+/* Samples the token at generation position pos of a request with params p (checked by
+ * sampler_check_params) from logits (n_vocab), which are modified in place. tokens (n_prompt + pos) is
+ * the request's history: its prompt, then the pos tokens generated before this one; ids outside
+ * [0, n_vocab) are ignored by the penalties. */
+int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t *tokens, int32_t n_prompt,
+                       int32_t pos, float *logits);
+
 /* Index of the largest value; the lowest index on ties; NaN never wins (0 if all are -inf/NaN). */
 int32_t sampler_argmax(const float *logits, int32_t n);
-/* Debug check of the sampler's invariant (history window and count table). */
+/* Debug check of the scratch's invariant (the count table is all zero between draws). O(n_vocab). */
 int sampler_check(const sampler *s, struct err *e);
 
 #endif

@@ -432,7 +432,7 @@ struct setting {
     char value[768];
 };
 
-enum { N_SETTINGS = 18 };
+enum { N_SETTINGS = 19 };
 
 /* Sets s[*k] to key and the printf-formatted value, and advances *k. */
 static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
@@ -489,7 +489,30 @@ static void settings_of(const job *j, struct setting *s)
     setting_set(s, &k, "kv_type", "%s", model_kv_type_name(j->m->ep.kv_type));
     setting_set(s, &k, "ignore_eos", "%d", j->c->ignore_eos);
     setting_set(s, &k, "parse_special", "%d", j->c->parse_special);
+    setting_set(s, &k, "key.version", "%d", KEY_VERSION);
     assert(k == N_SETTINGS);
+}
+
+/* A store made under another KEY_VERSION (one without "key.version" predates it: version 1) holds results
+ * that this version would not compute, under keys it never matches: refused with the reason, or with
+ * --force reused for nothing but its file (every request is computed again). */
+static int check_key_version(const job *j, struct err *e)
+{
+    char *v = NULL;
+    if (store_meta_get(j->st, "key.version", &v, e) != 0) return -1;
+    int have = v ? atoi(v) : 1;
+    free(v);
+    if (have == KEY_VERSION) return 0;
+    const char *who = have < KEY_VERSION ? "an older" : "a newer";
+    if (!j->c->force)
+        return err_set(e, "store %s was made by %s nightshift (request key version %d, this one %d) whose sampling "
+                          "differs: seeded requests draw other tokens, so its results are not reused. Use another "
+                          "--store, or --force to compute every request again (its old results stay unused: their "
+                          "keys differ)",
+                       j->c->store, who, have, KEY_VERSION);
+    log_warn("--force: store %s was made by %s nightshift (request key version %d, this one %d): every request is "
+             "computed again", j->c->store, who, have, KEY_VERSION);
+    return 0;
 }
 
 static int check_settings(job *j, struct err *e)
@@ -504,6 +527,7 @@ static int check_settings(job *j, struct err *e)
     size_t off = 0;
     int n_diff = 0;
     if (!fresh) {
+        if (check_key_version(j, e) != 0) return -1;
         for (int k = 0; k < N_SETTINGS; k++) {
             char *v = NULL;
             if (store_meta_get(j->st, s[k].key, &v, e) != 0) return -1;

@@ -1,5 +1,6 @@
 /* key — see key.h. The encoding is the contract: changing it changes every key, so old stores stop
- * matching. Bump "nightshift-key-v1" when it changes.
+ * matching. Bump KEY_VERSION (key.h; the tag follows it) when the encoding or the meaning of a result
+ * changes.
  *
  * Invariant: key_encode is a pure function of its arguments, writes fields in the documented order, and
  * its output length is determined by n_stop, stop lengths, n_logit_bias and n_prompt alone.
@@ -11,6 +12,9 @@
 
 #include "util/rng.h"
 #include "util/sha256.h"
+
+#define KEY_STR_(x) #x
+#define KEY_STR(x) KEY_STR_(x) /* KEY_STR(KEY_VERSION) = "2" */
 
 /* Writes into buf up to cap; with a sha256 ctx, a full buffer is flushed into it instead (streaming). */
 struct enc {
@@ -59,7 +63,7 @@ static void put_f32(struct enc *w, float f)
 
 static void encode(struct enc *wp, const struct key_params *p)
 {
-    static const char tag[] = "nightshift-key-v1";
+    static const char tag[] = "nightshift-key-v" KEY_STR(KEY_VERSION);
     put(wp, tag, sizeof tag); /* with the NUL */
     put(wp, p->model_sha256, 32);
     put_u32(wp, p->kv_type);

@@ -1,7 +1,7 @@
 /* key — the identity of one unit of work: sha256 over a canonical encoding of everything its result
  * depends on (DESIGN.md invariant 1):
  *
- *   "nightshift-key-v1\0"
+ *   "nightshift-key-v2\0"                               (KEY_VERSION)
  *   model file sha256                                   32 bytes
  *   kv element type                                     u32 (it changes the numerics)
  *   max_tokens, top_k, repeat_last_n                    i32 each
@@ -19,6 +19,12 @@
  *
  * Seeds: a request without a seed that samples gets key_id_seed(custom_id), so a resumed run reproduces
  * it; completion i of n uses key_completion_seed(seed, i) (i = 0 keeps the seed itself).
+ *
+ * Versions: the tag names KEY_VERSION, bumped whenever the same encoded request would give another result
+ * (an encoding change, or a change of what the engine computes from it). v1: sampling drew from a
+ * per-request xoshiro256** stream. v2: position-keyed draws (engine/sampler.h), so seeded results differ
+ * from v1's. A store records the version it was made with (jobs/job: setting "key.version") and a run
+ * refuses a store of another version unless --force (old results stay unused: their keys differ).
  */
 #ifndef NS_JOBS_KEY_H
 #define NS_JOBS_KEY_H
@@ -30,6 +36,7 @@
 #include "util/err.h"
 
 #define KEY_BYTES 32
+#define KEY_VERSION 2
 
 struct key_params {
     const uint8_t *model_sha256; /* (32) */

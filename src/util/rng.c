@@ -9,7 +9,12 @@ uint64_t rng_mix64(uint64_t z)
 
 uint64_t rng_splitmix64(uint64_t *x)
 {
-    return rng_mix64(*x += 0x9e3779b97f4a7c15ull);
+    return rng_mix64(*x += RNG_GOLDEN);
+}
+
+uint64_t rng_at(uint64_t key, uint64_t index)
+{
+    return rng_mix64(rng_mix64(key) + (index + 1) * RNG_GOLDEN);
 }
 
 void rng_seed(struct rng *r, uint64_t seed)
