@@ -26,6 +26,7 @@
 #include "jobs/key.h"
 #include "jobs/output.h"
 #include "jobs/record.h"
+#include "jobs/settings.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/sha256.h"
@@ -426,127 +427,6 @@ fail:
 }
 
 /* --- phase 2: the store --- */
-
-struct setting {
-    const char *key;
-    char value[768];
-};
-
-enum { N_SETTINGS = 18 };
-
-/* Sets s[*k] to key and the printf-formatted value, and advances *k. */
-static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    s[*k].key = key;
-    vsnprintf(s[*k].value, sizeof s[*k].value, fmt, ap);
-    va_end(ap);
-    (*k)++;
-}
-
-/* The run-wide settings a store is bound to (besides the model): the generation defaults and whatever else
- * changes results. Fills exactly N_SETTINGS entries. */
-static void settings_of(const job *j, struct setting *s)
-{
-    const struct input_gen *g = &j->c->input.defaults;
-    int k = 0;
-    char hex[65];
-    sha256_hex(j->m->sha256, hex);
-    setting_set(s, &k, "model.sha256", "%s", hex);
-    setting_set(s, &k, "default.max_tokens", "%d", g->max_tokens);
-    setting_set(s, &k, "default.temperature", "%.9g", (double)g->temperature);
-    setting_set(s, &k, "default.top_p", "%.9g", (double)g->top_p);
-    setting_set(s, &k, "default.top_k", "%d", g->top_k);
-    setting_set(s, &k, "default.min_p", "%.9g", (double)g->min_p);
-    setting_set(s, &k, "default.presence_penalty", "%.9g", (double)g->presence_penalty);
-    setting_set(s, &k, "default.frequency_penalty", "%.9g", (double)g->frequency_penalty);
-    setting_set(s, &k, "default.repetition_penalty", "%.9g", (double)g->repetition_penalty);
-    setting_set(s, &k, "default.repeat_last_n", "%d", g->repeat_last_n);
-    if (g->has_seed) setting_set(s, &k, "default.seed", "%llu", (unsigned long long)g->seed);
-    else setting_set(s, &k, "default.seed", "none");
-    setting_set(s, &k, "default.n", "%d", g->n);
-    {
-        json_t *a = json_array();
-        for (int32_t i = 0; i < g->n_stop; i++) json_array_append_new(a, json_string(g->stop[i]));
-        char *d = json_dumps(a, JSON_COMPACT);
-        setting_set(s, &k, "default.stop", "%s", d ? d : "?");
-        free(d);
-        json_decref(a);
-    }
-    {
-        char *v = s[k].value;
-        size_t off = 0, cap = sizeof s[k].value;
-        v[0] = '\0';
-        for (int32_t i = 0; i < g->n_logit_bias && off + 32 < cap; i++)
-            off += (size_t)snprintf(v + off, cap - off, "%s%d:%.9g", i ? "," : "", g->logit_bias[i].token,
-                                    (double)g->logit_bias[i].bias);
-        s[k++].key = "default.logit_bias";
-    }
-    setting_set(s, &k, "chat_template", "%s", chat_family_name(j->m->chat));
-    setting_set(s, &k, "kv_type", "%s", model_kv_type_name(j->m->ep.kv_type));
-    setting_set(s, &k, "ignore_eos", "%d", j->c->ignore_eos);
-    setting_set(s, &k, "parse_special", "%d", j->c->parse_special);
-    assert(k == N_SETTINGS);
-}
-
-static int check_settings(job *j, struct err *e)
-{
-    struct setting s[N_SETTINGS];
-    settings_of(j, s);
-    char *have = NULL;
-    if (store_meta_get(j->st, "model.sha256", &have, e) != 0) return -1;
-    int fresh = have == NULL;
-    free(have);
-    char diff[ERR_MSG_MAX] = "";
-    size_t off = 0;
-    int n_diff = 0;
-    if (!fresh) {
-        for (int k = 0; k < N_SETTINGS; k++) {
-            char *v = NULL;
-            if (store_meta_get(j->st, s[k].key, &v, e) != 0) return -1;
-            if (!v || strcmp(v, s[k].value)) {
-                n_diff++;
-                if (off < sizeof diff - 200)
-                    off += (size_t)snprintf(diff + off, sizeof diff - off, "%s%s %.64s (now %.64s)", n_diff > 1 ? "; " : "",
-                                            s[k].key, v ? v : "unset", s[k].value);
-            }
-            free(v);
-        }
-        if (n_diff && !j->c->force)
-            return err_set(e, "store %s was made with other settings: %s. Use another --store, or --force to reuse it "
-                              "(its results stay, but only matching keys are reused)",
-                           j->c->store, diff);
-        if (n_diff) log_warn("--force: store %s was made with other settings: %s", j->c->store, diff);
-    }
-    if (fresh && !j->c->force) {
-        /* A new store means the output files are rebuilt from it (truncated): never do that silently to
-         * results that some other run (or another program) left there. */
-        const char *paths[2] = {j->c->output, j->c->errors};
-        for (int k = 0; k < 2; k++) {
-            struct stat st;
-            if (paths[k] && stat(paths[k], &st) == 0 && st.st_size > 0)
-                return err_set(e, "%s already holds %lld bytes, but the store %s is new: they were not made by this "
-                                  "store and would be overwritten. Point --store at the run's store, choose another "
-                                  "output, or --force to overwrite",
-                               paths[k], (long long)st.st_size, j->c->store);
-        }
-    }
-    if (fresh || n_diff) {
-        if (store_begin(j->st, e) != 0) return -1;
-        for (int k = 0; k < N_SETTINGS; k++)
-            if (store_meta_set(j->st, s[k].key, s[k].value, e) != 0) goto fail;
-        if (store_meta_set(j->st, "model.path", j->m->path, e) != 0) goto fail;
-        if (store_meta_set(j->st, "nightshift.version", j->c->version ? j->c->version : "?", e) != 0) goto fail;
-        if (store_commit(j->st, e) != 0) goto fail;
-    }
-    return 0;
-fail:
-    store_rollback(j->st);
-    return -1;
-}
 
 static void status_cb(void *user, int64_t id, const uint8_t key[32], int status)
 {
@@ -1113,7 +993,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
 
     /* 2. store */
     if (store_open(c->store, c->durability, &j->st, e) != 0) goto done;
-    if (check_settings(j, e) != 0) goto done;
+    if (settings_bind_store(j->st, c, m, e) != 0) goto done;
     if (reconcile(j, e) != 0) goto done;
     double t_rec = clock_now();
     sum->t_store += t_rec - t_read;
