@@ -874,75 +874,6 @@ fail:
     return -1;
 }
 
-/* --- phase 4: the record --- */
-
-static json_t *build_record(job *j, int64_t t_start_unix, double wall)
-{
-    const struct job_summary *s = j->sum;
-    const struct job_model *m = j->m;
-    struct engine_stats es;
-    engine_get_stats(m->eng, &es);
-    char hex[65], t0[32], t1[32];
-    sha256_hex(m->sha256, hex);
-    record_iso_time(t_start_unix, t0);
-    record_iso_time((int64_t)time(NULL), t1);
-    json_t *argv = json_array();
-    for (int i = 0; i < j->c->argc; i++) json_array_append_new(argv, json_string(j->c->argv[i]));
-    double p50 = record_percentile(j->latency, j->n_latency, 50);
-    double p95 = record_percentile(j->latency, j->n_latency, 95);
-    double pmax = record_percentile(j->latency, j->n_latency, 100);
-    int64_t pt = es.prompt_tokens_computed + es.prompt_tokens_cached;
-    json_t *r = json_object();
-    json_object_set_new(r, "nightshift", json_pack("{s:s, s:s}", "version", j->c->version ? j->c->version : "?", "git_commit", record_git_commit()));
-    json_object_set_new(r, "status", json_string(s->interrupted ? "interrupted" : "complete"));
-    json_object_set_new(r, "command", argv);
-    json_object_set_new(r, "flags", j->c->settings ? json_deep_copy(j->c->settings) : json_object());
-    json_object_set_new(r, "model", json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "path", m->path, "name", m->name, "size",
-                                              (json_int_t)m->size, "sha256", hex, "chat_template",
-                                              chat_family_name(m->chat), "chat_template_source", m->chat_source));
-    json_object_set_new(r, "backend", json_pack("{s:s, s:i}", "name", m->backend, "threads", m->threads));
-    json_object_set_new(r, "backlog", j->backlog_json ? json_incref(j->backlog_json) : json_null());
-    json_object_set_new(r, "files", json_pack("{s:s, s:s, s:s}", "results", j->c->output, "errors", j->c->errors, "store",
-                                              j->c->store));
-    json_object_set_new(
-        r, "counts",
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lines", (json_int_t)s->lines, "results",
-                  (json_int_t)s->lines_ok, "errors", (json_int_t)s->lines_failed, "input_errors",
-                  (json_int_t)s->input_errors, "engine_errors", (json_int_t)s->engine_errors, "unique_requests",
-                  (json_int_t)s->work_total, "done", (json_int_t)(s->work_computed - s->work_failed), "failed",
-                  (json_int_t)s->work_failed, "skipped_already_done", (json_int_t)s->work_skipped_done,
-                  "folded_duplicates", (json_int_t)s->folded_duplicates));
-    json_object_set_new(r, "tokens", json_pack("{s:I, s:I, s:I, s:I}", "prompt", (json_int_t)s->prompt_tokens,
-                                               "prompt_cached", (json_int_t)s->prompt_tokens_cached, "prompt_computed",
-                                               (json_int_t)es.prompt_tokens_computed, "generated",
-                                               (json_int_t)s->gen_tokens));
-    json_object_set_new(r, "time", json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "start", t0, "end", t1,
-                                             "wall_s", wall, "parse_s", s->t_parse, "plan_s", s->t_plan, "store_s",
-                                             s->t_store, "output_s", s->t_output, "engine_s", s->t_engine,
-                                             "store_and_plan_fraction",
-                                             wall > 0 ? (s->t_plan + s->t_store + s->t_output) / wall : 0.0));
-    json_object_set_new(r, "throughput",
-                        json_pack("{s:f, s:f, s:f, s:f}", "prompt_tok_s", wall > 0 ? (double)s->prompt_tokens / wall : 0.0,
-                                  "gen_tok_s", wall > 0 ? (double)s->gen_tokens / wall : 0.0, "total_tok_s",
-                                  wall > 0 ? (double)(s->prompt_tokens + s->gen_tokens) / wall : 0.0, "requests_s",
-                                  wall > 0 ? (double)s->work_computed / wall : 0.0));
-    json_object_set_new(r, "latency_s", json_pack("{s:f, s:f, s:f, s:I}", "p50", p50, "p95", p95, "max", pmax, "n",
-                                                  (json_int_t)j->n_latency));
-    json_object_set_new(r, "memory", json_pack("{s:I}", "peak_rss_bytes", (json_int_t)sysmem_peak_rss_bytes()));
-    json_object_set_new(
-        r, "kv",
-        json_pack("{s:s, s:i, s:I, s:I, s:I, s:f, s:I}", "type", model_kv_type_name(m->ep.kv_type), "block_tokens",
-                  m->ep.kv_block, "blocks", (json_int_t)es.kv_blocks_total, "capacity_tokens",
-                  (json_int_t)(es.kv_blocks_total * m->ep.kv_block), "peak_blocks", (json_int_t)es.kv_blocks_peak,
-                  "peak_use", es.kv_blocks_total ? (double)es.kv_blocks_peak / (double)es.kv_blocks_total : 0.0,
-                  "preemptions", (json_int_t)es.n_preemptions));
-    json_object_set_new(r, "prefix_cache", json_pack("{s:b, s:f, s:I}", "enabled", m->ep.prefix_cache, "hit_rate",
-                                                     pt ? (double)es.prompt_tokens_cached / (double)pt : 0.0,
-                                                     "cached_tokens", (json_int_t)es.prompt_tokens_cached));
-    json_object_set_new(r, "repair", j->repair_json ? json_incref(j->repair_json) : json_null());
-    return r;
-}
-
 /* --- the whole run --- */
 
 int job_run(const struct job_config *c, const struct job_model *m, struct job_summary *sum, struct err *e)
@@ -1068,21 +999,11 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     sum->gen_tok_s = sum->wall_s > 0 ? (double)sum->gen_tokens / sum->wall_s : 0;
     sum->prompt_tok_s = sum->wall_s > 0 ? (double)sum->prompt_tokens / sum->wall_s : 0;
     if (c->record) {
-        json_t *rec = build_record(j, t_start_unix, sum->wall_s);
-        double cpu_j, gpu_j;
-        record_energy_read(&energy, &cpu_j, &gpu_j);
-        if (cpu_j >= 0 || gpu_j >= 0) {
-            double joules = (cpu_j > 0 ? cpu_j : 0) + (gpu_j > 0 ? gpu_j : 0);
-            int64_t tokens = sum->gen_tokens + sum->prompt_tokens;
-            json_object_set_new(rec, "energy",
-                                json_pack("{s:f, s:o, s:o, s:s, s:f}", "joules", joules, "cpu_rapl_joules",
-                                          cpu_j >= 0 ? json_real(cpu_j) : json_string("unavailable"), "gpu_nvml_joules",
-                                          gpu_j >= 0 ? json_real(gpu_j) : json_string("unavailable"), "source",
-                                          cpu_j >= 0 && gpu_j >= 0 ? "rapl+nvml" : cpu_j >= 0 ? "rapl" : "nvml",
-                                          "joules_per_1k_tokens", tokens ? 1000.0 * joules / (double)tokens : 0.0));
-        } else {
-            json_object_set_new(rec, "energy", json_string("unavailable"));
-        }
+        struct engine_stats es;
+        engine_get_stats(m->eng, &es);
+        struct record_run rr = {c, m, sum, &es, j->latency, j->n_latency, j->backlog_json, j->repair_json,
+                                t_start_unix, &energy};
+        json_t *rec = record_build(&rr);
         int wr = record_write(c->record, rec, e);
         json_decref(rec);
         if (wr != 0) goto done;
