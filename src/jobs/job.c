@@ -874,6 +874,40 @@ fail:
     return -1;
 }
 
+/* --- plan --- */
+
+/* The pending works in submission order (jobs/plan); prompts that no pending work needs are freed. */
+static int plan_work(job *j, uint32_t **order, size_t *n_order, struct err *e)
+{
+    int64_t n_works = plan_keymap_size(j->keys);
+    struct plan_item *items = calloc((size_t)(n_works ? n_works : 1), sizeof *items);
+    uint8_t *needed = calloc(j->n_lines ? j->n_lines : 1, 1);
+    if (!items || !needed) {
+        free(items);
+        free(needed);
+        return err_set(e, "out of memory");
+    }
+    for (int64_t w = 0; w < n_works; w++) {
+        if (j->works[w].state != W_PENDING) continue;
+        const struct line *L = &j->lines[j->works[w].owner];
+        needed[j->works[w].owner] = 1;
+        items[w] = (struct plan_item){L->prompt, L->n_prompt};
+    }
+    for (size_t i = 0; i < j->n_lines; i++)
+        if (!needed[i]) {
+            free(j->lines[i].prompt);
+            j->lines[i].prompt = NULL;
+        }
+    free(needed);
+    int rc = plan_order_pending(items, (size_t)n_works, j->m->ep.kv_block, j->c->sort, order, n_order, e);
+    free(items);
+    if (rc != 0) return -1;
+    j->n_pending_start = (int64_t)*n_order;
+    j->latency = malloc((*n_order ? *n_order : 1) * sizeof *j->latency);
+    if (!j->latency) return err_set(e, "out of memory");
+    return 0;
+}
+
 /* --- the whole run --- */
 
 int job_run(const struct job_config *c, const struct job_model *m, struct job_summary *sum, struct err *e)
@@ -890,7 +924,6 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     j->m = m;
     j->sum = sum;
     uint32_t *order = NULL;
-    struct plan_item *items = NULL;
     int rc = -1;
     j->keys = plan_keymap_init();
     if (!j->keys) {
@@ -929,45 +962,9 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     double t_rec = clock_now();
     sum->t_store += t_rec - t_read;
 
-    /* 3. plan: pending works in submission order; prompts no pending work needs are dropped */
-    size_t n_pending = 0;
-    for (int64_t w = 0; w < n_works; w++) n_pending += j->works[w].state == W_PENDING;
-    j->n_pending_start = (int64_t)n_pending;
-    items = malloc((n_pending ? n_pending : 1) * sizeof *items);
-    order = malloc((n_pending ? n_pending : 1) * sizeof *order);
-    uint32_t *pending_w = malloc((n_pending ? n_pending : 1) * sizeof *pending_w);
-    j->latency = malloc((n_pending ? n_pending : 1) * sizeof *j->latency);
-    if (!items || !order || !pending_w || !j->latency) {
-        free(pending_w);
-        err_set(e, "out of memory");
-        goto done;
-    }
-    uint8_t *needed = calloc(j->n_lines ? j->n_lines : 1, 1);
-    size_t k = 0;
-    for (int64_t w = 0; w < n_works; w++) {
-        if (j->works[w].state != W_PENDING) continue;
-        const struct line *L = &j->lines[j->works[w].owner];
-        if (needed) needed[j->works[w].owner] = 1;
-        items[k] = (struct plan_item){L->prompt, L->n_prompt};
-        pending_w[k++] = (uint32_t)w;
-    }
-    for (size_t i = 0; needed && i < j->n_lines; i++)
-        if (!needed[i]) {
-            free(j->lines[i].prompt);
-            j->lines[i].prompt = NULL;
-        }
-    free(needed);
-    if (plan_order(items, n_pending, m->ep.kv_block, c->sort, order, e) != 0) {
-        free(pending_w);
-        goto done;
-    }
-    if (plan_check_order(order, n_pending) != 0) {
-        free(pending_w);
-        err_set(e, "plan: the order is not a permutation (bug)");
-        goto done;
-    }
-    for (size_t i = 0; i < n_pending; i++) order[i] = pending_w[order[i]];
-    free(pending_w);
+    /* 3. plan */
+    size_t n_pending;
+    if (plan_work(j, &order, &n_pending, e) != 0) goto done;
     double t_plan = clock_now();
     sum->t_plan = t_plan - t_rec;
     log_info("%zu lines: %lld unique requests, %lld already done, %zu to run, %lld folded duplicates, %lld bad lines",
@@ -1021,7 +1018,6 @@ done:
     free(j->slot);
     free(j->ready);
     free(j->latency);
-    free(items);
     free(order);
     output_buf_free(&j->wbuf[0]);
     output_buf_free(&j->wbuf[1]);
