@@ -227,6 +227,11 @@ int record_write(const char *path, const json_t *obj, struct err *e)
 
 /* --- the run record --- */
 
+static double per_wall(double x, double wall)
+{
+    return wall > 0 ? x / wall : 0.0;
+}
+
 /* When the run started and ended (ISO times) and where its time went, how fast it was, latency, memory, KV
  * pool and prefix cache. */
 static void add_performance(json_t *out, const struct record_run *r, const char *t_start, const char *t_end)
@@ -239,16 +244,16 @@ static void add_performance(json_t *out, const struct record_run *r, const char 
     double p95 = record_percentile(r->latency, r->n_latency, 95);
     double pmax = record_percentile(r->latency, r->n_latency, 100);
     int64_t pt = es->prompt_tokens_computed + es->prompt_tokens_cached;
-    json_object_set_new(out, "time", json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "start", t_start, "end", t_end,
-                                               "wall_s", wall, "parse_s", s->t_parse, "plan_s", s->t_plan, "store_s",
-                                               s->t_store, "output_s", s->t_output, "engine_s", s->t_engine,
-                                               "store_and_plan_fraction",
-                                               wall > 0 ? (s->t_plan + s->t_store + s->t_output) / wall : 0.0));
+    json_object_set_new(out, "time",
+                        json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "start", t_start, "end", t_end,
+                                  "wall_s", wall, "parse_s", s->t_parse, "plan_s", s->t_plan, "store_s", s->t_store,
+                                  "output_s", s->t_output, "engine_s", s->t_engine, "store_and_plan_fraction",
+                                  per_wall(s->t_plan + s->t_store + s->t_output, wall)));
     json_object_set_new(out, "throughput",
-                        json_pack("{s:f, s:f, s:f, s:f}", "prompt_tok_s", wall > 0 ? (double)s->prompt_tokens / wall : 0.0,
-                                  "gen_tok_s", wall > 0 ? (double)s->gen_tokens / wall : 0.0, "total_tok_s",
-                                  wall > 0 ? (double)(s->prompt_tokens + s->gen_tokens) / wall : 0.0, "requests_s",
-                                  wall > 0 ? (double)s->work_computed / wall : 0.0));
+                        json_pack("{s:f, s:f, s:f, s:f}", "prompt_tok_s", per_wall((double)s->prompt_tokens, wall),
+                                  "gen_tok_s", per_wall((double)s->gen_tokens, wall), "total_tok_s",
+                                  per_wall((double)(s->prompt_tokens + s->gen_tokens), wall), "requests_s",
+                                  per_wall((double)s->work_computed, wall)));
     json_object_set_new(out, "latency_s", json_pack("{s:f, s:f, s:f, s:I}", "p50", p50, "p95", p95, "max", pmax, "n",
                                                     (json_int_t)r->n_latency));
     json_object_set_new(out, "memory", json_pack("{s:I}", "peak_rss_bytes", (json_int_t)sysmem_peak_rss_bytes()));
@@ -310,10 +315,10 @@ json_t *record_build(const struct record_run *r)
                   (json_int_t)s->work_total, "done", (json_int_t)(s->work_computed - s->work_failed), "failed",
                   (json_int_t)s->work_failed, "skipped_already_done", (json_int_t)s->work_skipped_done,
                   "folded_duplicates", (json_int_t)s->folded_duplicates));
-    json_object_set_new(out, "tokens", json_pack("{s:I, s:I, s:I, s:I}", "prompt", (json_int_t)s->prompt_tokens,
-                                                 "prompt_cached", (json_int_t)s->prompt_tokens_cached, "prompt_computed",
-                                                 (json_int_t)r->es->prompt_tokens_computed, "generated",
-                                                 (json_int_t)s->gen_tokens));
+    json_object_set_new(out, "tokens",
+                        json_pack("{s:I, s:I, s:I, s:I}", "prompt", (json_int_t)s->prompt_tokens, "prompt_cached",
+                                  (json_int_t)s->prompt_tokens_cached, "prompt_computed",
+                                  (json_int_t)r->es->prompt_tokens_computed, "generated", (json_int_t)s->gen_tokens));
     add_performance(out, r, t0, t1);
     json_object_set_new(out, "repair", r->repair ? json_deep_copy(r->repair) : json_null());
     json_object_set_new(out, "energy", energy_json(r->energy, s->gen_tokens + s->prompt_tokens));
