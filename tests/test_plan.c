@@ -96,11 +96,36 @@ TEST(large_permutation)
     CHECK(plan_check_order(bad, 3) != 0);
 }
 
+/* Only pending works (non-NULL prompt) are ordered, in the order plan_order gives their prompts. */
+TEST(pending_works_only)
+{
+    int32_t a[] = {5, 5, 5, 5, 1}, b[] = {1, 2}, c[] = {5, 5, 5, 5, 2, 3, 4}, d[] = {7};
+    struct plan_item items[] = {{a, 5}, {NULL, 0}, {b, 2}, {NULL, 0}, {c, 7}, {d, 1}};
+    struct plan_item sub[] = {{a, 5}, {b, 2}, {c, 7}, {d, 1}};
+    uint32_t sub_work[] = {0, 2, 4, 5};
+    struct err e;
+    for (int sort = PLAN_SORT_ASCENDING; sort <= PLAN_SORT_INPUT; sort++) {
+        uint32_t *order, want[4];
+        size_t n;
+        CHECK(plan_order_pending(items, 6, 4, (enum plan_sort)sort, &order, &n, &e) == 0);
+        CHECK(plan_order(sub, 4, 4, (enum plan_sort)sort, want, &e) == 0);
+        CHECK_EQ_INT(n, 4);
+        for (int i = 0; i < 4; i++) CHECK_EQ_INT(order[i], sub_work[want[i]]);
+        free(order);
+    }
+    uint32_t *order;
+    size_t n = 9;
+    CHECK(plan_order_pending(items + 1, 1, 4, PLAN_SORT_ASCENDING, &order, &n, &e) == 0);
+    CHECK(order != NULL && n == 0);
+    free(order);
+}
+
 int main(void)
 {
     RUN(keymap_folds_and_grows);
     RUN(order_by_length_and_groups);
     RUN(identical_prompts_adjacent);
     RUN(large_permutation);
+    RUN(pending_works_only);
     return test_summary();
 }

@@ -1,5 +1,5 @@
-/* Tests for jobs/record and jobs/progress: percentiles, time format, atomic record writes, the progress
- * line and its pacing. */
+/* Tests for jobs/record and jobs/progress: percentiles, time format, atomic record writes, the run record
+ * built from its parts, the progress line and its pacing. */
 #include <jansson.h>
 
 #include "jobs/progress.h"
@@ -99,11 +99,104 @@ TEST(progress_line)
     free(mem);
 }
 
+static json_int_t get_int(const json_t *o, const char *a, const char *b)
+{
+    return json_integer_value(json_object_get(json_object_get(o, a), b));
+}
+
+static double get_real(const json_t *o, const char *a, const char *b)
+{
+    return json_number_value(json_object_get(json_object_get(o, a), b));
+}
+
+TEST(run_record_from_its_parts)
+{
+    struct job_config c = job_default_config();
+    char *argv[] = {"nightshift", "run", "b.jsonl"};
+    c.argc = 3;
+    c.argv = argv;
+    c.output = "o.jsonl";
+    c.errors = "o.err";
+    c.store = "o.db";
+    c.version = "9.9";
+    json_t *flags = json_pack("{s:i}", "threads", 3);
+    c.settings = flags;
+    struct job_model m;
+    memset(&m, 0, sizeof m);
+    m.path = "/m/tiny.gguf";
+    m.name = "tiny.gguf";
+    m.size = 1234;
+    m.sha256[31] = 0x0f;
+    m.chat = CHAT_CHATML;
+    m.chat_source = "flag";
+    m.backend = "cpu";
+    m.threads = 3;
+    m.ep = engine_default_params();
+    m.ep.kv_block = 16;
+    struct job_summary s;
+    memset(&s, 0, sizeof s);
+    s.lines = 10;
+    s.lines_ok = 8;
+    s.lines_failed = 2;
+    s.input_errors = 1;
+    s.engine_errors = 1;
+    s.work_total = 9;
+    s.work_computed = 7;
+    s.work_failed = 1;
+    s.work_skipped_done = 2;
+    s.prompt_tokens = 300;
+    s.gen_tokens = 100;
+    s.wall_s = 2.0;
+    s.t_store = 0.5;
+    s.interrupted = 1;
+    struct engine_stats es;
+    memset(&es, 0, sizeof es);
+    es.kv_blocks_total = 100;
+    es.kv_blocks_peak = 25;
+    es.prompt_tokens_computed = 150;
+    es.prompt_tokens_cached = 50;
+    double lat[] = {3, 1, 2};
+    json_t *backlog = json_pack("{s:s}", "format", "openai");
+    struct record_energy en;
+    record_energy_start(&en, 0);
+    struct record_run rr = {&c, &m, &s, &es, lat, 3, backlog, NULL, 0, &en};
+    json_t *r = record_build(&rr);
+    record_energy_stop(&en);
+    json_decref(flags);
+    json_decref(backlog);
+    CHECK(r != NULL);
+    CHECK_STR(json_string_value(json_object_get(r, "status")), "interrupted");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(r, "nightshift"), "version")), "9.9");
+    CHECK_EQ_INT(json_array_size(json_object_get(r, "command")), 3);
+    CHECK_EQ_INT(get_int(r, "flags", "threads"), 3);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(r, "model"), "sha256")),
+              "000000000000000000000000000000000000000000000000000000000000000f");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(r, "model"), "chat_template")), "chatml");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(r, "backlog"), "format")), "openai");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(r, "files"), "store")), "o.db");
+    CHECK_EQ_INT(get_int(r, "counts", "lines"), 10);
+    CHECK_EQ_INT(get_int(r, "counts", "results"), 8);
+    CHECK_EQ_INT(get_int(r, "counts", "done"), 6);
+    CHECK_EQ_INT(get_int(r, "counts", "skipped_already_done"), 2);
+    CHECK_EQ_INT(get_int(r, "tokens", "prompt_computed"), 150);
+    CHECK_STR(json_string_value(json_object_get(json_object_get(r, "time"), "start")), "1970-01-01T00:00:00Z");
+    CHECK(get_real(r, "time", "store_and_plan_fraction") == 0.25);
+    CHECK(get_real(r, "throughput", "gen_tok_s") == 50.0);
+    CHECK(get_real(r, "latency_s", "p50") == 2.0 && get_real(r, "latency_s", "max") == 3.0);
+    CHECK_EQ_INT(get_int(r, "kv", "capacity_tokens"), 1600);
+    CHECK(get_real(r, "kv", "peak_use") == 0.25);
+    CHECK(get_real(r, "prefix_cache", "hit_rate") == 0.25);
+    CHECK(json_is_null(json_object_get(r, "repair")));
+    CHECK(json_object_get(r, "energy") != NULL);
+    json_decref(r);
+}
+
 int main(void)
 {
     RUN(percentiles);
     RUN(times_and_commit);
     RUN(write_is_atomic_json);
+    RUN(run_record_from_its_parts);
     RUN(progress_line);
     return test_summary();
 }

@@ -1,112 +1,45 @@
-/* job — see job.h.
+/* job — see job.h. This file is the run itself: it wires the jobs modules together and drives the engine.
  *
- * Data: `lines` holds every non-blank backlog line in input order; `works` every unique key (index = the
- * keymap index). A line needs n works (one per completion); a work is needed by one or more lines (refs
- * list), and "owned" by the first line that needed it (its prompt and parameters are used to run it).
+ *   1. read    jobs/ingest     backlog -> ledger: lines, works (one per unique key), bad lines
+ *   2. store   jobs/settings   the store is bound to this run's settings
+ *              jobs/reconcile  ledger, store and output files made to agree; what is done is skipped
+ *   3. plan    jobs/plan       the pending works in submission order
+ *   4. run     run_engine      works fed to the engine; its results handed to the ledger, which commits
+ *                              them (ledger_commit_and_write) at most every commit_interval seconds and at
+ *                              the end, and only then writes their lines
+ *   5. record  jobs/record
  *
- * Invariants (job_check):
- *   - a line is WAITING until all its works are finished (done or failed) or it is a bad line; it is READY
- *     when its row is in the store without an offset (only with --order input), SCHEDULED once its row has
- *     an offset; a SCHEDULED line's bytes are in its file or in the write buffer of the current flush;
- *   - out_end[f] is the end of the last scheduled line of file f = the file's size after a flush;
- *   - with --order input, every line before `cursor` is SCHEDULED;
- *   - in_engine = works submitted and not yet taken back.
+ * Invariant of the engine loop: in_engine = works submitted and not yet taken back, at most 2 * max_seqs;
+ * every result taken back is handed to the ledger at once. The ledger's invariants (ledger_check) are
+ * checked at the end of every run, and after every commit when the engine runs with debug_checks.
  */
 #include "jobs/job.h"
 
-#include <assert.h>
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
-#include "jobs/key.h"
+#include "jobs/ingest.h"
+#include "jobs/ledger.h"
 #include "jobs/output.h"
+#include "jobs/reconcile.h"
 #include "jobs/record.h"
+#include "jobs/settings.h"
 #include "util/clock.h"
 #include "util/log.h"
-#include "util/sha256.h"
-#include "util/sysmem.h"
-
-enum { W_PENDING, W_QUEUED, W_DONE, W_FAILED };
-enum { L_WAITING, L_READY, L_SCHEDULED };
-#define NO_REF UINT32_MAX
-
-struct work {
-    uint32_t owner;    /* line index whose prompt and parameters run it */
-    uint32_t ref_head; /* first entry in refs, NO_REF when none */
-    int32_t max_tokens;
-    uint64_t seed;
-    int64_t result_id; /* its row in the store's results once finished, else 0 */
-    uint8_t state;
-};
-
-struct ref {
-    uint32_t line;
-    uint32_t next;
-};
-
-struct line {
-    int64_t no;
-    char *custom_id;
-    char *model;           /* the line's "model" or NULL */
-    uint8_t kind;          /* enum input_kind */
-    uint8_t state;
-    uint8_t file;          /* once READY / SCHEDULED */
-    uint8_t bad;           /* a bad line: code + message */
-    const char *code;
-    char *message;
-    struct input_gen gen;
-    int32_t *prompt;       /* (n_prompt) freed once no pending work needs it */
-    int32_t n_prompt;
-    uint32_t *works;       /* (n) */
-    int32_t n, n_done, n_failed;
-    uint8_t digest[32];
-    int64_t row;           /* its row in the store's lines once READY / SCHEDULED */
-    char *text;            /* built line waiting for its turn (READY) */
-    size_t len;
-};
-
-/* A finished work waiting for the next commit. r.text and r.error are owned (malloc'd); r.key and
- * r.created are set by the flush that stores it. */
-struct finished {
-    uint32_t work;
-    struct store_result r;
-};
 
 typedef struct job {
     const struct job_config *c;
     const struct job_model *m;
-    struct line *lines;
-    size_t n_lines, cap_lines;
-    int64_t *line_index; /* (max_line_no + 1) line number -> index in lines, -1 none */
-    int64_t max_line_no;
-    struct work *works;
-    size_t cap_works;
-    struct ref *refs;
-    size_t n_refs, cap_refs;
-    plan_keymap *keys;
-    store *st;
-    output_file *out[2];
-    int64_t out_end[2];
-    /* the current flush */
-    struct finished *fin;
-    size_t n_fin, cap_fin;
-    struct finished **slot; /* (n_works) work -> its entry in fin during a flush, else NULL */
-    uint32_t *ready;        /* lines to build in the next flush */
-    size_t n_ready, cap_ready;
-    struct output_buf wbuf[2];
-    size_t cursor;          /* --order input */
-    /* progress and accounting */
-    int64_t n_pending_start, n_done_run, n_failed_run;
-    double *latency;
-    size_t n_latency;
     struct job_summary *sum;
+    ledger book;
+    store *st;            /* owned; the ledger borrows it */
+    output_file *out[2];  /* owned, by enum store_file; the ledger borrows them */
+    int64_t n_pending_start, n_done_run, n_failed_run;
+    double *latency;      /* (n_pending_start) seconds from engine_add to the result, per finished work */
+    size_t n_latency;
     double t_commit_last;
-    char bos_text[64], eos_text[64];
     json_t *backlog_json; /* backlog facts for the record */
     json_t *repair_json;  /* what reconcile did, for the record */
 } job;
@@ -125,803 +58,89 @@ struct job_config job_default_config(void)
     return c;
 }
 
-/* --- growing arrays --- */
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 256;
-    while (c < need) c *= 2;
-    void *np = realloc(*p, c * elem);
-    if (!np) return -1;
-    *p = np;
-    *cap = c;
-    return 0;
-}
-
-static void line_free(struct line *L)
-{
-    free(L->custom_id);
-    free(L->model);
-    free(L->message);
-    input_gen_free(&L->gen);
-    free(L->prompt);
-    free(L->works);
-    free(L->text);
-}
-
-/* --- debug check --- */
-
-static int job_check(const job *j, struct err *e)
-{
-    int64_t n_works = plan_keymap_size(j->keys);
-    for (size_t i = 0; i < j->n_lines; i++) {
-        const struct line *L = &j->lines[i];
-        if (L->state == L_WAITING && (L->bad || (L->n && L->n_done + L->n_failed == L->n)) && !L->text) {
-            /* it must be queued for the next flush */
-            int queued = 0;
-            for (size_t k = 0; k < j->n_ready; k++) queued |= j->ready[k] == i;
-            if (!queued) return err_set(e, "job_check: line %lld is finished but not queued", (long long)L->no);
-        }
-        if (j->c->order_input && i < j->cursor && L->state != L_SCHEDULED)
-            return err_set(e, "job_check: line %lld is before the cursor but not scheduled", (long long)L->no);
-        for (int32_t k = 0; k < L->n; k++)
-            if ((int64_t)L->works[k] >= n_works) return err_set(e, "job_check: line %lld: bad work", (long long)L->no);
-    }
-    return 0;
-}
-
-/* --- phase 1: read, render, tokenize, key --- */
-
-static void sampling_of(const struct line *L, uint64_t seed, struct sampler_params *sp)
-{
-    *sp = sampler_default_params();
-    sp->temperature = L->gen.temperature;
-    sp->top_k = L->gen.top_k;
-    sp->top_p = L->gen.top_p;
-    sp->min_p = L->gen.min_p;
-    sp->repeat_penalty = L->gen.repetition_penalty;
-    sp->repeat_last_n = L->gen.repeat_last_n;
-    sp->presence_penalty = L->gen.presence_penalty;
-    sp->frequency_penalty = L->gen.frequency_penalty;
-    sp->seed = seed;
-    sp->n_logit_bias = L->gen.n_logit_bias;
-    sp->logit_bias = L->gen.logit_bias;
-}
-
-static void make_bad(struct line *L, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void make_bad(struct line *L, const char *code, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    L->bad = 1;
-    L->code = code;
-    free(L->message);
-    L->message = strdup(msg);
-    free(L->prompt);
-    L->prompt = NULL;
-    free(L->works);
-    L->works = NULL;
-    L->n = 0;
-}
-
-static void digest_line(const job *j, struct line *L)
-{
-    sha256_ctx *c = sha256_init();
-    if (!c) {
-        memset(L->digest, 0, 32);
-        return;
-    }
-    const char *id = L->custom_id ? L->custom_id : "";
-    if (L->bad) {
-        static const char tag[] = "nightshift-bad-v1";
-        sha256_update(c, tag, sizeof tag);
-        sha256_update(c, id, strlen(id) + 1);
-        sha256_update(c, L->code, strlen(L->code) + 1);
-        sha256_update(c, L->message ? L->message : "", L->message ? strlen(L->message) : 0);
-    } else {
-        static const char tag[] = "nightshift-line-v1";
-        sha256_update(c, tag, sizeof tag);
-        sha256_update(c, id, strlen(id) + 1);
-        uint8_t kind = L->kind;
-        sha256_update(c, &kind, 1);
-        const char *model = L->model ? L->model : j->m->name;
-        sha256_update(c, model, strlen(model) + 1);
-        uint32_t n = (uint32_t)L->n;
-        sha256_update(c, &n, 4);
-        for (int32_t k = 0; k < L->n; k++) sha256_update(c, plan_keymap_key(j->keys, L->works[k]), 32);
-    }
-    sha256_final(c, L->digest);
-}
-
-/* Renders / tokenizes the line's prompt into L->prompt. A problem makes it a bad line. */
-static int tokenize_line(job *j, struct line *L, struct input_item *it, struct err *e)
-{
-    const tok_vocab *v = j->m->vocab;
-    int32_t n_vocab = tok_n_vocab(v);
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    struct err te;
-    if (it->kind == INPUT_KIND_CHAT) {
-        if (j->m->chat == CHAT_NONE) return 0; /* no prompt; reported by the caller, once */
-        struct chat_msg *msgs = malloc(it->n_msgs * sizeof *msgs);
-        if (!msgs) return err_set(e, "out of memory");
-        for (size_t i = 0; i < it->n_msgs; i++) {
-            msgs[i].role = it->msgs[i].role;
-            msgs[i].content = it->msgs[i].content;
-        }
-        char *text = NULL;
-        int rc = chat_render(j->m->chat, msgs, it->n_msgs, j->bos_text, j->eos_text, &text, &te);
-        free(msgs);
-        if (rc != 0) {
-            make_bad(L, "chat_template", "chat template %s: %s", chat_family_name(j->m->chat), te.msg);
-            return 0;
-        }
-        size_t bl = strlen(j->bos_text);
-        int add_bos = tok_add_bos(v) && !(bl && !strncmp(text, j->bos_text, bl));
-        rc = tok_encode(v, text, strlen(text), add_bos, 1, &ids, &n_ids, &te);
-        free(text);
-        if (rc != 0) {
-            make_bad(L, "invalid_value", "cannot tokenize the rendered messages: %s", te.msg);
-            return 0;
-        }
-    } else if (it->prompt_ids) {
-        for (int32_t i = 0; i < it->n_prompt_ids; i++)
-            if (it->prompt_ids[i] >= n_vocab) {
-                make_bad(L, "invalid_value", "prompt token id %d is outside the vocabulary (%d tokens)", it->prompt_ids[i],
-                         n_vocab);
-                return 0;
-            }
-        ids = it->prompt_ids;
-        n_ids = (size_t)it->n_prompt_ids;
-        it->prompt_ids = NULL;
-    } else {
-        if (tok_encode(v, it->prompt, it->prompt_len, tok_add_bos(v), j->c->parse_special, &ids, &n_ids, &te) != 0) {
-            make_bad(L, "invalid_value", "cannot tokenize the prompt: %s", te.msg);
-            return 0;
-        }
-    }
-    L->prompt = ids;
-    L->n_prompt = (int32_t)n_ids;
-    int32_t n_ctx = j->m->hp->n_ctx_train > 0 ? j->m->hp->n_ctx_train : INT32_MAX;
-    if (n_ids == 0) {
-        make_bad(L, "invalid_value", "the prompt is empty (no tokens)");
-        return 0;
-    }
-    if ((int64_t)n_ids >= n_ctx) {
-        make_bad(L, "prompt_too_long", "the prompt is %zu tokens; the model's context is %d tokens", n_ids, n_ctx);
-        return 0;
-    }
-    for (int32_t i = 0; i < L->gen.n_logit_bias; i++)
-        if (L->gen.logit_bias[i].token >= n_vocab) {
-            make_bad(L, "invalid_value", "logit_bias token %d is outside the vocabulary (%d tokens)",
-                     L->gen.logit_bias[i].token, n_vocab);
-            return 0;
-        }
-    return 0;
-}
-
-static int add_line_works(job *j, uint32_t li, struct err *e)
-{
-    struct line *L = &j->lines[li];
-    int32_t n_ctx = j->m->hp->n_ctx_train > 0 ? j->m->hp->n_ctx_train : INT32_MAX;
-    int32_t max_tokens = L->gen.max_tokens;
-    if ((int64_t)L->n_prompt + max_tokens > n_ctx) max_tokens = n_ctx - L->n_prompt; /* clamped: >= 1 here */
-    uint64_t base = L->gen.has_seed ? L->gen.seed : key_id_seed(L->custom_id);
-    L->n = L->gen.n;
-    L->works = malloc((size_t)L->n * sizeof *L->works);
-    if (!L->works) return err_set(e, "out of memory");
-    for (int32_t i = 0; i < L->n; i++) {
-        uint64_t seed = key_completion_seed(base, (uint32_t)i);
-        struct key_params kp;
-        memset(&kp, 0, sizeof kp);
-        kp.model_sha256 = j->m->sha256;
-        kp.kv_type = (uint32_t)j->m->ep.kv_type;
-        kp.max_tokens = max_tokens;
-        sampling_of(L, seed, &kp.sampling);
-        kp.stop = (const char *const *)L->gen.stop;
-        kp.n_stop = L->gen.n_stop;
-        kp.ignore_eos = j->c->ignore_eos;
-        kp.prompt = L->prompt;
-        kp.n_prompt = L->n_prompt;
-        kp.index = (uint32_t)i;
-        uint8_t key[32];
-        if (key_compute(&kp, key, e) != 0) return -1;
-        int added;
-        int64_t w = plan_keymap_put(j->keys, key, &added);
-        if (w < 0) return err_set(e, "out of memory");
-        if (added) {
-            if (grow((void **)&j->works, &j->cap_works, (size_t)w + 1, sizeof *j->works)) return err_set(e, "out of memory");
-            struct work *W = &j->works[w];
-            memset(W, 0, sizeof *W);
-            W->owner = li;
-            W->ref_head = NO_REF;
-            W->max_tokens = max_tokens;
-            W->seed = seed;
-            W->state = W_PENDING;
-        } else {
-            j->sum->folded_duplicates++;
-        }
-        if (grow((void **)&j->refs, &j->cap_refs, j->n_refs + 1, sizeof *j->refs)) return err_set(e, "out of memory");
-        j->refs[j->n_refs] = (struct ref){li, j->works[w].ref_head};
-        j->works[w].ref_head = (uint32_t)j->n_refs++;
-        L->works[i] = (uint32_t)w;
-    }
-    return 0;
-}
+/* --- 1. read --- */
 
 static int read_backlog(job *j, struct err *e)
 {
-    input_reader *r = NULL;
-    struct input_item it;
-    memset(&it, 0, sizeof it);
-    if (input_open(j->c->backlog, &j->c->input, &r, e) != 0) return -1;
-    log_info("%s: %s format", j->c->backlog, input_format_name(input_get_format(r)));
-    int64_t first_chat_line = 0;
-    for (;;) {
-        if (j->c->stop && *j->c->stop) { /* interrupted while reading: nothing was stored yet */
-            j->sum->interrupted = 1;
-            break;
-        }
-        int rc = input_next(r, &it, e);
-        if (rc < 0) goto fail;
-        if (rc == 0) break;
-        if (grow((void **)&j->lines, &j->cap_lines, j->n_lines + 1, sizeof *j->lines)) {
-            err_set(e, "out of memory at backlog line %lld", (long long)it.line);
-            goto fail;
-        }
-        uint32_t li = (uint32_t)j->n_lines++;
-        struct line *L = &j->lines[li];
-        memset(L, 0, sizeof *L);
-        L->no = it.line;
-        L->custom_id = it.custom_id;
-        it.custom_id = NULL;
-        if (it.code) {
-            L->bad = 1;
-            L->code = it.code;
-            L->message = it.message;
-            it.message = NULL;
-        } else {
-            L->kind = (uint8_t)it.kind;
-            L->model = it.model;
-            it.model = NULL;
-            L->gen = it.gen;
-            memset(&it.gen, 0, sizeof it.gen);
-            if (it.kind == INPUT_KIND_CHAT && j->m->chat == CHAT_NONE && !first_chat_line) first_chat_line = it.line;
-            if (tokenize_line(j, L, &it, e) != 0) goto fail;
-            if (!L->bad && L->prompt && add_line_works(j, li, e) != 0) goto fail;
-        }
-        if (L->bad) j->sum->input_errors++;
-        digest_line(j, L);
-        input_item_free(&it);
-    }
-    if (first_chat_line) {
-        err_set(e, "%s line %lld has chat messages, but the model has no chat template nightshift recognises (%s); "
-                "pass --chat-template NAME with one of: %s",
-                j->c->backlog, (long long)first_chat_line, j->m->chat_source, chat_family_list());
-        goto fail;
-    }
-    j->sum->lines = (int64_t)j->n_lines;
-    j->sum->work_total = plan_keymap_size(j->keys);
-    /* backlog facts for the record */
-    uint8_t d[32];
-    input_file_sha256(r, d);
-    char hex[65];
-    sha256_hex(d, hex);
-    json_t *b = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:i}", "path", j->c->backlog, "sha256", hex, "format",
-                          input_format_name(input_get_format(r)), "lines", (json_int_t)input_n_lines(r), "blank_lines",
-                          (json_int_t)input_n_blank(r), "bytes", (json_int_t)input_n_bytes(r), "unknown_fields",
-                          input_n_unknown_fields(r));
-    json_decref(j->backlog_json);
-    j->backlog_json = b;
-    input_close(r);
-    return 0;
-fail:
-    input_item_free(&it);
-    input_close(r);
-    return -1;
-}
-
-/* --- phase 2: the store --- */
-
-struct setting {
-    const char *key;
-    char value[768];
-};
-
-enum { N_SETTINGS = 19 };
-
-/* Sets s[*k] to key and the printf-formatted value, and advances *k. */
-static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    s[*k].key = key;
-    vsnprintf(s[*k].value, sizeof s[*k].value, fmt, ap);
-    va_end(ap);
-    (*k)++;
-}
-
-/* The run-wide settings a store is bound to (besides the model): the generation defaults and whatever else
- * changes results. Fills exactly N_SETTINGS entries. */
-static void settings_of(const job *j, struct setting *s)
-{
-    const struct input_gen *g = &j->c->input.defaults;
-    int k = 0;
-    char hex[65];
-    sha256_hex(j->m->sha256, hex);
-    setting_set(s, &k, "model.sha256", "%s", hex);
-    setting_set(s, &k, "default.max_tokens", "%d", g->max_tokens);
-    setting_set(s, &k, "default.temperature", "%.9g", (double)g->temperature);
-    setting_set(s, &k, "default.top_p", "%.9g", (double)g->top_p);
-    setting_set(s, &k, "default.top_k", "%d", g->top_k);
-    setting_set(s, &k, "default.min_p", "%.9g", (double)g->min_p);
-    setting_set(s, &k, "default.presence_penalty", "%.9g", (double)g->presence_penalty);
-    setting_set(s, &k, "default.frequency_penalty", "%.9g", (double)g->frequency_penalty);
-    setting_set(s, &k, "default.repetition_penalty", "%.9g", (double)g->repetition_penalty);
-    setting_set(s, &k, "default.repeat_last_n", "%d", g->repeat_last_n);
-    if (g->has_seed) setting_set(s, &k, "default.seed", "%llu", (unsigned long long)g->seed);
-    else setting_set(s, &k, "default.seed", "none");
-    setting_set(s, &k, "default.n", "%d", g->n);
-    {
-        json_t *a = json_array();
-        for (int32_t i = 0; i < g->n_stop; i++) json_array_append_new(a, json_string(g->stop[i]));
-        char *d = json_dumps(a, JSON_COMPACT);
-        setting_set(s, &k, "default.stop", "%s", d ? d : "?");
-        free(d);
-        json_decref(a);
-    }
-    {
-        char *v = s[k].value;
-        size_t off = 0, cap = sizeof s[k].value;
-        v[0] = '\0';
-        for (int32_t i = 0; i < g->n_logit_bias && off + 32 < cap; i++)
-            off += (size_t)snprintf(v + off, cap - off, "%s%d:%.9g", i ? "," : "", g->logit_bias[i].token,
-                                    (double)g->logit_bias[i].bias);
-        s[k++].key = "default.logit_bias";
-    }
-    setting_set(s, &k, "chat_template", "%s", chat_family_name(j->m->chat));
-    setting_set(s, &k, "kv_type", "%s", model_kv_type_name(j->m->ep.kv_type));
-    setting_set(s, &k, "ignore_eos", "%d", j->c->ignore_eos);
-    setting_set(s, &k, "parse_special", "%d", j->c->parse_special);
-    setting_set(s, &k, "key.version", "%d", KEY_VERSION);
-    assert(k == N_SETTINGS);
-}
-
-/* A store made under another KEY_VERSION (one without "key.version" predates it: version 1) holds results
- * that this version would not compute, under keys it never matches: refused with the reason, or with
- * --force reused for nothing but its file (every request is computed again). */
-static int check_key_version(const job *j, struct err *e)
-{
-    char *v = NULL;
-    if (store_meta_get(j->st, "key.version", &v, e) != 0) return -1;
-    int have = v ? atoi(v) : 1;
-    free(v);
-    if (have == KEY_VERSION) return 0;
-    const char *who = have < KEY_VERSION ? "an older" : "a newer";
-    if (!j->c->force)
-        return err_set(e, "store %s was made by %s nightshift (request key version %d, this one %d) whose sampling "
-                          "differs: seeded requests draw other tokens, so its results are not reused. Use another "
-                          "--store, or --force to compute every request again (its old results stay unused: their "
-                          "keys differ)",
-                       j->c->store, who, have, KEY_VERSION);
-    log_warn("--force: store %s was made by %s nightshift (request key version %d, this one %d): every request is "
-             "computed again", j->c->store, who, have, KEY_VERSION);
+    struct ingest_stats st;
+    if (ingest_backlog(j->c, j->m, &j->book, &st, &j->backlog_json, e) != 0) return -1;
+    j->sum->lines = (int64_t)j->book.n_lines;
+    j->sum->work_total = (int64_t)j->book.n_works;
+    j->sum->input_errors = st.bad_lines;
+    j->sum->folded_duplicates = st.folded_duplicates;
+    j->sum->interrupted = st.interrupted;
     return 0;
 }
 
-static int check_settings(job *j, struct err *e)
-{
-    struct setting s[N_SETTINGS];
-    settings_of(j, s);
-    char *have = NULL;
-    if (store_meta_get(j->st, "model.sha256", &have, e) != 0) return -1;
-    int fresh = have == NULL;
-    free(have);
-    char diff[ERR_MSG_MAX] = "";
-    size_t off = 0;
-    int n_diff = 0;
-    if (!fresh) {
-        if (check_key_version(j, e) != 0) return -1;
-        for (int k = 0; k < N_SETTINGS; k++) {
-            char *v = NULL;
-            if (store_meta_get(j->st, s[k].key, &v, e) != 0) return -1;
-            if (!v || strcmp(v, s[k].value)) {
-                n_diff++;
-                if (off < sizeof diff - 200)
-                    off += (size_t)snprintf(diff + off, sizeof diff - off, "%s%s %.64s (now %.64s)", n_diff > 1 ? "; " : "",
-                                            s[k].key, v ? v : "unset", s[k].value);
-            }
-            free(v);
-        }
-        if (n_diff && !j->c->force)
-            return err_set(e, "store %s was made with other settings: %s. Use another --store, or --force to reuse it "
-                              "(its results stay, but only matching keys are reused)",
-                           j->c->store, diff);
-        if (n_diff) log_warn("--force: store %s was made with other settings: %s", j->c->store, diff);
-    }
-    if (fresh && !j->c->force) {
-        /* A new store means the output files are rebuilt from it (truncated): never do that silently to
-         * results that some other run (or another program) left there. */
-        const char *paths[2] = {j->c->output, j->c->errors};
-        for (int k = 0; k < 2; k++) {
-            struct stat st;
-            if (paths[k] && stat(paths[k], &st) == 0 && st.st_size > 0)
-                return err_set(e, "%s already holds %lld bytes, but the store %s is new: they were not made by this "
-                                  "store and would be overwritten. Point --store at the run's store, choose another "
-                                  "output, or --force to overwrite",
-                               paths[k], (long long)st.st_size, j->c->store);
-        }
-    }
-    if (fresh || n_diff) {
-        if (store_begin(j->st, e) != 0) return -1;
-        for (int k = 0; k < N_SETTINGS; k++)
-            if (store_meta_set(j->st, s[k].key, s[k].value, e) != 0) goto fail;
-        if (store_meta_set(j->st, "model.path", j->m->path, e) != 0) goto fail;
-        if (store_meta_set(j->st, "nightshift.version", j->c->version ? j->c->version : "?", e) != 0) goto fail;
-        if (store_commit(j->st, e) != 0) goto fail;
-    }
-    return 0;
-fail:
-    store_rollback(j->st);
-    return -1;
-}
+/* --- 2. store --- */
 
-static void status_cb(void *user, int64_t id, const uint8_t key[32], int status)
+/* Opens the store and the output files, binds the store to the settings, and reconciles. */
+static int open_store(job *j, struct err *e)
 {
-    job *j = user;
-    int64_t w = plan_keymap_find(j->keys, key);
-    if (w < 0) return;
-    j->works[w].state = status == STORE_STATUS_DONE ? W_DONE : W_FAILED;
-    j->works[w].result_id = id;
-}
-
-struct stale {
-    job *j;
-    int64_t *del; /* ids of rows to delete */
-    size_t n_del, cap_del;
-    int touched[2];
-    int oom;
-};
-
-/* The file a finished line belongs in; -1 while it is not finished. */
-static int expected_file(const struct line *L)
-{
-    if (L->bad) return STORE_FILE_ERRORS;
-    if (L->n_done + L->n_failed < L->n) return -1;
-    return L->n_failed ? STORE_FILE_ERRORS : STORE_FILE_OUTPUT;
-}
-
-static int row_cb(void *user, const struct store_line *row)
-{
-    struct stale *s = user;
-    job *j = s->j;
-    struct line *L = NULL;
-    if (row->line >= 0 && row->line <= j->max_line_no && j->line_index[row->line] >= 0)
-        L = &j->lines[j->line_index[row->line]];
-    int valid = L && !memcmp(L->digest, row->digest, 32) && row->off >= 0 && expected_file(L) == row->file &&
-                L->state == L_WAITING;
-    if (valid) {
-        L->state = L_SCHEDULED;
-        L->file = (uint8_t)row->file;
-        L->row = row->id;
-        return 0;
-    }
-    if (grow((void **)&s->del, &s->cap_del, s->n_del + 1, sizeof *s->del)) {
-        s->oom = 1;
-        return 1;
-    }
-    s->del[s->n_del++] = row->id;
-    if (row->off >= 0 && (row->file == 0 || row->file == 1)) s->touched[row->file] = 1;
-    return 0;
-}
-
-static int queue_ready(job *j, uint32_t li, struct err *e)
-{
-    if (grow((void **)&j->ready, &j->cap_ready, j->n_ready + 1, sizeof *j->ready)) return err_set(e, "out of memory");
-    j->ready[j->n_ready++] = li;
-    return 0;
-}
-
-/* Counts finished work W (DONE or FAILED) toward every line that needs it. With queue, a line it completes
- * is queued for the next flush (without, the caller queues lines itself; then it cannot fail). */
-static int credit_lines(job *j, const struct work *W, int queue, struct err *e)
-{
-    for (uint32_t r = W->ref_head; r != NO_REF; r = j->refs[r].next) {
-        uint32_t li = j->refs[r].line;
-        struct line *L = &j->lines[li];
-        if (W->state == W_DONE) L->n_done++;
-        else L->n_failed++;
-        if (queue && L->n_done + L->n_failed == L->n && queue_ready(j, li, e) != 0) return -1;
-    }
-    return 0;
-}
-
-/* Marks works done from the store, drops stale rows, repairs both files. */
-static int reconcile(job *j, struct err *e)
-{
-    struct stale s;
-    memset(&s, 0, sizeof s);
-    s.j = j;
-    int64_t n_requeued = 0;
-    if (store_begin(j->st, e) != 0) return -1;
-    if (j->c->retry_failed && store_delete_failed(j->st, &n_requeued, e) != 0) goto fail;
-    if (store_foreach_status(j->st, status_cb, j, e) != 0) goto fail;
-    int64_t n_works = plan_keymap_size(j->keys);
-    for (int64_t w = 0; w < n_works; w++) {
-        struct work *W = &j->works[w];
-        if (W->state == W_PENDING) continue;
-        j->sum->work_skipped_done++;
-        credit_lines(j, W, 0, e);
-    }
-    if (store_foreach_line(j->st, row_cb, &s, e) != 0) goto fail;
-    if (s.oom) {
-        err_set(e, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < s.n_del; i++)
-        if (store_delete_line(j->st, s.del[i], e) != 0) goto fail;
+    const struct job_config *c = j->c;
+    if (store_open(c->store, c->durability, &j->st, e) != 0) return -1;
+    if (settings_bind_store(j->st, c, j->m, e) != 0) return -1;
+    const char *paths[2] = {c->output, c->errors};
+    for (int f = 0; f < 2; f++)
+        if (output_open(paths[f], &j->out[f], e) != 0) return -1;
+    j->book.st = j->st;
+    j->book.out[0] = j->out[0];
+    j->book.out[1] = j->out[1];
+    struct reconcile_stats rs;
+    if (reconcile_run(&j->book, c->retry_failed, &rs, e) != 0) return -1;
+    if (j->book.p.debug_checks && ledger_check(&j->book, e) != 0) return err_prefix(e, "after reconcile");
+    j->sum->work_skipped_done = rs.works_stored;
     for (int f = 0; f < 2; f++) {
-        int64_t end;
-        if (s.touched[f] && store_compact_offsets(j->st, f, &end, e) != 0) goto fail;
+        j->sum->repaired.lines_rewritten += rs.files[f].lines_rewritten;
+        j->sum->repaired.bytes_cut += rs.files[f].bytes_cut;
     }
-    if (store_commit(j->st, e) != 0) goto fail;
-    if (s.n_del) log_info("store: %zu line rows were stale (settings, backlog or retried keys changed)", s.n_del);
-    if (n_requeued) log_info("--retry-failed: %lld failed keys queued again", (long long)n_requeued);
-    free(s.del);
-    s.del = NULL;
-
-    const char *paths[2] = {j->c->output, j->c->errors};
-    json_t *rep = json_object();
-    for (int f = 0; f < 2; f++) {
-        struct output_repair_stats rs;
-        if (output_open(paths[f], &j->out[f], e) != 0) {
-            json_decref(rep);
-            return -1;
-        }
-        if (output_repair(j->out[f], j->st, f, &rs, e) != 0) {
-            json_decref(rep);
-            return -1;
-        }
-        j->out_end[f] = output_size(j->out[f]);
-        if (rs.lines_rewritten || rs.bytes_cut)
-            log_info("%s: repaired from the store: %lld lines kept, %lld written again, %lld stray bytes cut", paths[f],
-                     (long long)rs.lines_kept, (long long)rs.lines_rewritten, (long long)rs.bytes_cut);
-        j->sum->repaired.lines_rewritten += rs.lines_rewritten;
-        j->sum->repaired.bytes_cut += rs.bytes_cut;
-        json_object_set_new(rep, f ? "errors" : "results",
-                            json_pack("{s:I, s:I, s:I}", "lines_kept", (json_int_t)rs.lines_kept, "lines_rewritten",
-                                      (json_int_t)rs.lines_rewritten, "bytes_cut", (json_int_t)rs.bytes_cut));
-    }
-    json_object_set_new(rep, "stale_rows_dropped", json_integer((json_int_t)s.n_del));
-    json_object_set_new(rep, "failed_keys_requeued", json_integer((json_int_t)n_requeued));
-    j->repair_json = rep;
-
-    /* lines finished before (or bad) but not yet in a file go out with the first flush */
-    for (size_t i = 0; i < j->n_lines; i++)
-        if (j->lines[i].state == L_WAITING && expected_file(&j->lines[i]) >= 0 && queue_ready(j, (uint32_t)i, e) != 0)
-            return -1;
-    return 0;
-fail:
-    free(s.del);
-    store_rollback(j->st);
-    return -1;
-}
-
-/* --- phase 3: building lines and flushing --- */
-
-static const char *finish_name(int32_t f)
-{
-    return f == ENGINE_FINISH_LENGTH ? "length" : "stop";
-}
-
-/* The result of work w: from the current flush or from the store (then *owned is set: free text/error). */
-static int get_result(job *j, uint32_t w, struct store_result *r, int *owned, struct err *e)
-{
-    *owned = 0;
-    struct finished *f = j->slot[w];
-    if (f) {
-        *r = f->r;
-        return 0;
-    }
-    int found;
-    if (store_get_result(j->st, j->works[w].result_id, r, &found, e) != 0) return -1;
-    if (!found) return err_set(e, "store: the result of a finished key is missing (backlog line %lld)",
-                               (long long)j->lines[j->works[w].owner].no);
-    *owned = 1;
+    j->repair_json = reconcile_stats_json(&rs);
     return 0;
 }
 
-static void free_result(struct store_result *r, int owned)
-{
-    if (!owned) return;
-    free((char *)r->text);
-    free((char *)r->error);
-}
+/* --- 3. plan --- */
 
-/* Builds the bytes of a finished line into L->text. */
-static int build_line(job *j, struct line *L, struct err *e)
+/* The pending works in submission order (jobs/plan); prompts that no pending work needs are freed. */
+static int plan_work(job *j, uint32_t **order, size_t *n_order, struct err *e)
 {
-    struct output_buf b = {0};
-    if (L->bad) {
-        output_error_line(&b, L->custom_id, L->no, L->code, L->message ? L->message : "");
-        L->file = STORE_FILE_ERRORS;
-    } else {
-        struct store_result *rs = calloc((size_t)L->n, sizeof *rs);
-        int *owned = calloc((size_t)L->n, sizeof *owned);
-        struct output_choice *ch = calloc((size_t)L->n, sizeof *ch);
-        int rc = 0, k_loaded = 0;
-        if (!rs || !owned || !ch) rc = err_set(e, "out of memory");
-        for (int32_t k = 0; k < L->n && rc == 0; k++) {
-            rc = get_result(j, L->works[k], &rs[k], &owned[k], e);
-            if (rc == 0) k_loaded = k + 1;
-        }
-        if (rc == 0) {
-            int32_t failed = -1;
-            int64_t gen = 0, created = 0;
-            for (int32_t k = 0; k < L->n; k++) {
-                if (rs[k].status != STORE_STATUS_DONE && failed < 0) failed = k;
-                gen += rs[k].n_gen;
-                if (rs[k].created > created) created = rs[k].created;
-                ch[k] = (struct output_choice){rs[k].text, rs[k].text_len, finish_name(rs[k].finish)};
-            }
-            if (failed >= 0) {
-                char msg[1200];
-                snprintf(msg, sizeof msg, "%s%s", L->n > 1 ? "a completion failed: " : "",
-                         rs[failed].error ? rs[failed].error : "failed");
-                output_error_line(&b, L->custom_id, L->no, "engine_error", msg);
-                L->file = STORE_FILE_ERRORS;
-            } else {
-                struct output_ok o = {L->custom_id, L->kind == INPUT_KIND_CHAT, L->model ? L->model : j->m->name, created,
-                                      plan_keymap_key(j->keys, L->works[0]), ch, L->n, L->n_prompt, gen};
-                output_ok_line(&b, &o);
-                L->file = STORE_FILE_OUTPUT;
-            }
-        }
-        for (int k = 0; k < k_loaded; k++) free_result(&rs[k], owned[k]);
-        free(rs);
-        free(owned);
-        free(ch);
-        if (rc != 0) {
-            output_buf_free(&b);
-            return -1;
-        }
+    const ledger *l = &j->book;
+    struct plan_item *items = calloc(l->n_works ? l->n_works : 1, sizeof *items);
+    if (!items) return err_set(e, "out of memory");
+    for (size_t w = 0; w < l->n_works; w++) {
+        if (l->works[w].state != LEDGER_WORK_PENDING) continue;
+        const struct ledger_line *L = &l->lines[l->works[w].owner];
+        items[w] = (struct plan_item){L->prompt, L->n_prompt};
     }
-    if (b.oom) {
-        output_buf_free(&b);
-        return err_set(e, "out of memory building backlog line %lld", (long long)L->no);
-    }
-    free(L->text);
-    L->text = b.p;
-    L->len = b.n;
+    int rc = plan_order_pending(items, l->n_works, j->m->ep.kv_block, j->c->sort, order, n_order, e);
+    free(items);
+    if (rc != 0) return -1;
+    ledger_drop_idle_prompts(&j->book);
+    j->n_pending_start = (int64_t)*n_order;
+    j->latency = malloc((*n_order ? *n_order : 1) * sizeof *j->latency);
+    if (!j->latency) return err_set(e, "out of memory");
     return 0;
 }
 
-/* Inserts L's row (its built bytes, in L->file, at offset off or -1 for none yet); L->row = its id. */
-static int put_line_row(job *j, struct line *L, int64_t off, struct err *e)
-{
-    struct store_line row = {0, L->no, {0}, L->file, off, L->text, L->len};
-    memcpy(row.digest, L->digest, 32);
-    return store_put_line(j->st, &row, &L->row, e);
-}
+/* --- 4. run --- */
 
-static int schedule_line(job *j, struct line *L, int insert, struct err *e)
-{
-    int f = L->file;
-    if (insert) {
-        if (put_line_row(j, L, j->out_end[f], e) != 0) return -1;
-    } else if (store_set_line_off(j->st, L->row, j->out_end[f], e) != 0) {
-        return -1;
-    }
-    j->out_end[f] += (int64_t)L->len;
-    output_buf_put(&j->wbuf[f], L->text, L->len);
-    if (j->wbuf[f].oom) return err_set(e, "out of memory");
-    free(L->text);
-    L->text = NULL;
-    L->state = L_SCHEDULED;
-    return 0;
-}
-
-/* Commits the finished works and the lines they complete in one transaction, then writes the lines. */
-static int flush(job *j, struct err *e)
-{
-    if (j->n_fin == 0 && j->n_ready == 0 && !(j->c->order_input && j->cursor < j->n_lines)) return 0;
-    double t0 = clock_now();
-    int64_t now_unix = (int64_t)time(NULL);
-    if (store_begin(j->st, e) != 0) return -1;
-    for (size_t i = 0; i < j->n_fin; i++) {
-        struct finished *f = &j->fin[i];
-        f->r.created = now_unix;
-        memcpy(f->r.key, plan_keymap_key(j->keys, f->work), 32);
-        struct work *W = &j->works[f->work];
-        if (store_put_result(j->st, &f->r, &W->result_id, e) != 0) goto fail;
-        j->slot[f->work] = f;
-        W->state = f->r.status == STORE_STATUS_DONE ? W_DONE : W_FAILED;
-        if (credit_lines(j, W, 1, e) != 0) goto fail;
-    }
-    double t1 = clock_now();
-    for (size_t i = 0; i < j->n_ready; i++) {
-        struct line *L = &j->lines[j->ready[i]];
-        if (build_line(j, L, e) != 0) goto fail;
-        if (!j->c->order_input) {
-            if (schedule_line(j, L, 1, e) != 0) goto fail;
-        } else {
-            if (put_line_row(j, L, -1, e) != 0) goto fail;
-            L->state = L_READY;
-        }
-    }
-    if (j->c->order_input) {
-        while (j->cursor < j->n_lines) {
-            struct line *L = &j->lines[j->cursor];
-            if (L->state == L_READY) {
-                if (schedule_line(j, L, 0, e) != 0) goto fail;
-            } else if (L->state != L_SCHEDULED) {
-                break;
-            }
-            j->cursor++;
-        }
-    }
-    double t2 = clock_now();
-    if (store_commit(j->st, e) != 0) goto fail;
-    double t3 = clock_now();
-    /* Only now, after the commit, do the lines reach the files (invariant 2). */
-    if (j->c->test_hook) j->c->test_hook("after_commit");
-    for (int f = 0; f < 2; f++) {
-        if (!j->wbuf[f].n) continue;
-        size_t first = j->c->test_hook ? j->wbuf[f].n / 2 : j->wbuf[f].n; /* tests: die in the middle */
-        if (output_append(j->out[f], j->wbuf[f].p, first, e) != 0) return -1;
-        if (first < j->wbuf[f].n) {
-            j->c->test_hook("mid_write");
-            if (output_append(j->out[f], j->wbuf[f].p + first, j->wbuf[f].n - first, e) != 0) return -1;
-        }
-        j->wbuf[f].n = 0;
-    }
-    if (j->c->test_hook) j->c->test_hook("after_write");
-    double t4 = clock_now();
-    for (size_t i = 0; i < j->n_fin; i++) {
-        j->slot[j->fin[i].work] = NULL;
-        free_result(&j->fin[i].r, 1);
-    }
-    j->n_fin = 0;
-    j->n_ready = 0;
-    j->sum->t_store += (t1 - t0) + (t3 - t2);
-    j->sum->t_output += (t2 - t1) + (t4 - t3);
-    j->t_commit_last = t4;
-    return 0;
-fail:
-    store_rollback(j->st);
-    return -1;
-}
-
-/* --- phase 3: running --- */
-
+/* Hands every result the engine has finished to the ledger, and counts it. */
 static int take_results(job *j, struct err *e)
 {
     struct engine_result r;
     while (engine_take(j->m->eng, &r)) {
-        if (grow((void **)&j->fin, &j->cap_fin, j->n_fin + 1, sizeof *j->fin)) {
-            engine_result_free(&r);
-            return err_set(e, "out of memory");
-        }
-        struct finished *f = &j->fin[j->n_fin++];
-        memset(f, 0, sizeof *f);
-        f->work = (uint32_t)r.id;
         int ok = r.finish == ENGINE_FINISH_STOP || r.finish == ENGINE_FINISH_LENGTH;
-        f->r.status = ok ? STORE_STATUS_DONE : STORE_STATUS_FAILED;
-        f->r.finish = (int32_t)r.finish;
-        f->r.text = r.text;
-        f->r.text_len = r.text_len;
+        struct store_result sr;
+        memset(&sr, 0, sizeof sr);
+        sr.status = ok ? STORE_STATUS_DONE : STORE_STATUS_FAILED;
+        sr.finish = (int32_t)r.finish;
+        sr.text = r.text;
+        sr.text_len = r.text_len;
         r.text = NULL;
-        f->r.n_prompt = r.n_prompt;
-        f->r.n_gen = r.n_tokens;
-        f->r.n_cached = r.n_prompt_cached;
+        sr.n_prompt = r.n_prompt;
+        sr.n_gen = r.n_tokens;
+        sr.n_cached = r.n_prompt_cached;
         if (!ok) {
-            f->r.error = r.error ? r.error : strdup(r.finish == ENGINE_FINISH_CANCELLED ? "cancelled" : "failed");
+            sr.error = r.error ? r.error : strdup(r.finish == ENGINE_FINISH_CANCELLED ? "cancelled" : "failed");
             r.error = NULL;
             j->n_failed_run++;
             j->sum->work_failed++;
@@ -932,7 +151,9 @@ static int take_results(job *j, struct err *e)
         j->sum->prompt_tokens_cached += r.n_prompt_cached;
         j->sum->gen_tokens += r.n_tokens;
         if (j->n_latency < (size_t)j->n_pending_start) j->latency[j->n_latency++] = r.t_finished - r.t_added;
+        uint32_t w = (uint32_t)r.id;
         engine_result_free(&r);
+        if (ledger_add_result(&j->book, w, &sr, e) != 0) return -1;
     }
     return 0;
 }
@@ -952,10 +173,25 @@ static void snapshot(job *j, struct progress_snapshot *ps)
     ps->prefix_hit = pt ? (double)es.prompt_tokens_cached / (double)pt : 0;
 }
 
+/* Submits works from order[*next] on while fewer than limit are in the engine. */
+static int submit_works(job *j, const uint32_t *order, size_t n_order, size_t *next, int64_t *in_engine,
+                        struct err *e)
+{
+    int32_t limit = 2 * j->m->ep.max_seqs; /* requests in the engine: max_seqs running, as many queued */
+    while (*next < n_order && *in_engine < limit) {
+        uint32_t w = order[(*next)++];
+        struct engine_request rq;
+        ingest_work_request(&j->book, w, j->c->ignore_eos, &rq);
+        if (engine_add(j->m->eng, &rq, e) != 0) return -1;
+        ledger_mark_queued(&j->book, w);
+        (*in_engine)++;
+    }
+    return 0;
+}
+
 static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err *e)
 {
     engine *eng = j->m->eng;
-    int32_t limit = 2 * j->m->ep.max_seqs; /* requests in the engine: max_seqs running, as many queued */
     int64_t in_engine = 0;
     size_t next = 0;
     progress *pg = progress_init(stderr, j->c->progress, j->c->progress_interval, clock_now());
@@ -966,26 +202,9 @@ static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err 
             j->sum->interrupted = 1;
             break;
         }
-        while (next < n_order && in_engine < limit) {
-            uint32_t w = order[next++];
-            struct work *W = &j->works[w];
-            struct line *L = &j->lines[W->owner];
-            struct engine_request rq;
-            memset(&rq, 0, sizeof rq);
-            rq.id = w;
-            rq.prompt = L->prompt;
-            rq.n_prompt = L->n_prompt;
-            rq.max_tokens = W->max_tokens;
-            sampling_of(L, W->seed, &rq.sampling);
-            rq.stop = (const char *const *)L->gen.stop;
-            rq.n_stop = L->gen.n_stop;
-            rq.ignore_eos = j->c->ignore_eos;
-            if (engine_add(eng, &rq, e) != 0) goto fail;
-            W->state = W_QUEUED;
-            in_engine++;
-        }
+        if (submit_works(j, order, n_order, &next, &in_engine, e) != 0) goto fail;
+        int64_t before = j->n_done_run;
         if (!engine_has_work(eng)) {
-            int64_t before = j->n_done_run;
             if (take_results(j, e) != 0) goto fail; /* requests failed at engine_add */
             in_engine -= j->n_done_run - before;
             if (next >= n_order) break;
@@ -996,17 +215,18 @@ static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err 
         if (j->c->test_hook) j->c->test_hook("step");
         double t1 = clock_now();
         j->sum->t_engine += t1 - t0;
-        int64_t before = j->n_done_run;
         if (take_results(j, e) != 0) goto fail;
         in_engine -= j->n_done_run - before;
-        if (j->n_fin && t1 - j->t_commit_last >= j->c->commit_interval && flush(j, e) != 0) goto fail;
+        if (ledger_n_uncommitted(&j->book) && t1 - j->t_commit_last >= j->c->commit_interval) {
+            if (ledger_commit_and_write(&j->book, e) != 0) goto fail;
+            j->t_commit_last = clock_now();
+        }
         if (pg) {
             snapshot(j, &ps);
             progress_update(pg, &ps, t1);
         }
     }
-    if (take_results(j, e) != 0) goto fail;
-    if (flush(j, e) != 0) goto fail;
+    if (take_results(j, e) != 0 || ledger_commit_and_write(&j->book, e) != 0) goto fail;
     if (pg) {
         snapshot(j, &ps);
         progress_finish(pg, &ps, clock_now());
@@ -1018,73 +238,34 @@ fail:
     return -1;
 }
 
-/* --- phase 4: the record --- */
-
-static json_t *build_record(job *j, int64_t t_start_unix, double wall)
+/* After the engine: checks the ledger, syncs the files, counts where the lines went. */
+static int finish_files(job *j, struct err *e)
 {
-    const struct job_summary *s = j->sum;
-    const struct job_model *m = j->m;
+    struct job_summary *sum = j->sum;
+    if (ledger_check(&j->book, e) != 0) return -1;
+    for (int f = 0; f < 2; f++)
+        if (output_sync(j->out[f], e) != 0) return -1;
+    ledger_count_lines(&j->book, &sum->lines_ok, &sum->lines_failed, &sum->engine_errors);
+    if (!sum->interrupted && sum->lines_ok + sum->lines_failed != sum->lines)
+        return err_set(e, "%lld of %lld lines did not reach a file (bug)",
+                       (long long)(sum->lines - sum->lines_ok - sum->lines_failed), (long long)sum->lines);
+    sum->t_store += j->book.t_store;
+    sum->t_output += j->book.t_output;
+    return 0;
+}
+
+/* --- 5. record --- */
+
+static int write_record(job *j, int64_t t_start_unix, const struct record_energy *energy, struct err *e)
+{
     struct engine_stats es;
-    engine_get_stats(m->eng, &es);
-    char hex[65], t0[32], t1[32];
-    sha256_hex(m->sha256, hex);
-    record_iso_time(t_start_unix, t0);
-    record_iso_time((int64_t)time(NULL), t1);
-    json_t *argv = json_array();
-    for (int i = 0; i < j->c->argc; i++) json_array_append_new(argv, json_string(j->c->argv[i]));
-    double p50 = record_percentile(j->latency, j->n_latency, 50);
-    double p95 = record_percentile(j->latency, j->n_latency, 95);
-    double pmax = record_percentile(j->latency, j->n_latency, 100);
-    int64_t pt = es.prompt_tokens_computed + es.prompt_tokens_cached;
-    json_t *r = json_object();
-    json_object_set_new(r, "nightshift", json_pack("{s:s, s:s}", "version", j->c->version ? j->c->version : "?", "git_commit", record_git_commit()));
-    json_object_set_new(r, "status", json_string(s->interrupted ? "interrupted" : "complete"));
-    json_object_set_new(r, "command", argv);
-    json_object_set_new(r, "flags", j->c->settings ? json_deep_copy(j->c->settings) : json_object());
-    json_object_set_new(r, "model", json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "path", m->path, "name", m->name, "size",
-                                              (json_int_t)m->size, "sha256", hex, "chat_template",
-                                              chat_family_name(m->chat), "chat_template_source", m->chat_source));
-    json_object_set_new(r, "backend", json_pack("{s:s, s:i}", "name", m->backend, "threads", m->threads));
-    json_object_set_new(r, "backlog", j->backlog_json ? json_incref(j->backlog_json) : json_null());
-    json_object_set_new(r, "files", json_pack("{s:s, s:s, s:s}", "results", j->c->output, "errors", j->c->errors, "store",
-                                              j->c->store));
-    json_object_set_new(
-        r, "counts",
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lines", (json_int_t)s->lines, "results",
-                  (json_int_t)s->lines_ok, "errors", (json_int_t)s->lines_failed, "input_errors",
-                  (json_int_t)s->input_errors, "engine_errors", (json_int_t)s->engine_errors, "unique_requests",
-                  (json_int_t)s->work_total, "done", (json_int_t)(s->work_computed - s->work_failed), "failed",
-                  (json_int_t)s->work_failed, "skipped_already_done", (json_int_t)s->work_skipped_done,
-                  "folded_duplicates", (json_int_t)s->folded_duplicates));
-    json_object_set_new(r, "tokens", json_pack("{s:I, s:I, s:I, s:I}", "prompt", (json_int_t)s->prompt_tokens,
-                                               "prompt_cached", (json_int_t)s->prompt_tokens_cached, "prompt_computed",
-                                               (json_int_t)es.prompt_tokens_computed, "generated",
-                                               (json_int_t)s->gen_tokens));
-    json_object_set_new(r, "time", json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "start", t0, "end", t1,
-                                             "wall_s", wall, "parse_s", s->t_parse, "plan_s", s->t_plan, "store_s",
-                                             s->t_store, "output_s", s->t_output, "engine_s", s->t_engine,
-                                             "store_and_plan_fraction",
-                                             wall > 0 ? (s->t_plan + s->t_store + s->t_output) / wall : 0.0));
-    json_object_set_new(r, "throughput",
-                        json_pack("{s:f, s:f, s:f, s:f}", "prompt_tok_s", wall > 0 ? (double)s->prompt_tokens / wall : 0.0,
-                                  "gen_tok_s", wall > 0 ? (double)s->gen_tokens / wall : 0.0, "total_tok_s",
-                                  wall > 0 ? (double)(s->prompt_tokens + s->gen_tokens) / wall : 0.0, "requests_s",
-                                  wall > 0 ? (double)s->work_computed / wall : 0.0));
-    json_object_set_new(r, "latency_s", json_pack("{s:f, s:f, s:f, s:I}", "p50", p50, "p95", p95, "max", pmax, "n",
-                                                  (json_int_t)j->n_latency));
-    json_object_set_new(r, "memory", json_pack("{s:I}", "peak_rss_bytes", (json_int_t)sysmem_peak_rss_bytes()));
-    json_object_set_new(
-        r, "kv",
-        json_pack("{s:s, s:i, s:I, s:I, s:I, s:f, s:I}", "type", model_kv_type_name(m->ep.kv_type), "block_tokens",
-                  m->ep.kv_block, "blocks", (json_int_t)es.kv_blocks_total, "capacity_tokens",
-                  (json_int_t)(es.kv_blocks_total * m->ep.kv_block), "peak_blocks", (json_int_t)es.kv_blocks_peak,
-                  "peak_use", es.kv_blocks_total ? (double)es.kv_blocks_peak / (double)es.kv_blocks_total : 0.0,
-                  "preemptions", (json_int_t)es.n_preemptions));
-    json_object_set_new(r, "prefix_cache", json_pack("{s:b, s:f, s:I}", "enabled", m->ep.prefix_cache, "hit_rate",
-                                                     pt ? (double)es.prompt_tokens_cached / (double)pt : 0.0,
-                                                     "cached_tokens", (json_int_t)es.prompt_tokens_cached));
-    json_object_set_new(r, "repair", j->repair_json ? json_incref(j->repair_json) : json_null());
-    return r;
+    engine_get_stats(j->m->eng, &es);
+    struct record_run rr = {j->c, j->m, j->sum, &es, j->latency, j->n_latency, j->backlog_json, j->repair_json,
+                            t_start_unix, energy};
+    json_t *rec = record_build(&rr);
+    int rc = record_write(j->c->record, rec, e);
+    json_decref(rec);
+    return rc;
 }
 
 /* --- the whole run --- */
@@ -1103,155 +284,46 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     j->m = m;
     j->sum = sum;
     uint32_t *order = NULL;
-    struct plan_item *items = NULL;
+    size_t n_order = 0;
     int rc = -1;
-    j->keys = plan_keymap_init();
-    if (!j->keys) {
-        err_set(e, "out of memory");
-        goto done;
-    }
-    int32_t bos = tok_bos(m->vocab), eos = tok_eos(m->vocab);
-    const char *bp = bos >= 0 ? tok_piece(m->vocab, bos) : NULL, *ep = eos >= 0 ? tok_piece(m->vocab, eos) : NULL;
-    snprintf(j->bos_text, sizeof j->bos_text, "%s", bp ? bp : "");
-    snprintf(j->eos_text, sizeof j->eos_text, "%s", ep ? ep : "");
+    struct ledger_params lp = {m->name, c->order_input, m->ep.debug_checks, c->test_hook};
+    if (ledger_init(&j->book, &lp, e) != 0) goto done;
 
-    /* 1. read */
     if (read_backlog(j, e) != 0) goto done;
     if (sum->interrupted) {
         rc = 0;
         goto done;
     }
-    for (size_t i = 0; i < j->n_lines; i++)
-        if (j->lines[i].no > j->max_line_no) j->max_line_no = j->lines[i].no;
-    j->line_index = malloc((size_t)(j->max_line_no + 1) * sizeof *j->line_index);
-    int64_t n_works = plan_keymap_size(j->keys);
-    j->slot = calloc((size_t)(n_works ? n_works : 1), sizeof *j->slot);
-    if (!j->line_index || !j->slot) {
-        err_set(e, "out of memory");
-        goto done;
-    }
-    for (int64_t i = 0; i <= j->max_line_no; i++) j->line_index[i] = -1;
-    for (size_t i = 0; i < j->n_lines; i++) j->line_index[j->lines[i].no] = (int64_t)i;
     double t_read = clock_now();
     sum->t_parse = t_read - t_start;
 
-    /* 2. store */
-    if (store_open(c->store, c->durability, &j->st, e) != 0) goto done;
-    if (check_settings(j, e) != 0) goto done;
-    if (reconcile(j, e) != 0) goto done;
+    if (open_store(j, e) != 0) goto done;
     double t_rec = clock_now();
     sum->t_store += t_rec - t_read;
 
-    /* 3. plan: pending works in submission order; prompts no pending work needs are dropped */
-    size_t n_pending = 0;
-    for (int64_t w = 0; w < n_works; w++) n_pending += j->works[w].state == W_PENDING;
-    j->n_pending_start = (int64_t)n_pending;
-    items = malloc((n_pending ? n_pending : 1) * sizeof *items);
-    order = malloc((n_pending ? n_pending : 1) * sizeof *order);
-    uint32_t *pending_w = malloc((n_pending ? n_pending : 1) * sizeof *pending_w);
-    j->latency = malloc((n_pending ? n_pending : 1) * sizeof *j->latency);
-    if (!items || !order || !pending_w || !j->latency) {
-        free(pending_w);
-        err_set(e, "out of memory");
-        goto done;
-    }
-    uint8_t *needed = calloc(j->n_lines ? j->n_lines : 1, 1);
-    size_t k = 0;
-    for (int64_t w = 0; w < n_works; w++) {
-        if (j->works[w].state != W_PENDING) continue;
-        const struct line *L = &j->lines[j->works[w].owner];
-        if (needed) needed[j->works[w].owner] = 1;
-        items[k] = (struct plan_item){L->prompt, L->n_prompt};
-        pending_w[k++] = (uint32_t)w;
-    }
-    for (size_t i = 0; needed && i < j->n_lines; i++)
-        if (!needed[i]) {
-            free(j->lines[i].prompt);
-            j->lines[i].prompt = NULL;
-        }
-    free(needed);
-    if (plan_order(items, n_pending, m->ep.kv_block, c->sort, order, e) != 0) {
-        free(pending_w);
-        goto done;
-    }
-    if (plan_check_order(order, n_pending) != 0) {
-        free(pending_w);
-        err_set(e, "plan: the order is not a permutation (bug)");
-        goto done;
-    }
-    for (size_t i = 0; i < n_pending; i++) order[i] = pending_w[order[i]];
-    free(pending_w);
-    double t_plan = clock_now();
-    sum->t_plan = t_plan - t_rec;
-    log_info("%zu lines: %lld unique requests, %lld already done, %zu to run, %lld folded duplicates, %lld bad lines",
-             j->n_lines, (long long)n_works, (long long)sum->work_skipped_done, n_pending,
+    if (plan_work(j, &order, &n_order, e) != 0) goto done;
+    sum->t_plan = clock_now() - t_rec;
+    log_info("%lld lines: %lld unique requests, %lld already done, %zu to run, %lld folded duplicates, %lld bad lines",
+             (long long)sum->lines, (long long)sum->work_total, (long long)sum->work_skipped_done, n_order,
              (long long)sum->folded_duplicates, (long long)sum->input_errors);
 
-    /* the first flush writes what is already known (bad lines, lines done before) */
-    if (flush(j, e) != 0) goto done;
-    if (run_engine(j, order, n_pending, e) != 0) goto done;
-    if (job_check(j, e) != 0) goto done;
-    for (int f = 0; f < 2; f++)
-        if (output_sync(j->out[f], e) != 0) goto done;
-
-    for (size_t i = 0; i < j->n_lines; i++) {
-        const struct line *L = &j->lines[i];
-        if (L->state != L_SCHEDULED) continue;
-        if (L->file == STORE_FILE_OUTPUT) sum->lines_ok++;
-        else {
-            sum->lines_failed++;
-            if (!L->bad) sum->engine_errors++;
-        }
-    }
-    if (!sum->interrupted && sum->lines_ok + sum->lines_failed != (int64_t)j->n_lines) {
-        err_set(e, "%lld of %zu lines did not reach a file (bug)",
-                (long long)((int64_t)j->n_lines - sum->lines_ok - sum->lines_failed), j->n_lines);
-        goto done;
-    }
+    /* the first commit writes what is already known (bad lines, lines done before) */
+    if (ledger_commit_and_write(&j->book, e) != 0) goto done;
+    if (run_engine(j, order, n_order, e) != 0) goto done;
+    if (finish_files(j, e) != 0) goto done;
     sum->wall_s = clock_now() - t_start;
     sum->gen_tok_s = sum->wall_s > 0 ? (double)sum->gen_tokens / sum->wall_s : 0;
     sum->prompt_tok_s = sum->wall_s > 0 ? (double)sum->prompt_tokens / sum->wall_s : 0;
-    if (c->record) {
-        json_t *rec = build_record(j, t_start_unix, sum->wall_s);
-        double cpu_j, gpu_j;
-        record_energy_read(&energy, &cpu_j, &gpu_j);
-        if (cpu_j >= 0 || gpu_j >= 0) {
-            double joules = (cpu_j > 0 ? cpu_j : 0) + (gpu_j > 0 ? gpu_j : 0);
-            int64_t tokens = sum->gen_tokens + sum->prompt_tokens;
-            json_object_set_new(rec, "energy",
-                                json_pack("{s:f, s:o, s:o, s:s, s:f}", "joules", joules, "cpu_rapl_joules",
-                                          cpu_j >= 0 ? json_real(cpu_j) : json_string("unavailable"), "gpu_nvml_joules",
-                                          gpu_j >= 0 ? json_real(gpu_j) : json_string("unavailable"), "source",
-                                          cpu_j >= 0 && gpu_j >= 0 ? "rapl+nvml" : cpu_j >= 0 ? "rapl" : "nvml",
-                                          "joules_per_1k_tokens", tokens ? 1000.0 * joules / (double)tokens : 0.0));
-        } else {
-            json_object_set_new(rec, "energy", json_string("unavailable"));
-        }
-        int wr = record_write(c->record, rec, e);
-        json_decref(rec);
-        if (wr != 0) goto done;
-    }
+    if (c->record && write_record(j, t_start_unix, &energy, e) != 0) goto done;
     rc = 0;
 done:
     record_energy_stop(&energy);
-    for (size_t i = 0; i < j->n_fin; i++) free_result(&j->fin[i].r, 1);
-    free(j->fin);
-    for (size_t i = 0; i < j->n_lines; i++) line_free(&j->lines[i]);
-    free(j->lines);
-    free(j->line_index);
-    free(j->works);
-    free(j->refs);
-    free(j->slot);
-    free(j->ready);
+    ledger_free(&j->book);
     free(j->latency);
-    free(items);
     free(order);
-    output_buf_free(&j->wbuf[0]);
-    output_buf_free(&j->wbuf[1]);
     output_close(j->out[0]);
     output_close(j->out[1]);
     store_close(j->st);
-    plan_keymap_free(j->keys);
     json_decref(j->backlog_json);
     json_decref(j->repair_json);
     return rc;

@@ -1,13 +1,13 @@
 /* job — one `nightshift run` as a library call: backlog in, result + error files, store and run record out.
  *
- *   1. read and validate every line (jobs/input); render chat messages with the model's template;
- *      tokenize; compute the keys of every completion (jobs/key); fold equal keys (jobs/plan)
- *   2. open the store (jobs/store); refuse one made with another model or other defaults unless force;
- *      reconcile: keys already done are skipped, stale line rows are dropped, the output files are
- *      repaired to match the store exactly (jobs/output)
+ *   1. read and validate every line, render chat messages with the model's template, tokenize, compute the
+ *      keys of every completion and fold equal keys into one work (jobs/ingest, into jobs/ledger)
+ *   2. open the store (jobs/store); refuse one made with another model or other defaults unless force
+ *      (jobs/settings); reconcile: keys already done are skipped, stale line rows are dropped, the output
+ *      files are repaired to match the store exactly (jobs/reconcile)
  *   3. order the remaining work (jobs/plan) and feed the engine; results are collected and committed to
  *      the store in one transaction per commit interval (every result finished in an engine step is in
- *      exactly one transaction), and only then written to the output files
+ *      exactly one transaction), and only then written to the output files (ledger_commit_and_write)
  *   4. write the run record (jobs/record)
  *
  * Every backlog line ends in exactly one of the two files, once (DESIGN.md invariant 3); a result line is
@@ -49,8 +49,8 @@ struct job_config {
     const json_t *settings;        /* the effective flags (borrowed), copied into the record; may be NULL */
     const char *version;           /* nightshift version, for the record and the store */
     /* tests only (fault injection): called after every engine "step", and at "after_commit", "mid_write"
-     * (half of a batch written) and "after_write" of every flush; a crash test's hook kills the process at a
-     * chosen call or slows the steps down. NULL normally. */
+     * (half of a batch written) and "after_write" of every commit (ledger_commit_and_write); a crash test's
+     * hook kills the process at a chosen call or slows the steps down. NULL normally. */
     void (*test_hook)(const char *point);
 };
 
@@ -68,7 +68,8 @@ struct job_model {
     enum chat_family chat;         /* CHAT_NONE: chat input is an error */
     const char *chat_source;       /* "gguf", "flag" or "none" (for messages and the record) */
     engine *eng;
-    struct engine_params ep;       /* what eng was made with */
+    struct engine_params ep;       /* what eng was made with; its debug_checks also runs the ledger's
+                                      invariant check after every commit */
     const char *backend;
     int threads;
 };

@@ -204,6 +204,7 @@ struct output_file {
 };
 
 int64_t output_size(const output_file *f) { return f->size; }
+const char *output_path(const output_file *f) { return f->path; }
 
 int output_open(const char *path, output_file **out, struct err *e)
 {

@@ -76,6 +76,7 @@ int output_repair(output_file *f, store *s, int which, struct output_repair_stat
 /* Appends n bytes at the end (one write call per batch; retried on short writes). */
 int output_append(output_file *f, const void *p, size_t n, struct err *e);
 int64_t output_size(const output_file *f);
+const char *output_path(const output_file *f); /* as given to output_open */
 int output_sync(output_file *f, struct err *e);
 
 #endif

@@ -202,3 +202,41 @@ int plan_check_order(const uint32_t *order, size_t n)
     free(seen);
     return rc;
 }
+
+int plan_order_pending(const struct plan_item *items, size_t n, int32_t kv_block, enum plan_sort sort, uint32_t **order,
+                       size_t *n_order, struct err *e)
+{
+    *order = NULL;
+    *n_order = 0;
+    size_t m = 0;
+    for (size_t w = 0; w < n; w++) m += items[w].prompt != NULL;
+    struct plan_item *pending = malloc((m ? m : 1) * sizeof *pending);
+    uint32_t *work = malloc((m ? m : 1) * sizeof *work); /* pending index -> work index */
+    uint32_t *ord = malloc((m ? m : 1) * sizeof *ord);
+    if (!pending || !work || !ord) {
+        err_set(e, "plan: out of memory for %zu pending works", m);
+        goto fail;
+    }
+    size_t k = 0;
+    for (size_t w = 0; w < n; w++)
+        if (items[w].prompt) {
+            pending[k] = items[w];
+            work[k++] = (uint32_t)w;
+        }
+    if (plan_order(pending, m, kv_block, sort, ord, e) != 0) goto fail;
+    if (plan_check_order(ord, m) != 0) {
+        err_set(e, "plan: the order is not a permutation (bug)");
+        goto fail;
+    }
+    for (size_t i = 0; i < m; i++) ord[i] = work[ord[i]];
+    free(pending);
+    free(work);
+    *order = ord;
+    *n_order = m;
+    return 0;
+fail:
+    free(pending);
+    free(work);
+    free(ord);
+    return -1;
+}

@@ -8,7 +8,8 @@
  * stay cached while the group runs; prompts shorter than one block can share nothing and form one group.
  * Groups are ordered by their mean prompt length and, inside a group, requests by prompt length, in the
  * chosen direction; equal lengths are ordered by their tokens (identical prompts end up adjacent). See
- * bench/NOTES.md for the measurement behind the default direction.
+ * bench/NOTES.md for the measurement behind the default direction. plan_order_pending applies this to the
+ * works of a run that are not done yet.
  */
 #ifndef NS_JOBS_PLAN_H
 #define NS_JOBS_PLAN_H
@@ -52,5 +53,12 @@ int plan_order(const struct plan_item *items, size_t n, int32_t kv_block, enum p
 
 /* Debug check: order is a permutation of [0, n). 0 when it holds. */
 int plan_check_order(const uint32_t *order, size_t n);
+
+/* The submission order of the pending works: items[w] is work w's prompt, or {NULL, 0} when w is not pending
+ * (done in the store). *order = the indices of the pending works as plan_order orders their prompts
+ * (checked to be a permutation), malloc'd, *n_order entries (not NULL on success, also when none is
+ * pending). O(n + m log m) for m pending works. */
+int plan_order_pending(const struct plan_item *items, size_t n, int32_t kv_block, enum plan_sort sort, uint32_t **order,
+                       size_t *n_order, struct err *e);
 
 #endif

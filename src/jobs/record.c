@@ -12,6 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/sha256.h"
+#include "util/sysmem.h"
+
 static int read_first_line(const char *path, char *buf, size_t cap)
 {
     FILE *f = fopen(path, "r");
@@ -220,4 +223,104 @@ int record_write(const char *path, const json_t *obj, struct err *e)
         return err_set(e, "%s: cannot write the run record: %s", path, strerror(saved));
     }
     return 0;
+}
+
+/* --- the run record --- */
+
+static double per_wall(double x, double wall)
+{
+    return wall > 0 ? x / wall : 0.0;
+}
+
+/* When the run started and ended (ISO times) and where its time went, how fast it was, latency, memory, KV
+ * pool and prefix cache. */
+static void add_performance(json_t *out, const struct record_run *r, const char *t_start, const char *t_end)
+{
+    const struct job_summary *s = r->s;
+    const struct job_model *m = r->m;
+    const struct engine_stats *es = r->es;
+    double wall = s->wall_s;
+    double p50 = record_percentile(r->latency, r->n_latency, 50);
+    double p95 = record_percentile(r->latency, r->n_latency, 95);
+    double pmax = record_percentile(r->latency, r->n_latency, 100);
+    int64_t pt = es->prompt_tokens_computed + es->prompt_tokens_cached;
+    json_object_set_new(out, "time",
+                        json_pack("{s:s, s:s, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "start", t_start, "end", t_end,
+                                  "wall_s", wall, "parse_s", s->t_parse, "plan_s", s->t_plan, "store_s", s->t_store,
+                                  "output_s", s->t_output, "engine_s", s->t_engine, "store_and_plan_fraction",
+                                  per_wall(s->t_plan + s->t_store + s->t_output, wall)));
+    json_object_set_new(out, "throughput",
+                        json_pack("{s:f, s:f, s:f, s:f}", "prompt_tok_s", per_wall((double)s->prompt_tokens, wall),
+                                  "gen_tok_s", per_wall((double)s->gen_tokens, wall), "total_tok_s",
+                                  per_wall((double)(s->prompt_tokens + s->gen_tokens), wall), "requests_s",
+                                  per_wall((double)s->work_computed, wall)));
+    json_object_set_new(out, "latency_s", json_pack("{s:f, s:f, s:f, s:I}", "p50", p50, "p95", p95, "max", pmax, "n",
+                                                    (json_int_t)r->n_latency));
+    json_object_set_new(out, "memory", json_pack("{s:I}", "peak_rss_bytes", (json_int_t)sysmem_peak_rss_bytes()));
+    json_object_set_new(
+        out, "kv",
+        json_pack("{s:s, s:i, s:I, s:I, s:I, s:f, s:I}", "type", model_kv_type_name(m->ep.kv_type), "block_tokens",
+                  m->ep.kv_block, "blocks", (json_int_t)es->kv_blocks_total, "capacity_tokens",
+                  (json_int_t)(es->kv_blocks_total * m->ep.kv_block), "peak_blocks", (json_int_t)es->kv_blocks_peak,
+                  "peak_use", es->kv_blocks_total ? (double)es->kv_blocks_peak / (double)es->kv_blocks_total : 0.0,
+                  "preemptions", (json_int_t)es->n_preemptions));
+    json_object_set_new(out, "prefix_cache", json_pack("{s:b, s:f, s:I}", "enabled", m->ep.prefix_cache, "hit_rate",
+                                                       pt ? (double)es->prompt_tokens_cached / (double)pt : 0.0,
+                                                       "cached_tokens", (json_int_t)es->prompt_tokens_cached));
+}
+
+/* Joules since the meters started, or "unavailable" when no meter can be read. */
+static json_t *energy_json(const struct record_energy *m, int64_t tokens)
+{
+    double cpu_j, gpu_j;
+    record_energy_read(m, &cpu_j, &gpu_j);
+    if (cpu_j < 0 && gpu_j < 0) return json_string("unavailable");
+    double joules = (cpu_j > 0 ? cpu_j : 0) + (gpu_j > 0 ? gpu_j : 0);
+    return json_pack("{s:f, s:o, s:o, s:s, s:f}", "joules", joules, "cpu_rapl_joules",
+                     cpu_j >= 0 ? json_real(cpu_j) : json_string("unavailable"), "gpu_nvml_joules",
+                     gpu_j >= 0 ? json_real(gpu_j) : json_string("unavailable"), "source",
+                     cpu_j >= 0 && gpu_j >= 0 ? "rapl+nvml" : cpu_j >= 0 ? "rapl" : "nvml", "joules_per_1k_tokens",
+                     tokens ? 1000.0 * joules / (double)tokens : 0.0);
+}
+
+json_t *record_build(const struct record_run *r)
+{
+    const struct job_config *c = r->c;
+    const struct job_summary *s = r->s;
+    const struct job_model *m = r->m;
+    char hex[65], t0[32], t1[32];
+    sha256_hex(m->sha256, hex);
+    record_iso_time(r->t_start_unix, t0);
+    record_iso_time((int64_t)time(NULL), t1);
+    json_t *argv = json_array();
+    for (int i = 0; i < c->argc; i++) json_array_append_new(argv, json_string(c->argv[i]));
+    json_t *out = json_object();
+    json_object_set_new(out, "nightshift", json_pack("{s:s, s:s}", "version", c->version ? c->version : "?",
+                                                     "git_commit", record_git_commit()));
+    json_object_set_new(out, "status", json_string(s->interrupted ? "interrupted" : "complete"));
+    json_object_set_new(out, "command", argv);
+    json_object_set_new(out, "flags", c->settings ? json_deep_copy(c->settings) : json_object());
+    json_object_set_new(out, "model", json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "path", m->path, "name", m->name,
+                                                "size", (json_int_t)m->size, "sha256", hex, "chat_template",
+                                                chat_family_name(m->chat), "chat_template_source", m->chat_source));
+    json_object_set_new(out, "backend", json_pack("{s:s, s:i}", "name", m->backend, "threads", m->threads));
+    json_object_set_new(out, "backlog", r->backlog ? json_deep_copy(r->backlog) : json_null());
+    json_object_set_new(out, "files", json_pack("{s:s, s:s, s:s}", "results", c->output, "errors", c->errors, "store",
+                                                c->store));
+    json_object_set_new(
+        out, "counts",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lines", (json_int_t)s->lines, "results",
+                  (json_int_t)s->lines_ok, "errors", (json_int_t)s->lines_failed, "input_errors",
+                  (json_int_t)s->input_errors, "engine_errors", (json_int_t)s->engine_errors, "unique_requests",
+                  (json_int_t)s->work_total, "done", (json_int_t)(s->work_computed - s->work_failed), "failed",
+                  (json_int_t)s->work_failed, "skipped_already_done", (json_int_t)s->work_skipped_done,
+                  "folded_duplicates", (json_int_t)s->folded_duplicates));
+    json_object_set_new(out, "tokens",
+                        json_pack("{s:I, s:I, s:I, s:I}", "prompt", (json_int_t)s->prompt_tokens, "prompt_cached",
+                                  (json_int_t)s->prompt_tokens_cached, "prompt_computed",
+                                  (json_int_t)r->es->prompt_tokens_computed, "generated", (json_int_t)s->gen_tokens));
+    add_performance(out, r, t0, t1);
+    json_object_set_new(out, "repair", r->repair ? json_deep_copy(r->repair) : json_null());
+    json_object_set_new(out, "energy", energy_json(r->energy, s->gen_tokens + s->prompt_tokens));
+    return out;
 }

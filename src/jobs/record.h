@@ -1,6 +1,6 @@
 /* record — the pieces of a run record (<output>.record.json) that are not the run's own counters:
- * the build's git commit, energy meters, latency percentiles, and writing the JSON atomically.
- * The record's fields are assembled by jobs/job; see job.h for the list.
+ * the build's git commit, energy meters, latency percentiles, and writing the JSON atomically; and the
+ * assembly of a `nightshift run` record from the run's parts (record_build).
  */
 #ifndef NS_JOBS_RECORD_H
 #define NS_JOBS_RECORD_H
@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "jobs/job.h"
 #include "util/err.h"
 
 /* The git commit of the source tree the binary was built from: NS_GIT_COMMIT when defined at compile
@@ -47,5 +48,25 @@ void record_iso_time(int64_t unix_seconds, char out[32]);
 /* Writes obj pretty-printed to path through a temporary file + rename (the old record, if any, stays
  * whole until the new one is complete). */
 int record_write(const char *path, const json_t *obj, struct err *e);
+
+/* What a run record is made of; everything is borrowed. */
+struct record_run {
+    const struct job_config *c;
+    const struct job_model *m;
+    const struct job_summary *s;        /* wall_s included */
+    const struct engine_stats *es;      /* the engine's counters at the end of the run */
+    double *latency;                    /* (n_latency) seconds from submission to result per request; sorted
+                                           in place */
+    size_t n_latency;
+    const json_t *backlog;              /* facts about the backlog file (jobs/ingest), or NULL */
+    const json_t *repair;               /* what reconcile did (jobs/reconcile), or NULL */
+    int64_t t_start_unix;
+    const struct record_energy *energy; /* started with the run; read here */
+};
+
+/* The run record (new reference): nightshift version and git commit, status, command, flags, model,
+ * backend, backlog, files, counts, tokens, time by phase, throughput, latency percentiles, peak memory,
+ * KV pool, prefix cache, repair and energy. */
+json_t *record_build(const struct record_run *r);
 
 #endif

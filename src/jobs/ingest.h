@@ -1,0 +1,43 @@
+/* ingest — the backlog into the ledger: reads and validates every line (jobs/input), renders chat messages
+ * with the model's template, tokenizes, checks the prompt against the model (vocabulary, context), computes
+ * the key of every completion (jobs/key) and lets the ledger fold equal keys into one work.
+ *
+ * A problem with one line makes it a bad line (a code and a message; it will go to the error file), never a
+ * failed run. The run fails on an I/O error, out of memory, or chat input for a model without a chat
+ * template nightshift recognises (reported once, naming the first such line).
+ *
+ * A line's completions: n (from the line or the defaults), completion i seeded with
+ * key_completion_seed(seed, i) where seed is the line's seed or key_id_seed(custom_id); max_tokens is
+ * clamped so that prompt + max_tokens fits the model's context. Every line gets a digest of what its output
+ * bytes are built from (its id, kind, model name and keys; or its id and error), so that a resumed run can
+ * tell whether a stored line row still belongs to it.
+ */
+#ifndef NS_JOBS_INGEST_H
+#define NS_JOBS_INGEST_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "engine/engine.h"
+#include "jobs/job.h"
+#include "jobs/ledger.h"
+#include "util/err.h"
+
+struct ingest_stats {
+    int64_t bad_lines;         /* bad input, chat template failures, prompts that do not fit */
+    int64_t folded_duplicates; /* completions whose key another completion already has */
+    int interrupted;           /* *c->stop was set: reading stopped early */
+};
+
+/* Reads c->backlog into l (empty, made by ledger_init). Stops early with st->interrupted when *c->stop is
+ * set. *backlog = facts about the file for the record (path, sha256, format, lines, blank lines, bytes,
+ * unknown fields; a new reference), NULL on failure. */
+int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
+                   json_t **backlog, struct err *e);
+
+/* The engine request that runs work w: its owner line's prompt and parameters, id = w. Points into l (the
+ * engine copies what it keeps). The same parameters went into w's key. */
+void ingest_work_request(const ledger *l, uint32_t w, int ignore_eos, struct engine_request *rq);
+
+#endif

@@ -1,0 +1,221 @@
+/* Tests for jobs/ingest on the stories260K vocabulary (context cut to 64 tokens): lines and bad lines, folding
+ * of equal keys, n completions, max_tokens clamped to the context, every work's key equal to the key of the
+ * engine request that runs it, chat rendering, chat input without a template, digests, interruption. */
+#include "jobs/ingest.h"
+
+#include "gguf/gguf.h"
+#include "jobs/key.h"
+#include "test.h"
+#include "util/log.h"
+
+static char tmp_dir[] = "/tmp/ns_test_ingest_XXXXXX";
+static tok_vocab *vocab;
+static struct model_hparams hp;
+
+static const char *write_tmp(const char *name, const char *content)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmp_dir, name);
+    return test_write_file(path, content, strlen(content)) == 0 ? path : NULL;
+}
+
+static void setup(struct job_config *c, struct job_model *m, const char *backlog)
+{
+    *c = job_default_config();
+    c->backlog = backlog;
+    memset(m, 0, sizeof *m);
+    m->path = "stories260K.gguf";
+    m->name = "tiny";
+    m->sha256[0] = 0x42;
+    m->hp = &hp;
+    m->vocab = vocab;
+    m->chat = CHAT_CHATML;
+    m->chat_source = "flag";
+    m->ep = engine_default_params();
+}
+
+static int ingest(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
+                  json_t **backlog, struct err *e)
+{
+    struct ledger_params p = {m->name, 0, 1, NULL};
+    if (ledger_init(l, &p, e) != 0) return -1;
+    return ingest_backlog(c, m, l, st, backlog, e);
+}
+
+/* Work w's key equals the key of the request ingest_work_request makes for it. */
+static int key_of_request_matches(const ledger *l, const struct job_model *m, int ignore_eos, uint32_t w)
+{
+    const struct ledger_line *L = &l->lines[l->works[w].owner];
+    uint32_t index = 0;
+    while ((int32_t)index < L->n && L->works[index] != w) index++;
+    struct engine_request rq;
+    ingest_work_request(l, w, ignore_eos, &rq);
+    struct key_params kp = {m->sha256, (uint32_t)m->ep.kv_type, rq.max_tokens, rq.sampling, rq.stop, rq.n_stop,
+                            rq.ignore_eos, rq.prompt, rq.n_prompt, index};
+    uint8_t key[32];
+    struct err e;
+    return rq.id == w && key_compute(&kp, key, &e) == 0 && !memcmp(key, plan_keymap_key(l->keys, w), 32);
+}
+
+static const char *bad_code(const ledger *l, size_t i)
+{
+    return l->lines[i].bad ? l->lines[i].code : "ok";
+}
+
+TEST(lines_works_and_folding)
+{
+    if (!vocab) SKIP("no stories260K model");
+    char long_prompt[2000] = "";
+    for (int i = 0; i < 80; i++) strcat(long_prompt, "the dog ");
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\"id\":\"a\",\"prompt\":\"Once upon a time\",\"temperature\":0,\"seed\":1}\n"
+             "{\"id\":\"b\",\"prompt\":\"Once upon a time\",\"temperature\":0,\"seed\":2}\n"
+             "\n"
+             "{\"id\":\"c\",\"prompt\":\"Once upon a time\",\"n\":3,\"temperature\":0.8,\"stop\":[\".\"]}\n"
+             "{\"id\":\"d\",\"prompt\":[1,99999]}\n"
+             "not json\n"
+             "{\"id\":\"e\",\"prompt\":\"%s\"}\n"
+             "{\"id\":\"f\",\"prompt\":\"Lily\",\"max_tokens\":1000,\"logit_bias\":{\"5\":2}}\n",
+             long_prompt);
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, write_tmp("a.jsonl", text));
+    ledger l;
+    struct ingest_stats st;
+    json_t *facts;
+    struct err e;
+    CHECK_MSG(ingest(&c, &m, &l, &st, &facts, &e) == 0, "%s", e.msg);
+    CHECK_EQ_INT(l.n_lines, 7);
+    CHECK_EQ_INT(st.bad_lines, 3);
+    CHECK_STR(bad_code(&l, 3), "invalid_value"); /* token id outside the vocabulary */
+    CHECK(strstr(l.lines[3].message, "99999") != NULL);
+    CHECK_STR(bad_code(&l, 4), "invalid_json");
+    CHECK_STR(bad_code(&l, 5), "prompt_too_long");
+    CHECK_EQ_INT(l.lines[2].no, 4); /* the blank line is no line */
+    /* a and b fold (greedy: the seed is not part of the key); c has 3 works; f 1 */
+    CHECK_EQ_INT(st.folded_duplicates, 1);
+    CHECK_EQ_INT(l.n_works, 5);
+    CHECK_EQ_INT(l.lines[1].works[0], l.lines[0].works[0]);
+    CHECK_EQ_INT(l.lines[2].n, 3);
+    CHECK(l.lines[2].works[0] != l.lines[2].works[1] && l.lines[2].works[1] != l.lines[2].works[2]);
+    const struct ledger_work *W = &l.works[l.lines[2].works[1]];
+    CHECK(W->seed == key_completion_seed(key_id_seed("c"), 1));
+    const struct ledger_line *F = &l.lines[6];
+    CHECK_EQ_INT(l.works[F->works[0]].max_tokens, 64 - F->n_prompt); /* clamped to the context */
+    for (uint32_t w = 0; w < l.n_works; w++) CHECK_MSG(key_of_request_matches(&l, &m, 0, w), "work %u", w);
+    for (size_t i = 0; i < l.n_lines; i++)
+        for (size_t k = 0; k < i; k++) CHECK(memcmp(l.lines[i].digest, l.lines[k].digest, 32) != 0);
+    CHECK_STR(json_string_value(json_object_get(facts, "format")), "jsonl");
+    CHECK_EQ_INT(json_integer_value(json_object_get(facts, "lines")), 8);
+    CHECK_EQ_INT(json_integer_value(json_object_get(facts, "blank_lines")), 1);
+    json_decref(facts);
+    ledger_free(&l);
+}
+
+TEST(chat_lines_are_rendered_with_the_template)
+{
+    if (!vocab) SKIP("no stories260K model");
+    const char *text = "{\"id\":\"g\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}\n";
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, write_tmp("chat.jsonl", text));
+    ledger l;
+    struct ingest_stats st;
+    json_t *facts;
+    struct err e;
+    CHECK_MSG(ingest(&c, &m, &l, &st, &facts, &e) == 0, "%s", e.msg);
+    json_decref(facts);
+    CHECK_EQ_INT(l.n_lines, 1);
+    CHECK(!l.lines[0].bad);
+    struct chat_msg msg = {"user", "Hi"};
+    const char *bos = tok_piece(vocab, tok_bos(vocab)), *eos = tok_piece(vocab, tok_eos(vocab));
+    char *rendered;
+    int32_t *ids;
+    size_t n_ids;
+    CHECK(chat_render(CHAT_CHATML, &msg, 1, bos, eos, &rendered, &e) == 0);
+    int add_bos = tok_add_bos(vocab) && strncmp(rendered, bos, strlen(bos)) != 0;
+    CHECK(tok_encode(vocab, rendered, strlen(rendered), add_bos, 1, &ids, &n_ids, &e) == 0);
+    CHECK_EQ_INT(l.lines[0].n_prompt, (int32_t)n_ids);
+    CHECK(!memcmp(l.lines[0].prompt, ids, n_ids * sizeof *ids));
+    CHECK_EQ_INT(l.lines[0].kind, INPUT_KIND_CHAT);
+    free(rendered);
+    free(ids);
+    ledger_free(&l);
+
+    /* without a template the run fails, naming the line and the flag */
+    m.chat = CHAT_NONE;
+    m.chat_source = "no tokenizer.chat_template in the model";
+    CHECK(ingest(&c, &m, &l, &st, &facts, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "line 1 has chat messages") && strstr(e.msg, "--chat-template"), "%s", e.msg);
+    CHECK(facts == NULL);
+    ledger_free(&l);
+}
+
+/* The digest covers what a line's bytes are built from: the model name recorded, the keys, the id. */
+TEST(digests_follow_what_the_line_is_built_from)
+{
+    if (!vocab) SKIP("no stories260K model");
+    const char *text = "{\"id\":\"a\",\"prompt\":\"Once\"}\n{\"id\":\"b\",\"prompt\":\"Lily\"}\nnot json\n";
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, write_tmp("d.jsonl", text));
+    ledger l1, l2, l3;
+    struct ingest_stats st;
+    json_t *facts;
+    struct err e;
+    CHECK(ingest(&c, &m, &l1, &st, &facts, &e) == 0);
+    json_decref(facts);
+    CHECK(ingest(&c, &m, &l2, &st, &facts, &e) == 0);
+    json_decref(facts);
+    CHECK(!memcmp(l1.lines[0].digest, l2.lines[0].digest, 32)); /* deterministic */
+    m.name = "other";
+    c.input.defaults.max_tokens = 9;
+    CHECK(ingest(&c, &m, &l3, &st, &facts, &e) == 0);
+    json_decref(facts);
+    CHECK(memcmp(l1.lines[0].digest, l3.lines[0].digest, 32) != 0);
+    CHECK(l3.lines[2].bad);
+    CHECK(!memcmp(l1.lines[2].digest, l3.lines[2].digest, 32)); /* a bad line: only its id and error */
+    ledger_free(&l1);
+    ledger_free(&l2);
+    ledger_free(&l3);
+}
+
+TEST(a_stop_request_interrupts_reading)
+{
+    if (!vocab) SKIP("no stories260K model");
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, write_tmp("s.txt", "Once\nupon\n"));
+    volatile sig_atomic_t stop = 1;
+    c.stop = &stop;
+    ledger l;
+    struct ingest_stats st;
+    json_t *facts;
+    struct err e;
+    CHECK(ingest(&c, &m, &l, &st, &facts, &e) == 0);
+    json_decref(facts);
+    CHECK(st.interrupted);
+    CHECK_EQ_INT(l.n_lines, 0);
+    ledger_free(&l);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmp_dir)) return 1;
+    log_set_level(LOG_WARN);
+    gguf_file *f;
+    struct err e;
+    if (gguf_open(test_shared("models/stories260K.gguf"), &f, &e) == 0) {
+        if (tok_load(f, &vocab, &e) != 0) vocab = NULL;
+        gguf_close(f);
+    }
+    hp.n_ctx_train = 64;
+    RUN(lines_works_and_folding);
+    RUN(chat_lines_are_rendered_with_the_template);
+    RUN(digests_follow_what_the_line_is_built_from);
+    RUN(a_stop_request_interrupts_reading);
+    tok_free(vocab);
+    if (test_rm_rf(tmp_dir) != 0) return 1;
+    return test_summary();
+}

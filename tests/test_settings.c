@@ -1,0 +1,126 @@
+/* Tests for jobs/settings: a new store is bound to the run's settings; a store made with other settings
+ * (or another model) is refused naming the difference, or rebound with force; a new store next to non-empty
+ * output files is refused. */
+#include "jobs/settings.h"
+
+#include "test.h"
+
+static char tmp_dir[] = "/tmp/ns_test_settings_XXXXXX";
+
+static const char *tmp_path(const char *name)
+{
+    static char path[4][512];
+    static int k;
+    k = (k + 1) & 3;
+    snprintf(path[k], sizeof path[k], "%s/%s", tmp_dir, name);
+    return path[k];
+}
+
+static void setup(struct job_config *c, struct job_model *m, const char *db)
+{
+    *c = job_default_config();
+    c->store = db;
+    c->output = tmp_path("out.jsonl");
+    c->errors = tmp_path("err.jsonl");
+    c->version = "test";
+    memset(m, 0, sizeof *m);
+    m->path = "model.gguf";
+    m->sha256[0] = 0xab;
+    m->chat = CHAT_CHATML;
+    m->ep.kv_type = KV_TYPE_F16;
+}
+
+static char *meta(store *st, const char *k)
+{
+    char *v = NULL;
+    struct err e;
+    if (store_meta_get(st, k, &v, &e) != 0) return NULL;
+    return v;
+}
+
+TEST(new_store_gets_the_settings)
+{
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, tmp_path("a.db"));
+    c.input.defaults.temperature = 0.5f;
+    store *st;
+    struct err e;
+    CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
+    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    char *v = meta(st, "default.temperature");
+    CHECK_STR(v, "0.5");
+    free(v);
+    v = meta(st, "chat_template");
+    CHECK_STR(v, "chatml");
+    free(v);
+    v = meta(st, "model.path");
+    CHECK_STR(v, "model.gguf");
+    free(v);
+    v = meta(st, "model.sha256");
+    CHECK(v && !strncmp(v, "ab00", 4));
+    free(v);
+    /* the same settings again: accepted */
+    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    store_close(st);
+}
+
+TEST(other_settings_are_refused_unless_force)
+{
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, tmp_path("b.db"));
+    store *st;
+    struct err e;
+    CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
+    CHECK(settings_bind_store(st, &c, &m, &e) == 0);
+    c.input.defaults.top_k = 40;
+    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "default.top_k 0 (now 40)") != NULL, "%s", e.msg);
+    m.sha256[0] = 0xcd; /* another model */
+    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "model.sha256") && strstr(e.msg, "default.top_k"), "%s", e.msg);
+    char *v = meta(st, "default.top_k");
+    CHECK_STR(v, "0"); /* untouched */
+    free(v);
+    c.force = 1;
+    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    v = meta(st, "default.top_k");
+    CHECK_STR(v, "40"); /* rebound */
+    free(v);
+    c.force = 0;
+    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    store_close(st);
+}
+
+TEST(new_store_next_to_old_outputs_is_refused)
+{
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, tmp_path("c.db"));
+    CHECK(test_write_file(c.errors, "{}\n", 3) == 0);
+    store *st;
+    struct err e;
+    CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
+    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "already holds 3 bytes") != NULL, "%s", e.msg);
+    char *v = meta(st, "model.sha256");
+    CHECK(v == NULL); /* still new */
+    c.force = 1;
+    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    v = meta(st, "model.sha256");
+    CHECK(v != NULL);
+    free(v);
+    store_close(st);
+    unlink(c.errors);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmp_dir)) return 1;
+    RUN(new_store_gets_the_settings);
+    RUN(other_settings_are_refused_unless_force);
+    RUN(new_store_next_to_old_outputs_is_refused);
+    if (test_rm_rf(tmp_dir) != 0) return 1;
+    return test_summary();
+}
