@@ -33,8 +33,9 @@ size_t utf8_lead_len(unsigned char c);
  * continuation byte, an overlong, a surrogate, above U+10FFFF, or cut short by n (n = 0 gives 0). */
 size_t utf8_seq_len(const unsigned char *s, size_t n);
 
-/* Length of the character at s[0..n) for stepping through any bytes (n >= 1): utf8_seq_len when a valid
- * sequence is there, else 1 (an invalid or truncated byte stands alone). Never 0, never more than n. */
+/* Length of the character at s[0..n) for stepping through any bytes: utf8_seq_len when a valid sequence
+ * is there, else 1 (an invalid or truncated byte stands alone). Never 0; at most n when n >= 1 (s is not
+ * read when n = 0). */
 size_t utf8_char_len(const unsigned char *s, size_t n);
 
 /* The code point at s[0..n) and its length in *len, or -1 with *len = 1 when no valid sequence is there
