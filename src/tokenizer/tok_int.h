@@ -1,6 +1,6 @@
 /* tok_int — the layout of a tok_vocab: the facade over vocab, spm and bpe. Private: only tok.c and the
- * tokenizer's tests include it (nothing under src/tokenizer/ below the facade does, so includes go one way:
- * tok -> spm, bpe -> pretok, vocab -> util, gguf).
+ * tokenizer's tests include it; no module below the facade includes it or tok.h, so includes go one way
+ * (tok -> spm, bpe; bpe -> pretok; spm, bpe -> vocab; vocab -> gguf; all -> util).
  *
  * Everything here is immutable after tok_load() returns, so any number of threads may encode and decode
  * with one vocab at the same time; per-call scratch lives on the caller's stack or in malloc'd buffers.
