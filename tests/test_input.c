@@ -256,19 +256,6 @@ TEST(defaults_and_overrides)
     CHECK(strstr(e.msg, "top_p") != NULL);
 }
 
-TEST(utf8_validation)
-{
-    size_t at;
-    CHECK(input_utf8_valid("abc", 3, &at));
-    CHECK(input_utf8_valid("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9, &at));
-    CHECK(!input_utf8_valid("ab\xc0\xaf", 4, &at)); /* overlong */
-    CHECK_EQ_INT(at, 2);
-    CHECK(!input_utf8_valid("\xed\xa0\x80", 3, &at)); /* surrogate */
-    CHECK(!input_utf8_valid("\xf4\x90\x80\x80", 4, &at)); /* > U+10FFFF */
-    CHECK(!input_utf8_valid("x\xe2\x82", 3, &at)); /* truncated */
-    CHECK_EQ_INT(at, 1);
-}
-
 TEST(sha_and_counts)
 {
     const char *s = "a\n\nb\n";
@@ -367,7 +354,6 @@ int main(void)
     RUN(openai_mismatches);
     RUN(long_lines_are_bounded);
     RUN(defaults_and_overrides);
-    RUN(utf8_validation);
     RUN(sha_and_counts);
     RUN(nan_message_only_for_nan_tokens);
     RUN(utf8_bom_is_dropped);

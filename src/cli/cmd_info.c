@@ -15,9 +15,9 @@
 #include "cli/cli.h"
 #include "cli/cli_util.h"
 #include "gguf/gguf.h"
-#include "jobs/input.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
+#include "util/utf8.h"
 
 static const char info_usage[] =
     "usage: nightshift info [MODEL.gguf | -m MODEL] [--json]\n"
@@ -66,7 +66,7 @@ static json_t *info_str(const char *s, size_t n)
     size_t w = 0;
     for (size_t i = 0; i < n;) {
         size_t ok = n - i; /* s[i..i+ok) is valid UTF-8; a bad sequence starts at i + ok */
-        input_utf8_valid(s + i, n - i, &ok);
+        utf8_valid(s + i, n - i, &ok);
         for (size_t k = i; k < i + ok; k++) {
             if (s[k] != '\0') {
                 buf[w++] = s[k];

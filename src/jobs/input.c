@@ -22,6 +22,7 @@
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/sha256.h"
+#include "util/utf8.h"
 
 enum { RBUF_BYTES = 1 << 16, DETECT_LINES = 32 };
 
@@ -202,45 +203,6 @@ void input_item_free(struct input_item *it)
     free(it->model);
     input_gen_free(&it->gen);
     memset(it, 0, sizeof *it);
-}
-
-/* --- UTF-8 --- */
-
-size_t input_utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp, min;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if (len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[k] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
-int input_utf8_valid(const char *buf, size_t n, size_t *bad_at)
-{
-    const unsigned char *s = (const unsigned char *)buf;
-    size_t i = 0;
-    while (i < n) {
-        if (s[i] < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len = input_utf8_seq(s + i, n - i);
-        if (!len) {
-            if (bad_at) *bad_at = i;
-            return 0;
-        }
-        i += len;
-    }
-    return 1;
 }
 
 /* --- the reader --- */
@@ -979,7 +941,7 @@ int input_next(input_reader *r, struct input_item *it, struct err *e)
         }
         if (input_gen_copy(&it->gen, &r->o.defaults, e) != 0) return -1;
         size_t bad_at;
-        if (!input_utf8_valid(r->line, r->line_len, &bad_at)) {
+        if (!utf8_valid(r->line, r->line_len, &bad_at)) {
             set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
             goto bad_line;
         }

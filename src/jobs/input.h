@@ -122,11 +122,4 @@ void input_file_sha256(const input_reader *r, uint8_t out[32]);
 /* Unknown field names warned about so far (each once): count. */
 int input_n_unknown_fields(const input_reader *r);
 
-/* 1 if buf is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF); else 0 and the byte
- * offset of the first bad sequence in *bad_at (may be NULL). */
-int input_utf8_valid(const char *buf, size_t n, size_t *bad_at);
-/* Length (2..4) of the valid multi-byte UTF-8 sequence at s[0..n), or 0 if there is none (ASCII, a stray
- * continuation byte, an overlong, a surrogate, above U+10FFFF, or cut short by n). n >= 1. */
-size_t input_utf8_seq(const unsigned char *s, size_t n);
-
 #endif

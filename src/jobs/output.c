@@ -17,8 +17,8 @@
 
 #include <xxhash.h>
 
-#include "jobs/input.h"
 #include "util/sha256.h"
+#include "util/utf8.h"
 
 /* --- buffer --- */
 
@@ -99,7 +99,7 @@ void output_buf_put_json_string(struct output_buf *b, const char *str, size_t n)
             i++;
             continue;
         }
-        size_t len = input_utf8_seq(s + i, n - i);
+        size_t len = utf8_seq_len(s + i, n - i);
         if (len) {
             output_buf_put(b, s + i, len);
             i += len;

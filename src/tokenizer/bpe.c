@@ -1,11 +1,14 @@
 /* bpe — byte-level BPE merges.
  *
- * Invariant: v->ranks maps (left id, right id) of every merge in tokenizer.ggml.merges to (rank = its index,
- * merged id = the id of left's text + right's text); all three ids are inside the vocab. Encoding a piece
- * starts from one symbol per byte (the token of the byte's mapped character) and repeatedly applies the
- * lowest-ranked merge among adjacent symbol pairs, leftmost first on equal ranks, until no adjacent pair
- * has a merge. The symbols form a doubly linked list over an array; candidate pairs sit in a binary heap
- * and are checked for staleness when popped, so a piece of n bytes costs O(n log n).
+ * Invariant (checked by bpe_check): ranks maps (left id, right id) of every merge in tokenizer.ggml.merges
+ * to (rank = its index, merged id = the id of left's text + right's text); all three ids are inside the
+ * vocab and 0 <= rank < n_merges. byte_tok[b] is -1 or an id inside the vocab; pre is a compiled
+ * pre-tokenizer. Nothing changes after bpe_create().
+ *
+ * Encoding a piece starts from one symbol per byte (the token of the byte's mapped character) and
+ * repeatedly applies the lowest-ranked merge among adjacent symbol pairs, leftmost first on equal ranks,
+ * until no adjacent pair has a merge. The symbols form a doubly linked list over an array; candidate pairs
+ * sit in a binary heap and are checked for staleness when popped, so a piece of n bytes costs O(n log n).
  */
 #include "tokenizer/bpe.h"
 
@@ -13,6 +16,26 @@
 #include <string.h>
 
 #include "tokenizer/pretok.h"
+#include "util/utf8.h"
+
+/* Map from a pair of token ids (left, right) to the merge's rank and the merged token's id: open
+ * addressing, capacity a power of two >= 2 * merges. */
+struct bpe_pairmap {
+    uint64_t *keys;  /* (mask + 1) (left << 32 | right) + 1, 0 = empty */
+    int32_t *rank;   /* (mask + 1) */
+    int32_t *merged; /* (mask + 1) */
+    uint64_t mask;
+};
+
+struct bpe {
+    const struct vocab *v; /* borrowed */
+    struct pretok *pre;
+    int ignore_merges; /* a pre-split word that is itself a token is emitted whole (Llama 3) */
+    int add_bos;       /* the pre-tokenizer's default for tokenizer.ggml.add_bos_token */
+    struct bpe_pairmap ranks;
+    int32_t n_merges;
+    int32_t byte_tok[256]; /* id of the byte's mapped character, -1 if none */
+};
 
 /* The GPT-2 mapping (see bpe.h): the code point byte b is shown as. */
 static uint32_t bpe_byte_to_cp(uint8_t b)
@@ -36,16 +59,12 @@ static int bpe_cp_to_byte(uint32_t cp)
     return -1;
 }
 
-size_t bpe_byte_utf8(uint8_t b, char out[2])
+/* The GPT-2 mapping: every byte is shown as one printable code point (bytes that are printable Latin-1
+ * stay themselves, the rest map to U+0100 + n in byte order). Writes the UTF-8 of byte b's code point into
+ * out and returns its length (1 or 2). */
+static size_t bpe_byte_utf8(uint8_t b, char out[UTF8_MAX_SEQ])
 {
-    uint32_t cp = bpe_byte_to_cp(b);
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
+    return utf8_encode(bpe_byte_to_cp(b), out);
 }
 
 /* --- pair map --- */
@@ -58,7 +77,7 @@ static uint64_t bpe_pair_hash(uint64_t key)
     return key;
 }
 
-static int bpe_pair_find(const struct tok_pairmap *m, int32_t left, int32_t right, int32_t *rank, int32_t *merged)
+static int bpe_pair_find(const struct bpe_pairmap *m, int32_t left, int32_t right, int32_t *rank, int32_t *merged)
 {
     if (!m->keys || left < 0 || right < 0) return 0;
     uint64_t key = ((uint64_t)(uint32_t)left << 32 | (uint32_t)right) + 1;
@@ -72,7 +91,7 @@ static int bpe_pair_find(const struct tok_pairmap *m, int32_t left, int32_t righ
     }
 }
 
-static void bpe_pair_insert(struct tok_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t merged)
+static void bpe_pair_insert(struct bpe_pairmap *m, int32_t left, int32_t right, int32_t rank, int32_t merged)
 {
     uint64_t key = ((uint64_t)(uint32_t)left << 32 | (uint32_t)right) + 1;
     for (uint64_t i = bpe_pair_hash(key) & m->mask;; i = (i + 1) & m->mask) {
@@ -86,8 +105,10 @@ static void bpe_pair_insert(struct tok_pairmap *m, int32_t left, int32_t right, 
     }
 }
 
-int bpe_load_merges(tok_vocab *v, const gguf_file *f, struct err *e)
+/* Reads tokenizer.ggml.merges into b->ranks (needs b->v's piece map). */
+static int bpe_load_merges(struct bpe *b, const gguf_file *f, struct err *e)
 {
+    const struct vocab *v = b->v;
     int64_t kv = gguf_find_kv(f, "tokenizer.ggml.merges");
     if (kv < 0) return err_set(e, "tokenizer.ggml.merges is missing (required for a gpt2 BPE vocab)");
     if (gguf_kv_type(f, (uint64_t)kv) != GGUF_VTYPE_ARRAY || gguf_kv_arr_type(f, (uint64_t)kv) != GGUF_VTYPE_STRING)
@@ -96,7 +117,7 @@ int bpe_load_merges(tok_vocab *v, const gguf_file *f, struct err *e)
     if (n > (uint64_t)INT32_MAX) return err_set(e, "tokenizer.ggml.merges: %llu entries is too many", (unsigned long long)n);
     uint64_t cap = 16;
     while (cap < 2 * n) cap *= 2;
-    struct tok_pairmap *m = &v->ranks;
+    struct bpe_pairmap *m = &b->ranks;
     m->keys = calloc(cap, sizeof *m->keys);
     m->rank = malloc(cap * sizeof *m->rank);
     m->merged = malloc(cap * sizeof *m->merged);
@@ -114,7 +135,7 @@ int bpe_load_merges(tok_vocab *v, const gguf_file *f, struct err *e)
                            (unsigned long long)i, (int)(s.len > 64 ? 64 : s.len), s.ptr);
         }
         size_t ln = (size_t)(sp - s.ptr), rn = s.len - ln - 1;
-        int32_t l = tok_lookup(v, s.ptr, ln), r = tok_lookup(v, sp + 1, rn);
+        int32_t l = vocab_lookup(v, s.ptr, ln), r = vocab_lookup(v, sp + 1, rn);
         if (l < 0 || r < 0) {
             free(cat);
             return err_set(e, "tokenizer.ggml.merges[%llu] = '%.*s': %s half is not a token of the vocab",
@@ -131,7 +152,7 @@ int bpe_load_merges(tok_vocab *v, const gguf_file *f, struct err *e)
         }
         memcpy(cat, s.ptr, ln);
         memcpy(cat + ln, sp + 1, rn);
-        int32_t merged = tok_lookup(v, cat, ln + rn);
+        int32_t merged = vocab_lookup(v, cat, ln + rn);
         if (merged < 0) {
             free(cat);
             return err_set(e, "tokenizer.ggml.merges[%llu] = '%.*s': the merged text is not a token of the vocab",
@@ -140,7 +161,57 @@ int bpe_load_merges(tok_vocab *v, const gguf_file *f, struct err *e)
         bpe_pair_insert(m, l, r, (int32_t)i, merged);
     }
     free(cat);
-    v->n_merges = (int32_t)n;
+    b->n_merges = (int32_t)n;
+    return 0;
+}
+
+int bpe_create(const struct vocab *v, const gguf_file *f, const char *pre_name, struct bpe **out, struct err *e)
+{
+    *out = NULL;
+    struct bpe *b = calloc(1, sizeof *b);
+    if (!b) return err_set(e, "out of memory");
+    b->v = v;
+    if (pretok_create(pre_name, &b->pre, &b->ignore_merges, &b->add_bos, e)) goto fail;
+    for (int c = 0; c < 256; c++) {
+        char u[UTF8_MAX_SEQ];
+        size_t ul = bpe_byte_utf8((uint8_t)c, u);
+        b->byte_tok[c] = vocab_lookup(v, u, ul);
+    }
+    if (bpe_load_merges(b, f, e)) goto fail;
+    *out = b;
+    return 0;
+fail:
+    bpe_free(b);
+    return -1;
+}
+
+void bpe_free(struct bpe *b)
+{
+    if (!b) return;
+    pretok_free(b->pre);
+    free(b->ranks.keys);
+    free(b->ranks.rank);
+    free(b->ranks.merged);
+    free(b);
+}
+
+int bpe_add_bos_default(const struct bpe *b) { return b->add_bos; }
+int32_t bpe_n_merges(const struct bpe *b) { return b->n_merges; }
+
+int bpe_check(const struct bpe *b, struct err *e)
+{
+    int32_t n = vocab_n(b->v);
+    if (!b->pre) return err_set(e, "bpe_check: no pre-tokenizer");
+    for (int c = 0; c < 256; c++)
+        if (b->byte_tok[c] < -1 || b->byte_tok[c] >= n) return err_set(e, "bpe_check: byte token of %d out of range", c);
+    const struct bpe_pairmap *m = &b->ranks;
+    for (uint64_t i = 0; m->keys && i <= m->mask; i++) {
+        if (!m->keys[i]) continue;
+        uint64_t k = m->keys[i] - 1;
+        if ((int64_t)(k >> 32) >= n || (int64_t)(k & 0xFFFFFFFFu) >= n || m->merged[i] < 0 || m->merged[i] >= n ||
+            m->rank[i] < 0 || m->rank[i] >= b->n_merges)
+            return err_set(e, "bpe_check: bad merge table entry %llu", (unsigned long long)i);
+    }
     return 0;
 }
 
@@ -154,8 +225,8 @@ struct bpe_cand {
 };
 
 struct bpe_work {
-    const tok_vocab *v;
-    struct tok_out *out;
+    const struct bpe *b;
+    struct vocab_tokens *out;
     int32_t *id; /* (cap) symbol token id; -2 once merged into its left neighbour */
     int32_t *next, *prev;
     struct bpe_cand *heap;
@@ -201,7 +272,7 @@ static void bpe_try_pair(struct bpe_work *w, int32_t left, int32_t right)
 {
     if (left < 0 || right < 0) return;
     struct bpe_cand c = {.left = left, .right = right, .left_id = w->id[left], .right_id = w->id[right]};
-    if (bpe_pair_find(&w->v->ranks, c.left_id, c.right_id, &c.rank, &c.merged)) bpe_heap_push(w, c);
+    if (bpe_pair_find(&w->b->ranks, c.left_id, c.right_id, &c.rank, &c.merged)) bpe_heap_push(w, c);
 }
 
 static int bpe_reserve(struct bpe_work *w, size_t n, struct err *e)
@@ -226,28 +297,29 @@ static int bpe_reserve(struct bpe_work *w, size_t n, struct err *e)
 
 static int bpe_emit_symbol(struct bpe_work *w, int32_t id, struct err *e)
 {
-    if (id >= 0) return tok_out_push(w->out, id, e);
+    if (id >= 0) return vocab_tokens_push(w->out, id, e);
     /* a byte whose mapped character is not in the vocab: the unknown token, or nothing */
-    if (w->v->unk >= 0) return tok_out_push(w->out, w->v->unk, e);
+    int32_t unk = vocab_specials(w->b->v)->unk;
+    if (unk >= 0) return vocab_tokens_push(w->out, unk, e);
     return 0;
 }
 
 static int bpe_piece(void *user, const char *s, size_t n, struct err *e)
 {
     struct bpe_work *w = user;
-    const tok_vocab *v = w->v;
+    const struct bpe *b = w->b;
     if (n > (size_t)INT32_MAX / 2) return err_set(e, "BPE piece of %zu bytes is too long", n);
-    if (n == 1) return bpe_emit_symbol(w, v->byte_tok[(uint8_t)s[0]], e);
+    if (n == 1) return bpe_emit_symbol(w, b->byte_tok[(uint8_t)s[0]], e);
     if (bpe_reserve(w, n, e)) return -1;
-    if (v->ignore_merges) {
+    if (b->ignore_merges) {
         size_t m = 0;
         for (size_t i = 0; i < n; i++) m += bpe_byte_utf8((uint8_t)s[i], w->mapped + m);
-        int32_t id = tok_lookup(v, w->mapped, m);
-        if (id >= 0) return tok_out_push(w->out, id, e);
+        int32_t id = vocab_lookup(b->v, w->mapped, m);
+        if (id >= 0) return vocab_tokens_push(w->out, id, e);
     }
     int32_t cnt = (int32_t)n;
     for (int32_t i = 0; i < cnt; i++) {
-        w->id[i] = v->byte_tok[(uint8_t)s[i]];
+        w->id[i] = b->byte_tok[(uint8_t)s[i]];
         w->prev[i] = i - 1;
         w->next[i] = i + 1 < cnt ? i + 1 : -1;
     }
@@ -269,10 +341,10 @@ static int bpe_piece(void *user, const char *s, size_t n, struct err *e)
     return 0;
 }
 
-int bpe_encode(const tok_vocab *v, const char *text, size_t len, struct tok_out *out, struct err *e)
+int bpe_encode(const struct bpe *b, const char *text, size_t len, struct vocab_tokens *out, struct err *e)
 {
-    struct bpe_work w = {.v = v, .out = out};
-    int rc = pretok_split(v->pre, text, len, bpe_piece, &w, e);
+    struct bpe_work w = {.b = b, .out = out};
+    int rc = pretok_split(b->pre, text, len, bpe_piece, &w, e);
     free(w.id);
     free(w.next);
     free(w.prev);
@@ -286,11 +358,9 @@ size_t bpe_unmap(const char *text, size_t len, char *buf, size_t cap)
     size_t n = 0;
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < len;) {
-        size_t cl = tok_utf8_char_len(s + i, len - i);
-        uint32_t cp = 0x110000;
-        if (cl == 1 && s[i] < 0x80) cp = s[i];
-        else if (cl == 2) cp = (uint32_t)(s[i] & 0x1F) << 6 | (s[i + 1] & 0x3F);
-        int b = bpe_cp_to_byte(cp);
+        size_t cl;
+        int32_t cp = utf8_decode(s + i, len - i, &cl); /* -1 for a bad byte: not in the mapping */
+        int b = cp < 0 ? -1 : bpe_cp_to_byte((uint32_t)cp);
         if (b >= 0) {
             if (n < cap) buf[n] = (char)b;
             n++;

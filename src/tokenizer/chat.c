@@ -135,12 +135,121 @@ static int chat_role(const struct chat_msg *m, enum chat_role *r)
 
 /* ---------- rendering ---------- */
 
+/* The prompt being rendered. */
+struct chat_prompt {
+    enum chat_family f;
+    const char *bos, *eos;
+    const char *pending_sys; /* llama2/mistral/gemma: system text waiting for the next user turn */
+    struct chat_buf b;
+};
+
+/* Appends message i (role r, text c) in the family's format. */
+static void chat_put_turn(struct chat_prompt *cr, size_t i, enum chat_role r, const char *role, const char *c)
+{
+    struct chat_buf *b = &cr->b;
+    switch (cr->f) {
+    case CHAT_CHATML:
+        cb_put(b, "<|im_start|>");
+        cb_put(b, role);
+        cb_put(b, "\n");
+        cb_put(b, c);
+        cb_put(b, "<|im_end|>\n");
+        break;
+    case CHAT_LLAMA3:
+        if (i == 0) cb_put(b, cr->bos);
+        cb_put(b, "<|start_header_id|>");
+        cb_put(b, role);
+        cb_put(b, "<|end_header_id|>\n\n");
+        cb_put_trim(b, c);
+        cb_put(b, "<|eot_id|>");
+        break;
+    case CHAT_LLAMA2:
+        if (r == ROLE_SYSTEM) {
+            cr->pending_sys = c;
+        } else if (r == ROLE_USER) {
+            cb_put(b, cr->bos);
+            cb_put(b, "[INST] ");
+            if (cr->pending_sys) {
+                cb_put_trim_joined(b, "<<SYS>>\n", cr->pending_sys, "\n<</SYS>>\n\n", c);
+                cr->pending_sys = NULL;
+            } else {
+                cb_put_trim(b, c);
+            }
+            cb_put(b, " [/INST]");
+        } else {
+            cb_put(b, " ");
+            cb_put_trim(b, c);
+            cb_put(b, " ");
+            cb_put(b, cr->eos);
+        }
+        break;
+    case CHAT_MISTRAL:
+        if (i == 0) cb_put(b, cr->bos);
+        if (r == ROLE_SYSTEM) {
+            cr->pending_sys = c;
+        } else if (r == ROLE_USER) {
+            cb_put(b, "[INST] ");
+            if (cr->pending_sys) {
+                cb_put(b, cr->pending_sys);
+                cb_put(b, "\n\n");
+                cr->pending_sys = NULL;
+            }
+            cb_put(b, c);
+            cb_put(b, " [/INST]");
+        } else {
+            cb_put(b, c);
+            cb_put(b, cr->eos);
+        }
+        break;
+    case CHAT_PHI3:
+    case CHAT_ZEPHYR: /* the same turns; phi3 starts with bos and ends a turn with <|end|>, zephyr with eos */
+        if (cr->f == CHAT_PHI3 && i == 0) cb_put(b, cr->bos);
+        cb_put(b, "<|");
+        cb_put(b, role);
+        cb_put(b, "|>\n");
+        cb_put(b, c);
+        cb_put(b, cr->f == CHAT_PHI3 ? "<|end|>" : cr->eos);
+        cb_put(b, "\n");
+        break;
+    case CHAT_GEMMA:
+        if (i == 0) cb_put(b, cr->bos);
+        if (r == ROLE_SYSTEM) {
+            cr->pending_sys = c;
+            break;
+        }
+        cb_put(b, "<start_of_turn>");
+        cb_put(b, r == ROLE_ASSISTANT ? "model" : "user");
+        cb_put(b, "\n");
+        if (r == ROLE_USER && cr->pending_sys) {
+            cb_put_trim_joined(b, "", cr->pending_sys, "\n\n", c);
+            cr->pending_sys = NULL;
+        } else {
+            cb_put_trim(b, c);
+        }
+        cb_put(b, "<end_of_turn>\n");
+        break;
+    default:
+        break;
+    }
+}
+
+/* The text that opens the assistant's turn at the end of the prompt. */
+static const char *chat_generation_prompt(enum chat_family f)
+{
+    switch (f) {
+    case CHAT_CHATML: return "<|im_start|>assistant\n";
+    case CHAT_LLAMA3: return "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    case CHAT_PHI3:
+    case CHAT_ZEPHYR: return "<|assistant|>\n";
+    case CHAT_GEMMA: return "<start_of_turn>model\n";
+    default: return ""; /* llama2 / mistral: the prompt ends with [/INST] */
+    }
+}
+
 int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, const char *bos, const char *eos,
                 char **out, struct err *e)
 {
     *out = NULL;
-    if (!bos) bos = "";
-    if (!eos) eos = "";
     if (f <= CHAT_NONE || f >= CHAT_FAMILY_COUNT)
         return err_set(e, "no chat template family to render with (supported: %s)", chat_family_list());
     if (n_msgs == 0) return err_set(e, "chat: no messages to render");
@@ -151,114 +260,22 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
                            msgs[i].role ? msgs[i].role : "(null)");
         if (!msgs[i].content) return err_set(e, "chat: message %zu has no content", i);
     }
-    struct chat_buf b = {0};
-    const char *pending_sys = NULL; /* llama2/mistral/gemma: system text waiting for the next user turn */
+    struct chat_prompt cr = {.f = f, .bos = bos ? bos : "", .eos = eos ? eos : ""};
     for (size_t i = 0; i < n_msgs; i++) {
         enum chat_role r;
         chat_role(&msgs[i], &r);
-        const char *c = msgs[i].content, *role = msgs[i].role;
-        switch (f) {
-        case CHAT_CHATML:
-            cb_put(&b, "<|im_start|>");
-            cb_put(&b, role);
-            cb_put(&b, "\n");
-            cb_put(&b, c);
-            cb_put(&b, "<|im_end|>\n");
-            break;
-        case CHAT_LLAMA3:
-            if (i == 0) cb_put(&b, bos);
-            cb_put(&b, "<|start_header_id|>");
-            cb_put(&b, role);
-            cb_put(&b, "<|end_header_id|>\n\n");
-            cb_put_trim(&b, c);
-            cb_put(&b, "<|eot_id|>");
-            break;
-        case CHAT_LLAMA2:
-            if (r == ROLE_SYSTEM) {
-                pending_sys = c;
-            } else if (r == ROLE_USER) {
-                cb_put(&b, bos);
-                cb_put(&b, "[INST] ");
-                if (pending_sys) {
-                    cb_put_trim_joined(&b, "<<SYS>>\n", pending_sys, "\n<</SYS>>\n\n", c);
-                    pending_sys = NULL;
-                } else {
-                    cb_put_trim(&b, c);
-                }
-                cb_put(&b, " [/INST]");
-            } else {
-                cb_put(&b, " ");
-                cb_put_trim(&b, c);
-                cb_put(&b, " ");
-                cb_put(&b, eos);
-            }
-            break;
-        case CHAT_MISTRAL:
-            if (i == 0) cb_put(&b, bos);
-            if (r == ROLE_SYSTEM) {
-                pending_sys = c;
-            } else if (r == ROLE_USER) {
-                cb_put(&b, "[INST] ");
-                if (pending_sys) {
-                    cb_put(&b, pending_sys);
-                    cb_put(&b, "\n\n");
-                    pending_sys = NULL;
-                }
-                cb_put(&b, c);
-                cb_put(&b, " [/INST]");
-            } else {
-                cb_put(&b, c);
-                cb_put(&b, eos);
-            }
-            break;
-        case CHAT_PHI3:
-        case CHAT_ZEPHYR: /* the same turns; phi3 starts with bos and ends a turn with <|end|>, zephyr with eos */
-            if (f == CHAT_PHI3 && i == 0) cb_put(&b, bos);
-            cb_put(&b, "<|");
-            cb_put(&b, role);
-            cb_put(&b, "|>\n");
-            cb_put(&b, c);
-            cb_put(&b, f == CHAT_PHI3 ? "<|end|>" : eos);
-            cb_put(&b, "\n");
-            break;
-        case CHAT_GEMMA:
-            if (i == 0) cb_put(&b, bos);
-            if (r == ROLE_SYSTEM) {
-                pending_sys = c;
-                break;
-            }
-            cb_put(&b, "<start_of_turn>");
-            cb_put(&b, r == ROLE_ASSISTANT ? "model" : "user");
-            cb_put(&b, "\n");
-            if (r == ROLE_USER && pending_sys) {
-                cb_put_trim_joined(&b, "", pending_sys, "\n\n", c);
-                pending_sys = NULL;
-            } else {
-                cb_put_trim(&b, c);
-            }
-            cb_put(&b, "<end_of_turn>\n");
-            break;
-        default:
-            break;
-        }
+        chat_put_turn(&cr, i, r, msgs[i].role, msgs[i].content);
     }
-    if (pending_sys) { /* a trailing system message with no user turn after it */
-        free(b.p);
+    if (cr.pending_sys) { /* a trailing system message with no user turn after it */
+        free(cr.b.p);
         return err_set(e, "chat: %s has no place for a system message that no user message follows",
                        chat_family_name(f));
     }
-    switch (f) {
-    case CHAT_CHATML: cb_put(&b, "<|im_start|>assistant\n"); break;
-    case CHAT_LLAMA3: cb_put(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n"); break;
-    case CHAT_PHI3:
-    case CHAT_ZEPHYR: cb_put(&b, "<|assistant|>\n"); break;
-    case CHAT_GEMMA: cb_put(&b, "<start_of_turn>model\n"); break;
-    default: break; /* llama2 / mistral: the prompt ends with [/INST] */
-    }
-    if (b.oom || !b.p) {
-        free(b.p);
+    cb_put(&cr.b, chat_generation_prompt(f));
+    if (cr.b.oom || !cr.b.p) {
+        free(cr.b.p);
         return err_set(e, "out of memory (chat prompt)");
     }
-    *out = b.p;
+    *out = cr.b.p;
     return 0;
 }

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tok_int.h"
+#include "util/utf8.h"
 
 #define PRETOK_MAX_RX 6
 
@@ -246,7 +246,7 @@ static int pretok_level(struct pretok_run *r, int level, const char *s, size_t n
         size_t a = ov[0], b = ov[1];
         if (a > n || b > n || b < a || a < done) return err_set(e, "pre-tokenizer: bad match offsets");
         if (b == a) { /* empty match: not a piece; search again one character further */
-            pos = a + tok_utf8_char_len((const unsigned char *)s + a, n - a);
+            pos = a + utf8_char_len((const unsigned char *)s + a, n - a);
             continue;
         }
         if (pretok_emit(r, level, s + done, a - done, e)) return -1; /* the gap before the match */
