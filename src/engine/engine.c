@@ -65,14 +65,6 @@ struct engine_params engine_default_params(void)
     };
 }
 
-int32_t engine_default_max_batch_tokens(const char *backend_name)
-{
-    /* cpu: 512 rows keep a step's activations in cache-friendly sizes while a long prompt still fills a
-     * step; see bench/NOTES.md. Accelerators want bigger steps. */
-    if (backend_name && !strcmp(backend_name, "cuda")) return 2048;
-    return 512;
-}
-
 int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type t, int32_t kv_block,
                                     uint64_t kv_bytes)
 {
