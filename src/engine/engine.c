@@ -39,7 +39,9 @@ struct engine {
     struct backend *b;
     const tok_vocab *v;
     struct engine_params p;
-    int32_t n_vocab;
+    int32_t n_vocab;  /* logits per row: the model's token_embd rows */
+    int32_t n_sample; /* ids a sampler draws from: the tokenizer's tokens when fewer (padding rows of
+                         token_embd beyond the vocabulary are never sampled) */
     kv_pool *pool;
     sched *s;
     /* step batch buffers */
@@ -108,6 +110,7 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->p = *p;
     if (eng->p.max_seqs > eng->p.max_batch_tokens) eng->p.max_seqs = eng->p.max_batch_tokens;
     eng->n_vocab = m->hp.n_vocab;
+    eng->n_sample = v && tok_n_vocab(v) > 0 && tok_n_vocab(v) < eng->n_vocab ? tok_n_vocab(v) : eng->n_vocab;
     int32_t R = eng->p.max_batch_tokens, S = eng->p.max_seqs;
     eng->row_tokens = malloc((size_t)R * sizeof(int32_t));
     eng->row_pos = malloc((size_t)R * sizeof(int32_t));
@@ -330,7 +333,7 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
         free(es);
         return fail_request(eng, r, se.msg, e);
     }
-    if (sampler_init(&r->sampling, eng->n_vocab, &es->smp, &se)) {
+    if (sampler_init(&r->sampling, eng->n_sample, &es->smp, &se)) {
         seq_free(es);
         snprintf(msg, sizeof msg, "sampling parameters: %s", se.msg);
         return fail_request(eng, r, msg, e);
