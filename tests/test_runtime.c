@@ -46,7 +46,8 @@ TEST(runtime_explicit_budget)
     struct runtime rt;
     struct err e;
     CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
-    int ok = rt.eng && rt.backend_name && !strcmp(rt.backend_name, "cpu") && rt.threads == 2;
+    int checked = runtime_check(&rt, &e) == 0;
+    int ok = checked && rt.eng && rt.backend_name && !strcmp(rt.backend_name, "cpu") && rt.threads == 2;
     const struct runtime_budget *b = &rt.budget;
     int64_t want_blocks = engine_kv_blocks_for_budget(&rt.model->hp, KV_TYPE_F16, 16, 1 << 20);
     ok = ok && !b->automatic && b->kv_bytes == (1u << 20) && b->kv_blocks == want_blocks && want_blocks > 0 &&
@@ -56,6 +57,7 @@ TEST(runtime_explicit_budget)
     char desc[256];
     runtime_describe(&rt, desc, sizeof desc);
     runtime_close(&rt);
+    CHECK_MSG(checked, "%.900s", e.msg);
     CHECK(ok);
     CHECK_MSG(ran, "%.900s", e.msg);
     CHECK_MSG(strstr(desc, "cpu backend, 2 threads") != NULL, "%s", desc);
@@ -72,11 +74,13 @@ TEST(runtime_auto_budget)
     struct runtime rt;
     struct err e;
     CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    int checked = runtime_check(&rt, &e) == 0;
     const struct runtime_budget b = rt.budget;
     const struct model_hparams hp = rt.model->hp;
     uint64_t weights = model_weight_bytes(rt.model);
     uint64_t scratch = rt.backend.ops->scratch_bytes(rt.backend.ctx, rt.ep.max_batch_tokens);
     runtime_close(&rt);
+    CHECK_MSG(checked, "%.900s", e.msg);
     CHECK(b.automatic);
     CHECK(b.total > 0 && b.available > 0 && b.available <= b.total);
     CHECK_EQ_INT(b.weights, weights); /* cpu: weights_mapped */
@@ -138,12 +142,16 @@ TEST(runtime_staged_engines)
     struct err e;
     CHECK_MSG(runtime_open_model(&p, &rt, &e) == 0 && runtime_open_backend(&rt, &e) == 0, "%.900s", e.msg);
     uint64_t per_block = model_kv_bytes_per_token(&rt.model->hp, KV_TYPE_F16) * 16;
-    int ok = runtime_plan_kv(&rt, 10 * per_block + 5, UINT64_MAX, &e) == 0 && rt.ep.kv_blocks == 10 &&
-             !rt.budget.automatic;
+    int ok = runtime_check(&rt, &e) == 0 && runtime_plan_kv(&rt, 10 * per_block + 5, UINT64_MAX, &e) == 0 &&
+             rt.ep.kv_blocks == 10 && !rt.budget.automatic && runtime_check(&rt, &e) == 0;
     /* auto with a cap of 4 blocks (headroom 0: something is left on any machine) */
     rt.params.headroom = 0;
     ok = ok && runtime_plan_kv(&rt, RUNTIME_AUTO, 4 * per_block, &e) == 0 && rt.ep.kv_blocks == 4 &&
-         rt.budget.automatic && rt.budget.kv_bytes == 4 * per_block;
+         rt.budget.automatic && rt.budget.kv_bytes == 4 * per_block && runtime_check(&rt, &e) == 0;
+    /* the check notices a budget whose figures do not add up */
+    struct runtime broken = rt;
+    broken.budget.kv_free += 1;
+    int caught = runtime_check(&broken, &e) != 0 && strstr(e.msg, "does not follow");
     int runs = 0;
     for (int32_t seqs = 1; ok && seqs <= 2; seqs++) {
         struct engine_params ep = rt.ep;
@@ -155,6 +163,7 @@ TEST(runtime_staged_engines)
     }
     runtime_close(&rt);
     CHECK_MSG(ok && runs == 2, "%.900s", e.msg);
+    CHECK(caught);
 }
 
 TEST(runtime_weight_type_not_computed)

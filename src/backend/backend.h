@@ -5,6 +5,10 @@
  * Everything above the backend refers to KV only by block id. A step batch carries, per sequence, the
  * block table that maps its positions to blocks: position p lives in block_table[p / block_size], slot
  * p % block_size.
+ *
+ * Backends are opened by name through the registry (backend_open, below); what differs between them that
+ * the layers above need (memory, default step size, weight types) they report through the memory and caps
+ * ops, so nothing above src/backend/ compares backend names.
  */
 #ifndef NS_BACKEND_H
 #define NS_BACKEND_H

@@ -88,6 +88,8 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
     struct backend_config cfg = {.n_threads = rt->threads, .device = p->device};
     if (backend_open(p->backend, &cfg, &rt->backend, e)) return -1;
     rt->backend_name = rt->backend.ops->name;
+    if (!rt->backend.ops->caps || !rt->backend.ops->memory)
+        return err_set(e, "backend %s: no caps or memory op (every backend in the registry needs both)", rt->backend_name);
     rt->backend.ops->caps(rt->backend.ctx, &rt->caps);
     if (runtime_check_weight_types(rt->model, &rt->caps, rt->backend_name, e)) return -1;
     if (rt->backend.ops->load(rt->backend.ctx, rt->model, e)) return -1;
@@ -177,10 +179,33 @@ int runtime_open(const struct runtime_params *p, struct runtime *rt, struct err 
     if (runtime_open_model(p, rt, e) || runtime_open_backend(rt, e)) goto fail;
     if (runtime_plan_kv(rt, p->kv_memory, runtime_useful_kv_bytes(rt), e)) goto fail;
     if (runtime_new_engine(rt, &rt->ep, &rt->eng, e)) goto fail;
+    if (p->debug_checks && runtime_check(rt, e)) goto fail;
     return 0;
 fail:
     runtime_close(rt);
     return -1;
+}
+
+int runtime_check(const struct runtime *rt, struct err *e)
+{
+    if (!rt->model || !rt->vocab || !rt->gf) return err_set(e, "runtime check: the model is not open");
+    if (!rt->backend.ops) return 0; /* only the model is open */
+    if (!rt->backend_name || strcmp(rt->backend_name, rt->backend.ops->name))
+        return err_set(e, "runtime check: backend_name '%s' is not the open backend's '%s'",
+                       rt->backend_name ? rt->backend_name : "(null)", rt->backend.ops->name);
+    if (runtime_check_weight_types(rt->model, &rt->caps, rt->backend_name, e)) return err_prefix(e, "runtime check");
+    if (rt->ep.max_batch_tokens < 1 || rt->ep.kv_block < 1 || rt->ep.kv_blocks < 0)
+        return err_set(e, "runtime check: engine params max_batch_tokens %d, kv_block %d, kv_blocks %lld",
+                       (int)rt->ep.max_batch_tokens, (int)rt->ep.kv_block, (long long)rt->ep.kv_blocks);
+    const struct runtime_budget *b = &rt->budget;
+    if (b->kv_tokens != b->kv_blocks * rt->ep.kv_block || (b->kv_blocks && b->kv_blocks != rt->ep.kv_blocks))
+        return err_set(e, "runtime check: budget of %lld blocks (%lld tokens) for a pool of %lld blocks x %d",
+                       (long long)b->kv_blocks, (long long)b->kv_tokens, (long long)rt->ep.kv_blocks, (int)rt->ep.kv_block);
+    if (b->automatic && (b->kv_bytes > b->kv_free ||
+                         b->kv_free != runtime_sub(runtime_sub(runtime_sub(b->available, b->weights), b->scratch), b->headroom)))
+        return err_set(e, "runtime check: auto budget %llu bytes does not follow from its figures",
+                       (unsigned long long)b->kv_bytes);
+    return 0;
 }
 
 void runtime_describe(const struct runtime *rt, char *out, size_t cap)

@@ -24,7 +24,8 @@
  *
  * Invariant after runtime_open_backend: backend_name names the backend that was opened, every weight
  * matrix of the model has a type in caps.weight_types, and ep holds valid engine params but kv_blocks
- * (0 until runtime_plan_kv).
+ * (0 until runtime_plan_kv). After runtime_plan_kv: ep.kv_blocks = budget.kv_blocks, the blocks that
+ * budget.kv_bytes holds, and an auto budget's kv_bytes <= kv_free = what its figures leave.
  */
 #ifndef NS_RUNTIME_H
 #define NS_RUNTIME_H
@@ -114,6 +115,10 @@ int runtime_new_engine(struct runtime *rt, const struct engine_params *ep, engin
  * tensor it does not and the types it does. (runtime_open_backend runs it before loading.) */
 int runtime_check_weight_types(const struct model *m, const struct backend_caps *caps, const char *backend_name,
                                struct err *e);
+
+/* Debug check of the invariant at the top of this file and of the budget's arithmetic (tests call it after
+ * each stage). */
+int runtime_check(const struct runtime *rt, struct err *e);
 
 /* One line for start-up logs: "cpu backend, 4 threads; KV pool 4096 tokens (256 blocks x 16, f16, 8.0 MiB)". */
 void runtime_describe(const struct runtime *rt, char *out, size_t cap);
