@@ -1,7 +1,136 @@
-/* backend — the seam; backend-independent helpers. Each backend lives in its own file (cpu.c, ...). */
+/* backend — the seam's backend-independent part: the registry of backends by name, and backend_free.
+ * Each backend lives in its own file (cpu.c, cuda.cu, ...).
+ *
+ * Invariant of the registry table: names are unique; an entry whose init is NULL is not built into this
+ * binary (its probe says why); the entries are in order of preference for "auto", cpu last (always built
+ * and always usable). backend_open is the only place that turns a name into a backend.
+ */
 #include "backend/backend.h"
 
-#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+struct backend_entry {
+    const char *name;
+    /* 1: usable here; 0: not, with the reason in why */
+    int (*probe)(char *why, size_t why_cap);
+    /* NULL: not built into this binary */
+    int (*init)(struct backend *b, const struct backend_config *cfg, struct err *e);
+};
+
+static int cpu_probe(char *why, size_t why_cap)
+{
+    if (why_cap) why[0] = '\0';
+    return 1;
+}
+
+static int cpu_init(struct backend *b, const struct backend_config *cfg, struct err *e)
+{
+    return backend_cpu_init(b, cfg->n_threads, e);
+}
+
+#ifndef NS_CUDA
+static int cuda_not_built(char *why, size_t why_cap)
+{
+    snprintf(why, why_cap, "this build has no CUDA backend (build with make CUDA=1)");
+    return 0;
+}
+#endif
+
+static const struct backend_entry backend_table[] = {
+#ifdef NS_CUDA
+    {"cuda", backend_cuda_probe, backend_cuda_init},
+#else
+    {"cuda", cuda_not_built, NULL},
+#endif
+    {"cpu", cpu_probe, cpu_init},
+};
+
+#define BACKEND_N_ENTRIES ((int)(sizeof backend_table / sizeof backend_table[0]))
+
+static const struct backend_entry *backend_find(const char *name)
+{
+    for (int i = 0; i < BACKEND_N_ENTRIES; i++)
+        if (!strcmp(backend_table[i].name, name)) return &backend_table[i];
+    return NULL;
+}
+
+static int backend_is_auto(const char *name)
+{
+    return !name || !strcmp(name, "auto");
+}
+
+/* The built entries' names, in table order (test_runtime checks this against the table). */
+#ifdef NS_CUDA
+#define BACKEND_BUILT_NAMES "cuda, cpu"
+#else
+#define BACKEND_BUILT_NAMES "cpu"
+#endif
+
+const char *backend_list(void)
+{
+    return BACKEND_BUILT_NAMES;
+}
+
+/* The entry for a name that is built, or NULL with the error set (unknown or not built). */
+static const struct backend_entry *backend_find_built(const char *name, struct err *e)
+{
+    const struct backend_entry *be = backend_find(name);
+    if (!be) {
+        err_set(e, "unknown backend '%s' (this build has: %s)", name, backend_list());
+        return NULL;
+    }
+    if (!be->init) {
+        char why[256];
+        be->probe(why, sizeof why);
+        err_set(e, "backend %s: %s", name, why);
+        return NULL;
+    }
+    return be;
+}
+
+int backend_check_name(const char *name, struct err *e)
+{
+    if (backend_is_auto(name)) return 0;
+    return backend_find_built(name, e) ? 0 : -1;
+}
+
+int backend_probe(const char *name, char *why, size_t why_cap)
+{
+    const struct backend_entry *be = backend_find(name);
+    if (!be) {
+        snprintf(why, why_cap, "unknown backend (this build has: %s)", backend_list());
+        return 0;
+    }
+    return be->probe(why, why_cap);
+}
+
+/* The first usable built entry in order of preference (cpu at the latest). */
+static const struct backend_entry *backend_pick_auto(void)
+{
+    char why[256];
+    for (int i = 0; i < BACKEND_N_ENTRIES; i++)
+        if (backend_table[i].init && backend_table[i].probe(why, sizeof why)) return &backend_table[i];
+    return backend_find("cpu");
+}
+
+int backend_open(const char *name, const struct backend_config *cfg, struct backend *b, struct err *e)
+{
+    b->ops = NULL;
+    b->ctx = NULL;
+    struct backend_config zero = {0};
+    if (!cfg) cfg = &zero;
+    const struct backend_entry *be = backend_is_auto(name) ? backend_pick_auto() : backend_find_built(name, e);
+    if (!be) return -1;
+    char why[256];
+    if (!be->probe(why, sizeof why)) return err_set(e, "backend %s is not usable here: %s", be->name, why);
+    if (be->init(b, cfg, e)) {
+        b->ops = NULL;
+        b->ctx = NULL;
+        return -1;
+    }
+    return 0;
+}
 
 void backend_free(struct backend *b)
 {

@@ -5,10 +5,15 @@
  * Everything above the backend refers to KV only by block id. A step batch carries, per sequence, the
  * block table that maps its positions to blocks: position p lives in block_table[p / block_size], slot
  * p % block_size.
+ *
+ * Backends are opened by name through the registry (backend_open, below); what differs between them that
+ * the layers above need (memory, default step size, weight types) they report through the memory and caps
+ * ops, so nothing above src/backend/ compares backend names.
  */
 #ifndef NS_BACKEND_H
 #define NS_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -35,6 +40,27 @@ struct step_batch {
     const int32_t *logit_rows; /* (n_logits) strictly increasing row indices whose logits are wanted */
 };
 
+/* What a backend's memory holds: the memory its weights, KV pool and scratch live in (host RAM for cpu,
+ * device memory for a GPU backend). */
+struct backend_memory {
+    uint64_t total;     /* bytes this process can count on at most (cpu: min(RAM, cgroup limit)) */
+    uint64_t available; /* bytes free now; read after load, it excludes what load allocated */
+    uint64_t headroom;  /* bytes to leave unused by default (cpu: for the OS); 0: the runtime's default rule,
+                           20% of total and at least 2 GiB */
+};
+
+/* What differs between backends, for the layers above (which never compare backend names). */
+struct backend_caps {
+    int32_t default_max_batch_tokens; /* rows per engine step when the user gives none */
+    uint64_t weight_types;            /* bit (1ull << enum gguf_dtype) set for each weight matrix type it
+                                         computes with (norms and biases are always F32) */
+    int weights_mapped;               /* 1: the memory budget counts the model's weight bytes against
+                                         memory.available after load (weights read through the file
+                                         mapping, paged in as they are touched: cpu); 0: load copied the
+                                         weights into backend memory, so available after load already
+                                         excludes them */
+};
+
 /* Calls on one backend are not thread-safe: one at a time (the backend runs its own threads inside). */
 struct backend_ops {
     const char *name;
@@ -53,6 +79,12 @@ struct backend_ops {
     /* (optional) Bytes of weight copies the backend allocated at load, beyond the model's file mapping
      * (CPU: the Q8_0/Q4_0/Q4_1 matrices repacked for its kernels), for memory budgeting. */
     uint64_t (*weight_copy_bytes)(void *ctx);
+    /* The memory weights, KV and scratch live in, now (callable before or after load). Fails only when it
+     * cannot be read. Required of every backend in the registry (the runtime's budget uses it; a test
+     * double that only drives the engine may leave it NULL). */
+    int (*memory)(void *ctx, struct backend_memory *out, struct err *e);
+    /* Fills out; callable right after init. Required like memory. */
+    void (*caps)(void *ctx, struct backend_caps *out);
 };
 
 struct backend {
@@ -60,8 +92,35 @@ struct backend {
     void *ctx;
 };
 
+/* How to start a backend; fields a backend does not use are ignored. */
+struct backend_config {
+    int n_threads; /* cpu: <= 0 one per online core */
+    int device;    /* GPU ordinal (default 0) */
+};
+
+/* ---- the registry: backends by name ----
+ * A static table of {name, probe, init}, in order of preference (a GPU first, cpu last). "cuda" is listed
+ * in every build; without NS_CUDA its probe says the build has none. */
+
+/* Starts a backend by name. name NULL or "auto": the first usable one in order of preference (cuda when
+ * built and a usable GPU exists, else cpu). An unknown name, or a backend not built or not usable here,
+ * fails with a message naming it and why. On failure b is zeroed. */
+int backend_open(const char *name, const struct backend_config *cfg, struct backend *b, struct err *e);
+/* 0 if name is NULL, "auto" or a backend built into this binary; otherwise fails with backend_open's
+ * message for it. Does not probe the hardware (cheap: for flag parsing). */
+int backend_check_name(const char *name, struct err *e);
+/* 1 if the backend name is built and usable here; 0 if not, with the reason in why (for `info`). */
+int backend_probe(const char *name, char *why, size_t why_cap);
+/* The names of the backends built into this binary, in order of preference, e.g. "cuda, cpu" (static). */
+const char *backend_list(void);
+
 /* The CPU backend; n_threads <= 0 means one per online core. */
 int backend_cpu_init(struct backend *b, int n_threads, struct err *e);
+#ifdef NS_CUDA
+/* The CUDA backend (backend/cuda.cu). probe: 1 if a usable GPU exists, else 0 with the reason in why. */
+int backend_cuda_probe(char *why, size_t why_cap);
+int backend_cuda_init(struct backend *b, const struct backend_config *cfg, struct err *e);
+#endif
 void backend_free(struct backend *b);
 
 #endif

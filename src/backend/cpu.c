@@ -48,6 +48,7 @@
 #include "backend/cpu_attn.h"
 #include "backend/cpu_kernels.h"
 #include "gguf/quant.h"
+#include "util/sysmem.h"
 #include "util/threads.h"
 
 struct cpu_ctx {
@@ -818,6 +819,31 @@ static uint64_t cpu_weight_copy_bytes(void *ctx)
     return c->packed_bytes;
 }
 
+static int cpu_memory(void *ctx, struct backend_memory *out, struct err *e)
+{
+    (void)ctx;
+    struct sysmem_info mi;
+    if (sysmem_read(&mi, e)) return err_prefix(e, "cpu backend memory");
+    out->total = sysmem_ram(&mi);
+    out->available = sysmem_available(&mi);
+    out->headroom = sysmem_default_headroom(&mi);
+    return 0;
+}
+
+static void cpu_caps(void *ctx, struct backend_caps *out)
+{
+    (void)ctx;
+    /* 512 rows keep a step's activations in cache-friendly sizes while a long prompt still fills a step;
+     * see bench/NOTES.md */
+    out->default_max_batch_tokens = 512;
+    out->weight_types = 0;
+    for (int t = 0; t < GGUF_DTYPE_COUNT_MAX; t++)
+        if (model_type_supported((enum gguf_dtype)t)) out->weight_types |= 1ull << t;
+    /* the budget has always counted the weights against RAM; conservative now that load repacks the
+     * matrices into memory of its own (weight_copy_bytes) and drops their file pages */
+    out->weights_mapped = 1;
+}
+
 static void cpu_free(void *ctx)
 {
     struct cpu_ctx *c = ctx;
@@ -836,6 +862,8 @@ static const struct backend_ops cpu_ops = {
     .free = cpu_free,
     .check = cpu_check,
     .weight_copy_bytes = cpu_weight_copy_bytes,
+    .memory = cpu_memory,
+    .caps = cpu_caps,
 };
 
 int backend_cpu_init(struct backend *b, int n_threads, struct err *e)

@@ -39,7 +39,7 @@ struct bench_opts {
     int n_levels;
     uint64_t seed;
     int json;
-    struct engine_flags ef;
+    struct runtime_params rp;
 };
 
 struct bench_level {
@@ -72,7 +72,8 @@ static void bench_usage(FILE *out)
             "  --json                  one JSON object on stdout instead of the table\n"
             "Engine (--max-seqs is set by each concurrency level):\n",
             cli_default_model());
-    engine_flags_usage(out);
+    struct runtime_params d = runtime_default_params();
+    engine_flags_usage(out, &d);
 }
 
 static int parse_i32(const char *flag, const char *s, long lo, long hi, int32_t *out)
@@ -118,7 +119,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     o->reps = 1;
     o->levels[0] = 1, o->levels[1] = 4, o->levels[2] = 16, o->levels[3] = 64;
     o->n_levels = 4;
-    engine_flags_defaults(&o->ef);
+    o->rp = runtime_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -129,7 +130,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             o->json = 1;
             continue;
         }
-        int r = engine_flags_parse(&o->ef, "bench", argc, argv, &i);
+        int r = engine_flags_parse(&o->rp, "bench", argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         static const char *const with_value[] = {"-m", "--model", "--prompt-len", "--gen-len", "--shared-prefix",
@@ -166,7 +167,7 @@ static int32_t level_requests(const struct bench_opts *o, int32_t c)
 }
 
 /* Runs n requests (prompts: rows of `prompts`, each n_prompt long) at max_seqs c on a fresh engine. */
-static int run_level(struct engine_stack *st, const struct engine_params *base, int32_t c, int32_t n,
+static int run_level(struct runtime *rt, const struct engine_params *base, int32_t c, int32_t n,
                      const int32_t *prompts, int32_t n_prompt, int32_t gen_len, struct bench_level *lv, struct err *e)
 {
     struct engine_params p = *base;
@@ -175,7 +176,7 @@ static int run_level(struct engine_stack *st, const struct engine_params *base, 
     memset(lv, 0, sizeof *lv);
     lv->concurrency = c;
     lv->requests = n;
-    if (engine_init(st->model, &st->backend, st->vocab, &p, &eng, e)) return -1;
+    if (runtime_new_engine(rt, &p, &eng, e)) return -1;
     sysmem_reset_peak_rss();
     double t0 = clock_now();
     for (int32_t i = 0; i < n; i++) {
@@ -248,7 +249,7 @@ int cmd_bench(int argc, char **argv)
     int rc = bench_parse(argc, argv, &o);
     if (rc < 0) return 0;
     if (rc) return rc;
-    struct engine_stack st;
+    struct runtime st;
     struct err e;
     int32_t *prompts = NULL;
     struct bench_level *runs = NULL; /* (n_levels, reps) */
@@ -256,7 +257,8 @@ int cmd_bench(int argc, char **argv)
     memset(&st, 0, sizeof st);
 
     /* the stack without an engine: each level makes its own */
-    if (engine_stack_open_model(o.model, &st, &e)) {
+    o.rp.model_path = o.model;
+    if (runtime_open_model(&o.rp, &st, &e)) {
         cli_error("bench", "%s", e.msg);
         rc = 1;
         goto done;
@@ -270,43 +272,29 @@ int cmd_bench(int argc, char **argv)
         rc = 2;
         goto done;
     }
-    if (engine_stack_open_backend(&o.ef, &st, &e)) {
+    if (runtime_open_backend(&st, &e)) {
         cli_error("bench", "%s", e.msg);
         rc = 1;
         goto done;
     }
     struct engine_params ep = st.ep; /* max_seqs: set by each level */
 
-    /* memory budget -> pool size */
+    /* memory budget -> pool size: not capped by max_seqs here (each level sets its own), but below */
     uint64_t per_token = model_kv_bytes_per_token(hp, ep.kv_type);
-    uint64_t budget;
     char budget_desc[256];
-    if (!strcmp(o.ef.kv_memory, "auto")) {
-        struct engine_stack_budget a;
-        if (engine_stack_auto_budget(&st, &o.ef, &a, &e)) {
-            cli_error("bench", "%s", e.msg);
-            rc = 1;
-            goto done;
-        }
-        budget = a.kv_bytes;
-        snprintf(budget_desc, sizeof budget_desc,
-                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB", mib(a.available),
-                 mib(a.weights), mib(a.scratch), mib(a.headroom));
-        if (!budget) {
-            cli_error("bench", "--kv-memory auto: nothing is left for the KV cache (%s); pass --kv-memory SIZE or a smaller --headroom",
-                      budget_desc);
-            rc = 1;
-            goto done;
-        }
-    } else {
-        if (sysmem_parse_size(o.ef.kv_memory, &budget, &e)) { /* already validated by the flag parser */
-            cli_error("bench", "--kv-memory: %s", e.msg);
-            rc = 2;
-            goto done;
-        }
-        snprintf(budget_desc, sizeof budget_desc, "--kv-memory %s", o.ef.kv_memory);
+    if (runtime_plan_kv(&st, o.rp.kv_memory, UINT64_MAX, &e)) {
+        cli_error("bench", "%s", e.msg);
+        rc = 1;
+        goto done;
     }
-    int64_t budget_blocks = engine_kv_blocks_for_budget(hp, ep.kv_type, ep.kv_block, budget);
+    const struct runtime_budget *bu = &st.budget;
+    if (bu->automatic)
+        snprintf(budget_desc, sizeof budget_desc,
+                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB", mib(bu->available),
+                 mib(bu->weights), mib(bu->scratch), mib(bu->headroom));
+    else
+        snprintf(budget_desc, sizeof budget_desc, "--kv-memory %llu bytes", (unsigned long long)bu->kv_bytes);
+    int64_t budget_blocks = bu->kv_blocks;
     int64_t per_req_blocks = (n_prompt + o.gen_len - 1 + ep.kv_block - 1) / ep.kv_block;
     if (budget_blocks < per_req_blocks) {
         cli_error("bench", "%s holds %lld KV tokens (%s, %llu bytes per token), but one request needs %lld (%lld prompt + %d generated)",
@@ -430,6 +418,6 @@ done:
     json_decref(levels_json);
     free(runs);
     free(prompts);
-    engine_stack_close(&st);
+    runtime_close(&st);
     return rc;
 }

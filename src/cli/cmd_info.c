@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli/cli.h"
 #include "cli/cli_util.h"
 #include "gguf/gguf.h"
@@ -90,6 +91,32 @@ static json_t *info_str(const char *s, size_t n)
 static json_t *info_cstr(const char *s)
 {
     return info_str(s, strlen(s));
+}
+
+/* The backends built into this binary, each probed: [{"name", "usable", "why"}]. */
+static json_t *info_backends(void)
+{
+    json_t *arr = json_array();
+    char list[128], why[256];
+    snprintf(list, sizeof list, "%s", backend_list());
+    for (char *save = NULL, *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        int usable = backend_probe(name, why, sizeof why);
+        json_array_append_new(arr, json_pack("{s:s, s:b, s:s}", "name", name, "usable", usable, "why", usable ? "" : why));
+    }
+    return arr;
+}
+
+/* "backends           cuda (not usable: why), cpu" from info_backends' array. */
+static void info_print_backends(const json_t *backends)
+{
+    printf("backends          ");
+    for (size_t i = 0; i < json_array_size(backends); i++) {
+        json_t *b = json_array_get(backends, i);
+        printf("%s %s", i ? "," : "", json_string_value(json_object_get(b, "name")));
+        if (!json_is_true(json_object_get(b, "usable")))
+            printf(" (not usable: %s)", json_string_value(json_object_get(b, "why")));
+    }
+    printf("\n");
 }
 
 /* A metadata value as JSON (numbers, bools, strings; arrays: numbers/strings up to 64 elements, else a
@@ -317,6 +344,8 @@ int cmd_info(int argc, char **argv)
     json_object_set_new(ct, "bytes", json_integer((json_int_t)tmpl_len));
     json_object_set_new(ct, "family", has_tmpl ? json_string(chat_family_name(fam)) : json_null());
     json_object_set_new(root, "chat_template", ct);
+    json_t *backends = info_backends(); /* borrowed below; root owns it */
+    json_object_set_new(root, "backends", backends);
 
     if (as_json) {
         if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0) goto done;
@@ -370,6 +399,7 @@ int cmd_info(int argc, char **argv)
         }
         if (has_tmpl) printf("chat template      %s (%llu bytes)\n", chat_family_name(fam), (unsigned long long)tmpl_len);
         else printf("chat template      none\n");
+        info_print_backends(backends);
     }
     if (!vocab_ok) {
         cli_error("info", "%s: vocab: %s", model, json_string_value(json_object_get(root, "vocab_error")));

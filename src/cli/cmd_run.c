@@ -74,7 +74,8 @@ static void run_usage(FILE *out)
             "  -v, --verbose             more log lines\n"
             "Engine:\n",
             cli_default_model(), chat_family_list(), RUN_MAX_STOP);
-    engine_flags_usage(out);
+    struct runtime_params d = runtime_default_params();
+    engine_flags_usage(out, &d);
 }
 
 static volatile sig_atomic_t run_stop;
@@ -153,6 +154,20 @@ static int check_store(const char *path)
     return 0;
 }
 
+/* What went into the KV pool's size, for the record. */
+static json_t *budget_json(const struct runtime *rt)
+{
+    const struct runtime_budget *b = &rt->budget;
+    json_t *o = json_pack("{s:s, s:b, s:I, s:I}", "backend", rt->backend_name, "automatic", b->automatic,
+                          "kv_bytes", (json_int_t)b->kv_bytes, "kv_tokens", (json_int_t)b->kv_tokens);
+    if (o && b->automatic) {
+        const char *keys[] = {"memory_total", "memory_available", "weights", "scratch", "headroom", "kv_free"};
+        const uint64_t vals[] = {b->total, b->available, b->weights, b->scratch, b->headroom, b->kv_free};
+        for (int i = 0; i < 6; i++) json_object_set_new(o, keys[i], json_integer((json_int_t)vals[i]));
+    }
+    return o;
+}
+
 static int same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -168,8 +183,7 @@ static const char *base_name(const char *p)
 int cmd_run(int argc, char **argv)
 {
     struct job_config c = job_default_config();
-    struct engine_flags ef;
-    engine_flags_defaults(&ef);
+    struct runtime_params rp = runtime_default_params();
     struct input_gen *g = &c.input.defaults;
     const char *model_path = NULL, *chat_name = NULL;
     char *stops[RUN_MAX_STOP];
@@ -185,7 +199,7 @@ int cmd_run(int argc, char **argv)
             rc = 0;
             goto out;
         }
-        int er = engine_flags_parse(&ef, "run", argc, argv, &i);
+        int er = engine_flags_parse(&rp, "run", argc, argv, &i);
         if (er < 0) goto out;
         if (er > 0) continue;
         if (a[0] != '-' || !a[1]) {
@@ -365,31 +379,30 @@ int cmd_run(int argc, char **argv)
         cli_error("run", "model %s", e.msg);
         goto out;
     }
-    struct engine_stack stack;
-    if (engine_stack_open(model_path, &ef, &stack, &e)) {
+    struct runtime rt;
+    rp.model_path = model_path;
+    if (runtime_open(&rp, &rt, &e)) {
         cli_error("run", "%s: %s", model_path, e.msg);
         goto out;
     }
-    log_info("nightshift run: %s backend, %d threads; KV pool %lld tokens (%lld blocks x %d, %s, %.1f MiB)",
-             stack.backend_name, stack.threads, (long long)stack.ep.kv_blocks * stack.ep.kv_block,
-             (long long)stack.ep.kv_blocks, (int)stack.ep.kv_block, model_kv_type_name(stack.ep.kv_type),
-             (double)stack.ep.kv_blocks * stack.ep.kv_block *
-                 (double)model_kv_bytes_per_token(&stack.model->hp, stack.ep.kv_type) / (1024.0 * 1024.0));
+    char desc[256];
+    runtime_describe(&rt, desc, sizeof desc);
+    log_info("nightshift run: %s", desc);
     m.path = model_path;
     m.name = base_name(model_path);
     m.size = (uint64_t)st.st_size;
-    m.hp = &stack.model->hp;
-    m.vocab = stack.vocab;
-    m.eng = stack.eng;
-    m.ep = stack.ep;
-    m.backend = stack.backend_name;
-    m.threads = stack.threads;
+    m.hp = &rt.model->hp;
+    m.vocab = rt.vocab;
+    m.eng = rt.eng;
+    m.ep = rt.ep;
+    m.backend = rt.backend_name;
+    m.threads = rt.threads;
     if (chat_name) {
         chat_family_parse(chat_name, &m.chat);
         m.chat_source = "flag";
     } else {
         size_t tmpl_len;
-        if (cli_chat_template(stack.gf, &m.chat, &tmpl_len))
+        if (cli_chat_template(rt.gf, &m.chat, &tmpl_len))
             m.chat_source = m.chat != CHAT_NONE ? "gguf" : "tokenizer.chat_template not recognised";
         else
             m.chat_source = "no tokenizer.chat_template in the model";
@@ -420,8 +433,9 @@ int cmd_run(int argc, char **argv)
     json_object_set_new(settings, "commit_interval_s", json_real(c.commit_interval));
     json_object_set_new(settings, "retry_failed", json_boolean(c.retry_failed));
     json_object_set_new(settings, "force", json_boolean(c.force));
-    json_object_set_new(settings, "engine", engine_flags_json(&ef));
-    json_object_set_new(settings, "kv_bytes", json_integer((json_int_t)stack.kv_bytes));
+    json_object_set_new(settings, "engine", engine_flags_json(&rp));
+    json_object_set_new(settings, "kv_bytes", json_integer((json_int_t)rt.budget.kv_bytes));
+    json_object_set_new(settings, "kv_budget", budget_json(&rt));
     c.settings = settings;
     c.argc = argc;
     c.argv = argv;
@@ -440,7 +454,7 @@ int cmd_run(int argc, char **argv)
     int jr = job_run(&c, &m, &s, &e);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    engine_stack_close(&stack);
+    runtime_close(&rt);
     if (jr) {
         cli_error("run", "%s", e.msg);
         rc = 1;

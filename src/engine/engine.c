@@ -43,7 +43,9 @@ struct engine {
     struct backend *b;
     const tok_vocab *v;
     struct engine_params p;
-    int32_t n_vocab;
+    int32_t n_vocab;  /* logits per row: the model's token_embd rows */
+    int32_t n_sample; /* ids a sampler draws from: the tokenizer's tokens when fewer (padding rows of
+                         token_embd beyond the vocabulary are never sampled) */
     kv_pool *pool;
     sched *s;
     /* step batch buffers */
@@ -68,14 +70,6 @@ struct engine_params engine_default_params(void)
         .prefix_cache = 1,
         .debug_checks = 0,
     };
-}
-
-int32_t engine_default_max_batch_tokens(const char *backend_name)
-{
-    /* cpu: 512 rows keep a step's activations in cache-friendly sizes while a long prompt still fills a
-     * step; see bench/NOTES.md. Accelerators want bigger steps. */
-    if (backend_name && !strcmp(backend_name, "cuda")) return 2048;
-    return 512;
 }
 
 int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type t, int32_t kv_block,
@@ -121,6 +115,7 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->p = *p;
     if (eng->p.max_seqs > eng->p.max_batch_tokens) eng->p.max_seqs = eng->p.max_batch_tokens;
     eng->n_vocab = m->hp.n_vocab;
+    eng->n_sample = v && tok_n_vocab(v) > 0 && tok_n_vocab(v) < eng->n_vocab ? tok_n_vocab(v) : eng->n_vocab;
     int32_t R = eng->p.max_batch_tokens, S = eng->p.max_seqs;
     eng->row_tokens = malloc((size_t)R * sizeof(int32_t));
     eng->row_pos = malloc((size_t)R * sizeof(int32_t));
@@ -132,7 +127,7 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
         err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
         goto fail;
     }
-    if (sampler_init(eng->n_vocab, &eng->smp, e)) goto fail;
+    if (sampler_init(eng->n_sample, &eng->smp, e)) goto fail;
     if (kv_pool_init((int32_t)eng->p.kv_blocks, eng->p.kv_block, &eng->pool, e)) goto fail;
     struct sched_params sp = {.max_batch_tokens = R, .max_seqs = S, .prefix_cache = eng->p.prefix_cache};
     if (sched_init(&sp, eng->pool, &eng->s, e)) goto fail;
@@ -345,7 +340,7 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
         free(es);
         return fail_request(eng, r, se.msg, e);
     }
-    if (sampler_check_params(&r->sampling, eng->n_vocab, &se)) {
+    if (sampler_check_params(&r->sampling, eng->n_sample, &se)) {
         seq_free(es);
         snprintf(msg, sizeof msg, "sampling parameters: %s", se.msg);
         return fail_request(eng, r, msg, e);

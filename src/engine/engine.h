@@ -31,7 +31,8 @@ struct engine_params {
     int64_t kv_blocks;        /* pool size in blocks; computed by the caller from a memory budget
                                  (engine_kv_blocks_for_budget) */
     enum kv_type kv_type;     /* default KV_TYPE_F16 */
-    int32_t max_batch_tokens; /* rows per step (default engine_default_max_batch_tokens) */
+    int32_t max_batch_tokens; /* rows per step (default 512; the runtime uses the backend's
+                                 backend_caps.default_max_batch_tokens) */
     int32_t max_seqs;         /* running sequences at once (default 64) */
     int prefix_cache;         /* 1 = on (default) */
     int debug_checks;         /* 1: run the pool and scheduler invariant checks after every step (tests;
@@ -116,8 +117,5 @@ void engine_result_free(struct engine_result *r);
 /* Cancels a queued or running request; its result finishes with ENGINE_FINISH_CANCELLED. 0 if found. */
 int engine_cancel(engine *eng, uint64_t id);
 void engine_get_stats(const engine *eng, struct engine_stats *s);
-
-/* Default max_batch_tokens for a backend name ("cpu": 512). */
-int32_t engine_default_max_batch_tokens(const char *backend_name);
 
 #endif

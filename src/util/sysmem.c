@@ -155,8 +155,7 @@ int sysmem_read(struct sysmem_info *mi, struct err *e)
     return 0;
 }
 
-/* RAM this process can count on at most: min(total_ram, cgroup_limit). */
-static uint64_t sysmem_ram(const struct sysmem_info *mi)
+uint64_t sysmem_ram(const struct sysmem_info *mi)
 {
     return min_nonzero(mi->total_ram, mi->cgroup_limit);
 }

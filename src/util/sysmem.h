@@ -19,6 +19,8 @@ struct sysmem_info {
 /* Reads /proc/meminfo and the cgroup limit. Fails only when /proc/meminfo cannot be read or parsed. */
 int sysmem_read(struct sysmem_info *mi, struct err *e);
 
+/* RAM this process can count on at most: min(total_ram, cgroup_limit). */
+uint64_t sysmem_ram(const struct sysmem_info *mi);
 /* Available now: min(mem_available, cgroup_limit). */
 uint64_t sysmem_available(const struct sysmem_info *mi);
 /* Default headroom left to the OS: 20% of the RAM this process can count on at most (min(total_ram,

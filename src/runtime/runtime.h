@@ -1,0 +1,129 @@
+/* runtime — opens the inference stack from one params struct: GGUF file -> model -> vocab -> backend (by
+ * name, through the backend registry) -> KV memory budget -> engine. Between the engine and its clients:
+ * the CLI commands, jobs, the server and MPI ranks open their stack here, and nothing above this layer
+ * picks a backend by name or sizes memory itself.
+ *
+ *   struct runtime_params p = runtime_default_params();
+ *   p.model_path = "model.gguf";
+ *   struct runtime rt;
+ *   if (runtime_open(&p, &rt, &e)) ... (rt is closed on failure)
+ *   ... engine_add(rt.eng, ...), engine_step(rt.eng, ...) ...
+ *   runtime_close(&rt);
+ *
+ * Callers that make their own engines (bench: one per concurrency level; generate: a pool sized for its one
+ * request) open in stages instead: runtime_open_model, runtime_open_backend, runtime_plan_kv, then
+ * runtime_new_engine as often as they like.
+ *
+ * The KV budget ("auto"): the backend reports its memory (backend_ops.memory: host RAM for cpu, device
+ * memory for a GPU) after the weights are loaded, and
+ *     kv_free = available - weights - scratch - headroom      (0 when that is negative)
+ * where weights counts the model's weight bytes only for a backend whose weights are paged in from the
+ * file mapping (backend_caps.weights_mapped), scratch is the backend's for a step of max_batch_tokens rows,
+ * and headroom is the caller's or the backend's default. runtime_open caps the pool at what max_seqs
+ * sequences of the full context can use twice over (more is never touched).
+ *
+ * Invariant after runtime_open_backend: backend_name names the backend that was opened, every weight
+ * matrix of the model has a type in caps.weight_types, and ep holds valid engine params but kv_blocks
+ * (0 until runtime_plan_kv). After runtime_plan_kv: ep.kv_blocks = budget.kv_blocks, the blocks that
+ * budget.kv_bytes holds, and an auto budget's kv_bytes <= kv_free = what its figures leave.
+ */
+#ifndef NS_RUNTIME_H
+#define NS_RUNTIME_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tok.h"
+#include "util/err.h"
+
+/* kv_memory and headroom: work it out (see the top of this file). */
+#define RUNTIME_AUTO UINT64_MAX
+
+struct runtime_params {
+    const char *model_path;   /* GGUF file (not copied: must outlive the runtime) */
+    const char *backend;      /* NULL or "auto" (default): the best available; else "cpu", "cuda", ... */
+    int threads;              /* cpu threads; <= 0 (default): one per online core */
+    int device;               /* GPU ordinal (default 0) */
+    uint64_t kv_memory;       /* KV pool bytes; RUNTIME_AUTO (default): the budget from the backend's memory */
+    uint64_t headroom;        /* bytes the auto budget leaves unused; RUNTIME_AUTO (default): the backend's */
+    enum kv_type kv_type;     /* default KV_TYPE_F16 */
+    int32_t kv_block;         /* tokens per KV block, a power of two (default 16) */
+    int32_t max_batch_tokens; /* rows per engine step; 0 (default): the backend's */
+    int32_t max_seqs;         /* running sequences at once (default 64) */
+    int prefix_cache;         /* 1 (default): reuse the KV of shared prompt prefixes */
+    int debug_checks;         /* 1: the engine checks its invariants after every step (tests); default 0 */
+};
+
+/* What went into the KV pool's size (for the run record, bench and messages). */
+struct runtime_budget {
+    int automatic;      /* 1: kv_memory was RUNTIME_AUTO; 0: given (the memory figures below are then 0) */
+    uint64_t total;     /* the backend's memory: all of it */
+    uint64_t available; /* free after the weights were loaded */
+    uint64_t weights;   /* weight bytes counted against available (0 when load already took them out) */
+    uint64_t scratch;   /* the backend's scratch for a step of max_batch_tokens rows */
+    uint64_t headroom;  /* left unused */
+    uint64_t kv_free;   /* available - weights - scratch - headroom; 0 when nothing is left */
+    uint64_t kv_bytes;  /* the pool's budget: kv_memory as given, or kv_free capped */
+    int64_t kv_blocks;  /* blocks of kv_block tokens that kv_bytes holds */
+    int64_t kv_tokens;  /* kv_blocks * kv_block */
+};
+
+/* Everything open. Fields are read-only to callers; runtime_close frees them. */
+struct runtime {
+    struct runtime_params params; /* as given */
+    gguf_file *gf;
+    struct model *model;
+    tok_vocab *vocab;
+    struct backend backend;
+    const char *backend_name;     /* the backend opened ("cpu", ...): what "auto" chose */
+    struct backend_caps caps;
+    int threads;                  /* params.threads, or the number of online cores */
+    struct engine_params ep;      /* the engine's params (kv_blocks set by runtime_plan_kv) */
+    struct runtime_budget budget; /* set by runtime_plan_kv */
+    engine *eng;                  /* runtime_open's engine; NULL when opened in stages */
+};
+
+struct runtime_params runtime_default_params(void);
+
+/* Opens everything: runtime_open_model, runtime_open_backend, runtime_plan_kv with params.kv_memory (auto
+ * capped at what max_seqs sequences of the full context can use twice over), then rt->eng. On failure rt
+ * is closed. */
+int runtime_open(const struct runtime_params *p, struct runtime *rt, struct err *e);
+
+/* The stages. runtime_open_model zeroes rt, keeps a copy of *p, and opens GGUF -> model -> vocab (a
+ * vocabulary larger than token_embd is refused). runtime_open_backend opens params.backend through the
+ * registry, refuses a weight type the backend does not compute (naming the tensor), loads the weights and
+ * fills rt->ep (max_batch_tokens: the params' or the backend's default; kv_blocks 0). On failure rt holds
+ * what was opened: runtime_close releases it, as after success. */
+int runtime_open_model(const struct runtime_params *p, struct runtime *rt, struct err *e);
+int runtime_open_backend(struct runtime *rt, struct err *e);
+/* Sizes the KV pool (after runtime_open_backend): kv_memory bytes as given, or RUNTIME_AUTO: kv_free from
+ * the backend's memory (params.headroom), capped at cap bytes (UINT64_MAX: no cap). Fills rt->budget and
+ * rt->ep.kv_blocks. Fails when the memory cannot be read, or when auto leaves nothing for the KV cache
+ * (the message gives the figures). A given kv_memory too small for one block is not an error here:
+ * engine_init refuses a pool of 0 blocks. */
+int runtime_plan_kv(struct runtime *rt, uint64_t kv_memory, uint64_t cap, struct err *e);
+/* A new engine over rt's model, backend and vocab with params ep (usually rt->ep, adjusted). The engine
+ * (re)allocates the backend's KV pool, so only one engine per runtime may be alive at a time; free it
+ * with engine_free before the next or before runtime_close. */
+int runtime_new_engine(struct runtime *rt, const struct engine_params *ep, engine **out, struct err *e);
+
+/* 0 if the backend computes every weight matrix type of m (caps->weight_types); else fails naming the first
+ * tensor it does not and the types it does. (runtime_open_backend runs it before loading.) */
+int runtime_check_weight_types(const struct model *m, const struct backend_caps *caps, const char *backend_name,
+                               struct err *e);
+
+/* Debug check of the invariant at the top of this file and of the budget's arithmetic (tests call it after
+ * each stage). */
+int runtime_check(const struct runtime *rt, struct err *e);
+
+/* One line for start-up logs: "cpu backend, 4 threads; KV pool 4096 tokens (256 blocks x 16, f16, 8.0 MiB)". */
+void runtime_describe(const struct runtime *rt, char *out, size_t cap);
+
+/* Frees whatever rt holds (engine, backend, vocab, model, GGUF) and zeroes rt; safe on a zeroed runtime. */
+void runtime_close(struct runtime *rt);
+
+#endif
