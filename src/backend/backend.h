@@ -59,6 +59,7 @@ struct backend_caps {
                                          mapping, paged in as they are touched: cpu); 0: load copied the
                                          weights into backend memory, so available after load already
                                          excludes them */
+    int gpu;                          /* 1: runs on a GPU (a run records the GPU's energy, where readable) */
 };
 
 /* Calls on one backend are not thread-safe: one at a time (the backend runs its own threads inside). */

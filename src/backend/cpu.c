@@ -842,6 +842,7 @@ static void cpu_caps(void *ctx, struct backend_caps *out)
     /* the budget has always counted the weights against RAM; conservative now that load repacks the
      * matrices into memory of its own (weight_copy_bytes) and drops their file pages */
     out->weights_mapped = 1;
+    out->gpu = 0;
 }
 
 static void cpu_free(void *ctx)

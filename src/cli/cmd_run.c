@@ -396,6 +396,7 @@ int cmd_run(int argc, char **argv)
     m.eng = rt.eng;
     m.ep = rt.ep;
     m.backend = rt.backend_name;
+    m.backend_gpu = rt.caps.gpu;
     m.threads = rt.threads;
     if (chat_name) {
         chat_family_parse(chat_name, &m.chat);

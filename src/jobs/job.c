@@ -276,7 +276,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     double t_start = clock_now();
     int64_t t_start_unix = (int64_t)time(NULL);
     struct record_energy energy;
-    record_energy_start(&energy, m->backend && !strcmp(m->backend, "cuda"));
+    record_energy_start(&energy, m->backend_gpu);
     job J;
     memset(&J, 0, sizeof J);
     job *j = &J;

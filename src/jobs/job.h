@@ -71,6 +71,7 @@ struct job_model {
     struct engine_params ep;       /* what eng was made with; its debug_checks also runs the ledger's
                                       invariant check after every commit */
     const char *backend;
+    int backend_gpu;               /* the backend runs on a GPU (backend_caps.gpu): its energy is recorded */
     int threads;
 };
 
