@@ -93,6 +93,8 @@ TEST(json_errors_keep_the_value)
     CHECK_STR(code_of_last, "invalid_value");
     CHECK_STR(e.msg, "'top_p' must be in (0, 1], got 2");
     CHECK(g.top_p == 1.0f);
+    CHECK_EQ_INT(apply(&g, "top_p", "1e-300", &e), -1); /* in range as a double, 0 as a float */
+    CHECK_STR(e.msg, "'top_p' must be in (0, 1], got 1e-300");
     CHECK_EQ_INT(apply(&g, "max_tokens", "\"many\"", &e), -1);
     CHECK_STR(code_of_last, "invalid_type");
     CHECK_STR(e.msg, "'max_tokens' must be an integer, got a string");

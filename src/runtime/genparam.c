@@ -13,38 +13,39 @@
 #define G(field) offsetof(struct gen_params, field)
 #define S(field) ((ptrdiff_t)offsetof(struct sampler_params, field))
 
-/* Order matters only for the key encoding (and so for the key version in jobs/key.c). */
+/* Order matters for the key encoding (jobs/key.c, KEY_VERSION): rows that enter the key are encoded in this
+ * order, which is the layout of key version 2. */
 const struct genparam genparam_table[] = {
-    {"max_tokens", "max_tokens", "max_completion_tokens", "--max-tokens", NULL, GENPARAM_INT, 1,
+    {"max_tokens", "max_tokens", "max_completion_tokens", "--max-tokens", "-n", GENPARAM_INT, 1,
      GENPARAM_MAX_TOKENS_LIMIT, 0, 256, 0, GENPARAM_KEY_YES, G(max_tokens), -1,
      "tokens to generate at most (default 256; clamped to the context)"},
+    {"top_k", "top_k", NULL, "--top-k", NULL, GENPARAM_INT, 0, INT32_MAX, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(top_k),
+     S(top_k), "keep the K most likely tokens (default 0 = off)"},
+    {"repeat_last_n", NULL, NULL, "--repeat-last-n", NULL, GENPARAM_INT, 0, 1 << 20, 0, 64, 64, GENPARAM_KEY_YES,
+     G(repeat_last_n), S(repeat_last_n), "window of the repetition penalty (default 64)"},
     {"temperature", "temperature", NULL, "--temperature", "--temp", GENPARAM_FLOAT, 0, 2, 0, 1, 0,
      GENPARAM_KEY_SAMPLING, G(temperature), S(temperature), "sampling temperature (default 1; 0 = greedy)"},
     {"top_p", "top_p", NULL, "--top-p", NULL, GENPARAM_FLOAT, 0, 1, 1, 1, 1, GENPARAM_KEY_SAMPLING, G(top_p),
      S(top_p), "nucleus sampling (default 1 = off)"},
-    {"top_k", "top_k", NULL, "--top-k", NULL, GENPARAM_INT, 0, INT32_MAX, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(top_k),
-     S(top_k), "keep the K most likely tokens (default 0 = off)"},
     {"min_p", "min_p", NULL, "--min-p", NULL, GENPARAM_FLOAT, 0, 1, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(min_p),
      S(min_p), "drop tokens below P * the top probability (default 0 = off)"},
+    {"repetition_penalty", "repetition_penalty", "repeat_penalty", "--repetition-penalty", "--repeat-penalty",
+     GENPARAM_FLOAT, 0, 10, 1, 1, 1, GENPARAM_KEY_YES, G(repetition_penalty), S(repeat_penalty),
+     "penalize the last --repeat-last-n tokens (default 1 = off)"},
     {"presence_penalty", "presence_penalty", NULL, "--presence-penalty", NULL, GENPARAM_FLOAT, -2, 2, 0, 0, 0,
      GENPARAM_KEY_YES, G(presence_penalty), S(presence_penalty), "OpenAI presence penalty (default 0)"},
     {"frequency_penalty", "frequency_penalty", NULL, "--frequency-penalty", NULL, GENPARAM_FLOAT, -2, 2, 0, 0, 0,
      GENPARAM_KEY_YES, G(frequency_penalty), S(frequency_penalty), "OpenAI frequency penalty (default 0)"},
-    {"repetition_penalty", "repetition_penalty", "repeat_penalty", "--repetition-penalty", "--repeat-penalty",
-     GENPARAM_FLOAT, 0, 10, 1, 1, 1, GENPARAM_KEY_YES, G(repetition_penalty), S(repeat_penalty),
-     "penalize the last --repeat-last-n tokens (default 1 = off)"},
-    {"repeat_last_n", NULL, NULL, "--repeat-last-n", NULL, GENPARAM_INT, 0, 1 << 20, 0, 64, 64, GENPARAM_KEY_YES,
-     G(repeat_last_n), S(repeat_last_n), "window of the repetition penalty (default 64)"},
     {"seed", "seed", NULL, "--seed", NULL, GENPARAM_SEED, 0, 0, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(seed), -1,
      "RNG seed (default: derived from each request's id)"},
-    {"n", "n", NULL, "--n", NULL, GENPARAM_INT, 1, GENPARAM_MAX_N, 0, 1, 1, GENPARAM_KEY_NO, G(n), -1,
-     "completions per request (default 1)"},
     {"stop", "stop", NULL, "--stop", NULL, GENPARAM_STOP, 0, 0, 0, 0, 0, GENPARAM_KEY_YES, G(stop), -1,
      "stop string (repeatable, up to 4); not part of the output"},
     {"logit_bias", "logit_bias", NULL, NULL, NULL, GENPARAM_LOGIT_BIAS, -100, 100, 0, 0, 0, GENPARAM_KEY_YES,
      G(logit_bias), -1, NULL},
     {"ignore_eos", "ignore_eos", NULL, "--ignore-eos", NULL, GENPARAM_BOOL, 0, 1, 0, 0, 0, GENPARAM_KEY_YES,
      G(ignore_eos), -1, "do not stop at end-of-generation tokens"},
+    {"n", "n", NULL, "--n", NULL, GENPARAM_INT, 1, GENPARAM_MAX_N, 0, 1, 1, GENPARAM_KEY_NO, G(n), -1,
+     "completions per request (default 1)"},
 };
 const int genparam_count = (int)(sizeof genparam_table / sizeof genparam_table[0]);
 
@@ -348,7 +349,8 @@ static int json_row(const struct genparam *p, const char *field, const json_t *v
         return 0;
     case GENPARAM_FLOAT:
         if (json_double(v, field, &d, code, e)) return -1;
-        if (!in_range(p, d))
+        /* checked as the engine will see it: after rounding to float (1e-300 passes (0, 1] but rounds to 0) */
+        if (!in_range(p, d) || !in_range(p, (float)d))
             return bad(code, "invalid_value", e, "'%s' must be in %c%g, %g], got %g", field, p->lo_open ? '(' : '[',
                        p->lo, p->hi, d);
         *float_at(g, p) = (float)d;
@@ -440,11 +442,14 @@ void genparam_usage(FILE *out)
     for (int i = 0; i < genparam_count; i++) {
         const struct genparam *p = &genparam_table[i];
         if (!p->flag) continue;
+        static const char *const metavar[] = {" N", " X", "", " S", " STR", ""};
+        const char *alias = p->flag_alias;
+        int short_alias = alias && alias[1] != '-';
         char left[64];
-        const char *arg = p->type == GENPARAM_BOOL ? "" : p->type == GENPARAM_STOP ? " STR" : " X";
-        if (p->flag_alias) snprintf(left, sizeof left, "%s%s, %s", p->flag, arg, p->flag_alias);
-        else snprintf(left, sizeof left, "%s%s", p->flag, arg);
-        fprintf(out, "  %-26s %s\n", left, p->help);
+        snprintf(left, sizeof left, "%s%s%s%s", short_alias ? alias : "", short_alias ? ", " : "", p->flag,
+                 metavar[p->type]);
+        if (alias && !short_alias) fprintf(out, "  %-23s %s (also %s)\n", left, p->help, alias);
+        else fprintf(out, "  %-23s %s\n", left, p->help);
     }
 }
 
