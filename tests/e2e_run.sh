@@ -182,4 +182,12 @@ else
     fail run_sigint_while_reading "rc=$rc $(tail -1 "$T/big.log")"
 fi
 
+# --- generation parameters through the one table: --flag=value, a line's own ignore_eos ---
+# (a logit bias on EOS, id 2, makes it the first token: b stops at once, a runs to max_tokens)
+printf '{"id":"a","prompt":"Once upon a time","ignore_eos":true,"logit_bias":{"2":100}}\n{"id":"b","prompt":"Once upon a time","logit_bias":{"2":100}}\n' >"$T/ie.jsonl"
+$NS run "$T/ie.jsonl" -o "$T/ie.out" "${base[@]}" --max-tokens=40 --temperature=0 2>"$T/log" || fail run_line_ignore_eos "$(tail -1 "$T/log")"
+got=$(jq_py 'd={o["custom_id"]: (o["response"]["body"]["usage"]["completion_tokens"], o["response"]["body"]["choices"][0]["finish_reason"]) for o in map(json.loads, open(sys.argv[1]))}; print(*d["a"], *d["b"])' "$T/ie.out")
+[ "$got" = "40 length 1 stop" ] && ok run_line_ignore_eos || fail run_line_ignore_eos "tokens and finish of a, b: $got"
+grep -q '"max_tokens": 40' "$T/ie.out.record.json" && ok run_record_generation_table || fail run_record_generation_table "$(grep -o '"generation": {[^}]*}' "$T/ie.out.record.json")"
+
 exit $E2E_FAILED

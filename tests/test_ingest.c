@@ -42,16 +42,26 @@ static int ingest(const struct job_config *c, const struct job_model *m, ledger 
     return ingest_backlog(c, m, l, st, backlog, e);
 }
 
-/* Work w's key equals the key of the request ingest_work_request makes for it. */
-static int key_of_request_matches(const ledger *l, const struct job_model *m, int ignore_eos, uint32_t w)
+/* Work w's key equals the key of the parameters the request ingest_work_request makes for it runs with. */
+static int key_of_request_matches(const ledger *l, const struct job_model *m, uint32_t w)
 {
     const struct ledger_line *L = &l->lines[l->works[w].owner];
     uint32_t index = 0;
     while ((int32_t)index < L->n && L->works[index] != w) index++;
     struct engine_request rq;
-    ingest_work_request(l, w, ignore_eos, &rq);
-    struct key_params kp = {m->sha256, (uint32_t)m->ep.kv_type, rq.max_tokens, rq.sampling, rq.stop, rq.n_stop,
-                            rq.ignore_eos, rq.prompt, rq.n_prompt, index};
+    ingest_work_request(l, w, &rq);
+    struct gen_params g = L->gen;
+    g.max_tokens = rq.max_tokens;
+    struct sampler_params sp;
+    genparam_to_sampler(&g, rq.sampling.seed, &sp);
+    const struct sampler_params *q = &rq.sampling;
+    if (sp.temperature != q->temperature || sp.top_k != q->top_k || sp.top_p != q->top_p || sp.min_p != q->min_p ||
+        sp.repeat_penalty != q->repeat_penalty || sp.repeat_last_n != q->repeat_last_n ||
+        sp.presence_penalty != q->presence_penalty || sp.frequency_penalty != q->frequency_penalty ||
+        sp.n_logit_bias != q->n_logit_bias || sp.logit_bias != q->logit_bias || rq.ignore_eos != g.ignore_eos ||
+        rq.n_stop != g.n_stop)
+        return 0;
+    struct key_params kp = {m->sha256, (uint32_t)m->ep.kv_type, &g, rq.sampling.seed, rq.prompt, rq.n_prompt, index};
     uint8_t key[32];
     struct err e;
     return rq.id == w && key_compute(&kp, key, &e) == 0 && !memcmp(key, plan_keymap_key(l->keys, w), 32);
@@ -103,7 +113,7 @@ TEST(lines_works_and_folding)
     CHECK(W->seed == key_completion_seed(key_id_seed("c"), 1));
     const struct ledger_line *F = &l.lines[6];
     CHECK_EQ_INT(l.works[F->works[0]].max_tokens, 64 - F->n_prompt); /* clamped to the context */
-    for (uint32_t w = 0; w < l.n_works; w++) CHECK_MSG(key_of_request_matches(&l, &m, 0, w), "work %u", w);
+    for (uint32_t w = 0; w < l.n_works; w++) CHECK_MSG(key_of_request_matches(&l, &m, w), "work %u", w);
     for (size_t i = 0; i < l.n_lines; i++)
         for (size_t k = 0; k < i; k++) CHECK(memcmp(l.lines[i].digest, l.lines[k].digest, 32) != 0);
     CHECK_STR(json_string_value(json_object_get(facts, "format")), "jsonl");

@@ -217,7 +217,7 @@ TEST(long_lines_are_bounded)
 
 TEST(defaults_and_overrides)
 {
-    struct input_gen d = input_gen_defaults();
+    struct gen_params d = genparam_defaults();
     d.max_tokens = 11;
     d.temperature = 0;
     char *stop0 = strdup("END");
@@ -245,14 +245,14 @@ TEST(defaults_and_overrides)
     CHECK_EQ_INT(it[1].gen.n, 3);
     CHECK(it[1].gen.seed == UINT64_MAX);
     struct err e;
-    CHECK(input_gen_check(&it[1].gen, &e) == 0);
+    CHECK(genparam_check(&it[1].gen, &e) == 0);
     CHECK_EQ_INT(it[2].gen.n_stop, 1);
     CHECK_STR(it[2].gen.stop[0], "Z");
     free_all(it, n);
 
-    struct input_gen g = input_gen_defaults();
+    struct gen_params g = genparam_defaults();
     g.top_p = 0;
-    CHECK(input_gen_check(&g, &e) != 0);
+    CHECK(genparam_check(&g, &e) != 0);
     CHECK(strstr(e.msg, "top_p") != NULL);
 }
 

@@ -7,21 +7,29 @@ static const uint8_t model_a[32] = {1, 2, 3};
 static const uint8_t model_b[32] = {1, 2, 4};
 static const int32_t prompt[] = {1, 403, 407, 261, 378};
 
+/* Each key_params built by base() points at its own gen_params from this pool (tests make a few each). */
+static struct gen_params gens[8];
+static int n_gens;
+
 static struct key_params base(void)
 {
     struct key_params p;
     memset(&p, 0, sizeof p);
+    struct gen_params *g = &gens[n_gens++ % 8];
+    *g = genparam_defaults();
+    g->max_tokens = 16;
+    g->temperature = 0.8f;
+    g->top_p = 0.95f;
     p.model_sha256 = model_a;
     p.kv_type = 1;
-    p.max_tokens = 16;
-    p.sampling = sampler_default_params();
-    p.sampling.temperature = 0.8f;
-    p.sampling.top_p = 0.95f;
-    p.sampling.seed = 7;
+    p.gen = g;
+    p.seed = 7;
     p.prompt = prompt;
     p.n_prompt = 5;
     return p;
 }
+
+static struct gen_params *gen_of(struct key_params *p) { return (struct gen_params *)p->gen; }
 
 static void key_of(const struct key_params *p, uint8_t out[32])
 {
@@ -32,17 +40,17 @@ static void key_of(const struct key_params *p, uint8_t out[32])
 TEST(encoding_layout)
 {
     struct key_params p = base();
-    const char *stop[] = {"ab", "c"};
-    p.stop = stop;
-    p.n_stop = 2;
+    char *stop[] = {"ab", "c"};
+    gen_of(&p)->stop = stop;
+    gen_of(&p)->n_stop = 2;
     struct logit_bias lb[2] = {{3, -1.0f}, {9, 2.0f}};
-    p.sampling.logit_bias = lb;
-    p.sampling.n_logit_bias = 2;
+    gen_of(&p)->logit_bias = lb;
+    gen_of(&p)->n_logit_bias = 2;
     p.index = 2;
     uint8_t buf[1024];
     size_t n = key_encode(&p, buf, sizeof buf);
-    /* tag 18 + model 32 + kv 4 + 3 i32 + 6 f32 + seed 8 + n_stop 4 + (4+2) + (4+1) + n_bias 4 + 2*8 +
-     * ignore_eos 4 + n_prompt 4 + 5*4 + index 4 */
+    /* tag 18 + model 32 + kv 4 + genparam rows: 3 i32 (max_tokens, top_k, repeat_last_n) + 6 f32 + seed 8 +
+     * n_stop 4 + (4+2) + (4+1) + n_bias 4 + 2*8 + ignore_eos 4; then n_prompt 4 + 5*4 + index 4 */
     CHECK_EQ_INT(n, 18 + 32 + 4 + 12 + 24 + 8 + 4 + 6 + 5 + 4 + 16 + 4 + 4 + 20 + 4);
     CHECK_EQ_INT(KEY_VERSION, 2);
     CHECK(!memcmp(buf, "nightshift-key-v2", 18)); /* the tag carries KEY_VERSION, NUL-terminated */
@@ -71,7 +79,7 @@ TEST(what_changes_a_key)
     key_of(&q, k1);
     CHECK(memcmp(k0, k1, 32));
     q = base();
-    q.sampling.seed = 8;
+    q.seed = 8;
     key_of(&q, k1);
     CHECK(memcmp(k0, k1, 32));
     q = base();
@@ -79,7 +87,7 @@ TEST(what_changes_a_key)
     key_of(&q, k1);
     CHECK(memcmp(k0, k1, 32));
     q = base();
-    q.max_tokens = 17;
+    gen_of(&q)->max_tokens = 17;
     key_of(&q, k1);
     CHECK(memcmp(k0, k1, 32));
     q = base();
@@ -91,16 +99,16 @@ TEST(what_changes_a_key)
     key_of(&q, k1);
     CHECK(memcmp(k0, k1, 32));
     q = base();
-    q.sampling.temperature = -0.0f + 0.8f;
+    gen_of(&q)->temperature = -0.0f + 0.8f;
     key_of(&q, k1);
     CHECK(!memcmp(k0, k1, 32));
     /* stop lists that concatenate to the same bytes differ */
-    const char *s1[] = {"ab", "c"}, *s2[] = {"a", "bc"};
+    char *s1[] = {"ab", "c"}, *s2[] = {"a", "bc"};
     q = base();
-    q.stop = s1;
-    q.n_stop = 2;
+    gen_of(&q)->stop = s1;
+    gen_of(&q)->n_stop = 2;
     key_of(&q, k0);
-    q.stop = s2;
+    gen_of(&q)->stop = s2;
     key_of(&q, k1);
     CHECK(memcmp(k0, k1, 32));
 }
@@ -126,17 +134,17 @@ TEST(version_pinned)
 TEST(greedy_ignores_sampling_knobs)
 {
     struct key_params p = base(), q = base();
-    p.sampling.temperature = 0;
-    q.sampling.temperature = 0;
-    q.sampling.seed = 12345;
-    q.sampling.top_k = 40;
-    q.sampling.top_p = 0.5f;
-    q.sampling.min_p = 0.1f;
+    gen_of(&p)->temperature = 0;
+    gen_of(&q)->temperature = 0;
+    q.seed = 12345;
+    gen_of(&q)->top_k = 40;
+    gen_of(&q)->top_p = 0.5f;
+    gen_of(&q)->min_p = 0.1f;
     uint8_t a[32], b[32];
     key_of(&p, a);
     key_of(&q, b);
     CHECK(!memcmp(a, b, 32));
-    q.sampling.repeat_penalty = 1.2f; /* still matters when greedy */
+    gen_of(&q)->repetition_penalty = 1.2f; /* still matters when greedy */
     key_of(&q, b);
     CHECK(memcmp(a, b, 32));
 }

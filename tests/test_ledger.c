@@ -116,7 +116,7 @@ static int add_line(ledger *l, int64_t no, int n, const int *keys)
     L->no = no;
     L->custom_id = strdup(id);
     L->kind = INPUT_KIND_COMPLETION;
-    L->gen = input_gen_defaults();
+    L->gen = genparam_defaults();
     L->prompt = malloc(3 * sizeof *L->prompt);
     L->prompt[0] = 1, L->prompt[1] = 2, L->prompt[2] = (int32_t)no;
     L->n_prompt = 3;

@@ -52,7 +52,7 @@ static int add_spec(ledger *l, const struct spec *s)
         L->digest[2] = 0xbd;
         return 0;
     }
-    L->gen = input_gen_defaults();
+    L->gen = genparam_defaults();
     L->n = s->n;
     L->works = malloc((size_t)s->n * sizeof *L->works);
     for (int k = 0; k < s->n; k++) {

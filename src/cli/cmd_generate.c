@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "cli/cli_util.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
@@ -25,8 +26,6 @@
 #include "runtime/runtime.h"
 #include "tokenizer/tok.h"
 #include "util/clock.h"
-
-#define GEN_MAX_STOPS 16
 
 /* generate's defaults for the engine flags: f32 KV (the reference), one sequence */
 static struct runtime_params gen_default_params(void)
@@ -47,123 +46,78 @@ static void gen_usage(FILE *out)
             "  -m, --model PATH        GGUF model (default: %s)\n"
             "  -p, --prompt TEXT       prompt text\n"
             "  -f, --file PATH         read the prompt from a file\n"
-            "  -n, --n-predict N       tokens to generate at most (default 128)\n"
-            "  -c, --ctx N             context length (default: the model's context_length)\n"
-            "      --temp T            temperature; <= 0 is greedy (default 0)\n"
-            "      --top-k K           keep the K most likely tokens (default 0 = off)\n"
-            "      --top-p P           nucleus sampling (default 1 = off)\n"
-            "      --min-p P           drop tokens below P * the top probability (default 0 = off)\n"
-            "      --repeat-penalty R  penalize the last --repeat-last-n tokens (default 1 = off)\n"
-            "      --repeat-last-n N   window of the repeat penalty (default 64)\n"
-            "      --presence-penalty P, --frequency-penalty P   OpenAI penalties (default 0)\n"
-            "      --seed S            RNG seed (default 0)\n"
-            "      --stop STR          stop string (repeatable, up to %d); not printed\n"
-            "      --ignore-eos        do not stop at end-of-generation tokens\n"
+            "      --n-predict N       the same as --max-tokens\n"
             "      --no-bos            do not add BOS even when the model asks for it\n"
             "      --no-special        treat special-token text in the prompt as plain text\n"
             "      --ids               print completion token ids instead of text\n"
             "      --batch N           prompt rows per step at most (= --max-batch-tokens)\n"
             "  -h, --help              this help\n"
-            "Engine (--kv-memory auto: a pool of just what this request needs):\n",
-            cli_default_model(), GEN_MAX_STOPS);
+            "Generation (as in run; generate's defaults: --max-tokens 128, --temperature 0, --seed 0):\n",
+            cli_default_model());
+    genparam_usage(out);
+    fprintf(out, "Engine (--kv-memory auto: a pool of just what this request needs):\n");
     struct runtime_params d = gen_default_params();
     engine_flags_usage(out, &d);
 }
 
-#define parse_int(flag, s, lo, hi, out) engine_flags_parse_long("generate", flag, s, lo, hi, out)
-
-static int gen_parse_float(const char *flag, const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
-        cli_error("generate", "%s expects a number, got '%s'", flag, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 struct gen_opts {
     const char *prompt, *prompt_file;
-    long n_predict, n_ctx;
-    int no_bos, no_special, ids, ignore_eos;
-    struct sampler_params sp;
-    const char *stops[GEN_MAX_STOPS];
-    int n_stops;
+    int32_t n_ctx;
+    int no_bos, no_special, ids;
+    struct gen_params gen;    /* the generation parameters (runtime/genparam), generate's defaults */
     struct runtime_params rp; /* the model path and the engine flags */
 };
 
-/* The value v of generate's own flag a; 0 ok, 2 usage error (printed). */
-static int gen_parse_value(struct gen_opts *o, const char *a, const char *v)
+/* generate's defaults for the generation parameters: 128 tokens, greedy, seed 0 */
+static struct gen_params gen_default_gen(void)
 {
-    long n;
-    int rc = 0;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->rp.model_path = v;
-    else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
-    else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->prompt_file = v;
-    else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) rc = parse_int(a, v, 1, 1L << 24, &o->n_predict);
-    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) rc = parse_int(a, v, 1, 1L << 24, &o->n_ctx);
-    else if (!strcmp(a, "--batch")) {
-        rc = parse_int(a, v, 1, 1 << 16, &n);
-        o->rp.max_batch_tokens = (int32_t)n;
-    } else if (!strcmp(a, "--temp")) rc = gen_parse_float(a, v, &o->sp.temperature);
-    else if (!strcmp(a, "--top-k")) {
-        rc = parse_int(a, v, 0, 1L << 30, &n);
-        o->sp.top_k = (int32_t)n;
-    } else if (!strcmp(a, "--top-p")) rc = gen_parse_float(a, v, &o->sp.top_p);
-    else if (!strcmp(a, "--min-p")) rc = gen_parse_float(a, v, &o->sp.min_p);
-    else if (!strcmp(a, "--repeat-penalty")) rc = gen_parse_float(a, v, &o->sp.repeat_penalty);
-    else if (!strcmp(a, "--repeat-last-n")) {
-        rc = parse_int(a, v, 0, 1L << 24, &n);
-        o->sp.repeat_last_n = (int32_t)n;
-    } else if (!strcmp(a, "--presence-penalty")) rc = gen_parse_float(a, v, &o->sp.presence_penalty);
-    else if (!strcmp(a, "--frequency-penalty")) rc = gen_parse_float(a, v, &o->sp.frequency_penalty);
-    else if (!strcmp(a, "--seed")) rc = engine_flags_parse_u64("generate", a, v, &o->sp.seed);
-    else if (!strcmp(a, "--stop")) {
-        if (o->n_stops == GEN_MAX_STOPS) {
-            cli_error("generate", "at most %d --stop strings", GEN_MAX_STOPS);
-            return 2;
-        }
-        o->stops[o->n_stops++] = v;
-    } else {
-        cli_error("generate", "unknown option '%s' (see --help)", a);
-        return 2;
-    }
-    return rc ? 2 : 0;
+    struct gen_params g = genparam_defaults();
+    g.max_tokens = 128;
+    g.temperature = 0;
+    g.has_seed = 1;
+    g.seed = 0;
+    return g;
 }
 
-/* Returns 0 ok, 2 usage error, 3 help printed. */
+/* Returns 0 ok, 2 usage error (printed), 3 help printed. */
 static int gen_parse(int argc, char **argv, struct gen_opts *o)
 {
-    o->n_predict = 128;
-    o->n_ctx = 0;
-    o->sp = sampler_default_params();
+    o->gen = gen_default_gen();
     o->rp = gen_default_params();
+    const struct cli_opt opts[] = {
+        {"--model", "-m", CLI_OPT_STRING, &o->rp.model_path, 0, 0, 0, NULL},
+        {"--prompt", "-p", CLI_OPT_STRING, &o->prompt, 0, 0, 0, NULL},
+        {"--file", "-f", CLI_OPT_STRING, &o->prompt_file, 0, 0, 0, NULL},
+        {"--n-predict", NULL, CLI_OPT_INT32, &o->gen.max_tokens, 1, GENPARAM_MAX_TOKENS_LIMIT, 0, NULL},
+        {"--ctx", "-c", CLI_OPT_INT32, &o->n_ctx, 1, 1 << 24, 0, NULL},
+        {"--batch", NULL, CLI_OPT_INT32, &o->rp.max_batch_tokens, 1, 1 << 16, 0, NULL},
+        {"--no-bos", NULL, CLI_OPT_SET, &o->no_bos, 1, 0, 0, NULL},
+        {"--no-special", NULL, CLI_OPT_SET, &o->no_special, 1, 0, 0, NULL},
+        {"--ids", NULL, CLI_OPT_SET, &o->ids, 1, 0, 0, NULL},
+    };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             gen_usage(stdout);
             return 3;
         }
-        int flag_only = !strcmp(a, "--no-bos") || !strcmp(a, "--no-special") || !strcmp(a, "--ids") ||
-                        !strcmp(a, "--ignore-eos");
-        if (flag_only) {
-            if (!strcmp(a, "--no-bos")) o->no_bos = 1;
-            else if (!strcmp(a, "--no-special")) o->no_special = 1;
-            else if (!strcmp(a, "--ids")) o->ids = 1;
-            else o->ignore_eos = 1;
-            continue;
-        }
-        int er = engine_flags_parse(&o->rp, "generate", argc, argv, &i);
-        if (er < 0) return 2;
-        if (er > 0) continue;
-        if (i + 1 >= argc) {
-            cli_error("generate", "%s needs a value (or unknown option)", a);
+        int r = engine_flags_parse(&o->rp, "generate", argc, argv, &i);
+        if (!r) r = cli_opts_parse_gen("generate", &o->gen, argc, argv, &i);
+        if (!r) r = cli_opts_parse("generate", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) {
+            cli_error("generate", "unknown option '%s' (see --help)", a);
             return 2;
         }
-        if (gen_parse_value(o, a, argv[++i])) return 2;
+    }
+    struct err e;
+    if (genparam_check(&o->gen, &e)) {
+        cli_error("generate", "%s", e.msg);
+        return 2;
+    }
+    if (o->gen.n != 1) {
+        cli_error("generate", "--n %d: generate makes one completion (run makes several per request)", o->gen.n);
+        return 2;
     }
     if (!o->prompt == !o->prompt_file) {
         cli_error("generate", "give exactly one of -p TEXT or -f FILE (see --help)");
@@ -213,9 +167,9 @@ static int gen_tokenize(const struct gen_opts *o, const struct runtime *rt, cons
         cli_error("generate", "-c %ld exceeds the model's context length of %d tokens", n_ctx, (int)hp->n_ctx_train);
         return -1;
     }
-    if ((long)*n_ids + o->n_predict > n_ctx) {
+    if ((long)*n_ids + o->gen.max_tokens > n_ctx) {
         cli_error("generate", "the prompt (%zu tokens) plus -n %ld tokens exceeds the context of %ld tokens", *n_ids,
-                  o->n_predict, n_ctx);
+                  (long)o->gen.max_tokens, n_ctx);
         return -1;
     }
     return 0;
@@ -249,7 +203,7 @@ static void gen_print(const struct gen_opts *o, const struct runtime *rt, const 
 {
     /* the end-of-generation token that stopped it is not part of the completion */
     int32_t n_gen = res->n_tokens;
-    if (res->finish == ENGINE_FINISH_STOP && !o->ignore_eos && n_gen > 0 && tok_is_eog(rt->vocab, res->tokens[n_gen - 1]))
+    if (res->finish == ENGINE_FINISH_STOP && !o->gen.ignore_eos && n_gen > 0 && tok_is_eog(rt->vocab, res->tokens[n_gen - 1]))
         n_gen--;
     if (o->ids) {
         for (int32_t i = 0; i < n_gen; i++) printf(i ? " %d" : "%d", (int)res->tokens[i]);
@@ -272,8 +226,10 @@ int cmd_generate(int argc, char **argv)
 {
     struct gen_opts o = {0};
     int prc = gen_parse(argc, argv, &o);
-    if (prc == 3) return 0;
-    if (prc) return 2;
+    if (prc) {
+        genparam_free(&o.gen);
+        return prc == 3 ? 0 : 2;
+    }
 
     int rc = 1;
     struct err e = {{0}};
@@ -291,7 +247,7 @@ int cmd_generate(int argc, char **argv)
         goto done;
     }
     if (gen_tokenize(&o, &rt, prompt, prompt_len, &ids, &n_ids)) goto done;
-    if (gen_open_engine(&rt, (int64_t)n_ids + o.n_predict, &e)) {
+    if (gen_open_engine(&rt, (int64_t)n_ids + o.gen.max_tokens, &e)) {
         cli_error("generate", "%s", e.msg);
         goto done;
     }
@@ -299,12 +255,12 @@ int cmd_generate(int argc, char **argv)
         .id = 0,
         .prompt = ids,
         .n_prompt = (int32_t)n_ids,
-        .max_tokens = (int32_t)o.n_predict,
-        .sampling = o.sp,
-        .stop = o.stops,
-        .n_stop = o.n_stops,
-        .ignore_eos = o.ignore_eos,
+        .max_tokens = o.gen.max_tokens,
+        .stop = (const char *const *)o.gen.stop,
+        .n_stop = o.gen.n_stop,
+        .ignore_eos = o.gen.ignore_eos,
     };
+    genparam_to_sampler(&o.gen, o.gen.seed, &r.sampling);
     double t0 = clock_now();
     if (gen_run(rt.eng, &r, &res, &e)) {
         cli_error("generate", "%s", e.msg);
@@ -317,6 +273,7 @@ int cmd_generate(int argc, char **argv)
     gen_print(&o, &rt, &res, t0);
     rc = 0;
 done:
+    genparam_free(&o.gen);
     engine_result_free(&res);
     free(ids);
     free(prompt_buf);

@@ -20,24 +20,7 @@ struct reader {
     int32_t n_vocab, n_ctx;
 };
 
-/* The sampler parameters of a completion of line L with seed: what its key encodes and what runs it. */
-static void line_sampling(const struct ledger_line *L, uint64_t seed, struct sampler_params *sp)
-{
-    *sp = sampler_default_params();
-    sp->temperature = L->gen.temperature;
-    sp->top_k = L->gen.top_k;
-    sp->top_p = L->gen.top_p;
-    sp->min_p = L->gen.min_p;
-    sp->repeat_penalty = L->gen.repetition_penalty;
-    sp->repeat_last_n = L->gen.repeat_last_n;
-    sp->presence_penalty = L->gen.presence_penalty;
-    sp->frequency_penalty = L->gen.frequency_penalty;
-    sp->seed = seed;
-    sp->n_logit_bias = L->gen.n_logit_bias;
-    sp->logit_bias = L->gen.logit_bias;
-}
-
-void ingest_work_request(const ledger *l, uint32_t w, int ignore_eos, struct engine_request *rq)
+void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq)
 {
     const struct ledger_work *W = &l->works[w];
     const struct ledger_line *L = &l->lines[W->owner];
@@ -46,10 +29,10 @@ void ingest_work_request(const ledger *l, uint32_t w, int ignore_eos, struct eng
     rq->prompt = L->prompt;
     rq->n_prompt = L->n_prompt;
     rq->max_tokens = W->max_tokens;
-    line_sampling(L, W->seed, &rq->sampling);
+    genparam_to_sampler(&L->gen, W->seed, &rq->sampling);
     rq->stop = (const char *const *)L->gen.stop;
     rq->n_stop = L->gen.n_stop;
-    rq->ignore_eos = ignore_eos;
+    rq->ignore_eos = L->gen.ignore_eos;
 }
 
 /* Makes L a bad line with code and a printf-formatted message; its prompt and works are dropped. */
@@ -185,17 +168,16 @@ static int add_line_works(struct reader *rd, uint32_t li, struct err *e)
     L->n = L->gen.n;
     L->works = malloc((size_t)L->n * sizeof *L->works);
     if (!L->works) return err_set(e, "out of memory");
+    struct gen_params run = L->gen; /* what the completions run with (shallow: stop and logit_bias borrowed) */
+    run.max_tokens = max_tokens;
     for (int32_t i = 0; i < L->n; i++) {
         uint64_t seed = key_completion_seed(base, (uint32_t)i);
         struct key_params kp;
         memset(&kp, 0, sizeof kp);
         kp.model_sha256 = rd->m->sha256;
         kp.kv_type = (uint32_t)rd->m->ep.kv_type;
-        kp.max_tokens = max_tokens;
-        line_sampling(L, seed, &kp.sampling);
-        kp.stop = (const char *const *)L->gen.stop;
-        kp.n_stop = L->gen.n_stop;
-        kp.ignore_eos = rd->c->ignore_eos;
+        kp.gen = &run;
+        kp.seed = seed;
         kp.prompt = L->prompt;
         kp.n_prompt = L->n_prompt;
         kp.index = (uint32_t)i;

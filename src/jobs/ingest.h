@@ -38,6 +38,6 @@ int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger
 
 /* The engine request that runs work w: its owner line's prompt and parameters, id = w. Points into l (the
  * engine copies what it keeps). The same parameters went into w's key. */
-void ingest_work_request(const ledger *l, uint32_t w, int ignore_eos, struct engine_request *rq);
+void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq);
 
 #endif

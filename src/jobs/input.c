@@ -100,92 +100,6 @@ static void strset_free(struct strset *s)
     memset(s, 0, sizeof *s);
 }
 
-/* --- generation parameters --- */
-
-struct input_gen input_gen_defaults(void)
-{
-    struct input_gen g;
-    memset(&g, 0, sizeof g);
-    g.max_tokens = 256;
-    g.temperature = 1.0f;
-    g.top_p = 1.0f;
-    g.top_k = 0;
-    g.min_p = 0.0f;
-    g.repetition_penalty = 1.0f;
-    g.repeat_last_n = 64;
-    g.n = 1;
-    return g;
-}
-
-void input_gen_free(struct input_gen *g)
-{
-    if (!g) return;
-    for (int32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
-    free(g->stop);
-    free(g->logit_bias);
-    g->stop = NULL;
-    g->logit_bias = NULL;
-    g->n_stop = g->n_logit_bias = 0;
-}
-
-int input_gen_copy(struct input_gen *dst, const struct input_gen *src, struct err *e)
-{
-    *dst = *src;
-    dst->stop = NULL;
-    dst->logit_bias = NULL;
-    dst->n_stop = dst->n_logit_bias = 0;
-    if (src->n_stop) {
-        dst->stop = calloc((size_t)src->n_stop, sizeof *dst->stop);
-        if (!dst->stop) goto oom;
-        for (int32_t i = 0; i < src->n_stop; i++) {
-            dst->stop[i] = strdup(src->stop[i]);
-            if (!dst->stop[i]) goto oom;
-            dst->n_stop = i + 1;
-        }
-    }
-    if (src->n_logit_bias) {
-        dst->logit_bias = malloc((size_t)src->n_logit_bias * sizeof *dst->logit_bias);
-        if (!dst->logit_bias) goto oom;
-        memcpy(dst->logit_bias, src->logit_bias, (size_t)src->n_logit_bias * sizeof *dst->logit_bias);
-        dst->n_logit_bias = src->n_logit_bias;
-    }
-    return 0;
-oom:
-    input_gen_free(dst);
-    return err_set(e, "out of memory");
-}
-
-int input_gen_check(const struct input_gen *g, struct err *e)
-{
-    if (g->max_tokens < 1 || g->max_tokens > INPUT_MAX_TOKENS_LIMIT)
-        return err_set(e, "max_tokens must be in [1, %d], got %d", INPUT_MAX_TOKENS_LIMIT, g->max_tokens);
-    if (!(g->temperature >= 0 && g->temperature <= 2))
-        return err_set(e, "temperature must be in [0, 2], got %g", (double)g->temperature);
-    if (!(g->top_p > 0 && g->top_p <= 1)) return err_set(e, "top_p must be in (0, 1], got %g", (double)g->top_p);
-    if (g->top_k < 0) return err_set(e, "top_k must be >= 0, got %d", g->top_k);
-    if (!(g->min_p >= 0 && g->min_p <= 1)) return err_set(e, "min_p must be in [0, 1], got %g", (double)g->min_p);
-    if (!(g->presence_penalty >= -2 && g->presence_penalty <= 2))
-        return err_set(e, "presence_penalty must be in [-2, 2], got %g", (double)g->presence_penalty);
-    if (!(g->frequency_penalty >= -2 && g->frequency_penalty <= 2))
-        return err_set(e, "frequency_penalty must be in [-2, 2], got %g", (double)g->frequency_penalty);
-    if (!(g->repetition_penalty > 0 && g->repetition_penalty <= 10))
-        return err_set(e, "repetition_penalty must be in (0, 10], got %g", (double)g->repetition_penalty);
-    if (g->repeat_last_n < 0) return err_set(e, "repeat_last_n must be >= 0, got %d", g->repeat_last_n);
-    if (g->n < 1 || g->n > INPUT_MAX_N) return err_set(e, "n must be in [1, %d], got %d", INPUT_MAX_N, g->n);
-    if (g->n_stop > INPUT_MAX_STOP) return err_set(e, "at most %d stop strings", INPUT_MAX_STOP);
-    for (int32_t i = 0; i < g->n_stop; i++) {
-        size_t len = strlen(g->stop[i]);
-        if (len == 0 || len > INPUT_MAX_STOP_BYTES)
-            return err_set(e, "stop strings must be 1..%d bytes", INPUT_MAX_STOP_BYTES);
-    }
-    for (int32_t i = 0; i < g->n_logit_bias; i++) {
-        float b = g->logit_bias[i].bias;
-        if (!(b >= -100 && b <= 100)) return err_set(e, "logit_bias values must be in [-100, 100], got %g", (double)b);
-        if (g->logit_bias[i].token < 0) return err_set(e, "logit_bias token ids must be >= 0");
-    }
-    return 0;
-}
-
 /* --- items --- */
 
 void input_item_free(struct input_item *it)
@@ -201,7 +115,7 @@ void input_item_free(struct input_item *it)
     }
     free(it->msgs);
     free(it->model);
-    input_gen_free(&it->gen);
+    genparam_free(&it->gen);
     memset(it, 0, sizeof *it);
 }
 
@@ -261,7 +175,7 @@ struct input_opts input_default_opts(void)
     memset(&o, 0, sizeof o);
     o.format = INPUT_FORMAT_AUTO;
     o.max_line_bytes = 1 << 20;
-    o.defaults = input_gen_defaults();
+    o.defaults = genparam_defaults();
     return o;
 }
 
@@ -448,183 +362,6 @@ static const char *json_type_name(const json_t *v)
     }
 }
 
-static int get_double(const json_t *v, const char *name, double *out, struct bad *b)
-{
-    if (!json_is_number(v)) return set_bad(b, "invalid_type", "'%s' must be a number, got %s", name, json_type_name(v));
-    double d = json_number_value(v);
-    if (!isfinite(d)) return set_bad(b, "invalid_value", "'%s' must be a finite number", name);
-    *out = d;
-    return 0;
-}
-
-static int get_float_in(const json_t *v, const char *name, double lo, double hi, int lo_open, float *out,
-                        struct bad *b)
-{
-    double d;
-    if (get_double(v, name, &d, b) != 0) return -1;
-    if ((lo_open ? !(d > lo) : !(d >= lo)) || !(d <= hi))
-        return set_bad(b, "invalid_value", "'%s' must be in %c%g, %g], got %g", name, lo_open ? '(' : '[', lo, hi, d);
-    *out = (float)d;
-    return 0;
-}
-
-static int get_int_in(const json_t *v, const char *name, long long lo, long long hi, long long *out, struct bad *b)
-{
-    long long x;
-    if (json_is_integer(v)) {
-        x = (long long)json_integer_value(v);
-    } else if (json_is_real(v)) {
-        double d = json_real_value(v);
-        if (!isfinite(d)) return set_bad(b, "invalid_value", "'%s' must be a finite integer", name);
-        if (d != floor(d) || d < -9.2e18 || d > 9.2e18)
-            return set_bad(b, "invalid_type", "'%s' must be an integer, got %g", name, d);
-        x = (long long)d;
-    } else {
-        return set_bad(b, "invalid_type", "'%s' must be an integer, got %s", name, json_type_name(v));
-    }
-    if (x < lo || x > hi) return set_bad(b, "invalid_value", "'%s' must be in [%lld, %lld], got %lld", name, lo, hi, x);
-    *out = x;
-    return 0;
-}
-
-static int cmp_bias(const void *a, const void *b)
-{
-    int32_t x = ((const struct logit_bias *)a)->token, y = ((const struct logit_bias *)b)->token;
-    return (x > y) - (x < y);
-}
-
-static int parse_stop(const json_t *v, struct input_gen *g, struct bad *b)
-{
-    const json_t *one[1] = {v};
-    size_t n;
-    const json_t *arr = NULL;
-    if (json_is_string(v)) {
-        one[0] = v;
-        n = 1;
-    } else if (json_is_array(v)) {
-        arr = v;
-        n = json_array_size(v);
-    } else {
-        return set_bad(b, "invalid_type", "'stop' must be a string or an array of strings, got %s", json_type_name(v));
-    }
-    if (n > INPUT_MAX_STOP) return set_bad(b, "invalid_value", "'stop' holds %zu strings, at most %d", n, INPUT_MAX_STOP);
-    char **stop = n ? calloc(n, sizeof *stop) : NULL;
-    if (n && !stop) return set_bad(b, "invalid_value", "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const json_t *s = arr ? json_array_get(arr, i) : one[0];
-        if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > INPUT_MAX_STOP_BYTES ||
-            strlen(json_string_value(s)) != json_string_length(s)) {
-            for (size_t k = 0; k < i; k++) free(stop[k]);
-            free(stop);
-            return set_bad(b, json_is_string(s) ? "invalid_value" : "invalid_type",
-                           "'stop' entries must be strings of 1..%d bytes", INPUT_MAX_STOP_BYTES);
-        }
-        stop[i] = strdup(json_string_value(s));
-        if (!stop[i]) {
-            for (size_t k = 0; k < i; k++) free(stop[k]);
-            free(stop);
-            return set_bad(b, "invalid_value", "out of memory");
-        }
-    }
-    for (int32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
-    free(g->stop);
-    g->stop = stop;
-    g->n_stop = (int32_t)n;
-    return 0;
-}
-
-static int parse_logit_bias(const json_t *v, struct input_gen *g, struct bad *b)
-{
-    if (!json_is_object(v)) return set_bad(b, "invalid_type", "'logit_bias' must be an object, got %s", json_type_name(v));
-    size_t n = json_object_size(v);
-    if (n > INPUT_MAX_LOGIT_BIAS)
-        return set_bad(b, "invalid_value", "'logit_bias' has %zu entries, at most %d", n, INPUT_MAX_LOGIT_BIAS);
-    struct logit_bias *lb = n ? malloc(n * sizeof *lb) : NULL;
-    if (n && !lb) return set_bad(b, "invalid_value", "out of memory");
-    size_t i = 0;
-    const char *k;
-    json_t *val;
-    json_object_foreach((json_t *)v, k, val)
-    {
-        char *end;
-        errno = 0;
-        long long t = strtoll(k, &end, 10);
-        if (!*k || *end || errno || t < 0 || t > INT32_MAX || k[0] == '-' || k[0] == '+' || k[0] == ' ') {
-            free(lb);
-            return set_bad(b, "invalid_value", "'logit_bias' key \"%.40s\" is not a token id", k);
-        }
-        double d;
-        if (get_double(val, "logit_bias value", &d, b) != 0) {
-            free(lb);
-            return -1;
-        }
-        if (d < -100 || d > 100) {
-            free(lb);
-            return set_bad(b, "invalid_value", "'logit_bias' value for token %lld must be in [-100, 100], got %g", t, d);
-        }
-        lb[i].token = (int32_t)t;
-        lb[i].bias = (float)d;
-        i++;
-    }
-    qsort(lb, n, sizeof *lb, cmp_bias);
-    for (size_t j = 1; j < n; j++)
-        if (lb[j].token == lb[j - 1].token) {
-            int32_t t = lb[j].token;
-            free(lb);
-            return set_bad(b, "invalid_value", "'logit_bias' names token %d twice", t);
-        }
-    free(g->logit_bias);
-    g->logit_bias = lb;
-    g->n_logit_bias = (int32_t)n;
-    return 0;
-}
-
-/* Applies one generation field. Returns 1 if it was one (and is fine), 0 if name is not a generation
- * field, -1 if it is bad. null means "not given". */
-static int apply_gen_field(const char *name, const json_t *v, struct input_gen *g, struct bad *b)
-{
-    long long x;
-    if (!strcmp(name, "max_tokens") || !strcmp(name, "max_completion_tokens")) {
-        if (json_is_null(v)) return 1;
-        if (get_int_in(v, name, 1, INPUT_MAX_TOKENS_LIMIT, &x, b) != 0) return -1;
-        g->max_tokens = (int32_t)x;
-    } else if (!strcmp(name, "temperature")) {
-        if (!json_is_null(v) && get_float_in(v, name, 0, 2, 0, &g->temperature, b) != 0) return -1;
-    } else if (!strcmp(name, "top_p")) {
-        if (!json_is_null(v) && get_float_in(v, name, 0, 1, 1, &g->top_p, b) != 0) return -1;
-    } else if (!strcmp(name, "top_k")) {
-        if (json_is_null(v)) return 1;
-        if (get_int_in(v, name, 0, INT32_MAX, &x, b) != 0) return -1;
-        g->top_k = (int32_t)x;
-    } else if (!strcmp(name, "min_p")) {
-        if (!json_is_null(v) && get_float_in(v, name, 0, 1, 0, &g->min_p, b) != 0) return -1;
-    } else if (!strcmp(name, "presence_penalty")) {
-        if (!json_is_null(v) && get_float_in(v, name, -2, 2, 0, &g->presence_penalty, b) != 0) return -1;
-    } else if (!strcmp(name, "frequency_penalty")) {
-        if (!json_is_null(v) && get_float_in(v, name, -2, 2, 0, &g->frequency_penalty, b) != 0) return -1;
-    } else if (!strcmp(name, "repetition_penalty") || !strcmp(name, "repeat_penalty")) {
-        if (!json_is_null(v) && get_float_in(v, name, 0, 10, 1, &g->repetition_penalty, b) != 0) return -1;
-    } else if (!strcmp(name, "seed")) {
-        if (json_is_null(v)) return 1;
-        if (get_int_in(v, name, INT64_MIN, INT64_MAX, &x, b) != 0) return -1;
-        g->has_seed = 1;
-        g->seed = (uint64_t)x;
-    } else if (!strcmp(name, "n")) {
-        if (json_is_null(v)) return 1;
-        if (get_int_in(v, name, 1, INPUT_MAX_N, &x, b) != 0) return -1;
-        g->n = (int32_t)x;
-    } else if (!strcmp(name, "stop")) {
-        if (json_is_null(v)) return 1;
-        if (parse_stop(v, g, b) != 0) return -1;
-    } else if (!strcmp(name, "logit_bias")) {
-        if (json_is_null(v)) return 1;
-        if (parse_logit_bias(v, g, b) != 0) return -1;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
 static char *dup_json_string(const json_t *s, size_t *len)
 {
     size_t n = json_string_length(s);
@@ -765,8 +502,10 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
             it->model = dup_json_string(v, NULL);
             continue;
         }
-        int rc = apply_gen_field(k, v, &it->gen, b);
-        if (rc < 0) return -1;
+        struct err ge;
+        const char *code = NULL;
+        int rc = genparam_apply_json(&it->gen, k, v, &code, &ge);
+        if (rc < 0) return set_bad(b, code, "%s", ge.msg);
         if (rc == 0) warn_unknown(r, prefix, k, it->line);
     }
     if (prompt && messages) return set_bad(b, "invalid_value", "give either 'prompt' or 'messages', not both");
@@ -939,7 +678,7 @@ int input_next(input_reader *r, struct input_item *it, struct err *e)
             r->n_blank++;
             continue;
         }
-        if (input_gen_copy(&it->gen, &r->o.defaults, e) != 0) return -1;
+        if (genparam_copy(&it->gen, &r->o.defaults, e) != 0) return -1;
         size_t bad_at;
         if (!utf8_valid(r->line, r->line_len, &bad_at)) {
             set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);

@@ -21,49 +21,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/sampler.h"
+#include "runtime/genparam.h"
 #include "util/err.h"
 
 enum input_format { INPUT_FORMAT_AUTO, INPUT_FORMAT_OPENAI, INPUT_FORMAT_JSONL, INPUT_FORMAT_TEXT };
 enum input_kind { INPUT_KIND_COMPLETION, INPUT_KIND_CHAT };
 
-#define INPUT_MAX_STOP 4        /* stop strings per request (OpenAI's limit) */
-#define INPUT_MAX_STOP_BYTES 256
-#define INPUT_MAX_LOGIT_BIAS 1024
-#define INPUT_MAX_N 128
 #define INPUT_MAX_ID_BYTES 1024
-#define INPUT_MAX_TOKENS_LIMIT (1 << 24)
-
-/* Generation parameters: defaults from flags, overridden field by field by a line. Owns stop and
- * logit_bias. Ranges (checked for lines and flags alike): max_tokens >= 1, temperature [0, 2], top_p (0, 1],
- * top_k >= 0 (0 = off), min_p [0, 1], presence/frequency_penalty [-2, 2], repetition_penalty (0, 10],
- * repeat_last_n >= 0, n [1, 128], logit_bias values [-100, 100]. */
-struct input_gen {
-    int32_t max_tokens;
-    float temperature;
-    float top_p;
-    int32_t top_k;
-    float min_p;
-    float presence_penalty;
-    float frequency_penalty;
-    float repetition_penalty;
-    int32_t repeat_last_n;
-    int has_seed;
-    uint64_t seed;
-    int32_t n;
-    int32_t n_stop;
-    char **stop;                   /* (n_stop) owned, NUL-terminated */
-    int32_t n_logit_bias;
-    struct logit_bias *logit_bias; /* (n_logit_bias) owned, sorted by token, unique tokens */
-};
-
-/* max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, no penalties, repeat_last_n 64, no seed, n 1. */
-struct input_gen input_gen_defaults(void);
-/* Deep copy (dst is overwritten, not freed). */
-int input_gen_copy(struct input_gen *dst, const struct input_gen *src, struct err *e);
-void input_gen_free(struct input_gen *g);
-/* Checks the ranges above; the message names the field (as in a flag check: "temperature must be ..."). */
-int input_gen_check(const struct input_gen *g, struct err *e);
 
 struct input_msg {
     char *role;    /* "system", "user", "assistant" ("developer" is read as "system") */
@@ -86,7 +50,7 @@ struct input_item {
     struct input_msg *msgs; /* (n_msgs) chat */
     size_t n_msgs;
     char *model;          /* the line's "model" (recorded only) or NULL */
-    struct input_gen gen; /* defaults with the line's fields applied */
+    struct gen_params gen; /* defaults with the line's fields applied (runtime/genparam) */
 };
 
 void input_item_free(struct input_item *it);
@@ -94,7 +58,7 @@ void input_item_free(struct input_item *it);
 struct input_opts {
     enum input_format format; /* AUTO to detect */
     size_t max_line_bytes;    /* default 1 MiB */
-    struct input_gen defaults; /* borrowed; copied into each item */
+    struct gen_params defaults; /* borrowed; copied into each item */
 };
 
 struct input_opts input_default_opts(void);

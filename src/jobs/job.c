@@ -181,7 +181,7 @@ static int submit_works(job *j, const uint32_t *order, size_t n_order, size_t *n
     while (*next < n_order && *in_engine < limit) {
         uint32_t w = order[(*next)++];
         struct engine_request rq;
-        ingest_work_request(&j->book, w, j->c->ignore_eos, &rq);
+        ingest_work_request(&j->book, w, &rq);
         if (engine_add(j->m->eng, &rq, e) != 0) return -1;
         ledger_mark_queued(&j->book, w);
         (*in_engine)++;

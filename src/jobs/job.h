@@ -42,7 +42,6 @@ struct job_config {
     enum progress_mode progress;
     double progress_interval;      /* seconds between log lines when not on a terminal */
     int parse_special;             /* special-token text in completion prompts becomes those tokens */
-    int ignore_eos;
     volatile sig_atomic_t *stop;   /* optional: set (by a signal handler) to stop after the current step */
     int argc;                      /* the command line, for the record */
     char **argv;

@@ -47,19 +47,7 @@ static void put_u32(struct enc *w, uint32_t v)
     put(w, b, 4);
 }
 
-static void put_u64(struct enc *w, uint64_t v)
-{
-    put_u32(w, (uint32_t)v);
-    put_u32(w, (uint32_t)(v >> 32));
-}
-
-static void put_f32(struct enc *w, float f)
-{
-    if (f == 0.0f) f = 0.0f; /* -0 -> +0 */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    put_u32(w, u);
-}
+static void put_any(void *w, const void *p, size_t n) { put(w, p, n); }
 
 static void encode(struct enc *wp, const struct key_params *p)
 {
@@ -67,30 +55,7 @@ static void encode(struct enc *wp, const struct key_params *p)
     put(wp, tag, sizeof tag); /* with the NUL */
     put(wp, p->model_sha256, 32);
     put_u32(wp, p->kv_type);
-    const struct sampler_params *s = &p->sampling;
-    int greedy = !(s->temperature > 0);
-    put_u32(wp, (uint32_t)p->max_tokens);
-    put_u32(wp, (uint32_t)(greedy ? 0 : s->top_k));
-    put_u32(wp, (uint32_t)s->repeat_last_n);
-    put_f32(wp, greedy ? 0.0f : s->temperature);
-    put_f32(wp, greedy ? 1.0f : s->top_p);
-    put_f32(wp, greedy ? 0.0f : s->min_p);
-    put_f32(wp, s->repeat_penalty);
-    put_f32(wp, s->presence_penalty);
-    put_f32(wp, s->frequency_penalty);
-    put_u64(wp, greedy ? 0 : s->seed);
-    put_u32(wp, (uint32_t)p->n_stop);
-    for (int32_t i = 0; i < p->n_stop; i++) {
-        size_t len = strlen(p->stop[i]);
-        put_u32(wp, (uint32_t)len);
-        put(wp, p->stop[i], len);
-    }
-    put_u32(wp, (uint32_t)s->n_logit_bias);
-    for (int32_t i = 0; i < s->n_logit_bias; i++) {
-        put_u32(wp, (uint32_t)s->logit_bias[i].token);
-        put_f32(wp, s->logit_bias[i].bias);
-    }
-    put_u32(wp, (uint32_t)(p->ignore_eos != 0));
+    genparam_key_encode(p->gen, p->seed, put_any, wp);
     put_u32(wp, (uint32_t)p->n_prompt);
     for (int32_t i = 0; i < p->n_prompt; i++) put_u32(wp, (uint32_t)p->prompt[i]);
     put_u32(wp, p->index);

@@ -4,18 +4,14 @@
  *   "nightshift-key-v2\0"                               (KEY_VERSION)
  *   model file sha256                                   32 bytes
  *   kv element type                                     u32 (it changes the numerics)
- *   max_tokens, top_k, repeat_last_n                    i32 each
- *   temperature, top_p, min_p, repetition_penalty,
- *   presence_penalty, frequency_penalty                 f32 bit patterns (-0 -> +0)
- *   seed                                                u64 (the per-completion seed actually used)
- *   n_stop, then each stop string as u32 length + bytes (in request order)
- *   n_logit_bias, then (token i32, bias f32) sorted by token
- *   ignore_eos                                          u32
+ *   the generation parameters                           genparam_key_encode: every row of the table that
+ *                                                       enters the key, in table order, with the seed
+ *                                                       actually used for this completion
  *   n_prompt, then the prompt token ids                 i32 each
  *   completion index                                    u32
  *
- * all integers little-endian. Greedy requests (temperature 0) ignore top_k, top_p, min_p and the seed, so
- * those are encoded as their "off" values (0, 1, 0, 0): greedy duplicates fold whatever seed they carry.
+ * all integers little-endian. Greedy requests (temperature 0) encode top_k, top_p, min_p and the seed as
+ * their "off" values: greedy duplicates fold whatever seed they carry.
  *
  * Seeds: a request without a seed that samples gets key_id_seed(custom_id), so a resumed run reproduces
  * it; completion i of n uses key_completion_seed(seed, i) (i = 0 keeps the seed itself).
@@ -32,20 +28,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/sampler.h"
+#include "runtime/genparam.h"
 #include "util/err.h"
 
 #define KEY_BYTES 32
 #define KEY_VERSION 2
 
 struct key_params {
-    const uint8_t *model_sha256; /* (32) */
+    const uint8_t *model_sha256;    /* (32) */
     uint32_t kv_type;
-    int32_t max_tokens;
-    struct sampler_params sampling; /* seed = the completion's seed; logit_bias sorted by token */
-    const char *const *stop;        /* (n_stop) */
-    int32_t n_stop;
-    int ignore_eos;
+    const struct gen_params *gen;   /* the request's parameters (logit_bias sorted by token) */
+    uint64_t seed;                  /* the completion's seed */
     const int32_t *prompt;          /* (n_prompt) rendered prompt ids */
     int32_t n_prompt;
     uint32_t index;                 /* completion index, 0 .. n-1 */

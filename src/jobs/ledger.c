@@ -37,7 +37,7 @@ static void line_free(struct ledger_line *L)
     free(L->custom_id);
     free(L->model);
     free(L->message);
-    input_gen_free(&L->gen);
+    genparam_free(&L->gen);
     free(L->prompt);
     free(L->works);
     free(L->text);

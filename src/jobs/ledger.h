@@ -77,7 +77,7 @@ struct ledger_line {
     uint8_t bad;           /* a bad line: code and message, no works */
     const char *code;      /* static string */
     char *message;
-    struct input_gen gen;
+    struct gen_params gen;
     int32_t *prompt;       /* (n_prompt) rendered prompt ids; freed once no pending work needs it */
     int32_t n_prompt;
     uint32_t *works;       /* (n) the work of each completion */

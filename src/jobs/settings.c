@@ -15,11 +15,12 @@
 #include "util/sha256.h"
 
 struct setting {
-    const char *key;
+    char key[64];
     char value[768];
 };
 
-enum { N_SETTINGS = 19 };
+/* model.sha256, one per generation parameter, chat_template, kv_type, parse_special, key.version */
+enum { N_SETTINGS_MAX = 64 };
 
 /* Sets s[*k] to key and the printf-formatted value, and advances *k. */
 static void setting_set(struct setting *s, int *k, const char *key, const char *fmt, ...)
@@ -28,62 +29,36 @@ static void setting_set(struct setting *s, int *k, const char *key, const char *
 {
     va_list ap;
     va_start(ap, fmt);
-    s[*k].key = key;
+    snprintf(s[*k].key, sizeof s[*k].key, "%s", key);
     vsnprintf(s[*k].value, sizeof s[*k].value, fmt, ap);
     va_end(ap);
     (*k)++;
 }
 
-/* The run-wide settings a store is bound to (besides the model): the generation defaults and whatever else
- * changes results. Fills exactly N_SETTINGS entries. */
-static void settings_of(const struct job_config *c, const struct job_model *m, struct setting *s)
+/* The run-wide settings a store is bound to: the model, the generation defaults (every row of the genparam
+ * table, as "default.NAME") and whatever else changes results. Returns the count (<= N_SETTINGS_MAX). */
+static int settings_of(const struct job_config *c, const struct job_model *m, struct setting *s)
 {
-    const struct input_gen *g = &c->input.defaults;
     int k = 0;
     char hex[65];
     sha256_hex(m->sha256, hex);
     setting_set(s, &k, "model.sha256", "%s", hex);
-    setting_set(s, &k, "default.max_tokens", "%d", g->max_tokens);
-    setting_set(s, &k, "default.temperature", "%.9g", (double)g->temperature);
-    setting_set(s, &k, "default.top_p", "%.9g", (double)g->top_p);
-    setting_set(s, &k, "default.top_k", "%d", g->top_k);
-    setting_set(s, &k, "default.min_p", "%.9g", (double)g->min_p);
-    setting_set(s, &k, "default.presence_penalty", "%.9g", (double)g->presence_penalty);
-    setting_set(s, &k, "default.frequency_penalty", "%.9g", (double)g->frequency_penalty);
-    setting_set(s, &k, "default.repetition_penalty", "%.9g", (double)g->repetition_penalty);
-    setting_set(s, &k, "default.repeat_last_n", "%d", g->repeat_last_n);
-    if (g->has_seed) setting_set(s, &k, "default.seed", "%llu", (unsigned long long)g->seed);
-    else setting_set(s, &k, "default.seed", "none");
-    setting_set(s, &k, "default.n", "%d", g->n);
-    {
-        json_t *a = json_array();
-        for (int32_t i = 0; i < g->n_stop; i++) json_array_append_new(a, json_string(g->stop[i]));
-        char *d = json_dumps(a, JSON_COMPACT);
-        setting_set(s, &k, "default.stop", "%s", d ? d : "?");
-        free(d);
-        json_decref(a);
-    }
-    {
-        char *v = s[k].value;
-        size_t off = 0, cap = sizeof s[k].value;
-        v[0] = '\0';
-        for (int32_t i = 0; i < g->n_logit_bias && off + 32 < cap; i++)
-            off += (size_t)snprintf(v + off, cap - off, "%s%d:%.9g", i ? "," : "", g->logit_bias[i].token,
-                                    (double)g->logit_bias[i].bias);
-        s[k++].key = "default.logit_bias";
+    for (int i = 0; i < genparam_count; i++, k++) {
+        snprintf(s[k].key, sizeof s[k].key, "default.%s", genparam_table[i].name);
+        genparam_setting(&genparam_table[i], &c->input.defaults, s[k].value, sizeof s[k].value);
     }
     setting_set(s, &k, "chat_template", "%s", chat_family_name(m->chat));
     setting_set(s, &k, "kv_type", "%s", model_kv_type_name(m->ep.kv_type));
-    setting_set(s, &k, "ignore_eos", "%d", c->ignore_eos);
     setting_set(s, &k, "parse_special", "%d", c->parse_special);
     setting_set(s, &k, "key.version", "%d", KEY_VERSION);
-    assert(k == N_SETTINGS);
+    assert(k <= N_SETTINGS_MAX);
+    return k;
 }
 
 /* Compares the store's settings with s: *fresh = the store has none yet; *n_diff differences, described in
  * diff (cap bytes). */
-static int compare_settings(store *st, const struct setting *s, int *fresh, int *n_diff, char *diff, size_t cap,
-                            struct err *e)
+static int compare_settings(store *st, const struct setting *s, int n, int *fresh, int *n_diff, char *diff,
+                            size_t cap, struct err *e)
 {
     char *have = NULL;
     if (store_meta_get(st, "model.sha256", &have, e) != 0) return -1;
@@ -92,7 +67,7 @@ static int compare_settings(store *st, const struct setting *s, int *fresh, int 
     *n_diff = 0;
     diff[0] = '\0';
     size_t off = 0;
-    for (int k = 0; k < N_SETTINGS && !*fresh; k++) {
+    for (int k = 0; k < n && !*fresh; k++) {
         char *v = NULL;
         if (store_meta_get(st, s[k].key, &v, e) != 0) return -1;
         if (!v || strcmp(v, s[k].value)) {
@@ -130,11 +105,11 @@ static int check_key_version(store *st, const struct job_config *c, struct err *
 
 int settings_bind_store(store *st, const struct job_config *c, const struct job_model *m, struct err *e)
 {
-    struct setting s[N_SETTINGS];
-    settings_of(c, m, s);
+    struct setting s[N_SETTINGS_MAX];
+    int n = settings_of(c, m, s);
     char diff[ERR_MSG_MAX];
     int fresh, n_diff;
-    if (compare_settings(st, s, &fresh, &n_diff, diff, sizeof diff, e) != 0) return -1;
+    if (compare_settings(st, s, n, &fresh, &n_diff, diff, sizeof diff, e) != 0) return -1;
     if (!fresh && check_key_version(st, c, e) != 0) return -1;
     if (n_diff && !c->force)
         return err_set(e, "store %s was made with other settings: %s. Use another --store, or --force to reuse it "
@@ -156,7 +131,7 @@ int settings_bind_store(store *st, const struct job_config *c, const struct job_
     }
     if (!fresh && !n_diff) return 0;
     if (store_begin(st, e) != 0) return -1;
-    for (int k = 0; k < N_SETTINGS; k++)
+    for (int k = 0; k < n; k++)
         if (store_meta_set(st, s[k].key, s[k].value, e) != 0) goto fail;
     if (store_meta_set(st, "model.path", m->path, e) != 0) goto fail;
     if (store_meta_set(st, "nightshift.version", c->version ? c->version : "?", e) != 0) goto fail;

@@ -1,6 +1,7 @@
-/* settings — the run-wide settings a store is bound to: the model's sha256, the generation defaults and
- * whatever else changes results (chat template, KV type, ignore_eos, parse_special). Each is one meta row
- * ("default.temperature" -> "0.699999988"); the list is settings_of in settings.c, one line per setting.
+/* settings — the run-wide settings a store is bound to: the model's sha256, the generation defaults (one
+ * per row of runtime/genparam's table) and whatever else changes results (chat template, KV type,
+ * parse_special, the key version). Each is one meta row ("default.temperature" -> "0.699999988"); the list
+ * is settings_of in settings.c.
  *
  * A store made with other settings holds results that the keys of this run never ask for, and line rows
  * built from them: reusing it by accident would silently mix two runs, so it is refused unless --force.

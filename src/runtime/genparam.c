@@ -1,0 +1,585 @@
+/* genparam — see genparam.h. The table is the whole definition of the generation parameters; every
+ * function below walks it and switches on the row's type only.
+ */
+#include "runtime/genparam.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define G(field) offsetof(struct gen_params, field)
+#define S(field) ((ptrdiff_t)offsetof(struct sampler_params, field))
+
+/* Order matters for the key encoding (jobs/key.c, KEY_VERSION): rows that enter the key are encoded in this
+ * order, which is the layout of key version 2. */
+const struct genparam genparam_table[] = {
+    {"max_tokens", "max_tokens", "max_completion_tokens", "--max-tokens", "-n", GENPARAM_INT, 1,
+     GENPARAM_MAX_TOKENS_LIMIT, 0, 256, 0, GENPARAM_KEY_YES, G(max_tokens), -1,
+     "tokens to generate at most (default 256; clamped to the context)"},
+    {"top_k", "top_k", NULL, "--top-k", NULL, GENPARAM_INT, 0, INT32_MAX, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(top_k),
+     S(top_k), "keep the K most likely tokens (default 0 = off)"},
+    {"repeat_last_n", NULL, NULL, "--repeat-last-n", NULL, GENPARAM_INT, 0, 1 << 20, 0, 64, 64, GENPARAM_KEY_YES,
+     G(repeat_last_n), S(repeat_last_n), "window of the repetition penalty (default 64)"},
+    {"temperature", "temperature", NULL, "--temperature", "--temp", GENPARAM_FLOAT, 0, 2, 0, 1, 0,
+     GENPARAM_KEY_SAMPLING, G(temperature), S(temperature), "sampling temperature (default 1; 0 = greedy)"},
+    {"top_p", "top_p", NULL, "--top-p", NULL, GENPARAM_FLOAT, 0, 1, 1, 1, 1, GENPARAM_KEY_SAMPLING, G(top_p),
+     S(top_p), "nucleus sampling (default 1 = off)"},
+    {"min_p", "min_p", NULL, "--min-p", NULL, GENPARAM_FLOAT, 0, 1, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(min_p),
+     S(min_p), "drop tokens below P * the top probability (default 0 = off)"},
+    {"repetition_penalty", "repetition_penalty", "repeat_penalty", "--repetition-penalty", "--repeat-penalty",
+     GENPARAM_FLOAT, 0, 10, 1, 1, 1, GENPARAM_KEY_YES, G(repetition_penalty), S(repeat_penalty),
+     "penalize the last --repeat-last-n tokens (default 1 = off)"},
+    {"presence_penalty", "presence_penalty", NULL, "--presence-penalty", NULL, GENPARAM_FLOAT, -2, 2, 0, 0, 0,
+     GENPARAM_KEY_YES, G(presence_penalty), S(presence_penalty), "OpenAI presence penalty (default 0)"},
+    {"frequency_penalty", "frequency_penalty", NULL, "--frequency-penalty", NULL, GENPARAM_FLOAT, -2, 2, 0, 0, 0,
+     GENPARAM_KEY_YES, G(frequency_penalty), S(frequency_penalty), "OpenAI frequency penalty (default 0)"},
+    {"seed", "seed", NULL, "--seed", NULL, GENPARAM_SEED, 0, 0, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(seed), -1,
+     "RNG seed (default: derived from each request's id)"},
+    {"stop", "stop", NULL, "--stop", NULL, GENPARAM_STOP, 0, 0, 0, 0, 0, GENPARAM_KEY_YES, G(stop), -1,
+     "stop string (repeatable, up to 4); not part of the output"},
+    {"logit_bias", "logit_bias", NULL, NULL, NULL, GENPARAM_LOGIT_BIAS, -100, 100, 0, 0, 0, GENPARAM_KEY_YES,
+     G(logit_bias), -1, NULL},
+    {"ignore_eos", "ignore_eos", NULL, "--ignore-eos", NULL, GENPARAM_BOOL, 0, 1, 0, 0, 0, GENPARAM_KEY_YES,
+     G(ignore_eos), -1, "do not stop at end-of-generation tokens"},
+    {"n", "n", NULL, "--n", NULL, GENPARAM_INT, 1, GENPARAM_MAX_N, 0, 1, 1, GENPARAM_KEY_NO, G(n), -1,
+     "completions per request (default 1)"},
+};
+const int genparam_count = (int)(sizeof genparam_table / sizeof genparam_table[0]);
+
+#undef G
+#undef S
+
+static int32_t *int_at(struct gen_params *g, const struct genparam *p) { return (int32_t *)((char *)g + p->offset); }
+static float *float_at(struct gen_params *g, const struct genparam *p) { return (float *)((char *)g + p->offset); }
+static const int32_t *cint_at(const struct gen_params *g, const struct genparam *p)
+{
+    return (const int32_t *)((const char *)g + p->offset);
+}
+static const float *cfloat_at(const struct gen_params *g, const struct genparam *p)
+{
+    return (const float *)((const char *)g + p->offset);
+}
+
+/* --- values --- */
+
+struct gen_params genparam_defaults(void)
+{
+    struct gen_params g;
+    memset(&g, 0, sizeof g);
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (p->type == GENPARAM_INT) *int_at(&g, p) = (int32_t)p->def;
+        else if (p->type == GENPARAM_FLOAT) *float_at(&g, p) = (float)p->def;
+        else if (p->type == GENPARAM_BOOL) *(int *)((char *)&g + p->offset) = p->def != 0;
+    }
+    return g;
+}
+
+static void free_stop(char **stop, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) free(stop[i]);
+    free(stop);
+}
+
+void genparam_free(struct gen_params *g)
+{
+    if (!g) return;
+    free_stop(g->stop, g->n_stop);
+    free(g->logit_bias);
+    g->stop = NULL;
+    g->logit_bias = NULL;
+    g->n_stop = g->n_logit_bias = 0;
+}
+
+int genparam_copy(struct gen_params *dst, const struct gen_params *src, struct err *e)
+{
+    *dst = *src;
+    dst->stop = NULL;
+    dst->logit_bias = NULL;
+    dst->n_stop = dst->n_logit_bias = 0;
+    if (src->n_stop) {
+        dst->stop = calloc((size_t)src->n_stop, sizeof *dst->stop);
+        if (!dst->stop) goto oom;
+        for (int32_t i = 0; i < src->n_stop; i++) {
+            dst->stop[i] = strdup(src->stop[i]);
+            if (!dst->stop[i]) goto oom;
+            dst->n_stop = i + 1;
+        }
+    }
+    if (src->n_logit_bias) {
+        dst->logit_bias = malloc((size_t)src->n_logit_bias * sizeof *dst->logit_bias);
+        if (!dst->logit_bias) goto oom;
+        memcpy(dst->logit_bias, src->logit_bias, (size_t)src->n_logit_bias * sizeof *dst->logit_bias);
+        dst->n_logit_bias = src->n_logit_bias;
+    }
+    return 0;
+oom:
+    genparam_free(dst);
+    return err_set(e, "out of memory");
+}
+
+/* --- validation --- */
+
+static int in_range(const struct genparam *p, double v)
+{
+    return (p->lo_open ? v > p->lo : v >= p->lo) && v <= p->hi;
+}
+
+/* "[lo, hi]", "(lo, hi]" or ">= lo" (an INT row whose hi is INT32_MAX). */
+static void range_text(const struct genparam *p, char *buf, size_t cap)
+{
+    if (p->type == GENPARAM_INT && p->hi >= INT32_MAX) snprintf(buf, cap, ">= %g", p->lo);
+    else snprintf(buf, cap, "in %c%g, %g]", p->lo_open ? '(' : '[', p->lo, p->hi);
+}
+
+static int check_row(const struct genparam *p, const struct gen_params *g, struct err *e)
+{
+    char r[64];
+    range_text(p, r, sizeof r);
+    switch (p->type) {
+    case GENPARAM_INT:
+        if (!in_range(p, *cint_at(g, p))) return err_set(e, "%s must be %s, got %d", p->name, r, *cint_at(g, p));
+        return 0;
+    case GENPARAM_FLOAT:
+        if (!in_range(p, *cfloat_at(g, p)))
+            return err_set(e, "%s must be %s, got %g", p->name, r, (double)*cfloat_at(g, p));
+        return 0;
+    case GENPARAM_STOP:
+        if (g->n_stop > GENPARAM_MAX_STOP) return err_set(e, "at most %d stop strings", GENPARAM_MAX_STOP);
+        for (int32_t i = 0; i < g->n_stop; i++) {
+            size_t len = strlen(g->stop[i]);
+            if (len == 0 || len > GENPARAM_MAX_STOP_BYTES)
+                return err_set(e, "stop strings must be 1..%d bytes", GENPARAM_MAX_STOP_BYTES);
+        }
+        return 0;
+    case GENPARAM_LOGIT_BIAS:
+        for (int32_t i = 0; i < g->n_logit_bias; i++) {
+            float b = g->logit_bias[i].bias;
+            if (!in_range(p, b)) return err_set(e, "logit_bias values must be %s, got %g", r, (double)b);
+            if (g->logit_bias[i].token < 0) return err_set(e, "logit_bias token ids must be >= 0");
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int genparam_check(const struct gen_params *g, struct err *e)
+{
+    for (int i = 0; i < genparam_count; i++)
+        if (check_row(&genparam_table[i], g, e)) return -1;
+    return 0;
+}
+
+static int same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+int genparam_check_table(struct err *e)
+{
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        for (int k = 0; k < i; k++) {
+            const struct genparam *q = &genparam_table[k];
+            if (same(p->name, q->name) || same(p->json, q->json) || same(p->json, q->json_alias) ||
+                same(p->json_alias, q->json) || same(p->flag, q->flag) || same(p->flag, q->flag_alias) ||
+                same(p->flag_alias, q->flag))
+                return err_set(e, "genparam: rows %s and %s share a name, field or flag", q->name, p->name);
+        }
+        int numeric = p->type == GENPARAM_INT || p->type == GENPARAM_FLOAT;
+        if (numeric && !in_range(p, p->def)) return err_set(e, "genparam: %s's default is out of range", p->name);
+        if (numeric && p->key == GENPARAM_KEY_SAMPLING && !in_range(p, p->off))
+            return err_set(e, "genparam: %s's off value is out of range", p->name);
+        if (p->sampler >= 0 && !numeric) return err_set(e, "genparam: %s maps to the sampler but is no number", p->name);
+    }
+    return 0;
+}
+
+/* --- request JSON --- */
+
+static const char *json_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static int bad(const char **code, const char *c, struct err *e, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int bad(const char **code, const char *c, struct err *e, const char *fmt, ...)
+{
+    *code = c;
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static int json_double(const json_t *v, const char *name, double *out, const char **code, struct err *e)
+{
+    if (!json_is_number(v)) return bad(code, "invalid_type", e, "'%s' must be a number, got %s", name, json_type_name(v));
+    double d = json_number_value(v);
+    if (!isfinite(d)) return bad(code, "invalid_value", e, "'%s' must be a finite number", name);
+    *out = d;
+    return 0;
+}
+
+static int json_int_in(const json_t *v, const char *name, long long lo, long long hi, long long *out,
+                        const char **code, struct err *e)
+{
+    long long x;
+    if (json_is_integer(v)) {
+        x = (long long)json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!isfinite(d)) return bad(code, "invalid_value", e, "'%s' must be a finite integer", name);
+        if (d != floor(d) || d < -9.2e18 || d > 9.2e18)
+            return bad(code, "invalid_type", e, "'%s' must be an integer, got %g", name, d);
+        x = (long long)d;
+    } else {
+        return bad(code, "invalid_type", e, "'%s' must be an integer, got %s", name, json_type_name(v));
+    }
+    if (x < lo || x > hi) return bad(code, "invalid_value", e, "'%s' must be in [%lld, %lld], got %lld", name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int json_stop(const json_t *v, struct gen_params *g, const char **code, struct err *e)
+{
+    size_t n = 1;
+    if (json_is_array(v)) n = json_array_size(v);
+    else if (!json_is_string(v))
+        return bad(code, "invalid_type", e, "'stop' must be a string or an array of strings, got %s", json_type_name(v));
+    if (n > GENPARAM_MAX_STOP)
+        return bad(code, "invalid_value", e, "'stop' holds %zu strings, at most %d", n, GENPARAM_MAX_STOP);
+    char **stop = n ? calloc(n, sizeof *stop) : NULL;
+    if (n && !stop) return bad(code, "invalid_value", e, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(s) || json_string_length(s) == 0 || json_string_length(s) > GENPARAM_MAX_STOP_BYTES ||
+            strlen(json_string_value(s)) != json_string_length(s)) {
+            free_stop(stop, (int32_t)i);
+            return bad(code, json_is_string(s) ? "invalid_value" : "invalid_type", e,
+                       "'stop' entries must be strings of 1..%d bytes", GENPARAM_MAX_STOP_BYTES);
+        }
+        stop[i] = strdup(json_string_value(s));
+        if (!stop[i]) {
+            free_stop(stop, (int32_t)i);
+            return bad(code, "invalid_value", e, "out of memory");
+        }
+    }
+    free_stop(g->stop, g->n_stop);
+    g->stop = stop;
+    g->n_stop = (int32_t)n;
+    return 0;
+}
+
+static int cmp_bias(const void *a, const void *b)
+{
+    int32_t x = ((const struct logit_bias *)a)->token, y = ((const struct logit_bias *)b)->token;
+    return (x > y) - (x < y);
+}
+
+/* Parses one "token id": bias entry into *out. */
+static int json_bias_entry(const char *k, const json_t *val, struct logit_bias *out, const char **code, struct err *e)
+{
+    char *end;
+    errno = 0;
+    long long t = strtoll(k, &end, 10);
+    if (!*k || *end || errno || t < 0 || t > INT32_MAX || k[0] == '-' || k[0] == '+' || k[0] == ' ')
+        return bad(code, "invalid_value", e, "'logit_bias' key \"%.40s\" is not a token id", k);
+    double d;
+    if (json_double(val, "logit_bias value", &d, code, e) != 0) return -1;
+    if (d < -100 || d > 100)
+        return bad(code, "invalid_value", e, "'logit_bias' value for token %lld must be in [-100, 100], got %g", t, d);
+    out->token = (int32_t)t;
+    out->bias = (float)d;
+    return 0;
+}
+
+static int json_logit_bias(const json_t *v, struct gen_params *g, const char **code, struct err *e)
+{
+    if (!json_is_object(v))
+        return bad(code, "invalid_type", e, "'logit_bias' must be an object, got %s", json_type_name(v));
+    size_t n = json_object_size(v), i = 0;
+    if (n > GENPARAM_MAX_LOGIT_BIAS)
+        return bad(code, "invalid_value", e, "'logit_bias' has %zu entries, at most %d", n, GENPARAM_MAX_LOGIT_BIAS);
+    struct logit_bias *lb = n ? malloc(n * sizeof *lb) : NULL;
+    if (n && !lb) return bad(code, "invalid_value", e, "out of memory");
+    const char *k;
+    json_t *val;
+    json_object_foreach((json_t *)v, k, val)
+    {
+        if (json_bias_entry(k, val, &lb[i++], code, e) != 0) goto fail;
+    }
+    qsort(lb, n, sizeof *lb, cmp_bias);
+    for (size_t j = 1; j < n; j++)
+        if (lb[j].token == lb[j - 1].token) {
+            bad(code, "invalid_value", e, "'logit_bias' names token %d twice", lb[j].token);
+            goto fail;
+        }
+    free(g->logit_bias);
+    g->logit_bias = lb;
+    g->n_logit_bias = (int32_t)n;
+    return 0;
+fail:
+    free(lb);
+    return -1;
+}
+
+static int json_row(const struct genparam *p, const char *field, const json_t *v, struct gen_params *g,
+                    const char **code, struct err *e)
+{
+    long long x;
+    double d;
+    switch (p->type) {
+    case GENPARAM_INT:
+        if (json_int_in(v, field, (long long)p->lo, (long long)p->hi, &x, code, e)) return -1;
+        *int_at(g, p) = (int32_t)x;
+        return 0;
+    case GENPARAM_FLOAT:
+        if (json_double(v, field, &d, code, e)) return -1;
+        /* checked as the engine will see it: after rounding to float (1e-300 passes (0, 1] but rounds to 0) */
+        if (!in_range(p, d) || !in_range(p, (float)d))
+            return bad(code, "invalid_value", e, "'%s' must be in %c%g, %g], got %g", field, p->lo_open ? '(' : '[',
+                       p->lo, p->hi, d);
+        *float_at(g, p) = (float)d;
+        return 0;
+    case GENPARAM_BOOL:
+        if (!json_is_boolean(v))
+            return bad(code, "invalid_type", e, "'%s' must be a boolean, got %s", field, json_type_name(v));
+        *(int *)((char *)g + p->offset) = json_is_true(v);
+        return 0;
+    case GENPARAM_SEED:
+        if (json_int_in(v, field, INT64_MIN, INT64_MAX, &x, code, e)) return -1;
+        g->has_seed = 1;
+        g->seed = (uint64_t)x;
+        return 0;
+    case GENPARAM_STOP: return json_stop(v, g, code, e);
+    case GENPARAM_LOGIT_BIAS: return json_logit_bias(v, g, code, e);
+    }
+    return 0;
+}
+
+int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v, const char **code, struct err *e)
+{
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (!same(field, p->json) && !same(field, p->json_alias)) continue;
+        if (json_is_null(v)) return 1;
+        return json_row(p, field, v, g, code, e) ? -1 : 1;
+    }
+    return 0;
+}
+
+/* --- CLI --- */
+
+const struct genparam *genparam_find_flag(const char *flag)
+{
+    for (int i = 0; i < genparam_count; i++)
+        if (same(flag, genparam_table[i].flag) || same(flag, genparam_table[i].flag_alias)) return &genparam_table[i];
+    return NULL;
+}
+
+static int flag_stop(struct gen_params *g, const char *value, struct err *e)
+{
+    if (g->n_stop >= GENPARAM_MAX_STOP) return err_set(e, "at most %d --stop strings", GENPARAM_MAX_STOP);
+    char **stop = realloc(g->stop, (size_t)(g->n_stop + 1) * sizeof *stop);
+    if (!stop) return err_set(e, "out of memory");
+    g->stop = stop;
+    if (!(stop[g->n_stop] = strdup(value))) return err_set(e, "out of memory");
+    g->n_stop++;
+    return 0;
+}
+
+int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char *flag, const char *value,
+                      struct err *e)
+{
+    char *end;
+    errno = 0;
+    switch (p->type) {
+    case GENPARAM_INT: {
+        long long v = strtoll(value, &end, 10);
+        if (errno || end == value || *end || v < (long long)p->lo || v > (long long)p->hi)
+            return err_set(e, "%s expects an integer in [%lld, %lld], got '%s'", flag, (long long)p->lo,
+                           (long long)p->hi, value);
+        *int_at(g, p) = (int32_t)v;
+        return 0;
+    }
+    case GENPARAM_FLOAT: {
+        double v = strtod(value, &end);
+        if (errno || end == value || *end || !isfinite(v)) return err_set(e, "%s expects a number, got '%s'", flag, value);
+        *float_at(g, p) = (float)v;
+        return 0;
+    }
+    case GENPARAM_SEED: {
+        unsigned long long v = strtoull(value, &end, 10);
+        if (errno || end == value || *end || value[0] == '-')
+            return err_set(e, "%s expects a non-negative integer, got '%s'", flag, value);
+        g->seed = v;
+        g->has_seed = 1;
+        return 0;
+    }
+    case GENPARAM_BOOL: *(int *)((char *)g + p->offset) = 1; return 0;
+    case GENPARAM_STOP: return flag_stop(g, value, e);
+    case GENPARAM_LOGIT_BIAS: return err_set(e, "%s: logit_bias has no flag", flag);
+    }
+    return 0;
+}
+
+void genparam_usage(FILE *out)
+{
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (!p->flag) continue;
+        static const char *const metavar[] = {" N", " X", "", " S", " STR", ""};
+        const char *alias = p->flag_alias;
+        int short_alias = alias && alias[1] != '-';
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s", short_alias ? alias : "", short_alias ? ", " : "", p->flag,
+                 metavar[p->type]);
+        if (alias && !short_alias) fprintf(out, "  %-23s %s (also %s)\n", left, p->help, alias);
+        else fprintf(out, "  %-23s %s\n", left, p->help);
+    }
+}
+
+/* --- settings, record --- */
+
+void genparam_setting(const struct genparam *p, const struct gen_params *g, char *buf, size_t cap)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    switch (p->type) {
+    case GENPARAM_INT: snprintf(buf, cap, "%d", *cint_at(g, p)); return;
+    case GENPARAM_FLOAT: snprintf(buf, cap, "%.9g", (double)*cfloat_at(g, p)); return;
+    case GENPARAM_BOOL: snprintf(buf, cap, "%d", *(const int *)((const char *)g + p->offset)); return;
+    case GENPARAM_SEED:
+        if (g->has_seed) snprintf(buf, cap, "%llu", (unsigned long long)g->seed);
+        else snprintf(buf, cap, "none");
+        return;
+    case GENPARAM_STOP: {
+        json_t *a = json_array();
+        for (int32_t i = 0; i < g->n_stop; i++) json_array_append_new(a, json_string(g->stop[i]));
+        char *d = json_dumps(a, JSON_COMPACT);
+        snprintf(buf, cap, "%s", d ? d : "?");
+        free(d);
+        json_decref(a);
+        return;
+    }
+    case GENPARAM_LOGIT_BIAS:
+        for (int32_t i = 0; i < g->n_logit_bias && off + 32 < cap; i++)
+            off += (size_t)snprintf(buf + off, cap - off, "%s%d:%.9g", i ? "," : "", g->logit_bias[i].token,
+                                    (double)g->logit_bias[i].bias);
+        return;
+    }
+}
+
+static json_t *row_json(const struct genparam *p, const struct gen_params *g)
+{
+    switch (p->type) {
+    case GENPARAM_INT: return json_integer(*cint_at(g, p));
+    case GENPARAM_FLOAT: return json_real((double)*cfloat_at(g, p));
+    case GENPARAM_BOOL: return json_boolean(*(const int *)((const char *)g + p->offset));
+    case GENPARAM_SEED: return g->has_seed ? json_integer((json_int_t)g->seed) : json_null();
+    case GENPARAM_STOP: {
+        json_t *a = json_array();
+        for (int32_t i = 0; i < g->n_stop; i++) json_array_append_new(a, json_string(g->stop[i]));
+        return a;
+    }
+    case GENPARAM_LOGIT_BIAS: {
+        json_t *o = json_object();
+        for (int32_t i = 0; i < g->n_logit_bias; i++) {
+            char k[16];
+            snprintf(k, sizeof k, "%d", g->logit_bias[i].token);
+            json_object_set_new(o, k, json_real((double)g->logit_bias[i].bias));
+        }
+        return o;
+    }
+    }
+    return json_null();
+}
+
+json_t *genparam_to_json(const struct gen_params *g)
+{
+    json_t *o = json_object();
+    for (int i = 0; i < genparam_count; i++) json_object_set_new(o, genparam_table[i].name, row_json(&genparam_table[i], g));
+    return o;
+}
+
+/* --- key, sampler --- */
+
+static void put_u32(void (*put)(void *, const void *, size_t), void *w, uint32_t v)
+{
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    put(w, b, 4);
+}
+
+static void put_f32(void (*put)(void *, const void *, size_t), void *w, float f)
+{
+    if (f == 0.0f) f = 0.0f; /* -0 -> +0 */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    put_u32(put, w, u);
+}
+
+void genparam_key_encode(const struct gen_params *g, uint64_t seed_used,
+                         void (*put)(void *w, const void *bytes, size_t n), void *w)
+{
+    int greedy = !(g->temperature > 0);
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (p->key == GENPARAM_KEY_NO) continue;
+        int off = greedy && p->key == GENPARAM_KEY_SAMPLING;
+        switch (p->type) {
+        case GENPARAM_INT: put_u32(put, w, (uint32_t)(off ? (int32_t)p->off : *cint_at(g, p))); break;
+        case GENPARAM_FLOAT: put_f32(put, w, off ? (float)p->off : *cfloat_at(g, p)); break;
+        case GENPARAM_BOOL: put_u32(put, w, *(const int *)((const char *)g + p->offset) != 0); break;
+        case GENPARAM_SEED: {
+            uint64_t s = off ? 0 : seed_used;
+            put_u32(put, w, (uint32_t)s);
+            put_u32(put, w, (uint32_t)(s >> 32));
+            break;
+        }
+        case GENPARAM_STOP:
+            put_u32(put, w, (uint32_t)g->n_stop);
+            for (int32_t k = 0; k < g->n_stop; k++) {
+                size_t len = strlen(g->stop[k]);
+                put_u32(put, w, (uint32_t)len);
+                put(w, g->stop[k], len);
+            }
+            break;
+        case GENPARAM_LOGIT_BIAS:
+            put_u32(put, w, (uint32_t)g->n_logit_bias);
+            for (int32_t k = 0; k < g->n_logit_bias; k++) {
+                put_u32(put, w, (uint32_t)g->logit_bias[k].token);
+                put_f32(put, w, g->logit_bias[k].bias);
+            }
+            break;
+        }
+    }
+}
+
+void genparam_to_sampler(const struct gen_params *g, uint64_t seed, struct sampler_params *sp)
+{
+    *sp = sampler_default_params();
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (p->sampler < 0) continue;
+        char *dst = (char *)sp + p->sampler;
+        if (p->type == GENPARAM_INT) memcpy(dst, cint_at(g, p), sizeof(int32_t));
+        else memcpy(dst, cfloat_at(g, p), sizeof(float));
+    }
+    sp->seed = seed;
+    sp->n_logit_bias = g->n_logit_bias;
+    sp->logit_bias = g->logit_bias;
+}

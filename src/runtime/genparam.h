@@ -1,0 +1,129 @@
+/* genparam — the one table of generation parameters.
+ *
+ * Every generation parameter is one row of genparam_table: its name, its JSON field (and alias), its CLI
+ * flag (and alias), its type and range, its default, whether and how it enters the request key, and where it
+ * goes in the sampler's parameters. Parsing (flags and request JSON), validation, the key encoding, the
+ * store settings and the run record all walk the table, so adding a parameter is one row (plus its field in
+ * struct gen_params and its sampler code); no code elsewhere lists the parameters one by one.
+ *
+ * Invariant (genparam_check_table): names, JSON fields and flags are unique; every default lies in its
+ * range; a row that is off for greedy requests (GENPARAM_KEY_SAMPLING) has an off value in its range.
+ */
+#ifndef NS_RUNTIME_GENPARAM_H
+#define NS_RUNTIME_GENPARAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "engine/sampler.h"
+#include "util/err.h"
+
+#define GENPARAM_MAX_STOP 4        /* stop strings per request (OpenAI's limit) */
+#define GENPARAM_MAX_STOP_BYTES 256
+#define GENPARAM_MAX_LOGIT_BIAS 1024
+#define GENPARAM_MAX_N 128
+#define GENPARAM_MAX_TOKENS_LIMIT (1 << 24)
+
+/* The values of every parameter for one request (or the run-wide defaults). Owns stop and logit_bias. */
+struct gen_params {
+    int32_t max_tokens;
+    float temperature;
+    float top_p;
+    int32_t top_k;
+    float min_p;
+    float presence_penalty;
+    float frequency_penalty;
+    float repetition_penalty;
+    int32_t repeat_last_n;
+    int has_seed;                  /* 0: no seed given (the caller derives one) */
+    uint64_t seed;
+    int32_t n;                     /* completions per request */
+    int ignore_eos;
+    int32_t n_stop;
+    char **stop;                   /* (n_stop) owned, NUL-terminated, 1..GENPARAM_MAX_STOP_BYTES bytes */
+    int32_t n_logit_bias;
+    struct logit_bias *logit_bias; /* (n_logit_bias) owned, sorted by token, unique tokens */
+};
+
+enum genparam_type {
+    GENPARAM_INT,        /* int32_t */
+    GENPARAM_FLOAT,      /* float; JSON and flags read a double, checked against the range, then rounded */
+    GENPARAM_BOOL,       /* int 0/1; a flag without a value */
+    GENPARAM_SEED,       /* has_seed + uint64_t: JSON any int64 (stored as its bit pattern), flag 0..2^64-1 */
+    GENPARAM_STOP,       /* string or list of strings; the flag is repeatable */
+    GENPARAM_LOGIT_BIAS  /* {"token id": bias}; no flag */
+};
+
+enum genparam_key {
+    GENPARAM_KEY_NO,       /* does not enter the request key (n: each completion has its own key) */
+    GENPARAM_KEY_YES,      /* enters the key as its value */
+    GENPARAM_KEY_SAMPLING  /* enters the key as its value, or as `off` for greedy requests (temperature 0) */
+};
+
+struct genparam {
+    const char *name;       /* canonical: messages, store settings "default.NAME", the run record */
+    const char *json;       /* request field, or NULL */
+    const char *json_alias; /* second accepted field name, or NULL */
+    const char *flag;       /* CLI flag ("--max-tokens"), or NULL */
+    const char *flag_alias; /* second accepted flag, or NULL */
+    enum genparam_type type;
+    double lo, hi;          /* range of INT and FLOAT (and logit-bias values); an INT hi of INT32_MAX is open */
+    int lo_open;            /* 1: the range excludes lo */
+    double def;             /* default of INT, FLOAT and BOOL */
+    double off;             /* the key's value for greedy requests (GENPARAM_KEY_SAMPLING) */
+    enum genparam_key key;
+    size_t offset;          /* offsetof(struct gen_params, the field) */
+    ptrdiff_t sampler;      /* offsetof(struct sampler_params, the field), or -1 */
+    const char *help;       /* one line for --help */
+};
+
+extern const struct genparam genparam_table[];
+extern const int genparam_count;
+
+/* The table's defaults: max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, no penalties,
+ * repeat_last_n 64, no seed, n 1, no stop strings, no logit bias, ignore_eos 0. */
+struct gen_params genparam_defaults(void);
+/* Deep copy (dst is overwritten, not freed). */
+int genparam_copy(struct gen_params *dst, const struct gen_params *src, struct err *e);
+void genparam_free(struct gen_params *g);
+
+/* Checks every row's range; the message names the parameter ("temperature must be in [0, 2], got 3"). */
+int genparam_check(const struct gen_params *g, struct err *e);
+/* Debug check of the table itself (see the invariant above). */
+int genparam_check_table(struct err *e);
+
+/* Request JSON. If field is a generation field, applies v (null means "not given": no change) and returns
+ * 1; returns 0 if it is not one; -1 if v is bad, with *code "invalid_type" or "invalid_value" and a message
+ * naming the field ("'top_p' must be in (0, 1], got 2"). On failure g is unchanged. */
+int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v, const char **code,
+                        struct err *e);
+
+/* CLI. The row whose flag or alias is `flag`, or NULL. A BOOL row takes no value. */
+const struct genparam *genparam_find_flag(const char *flag);
+/* Applies a flag's value (NULL for BOOL): numbers must parse completely ("--top-k expects an integer,
+ * got 'x'"); ranges are checked later by genparam_check, as for JSON. A STOP flag appends one string. */
+int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char *flag, const char *value,
+                      struct err *e);
+/* The flag lines for --help, aligned at column 28. */
+void genparam_usage(FILE *out);
+
+/* Store settings: the row's value as a string ("%d", "%.9g", "none" or the seed, a JSON array of stop
+ * strings, "token:bias,..."). Truncated to cap. */
+void genparam_setting(const struct genparam *p, const struct gen_params *g, char *buf, size_t cap);
+/* The run record: {"name": value, ...} over every row (seed null when not given). */
+json_t *genparam_to_json(const struct gen_params *g);
+
+/* The key: calls put(w, bytes, n) for every row that enters the key, in table order, little-endian (INT and
+ * BOOL u32, FLOAT the f32 bit pattern with -0 as +0, SEED the u64 seed_used, STOP u32 count then u32 length +
+ * bytes each, LOGIT_BIAS u32 count then (i32 token, f32 bias) each). Greedy requests encode
+ * GENPARAM_KEY_SAMPLING rows and the seed as their off values. */
+void genparam_key_encode(const struct gen_params *g, uint64_t seed_used,
+                         void (*put)(void *w, const void *bytes, size_t n), void *w);
+
+/* The sampler's parameters (rows with a sampler offset; logit_bias borrowed from g) with the given seed. */
+void genparam_to_sampler(const struct gen_params *g, uint64_t seed, struct sampler_params *sp);
+
+#endif

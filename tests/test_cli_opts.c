@@ -1,0 +1,116 @@
+/* test_cli_opts — table-driven flag parsing: both flag forms, aliases, ranges, choices, missing values, and
+ * the generation-parameter flags. */
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "cli/cli.h"
+#include "cli/cli_opts.h"
+#include "test.h"
+
+/* cli_error lives in main.c, which is not in the library: messages go to stderr here too. */
+void cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "nightshift %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const char *const colours[] = {"red", "green", "blue", NULL};
+
+struct dst {
+    const char *name;
+    int32_t count;
+    size_t bytes;
+    double interval;
+    int colour, verbose;
+};
+
+/* Parses argv (NULL-terminated) with the test table; returns the count of consumed flags, or -1. */
+static int parse(struct dst *d, struct gen_params *g, char **argv)
+{
+    const struct cli_opt opts[] = {
+        {"--name", "-N", CLI_OPT_STRING, &d->name, 0, 0, 0, NULL},
+        {"--count", NULL, CLI_OPT_INT32, &d->count, 1, 10, 0, NULL},
+        {"--bytes", NULL, CLI_OPT_SIZE, &d->bytes, 16, 1 << 20, 0, NULL},
+        {"--interval", NULL, CLI_OPT_DOUBLE, &d->interval, 0, 0, 1, NULL},
+        {"--colour", NULL, CLI_OPT_CHOICE, &d->colour, 0, 0, 0, colours},
+        {"--verbose", "-v", CLI_OPT_SET, &d->verbose, 1, 0, 0, NULL},
+    };
+    int argc = 0, n = 0;
+    while (argv[argc]) argc++;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_opts_parse("test", opts, 6, argc, argv, &i);
+        if (!r && g) r = cli_opts_parse_gen("test", g, argc, argv, &i);
+        if (r <= 0) return -1;
+        n++;
+    }
+    return n;
+}
+
+TEST(both_forms_and_aliases)
+{
+    struct dst d = {0};
+    char *argv[] = {"x", "--name", "a", "-N", "b", "--count=7", "--bytes", "64", "--interval=0.5", "--colour", "blue",
+                    "-v", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, argv), 7);
+    CHECK_STR(d.name, "b");
+    CHECK_EQ_INT(d.count, 7);
+    CHECK_EQ_INT(d.bytes, 64);
+    CHECK(d.interval == 0.5);
+    CHECK_EQ_INT(d.colour, 2);
+    CHECK_EQ_INT(d.verbose, 1);
+}
+
+TEST(bad_values)
+{
+    struct dst d = {0};
+    char *a1[] = {"x", "--count", "11", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a1), -1);
+    char *a2[] = {"x", "--count", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a2), -1);
+    char *a3[] = {"x", "--interval", "0", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a3), -1);
+    char *a4[] = {"x", "--colour=pink", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a4), -1);
+    char *a5[] = {"x", "--verbose=1", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a5), -1);
+    char *a6[] = {"x", "--countx", "1", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a6), -1);
+    char *a7[] = {"x", "-N=a", NULL}; /* short flags take no inline value */
+    CHECK_EQ_INT(parse(&d, NULL, a7), -1);
+    CHECK_EQ_INT(d.count, 0);
+}
+
+TEST(generation_flags)
+{
+    struct dst d = {0};
+    struct gen_params g = genparam_defaults();
+    char *argv[] = {"x", "--temp", "0.5", "--top-k=3", "-n", "9", "--stop", "A", "--stop=B", "--ignore-eos", "--seed",
+                    "5", "--name", "m", NULL};
+    CHECK_EQ_INT(parse(&d, &g, argv), 8);
+    CHECK(g.temperature == 0.5f);
+    CHECK_EQ_INT(g.top_k, 3);
+    CHECK_EQ_INT(g.max_tokens, 9);
+    CHECK_EQ_INT(g.n_stop, 2);
+    CHECK_STR(g.stop[1], "B");
+    CHECK_EQ_INT(g.ignore_eos, 1);
+    CHECK(g.has_seed && g.seed == 5);
+    genparam_free(&g);
+    g = genparam_defaults();
+    char *bad[] = {"x", "--top-p", "x", NULL};
+    CHECK_EQ_INT(parse(&d, &g, bad), -1);
+    char *bad2[] = {"x", "--ignore-eos=1", NULL};
+    CHECK_EQ_INT(parse(&d, &g, bad2), -1);
+    genparam_free(&g);
+}
+
+int main(void)
+{
+    RUN(both_forms_and_aliases);
+    RUN(bad_values);
+    RUN(generation_flags);
+    return test_summary();
+}
