@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
+#include "cli/engine_flags.h"
 #include "test.h"
 
 static char last_msg[512]; /* the last message cli_error printed */
@@ -152,6 +153,35 @@ TEST(generation_flags)
     genparam_free(&g);
 }
 
+/* The engine flags take both forms too. */
+TEST(engine_flags_both_forms)
+{
+    struct runtime_params p = runtime_default_params();
+    char *argv[] = {"x", "--max-seqs=8", "--kv-block", "32", "--kv-type=q8_0", "--no-prefix-cache", "-t", "3",
+                    "--kv-memory=64M", NULL};
+    int argc = 9, n = 0;
+    for (int i = 1; i < argc; i++) n += engine_flags_parse(&p, "test", argc, argv, &i) == 1;
+    CHECK_EQ_INT(n, 6);
+    CHECK_EQ_INT(p.max_seqs, 8);
+    CHECK_EQ_INT(p.kv_block, 32);
+    CHECK_EQ_INT(p.kv_type, KV_TYPE_Q8_0);
+    CHECK_EQ_INT(p.prefix_cache, 0);
+    CHECK_EQ_INT(p.threads, 3);
+    CHECK(p.kv_memory == 64u << 20);
+    int i = 1;
+    char *b1[] = {"x", "--max-seqs=0", NULL};
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b1, &i), -1);
+    CHECK_STR(last_msg, "--max-seqs expects an integer in [1, 4096], got '0'");
+    char *b2[] = {"x", "--no-prefix-cache=1", NULL};
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b2, &i), -1);
+    char *b3[] = {"x", "--max-seqsx=2", NULL};
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b3, &i), 0);
+    char *b4[] = {"x", "-t=2", NULL}; /* short flags take no inline value */
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b4, &i), 0);
+    CHECK_EQ_INT(p.max_seqs, 8);
+    CHECK_EQ_INT(i, 1);
+}
+
 int main(void)
 {
     RUN(both_forms_and_aliases);
@@ -159,5 +189,6 @@ int main(void)
     RUN(u64_values);
     RUN(messages_name_the_flag);
     RUN(generation_flags);
+    RUN(engine_flags_both_forms);
     return test_summary();
 }
