@@ -58,6 +58,20 @@ assert a["prompt_tokens_computed"] * 3 < b["prompt_tokens_computed"], (a, b)
 EOF
 then ok bench_shared_prefix; else fail bench_shared_prefix "$json / $json2"; fi
 
+# --flag=value: bench's own flags and the engine flags, the same as "--flag value"
+json=$("$NS" bench --model="$M" --prompt-len=12 --gen-len=3 --shared-prefix=4 --concurrency=2,1 --requests=3 --reps=2 \
+    --seed=9 --max-batch-tokens=32 --kv-block=32 --no-prefix-cache --json 2>"$e2e_tmp/err")
+if python3 - "$json" <<'EOF'
+import json, sys
+d = json.loads(sys.argv[1])
+assert (d["prompt_len"], d["gen_len"], d["shared_prefix"]) == (12, 3, 4), d
+assert (d["max_batch_tokens"], d["kv_block"], d["prefix_cache"]) == (32, 32, False), d
+assert [l["concurrency"] for l in d["levels"]] == [2, 1], d["levels"]
+for l in d["levels"]:
+    assert l["requests"] == 3 and len(l["total_tok_s_runs"]) == 2 and l["gen_tokens"] == 9, l
+EOF
+then ok bench_flag_equals_value; else fail bench_flag_equals_value "$json $(cat "$e2e_tmp/err")"; fi
+
 # bad flags: exit 2 with a message that names the problem
 base=("$NS" bench -m "$M" --prompt-len 8 --gen-len 4 --concurrency 1)
 expect_err bench_concurrency_zero 2 "--concurrency" "${base[@]}" --concurrency 0
@@ -78,6 +92,10 @@ expect_err bench_unknown_flag 2 "unknown flag" "${base[@]}" --bogus
 expect_err bench_missing_value 2 "needs a value" "${base[@]}" --gen-len
 expect_err bench_reps_zero 2 "--reps" "${base[@]}" --reps 0
 expect_err bench_reps_huge 2 "--reps" "${base[@]}" --reps 5000
+expect_err bench_reps_equals_bad 2 "--reps expects an integer in \\[1, 1000\\], got '0'" "${base[@]}" --reps=0
+expect_err bench_concurrency_equals_bad 2 "--concurrency" "${base[@]}" --concurrency=4,x
+expect_err bench_seed_bad 2 "--seed expects a non-negative integer" "${base[@]}" --seed=-1
+expect_err bench_json_with_value 2 "--json takes no value" "${base[@]}" --json=1
 
 expect_err bench_missing_model 1 "nope.gguf" "$NS" bench -m "$e2e_tmp/nope.gguf" --concurrency 1
 

@@ -25,6 +25,8 @@ fi
 "$NS" synth --shape qwen2-tiny --type q8_0 --seed 5 -o "$e2e_tmp/b.gguf" 2>/dev/null
 "$NS" synth --shape qwen2-tiny --type q8_0 --seed 6 -o "$e2e_tmp/c.gguf" 2>/dev/null
 expect synth_same_seed_same_bytes cmp -s "$e2e_tmp/a.gguf" "$e2e_tmp/b.gguf"
+"$NS" synth --shape=qwen2-tiny --type=q8_0 --seed=5 --output="$e2e_tmp/eq.gguf" 2>/dev/null
+expect synth_flag_equals_value cmp -s "$e2e_tmp/a.gguf" "$e2e_tmp/eq.gguf"
 if [ -s "$e2e_tmp/c.gguf" ] && ! cmp -s "$e2e_tmp/a.gguf" "$e2e_tmp/c.gguf"; then
     ok synth_other_seed_other_bytes
 else
@@ -41,6 +43,9 @@ fi
 
 "$NS" synth --help >/dev/null 2>&1 && ok synth_help || fail synth_help "--help did not exit 0"
 expect_err synth_bad_shape 2 "unknown shape 'nope'" "$NS" synth --shape nope --type f32 -o "$e2e_tmp/x.gguf"
+expect_err synth_unknown_flag 2 "unknown flag '--bogus'" "$NS" synth --shape tiny --type f32 -o "$e2e_tmp/x.gguf" --bogus 1
+expect_err synth_missing_value 2 "--vocab needs a value" "$NS" synth --shape tiny --type f32 -o "$e2e_tmp/x.gguf" --vocab
+expect_err synth_bad_seed 2 "--seed expects a non-negative integer, got 'x'" "$NS" synth --shape tiny --type f32 --seed=x -o "$e2e_tmp/x.gguf"
 "$NS" synth --shape tiny -o "$e2e_tmp/x.gguf" >/dev/null 2>&1
 [ $? -eq 2 ] && ok synth_missing_type || fail synth_missing_type "expected exit 2"
 "$NS" synth --shape tiny --type f32 -o "$e2e_tmp/no/such/dir/x.gguf" >/dev/null 2>&1

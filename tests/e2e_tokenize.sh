@@ -40,6 +40,12 @@ out=$(printf '1 15043 2' | "$NS" detokenize -m "$SPM" | od -An -c | tr -s ' ')
 outs=$(printf '1 15043 2' | "$NS" detokenize -m "$SPM" --special)
 if [[ $out == " H e l l o" && $outs == "<s>Hello</s>" ]]; then ok detokenize_output; else fail detokenize_output "'$out' / '$outs'"; fi
 
+# --flag=value: the same as "--flag value"
+eq_ids=$(printf 'Hello' | "$NS" tokenize --model="$M" --bos)
+eq_text=$(printf '1 15043 2' | "$NS" detokenize --model="$SPM" --special)
+if [[ $eq_ids == "$bos_ids" && $eq_text == "<s>Hello</s>" ]]; then ok tokenize_flag_equals_value
+else fail tokenize_flag_equals_value "'$eq_ids' (want '$bos_ids') / '$eq_text'"; fi
+
 # info: the facts of stories260K
 "$NS" info "$M" >"$e2e_tmp/info.txt" 2>&1
 if grep -Eq '^  block_count +5$' "$e2e_tmp/info.txt" && grep -q '^architecture  *llama$' "$e2e_tmp/info.txt" &&
@@ -65,6 +71,13 @@ assert d["chat_template"]["present"] is False
 else
     fail info_json_stories260k "$(head -c 300 "$e2e_tmp/info.json")"
 fi
+# the model as -m, --model and --model=: the same object as the positional form
+for form in "-m $M" "--model $M" "--model=$M"; do
+    # shellcheck disable=SC2086
+    "$NS" info --json $form >"$e2e_tmp/info2.json" 2>&1
+    if ! cmp -s "$e2e_tmp/info.json" "$e2e_tmp/info2.json"; then fail info_model_flag_forms "info --json $form"; break; fi
+done && ok info_model_flag_forms
+expect_err info_two_models 2 "unexpected argument '-m'" "$NS" info "$M" -m "$M" <"$e2e_tmp/in.txt"
 # a vocab-only file (zero tensors) with a chat template
 if "$NS" info --json "$SHARED/testdata/vocab/ggml-vocab-phi-3.gguf" |
     python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["tensors"]["count"]==0 and d["chat_template"]["family"]=="phi3" and d["vocab"]["size"]==32064'; then
@@ -86,6 +99,9 @@ printf '1 99999' >"$e2e_tmp/stdin"
 expect_err detokenize_out_of_range 1 "99999 at position 1 is outside the vocab" "$NS" detokenize -m "$M" <"$e2e_tmp/stdin"
 printf '' >"$e2e_tmp/stdin"
 expect_err tokenize_bad_flag 2 "unknown argument" "$NS" tokenize --frobnicate <"$e2e_tmp/stdin"
+expect_err tokenize_bos_with_value 2 "--bos takes no value" "$NS" tokenize --bos=1 <"$e2e_tmp/stdin"
+expect_err detokenize_bad_flag 2 "unknown argument" "$NS" detokenize --frobnicate <"$e2e_tmp/stdin"
+expect_err detokenize_missing_value 2 "--model needs a value" "$NS" detokenize --model <"$e2e_tmp/stdin"
 if "$NS" tokenize --help | grep -q -- '--bos' && "$NS" detokenize --help | grep -q usage && "$NS" info --help | grep -q -- '--json'; then
     ok cli_help
 else

@@ -2,20 +2,24 @@
  * the generation-parameter flags. */
 #include <stdarg.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
+#include "cli/engine_flags.h"
 #include "test.h"
 
-/* cli_error lives in main.c, which is not in the library: messages go to stderr here too. */
+static char last_msg[512]; /* the last message cli_error printed */
+
+/* cli_error lives in main.c, which is not in the library: messages go to stderr here too, and are kept in
+ * last_msg for the checks. */
 void cli_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "nightshift %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(last_msg, sizeof last_msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "nightshift %s: %s\n", cmd, last_msg);
 }
 
 static const char *const colours[] = {"red", "green", "blue", NULL};
@@ -24,6 +28,7 @@ struct dst {
     const char *name;
     int32_t count;
     size_t bytes;
+    uint64_t id;
     double interval;
     int colour, verbose;
 };
@@ -38,11 +43,12 @@ static int parse(struct dst *d, struct gen_params *g, char **argv)
         {"--interval", NULL, CLI_OPT_DOUBLE, &d->interval, 0, 0, 1, NULL},
         {"--colour", NULL, CLI_OPT_CHOICE, &d->colour, 0, 0, 0, colours},
         {"--verbose", "-v", CLI_OPT_SET, &d->verbose, 1, 0, 0, NULL},
+        {"--id", NULL, CLI_OPT_U64, &d->id, 0, 0, 0, NULL},
     };
     int argc = 0, n = 0;
     while (argv[argc]) argc++;
     for (int i = 1; i < argc; i++) {
-        int r = cli_opts_parse("test", opts, 6, argc, argv, &i);
+        int r = cli_opts_parse("test", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
         if (!r && g) r = cli_opts_parse_gen("test", g, argc, argv, &i);
         if (r <= 0) return -1;
         n++;
@@ -84,6 +90,46 @@ TEST(bad_values)
     CHECK_EQ_INT(d.count, 0);
 }
 
+TEST(u64_values)
+{
+    struct dst d = {0};
+    char *a1[] = {"x", "--id", "18446744073709551615", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a1), 1);
+    CHECK(d.id == UINT64_MAX);
+    char *a2[] = {"x", "--id=0", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a2), 1);
+    CHECK(d.id == 0);
+    d.id = 9;
+    const char *bad[] = {"-1", "18446744073709551616", "12x", ""};
+    for (int k = 0; k < 4; k++) {
+        char *a[] = {"x", "--id", (char *)bad[k], NULL};
+        CHECK_EQ_INT(parse(&d, NULL, a), -1);
+        CHECK(strstr(last_msg, "--id expects a non-negative integer") != NULL);
+    }
+    CHECK(d.id == 9);
+}
+
+/* Messages name the flag as typed, without "=VALUE". */
+TEST(messages_name_the_flag)
+{
+    struct dst d = {0};
+    char *a1[] = {"x", "--count=11", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a1), -1);
+    CHECK_STR(last_msg, "--count expects an integer in [1, 10], got '11'");
+    char *a2[] = {"x", "--interval=-1", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a2), -1);
+    CHECK_STR(last_msg, "--interval must be > 0");
+    char *a3[] = {"x", "--verbose=yes", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a3), -1);
+    CHECK_STR(last_msg, "--verbose takes no value");
+    char *a4[] = {"x", "-N", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a4), -1);
+    CHECK_STR(last_msg, "-N needs a value");
+    char *a5[] = {"x", "--colour", "pink", NULL};
+    CHECK_EQ_INT(parse(&d, NULL, a5), -1);
+    CHECK_STR(last_msg, "--colour pink: expected red, green or blue");
+}
+
 TEST(generation_flags)
 {
     struct dst d = {0};
@@ -107,10 +153,42 @@ TEST(generation_flags)
     genparam_free(&g);
 }
 
+/* The engine flags take both forms too. */
+TEST(engine_flags_both_forms)
+{
+    struct runtime_params p = runtime_default_params();
+    char *argv[] = {"x", "--max-seqs=8", "--kv-block", "32", "--kv-type=q8_0", "--no-prefix-cache", "-t", "3",
+                    "--kv-memory=64M", NULL};
+    int argc = 9, n = 0;
+    for (int i = 1; i < argc; i++) n += engine_flags_parse(&p, "test", argc, argv, &i) == 1;
+    CHECK_EQ_INT(n, 6);
+    CHECK_EQ_INT(p.max_seqs, 8);
+    CHECK_EQ_INT(p.kv_block, 32);
+    CHECK_EQ_INT(p.kv_type, KV_TYPE_Q8_0);
+    CHECK_EQ_INT(p.prefix_cache, 0);
+    CHECK_EQ_INT(p.threads, 3);
+    CHECK(p.kv_memory == 64u << 20);
+    int i = 1;
+    char *b1[] = {"x", "--max-seqs=0", NULL};
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b1, &i), -1);
+    CHECK_STR(last_msg, "--max-seqs expects an integer in [1, 4096], got '0'");
+    char *b2[] = {"x", "--no-prefix-cache=1", NULL};
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b2, &i), -1);
+    char *b3[] = {"x", "--max-seqsx=2", NULL};
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b3, &i), 0);
+    char *b4[] = {"x", "-t=2", NULL}; /* short flags take no inline value */
+    CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b4, &i), 0);
+    CHECK_EQ_INT(p.max_seqs, 8);
+    CHECK_EQ_INT(i, 1);
+}
+
 int main(void)
 {
     RUN(both_forms_and_aliases);
     RUN(bad_values);
+    RUN(u64_values);
+    RUN(messages_name_the_flag);
     RUN(generation_flags);
+    RUN(engine_flags_both_forms);
     return test_summary();
 }

@@ -69,6 +69,17 @@ static int parse_one(const char *cmd, const struct cli_opt *o, const char *flag,
         if (parse_integer(cmd, flag, v, o->lo, o->hi, &x)) return -1;
         *(size_t *)o->dst = (size_t)x;
         return 0;
+    case CLI_OPT_U64: {
+        char *end;
+        errno = 0;
+        unsigned long long u = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-') {
+            cli_error(cmd, "%s expects a non-negative integer, got '%s'", flag, v);
+            return -1;
+        }
+        *(uint64_t *)o->dst = (uint64_t)u;
+        return 0;
+    }
     case CLI_OPT_DOUBLE: {
         char *end;
         errno = 0;
@@ -106,7 +117,12 @@ int cli_opts_parse(const char *cmd, const struct cli_opt *opts, int n, int argc,
     for (int k = 0; k < n; k++) {
         const struct cli_opt *o = &opts[k];
         if (!match(argv[*i], o->flag, o->alias, &inline_value)) continue;
-        const char *flag = o->flag;
+        const char *flag = argv[*i];
+        char name[64];
+        if (inline_value) {
+            snprintf(name, sizeof name, "%.*s", (int)(inline_value - 1 - flag), flag);
+            flag = name;
+        }
         if (o->type == CLI_OPT_SET) {
             if (inline_value) {
                 cli_error(cmd, "%s takes no value", flag);
@@ -116,7 +132,7 @@ int cli_opts_parse(const char *cmd, const struct cli_opt *opts, int n, int argc,
         }
         const char *v = take_value(cmd, inline_value, argc, argv, i);
         if (!v) return -1;
-        return parse_one(cmd, o, argv[*i - (inline_value ? 0 : 1)], v) ? -1 : 1;
+        return parse_one(cmd, o, flag, v) ? -1 : 1;
     }
     return 0;
 }

@@ -18,6 +18,7 @@ enum cli_opt_type {
     CLI_OPT_STRING, /* *(const char **)dst = the value (borrowed from argv) */
     CLI_OPT_INT32,  /* *(int32_t *)dst, a decimal integer in [lo, hi] */
     CLI_OPT_SIZE,   /* *(size_t *)dst, a decimal integer in [lo, hi] */
+    CLI_OPT_U64,    /* *(uint64_t *)dst, any non-negative decimal integer (lo, hi unused): seeds */
     CLI_OPT_DOUBLE, /* *(double *)dst, a finite number >= lo (> lo when lo_open) */
     CLI_OPT_CHOICE  /* *(int *)dst = the index of the value in choices (NULL-terminated) */
 };
@@ -33,7 +34,8 @@ struct cli_opt {
 };
 
 /* If argv[*i] is one of opts (n entries), consumes it and its value (*i advances) and returns 1; 0 when it
- * is none of them; -1 (the message printed through cli_error) on a bad or missing value. */
+ * is none of them; -1 (the message printed through cli_error) on a bad or missing value. Messages name the
+ * flag as typed (an alias stays an alias), without its "=VALUE". */
 int cli_opts_parse(const char *cmd, const struct cli_opt *opts, int n, int argc, char **argv, int *i);
 
 /* The same for the generation parameters (runtime/genparam's table) into g. Ranges are checked afterwards

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "util/clock.h"
@@ -76,15 +77,8 @@ static void bench_usage(FILE *out)
     engine_flags_usage(out, &d);
 }
 
-static int parse_i32(const char *flag, const char *s, long lo, long hi, int32_t *out)
-{
-    long v;
-    if (engine_flags_parse_long("bench", flag, s, lo, hi, &v)) return -1;
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int parse_levels(const char *s, struct bench_opts *o)
+/* Parses --concurrency's list ("1,4,16") into o->levels. 0, or -1 (printed). */
+static int bench_parse_levels(const char *s, struct bench_opts *o)
 {
     o->n_levels = 0;
     const char *p = s;
@@ -101,15 +95,16 @@ static int parse_levels(const char *s, struct bench_opts *o)
             cli_error("bench", "--concurrency: at most %d levels", BENCH_MAX_LEVELS);
             return -1;
         }
-        if (parse_i32("--concurrency", tok, 1, 4096, &o->levels[o->n_levels])) return -1;
-        o->n_levels++;
+        long v;
+        if (engine_flags_parse_long("bench", "--concurrency", tok, 1, 4096, &v)) return -1;
+        o->levels[o->n_levels++] = (int32_t)v;
         if (!p[n]) break;
         p += n + 1;
     }
     return 0;
 }
 
-/* 0 ok, 2 usage error, -1 --help printed */
+/* 0 ok, 2 usage error (printed), -1 --help printed */
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -120,43 +115,33 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     o->levels[0] = 1, o->levels[1] = 4, o->levels[2] = 16, o->levels[3] = 64;
     o->n_levels = 4;
     o->rp = runtime_default_params();
+    const char *concurrency = NULL; /* the list, parsed after the loop */
+    const struct cli_opt opts[] = {
+        {"--model", "-m", CLI_OPT_STRING, &o->model, 0, 0, 0, NULL},
+        {"--prompt-len", NULL, CLI_OPT_INT32, &o->prompt_len, 1, 1 << 20, 0, NULL},
+        {"--gen-len", NULL, CLI_OPT_INT32, &o->gen_len, 1, 1 << 20, 0, NULL},
+        {"--shared-prefix", NULL, CLI_OPT_INT32, &o->shared_prefix, 0, 1 << 20, 0, NULL},
+        {"--requests", NULL, CLI_OPT_INT32, &o->requests, 1, 1 << 20, 0, NULL},
+        {"--concurrency", NULL, CLI_OPT_STRING, &concurrency, 0, 0, 0, NULL},
+        {"--reps", NULL, CLI_OPT_INT32, &o->reps, 1, 1000, 0, NULL},
+        {"--seed", NULL, CLI_OPT_U64, &o->seed, 0, 0, 0, NULL},
+        {"--json", NULL, CLI_OPT_SET, &o->json, 1, 0, 0, NULL},
+    };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bench_usage(stdout);
             return -1;
         }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
         int r = engine_flags_parse(&o->rp, "bench", argc, argv, &i);
+        if (!r) r = cli_opts_parse("bench", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
         if (r < 0) return 2;
-        if (r > 0) continue;
-        static const char *const with_value[] = {"-m", "--model", "--prompt-len", "--gen-len", "--shared-prefix",
-                                                 "--requests", "--concurrency", "--reps", "--seed", NULL};
-        int known = 0;
-        for (const char *const *w = with_value; *w; w++) known |= !strcmp(a, *w);
-        if (!known) {
+        if (r == 0) {
             cli_error("bench", "unknown flag '%s' (see nightshift bench --help)", a);
             return 2;
         }
-        if (i + 1 >= argc) {
-            cli_error("bench", "%s needs a value", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int bad = 0;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--prompt-len")) bad = parse_i32(a, v, 1, 1 << 20, &o->prompt_len);
-        else if (!strcmp(a, "--gen-len")) bad = parse_i32(a, v, 1, 1 << 20, &o->gen_len);
-        else if (!strcmp(a, "--shared-prefix")) bad = parse_i32(a, v, 0, 1 << 20, &o->shared_prefix);
-        else if (!strcmp(a, "--requests")) bad = parse_i32(a, v, 1, 1 << 20, &o->requests);
-        else if (!strcmp(a, "--concurrency")) bad = parse_levels(v, o);
-        else if (!strcmp(a, "--reps")) bad = parse_i32(a, v, 1, 1000, &o->reps);
-        else if (!strcmp(a, "--seed")) bad = engine_flags_parse_u64("bench", a, v, &o->seed);
-        if (bad) return 2;
     }
+    if (concurrency && bench_parse_levels(concurrency, o)) return 2;
     if (!o->model) o->model = cli_default_model();
     return 0;
 }
@@ -243,181 +228,220 @@ static int cmp_rate(const void *pa, const void *pb)
     return (a > b) - (a < b);
 }
 
+/* What every level shares: the stack without an engine (each level makes its own), the engine parameters
+ * with the pool size, the memory budget, and the prompts. */
+struct bench_ctx {
+    struct runtime st;
+    struct engine_params ep; /* kv_blocks: the pool, sized once; max_seqs: set by each level */
+    uint64_t per_token;      /* KV bytes per token */
+    int64_t budget_blocks;   /* blocks the memory budget holds */
+    char budget_desc[256];   /* where the budget comes from, for messages */
+    int64_t n_prompt;        /* tokens per prompt: shared prefix + unique part */
+    int32_t max_requests;    /* requests of the largest level */
+    int32_t *prompts;        /* (max_requests, n_prompt) */
+};
+
+/* Opens the model and the backend and sizes the KV pool: from the budget, capped at what the largest level
+ * can ever hold. Returns the exit status: 0 ok, 1 failure, 2 a request that cannot fit (printed). */
+static int bench_open(struct bench_opts *o, struct bench_ctx *b)
+{
+    struct err e;
+    o->rp.model_path = o->model;
+    if (runtime_open_model(&o->rp, &b->st, &e)) goto fail;
+    const struct model_hparams *hp = &b->st.model->hp;
+    b->n_prompt = (int64_t)o->shared_prefix + o->prompt_len;
+    if (hp->n_ctx_train > 0 && b->n_prompt + o->gen_len > hp->n_ctx_train) {
+        cli_error("bench", "--shared-prefix %d + --prompt-len %d + --gen-len %d = %lld tokens exceeds the model context of %d",
+                  (int)o->shared_prefix, (int)o->prompt_len, (int)o->gen_len, (long long)(b->n_prompt + o->gen_len),
+                  (int)hp->n_ctx_train);
+        return 2;
+    }
+    if (runtime_open_backend(&b->st, &e)) goto fail;
+    struct engine_params *ep = &b->ep;
+    *ep = b->st.ep;
+    /* memory budget -> pool size: not capped by max_seqs here (each level sets its own), but below */
+    b->per_token = model_kv_bytes_per_token(hp, ep->kv_type);
+    if (runtime_plan_kv(&b->st, o->rp.kv_memory, UINT64_MAX, &e)) goto fail;
+    const struct runtime_budget *bu = &b->st.budget;
+    if (bu->automatic)
+        snprintf(b->budget_desc, sizeof b->budget_desc,
+                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB", mib(bu->available),
+                 mib(bu->weights), mib(bu->scratch), mib(bu->headroom));
+    else
+        snprintf(b->budget_desc, sizeof b->budget_desc, "--kv-memory %llu bytes", (unsigned long long)bu->kv_bytes);
+    b->budget_blocks = bu->kv_blocks;
+    int64_t per_req_blocks = (b->n_prompt + o->gen_len - 1 + ep->kv_block - 1) / ep->kv_block;
+    if (b->budget_blocks < per_req_blocks) {
+        cli_error("bench", "%s holds %lld KV tokens (%s, %llu bytes per token), but one request needs %lld (%lld prompt + %d generated)",
+                  b->budget_desc, (long long)b->budget_blocks * ep->kv_block, model_kv_type_name(ep->kv_type),
+                  (unsigned long long)b->per_token, (long long)per_req_blocks * ep->kv_block, (long long)b->n_prompt,
+                  (int)o->gen_len);
+        return 2;
+    }
+    b->max_requests = 0;
+    for (int l = 0; l < o->n_levels; l++) {
+        int32_t n = level_requests(o, o->levels[l]);
+        if (n > b->max_requests) b->max_requests = n;
+    }
+    int64_t useful = (int64_t)b->max_requests * per_req_blocks;
+    ep->kv_blocks = b->budget_blocks < useful ? b->budget_blocks : useful;
+    return 0;
+fail:
+    cli_error("bench", "%s", e.msg);
+    return 1;
+}
+
+/* The prompts: every row starts with the same shared prefix, then unique random ids. 0, or 1 (printed). */
+static int bench_make_prompts(const struct bench_opts *o, struct bench_ctx *b)
+{
+    int64_t n_prompt = b->n_prompt;
+    b->prompts = malloc((size_t)b->max_requests * (size_t)n_prompt * sizeof *b->prompts);
+    if (!b->prompts) {
+        cli_error("bench", "out of memory for %d prompts of %lld tokens", (int)b->max_requests, (long long)n_prompt);
+        return 1;
+    }
+    uint64_t rng = o->seed;
+    uint64_t n_vocab = (uint64_t)b->st.model->hp.n_vocab;
+    int32_t *prompts = b->prompts;
+    for (int64_t k = 0; k < o->shared_prefix; k++) prompts[k] = (int32_t)(rng_splitmix64(&rng) % n_vocab);
+    for (int32_t i = 0; i < b->max_requests; i++) {
+        int32_t *p = prompts + (size_t)i * (size_t)n_prompt;
+        if (i) memcpy(p, prompts, (size_t)o->shared_prefix * sizeof *p);
+        for (int64_t k = o->shared_prefix; k < n_prompt; k++) p[k] = (int32_t)(rng_splitmix64(&rng) % n_vocab);
+    }
+    return 0;
+}
+
+/* The model, the pool and the requests: on stdout for the table, on stderr with --json. */
+static void bench_print_setup(const struct bench_opts *o, const struct bench_ctx *b)
+{
+    const struct model_hparams *hp = &b->st.model->hp;
+    const struct engine_params *ep = &b->ep;
+    FILE *info = o->json ? stderr : stdout;
+    fprintf(info, "nightshift bench: %s (%d layers, n_embd %d, vocab %d), %s backend, %d threads\n", o->model, (int)hp->n_layer,
+            (int)hp->n_embd, (int)hp->n_vocab, b->st.backend_name, b->st.threads);
+    fprintf(info, "KV pool: %lld blocks x %d = %lld tokens (%s, %.1f MiB); budget %s holds %lld tokens\n", (long long)ep->kv_blocks,
+            (int)ep->kv_block, (long long)ep->kv_blocks * ep->kv_block, model_kv_type_name(ep->kv_type),
+            mib((uint64_t)ep->kv_blocks * (uint64_t)ep->kv_block * b->per_token), b->budget_desc,
+            (long long)b->budget_blocks * ep->kv_block);
+    fprintf(info, "requests: %lld prompt tokens (%d shared) + %d generated, greedy, EOS ignored; max_batch_tokens %d%s\n",
+            (long long)b->n_prompt, (int)o->shared_prefix, (int)o->gen_len, (int)ep->max_batch_tokens,
+            ep->prefix_cache ? "" : ", prefix cache off");
+    fflush(info);
+}
+
+/* Reports a level whose reps runs are all in (lr, sorted here): its median run as a table row (unless
+ * --json) and as an object appended to levels_json. Returns 1 if any run had a failed request, else 0. */
+static int bench_report_level(const struct bench_opts *o, const struct bench_ctx *b, struct bench_level *lr,
+                              json_t *levels_json)
+{
+    int32_t reps = o->reps;
+    qsort(lr, (size_t)reps, sizeof *lr, cmp_rate);
+    const struct bench_level lv = lr[(reps - 1) / 2];
+    int32_t c = lv.concurrency;
+    json_t *rates = json_array();
+    for (int32_t k = 0; k < reps; k++) json_array_append_new(rates, json_real(level_rate(&lr[k])));
+    double w = lv.wall > 0 ? lv.wall : 1e-9;
+    double pr = (double)lv.prompt_tokens / w, gr = (double)lv.gen_tokens / w;
+    int64_t peak_tokens = lv.peak_blocks * b->ep.kv_block;
+    double dr = lv.t_decode > 0 ? (double)lv.decode_rows / lv.t_decode : 0;
+    if (!o->json) {
+        printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld", (int)c, (int)lv.requests, pr,
+               gr, pr + gr, lv.wall, dr, (long long)peak_tokens, 100.0 * (double)lv.peak_blocks / (double)b->ep.kv_blocks,
+               mib(lv.peak_rss), (long long)lv.prompt_cached, (long long)lv.preemptions);
+        if (reps > 1) printf("  %.1f-%.1f", level_rate(&lr[0]), level_rate(&lr[reps - 1]));
+        printf("\n");
+        fflush(stdout);
+    }
+    json_t *lj = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}",
+                           "concurrency", c, "requests", lv.requests, "failed", lv.failed, "prompt_tok_s", pr, "gen_tok_s", gr,
+                           "total_tok_s", pr + gr, "wall_s", lv.wall, "decode_tok_s", dr, "prompt_tokens",
+                           (json_int_t)lv.prompt_tokens, "prompt_tokens_computed", (json_int_t)lv.prompt_computed,
+                           "prompt_tokens_cached", (json_int_t)lv.prompt_cached, "gen_tokens", (json_int_t)lv.gen_tokens,
+                           "steps", (json_int_t)lv.steps, "preemptions", (json_int_t)lv.preemptions, "peak_kv_tokens",
+                           (json_int_t)peak_tokens, "peak_rss_bytes", (json_int_t)lv.peak_rss, "forward_s", lv.t_forward);
+    json_object_set_new(lj, "total_tok_s_runs", rates);
+    json_array_append_new(levels_json, lj);
+    int failed = 0;
+    for (int32_t k = 0; k < reps; k++)
+        if (lr[k].failed) failed = 1;
+    return failed;
+}
+
+/* The warm-up request, then o->reps rounds of all levels (a level is reported once its last run is in).
+ * Returns 0, 1 when a request failed (every level still reported), -1 when a level could not run (printed). */
+static int bench_run_levels(const struct bench_opts *o, struct bench_ctx *b, json_t *levels_json)
+{
+    struct err e;
+    struct bench_level warm;
+    int32_t wn = b->n_prompt < 8 ? (int32_t)b->n_prompt : 8;
+    if (run_level(&b->st, &b->ep, 1, 1, b->prompts, wn, o->gen_len < 4 ? o->gen_len : 4, &warm, &e)) {
+        cli_error("bench", "%s", e.msg);
+        return -1;
+    }
+    if (!o->json)
+        printf("%5s %6s %12s %11s %12s %8s %10s %15s %10s %8s %8s%s\n", "conc", "reqs", "prompt tok/s", "gen tok/s",
+               "total tok/s", "wall s", "decode t/s", "peak KV tokens", "peak RSS", "cached", "preempt",
+               o->reps > 1 ? "  total range" : "");
+    struct bench_level *runs = malloc((size_t)o->n_levels * (size_t)o->reps * sizeof *runs); /* (n_levels, reps) */
+    if (!runs) {
+        cli_error("bench", "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    for (int32_t r = 0; r < o->reps; r++) {
+        for (int l = 0; l < o->n_levels; l++) {
+            int32_t c = o->levels[l];
+            struct bench_level *lr = runs + (size_t)l * (size_t)o->reps;
+            if (run_level(&b->st, &b->ep, c, level_requests(o, c), b->prompts, (int32_t)b->n_prompt, o->gen_len, &lr[r], &e)) {
+                cli_error("bench", "concurrency %d: %s", (int)c, e.msg);
+                rc = -1;
+                goto done;
+            }
+            if (r + 1 == o->reps && bench_report_level(o, b, lr, levels_json)) rc = 1;
+        }
+    }
+done:
+    free(runs);
+    return rc;
+}
+
+/* --json: one object, the setup and the levels, on stdout. */
+static void bench_print_json(const struct bench_opts *o, const struct bench_ctx *b, json_t *levels_json)
+{
+    const struct engine_params *ep = &b->ep;
+    json_t *root = json_pack("{s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:b, s:O}", "model", o->model,
+                             "backend", b->st.backend_name, "threads", b->st.threads, "kv_type",
+                             model_kv_type_name(ep->kv_type), "kv_block", ep->kv_block, "kv_blocks", (json_int_t)ep->kv_blocks,
+                             "kv_tokens", (json_int_t)(ep->kv_blocks * ep->kv_block), "kv_budget_tokens",
+                             (json_int_t)(b->budget_blocks * ep->kv_block), "max_batch_tokens", ep->max_batch_tokens,
+                             "prompt_len", o->prompt_len, "shared_prefix", o->shared_prefix, "gen_len", o->gen_len,
+                             "prefix_cache", ep->prefix_cache, "levels", levels_json);
+    char *s = json_dumps(root, JSON_COMPACT);
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(root);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o;
     int rc = bench_parse(argc, argv, &o);
     if (rc < 0) return 0;
     if (rc) return rc;
-    struct runtime st;
-    struct err e;
-    int32_t *prompts = NULL;
-    struct bench_level *runs = NULL; /* (n_levels, reps) */
-    json_t *levels_json = NULL;
-    memset(&st, 0, sizeof st);
-
-    /* the stack without an engine: each level makes its own */
-    o.rp.model_path = o.model;
-    if (runtime_open_model(&o.rp, &st, &e)) {
-        cli_error("bench", "%s", e.msg);
-        rc = 1;
-        goto done;
+    struct bench_ctx b;
+    memset(&b, 0, sizeof b);
+    json_t *levels_json = json_array();
+    rc = bench_open(&o, &b);
+    if (!rc) rc = bench_make_prompts(&o, &b);
+    if (!rc) {
+        bench_print_setup(&o, &b);
+        int r = bench_run_levels(&o, &b, levels_json);
+        rc = r < 0 ? 1 : r;
+        if (r >= 0 && o.json) bench_print_json(&o, &b, levels_json);
     }
-    const struct model_hparams *hp = &st.model->hp;
-    int64_t n_prompt = (int64_t)o.shared_prefix + o.prompt_len;
-    if (hp->n_ctx_train > 0 && n_prompt + o.gen_len > hp->n_ctx_train) {
-        cli_error("bench", "--shared-prefix %d + --prompt-len %d + --gen-len %d = %lld tokens exceeds the model context of %d",
-                  (int)o.shared_prefix, (int)o.prompt_len, (int)o.gen_len, (long long)(n_prompt + o.gen_len),
-                  (int)hp->n_ctx_train);
-        rc = 2;
-        goto done;
-    }
-    if (runtime_open_backend(&st, &e)) {
-        cli_error("bench", "%s", e.msg);
-        rc = 1;
-        goto done;
-    }
-    struct engine_params ep = st.ep; /* max_seqs: set by each level */
-
-    /* memory budget -> pool size: not capped by max_seqs here (each level sets its own), but below */
-    uint64_t per_token = model_kv_bytes_per_token(hp, ep.kv_type);
-    char budget_desc[256];
-    if (runtime_plan_kv(&st, o.rp.kv_memory, UINT64_MAX, &e)) {
-        cli_error("bench", "%s", e.msg);
-        rc = 1;
-        goto done;
-    }
-    const struct runtime_budget *bu = &st.budget;
-    if (bu->automatic)
-        snprintf(budget_desc, sizeof budget_desc,
-                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB", mib(bu->available),
-                 mib(bu->weights), mib(bu->scratch), mib(bu->headroom));
-    else
-        snprintf(budget_desc, sizeof budget_desc, "--kv-memory %llu bytes", (unsigned long long)bu->kv_bytes);
-    int64_t budget_blocks = bu->kv_blocks;
-    int64_t per_req_blocks = (n_prompt + o.gen_len - 1 + ep.kv_block - 1) / ep.kv_block;
-    if (budget_blocks < per_req_blocks) {
-        cli_error("bench", "%s holds %lld KV tokens (%s, %llu bytes per token), but one request needs %lld (%lld prompt + %d generated)",
-                  budget_desc, (long long)budget_blocks * ep.kv_block, model_kv_type_name(ep.kv_type),
-                  (unsigned long long)per_token, (long long)per_req_blocks * ep.kv_block, (long long)n_prompt, (int)o.gen_len);
-        rc = 2;
-        goto done;
-    }
-    int64_t useful = 0;
-    int32_t max_requests = 0;
-    for (int l = 0; l < o.n_levels; l++) {
-        int32_t n = level_requests(&o, o.levels[l]);
-        if (n > max_requests) max_requests = n;
-    }
-    useful = (int64_t)max_requests * per_req_blocks;
-    ep.kv_blocks = budget_blocks < useful ? budget_blocks : useful;
-
-    /* prompts: the shared prefix, then unique ids */
-    prompts = malloc((size_t)max_requests * (size_t)n_prompt * sizeof *prompts);
-    if (!prompts) {
-        cli_error("bench", "out of memory for %d prompts of %lld tokens", (int)max_requests, (long long)n_prompt);
-        rc = 1;
-        goto done;
-    }
-    uint64_t rng = o.seed;
-    int32_t n_vocab = hp->n_vocab;
-    for (int64_t k = 0; k < o.shared_prefix; k++) prompts[k] = (int32_t)(rng_splitmix64(&rng) % (uint64_t)n_vocab);
-    for (int32_t i = 0; i < max_requests; i++) {
-        int32_t *p = prompts + (size_t)i * (size_t)n_prompt;
-        if (i) memcpy(p, prompts, (size_t)o.shared_prefix * sizeof *p);
-        for (int64_t k = o.shared_prefix; k < n_prompt; k++) p[k] = (int32_t)(rng_splitmix64(&rng) % (uint64_t)n_vocab);
-    }
-
-    FILE *info = o.json ? stderr : stdout;
-    fprintf(info, "nightshift bench: %s (%d layers, n_embd %d, vocab %d), %s backend, %d threads\n", o.model, (int)hp->n_layer,
-            (int)hp->n_embd, (int)n_vocab, st.backend_name, st.threads);
-    fprintf(info, "KV pool: %lld blocks x %d = %lld tokens (%s, %.1f MiB); budget %s holds %lld tokens\n", (long long)ep.kv_blocks,
-            (int)ep.kv_block, (long long)ep.kv_blocks * ep.kv_block, model_kv_type_name(ep.kv_type),
-            mib((uint64_t)ep.kv_blocks * (uint64_t)ep.kv_block * per_token), budget_desc, (long long)budget_blocks * ep.kv_block);
-    fprintf(info, "requests: %lld prompt tokens (%d shared) + %d generated, greedy, EOS ignored; max_batch_tokens %d%s\n",
-            (long long)n_prompt, (int)o.shared_prefix, (int)o.gen_len, (int)ep.max_batch_tokens,
-            ep.prefix_cache ? "" : ", prefix cache off");
-    fflush(info);
-
-    /* warm-up: one short request */
-    {
-        struct bench_level warm;
-        int32_t wn = n_prompt < 8 ? (int32_t)n_prompt : 8;
-        if (run_level(&st, &ep, 1, 1, prompts, wn, o.gen_len < 4 ? o.gen_len : 4, &warm, &e)) {
-            cli_error("bench", "%s", e.msg);
-            rc = 1;
-            goto done;
-        }
-    }
-    if (!o.json)
-        printf("%5s %6s %12s %11s %12s %8s %10s %15s %10s %8s %8s%s\n", "conc", "reqs", "prompt tok/s", "gen tok/s",
-               "total tok/s", "wall s", "decode t/s", "peak KV tokens", "peak RSS", "cached", "preempt",
-               o.reps > 1 ? "  total range" : "");
-    levels_json = json_array();
-    runs = malloc((size_t)o.n_levels * (size_t)o.reps * sizeof *runs);
-    if (!runs) {
-        cli_error("bench", "out of memory");
-        rc = 1;
-        goto done;
-    }
-    /* rounds of all levels; a level is reported once its last run is in */
-    for (int32_t r = 0; r < o.reps; r++) {
-    for (int l = 0; l < o.n_levels; l++) {
-        int32_t c = o.levels[l];
-        struct bench_level *lr = runs + (size_t)l * (size_t)o.reps;
-        if (run_level(&st, &ep, c, level_requests(&o, c), prompts, (int32_t)n_prompt, o.gen_len, &lr[r], &e)) {
-            cli_error("bench", "concurrency %d: %s", (int)c, e.msg);
-            rc = 1;
-            goto done;
-        }
-        if (r + 1 < o.reps) continue;
-        qsort(lr, (size_t)o.reps, sizeof *lr, cmp_rate);
-        const struct bench_level lv = lr[(o.reps - 1) / 2];
-        json_t *rates = json_array();
-        for (int32_t k = 0; k < o.reps; k++) json_array_append_new(rates, json_real(level_rate(&lr[k])));
-        double w = lv.wall > 0 ? lv.wall : 1e-9;
-        double pr = (double)lv.prompt_tokens / w, gr = (double)lv.gen_tokens / w;
-        int64_t peak_tokens = lv.peak_blocks * ep.kv_block;
-        double dr = lv.t_decode > 0 ? (double)lv.decode_rows / lv.t_decode : 0;
-        if (!o.json) {
-            printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld", (int)c, (int)lv.requests, pr,
-                   gr, pr + gr, lv.wall, dr, (long long)peak_tokens, 100.0 * (double)lv.peak_blocks / (double)ep.kv_blocks,
-                   mib(lv.peak_rss), (long long)lv.prompt_cached, (long long)lv.preemptions);
-            if (o.reps > 1) printf("  %.1f-%.1f", level_rate(&lr[0]), level_rate(&lr[o.reps - 1]));
-            printf("\n");
-            fflush(stdout);
-        }
-        json_array_append_new(
-            levels_json,
-            json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "concurrency", c,
-                      "requests", lv.requests, "failed", lv.failed, "prompt_tok_s", pr, "gen_tok_s", gr, "total_tok_s", pr + gr,
-                      "wall_s", lv.wall, "decode_tok_s", dr, "prompt_tokens", (json_int_t)lv.prompt_tokens, "prompt_tokens_computed",
-                      (json_int_t)lv.prompt_computed, "prompt_tokens_cached", (json_int_t)lv.prompt_cached, "gen_tokens",
-                      (json_int_t)lv.gen_tokens, "steps", (json_int_t)lv.steps, "preemptions", (json_int_t)lv.preemptions,
-                      "peak_kv_tokens", (json_int_t)peak_tokens, "peak_rss_bytes", (json_int_t)lv.peak_rss, "forward_s",
-                      lv.t_forward));
-        json_object_set_new(json_array_get(levels_json, json_array_size(levels_json) - 1), "total_tok_s_runs", rates);
-        for (int32_t k = 0; k < o.reps; k++)
-            if (lr[k].failed) rc = 1;
-    }
-    }
-    if (o.json) {
-        json_t *root = json_pack("{s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:b, s:O}", "model", o.model,
-                                 "backend", st.backend_name, "threads", st.threads,
-                                 "kv_type", model_kv_type_name(ep.kv_type), "kv_block", ep.kv_block, "kv_blocks",
-                                 (json_int_t)ep.kv_blocks, "kv_tokens", (json_int_t)(ep.kv_blocks * ep.kv_block),
-                                 "kv_budget_tokens", (json_int_t)(budget_blocks * ep.kv_block), "max_batch_tokens",
-                                 ep.max_batch_tokens, "prompt_len", o.prompt_len, "shared_prefix", o.shared_prefix,
-                                 "gen_len", o.gen_len, "prefix_cache", ep.prefix_cache, "levels", levels_json);
-        char *s = json_dumps(root, JSON_COMPACT);
-        if (s) printf("%s\n", s);
-        free(s);
-        json_decref(root);
-    }
-done:
     json_decref(levels_json);
-    free(runs);
-    free(prompts);
-    runtime_close(&st);
+    free(b.prompts);
+    runtime_close(&b.st);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "cli/cli_util.h"
 
 static const char detokenize_usage[] =
@@ -31,15 +32,18 @@ int cmd_detokenize(int argc, char **argv)
 {
     const char *model = NULL;
     int special = 0;
+    const struct cli_opt opts[] = {
+        {"--model", "-m", CLI_OPT_STRING, &model, 0, 0, 0, NULL},
+        {"--special", NULL, CLI_OPT_SET, &special, 1, 0, 0, NULL},
+    };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(detokenize_usage, stdout);
             return 0;
-        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
-            model = argv[++i];
-        } else if (!strcmp(argv[i], "--special")) {
-            special = 1;
-        } else {
+        }
+        int r = cli_opts_parse("detokenize", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) {
             cli_error("detokenize", "unknown argument '%s'", argv[i]);
             fputs(detokenize_usage, stderr);
             return 2;

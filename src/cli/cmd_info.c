@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "cli/cli_util.h"
 #include "gguf/gguf.h"
 #include "tokenizer/chat.h"
@@ -224,68 +225,90 @@ static void info_print_id(const char *label, const tok_vocab *v, int32_t id)
     json_decref(s);
 }
 
-int cmd_info(int argc, char **argv)
+/* Parses argv: the model (positional or -m, once) and --json. 0 to go on, 1 when help was printed, 2 on a
+ * usage error (printed). */
+static int info_parse(int argc, char **argv, const char **model, int *as_json)
 {
-    const char *model = NULL;
-    int as_json = 0;
+    const char *flag_model = NULL;
+    const struct cli_opt opts[] = {
+        {"--model", "-m", CLI_OPT_STRING, &flag_model, 0, 0, 0, NULL},
+        {"--json", NULL, CLI_OPT_SET, as_json, 1, 0, 0, NULL},
+    };
+    *model = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(info_usage, stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            as_json = 1;
-        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc && !model) {
-            model = argv[++i];
-        } else if (argv[i][0] != '-' && !model) {
-            model = argv[i];
-        } else {
-            cli_error("info", "unexpected argument '%s'", argv[i]);
-            fputs(info_usage, stderr);
-            return 2;
+            return 1;
         }
+        flag_model = NULL;
+        int r = cli_opts_parse("info", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0 && !flag_model) continue; /* --json */
+        if (!*model && (r > 0 || a[0] != '-')) {
+            *model = r > 0 ? flag_model : a;
+            continue;
+        }
+        cli_error("info", "unexpected argument '%s'", a);
+        fputs(info_usage, stderr);
+        return 2;
     }
-    if (!model) model = cli_default_model();
+    if (!*model) *model = cli_default_model();
+    return 0;
+}
 
-    struct err e = {{0}};
-    gguf_file *f = NULL;
-    tok_vocab *v = NULL;
-    json_t *root = NULL;
-    int rc = 1;
-    if (gguf_open(model, &f, &e)) {
-        cli_error("info", "%s", e.msg);
-        return 1;
-    }
-    root = json_object();
-    char arch[128] = "", name[256] = "";
-    gguf_get_cstr(f, "general.architecture", arch, sizeof arch, &e);
-    gguf_get_cstr(f, "general.name", name, sizeof name, &e);
-    json_object_set_new(root, "file", info_cstr(model));
-    json_object_set_new(root, "file_size", json_integer((json_int_t)gguf_file_size(f)));
-    json_object_set_new(root, "gguf_version", json_integer(gguf_version(f)));
-    json_object_set_new(root, "alignment", json_integer((json_int_t)gguf_alignment(f)));
-    json_object_set_new(root, "architecture", arch[0] ? info_cstr(arch) : json_null());
-    json_object_set_new(root, "name", name[0] ? info_cstr(name) : json_null());
-    int64_t ftype = -1;
-    if (gguf_find_kv(f, "general.file_type") >= 0 && gguf_get_int(f, "general.file_type", &ftype, &e) == 0) {
+/* What info reports about one file. root holds everything --json prints; the text form reads it too. */
+struct info {
+    const char *model;
+    gguf_file *f;
+    tok_vocab *v; /* NULL: no vocab, or one that failed to load (vocab_ok 0, root's vocab_error says why) */
+    int vocab_ok;
+    json_t *root;
+    char arch[128], name[256];
+    int64_t ftype; /* general.file_type, -1 when absent */
+    uint64_t tensor_bytes;
+    enum chat_family fam;
+    size_t tmpl_len;
+    int has_tmpl;
+};
+
+/* The file's identity: path, size, version, alignment, architecture, name, file type. */
+static void info_gather_header(struct info *in)
+{
+    gguf_file *f = in->f;
+    struct err e;
+    gguf_get_cstr(f, "general.architecture", in->arch, sizeof in->arch, &e);
+    gguf_get_cstr(f, "general.name", in->name, sizeof in->name, &e);
+    json_object_set_new(in->root, "file", info_cstr(in->model));
+    json_object_set_new(in->root, "file_size", json_integer((json_int_t)gguf_file_size(f)));
+    json_object_set_new(in->root, "gguf_version", json_integer(gguf_version(f)));
+    json_object_set_new(in->root, "alignment", json_integer((json_int_t)gguf_alignment(f)));
+    json_object_set_new(in->root, "architecture", in->arch[0] ? info_cstr(in->arch) : json_null());
+    json_object_set_new(in->root, "name", in->name[0] ? info_cstr(in->name) : json_null());
+    in->ftype = -1;
+    if (gguf_find_kv(f, "general.file_type") >= 0 && gguf_get_int(f, "general.file_type", &in->ftype, &e) == 0) {
         json_t *ft = json_object();
-        json_object_set_new(ft, "id", json_integer(ftype));
-        json_object_set_new(ft, "name", json_string(info_file_type_name(ftype)));
-        json_object_set_new(root, "file_type", ft);
+        json_object_set_new(ft, "id", json_integer(in->ftype));
+        json_object_set_new(ft, "name", json_string(info_file_type_name(in->ftype)));
+        json_object_set_new(in->root, "file_type", ft);
     } else {
-        json_object_set_new(root, "file_type", json_null());
+        json_object_set_new(in->root, "file_type", json_null());
     }
+}
 
-    /* hyper-parameters: every "<arch>." key */
+/* hparams: every "<arch>." key; tensors: count and bytes, in all and by type. */
+static void info_gather_weights(struct info *in)
+{
+    gguf_file *f = in->f;
     json_t *hp = json_object();
-    size_t arch_len = strlen(arch);
+    size_t arch_len = strlen(in->arch);
     for (uint64_t i = 0; arch_len && i < gguf_n_kv(f); i++) {
         const char *key = gguf_kv_key(f, i);
-        if (strncmp(key, arch, arch_len) != 0 || key[arch_len] != '.') continue;
+        if (strncmp(key, in->arch, arch_len) != 0 || key[arch_len] != '.') continue;
         json_object_set_new(hp, key + arch_len + 1, info_value_json(f, i));
     }
-    json_object_set_new(root, "hparams", hp);
+    json_object_set_new(in->root, "hparams", hp);
 
-    /* tensors by type */
     json_t *tens = json_object(), *by_type = json_object();
     uint64_t total = 0;
     for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
@@ -307,17 +330,23 @@ int cmd_info(int argc, char **argv)
     json_object_set_new(tens, "count", json_integer((json_int_t)gguf_n_tensors(f)));
     json_object_set_new(tens, "bytes", json_integer((json_int_t)total));
     json_object_set_new(tens, "by_type", by_type);
-    json_object_set_new(root, "tensors", tens);
+    json_object_set_new(in->root, "tensors", tens);
+    in->tensor_bytes = total;
+}
 
-    /* vocab */
-    int vocab_ok = 1;
-    if (gguf_find_kv(f, "tokenizer.ggml.model") < 0) {
-        json_object_set_new(root, "vocab", json_null());
-    } else if (tok_load(f, &v, &e)) {
-        vocab_ok = 0;
-        json_object_set_new(root, "vocab", json_null());
-        json_object_set_new(root, "vocab_error", info_cstr(e.msg));
+/* vocab (loaded into in->v), chat template, backends. */
+static void info_gather_vocab(struct info *in)
+{
+    struct err e = {{0}};
+    in->vocab_ok = 1;
+    if (gguf_find_kv(in->f, "tokenizer.ggml.model") < 0) {
+        json_object_set_new(in->root, "vocab", json_null());
+    } else if (tok_load(in->f, &in->v, &e)) {
+        in->vocab_ok = 0;
+        json_object_set_new(in->root, "vocab", json_null());
+        json_object_set_new(in->root, "vocab_error", info_cstr(e.msg));
     } else {
+        tok_vocab *v = in->v;
         json_t *vo = json_object();
         json_object_set_new(vo, "model", json_string(tok_model_name(v)));
         json_object_set_new(vo, "kind", json_string(tok_get_kind(v) == TOK_KIND_SPM ? "SentencePiece" : "byte-level BPE"));
@@ -332,83 +361,112 @@ int cmd_info(int argc, char **argv)
         json_object_set_new(vo, "add_bos", json_boolean(tok_add_bos(v)));
         json_object_set_new(vo, "add_eos", json_boolean(tok_add_eos(v)));
         json_object_set_new(vo, "add_space_prefix", json_boolean(tok_add_space_prefix(v)));
-        json_object_set_new(root, "vocab", vo);
+        json_object_set_new(in->root, "vocab", vo);
     }
 
-    /* chat template */
     json_t *ct = json_object();
-    enum chat_family fam;
-    size_t tmpl_len;
-    int has_tmpl = cli_chat_template(f, &fam, &tmpl_len);
-    json_object_set_new(ct, "present", json_boolean(has_tmpl));
-    json_object_set_new(ct, "bytes", json_integer((json_int_t)tmpl_len));
-    json_object_set_new(ct, "family", has_tmpl ? json_string(chat_family_name(fam)) : json_null());
-    json_object_set_new(root, "chat_template", ct);
-    json_t *backends = info_backends(); /* borrowed below; root owns it */
-    json_object_set_new(root, "backends", backends);
+    in->has_tmpl = cli_chat_template(in->f, &in->fam, &in->tmpl_len);
+    json_object_set_new(ct, "present", json_boolean(in->has_tmpl));
+    json_object_set_new(ct, "bytes", json_integer((json_int_t)in->tmpl_len));
+    json_object_set_new(ct, "family", in->has_tmpl ? json_string(chat_family_name(in->fam)) : json_null());
+    json_object_set_new(in->root, "chat_template", ct);
+    json_object_set_new(in->root, "backends", info_backends());
+}
 
+/* The text form of the header, hyper-parameters and tensors. */
+static void info_print_weights(const struct info *in)
+{
+    gguf_file *f = in->f;
+    const char *arch = in->arch;
+    char hb[64];
+    info_human_bytes(gguf_file_size(f), hb, sizeof hb);
+    printf("file               %s\n", in->model);
+    printf("file size          %llu bytes (%s)\n", (unsigned long long)gguf_file_size(f), hb);
+    printf("gguf version       %u (alignment %llu)\n", (unsigned)gguf_version(f), (unsigned long long)gguf_alignment(f));
+    printf("architecture       %s\n", arch[0] ? arch : "-");
+    printf("name               %s\n", in->name[0] ? in->name : "-");
+    if (in->ftype >= 0) printf("file type          %s (%lld)\n", info_file_type_name(in->ftype), (long long)in->ftype);
+    else printf("file type          -\n");
+    printf("hyper-parameters   (%s.*)\n", arch[0] ? arch : "?");
+    const char *k;
+    json_t *val;
+    json_object_foreach(json_object_get(in->root, "hparams"), k, val) {
+        printf("  %-34s ", k);
+        info_print_value(val, 100);
+        printf("\n");
+    }
+    info_human_bytes(in->tensor_bytes, hb, sizeof hb);
+    printf("tensors            %llu, %llu bytes (%s)\n", (unsigned long long)gguf_n_tensors(f),
+           (unsigned long long)in->tensor_bytes, hb);
+    json_object_foreach(json_object_get(json_object_get(in->root, "tensors"), "by_type"), k, val) {
+        uint64_t b = (uint64_t)json_integer_value(json_object_get(val, "bytes"));
+        info_human_bytes(b, hb, sizeof hb);
+        printf("  %-8s %6lld tensors %14llu bytes (%s)\n", k, (long long)json_integer_value(json_object_get(val, "count")),
+               (unsigned long long)b, hb);
+    }
+}
+
+/* The text form of the vocab, chat template and backends. */
+static void info_print_vocab(const struct info *in)
+{
+    const tok_vocab *v = in->v;
+    if (v) {
+        printf("vocab              %d tokens, %s (%s)\n", (int)tok_n_vocab(v), tok_model_name(v),
+               tok_get_kind(v) == TOK_KIND_SPM ? "SentencePiece" : "byte-level BPE");
+        if (tok_get_kind(v) == TOK_KIND_BPE)
+            printf("  pre-tokenizer      %s, %d merges\n", tok_pre_name(v), (int)tok_n_merges(v));
+        info_print_id("bos", v, tok_bos(v));
+        info_print_id("eos", v, tok_eos(v));
+        info_print_id("eot", v, tok_eot(v));
+        info_print_id("unk", v, tok_unk(v));
+        info_print_id("pad", v, tok_pad(v));
+        printf("  %-18s %s\n", "add bos", tok_add_bos(v) ? "yes" : "no");
+        printf("  %-18s %s\n", "add eos", tok_add_eos(v) ? "yes" : "no");
+        if (tok_get_kind(v) == TOK_KIND_SPM)
+            printf("  %-18s %s\n", "add space prefix", tok_add_space_prefix(v) ? "yes" : "no");
+    } else if (!in->vocab_ok) {
+        printf("vocab              invalid: %s\n", json_string_value(json_object_get(in->root, "vocab_error")));
+    } else {
+        printf("vocab              none\n");
+    }
+    if (in->has_tmpl) printf("chat template      %s (%llu bytes)\n", chat_family_name(in->fam), (unsigned long long)in->tmpl_len);
+    else printf("chat template      none\n");
+    info_print_backends(json_object_get(in->root, "backends"));
+}
+
+int cmd_info(int argc, char **argv)
+{
+    struct info in;
+    int as_json = 0;
+    memset(&in, 0, sizeof in);
+    int rc = info_parse(argc, argv, &in.model, &as_json);
+    if (rc) return rc == 1 ? 0 : rc;
+
+    struct err e = {{0}};
+    if (gguf_open(in.model, &in.f, &e)) {
+        cli_error("info", "%s", e.msg);
+        return 1;
+    }
+    rc = 1;
+    in.root = json_object();
+    info_gather_header(&in);
+    info_gather_weights(&in);
+    info_gather_vocab(&in);
     if (as_json) {
-        if (json_dumpf(root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0) goto done;
+        if (json_dumpf(in.root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0) goto done;
         printf("\n");
     } else {
-        char hb[64];
-        info_human_bytes(gguf_file_size(f), hb, sizeof hb);
-        printf("file               %s\n", model);
-        printf("file size          %llu bytes (%s)\n", (unsigned long long)gguf_file_size(f), hb);
-        printf("gguf version       %u (alignment %llu)\n", (unsigned)gguf_version(f),
-               (unsigned long long)gguf_alignment(f));
-        printf("architecture       %s\n", arch[0] ? arch : "-");
-        printf("name               %s\n", name[0] ? name : "-");
-        if (ftype >= 0) printf("file type          %s (%lld)\n", info_file_type_name(ftype), (long long)ftype);
-        else printf("file type          -\n");
-        printf("hyper-parameters   (%s.*)\n", arch[0] ? arch : "?");
-        const char *k;
-        json_t *val;
-        json_object_foreach(hp, k, val) {
-            printf("  %-34s ", k);
-            info_print_value(val, 100);
-            printf("\n");
-        }
-        info_human_bytes(total, hb, sizeof hb);
-        printf("tensors            %llu, %llu bytes (%s)\n", (unsigned long long)gguf_n_tensors(f),
-               (unsigned long long)total, hb);
-        json_object_foreach(by_type, k, val) {
-            uint64_t b = (uint64_t)json_integer_value(json_object_get(val, "bytes"));
-            info_human_bytes(b, hb, sizeof hb);
-            printf("  %-8s %6lld tensors %14llu bytes (%s)\n", k, (long long)json_integer_value(json_object_get(val, "count")),
-                   (unsigned long long)b, hb);
-        }
-        if (v) {
-            printf("vocab              %d tokens, %s (%s)\n", (int)tok_n_vocab(v), tok_model_name(v),
-                   tok_get_kind(v) == TOK_KIND_SPM ? "SentencePiece" : "byte-level BPE");
-            if (tok_get_kind(v) == TOK_KIND_BPE)
-                printf("  pre-tokenizer      %s, %d merges\n", tok_pre_name(v), (int)tok_n_merges(v));
-            info_print_id("bos", v, tok_bos(v));
-            info_print_id("eos", v, tok_eos(v));
-            info_print_id("eot", v, tok_eot(v));
-            info_print_id("unk", v, tok_unk(v));
-            info_print_id("pad", v, tok_pad(v));
-            printf("  %-18s %s\n", "add bos", tok_add_bos(v) ? "yes" : "no");
-            printf("  %-18s %s\n", "add eos", tok_add_eos(v) ? "yes" : "no");
-            if (tok_get_kind(v) == TOK_KIND_SPM)
-                printf("  %-18s %s\n", "add space prefix", tok_add_space_prefix(v) ? "yes" : "no");
-        } else if (!vocab_ok) {
-            printf("vocab              invalid: %s\n", json_string_value(json_object_get(root, "vocab_error")));
-        } else {
-            printf("vocab              none\n");
-        }
-        if (has_tmpl) printf("chat template      %s (%llu bytes)\n", chat_family_name(fam), (unsigned long long)tmpl_len);
-        else printf("chat template      none\n");
-        info_print_backends(backends);
+        info_print_weights(&in);
+        info_print_vocab(&in);
     }
-    if (!vocab_ok) {
-        cli_error("info", "%s: vocab: %s", model, json_string_value(json_object_get(root, "vocab_error")));
+    if (!in.vocab_ok) {
+        cli_error("info", "%s: vocab: %s", in.model, json_string_value(json_object_get(in.root, "vocab_error")));
         goto done;
     }
     rc = fflush(stdout) == 0 ? 0 : 1;
 done:
-    json_decref(root);
-    tok_free(v);
-    gguf_close(f);
+    json_decref(in.root);
+    tok_free(in.v);
+    gguf_close(in.f);
     return rc;
 }

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/engine_flags.h"
+#include "cli/cli_opts.h"
 #include "gguf/gguf.h"
 #include "gguf/quant.h"
 #include "util/log.h"
@@ -341,30 +341,22 @@ int cmd_synth(int argc, char **argv)
 {
     const char *shape_name = NULL, *type_name = NULL, *out_path = NULL, *vocab_path = NULL;
     uint64_t seed = 1;
+    const struct cli_opt opts[] = {
+        {"--shape", NULL, CLI_OPT_STRING, &shape_name, 0, 0, 0, NULL},
+        {"--type", NULL, CLI_OPT_STRING, &type_name, 0, 0, 0, NULL},
+        {"--output", "-o", CLI_OPT_STRING, &out_path, 0, 0, 0, NULL},
+        {"--vocab", NULL, CLI_OPT_STRING, &vocab_path, 0, 0, 0, NULL},
+        {"--seed", NULL, CLI_OPT_U64, &seed, 0, 0, 0, NULL},
+    };
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
             synth_usage(stdout);
             return 0;
         }
-        if (i + 1 >= argc) {
-            cli_error("synth", "%s: missing value (or unknown flag)", arg);
-            synth_usage(stderr);
-            return 2;
-        }
-        const char *val = argv[++i];
-        if (!strcmp(arg, "--shape"))
-            shape_name = val;
-        else if (!strcmp(arg, "--type"))
-            type_name = val;
-        else if (!strcmp(arg, "-o") || !strcmp(arg, "--output"))
-            out_path = val;
-        else if (!strcmp(arg, "--vocab"))
-            vocab_path = val;
-        else if (!strcmp(arg, "--seed")) {
-            if (engine_flags_parse_u64("synth", "--seed", val, &seed)) return 2;
-        } else {
-            cli_error("synth", "unknown flag '%s'", arg);
+        int r = cli_opts_parse("synth", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (r == 0) cli_error("synth", "unknown flag '%s'", arg);
+        if (r <= 0) {
             synth_usage(stderr);
             return 2;
         }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cli_opts.h"
 #include "cli/cli_util.h"
 
 static const char tokenize_usage[] =
@@ -25,17 +26,19 @@ int cmd_tokenize(int argc, char **argv)
 {
     const char *model = NULL;
     int bos = 0, special = 0;
+    const struct cli_opt opts[] = {
+        {"--model", "-m", CLI_OPT_STRING, &model, 0, 0, 0, NULL},
+        {"--bos", NULL, CLI_OPT_SET, &bos, 1, 0, 0, NULL},
+        {"--special", NULL, CLI_OPT_SET, &special, 1, 0, 0, NULL},
+    };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(tokenize_usage, stdout);
             return 0;
-        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
-            model = argv[++i];
-        } else if (!strcmp(argv[i], "--bos")) {
-            bos = 1;
-        } else if (!strcmp(argv[i], "--special")) {
-            special = 1;
-        } else {
+        }
+        int r = cli_opts_parse("tokenize", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) {
             cli_error("tokenize", "unknown argument '%s'", argv[i]);
             fputs(tokenize_usage, stderr);
             return 2;

@@ -2,6 +2,7 @@
 #include "cli/engine_flags.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,8 +101,18 @@ static int engine_flags_value(struct runtime_params *p, const char *cmd, const c
 
 int engine_flags_parse(struct runtime_params *p, const char *cmd, int argc, char **argv, int *i)
 {
-    const char *a = argv[*i];
+    const char *a = argv[*i], *eq = strchr(a, '='), *v = NULL;
+    char name[32];
+    if (eq && a[1] == '-' && (size_t)(eq - a) < sizeof name) { /* "--flag=value" */
+        snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
+        a = name;
+        v = eq + 1;
+    }
     if (!strcmp(a, "--no-prefix-cache")) {
+        if (v) {
+            cli_error(cmd, "%s takes no value", a);
+            return -1;
+        }
         p->prefix_cache = 0;
         return 1;
     }
@@ -111,11 +122,11 @@ int engine_flags_parse(struct runtime_params *p, const char *cmd, int argc, char
     int known = 0;
     for (const char *const *w = with_value; *w; w++) known |= !strcmp(a, *w);
     if (!known) return 0;
-    if (*i + 1 >= argc) {
+    if (!v && *i + 1 >= argc) {
         cli_error(cmd, "%s needs a value", a);
         return -1;
     }
-    const char *v = argv[++*i];
+    if (!v) v = argv[++*i];
     return engine_flags_value(p, cmd, a, v) ? -1 : 1;
 }
 

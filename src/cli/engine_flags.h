@@ -24,9 +24,9 @@
 
 #include "runtime/runtime.h"
 
-/* If argv[*i] is an engine flag, consumes it (and its value: *i advances) into p and returns 1; returns 0
- * when it is not one; -1 on a bad or missing value, or a backend name this build does not have (the
- * message is printed as "nightshift <cmd>: ..."). */
+/* If argv[*i] is an engine flag ("--flag VALUE" or "--flag=VALUE"), consumes it (and its value: *i advances)
+ * into p and returns 1; returns 0 when it is not one; -1 on a bad or missing value, or a backend name this
+ * build does not have (the message is printed as "nightshift <cmd>: ..."). */
 int engine_flags_parse(struct runtime_params *p, const char *cmd, int argc, char **argv, int *i);
 /* The help lines, with the defaults of d (a command's own, e.g. generate's f32 KV). */
 void engine_flags_usage(FILE *out, const struct runtime_params *d);
