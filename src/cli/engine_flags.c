@@ -39,19 +39,6 @@ int engine_flags_parse_long(const char *cmd, const char *flag, const char *s, lo
     return 0;
 }
 
-int engine_flags_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') {
-        cli_error(cmd, "%s expects a non-negative integer, got '%s'", flag, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* The value v of flag a (one that takes a value); 0 ok, -1 printed. */
 static int engine_flags_value(struct runtime_params *p, const char *cmd, const char *a, const char *v)
 {

@@ -33,9 +33,6 @@ void engine_flags_usage(FILE *out, const struct runtime_params *d);
 /* Parses a decimal integer in [lo, hi] for flag; on failure prints "CMD: FLAG expects an integer in [LO, HI],
  * got 'S'" through cli_error and returns -1. Shared by the subcommands' own flags. */
 int engine_flags_parse_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out);
-/* Parses a non-negative decimal integer for flag; on failure prints "CMD: FLAG expects a non-negative integer,
- * got 'S'" through cli_error and returns -1. */
-int engine_flags_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
 /* The effective flags as JSON (for run records): sizes in bytes, "auto" / "default" where not given. */
 json_t *engine_flags_json(const struct runtime_params *p);
 
