@@ -35,6 +35,18 @@ struct step_batch {
     const int32_t *logit_rows; /* (n_logits) strictly increasing row indices whose logits are wanted */
 };
 
+/* Device memory as a backend sees it (bytes). */
+struct backend_memory {
+    uint64_t total, available;
+};
+
+/* What a backend can do, for the runtime's defaults and checks. */
+struct backend_caps {
+    int32_t default_max_batch_tokens;
+    uint64_t weight_types; /* bit (1ull << gguf dtype) set: weight matrices of that type can be loaded */
+    int weights_mapped;    /* 1: weights are read in place from the file mapping (cpu); 0: copied (cuda) */
+};
+
 /* Calls on one backend are not thread-safe: one at a time (the backend runs its own threads inside). */
 struct backend_ops {
     const char *name;
@@ -53,6 +65,10 @@ struct backend_ops {
     /* (optional) Bytes of weight copies the backend allocated at load, beyond the model's file mapping
      * (CPU: the Q8_0/Q4_0/Q4_1 matrices repacked for its kernels), for memory budgeting. */
     uint64_t (*weight_copy_bytes)(void *ctx);
+    /* (optional) Memory of the device the backend computes on (total, available now). */
+    int (*memory)(void *ctx, struct backend_memory *out, struct err *e);
+    /* (optional) Capabilities (see struct backend_caps). */
+    void (*caps)(void *ctx, struct backend_caps *out);
 };
 
 struct backend {
