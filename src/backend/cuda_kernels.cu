@@ -318,7 +318,8 @@ template <int DL, typename KV> struct cuda_att_tile {
  * chunks run in position order; while one tile is computed, the next one's loads are in flight. Per tile:
  * a score per lane (= position; four partial sums over dims mod 4, then (x + y) + (z + w)), the online
  * softmax update, then the V sums in position order. A query's arithmetic depends only on its q, its
- * position and its sequence's KV: never on QW, the other queries or the tiles past its position. */
+ * position and its sequence's KV: never on QW, the other queries or the tiles past its position.
+ * One function of ~150 lines on purpose: the per-query states stay in registers across the whole loop. */
 /* Blocks per multiprocessor the register budget aims at: fewer queries, more blocks (decode is bound by
  * memory latency; QW = 1 at head_dim 128 holds 6 blocks of shared memory). */
 #define CUDA_ATT_MIN_BLOCKS(QW) ((QW) == 1 ? 6 : (QW) == 2 ? 4 : 2)
