@@ -20,6 +20,9 @@ CFLAGS   ?=
 NS_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -g $(OPT) $(ARCH) $(SANITIZE) -Isrc -MMD -MP $(CFLAGS)
 LDLIBS    = -lsqlite3 -ljansson -lpcre2-8 -lcrypto -lxxhash -lpthread -lm
 NVCC     ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+NVCCFLAGS = -O2 -std=c++17 -Isrc -Xcompiler -Wall,-Wextra --Werror all-warnings \
+            -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
 
 LIB_SRCS  = $(filter-out src/cli/main.c,$(wildcard src/*/*.c))
 LIB_OBJS  = $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -32,7 +35,7 @@ CU_SRCS  = $(wildcard src/*/*.cu)
 CU_OBJS  = $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 LIB_OBJS += $(CU_OBJS)
 NS_CFLAGS += -DNS_CUDA=1
-LDLIBS   += -lcudart -lcublas
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 endif
 
 .PHONY: all test asan fuzz demo deps clean check-cuda
@@ -44,7 +47,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -std=c++17 -Isrc -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(BUILD)/libnightshift.a: $(LIB_OBJS)
 	@rm -f $@

@@ -1,0 +1,918 @@
+/* cuda — the CUDA backend: the Llama-family forward step (llama, qwen2 biases, qwen3 q/k norms) on one GPU.
+ *
+ * Invariants:
+ *  - Weights: uploaded once at load, into device memory the backend owns (freed by free / a new load).
+ *    Matrices are row-major (n_out, n_in) BF16, or F32 when the source is F32 (an exact FP32 GEMM path
+ *    for small test models; a real model's F16/BF16/quantized matrices are BF16). Every type that
+ *    quant.h can dequantize is accepted: for this milestone the integer types are dequantized on the host
+ *    (quant_dequantize_row) and uploaded as BF16 — 2 bytes per weight on the device, said in the start-up
+ *    line. q, k and v of a layer are one matrix (rows q, then k, then v), gate and up one matrix (rows
+ *    gate, then up), so each is one GEMM; such a fused matrix is F32 only if all its parts are. Norms,
+ *    biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
+ *  - KV pool: two device allocations (K, V), each [layer][block][kv_head][slot][head_dim] of f16 or f32
+ *    (q8_0 is refused). A step writes K/V of each row (cuda_launch_qkv) before its attention reads
+ *    positions <= the rows' own, so no slot is read before it is written.
+ *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
+ *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's
+ *    stream (cuBLAS GEMMs with FP32 accumulation over all rows; the kernels of cuda_kernels.cu); only the
+ *    logit rows go through the output head, and their logits come back through a pinned buffer.
+ *    forward returns after the stream is synchronized, so every buffer is free again at the next call.
+ *  - Scratch is sized for cap_rows rows (grows, never shrinks; cap_logits and the batch buffers likewise);
+ *    the attention partials hold max_parts chunk states, fixed at load.
+ *  - Determinism: no atomics anywhere; cuBLAS is bit-reproducible run to run for the same shapes on the
+ *    same GPU (its documented default), so the same steps give the same logits. Batch invariance holds
+ *    for every kernel of this backend (per-row arithmetic), but not necessarily for cuBLAS, whose kernel
+ *    choice depends on the number of rows (tests/test_cuda.c measures it).
+ * cuda_check() verifies the sizes (debug).
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "gguf/quant.h"
+#include "model/model.h"
+#include "util/log.h"
+}
+#include "backend/cuda.h"
+#include "backend/cuda_kernels.h"
+
+#define CUBLAS_TRY(call)                                                                                  \
+    do {                                                                                                  \
+        cublasStatus_t s_ = (call);                                                                       \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return cuda_fail(e, __FILE__, __LINE__, #call, cublasGetStatusString(s_)); \
+    } while (0)
+
+#define CUDA_BLAS_WORKSPACE (32u << 20) /* cuBLAS workspace bytes (ours, so cuBLAS allocates nothing) */
+#define CUDA_STAGING (64u << 20)        /* pinned staging for the weight upload, two halves */
+#define CUDA_PARTS_BYTES (64u << 20)    /* attention partials (split decode rows) at most */
+#define CUDA_MAX_PARTS 65536
+
+struct cuda_matrix {
+    void *d; /* (n_out, n_in) row-major, BF16 or F32 */
+    int bf16;
+    int32_t n_in, n_out;
+};
+
+struct cuda_layer {
+    float *attn_norm, *ffn_norm; /* (n_embd) */
+    float *bqkv;                 /* (n_q + 2 n_kv) qwen2; NULL otherwise */
+    float *q_norm, *k_norm;      /* (head_dim) qwen3; NULL otherwise */
+    struct cuda_matrix qkv, wo, gate_up, down;
+};
+
+struct cuda_ctx {
+    int device;
+    char device_name[256];
+    cudaStream_t st;
+    cublasHandle_t blas;
+    void *blas_ws;
+    cudaEvent_t ev_start, ev_head, ev_copied;
+
+    const struct model *m;
+    struct cuda_layer *layers; /* (n_layer) */
+    struct cuda_matrix embd;   /* token embedding table (n_vocab, n_embd) */
+    struct cuda_matrix output; /* output head (n_vocab, n_embd); output.d == embd.d when shared */
+    float *output_norm;        /* (n_embd) */
+    double *inv_freq;          /* (n_rot / 2) */
+    uint64_t weight_bytes;     /* device bytes of all of the above */
+    int64_t max_parts;         /* attention partial slots */
+
+    /* KV pool */
+    enum kv_type kv_type;
+    int32_t n_blocks, block_size;
+    void *k_cache, *v_cache;  /* (n_layer, n_blocks, n_head_kv, block_size, head_dim) each */
+    uint64_t kv_layer_bytes;  /* one layer of K (or V) */
+
+    /* step scratch (device), for up to cap_rows rows */
+    int32_t cap_rows;
+    void *scratch;
+    float *x;    /* (cap, n_embd) residual stream */
+    float *tmp;  /* (cap, n_embd) output of wo / down */
+    float *qkv;  /* (cap, n_q + 2 n_kv) */
+    float *gu;   /* (cap, 2 n_ff) */
+    float *cs;   /* (cap, n_rot / 2, 2) */
+    void *act;   /* (cap, max(n_embd, n_q, n_ff)) GEMM input, BF16 or F32 */
+    float *part_acc, *part_ml; /* (max_parts, n_head, head_dim), (max_parts, n_head, 2) */
+    int32_t cap_logits;
+    float *logits_d; /* (cap_logits, n_vocab) */
+    float *logits_h; /* pinned, same shape */
+    size_t cap_batch; /* bytes of batch_h / batch_d */
+    int32_t *batch_h, *batch_d;
+
+    struct cuda_step_times last;
+    /* profile (backend_cuda_profile_enable) */
+    int prof_on, n_marks;
+    cudaEvent_t *prof_ev;  /* (CUDA_PROF_MARKS), created when first enabled */
+    uint8_t *prof_phase;   /* (CUDA_PROF_MARKS) phase ended by event i + 1 */
+    struct cuda_profile prof;
+};
+
+#define CUDA_PROF_MARKS 2048
+
+/* Profile: the phase that just ended on the stream (no-op when the profile is off). */
+static void cuda_mark(struct cuda_ctx *c, enum cuda_prof phase)
+{
+    if (!c->prof_on || c->n_marks + 1 >= CUDA_PROF_MARKS) return;
+    if (cudaEventRecord(c->prof_ev[c->n_marks + 1], c->st) != cudaSuccess) return;
+    c->prof_phase[c->n_marks++] = (uint8_t)phase;
+}
+
+static int cuda_max3(int64_t a, int64_t b, int64_t c)
+{
+    int64_t m = a > b ? a : b;
+    return (int)(m > c ? m : c);
+}
+
+static double cuda_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- probe / init */
+
+extern "C" int backend_cuda_probe(char *why, size_t why_cap)
+{
+    int n = 0;
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess) {
+        snprintf(why, why_cap, "no CUDA device (%s)", cudaGetErrorString(rc));
+        return 0;
+    }
+    if (n < 1) {
+        snprintf(why, why_cap, "no CUDA device");
+        return 0;
+    }
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+        snprintf(why, why_cap, "cannot read the properties of CUDA device 0");
+        return 0;
+    }
+    if (p.major < 9) {
+        snprintf(why, why_cap, "CUDA device 0 (%s) has compute capability %d.%d; this build needs 9.0 (sm_90)", p.name,
+                 p.major, p.minor);
+        return 0;
+    }
+    if (why_cap) why[0] = '\0';
+    return 1;
+}
+
+/* ---------------------------------------------------------------- memory, scratch */
+
+static void cuda_free_ptr(void **p)
+{
+    if (*p) cudaFree(*p);
+    *p = NULL;
+}
+
+static void cuda_free_scratch(struct cuda_ctx *c)
+{
+    cuda_free_ptr(&c->scratch);
+    cuda_free_ptr((void **)&c->logits_d);
+    if (c->logits_h) cudaFreeHost(c->logits_h);
+    c->logits_h = NULL;
+    cuda_free_ptr((void **)&c->batch_d);
+    if (c->batch_h) cudaFreeHost(c->batch_h);
+    c->batch_h = NULL;
+    c->cap_rows = c->cap_logits = 0;
+    c->cap_batch = 0;
+}
+
+/* Bytes of the step scratch for `rows` rows; carves the buffers when base is not NULL. */
+static uint64_t cuda_layout_scratch(struct cuda_ctx *c, int32_t rows, char *base)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int64_t n_q = (int64_t)hp->n_head * hp->head_dim, n_kv = (int64_t)hp->n_head_kv * hp->head_dim;
+    uint64_t off = 0;
+#define CARVE(ptr, type, count)                                                                           \
+    do {                                                                                                  \
+        if (base) c->ptr = (type *)(base + off);                                                          \
+        off += ((uint64_t)(count) * sizeof(type) + 255) & ~(uint64_t)255;                                 \
+    } while (0)
+    CARVE(x, float, (int64_t)rows * hp->n_embd);
+    CARVE(tmp, float, (int64_t)rows * hp->n_embd);
+    CARVE(qkv, float, (int64_t)rows * (n_q + 2 * n_kv));
+    CARVE(gu, float, (int64_t)rows * 2 * hp->n_ff);
+    CARVE(cs, float, (int64_t)rows * hp->n_rot + 2);
+    CARVE(act, float, (int64_t)rows * cuda_max3(hp->n_embd, n_q, hp->n_ff));
+    CARVE(part_acc, float, c->max_parts * n_q);
+    CARVE(part_ml, float, c->max_parts * hp->n_head * 2);
+#undef CARVE
+    return off;
+}
+
+static int cuda_reserve(struct cuda_ctx *c, int32_t rows, int32_t n_logits, struct err *e)
+{
+    if (rows > c->cap_rows) {
+        uint64_t n = cuda_layout_scratch(c, rows, NULL);
+        cuda_free_ptr(&c->scratch);
+        c->cap_rows = 0;
+        CU_TRY(cudaMalloc(&c->scratch, n));
+        c->cap_rows = rows;
+        cuda_layout_scratch(c, rows, (char *)c->scratch);
+    }
+    if (n_logits > c->cap_logits) {
+        const size_t n = (size_t)n_logits * (size_t)c->m->hp.n_vocab * sizeof(float);
+        cuda_free_ptr((void **)&c->logits_d);
+        if (c->logits_h) cudaFreeHost(c->logits_h);
+        c->logits_h = NULL;
+        c->cap_logits = 0;
+        CU_TRY(cudaMalloc(&c->logits_d, n));
+        CU_TRY(cudaMallocHost(&c->logits_h, n));
+        c->cap_logits = n_logits;
+    }
+    return 0;
+}
+
+static int cuda_reserve_batch(struct cuda_ctx *c, size_t bytes, struct err *e)
+{
+    if (bytes <= c->cap_batch) return 0;
+    bytes += bytes / 2;
+    cuda_free_ptr((void **)&c->batch_d);
+    if (c->batch_h) cudaFreeHost(c->batch_h);
+    c->batch_h = NULL;
+    c->cap_batch = 0;
+    CU_TRY(cudaMalloc(&c->batch_d, bytes));
+    CU_TRY(cudaMallocHost(&c->batch_h, bytes));
+    c->cap_batch = bytes;
+    return 0;
+}
+
+static int cuda_check(void *ctx, struct err *e)
+{
+    const struct cuda_ctx *c = (const struct cuda_ctx *)ctx;
+    if (!c->m) return 0;
+    const struct model_hparams *hp = &c->m->hp;
+    if (!c->layers || !c->embd.d || !c->output.d || !c->output_norm) return err_set(e, "cuda_check: weights not bound");
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const struct cuda_layer *L = &c->layers[il];
+        if (!L->qkv.d || !L->wo.d || !L->gate_up.d || !L->down.d ||
+            L->qkv.n_out != (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim || L->gate_up.n_out != 2 * hp->n_ff ||
+            L->down.n_in != hp->n_ff || L->wo.n_out != hp->n_embd)
+            return err_set(e, "cuda_check: layer %d matrices missing or of the wrong shape", (int)il);
+    }
+    if (c->cap_rows > 0 && !c->scratch) return err_set(e, "cuda_check: scratch missing");
+    if (c->cap_logits > 0 && (!c->logits_d || !c->logits_h)) return err_set(e, "cuda_check: logits buffers missing");
+    if (c->k_cache) {
+        const uint64_t el = c->kv_type == KV_TYPE_F16 ? 2 : 4;
+        if (c->kv_layer_bytes != (uint64_t)c->n_blocks * (uint64_t)c->block_size * (uint64_t)hp->n_head_kv *
+                                     (uint64_t)hp->head_dim * el || !c->v_cache)
+            return err_set(e, "cuda_check: KV pool sizes inconsistent");
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+/* Uploads rows [0, w->ne[1]) of w into dst (row-major, n_in = w->ne[0]) as BF16 or F32, through the two
+ * halves of the pinned staging buffer (the host converts one half while the other is copied). */
+static int cuda_upload_rows(struct cuda_ctx *c, const struct model_weight *w, char *dst, int bf16, void *staging,
+                            cudaEvent_t *done, struct err *e)
+{
+    const int64_t n_in = w->ne[0], n_rows = w->ne[1];
+    const size_t out_row = (size_t)n_in * (bf16 ? 2 : 4), half = CUDA_STAGING / 2;
+    const uint64_t in_row = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
+    if (out_row > half) return err_set(e, "cuda backend: %s: rows of %lld elements are too long", w->name, (long long)n_in);
+    const int64_t per = (int64_t)(half / out_row);
+    const int raw = (bf16 && w->type == GGUF_DTYPE_BF16) || (!bf16 && w->type == GGUF_DTYPE_F32);
+    float *row = raw ? NULL : (float *)malloc((size_t)n_in * sizeof(float));
+    if (!raw && !row) return err_set(e, "cuda backend: out of memory");
+    int rc = -1, k = 0;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += per, k ^= 1) {
+        const int64_t nr = n_rows - r0 < per ? n_rows - r0 : per;
+        char *buf = (char *)staging + (size_t)k * half;
+        if (cudaEventSynchronize(done[k]) != cudaSuccess) goto cuda_fail_;
+        const char *src = (const char *)w->data + (uint64_t)r0 * in_row;
+        if (raw) memcpy(buf, src, (size_t)nr * out_row);
+        else
+            for (int64_t r = 0; r < nr; r++) {
+                if (quant_dequantize_row(w->type, src + (uint64_t)r * in_row, row, n_in)) {
+                    err_set(e, "cuda backend: %s: cannot dequantize type %d", w->name, (int)w->type);
+                    goto out;
+                }
+                if (bf16)
+                    for (int64_t i = 0; i < n_in; i++) ((uint16_t *)buf)[r * n_in + i] = quant_f32_to_bf16(row[i]);
+                else memcpy(buf + (size_t)r * out_row, row, out_row);
+            }
+        if (cudaMemcpyAsync(dst + (size_t)r0 * out_row, buf, (size_t)nr * out_row, cudaMemcpyHostToDevice, c->st) !=
+                cudaSuccess ||
+            cudaEventRecord(done[k], c->st) != cudaSuccess)
+            goto cuda_fail_;
+    }
+    rc = 0;
+    goto out;
+cuda_fail_:
+    err_set(e, "cuda backend: uploading %s: %s", w->name, cudaGetErrorString(cudaGetLastError()));
+out:
+    free(row);
+    return rc;
+}
+
+struct cuda_upload {
+    void *staging;
+    cudaEvent_t done[2];
+};
+
+/* Allocates a matrix of the stacked rows of ws[0..n) (same n_in) and uploads them. BF16 unless all are F32. */
+static int cuda_upload_matrix(struct cuda_ctx *c, struct cuda_upload *u, const struct model_weight *const *ws, int n,
+                              struct cuda_matrix *out, struct err *e)
+{
+    int64_t rows = 0;
+    int all_f32 = 1;
+    for (int i = 0; i < n; i++) {
+        if (ws[i]->ne[0] != ws[0]->ne[0]) return err_set(e, "cuda backend: %s and %s differ in width", ws[0]->name, ws[i]->name);
+        if (!quant_can_dequantize(ws[i]->type))
+            return err_set(e, "cuda backend: %s has type %d, which cannot be dequantized", ws[i]->name, (int)ws[i]->type);
+        rows += ws[i]->ne[1];
+        all_f32 &= ws[i]->type == GGUF_DTYPE_F32;
+    }
+    out->bf16 = !all_f32;
+    out->n_in = (int32_t)ws[0]->ne[0];
+    out->n_out = (int32_t)rows;
+    const size_t row_bytes = (size_t)out->n_in * (out->bf16 ? 2 : 4);
+    CU_TRY(cudaMalloc(&out->d, row_bytes * (size_t)rows));
+    c->weight_bytes += row_bytes * (size_t)rows;
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        if (cuda_upload_rows(c, ws[i], (char *)out->d + (size_t)r0 * row_bytes, out->bf16, u->staging, u->done, e))
+            return -1;
+        r0 += ws[i]->ne[1];
+    }
+    return 0;
+}
+
+/* Uploads an F32 vector (norm, bias); *out stays NULL when w has no data. Synchronous (small). */
+static int cuda_upload_f32(struct cuda_ctx *c, const struct model_weight *w, float **out, struct err *e)
+{
+    *out = NULL;
+    if (!w->data) return 0;
+    const size_t n = (size_t)w->ne[0] * (size_t)w->ne[1] * sizeof(float);
+    CU_TRY(cudaMalloc(out, n));
+    CU_TRY(cudaMemcpy(*out, w->data, n, cudaMemcpyHostToDevice));
+    c->weight_bytes += n;
+    return 0;
+}
+
+static void cuda_free_matrix(struct cuda_matrix *mx)
+{
+    cuda_free_ptr(&mx->d);
+}
+
+static void cuda_free_weights(struct cuda_ctx *c)
+{
+    if (c->layers && c->m) {
+        for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
+            struct cuda_layer *L = &c->layers[il];
+            cuda_free_ptr((void **)&L->attn_norm);
+            cuda_free_ptr((void **)&L->ffn_norm);
+            cuda_free_ptr((void **)&L->bqkv);
+            cuda_free_ptr((void **)&L->q_norm);
+            cuda_free_ptr((void **)&L->k_norm);
+            cuda_free_matrix(&L->qkv);
+            cuda_free_matrix(&L->wo);
+            cuda_free_matrix(&L->gate_up);
+            cuda_free_matrix(&L->down);
+        }
+    }
+    free(c->layers);
+    c->layers = NULL;
+    if (c->output.d == c->embd.d) c->output.d = NULL;
+    cuda_free_matrix(&c->output);
+    cuda_free_matrix(&c->embd);
+    cuda_free_ptr((void **)&c->output_norm);
+    cuda_free_ptr((void **)&c->inv_freq);
+    c->weight_bytes = 0;
+}
+
+/* The q/k/v biases of a qwen2 layer as one vector (n_q + 2 n_kv), in the fused matrix's row order. */
+static int cuda_upload_bias(struct cuda_ctx *c, const struct model_layer *M, float **out, struct err *e)
+{
+    *out = NULL;
+    if (!M->bq.data && !M->bk.data && !M->bv.data) return 0;
+    const int64_t nq = M->wq.ne[1], nkv = M->wk.ne[1], n = nq + 2 * nkv;
+    float *h = (float *)calloc((size_t)n, sizeof(float));
+    if (!h) return err_set(e, "cuda backend: out of memory");
+    if (M->bq.data) memcpy(h, M->bq.data, (size_t)nq * 4);
+    if (M->bk.data) memcpy(h + nq, M->bk.data, (size_t)nkv * 4);
+    if (M->bv.data) memcpy(h + nq + nkv, M->bv.data, (size_t)nkv * 4);
+    cudaError_t rc = cudaMalloc(out, (size_t)n * 4);
+    if (rc == cudaSuccess) rc = cudaMemcpy(*out, h, (size_t)n * 4, cudaMemcpyHostToDevice);
+    free(h);
+    if (rc != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "bias upload", cudaGetErrorString(rc));
+    c->weight_bytes += (uint64_t)n * 4;
+    return 0;
+}
+
+static int cuda_upload_layer(struct cuda_ctx *c, struct cuda_upload *u, int32_t il, struct err *e)
+{
+    const struct model_layer *M = &c->m->layers[il];
+    struct cuda_layer *L = &c->layers[il];
+    const struct model_weight *qkv[] = {&M->wq, &M->wk, &M->wv}, *wo[] = {&M->wo}, *gu[] = {&M->w_gate, &M->w_up},
+                              *down[] = {&M->w_down};
+    if (cuda_upload_f32(c, &M->attn_norm, &L->attn_norm, e) || cuda_upload_f32(c, &M->ffn_norm, &L->ffn_norm, e) ||
+        cuda_upload_f32(c, &M->q_norm, &L->q_norm, e) || cuda_upload_f32(c, &M->k_norm, &L->k_norm, e) ||
+        cuda_upload_bias(c, M, &L->bqkv, e) || cuda_upload_matrix(c, u, qkv, 3, &L->qkv, e) ||
+        cuda_upload_matrix(c, u, wo, 1, &L->wo, e) || cuda_upload_matrix(c, u, gu, 2, &L->gate_up, e) ||
+        cuda_upload_matrix(c, u, down, 1, &L->down, e))
+        return err_prefix(e, "layer %d", (int)il);
+    return 0;
+}
+
+static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
+{
+    const struct model *m = c->m;
+    struct cuda_upload u = {NULL, {NULL, NULL}};
+    int rc = -1;
+    c->layers = (struct cuda_layer *)calloc((size_t)m->hp.n_layer, sizeof *c->layers);
+    if (!c->layers) return err_set(e, "cuda backend: out of memory");
+    if (cudaMallocHost(&u.staging, CUDA_STAGING) != cudaSuccess || cudaEventCreate(&u.done[0]) != cudaSuccess ||
+        cudaEventCreate(&u.done[1]) != cudaSuccess) {
+        err_set(e, "cuda backend: cannot allocate %u MiB of pinned staging memory", CUDA_STAGING >> 20);
+        goto out;
+    }
+    cudaEventRecord(u.done[0], c->st);
+    cudaEventRecord(u.done[1], c->st);
+    {
+        const struct model_weight *te[] = {&m->tok_embd}, *head[] = {&m->output};
+        if (cuda_upload_matrix(c, &u, te, 1, &c->embd, e)) goto out;
+        if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type) c->output = c->embd;
+        else if (cuda_upload_matrix(c, &u, head, 1, &c->output, e)) goto out;
+        if (cuda_upload_f32(c, &m->output_norm, &c->output_norm, e)) goto out;
+        for (int32_t il = 0; il < m->hp.n_layer; il++)
+            if (cuda_upload_layer(c, &u, il, e)) goto out;
+    }
+    if (cudaStreamSynchronize(c->st) != cudaSuccess) {
+        err_set(e, "cuda backend: weight upload: %s", cudaGetErrorString(cudaGetLastError()));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (u.staging) {
+        cudaStreamSynchronize(c->st);
+        cudaFreeHost(u.staging);
+    }
+    if (u.done[0]) cudaEventDestroy(u.done[0]);
+    if (u.done[1]) cudaEventDestroy(u.done[1]);
+    return rc;
+}
+
+static void cuda_free_kv(struct cuda_ctx *c)
+{
+    cuda_free_ptr(&c->k_cache);
+    cuda_free_ptr(&c->v_cache);
+    c->n_blocks = c->block_size = 0;
+    c->kv_layer_bytes = 0;
+}
+
+/* Frees what a loaded model holds: back to the state after init. */
+static void cuda_release(struct cuda_ctx *c)
+{
+    if (c->st) cudaStreamSynchronize(c->st);
+    cuda_free_kv(c);
+    cuda_free_scratch(c);
+    cuda_free_weights(c);
+    c->m = NULL;
+}
+
+static int cuda_upload_rope(struct cuda_ctx *c, struct err *e)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int32_t half = hp->n_rot / 2;
+    double *h = (double *)malloc(((size_t)half + 1) * sizeof(double));
+    if (!h) return err_set(e, "cuda backend: out of memory");
+    const float *factors = (const float *)c->m->rope_freqs.data;
+    for (int32_t i = 0; i < half; i++) { /* as the cpu backend */
+        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
+        if (factors) f /= factors[i];
+        h[i] = f;
+    }
+    cudaError_t rc = cudaMalloc(&c->inv_freq, ((size_t)half + 1) * sizeof(double));
+    if (rc == cudaSuccess) rc = cudaMemcpy(c->inv_freq, h, ((size_t)half + 1) * sizeof(double), cudaMemcpyHostToDevice);
+    free(h);
+    if (rc != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "rope frequencies", cudaGetErrorString(rc));
+    return 0;
+}
+
+static int cuda_load(void *ctx, const struct model *m, struct err *e)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    CU_TRY(cudaSetDevice(c->device));
+    if (model_check(m, e)) return err_prefix(e, "cuda backend");
+    const struct model_hparams *hp = &m->hp;
+    if (hp->n_head / hp->n_head_kv > CUDA_ATT_QUERIES)
+        return err_set(e, "cuda backend: %d query heads per kv head is more than %d", (int)(hp->n_head / hp->n_head_kv),
+                       CUDA_ATT_QUERIES);
+    if (hp->head_dim > CUDA_MAX_HEAD_DIM || hp->head_dim % 8)
+        return err_set(e, "cuda backend: head dimension %d: the attention kernel needs a multiple of 8 up to %d",
+                       (int)hp->head_dim, CUDA_MAX_HEAD_DIM);
+    cuda_release(c);
+    c->m = m;
+    const double t0 = cuda_now();
+    if (cuda_upload_weights(c, e) || cuda_upload_rope(c, e)) {
+        cuda_release(c);
+        return -1;
+    }
+    const uint64_t part_bytes = (uint64_t)hp->n_head * ((uint64_t)hp->head_dim + 2) * sizeof(float);
+    c->max_parts = (int64_t)(CUDA_PARTS_BYTES / part_bytes);
+    if (c->max_parts > CUDA_MAX_PARTS) c->max_parts = CUDA_MAX_PARTS;
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    int quantized = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        quantized |= L->wq.type != GGUF_DTYPE_F32 && L->wq.type != GGUF_DTYPE_F16 && L->wq.type != GGUF_DTYPE_BF16;
+    }
+    log_info("cuda backend: %s: weights %.1f MiB on the device (%s) in %.1f s; %.1f of %.1f GiB free", c->device_name,
+             (double)c->weight_bytes / (1 << 20),
+             quantized ? "integer types dequantized on the host to BF16: 2 bytes per weight"
+                       : "BF16, F32 matrices kept F32",
+             cuda_now() - t0, (double)free_b / (1 << 30),
+             (double)total_b / (1 << 30));
+    return 0;
+}
+
+static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum kv_type t, struct err *e)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    if (!c->m) return err_set(e, "cuda backend: kv_alloc before load");
+    CU_TRY(cudaSetDevice(c->device));
+    const struct model_hparams *hp = &c->m->hp;
+    if (n_blocks < 1 || block_size < 1)
+        return err_set(e, "cuda backend: bad KV pool %d blocks x %d tokens", (int)n_blocks, (int)block_size);
+    if (t == KV_TYPE_Q8_0) return err_set(e, "cuda backend: KV type q8_0 is not supported yet; use f16 or f32");
+    if (t != KV_TYPE_F32 && t != KV_TYPE_F16) return err_set(e, "cuda backend: unknown KV type %d", (int)t);
+    cudaStreamSynchronize(c->st);
+    cuda_free_kv(c);
+    const uint64_t el = t == KV_TYPE_F16 ? 2 : 4;
+    const uint64_t layer = (uint64_t)n_blocks * (uint64_t)block_size * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * el;
+    const uint64_t total = layer * (uint64_t)hp->n_layer;
+    cudaError_t rc = cudaMalloc(&c->k_cache, total);
+    if (rc == cudaSuccess) rc = cudaMalloc(&c->v_cache, total);
+    if (rc != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        cuda_free_kv(c);
+        return err_set(e, "cuda backend: cannot allocate a KV pool of %.1f MiB (%d blocks x %d tokens, %s): %.1f MiB free",
+                       2.0 * (double)total / (1 << 20), (int)n_blocks, (int)block_size, model_kv_type_name(t),
+                       (double)free_b / (1 << 20));
+    }
+    c->kv_type = t;
+    c->n_blocks = n_blocks;
+    c->block_size = block_size;
+    c->kv_layer_bytes = layer;
+    return cuda_check(c, e);
+}
+
+static uint64_t cuda_scratch_bytes(void *ctx, int32_t max_rows)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    if (!c->m) return 0;
+    /* step scratch, logits of every row (device and pinned host), the batch buffers (generous) */
+    return cuda_layout_scratch(c, max_rows, NULL) + 2ull * (uint64_t)max_rows * (uint64_t)c->m->hp.n_vocab * 4 +
+           CUDA_BLAS_WORKSPACE + (uint64_t)max_rows * 64 + (uint64_t)c->max_parts * 16;
+}
+
+/* ---------------------------------------------------------------- the step */
+
+static int cuda_check_batch(const struct cuda_ctx *c, const struct step_batch *b, struct err *e)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const int64_t max_pos = (int64_t)c->n_blocks * c->block_size;
+    if (b->n_rows < 1) return err_set(e, "step batch: no rows");
+    if (b->n_seqs < 1) return err_set(e, "step batch: no sequences");
+    if (b->n_logits < 0 || b->n_logits > b->n_rows)
+        return err_set(e, "step batch: n_logits %d out of range", (int)b->n_logits);
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        const struct step_seq *sq = &b->seqs[i];
+        if (sq->n_blocks < 0 || (sq->n_blocks > 0 && !sq->block_table))
+            return err_set(e, "step batch: sequence %d has a bad block table", (int)i);
+        for (int32_t j = 0; j < sq->n_blocks; j++)
+            if (sq->block_table[j] < 0 || sq->block_table[j] >= c->n_blocks)
+                return err_set(e, "step batch: sequence %d block %d is id %d, pool has %d blocks", (int)i, (int)j,
+                               (int)sq->block_table[j], (int)c->n_blocks);
+    }
+    for (int32_t r = 0; r < b->n_rows; r++) {
+        if (b->tokens[r] < 0 || b->tokens[r] >= hp->n_vocab)
+            return err_set(e, "step batch: row %d token %d is outside the vocabulary (%d)", (int)r, (int)b->tokens[r],
+                           (int)hp->n_vocab);
+        if (b->seq[r] < 0 || b->seq[r] >= b->n_seqs)
+            return err_set(e, "step batch: row %d sequence index %d out of range", (int)r, (int)b->seq[r]);
+        const struct step_seq *sq = &b->seqs[b->seq[r]];
+        if (b->pos[r] < 0 || b->pos[r] >= max_pos || b->pos[r] / c->block_size >= sq->n_blocks)
+            return err_set(e, "step batch: row %d position %d is not covered by its block table (%d blocks of %d)",
+                           (int)r, (int)b->pos[r], (int)sq->n_blocks, (int)c->block_size);
+    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_rows ||
+            (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1]))
+            return err_set(e, "step batch: logit_rows[%d] = %d is not a strictly increasing row index", (int)i,
+                           (int)b->logit_rows[i]);
+    return 0;
+}
+
+static size_t cuda_align4(size_t n)
+{
+    return (n + 3) & ~(size_t)3;
+}
+
+/* Packs the batch and its attention plan into the pinned buffer, uploads it (async) and fills bd with the
+ * device pointers. Layout (int32 units, each part 16-byte aligned): tokens, pos, seq, logit_rows,
+ * bt_off, bt, part_off, split_rows, items. */
+static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, struct cuda_batch_dev *bd, struct err *e)
+{
+    const int32_t R = b->n_rows, group = c->m->hp.n_head / c->m->hp.n_head_kv;
+    size_t n_bt = 0;
+    for (int32_t i = 0; i < b->n_seqs; i++) n_bt += (size_t)b->seqs[i].n_blocks;
+    const size_t max_items = (size_t)cuda_attn_max_items(R, c->max_parts);
+    size_t off[10];
+    off[0] = 0;
+    off[1] = off[0] + cuda_align4((size_t)R);             /* pos */
+    off[2] = off[1] + cuda_align4((size_t)R);             /* seq */
+    off[3] = off[2] + cuda_align4((size_t)R);             /* logit_rows */
+    off[4] = off[3] + cuda_align4((size_t)b->n_logits);   /* bt_off */
+    off[5] = off[4] + cuda_align4((size_t)b->n_seqs);     /* bt */
+    off[6] = off[5] + cuda_align4(n_bt);                  /* part_off */
+    off[7] = off[6] + cuda_align4((size_t)R);             /* split_rows */
+    off[8] = off[7] + cuda_align4((size_t)R);             /* items */
+    off[9] = off[8] + 4 * max_items;
+    if (cuda_reserve_batch(c, off[9] * sizeof(int32_t), e)) return -1;
+    int32_t *h = c->batch_h;
+    memcpy(h + off[0], b->tokens, (size_t)R * 4);
+    memcpy(h + off[1], b->pos, (size_t)R * 4);
+    memcpy(h + off[2], b->seq, (size_t)R * 4);
+    if (b->n_logits > 0) memcpy(h + off[3], b->logit_rows, (size_t)b->n_logits * 4);
+    size_t k = 0;
+    for (int32_t i = 0; i < b->n_seqs; i++) {
+        h[off[4] + (size_t)i] = (int32_t)k;
+        if (b->seqs[i].n_blocks > 0) memcpy(h + off[5] + k, b->seqs[i].block_table, (size_t)b->seqs[i].n_blocks * 4);
+        k += (size_t)b->seqs[i].n_blocks;
+    }
+    int64_t n_parts = 0;
+    int32_t n_split = 0, max_rows = 1;
+    const int64_t n_items = cuda_attn_plan(R, b->pos, b->seq, group, c->max_parts, (struct cuda_attn_item *)(h + off[8]),
+                                           h + off[6], h + off[7], &n_parts, &n_split, &max_rows);
+    const size_t used = off[8] + 4 * (size_t)n_items;
+    CU_TRY(cudaMemcpyAsync(c->batch_d, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
+    const int32_t *d = c->batch_d;
+    *bd = (struct cuda_batch_dev){R, d + off[0], d + off[1], d + off[2], d + off[4], d + off[5], d + off[6], d + off[3],
+                                  (const struct cuda_attn_item *)(d + off[8]), (int32_t)n_items, d + off[7], n_split,
+                                  max_rows};
+    return 0;
+}
+
+/* y (n_rows, w->n_out) f32 = x (n_rows, w->n_in) * w^T; x of w's type. Column-major view: y^T = W x^T. */
+static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void *x, int32_t n_rows, float *y,
+                     struct err *e)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType_t t = w->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->n_out, n_rows, w->n_in, &one, w->d, t, w->n_in, x, t,
+                            w->n_in, &zero, y, CUDA_R_32F, w->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+static enum cuda_act cuda_act_of(const struct cuda_matrix *w)
+{
+    return w->bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32;
+}
+
+/* Runs one launcher; on failure returns with the layer in the message; else marks the phase. */
+#define CUDA_STEP(call, phase)                                                                            \
+    do {                                                                                                  \
+        if (call) return err_prefix(e, "layer %d", (int)il);                                              \
+        cuda_mark(c, phase);                                                                              \
+    } while (0)
+
+/* One layer over all rows of the step: x += tmp (the previous layer's FFN output, il > 0), attention
+ * block, feed-forward block; leaves this layer's FFN output in tmp (not yet added to x). */
+static int cuda_run_layer(struct cuda_ctx *c, const struct cuda_batch_dev *bd, const struct cuda_attn_geom *g,
+                          int32_t il, struct err *e)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct cuda_layer *L = &c->layers[il];
+    const int32_t n = bd->n_rows, qkv_stride = (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
+    char *k_layer = (char *)c->k_cache + (uint64_t)il * c->kv_layer_bytes;
+    char *v_layer = (char *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
+    CUDA_STEP(cuda_launch_rmsnorm(c->st, c->x, il > 0 ? c->tmp : NULL, L->attn_norm, NULL, n, hp->n_embd, hp->norm_eps,
+                                  c->act, cuda_act_of(&L->qkv), e), CUDA_PROF_NORM);
+    CUDA_STEP(cuda_gemm(c, &L->qkv, c->act, n, c->qkv, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_launch_qkv(c->st, g, bd, c->qkv, L->bqkv, L->q_norm, L->k_norm, c->cs, k_layer, v_layer, e),
+              CUDA_PROF_QKV);
+    CUDA_STEP(cuda_launch_attn(c->st, g, bd, c->qkv, qkv_stride, k_layer, v_layer, c->act, cuda_act_of(&L->wo),
+                               c->part_acc, c->part_ml, e) ||
+                  cuda_launch_attn_combine(c->st, g, bd, c->part_acc, c->part_ml, c->act, cuda_act_of(&L->wo), e),
+              CUDA_PROF_ATTN);
+    CUDA_STEP(cuda_gemm(c, &L->wo, c->act, n, c->tmp, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_launch_rmsnorm(c->st, c->x, c->tmp, L->ffn_norm, NULL, n, hp->n_embd, hp->norm_eps, c->act,
+                                  cuda_act_of(&L->gate_up), e), CUDA_PROF_NORM);
+    CUDA_STEP(cuda_gemm(c, &L->gate_up, c->act, n, c->gu, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_launch_swiglu(c->st, c->gu, n, hp->n_ff, c->act, cuda_act_of(&L->down), e), CUDA_PROF_SWIGLU);
+    CUDA_STEP(cuda_gemm(c, &L->down, c->act, n, c->tmp, e), CUDA_PROF_GEMM);
+    return 0;
+}
+
+/* Every layer over all rows of the step; leaves the last FFN output in tmp (not yet added to x). */
+static int cuda_run_layers(struct cuda_ctx *c, const struct cuda_batch_dev *bd, struct err *e)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    const struct cuda_attn_geom g = {hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox,
+                                     c->block_size, c->kv_type, hp->norm_eps};
+    if (cuda_launch_rope_table(c->st, bd->pos, bd->n_rows, c->inv_freq, hp->n_rot, c->cs, e) ||
+        cuda_launch_embed(c->st, c->embd.d, c->embd.bf16, bd->tokens, bd->n_rows, hp->n_embd, c->x, e))
+        return -1;
+    cuda_mark(c, CUDA_PROF_EMBED);
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        if (cuda_run_layer(c, bd, &g, il, e)) return -1;
+    return 0;
+}
+
+/* Adds the times between the step's profile events to their phases (after the stream is synchronized). */
+static void cuda_prof_collect(struct cuda_ctx *c)
+{
+    if (!c->prof_on) return;
+    for (int i = 0; i < c->n_marks; i++) {
+        float ms = 0.0f;
+        if (cudaEventElapsedTime(&ms, c->prof_ev[i], c->prof_ev[i + 1]) == cudaSuccess) c->prof.ms[c->prof_phase[i]] += ms;
+    }
+    c->prof.n_steps++;
+    c->n_marks = 0;
+}
+
+static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, struct err *e)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    if (!c->m) return err_set(e, "cuda backend: forward before load");
+    if (!c->k_cache) return err_set(e, "cuda backend: forward before kv_alloc");
+    CU_TRY(cudaSetDevice(c->device));
+    if (cuda_check_batch(c, b, e) || cuda_reserve(c, b->n_rows, b->n_logits, e)) return -1;
+    const struct model_hparams *hp = &c->m->hp;
+    struct cuda_batch_dev bd;
+    CU_TRY(cudaEventRecord(c->ev_start, c->st));
+    c->n_marks = 0;
+    if (c->prof_on) CU_TRY(cudaEventRecord(c->prof_ev[0], c->st));
+    if (cuda_upload_batch(c, b, &bd, e)) return -1;
+    cuda_mark(c, CUDA_PROF_UPLOAD);
+    if (cuda_run_layers(c, &bd, e)) return -1;
+    const size_t n_logit_bytes = (size_t)b->n_logits * (size_t)hp->n_vocab * sizeof(float);
+    if (b->n_logits > 0) {
+        /* the last residual add, the output norm and the head, for the logit rows only */
+        if (cuda_launch_rmsnorm(c->st, c->x, c->tmp, c->output_norm, bd.logit_rows, b->n_logits, hp->n_embd,
+                                hp->norm_eps, c->act, cuda_act_of(&c->output), e) ||
+            cuda_gemm(c, &c->output, c->act, b->n_logits, c->logits_d, e))
+            return err_prefix(e, "output head");
+        cuda_mark(c, CUDA_PROF_HEAD);
+        CU_TRY(cudaEventRecord(c->ev_head, c->st));
+        CU_TRY(cudaMemcpyAsync(c->logits_h, c->logits_d, n_logit_bytes, cudaMemcpyDeviceToHost, c->st));
+        cuda_mark(c, CUDA_PROF_COPY);
+    } else {
+        CU_TRY(cudaEventRecord(c->ev_head, c->st));
+    }
+    CU_TRY(cudaEventRecord(c->ev_copied, c->st));
+    CU_TRY(cudaStreamSynchronize(c->st));
+    cuda_prof_collect(c);
+    const double t0 = cuda_now();
+    if (b->n_logits > 0) memcpy(logits, c->logits_h, n_logit_bytes);
+    float step_ms = 0.0f, copy_ms = 0.0f;
+    CU_TRY(cudaEventElapsedTime(&step_ms, c->ev_start, c->ev_copied));
+    CU_TRY(cudaEventElapsedTime(&copy_ms, c->ev_head, c->ev_copied));
+    c->last = (struct cuda_step_times){step_ms, copy_ms, (cuda_now() - t0) * 1e3, n_logit_bytes};
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the rest of the ops */
+
+static int cuda_memory(void *ctx, struct backend_memory *out, struct err *e)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    CU_TRY(cudaSetDevice(c->device));
+    size_t free_b = 0, total_b = 0;
+    CU_TRY(cudaMemGetInfo(&free_b, &total_b));
+    out->total = total_b;
+    out->available = free_b;
+    /* left unused by the auto budget: cuBLAS workspaces, the CUDA context's growth, fragmentation */
+    out->headroom = (2ull << 30) + total_b / 50;
+    return 0;
+}
+
+static void cuda_caps(void *ctx, struct backend_caps *out)
+{
+    (void)ctx;
+    out->default_max_batch_tokens = 2048;
+    out->weights_mapped = 0;
+    out->gpu = 1;
+    out->weight_types = 0;
+    for (int t = 0; t < 64; t++)
+        if (quant_can_dequantize((enum gguf_dtype)t)) out->weight_types |= 1ull << t;
+}
+
+static uint64_t cuda_weight_copy_bytes(void *ctx)
+{
+    return ((const struct cuda_ctx *)ctx)->weight_bytes;
+}
+
+static void cuda_free(void *ctx)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    if (!c) return;
+    cudaSetDevice(c->device);
+    cuda_release(c);
+    if (c->blas) cublasDestroy(c->blas);
+    cuda_free_ptr(&c->blas_ws);
+    if (c->ev_start) cudaEventDestroy(c->ev_start);
+    if (c->ev_head) cudaEventDestroy(c->ev_head);
+    if (c->ev_copied) cudaEventDestroy(c->ev_copied);
+    for (int i = 0; c->prof_ev && i < CUDA_PROF_MARKS; i++)
+        if (c->prof_ev[i]) cudaEventDestroy(c->prof_ev[i]);
+    free(c->prof_ev);
+    free(c->prof_phase);
+    if (c->st) cudaStreamDestroy(c->st);
+    free(c);
+}
+
+static const struct backend_ops cuda_ops = {
+    "cuda", cuda_load, cuda_kv_alloc, cuda_forward, cuda_scratch_bytes, cuda_free, cuda_check,
+    cuda_weight_copy_bytes, cuda_memory, cuda_caps,
+};
+
+static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)
+{
+    cudaDeviceProp p;
+    CU_TRY(cudaSetDevice(c->device));
+    CU_TRY(cudaGetDeviceProperties(&p, c->device));
+    if (p.major < 9)
+        return err_set(e, "cuda backend: device %d (%s) has compute capability %d.%d; this build needs 9.0", c->device,
+                       p.name, p.major, p.minor);
+    snprintf(c->device_name, sizeof c->device_name, "%s", p.name);
+    CU_TRY(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
+    CU_TRY(cudaEventCreate(&c->ev_start));
+    CU_TRY(cudaEventCreate(&c->ev_head));
+    CU_TRY(cudaEventCreate(&c->ev_copied));
+    CUBLAS_TRY(cublasCreate(&c->blas));
+    CUBLAS_TRY(cublasSetStream(c->blas, c->st));
+    CU_TRY(cudaMalloc(&c->blas_ws, CUDA_BLAS_WORKSPACE));
+    CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE));
+    return cuda_kernels_init(e);
+}
+
+extern "C" int backend_cuda_init(struct backend *b, const struct backend_config *cfg, struct err *e)
+{
+    b->ops = NULL;
+    b->ctx = NULL;
+    char why[256];
+    if (!backend_cuda_probe(why, sizeof why)) return err_set(e, "cuda backend: %s", why);
+    struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof *c);
+    if (!c) return err_set(e, "cuda backend: out of memory");
+    c->device = cfg ? cfg->device : 0;
+    if (cuda_init_ctx(c, e)) {
+        cuda_free(c);
+        return -1;
+    }
+    b->ops = &cuda_ops;
+    b->ctx = c;
+    return 0;
+}
+
+extern "C" int backend_cuda_last_times(const struct backend *b, struct cuda_step_times *out)
+{
+    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
+    *out = ((const struct cuda_ctx *)b->ctx)->last;
+    return 0;
+}
+
+extern "C" const char *backend_cuda_profile_name(int phase)
+{
+    static const char *const names[CUDA_PROF_N] = {"upload", "embed", "norm", "gemm", "qkv", "attn", "swiglu", "head", "copy"};
+    return phase >= 0 && phase < CUDA_PROF_N ? names[phase] : "?";
+}
+
+extern "C" int backend_cuda_profile_enable(struct backend *b, int on)
+{
+    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
+    struct cuda_ctx *c = (struct cuda_ctx *)b->ctx;
+    if (on && !c->prof_ev) {
+        c->prof_ev = (cudaEvent_t *)calloc(CUDA_PROF_MARKS, sizeof *c->prof_ev);
+        c->prof_phase = (uint8_t *)calloc(CUDA_PROF_MARKS, 1);
+        if (!c->prof_ev || !c->prof_phase) return -1;
+        for (int i = 0; i < CUDA_PROF_MARKS; i++)
+            if (cudaEventCreate(&c->prof_ev[i]) != cudaSuccess) return -1;
+    }
+    c->prof_on = on;
+    c->n_marks = 0;
+    memset(&c->prof, 0, sizeof c->prof);
+    return 0;
+}
+
+extern "C" int backend_cuda_profile_get(const struct backend *b, struct cuda_profile *out)
+{
+    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
+    *out = ((const struct cuda_ctx *)b->ctx)->prof;
+    return 0;
+}

@@ -1,0 +1,462 @@
+/* cuda_harness — see cuda_harness.h. Each wrapper keeps the device buffers it allocates in a small list
+ * (struct cuda_hx) that is freed on every return path. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "gguf/quant.h"
+}
+#include "backend/cuda_harness.h"
+#include "backend/cuda_kernels.h"
+
+#define CUDA_HX_MAX 16
+
+struct cuda_hx {
+    void *p[CUDA_HX_MAX];
+    int n;
+    cudaStream_t st;
+};
+
+static void cuda_hx_free(struct cuda_hx *x)
+{
+    if (x->st) {
+        cudaStreamSynchronize(x->st);
+        cudaStreamDestroy(x->st);
+    }
+    for (int i = 0; i < x->n; i++) cudaFree(x->p[i]);
+    x->n = 0;
+    x->st = NULL;
+}
+
+/* A device buffer of `bytes`, filled with 0xFF bytes (NaN as f32, bf16 and f16). */
+static int cuda_hx_alloc(struct cuda_hx *x, size_t bytes, void **out, struct err *e)
+{
+    *out = NULL;
+    if (x->n == CUDA_HX_MAX) return err_set(e, "cuda harness: too many buffers");
+    CU_TRY(cudaMalloc(out, bytes ? bytes : 1));
+    x->p[x->n++] = *out;
+    CU_TRY(cudaMemset(*out, 0xFF, bytes ? bytes : 1));
+    return 0;
+}
+
+/* A device copy of host data (NULL host -> NULL device). */
+static int cuda_hx_upload(struct cuda_hx *x, const void *host, size_t bytes, void **out, struct err *e)
+{
+    *out = NULL;
+    if (!host) return 0;
+    if (cuda_hx_alloc(x, bytes, out, e)) return -1;
+    CU_TRY(cudaMemcpy(*out, host, bytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int cuda_hx_begin(struct cuda_hx *x, struct err *e)
+{
+    memset(x, 0, sizeof *x);
+    if (cuda_kernels_init(e)) return -1;
+    CU_TRY(cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking));
+    return 0;
+}
+
+/* Copies n elements of a device buffer of type (0 f32, 1 bf16, 2 f16) into host floats. */
+static int cuda_hx_download(const void *dev, int type, size_t n, float *out, struct err *e)
+{
+    if (type == 0) {
+        CU_TRY(cudaMemcpy(out, dev, n * 4, cudaMemcpyDeviceToHost));
+        return 0;
+    }
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    if (!h) return err_set(e, "cuda harness: out of memory");
+    cudaError_t rc = cudaMemcpy(h, dev, n * 2, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; rc == cudaSuccess && i < n; i++) out[i] = type == 1 ? quant_bf16_to_f32(h[i]) : quant_f16_to_f32(h[i]);
+    free(h);
+    if (rc != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "download", cudaGetErrorString(rc));
+    return 0;
+}
+
+/* Uploads n host floats as f32 or f16 (f16 = 1). */
+static int cuda_hx_upload_kv(struct cuda_hx *x, const float *host, size_t n, int f16, void **out, struct err *e)
+{
+    if (!f16) return cuda_hx_upload(x, host, n * 4, out, e);
+    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    if (!h) return err_set(e, "cuda harness: out of memory");
+    for (size_t i = 0; i < n; i++) h[i] = quant_f32_to_f16(host[i]);
+    int rc = cuda_hx_upload(x, h, n * 2, out, e);
+    free(h);
+    return rc;
+}
+
+static int cuda_hx_sync(struct cuda_hx *x, struct err *e)
+{
+    CU_TRY(cudaStreamSynchronize(x->st));
+    CU_TRY(cudaGetLastError());
+    return 0;
+}
+
+#define HX(call)                                                                                          \
+    do {                                                                                                  \
+        if (call) goto fail;                                                                              \
+    } while (0)
+
+extern "C" int cuda_harness_embed(const void *table, int bf16, int32_t n_vocab, int32_t n, const int32_t *tokens,
+                                  int32_t n_rows, float *x, struct err *e)
+{
+    struct cuda_hx h;
+    void *dt, *dtok, *dx;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, table, (size_t)n_vocab * n * (bf16 ? 2 : 4), &dt, e));
+    HX(cuda_hx_upload(&h, tokens, (size_t)n_rows * 4, &dtok, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_rows * n * 4, &dx, e));
+    HX(cuda_launch_embed(h.st, dt, bf16, (const int32_t *)dtok, n_rows, n, (float *)dx, e));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dx, 0, (size_t)n_rows * n, x, e));
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
+extern "C" int cuda_harness_rope_table(const int32_t *pos, int32_t n_rows, const double *inv_freq, int32_t n_rot,
+                                       float *cs, struct err *e)
+{
+    struct cuda_hx h;
+    void *dp, *df, *dcs;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, pos, (size_t)n_rows * 4, &dp, e));
+    HX(cuda_hx_upload(&h, inv_freq, (size_t)(n_rot / 2) * 8, &df, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_rows * n_rot * 4, &dcs, e));
+    HX(cuda_launch_rope_table(h.st, (const int32_t *)dp, n_rows, (const double *)df, n_rot, (float *)dcs, e));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dcs, 0, (size_t)n_rows * n_rot, cs, e));
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
+extern "C" int cuda_harness_rmsnorm(float *x_inout, int32_t n_x_rows, const float *add, const float *w,
+                                    const int32_t *rows, int32_t n_out, int32_t n, float eps, int out_bf16, float *out,
+                                    struct err *e)
+{
+    struct cuda_hx h;
+    void *dx, *da, *dw, *dr, *dout;
+    const size_t nx = (size_t)n_x_rows * n;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, x_inout, nx * 4, &dx, e));
+    HX(cuda_hx_upload(&h, add, nx * 4, &da, e));
+    HX(cuda_hx_upload(&h, w, (size_t)n * 4, &dw, e));
+    HX(cuda_hx_upload(&h, rows, (size_t)n_out * 4, &dr, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_out * n * (out_bf16 ? 2 : 4), &dout, e));
+    HX(cuda_launch_rmsnorm(h.st, (float *)dx, (const float *)da, (const float *)dw, (const int32_t *)dr, n_out, n, eps,
+                           dout, out_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, e));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dx, 0, nx, x_inout, e));
+    HX(cuda_hx_download(dout, out_bf16 ? 1 : 0, (size_t)n_out * n, out, e));
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
+extern "C" int cuda_harness_swiglu(const float *gu, int32_t n_rows, int32_t n_ff, int out_bf16, float *out,
+                                   struct err *e)
+{
+    struct cuda_hx h;
+    void *dgu, *dout;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, gu, (size_t)n_rows * 2 * n_ff * 4, &dgu, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_rows * n_ff * (out_bf16 ? 2 : 4), &dout, e));
+    HX(cuda_launch_swiglu(h.st, (const float *)dgu, n_rows, n_ff, dout, out_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, e));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dout, out_bf16 ? 1 : 0, (size_t)n_rows * n_ff, out, e));
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
+#define CUBLAS_HX(call)                                                                                   \
+    do {                                                                                                  \
+        cublasStatus_t s_ = (call);                                                                       \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                                \
+            cuda_fail(e, __FILE__, __LINE__, #call, cublasGetStatusString(s_));                           \
+            goto fail;                                                                                    \
+        }                                                                                                 \
+    } while (0)
+
+/* The backend's GEMM call (cuda.cu cuda_gemm), on a handle of its own. */
+extern "C" int cuda_harness_gemm(const void *w, const void *x, int bf16, int32_t n_rows, int32_t n_in, int32_t n_out,
+                                 float *y, struct err *e)
+{
+    struct cuda_hx h;
+    cublasHandle_t blas = NULL;
+    void *dw, *dx, *dy;
+    const size_t el = bf16 ? 2 : 4;
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, w, (size_t)n_out * n_in * el, &dw, e));
+    HX(cuda_hx_upload(&h, x, (size_t)n_rows * n_in * el, &dx, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_rows * n_out * 4, &dy, e));
+    CUBLAS_HX(cublasCreate(&blas));
+    CUBLAS_HX(cublasSetStream(blas, h.st));
+    CUBLAS_HX(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_rows, n_in, &one, dw, t, n_in, dx, t, n_in, &zero, dy,
+                           CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dy, 0, (size_t)n_rows * n_out, y, e));
+    cublasDestroy(blas);
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    if (blas) cublasDestroy(blas);
+    cuda_hx_free(&h);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+extern "C" uint64_t cuda_harness_pool_floats(const struct cuda_harness_attn *h)
+{
+    return (uint64_t)h->n_blocks * (uint64_t)h->n_head_kv * (uint64_t)h->block_size * (uint64_t)h->head_dim;
+}
+
+static struct cuda_attn_geom cuda_hx_geom(const struct cuda_harness_attn *a)
+{
+    return {a->n_head, a->n_head_kv, a->head_dim, a->n_rot, a->rope_neox, a->block_size, a->kv_type, a->norm_eps};
+}
+
+/* Uploads the batch of a (and its attention plan: split or not) into bd. */
+static int cuda_hx_batch(struct cuda_hx *x, const struct cuda_harness_attn *a, int split, struct cuda_batch_dev *bd,
+                         struct err *e)
+{
+    const int32_t R = a->n_rows;
+    const int64_t max_parts = split ? 1 << 20 : 0;
+    struct cuda_attn_item *items =
+        (struct cuda_attn_item *)malloc((size_t)cuda_attn_max_items(R, max_parts) * sizeof *items);
+    int32_t *part_off = (int32_t *)malloc((size_t)R * 4), *split_rows = (int32_t *)malloc((size_t)R * 4);
+    int64_t n_parts = 0;
+    int32_t n_split = 0, max_rows = 1;
+    void *dpos, *dseq, *doff, *dbt, *dpo, *dsr, *dit;
+    int rc = -1;
+    if (!items || !part_off || !split_rows) {
+        err_set(e, "cuda harness: out of memory");
+        goto out;
+    }
+    {
+        const int64_t n_items =
+            cuda_attn_plan(R, a->pos, a->seq, a->n_head / a->n_head_kv, max_parts, items, part_off, split_rows, &n_parts,
+                           &n_split, &max_rows);
+        if (cuda_hx_upload(x, a->pos, (size_t)R * 4, &dpos, e) || cuda_hx_upload(x, a->seq, (size_t)R * 4, &dseq, e) ||
+            cuda_hx_upload(x, a->bt_off, (size_t)a->n_seqs * 4, &doff, e) ||
+            cuda_hx_upload(x, a->bt, (size_t)a->n_bt * 4, &dbt, e) ||
+            cuda_hx_upload(x, part_off, (size_t)R * 4, &dpo, e) ||
+            cuda_hx_upload(x, split_rows, (size_t)R * 4, &dsr, e) ||
+            cuda_hx_upload(x, items, (size_t)n_items * sizeof *items, &dit, e))
+            goto out;
+        *bd = {R, NULL, (const int32_t *)dpos, (const int32_t *)dseq, (const int32_t *)doff, (const int32_t *)dbt,
+               (const int32_t *)dpo, NULL, (const struct cuda_attn_item *)dit, (int32_t)n_items,
+               (const int32_t *)dsr, n_split, max_rows};
+        rc = 0;
+    }
+out:
+    free(items);
+    free(part_off);
+    free(split_rows);
+    return rc;
+}
+
+extern "C" int cuda_harness_qkv(const struct cuda_harness_attn *a, float *qkv, const float *bias,
+                                const float *q_norm, const float *k_norm, const float *cs, float *k_pool, float *v_pool,
+                                struct err *e)
+{
+    struct cuda_hx h;
+    struct cuda_batch_dev bd;
+    void *dqkv, *db, *dqn, *dkn, *dcs, *dk, *dv;
+    const struct cuda_attn_geom g = cuda_hx_geom(a);
+    const int32_t w = (a->n_head + 2 * a->n_head_kv) * a->head_dim, f16 = a->kv_type == KV_TYPE_F16;
+    const size_t pool = cuda_harness_pool_floats(a);
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_batch(&h, a, 0, &bd, e));
+    HX(cuda_hx_upload(&h, qkv, (size_t)a->n_rows * w * 4, &dqkv, e));
+    HX(cuda_hx_upload(&h, bias, (size_t)w * 4, &db, e));
+    HX(cuda_hx_upload(&h, q_norm, (size_t)a->head_dim * 4, &dqn, e));
+    HX(cuda_hx_upload(&h, k_norm, (size_t)a->head_dim * 4, &dkn, e));
+    HX(cuda_hx_upload(&h, cs, (size_t)a->n_rows * a->n_rot * 4 + 4, &dcs, e));
+    HX(cuda_hx_upload_kv(&h, k_pool, pool, f16, &dk, e));
+    HX(cuda_hx_upload_kv(&h, v_pool, pool, f16, &dv, e));
+    HX(cuda_launch_qkv(h.st, &g, &bd, (float *)dqkv, (const float *)db, (const float *)dqn, (const float *)dkn,
+                       (const float *)dcs, dk, dv, e));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dqkv, 0, (size_t)a->n_rows * w, qkv, e));
+    HX(cuda_hx_download(dk, f16 ? 2 : 0, pool, k_pool, e));
+    HX(cuda_hx_download(dv, f16 ? 2 : 0, pool, v_pool, e));
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
+extern "C" int cuda_harness_attn(const struct cuda_harness_attn *a, const float *qkv, const float *k_pool,
+                                 const float *v_pool, int split, int out_bf16, float *out, int32_t *n_split_rows,
+                                 struct err *e)
+{
+    struct cuda_hx h;
+    struct cuda_batch_dev bd;
+    void *dqkv, *dk, *dv, *dout, *dacc, *dml;
+    const struct cuda_attn_geom g = cuda_hx_geom(a);
+    const int32_t w = (a->n_head + 2 * a->n_head_kv) * a->head_dim, n_q = a->n_head * a->head_dim;
+    const int f16 = a->kv_type == KV_TYPE_F16;
+    const size_t pool = cuda_harness_pool_floats(a);
+    const enum cuda_act ot = out_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_batch(&h, a, split, &bd, e));
+    HX(cuda_hx_upload(&h, qkv, (size_t)a->n_rows * w * 4, &dqkv, e));
+    HX(cuda_hx_upload_kv(&h, k_pool, pool, f16, &dk, e));
+    HX(cuda_hx_upload_kv(&h, v_pool, pool, f16, &dv, e));
+    HX(cuda_hx_alloc(&h, (size_t)a->n_rows * n_q * (out_bf16 ? 2 : 4), &dout, e));
+    /* partials: as many slots as the plan used (at most Σ pos / chunk + 1 over the rows) */
+    {
+        size_t parts = 1;
+        for (int32_t r = 0; r < a->n_rows; r++) parts += (size_t)(a->pos[r] / CUDA_ATT_CHUNK + 1);
+        HX(cuda_hx_alloc(&h, parts * (size_t)n_q * 4, &dacc, e));
+        HX(cuda_hx_alloc(&h, parts * (size_t)a->n_head * 2 * 4, &dml, e));
+    }
+    HX(cuda_launch_attn(h.st, &g, &bd, (const float *)dqkv, w, dk, dv, dout, ot, (float *)dacc, (float *)dml, e));
+    HX(cuda_launch_attn_combine(h.st, &g, &bd, (const float *)dacc, (const float *)dml, dout, ot, e));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dout, out_bf16 ? 1 : 0, (size_t)a->n_rows * n_q, out, e));
+    if (n_split_rows) *n_split_rows = bd.n_split_rows;
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- ceilings */
+
+/* Random BF16 values in [-1, 1) from a hash of the index (never zeros). */
+__global__ void cuda_hx_fill_bf16(__nv_bfloat16 *p, int64_t n, uint64_t seed)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint64_t z = (uint64_t)i + seed * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        p[i] = __float2bfloat16_rn((float)(z >> 40) * (1.0f / 8388608.0f) - 1.0f);
+    }
+}
+
+static int cuda_hx_cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of reps timings (ms) of fn(arg) on st, after 3 warm-ups. */
+typedef int (*cuda_hx_fn)(void *arg, cudaStream_t st);
+
+static int cuda_hx_time(cuda_hx_fn fn, void *arg, cudaStream_t st, int reps, float *median_ms, struct err *e)
+{
+    cudaEvent_t a = NULL, b = NULL;
+    float *ms = (float *)calloc((size_t)(reps > 0 ? reps : 1), sizeof(float));
+    int rc = -1;
+    if (!ms) return err_set(e, "cuda harness: out of memory");
+    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) goto out;
+    for (int i = 0; i < 3; i++)
+        if (fn(arg, st)) goto out;
+    for (int i = 0; i < reps; i++) {
+        if (cudaEventRecord(a, st) != cudaSuccess || fn(arg, st) || cudaEventRecord(b, st) != cudaSuccess ||
+            cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&ms[i], a, b) != cudaSuccess)
+            goto out;
+    }
+    qsort(ms, (size_t)reps, sizeof(float), cuda_hx_cmp_float);
+    *median_ms = ms[reps / 2];
+    rc = 0;
+out:
+    if (rc) err_set(e, "cuda harness: timing failed: %s", cudaGetErrorString(cudaGetLastError()));
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    free(ms);
+    return rc;
+}
+
+struct cuda_hx_gemm {
+    cublasHandle_t blas;
+    int32_t n;
+    void *a, *b, *c;
+};
+
+static int cuda_hx_run_gemm(void *arg, cudaStream_t st)
+{
+    (void)st;
+    const struct cuda_hx_gemm *g = (const struct cuda_hx_gemm *)arg;
+    const float one = 1.0f, zero = 0.0f;
+    return cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, g->n, g->n, g->n, &one, g->a, CUDA_R_16BF, g->n, g->b,
+                        CUDA_R_16BF, g->n, &zero, g->c, CUDA_R_16BF, g->n, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" int cuda_harness_gemm_rate(int32_t n, int reps, double *tflops, struct err *e)
+{
+    struct cuda_hx h;
+    struct cuda_hx_gemm g = {NULL, n, NULL, NULL, NULL};
+    const size_t el = (size_t)n * n;
+    float ms = 0.0f;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_alloc(&h, el * 2, &g.a, e));
+    HX(cuda_hx_alloc(&h, el * 2, &g.b, e));
+    HX(cuda_hx_alloc(&h, el * 2, &g.c, e));
+    cuda_hx_fill_bf16<<<1024, 256, 0, h.st>>>((__nv_bfloat16 *)g.a, (int64_t)el, 1);
+    cuda_hx_fill_bf16<<<1024, 256, 0, h.st>>>((__nv_bfloat16 *)g.b, (int64_t)el, 2);
+    HX(cuda_hx_sync(&h, e));
+    CUBLAS_HX(cublasCreate(&g.blas));
+    CUBLAS_HX(cublasSetStream(g.blas, h.st));
+    HX(cuda_hx_time(cuda_hx_run_gemm, &g, h.st, reps, &ms, e));
+    *tflops = 2.0 * (double)n * n * n / ((double)ms * 1e-3) / 1e12;
+    cublasDestroy(g.blas);
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    if (g.blas) cublasDestroy(g.blas);
+    cuda_hx_free(&h);
+    return -1;
+}
+
+struct cuda_hx_copy {
+    void *src, *dst;
+    size_t bytes;
+};
+
+static int cuda_hx_run_copy(void *arg, cudaStream_t st)
+{
+    const struct cuda_hx_copy *c = (const struct cuda_hx_copy *)arg;
+    return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, st) != cudaSuccess;
+}
+
+extern "C" int cuda_harness_copy_rate(uint64_t bytes, int reps, double *gbs, struct err *e)
+{
+    struct cuda_hx h;
+    struct cuda_hx_copy c = {NULL, NULL, (size_t)bytes};
+    float ms = 0.0f;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_alloc(&h, c.bytes, &c.src, e));
+    HX(cuda_hx_alloc(&h, c.bytes, &c.dst, e));
+    cuda_hx_fill_bf16<<<1024, 256, 0, h.st>>>((__nv_bfloat16 *)c.src, (int64_t)(c.bytes / 2), 3);
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_time(cuda_hx_run_copy, &c, h.st, reps, &ms, e));
+    *gbs = 2.0 * (double)bytes / ((double)ms * 1e-3) / 1e9;
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}

@@ -1,0 +1,74 @@
+/* cuda_harness — host-array wrappers around each kernel of the CUDA backend (for tests/test_cuda.c) and the
+ * two ceilings a benchmark measures (a BF16 GEMM rate, a device-to-device copy bandwidth). Plain C.
+ *
+ * Every kernel wrapper uploads its inputs, fills its outputs on the device with NaN first (poison: an
+ * element the kernel does not write comes back NaN), runs the kernel alone on a fresh stream, and copies
+ * the outputs back as f32 (BF16 / F16 outputs widened exactly). Device memory is freed before returning.
+ * Built only with NS_CUDA. Returns 0, or -1 with the message in e.
+ */
+#ifndef NS_BACKEND_CUDA_HARNESS_H
+#define NS_BACKEND_CUDA_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x (n_rows, n) = rows tokens[r] of table (n_vocab, n): BF16 bits (bf16 = 1) or F32. */
+int cuda_harness_embed(const void *table, int bf16, int32_t n_vocab, int32_t n, const int32_t *tokens, int32_t n_rows,
+                       float *x, struct err *e);
+/* cs (n_rows, n_rot / 2, 2): cos, sin of pos[r] * inv_freq[i]. */
+int cuda_harness_rope_table(const int32_t *pos, int32_t n_rows, const double *inv_freq, int32_t n_rot, float *cs,
+                            struct err *e);
+/* x (n_x_rows, n) f32 in/out (x_inout), add (n_x_rows, n) or NULL; rows (n_out) or NULL (identity);
+ * out (n_out, n) = rmsnorm(x[rows[i]] (+ add)) * w, computed as BF16 (out_bf16) or F32. */
+int cuda_harness_rmsnorm(float *x_inout, int32_t n_x_rows, const float *add, const float *w, const int32_t *rows,
+                         int32_t n_out, int32_t n, float eps, int out_bf16, float *out, struct err *e);
+/* out (n_rows, n_ff) = silu(gu[:, :n_ff]) * gu[:, n_ff:] as BF16 (out_bf16) or F32. */
+int cuda_harness_swiglu(const float *gu, int32_t n_rows, int32_t n_ff, int out_bf16, float *out, struct err *e);
+/* y (n_rows, n_out) f32 = x (n_rows, n_in) w^T (n_out, n_in); w, x BF16 bits (bf16 = 1) or F32. */
+int cuda_harness_gemm(const void *w, const void *x, int bf16, int32_t n_rows, int32_t n_in, int32_t n_out, float *y,
+                      struct err *e);
+
+/* One layer's attention setup: geometry, KV pool (n_blocks blocks, layout [block][kv head][slot][dim]),
+ * and a batch (rows of a sequence contiguous). bt: all block tables concatenated, bt_off (n_seqs). */
+struct cuda_harness_attn {
+    int32_t n_head, n_head_kv, head_dim, n_rot, rope_neox;
+    float norm_eps;
+    int32_t block_size, n_blocks;
+    enum kv_type kv_type; /* F32 or F16 */
+    int32_t n_rows;
+    const int32_t *pos, *seq; /* (n_rows) */
+    int32_t n_seqs;
+    const int32_t *bt_off, *bt;
+    int32_t n_bt;
+};
+/* Floats of one layer's K (or V) pool of h. */
+uint64_t cuda_harness_pool_floats(const struct cuda_harness_attn *h);
+/* The q/k/v epilogue: qkv (n_rows, (n_head + 2 n_head_kv) head_dim) in/out (q rotated in place); bias,
+ * q_norm, k_norm may be NULL; cs from cuda_harness_rope_table. k_pool / v_pool (pool floats) are
+ * uploaded (converted to the KV type), the kernel writes the rows' slots, and they come back as f32. */
+int cuda_harness_qkv(const struct cuda_harness_attn *h, float *qkv, const float *bias, const float *q_norm,
+                     const float *k_norm, const float *cs, float *k_pool, float *v_pool, struct err *e);
+/* Attention (and the combine) over k_pool / v_pool (converted to the KV type): out (n_rows, n_head
+ * head_dim) as BF16 (out_bf16) or F32. split: 0 = no item split; 1 = the backend's plan (decode rows
+ * split into chunks); *n_split_rows (may be NULL) says how many rows were split. */
+int cuda_harness_attn(const struct cuda_harness_attn *h, const float *qkv, const float *k_pool, const float *v_pool,
+                      int split, int out_bf16, float *out, int32_t *n_split_rows, struct err *e);
+
+/* Ceilings, measured with CUDA events after warm-ups on random (not zero) data: the median rate of a
+ * BF16 n x n x n GEMM through cuBLAS (FP32 accumulation), in TFLOP/s; and the median bandwidth of a
+ * device-to-device copy of `bytes`, counting bytes read plus bytes written, in GB/s. */
+int cuda_harness_gemm_rate(int32_t n, int reps, double *tflops, struct err *e);
+int cuda_harness_copy_rate(uint64_t bytes, int reps, double *gbs, struct err *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

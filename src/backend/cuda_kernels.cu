@@ -1,0 +1,648 @@
+/* cuda_kernels — the CUDA backend's own kernels (embedding gather, RoPE table, RMSNorm with the residual
+ * add, the q/k/v epilogue with RoPE and the KV writes, paged attention, SwiGLU) and their launchers.
+ * See cuda_kernels.h for the contracts and the attention's invariant.
+ *
+ * Arithmetic that the attention's invariant depends on (the per-chunk online softmax and the merge) is
+ * written with explicit round-to-nearest intrinsics (__fmul_rn, __fmaf_rn, __fsub_rn), so that the
+ * compiler cannot contract it differently in the two places it runs (whole items and the combine).
+ * Nothing reduces through atomics: every output element is written by one thread, in a fixed order.
+ */
+#include "backend/cuda_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cuda_fail(struct err *e, const char *file, int line, const char *what, const char *msg)
+{
+    const char *base = strrchr(file, '/');
+    return err_set(e, "cuda backend: %s:%d: %s: %s", base ? base + 1 : file, line, what, msg);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+template <typename T> __device__ __forceinline__ T cuda_from_f32(float v);
+template <> __device__ __forceinline__ float cuda_from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 cuda_from_f32<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half cuda_from_f32<__half>(float v) { return __float2half_rn(v); }
+
+__device__ __forceinline__ float cuda_to_f32(float v) { return v; }
+__device__ __forceinline__ float cuda_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float cuda_to_f32(__half v) { return __half2float(v); }
+
+/* Butterfly reductions: every lane ends with the same value (each level adds a pair in both lanes, and
+ * a + b == b + a exactly). */
+__device__ __forceinline__ float cuda_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float cuda_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---------------------------------------------------------------- embedding, RoPE table, norm */
+
+template <typename T>
+__global__ void cuda_k_embed(const T *table, const int32_t *tokens, int32_t n, float *x)
+{
+    const int64_t r = blockIdx.x;
+    const T *src = table + (int64_t)tokens[r] * n;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) x[r * n + i] = cuda_to_f32(src[i]);
+}
+
+int cuda_launch_embed(cudaStream_t st, const void *table, int bf16, const int32_t *tokens, int32_t n_rows, int32_t n,
+                      float *x, struct err *e)
+{
+    if (bf16) cuda_k_embed<<<n_rows, 256, 0, st>>>((const __nv_bfloat16 *)table, tokens, n, x);
+    else cuda_k_embed<<<n_rows, 256, 0, st>>>((const float *)table, tokens, n, x);
+    CU_LAUNCHED();
+    return 0;
+}
+
+__global__ void cuda_k_rope_table(const int32_t *pos, const double *inv_freq, int32_t half, float *cs)
+{
+    const int64_t r = blockIdx.x;
+    for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+        const double theta = (double)pos[r] * inv_freq[i];
+        cs[(r * half + i) * 2] = (float)cos(theta);
+        cs[(r * half + i) * 2 + 1] = (float)sin(theta);
+    }
+}
+
+int cuda_launch_rope_table(cudaStream_t st, const int32_t *pos, int32_t n_rows, const double *inv_freq, int32_t n_rot,
+                           float *cs, struct err *e)
+{
+    if (n_rot < 2) return 0;
+    cuda_k_rope_table<<<n_rows, 64, 0, st>>>(pos, inv_freq, n_rot / 2, cs);
+    CU_LAUNCHED();
+    return 0;
+}
+
+/* Threads of a norm block for rows of n: about 4 elements each, 32 to 1024 (a function of n alone). */
+static int cuda_norm_threads(int32_t n)
+{
+    int t = ((n + 3) / 4 + 31) / 32 * 32;
+    return t < 32 ? 32 : t > 1024 ? 1024 : t;
+}
+
+__device__ __forceinline__ double cuda_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The sum of squares in double: per-thread partial sums over i = tid mod blockDim in index order, a
+ * butterfly per warp, then the warps' sums in warp order (the block size depends on n only).
+ * out = (x * (1 / sqrt(mean + eps))) * w, two rounded products like the cpu backend. */
+template <typename T>
+__global__ void cuda_k_rmsnorm(float *x, const float *add, const float *w, const int32_t *rows, int32_t n, float eps,
+                               T *out)
+{
+    __shared__ double part[32];
+    const int64_t i_out = blockIdx.x, r = rows ? rows[i_out] : i_out;
+    float *xr = x + r * n;
+    double ss = 0.0;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (add) {
+            v = __fadd_rn(v, add[r * n + i]);
+            xr[i] = v;
+        }
+        ss += (double)v * (double)v;
+    }
+    ss = cuda_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    double total = 0.0;
+    for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
+    const float scale = 1.0f / sqrtf((float)(total / (double)n) + eps);
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        out[i_out * n + i] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(xr[i], scale), w[i]));
+}
+
+int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float *w, const int32_t *rows,
+                        int32_t n_out, int32_t n, float eps, void *out, enum cuda_act out_type, struct err *e)
+{
+    if (n_out < 1) return 0;
+    const int threads = cuda_norm_threads(n);
+    if (out_type == CUDA_ACT_BF16)
+        cuda_k_rmsnorm<<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, (__nv_bfloat16 *)out);
+    else cuda_k_rmsnorm<<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, (float *)out);
+    CU_LAUNCHED();
+    return 0;
+}
+
+/* ---------------------------------------------------------------- q/k/v epilogue */
+
+#define CUDA_QKV_WARPS 4
+
+struct cuda_qkv_args {
+    struct cuda_attn_geom g;
+    struct cuda_batch_dev b;
+    float *qkv;
+    const float *bias, *q_norm, *k_norm, *cs;
+    void *k, *v;
+};
+
+/* One warp per (row, head); heads are q (n_head), then k, then v (n_head_kv each). */
+template <typename KV>
+__global__ void cuda_k_qkv(const cuda_qkv_args a)
+{
+    __shared__ float buf[CUDA_QKV_WARPS][CUDA_MAX_HEAD_DIM];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int32_t nh = a.g.n_head, nkv = a.g.n_head_kv, hd = a.g.head_dim;
+    const int32_t hi = blockIdx.y * CUDA_QKV_WARPS + warp;
+    if (hi >= nh + 2 * nkv) return; /* whole warps only: nothing below syncs the block */
+    const int64_t r = blockIdx.x;
+    float *y = a.qkv + r * (int64_t)(nh + 2 * nkv) * hd + (int64_t)hi * hd;
+    float *h = buf[warp];
+    for (int32_t i = lane; i < hd; i += 32) h[i] = a.bias ? __fadd_rn(y[i], a.bias[(int64_t)hi * hd + i]) : y[i];
+    __syncwarp();
+    const int kind = hi < nh ? 0 : hi < nh + nkv ? 1 : 2;
+    if (kind < 2) {
+        const float *nw = kind == 0 ? a.q_norm : a.k_norm;
+        if (nw) {
+            float ss = 0.0f;
+            for (int32_t i = lane; i < hd; i += 32) ss = __fmaf_rn(h[i], h[i], ss);
+            ss = cuda_warp_sum(ss);
+            const float scale = 1.0f / sqrtf(ss / (float)hd + a.g.norm_eps);
+            for (int32_t i = lane; i < hd; i += 32) h[i] = __fmul_rn(__fmul_rn(h[i], scale), nw[i]);
+            __syncwarp();
+        }
+        const int32_t half = a.g.n_rot / 2;
+        const float *cs = a.cs + r * 2 * half;
+        for (int32_t i = lane; i < half; i += 32) {
+            const int32_t p = a.g.rope_neox ? i : 2 * i, q = a.g.rope_neox ? i + half : 2 * i + 1;
+            const float c = cs[2 * i], s = cs[2 * i + 1], x0 = h[p], x1 = h[q];
+            h[p] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            h[q] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        }
+        __syncwarp();
+    }
+    if (kind == 0) {
+        for (int32_t i = lane; i < hd; i += 32) y[i] = h[i];
+        return;
+    }
+    const int32_t pos = a.b.pos[r], bs = a.g.block_size;
+    const int32_t blk = a.b.bt[a.b.bt_off[a.b.seq[r]] + pos / bs], slot = pos % bs;
+    const int32_t kvh = hi - nh - (kind == 2 ? nkv : 0);
+    KV *dst = (KV *)(kind == 1 ? a.k : a.v) + (((int64_t)blk * nkv + kvh) * bs + slot) * hd;
+    for (int32_t i = lane; i < hd; i += 32) dst[i] = cuda_from_f32<KV>(h[i]);
+}
+
+int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b, float *qkv,
+                    const float *bias, const float *q_norm, const float *k_norm, const float *cs, void *k_layer,
+                    void *v_layer, struct err *e)
+{
+    const cuda_qkv_args a = {*g, *b, qkv, bias, q_norm, k_norm, cs, k_layer, v_layer};
+    const dim3 grid((unsigned)b->n_rows, (unsigned)((g->n_head + 2 * g->n_head_kv + CUDA_QKV_WARPS - 1) / CUDA_QKV_WARPS));
+    if (g->kv_type == KV_TYPE_F16) cuda_k_qkv<__half><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
+    else cuda_k_qkv<float><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
+    CU_LAUNCHED();
+    return 0;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+#define CUDA_ATT_WARPS 4
+#define CUDA_ATT_QW (CUDA_ATT_QUERIES / CUDA_ATT_WARPS) /* queries per warp at most */
+
+struct cuda_attn_args {
+    struct cuda_attn_geom g;
+    struct cuda_batch_dev b;
+    const float *qkv;
+    int32_t qkv_stride;
+    const void *k, *v;
+    void *out;
+    float *part_acc, *part_ml;
+    float scale; /* (1 / sqrt(head_dim)) * log2(e): scores in log2 units */
+};
+
+/* The merge of chunk states, in chunk order: (M, L, O) <- (M, L, O) (+) (m, l, acc). The weights of the
+ * two sides, then each value; M <- max(M, m) afterwards. From M = -inf (nothing yet) the result is
+ * exactly (m, l, acc). */
+struct cuda_att_w {
+    float a, b;
+};
+
+__device__ __forceinline__ cuda_att_w cuda_att_merge_w(float M, float m)
+{
+    const float mn = fmaxf(M, m);
+    return {exp2f(__fsub_rn(M, mn)), exp2f(__fsub_rn(m, mn))};
+}
+
+__device__ __forceinline__ float cuda_att_merge_v(float X, float x, cuda_att_w w)
+{
+    return __fmaf_rn(X, w.a, __fmul_rn(x, w.b));
+}
+
+/* Shared memory of the attention kernel for QW queries per warp, in floats: queries (4 QW, hd), K
+ * (TILE, hd + 4), V (TILE, hd), probabilities (4 QW, TILE). */
+static size_t cuda_attn_smem_floats(int32_t hd, int qw)
+{
+    return (size_t)CUDA_ATT_WARPS * qw * hd + (size_t)CUDA_ATT_TILE * (hd + 4) + (size_t)CUDA_ATT_TILE * hd +
+           (size_t)CUDA_ATT_WARPS * qw * CUDA_ATT_TILE;
+}
+
+/* Element u (a compile-time constant after unrolling) of a 16-byte vector of KV values, as f32. */
+template <typename KV> __device__ __forceinline__ float cuda_vec_elem(const uint4 &x, int u);
+template <> __device__ __forceinline__ float cuda_vec_elem<__half>(const uint4 &x, int u)
+{
+    const uint32_t w = u < 2 ? x.x : u < 4 ? x.y : u < 6 ? x.z : x.w;
+    return __half2float(__ushort_as_half((unsigned short)(u & 1 ? w >> 16 : w & 0xffffu)));
+}
+template <> __device__ __forceinline__ float cuda_vec_elem<float>(const uint4 &x, int u)
+{
+    return __uint_as_float(u == 0 ? x.x : u == 1 ? x.y : u == 2 ? x.z : x.w);
+}
+
+/* One K/V tile in flight: each thread's 16-byte vectors (head_dim is a multiple of 8). */
+template <int DL, typename KV> struct cuda_att_tile {
+    static constexpr int EV = 16 / sizeof(KV); /* elements per vector */
+    static constexpr int NV = (CUDA_ATT_TILE * 32 * DL / EV + 32 * CUDA_ATT_WARPS - 1) / (32 * CUDA_ATT_WARPS);
+    uint4 k[NV], v[NV];
+
+    /* Issues the loads of positions [t0, t0 + nt) (zeros past nt); nothing waits for them here. */
+    __device__ __forceinline__ void issue(const KV *kb, const KV *vb, const int32_t *bt, int32_t bs,
+                                          int64_t blk_stride, int32_t hd, int32_t t0, int32_t nt)
+    {
+        const int32_t vpr = hd / EV, n_vec = CUDA_ATT_TILE * vpr;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int32_t i = threadIdx.x + 32 * CUDA_ATT_WARPS * j, t = i / vpr;
+            k[j] = v[j] = make_uint4(0u, 0u, 0u, 0u);
+            if (i < n_vec && t < nt) {
+                const int32_t p = t0 + t;
+                const int64_t off = bt[p / bs] * blk_stride + (int64_t)(p % bs) * hd + (i % vpr) * EV;
+                k[j] = *(const uint4 *)(kb + off);
+                v[j] = *(const uint4 *)(vb + off);
+            }
+        }
+    }
+
+    /* Writes the tile into shared memory as f32: K rows of stride hd + 4, V rows of stride hd. */
+    __device__ __forceinline__ void commit(int32_t hd, float *ks, float *vs) const
+    {
+        const int32_t vpr = hd / EV, n_vec = CUDA_ATT_TILE * vpr;
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int32_t i = threadIdx.x + 32 * CUDA_ATT_WARPS * j;
+            if (i >= n_vec) continue;
+            const int32_t t = i / vpr, d0 = (i % vpr) * EV;
+#pragma unroll
+            for (int u = 0; u < EV; u += 4) {
+                *(float4 *)(ks + t * (hd + 4) + d0 + u) =
+                    make_float4(cuda_vec_elem<KV>(k[j], u), cuda_vec_elem<KV>(k[j], u + 1),
+                                cuda_vec_elem<KV>(k[j], u + 2), cuda_vec_elem<KV>(k[j], u + 3));
+                *(float4 *)(vs + t * hd + d0 + u) =
+                    make_float4(cuda_vec_elem<KV>(v[j], u), cuda_vec_elem<KV>(v[j], u + 1),
+                                cuda_vec_elem<KV>(v[j], u + 2), cuda_vec_elem<KV>(v[j], u + 3));
+            }
+        }
+    }
+};
+
+/* One block per (item, kv head), 4 warps. Query j of the item (row row0 + j / group, head kvh * group +
+ * j % group) belongs to warp j % 4; a warp keeps up to QW queries' states in registers (the launch picks
+ * the smallest QW that holds its items: fewer registers and less shared memory, more blocks per
+ * multiprocessor); lane d of a query owns dims d, d + 32, ... (DL of them). The tiles of the item's
+ * chunks run in position order; while one tile is computed, the next one's loads are in flight. Per tile:
+ * a score per lane (= position; four partial sums over dims mod 4, then (x + y) + (z + w)), the online
+ * softmax update, then the V sums in position order. A query's arithmetic depends only on its q, its
+ * position and its sequence's KV: never on QW, the other queries or the tiles past its position.
+ * One function of ~150 lines on purpose: the per-query states stay in registers across the whole loop. */
+/* Blocks per multiprocessor the register budget aims at: fewer queries, more blocks (decode is bound by
+ * memory latency; QW = 1 at head_dim 128 holds 6 blocks of shared memory). */
+#define CUDA_ATT_MIN_BLOCKS(QW) ((QW) == 1 ? 6 : (QW) == 2 ? 4 : 2)
+
+template <int DL, int QW, typename KV, typename OUT>
+__global__ void __launch_bounds__(32 * CUDA_ATT_WARPS, CUDA_ATT_MIN_BLOCKS(QW)) cuda_k_attn(const cuda_attn_args a)
+{
+    extern __shared__ float4 sm4[];
+    const int32_t hd = a.g.head_dim, nh = a.g.n_head, nkv = a.g.n_head_kv, group = nh / nkv, bs = a.g.block_size;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const cuda_attn_item it = a.b.items[blockIdx.x];
+    const int32_t kvh = blockIdx.y, nq = it.n_rows * group;
+    float *qs = (float *)sm4;                              /* (4 QW, hd) */
+    float *ks = qs + CUDA_ATT_WARPS * QW * hd;             /* (TILE, hd + 4) */
+    float *vs = ks + CUDA_ATT_TILE * (hd + 4);             /* (TILE, hd) */
+    float *ps = vs + CUDA_ATT_TILE * hd + warp * QW * CUDA_ATT_TILE; /* this warp's (QW, TILE) */
+    for (int32_t i = threadIdx.x; i < nq * hd; i += blockDim.x) {
+        const int32_t j = i / hd, d = i % hd;
+        const int64_t row = it.row0 + j / group;
+        qs[i] = a.qkv[row * a.qkv_stride + (int64_t)(kvh * group + j % group) * hd + d];
+    }
+    const int nqw = nq > warp ? (nq - warp + CUDA_ATT_WARPS - 1) / CUDA_ATT_WARPS : 0;
+    int32_t qpos[QW], max_pos = 0;
+#pragma unroll
+    for (int i = 0; i < QW; i++) qpos[i] = i < nqw ? a.b.pos[it.row0 + (warp + CUDA_ATT_WARPS * i) / group] : -1;
+    for (int32_t r = 0; r < it.n_rows; r++) max_pos = max(max_pos, a.b.pos[it.row0 + r]);
+    const int32_t *bt = a.b.bt + a.b.bt_off[a.b.seq[it.row0]];
+    const KV *kb = (const KV *)a.k + (int64_t)kvh * bs * hd, *vb = (const KV *)a.v + (int64_t)kvh * bs * hd;
+    const int64_t blk_stride = (int64_t)nkv * bs * hd;
+    const int32_t t_begin = (it.split ? it.chunk : 0) * CUDA_ATT_CHUNK;
+    const int32_t t_end = it.split ? min(t_begin + CUDA_ATT_CHUNK, max_pos + 1) : max_pos + 1;
+
+    cuda_att_tile<DL, KV> tile;
+    tile.issue(kb, vb, bt, bs, blk_stride, hd, t_begin, min(CUDA_ATT_TILE, t_end - t_begin));
+    float M[QW], L[QW], O[QW][DL], m[QW], l[QW], acc[QW][DL];
+#pragma unroll
+    for (int i = 0; i < QW; i++) {
+        M[i] = m[i] = -INFINITY;
+        L[i] = l[i] = 0.0f;
+#pragma unroll
+        for (int dd = 0; dd < DL; dd++) O[i][dd] = acc[i][dd] = 0.0f;
+    }
+    for (int32_t t0 = t_begin; t0 < t_end; t0 += CUDA_ATT_TILE) {
+        const int32_t nt = min(CUDA_ATT_TILE, t_end - t0);
+        __syncthreads(); /* the previous tile's readers are done (at first: the queries are written) */
+        tile.commit(hd, ks, vs);
+        __syncthreads();
+        if (t0 + CUDA_ATT_TILE < t_end)
+            tile.issue(kb, vb, bt, bs, blk_stride, hd, t0 + CUDA_ATT_TILE, min(CUDA_ATT_TILE, t_end - t0 - CUDA_ATT_TILE));
+        if (t0 % CUDA_ATT_CHUNK == 0) { /* a chunk starts: fresh per-chunk states */
+#pragma unroll
+            for (int i = 0; i < QW; i++) {
+                m[i] = -INFINITY;
+                l[i] = 0.0f;
+#pragma unroll
+                for (int dd = 0; dd < DL; dd++) acc[i][dd] = 0.0f;
+            }
+        }
+        float sx[QW], sy[QW], sz[QW], sw[QW];
+#pragma unroll
+        for (int i = 0; i < QW; i++) sx[i] = sy[i] = sz[i] = sw[i] = 0.0f;
+        const float4 *kr = (const float4 *)(ks + lane * (hd + 4));
+        for (int32_t d4 = 0; d4 < hd / 4; d4++) {
+            const float4 k = kr[d4];
+#pragma unroll
+            for (int i = 0; i < QW; i++) {
+                if (i >= nqw) continue;
+                const float4 q = ((const float4 *)(qs + (warp + CUDA_ATT_WARPS * i) * hd))[d4];
+                sx[i] = __fmaf_rn(q.x, k.x, sx[i]);
+                sy[i] = __fmaf_rn(q.y, k.y, sy[i]);
+                sz[i] = __fmaf_rn(q.z, k.z, sz[i]);
+                sw[i] = __fmaf_rn(q.w, k.w, sw[i]);
+            }
+        }
+        float alpha[QW];
+#pragma unroll
+        for (int i = 0; i < QW; i++) {
+            alpha[i] = 1.0f;
+            if (i >= nqw || t0 > qpos[i]) continue; /* warp-uniform */
+            const bool valid = t0 + lane <= qpos[i];
+            const float sc = valid ? __fmul_rn(__fadd_rn(__fadd_rn(sx[i], sy[i]), __fadd_rn(sz[i], sw[i])), a.scale)
+                                   : -INFINITY;
+            const float mn = fmaxf(m[i], cuda_warp_max(sc));
+            alpha[i] = exp2f(__fsub_rn(m[i], mn));
+            const float pr = valid ? exp2f(__fsub_rn(sc, mn)) : 0.0f;
+            l[i] = __fmaf_rn(l[i], alpha[i], cuda_warp_sum(pr));
+            m[i] = mn;
+            ps[i * CUDA_ATT_TILE + lane] = pr;
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < QW; i++)
+#pragma unroll
+            for (int dd = 0; dd < DL; dd++) acc[i][dd] = __fmul_rn(acc[i][dd], alpha[i]);
+        for (int32_t t = 0; t < nt; t++) {
+            float pt[QW];
+            bool on[QW];
+#pragma unroll
+            for (int i = 0; i < QW; i++) {
+                on[i] = i < nqw && t0 + t <= qpos[i]; /* warp-uniform */
+                pt[i] = on[i] ? ps[i * CUDA_ATT_TILE + t] : 0.0f;
+            }
+#pragma unroll
+            for (int dd = 0; dd < DL; dd++) {
+                if (lane + 32 * dd >= hd) continue;
+                const float v = vs[t * hd + lane + 32 * dd];
+#pragma unroll
+                for (int i = 0; i < QW; i++)
+                    if (on[i]) acc[i][dd] = __fmaf_rn(pt[i], v, acc[i][dd]);
+            }
+        }
+        if ((t0 + CUDA_ATT_TILE) % CUDA_ATT_CHUNK != 0 && t0 + CUDA_ATT_TILE < t_end) continue;
+        /* the chunk ends: its state of every query that has positions in it */
+        const int32_t c = t0 / CUDA_ATT_CHUNK;
+#pragma unroll
+        for (int i = 0; i < QW; i++) {
+            if (i >= nqw || qpos[i] < c * CUDA_ATT_CHUNK) continue;
+            const int32_t j = warp + CUDA_ATT_WARPS * i, h = kvh * group + j % group;
+            if (it.split) {
+                const int64_t slot = ((int64_t)a.b.part_off[it.row0 + j / group] + c) * nh + h;
+                if (lane == 0) {
+                    a.part_ml[slot * 2] = m[i];
+                    a.part_ml[slot * 2 + 1] = l[i];
+                }
+#pragma unroll
+                for (int dd = 0; dd < DL; dd++)
+                    if (lane + 32 * dd < hd) a.part_acc[slot * hd + lane + 32 * dd] = acc[i][dd];
+            } else {
+                const cuda_att_w w = cuda_att_merge_w(M[i], m[i]);
+                L[i] = cuda_att_merge_v(L[i], l[i], w);
+#pragma unroll
+                for (int dd = 0; dd < DL; dd++) O[i][dd] = cuda_att_merge_v(O[i][dd], acc[i][dd], w);
+                M[i] = fmaxf(M[i], m[i]);
+            }
+        }
+    }
+    if (it.split) return;
+#pragma unroll
+    for (int i = 0; i < QW; i++) {
+        if (i >= nqw) continue;
+        const int32_t j = warp + CUDA_ATT_WARPS * i, h = kvh * group + j % group;
+        const float inv = 1.0f / L[i];
+        OUT *o = (OUT *)a.out + (int64_t)(it.row0 + j / group) * nh * hd + (int64_t)h * hd;
+#pragma unroll
+        for (int dd = 0; dd < DL; dd++)
+            if (lane + 32 * dd < hd) o[lane + 32 * dd] = cuda_from_f32<OUT>(__fmul_rn(O[i][dd], inv));
+    }
+}
+
+/* Grid (split rows, n_head * head_dim / 128): one thread per output element merges its row's chunk
+ * partials in chunk order (the same merge as above); the partials' loads do not depend on the running
+ * state, so unrolling keeps several chunks' loads in flight. */
+template <typename OUT>
+__global__ void cuda_k_attn_combine(const cuda_attn_args a)
+{
+    const int32_t r = a.b.split_rows[blockIdx.x];
+    const int32_t hd = a.g.head_dim, nh = a.g.n_head, nc = a.b.pos[r] / CUDA_ATT_CHUNK + 1;
+    const int32_t i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= nh * hd) return;
+    const int32_t h = i / hd, d = i % hd;
+    const int64_t base = a.b.part_off[r];
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+#pragma unroll 4
+    for (int32_t c = 0; c < nc; c++) {
+        const int64_t slot = (base + c) * nh + h;
+        const float m = a.part_ml[slot * 2], l = a.part_ml[slot * 2 + 1], x = a.part_acc[slot * hd + d];
+        const cuda_att_w w = cuda_att_merge_w(M, m);
+        L = cuda_att_merge_v(L, l, w);
+        O = cuda_att_merge_v(O, x, w);
+        M = fmaxf(M, m);
+    }
+    const float inv = 1.0f / L;
+    ((OUT *)a.out)[(int64_t)r * nh * hd + i] = cuda_from_f32<OUT>(__fmul_rn(O, inv));
+}
+
+typedef void (*cuda_attn_fn)(const cuda_attn_args);
+
+template <int DL, int QW>
+static cuda_attn_fn cuda_attn_pick3(int kv_f16, int out_bf16)
+{
+    if (kv_f16) return out_bf16 ? cuda_k_attn<DL, QW, __half, __nv_bfloat16> : cuda_k_attn<DL, QW, __half, float>;
+    return out_bf16 ? cuda_k_attn<DL, QW, float, __nv_bfloat16> : cuda_k_attn<DL, QW, float, float>;
+}
+
+template <int DL>
+static cuda_attn_fn cuda_attn_pick2(int qw, int kv_f16, int out_bf16)
+{
+    if (qw <= 1) return cuda_attn_pick3<DL, 1>(kv_f16, out_bf16);
+    if (qw <= 2) return cuda_attn_pick3<DL, 2>(kv_f16, out_bf16);
+    if (qw <= 4) return cuda_attn_pick3<DL, 4>(kv_f16, out_bf16);
+    return cuda_attn_pick3<DL, 8>(kv_f16, out_bf16);
+}
+
+/* The instance for (head_dim, queries per warp, kv type, output type); NULL if head_dim is not a multiple
+ * of 8 up to CUDA_MAX_HEAD_DIM. */
+static cuda_attn_fn cuda_attn_pick(int32_t hd, int qw, int kv_f16, int out_bf16)
+{
+    if (hd % 8) return NULL;
+    if (hd <= 32) return cuda_attn_pick2<1>(qw, kv_f16, out_bf16);
+    if (hd <= 64) return cuda_attn_pick2<2>(qw, kv_f16, out_bf16);
+    if (hd <= 128) return cuda_attn_pick2<4>(qw, kv_f16, out_bf16);
+    if (hd <= CUDA_MAX_HEAD_DIM) return cuda_attn_pick2<8>(qw, kv_f16, out_bf16);
+    return NULL;
+}
+
+int cuda_kernels_init(struct err *e)
+{
+    const int bytes = (int)(cuda_attn_smem_floats(CUDA_MAX_HEAD_DIM, CUDA_ATT_QW) * sizeof(float));
+    for (int32_t hd = 32; hd <= CUDA_MAX_HEAD_DIM; hd *= 2)
+        for (int qw = 1; qw <= 8; qw *= 2)
+            for (int kv = 0; kv < 2; kv++)
+                for (int ob = 0; ob < 2; ob++)
+                    CU_TRY(cudaFuncSetAttribute(cuda_attn_pick(hd, qw, kv, ob),
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    return 0;
+}
+
+int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
+                     const float *qkv, int32_t qkv_stride, const void *k_layer, const void *v_layer, void *out,
+                     enum cuda_act out_type, float *part_acc, float *part_ml, struct err *e)
+{
+    if (b->n_items < 1) return 0;
+    const int32_t group = g->n_head / g->n_head_kv;
+    const int need = (b->max_item_rows * group + CUDA_ATT_WARPS - 1) / CUDA_ATT_WARPS;
+    const int qw = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : 8; /* the instance cuda_attn_pick2 takes */
+    cuda_attn_fn fn = cuda_attn_pick(g->head_dim, qw, g->kv_type == KV_TYPE_F16, out_type == CUDA_ACT_BF16);
+    if (!fn)
+        return err_set(e, "cuda backend: head dimension %d is not a multiple of 8 up to %d", (int)g->head_dim,
+                       CUDA_MAX_HEAD_DIM);
+    const cuda_attn_args a = {*g, *b, qkv, qkv_stride, k_layer, v_layer, out, part_acc, part_ml,
+                              (1.0f / sqrtf((float)g->head_dim)) * 1.44269504088896340736f};
+    const dim3 grid((unsigned)b->n_items, (unsigned)g->n_head_kv);
+    fn<<<grid, 32 * CUDA_ATT_WARPS, cuda_attn_smem_floats(g->head_dim, qw) * sizeof(float), st>>>(a);
+    CU_LAUNCHED();
+    return 0;
+}
+
+int cuda_launch_attn_combine(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
+                             const float *part_acc, const float *part_ml, void *out, enum cuda_act out_type,
+                             struct err *e)
+{
+    if (b->n_split_rows < 1) return 0;
+    const cuda_attn_args a = {*g, *b, NULL, 0, NULL, NULL, out, (float *)part_acc, (float *)part_ml, 0.0f};
+    const dim3 grid((unsigned)b->n_split_rows, (unsigned)((g->n_head * g->head_dim + 127) / 128));
+    if (out_type == CUDA_ACT_BF16) cuda_k_attn_combine<__nv_bfloat16><<<grid, 128, 0, st>>>(a);
+    else cuda_k_attn_combine<float><<<grid, 128, 0, st>>>(a);
+    CU_LAUNCHED();
+    return 0;
+}
+
+int32_t cuda_attn_rows(int32_t group)
+{
+    const int32_t r = CUDA_ATT_ITEM_QUERIES / (group > 0 ? group : 1);
+    return r < 1 ? 1 : r;
+}
+
+int64_t cuda_attn_max_items(int32_t n_rows, int64_t max_parts)
+{
+    return (int64_t)n_rows + max_parts;
+}
+
+/* Longest items first (whole items by their positions, split items by a chunk), then by row and chunk:
+ * the long ones start early instead of trailing the grid. The order never changes the arithmetic. */
+static int cuda_attn_item_cmp(const void *pa, const void *pb)
+{
+    const struct cuda_attn_item *a = (const struct cuda_attn_item *)pa, *b = (const struct cuda_attn_item *)pb;
+    const int32_t ca = a->split ? CUDA_ATT_CHUNK : a->chunk, cb = b->split ? CUDA_ATT_CHUNK : b->chunk;
+    if (ca != cb) return ca > cb ? -1 : 1;
+    if (a->row0 != b->row0) return a->row0 < b->row0 ? -1 : 1;
+    return (a->chunk > b->chunk) - (a->chunk < b->chunk);
+}
+
+int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t group, int64_t max_parts,
+                       struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
+                       int32_t *n_split_rows, int32_t *max_item_rows)
+{
+    const int32_t per = cuda_attn_rows(group);
+    int64_t n = 0, parts = 0;
+    int32_t ns = 0, mr = 1;
+    for (int32_t r = 0; r < n_rows;) {
+        int32_t end = r + 1, last = pos[r];
+        while (end < n_rows && seq[end] == seq[r] && end - r < per) last = last > pos[end] ? last : pos[end], end++;
+        for (int32_t k = r; k < end; k++) part_off[k] = -1;
+        if (end - r > mr) mr = end - r;
+        const int64_t nc = pos[r] / CUDA_ATT_CHUNK + 1;
+        if (end - r == 1 && nc > 1 && parts + nc <= max_parts) { /* a lone row (decode): one item per chunk */
+            part_off[r] = (int32_t)parts;
+            split_rows[ns++] = r;
+            for (int64_t c = 0; c < nc; c++) items[n++] = (struct cuda_attn_item){r, 1, (int32_t)c, 1};
+            parts += nc;
+        } else {
+            items[n++] = (struct cuda_attn_item){r, end - r, last + 1, 0};
+        }
+        r = end;
+    }
+    qsort(items, (size_t)n, sizeof *items, cuda_attn_item_cmp);
+    *n_parts = parts;
+    *n_split_rows = ns;
+    *max_item_rows = mr;
+    return n;
+}
+
+/* ---------------------------------------------------------------- SwiGLU */
+
+template <typename T>
+__global__ void cuda_k_swiglu(const float *gu, int32_t n_ff, int64_t total, T *out)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n_ff, k = i % n_ff;
+        const float g = gu[r * 2 * n_ff + k], u = gu[r * 2 * n_ff + n_ff + k];
+        out[i] = cuda_from_f32<T>(__fmul_rn(g / (1.0f + expf(-g)), u));
+    }
+}
+
+int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t n_ff, void *out,
+                       enum cuda_act out_type, struct err *e)
+{
+    const int64_t total = (int64_t)n_rows * n_ff;
+    if (total < 1) return 0;
+    int64_t blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    if (out_type == CUDA_ACT_BF16) cuda_k_swiglu<<<(unsigned)blocks, 256, 0, st>>>(gu, n_ff, total, (__nv_bfloat16 *)out);
+    else cuda_k_swiglu<<<(unsigned)blocks, 256, 0, st>>>(gu, n_ff, total, (float *)out);
+    CU_LAUNCHED();
+    return 0;
+}

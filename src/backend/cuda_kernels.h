@@ -1,0 +1,130 @@
+/* cuda_kernels — the CUDA backend's own kernels and their launchers (CUDA C++; private to src/backend/).
+ *
+ * Every launcher enqueues on the given stream and returns 0, or -1 with the launch error in e (file:line).
+ * Buffers are device pointers; shapes are in the comments. "act" buffers (inputs of a GEMM) are BF16 or
+ * F32 per the matrix they feed (enum cuda_act); everything else is F32.
+ *
+ * Attention (cuda_launch_attn) works on items planned on the host (cuda_attn_plan): an item is (up to
+ * cuda_attn_rows(group) consecutive rows of one sequence) x (one kv head, grid.y) x (position chunks).
+ * Positions are split into chunks of CUDA_ATT_CHUNK at absolute multiples, each chunk into tiles of
+ * CUDA_ATT_TILE. For one (row, query head) the arithmetic is fixed by the row's q, its position and its
+ * sequence's KV alone: per chunk c <= pos / CUDA_ATT_CHUNK an online softmax over its tiles in order gives
+ * (m_c, l_c, acc_c); the chunks are then merged in order c = 0, 1, ... (cuda_attn_merge). A "whole" item
+ * does both in one block and writes the output; a "split" item does one chunk and writes the partial, and
+ * cuda_launch_attn_combine merges the partials with the same merge. Both give bit-identical outputs, so
+ * the host may split or not as it likes (it splits single-row items, decode, for parallelism).
+ */
+#ifndef NS_BACKEND_CUDA_KERNELS_H
+#define NS_BACKEND_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "model/model.h"
+#include "util/err.h"
+}
+
+#define CUDA_ATT_TILE 32       /* positions per K/V tile in shared memory (one per lane) */
+#define CUDA_ATT_CHUNK 128     /* positions per chunk (a multiple of CUDA_ATT_TILE) */
+#define CUDA_ATT_QUERIES 32    /* (rows x query heads) per item at most: 4 warps x 8 */
+#define CUDA_ATT_ITEM_QUERIES 16 /* queries a multi-row item aims at (4 per warp: more blocks resident) */
+#define CUDA_MAX_HEAD_DIM 256  /* head_dim at most, a multiple of 8 (load refuses others) */
+
+/* Records a failed CUDA call into e with file:line; returns -1. */
+int cuda_fail(struct err *e, const char *file, int line, const char *what, const char *msg);
+
+#define CU_TRY(call)                                                                                      \
+    do {                                                                                                  \
+        cudaError_t rc_ = (call);                                                                         \
+        if (rc_ != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, #call, cudaGetErrorString(rc_));  \
+    } while (0)
+
+/* After a kernel launch: the launch error, if any. */
+#define CU_LAUNCHED() CU_TRY(cudaGetLastError())
+
+enum cuda_act { CUDA_ACT_F32 = 0, CUDA_ACT_BF16 = 1 };
+
+/* One attention item (see the top of this file); 16 bytes, read as an int4. */
+struct cuda_attn_item {
+    int32_t row0, n_rows;
+    int32_t chunk; /* split: the one chunk this item computes; whole: its positions (max pos + 1, ordering) */
+    int32_t split; /* 1: write the partial of `chunk`; 0: every chunk, then the output */
+};
+
+/* The step batch as the kernels read it (device pointers into the uploaded batch). */
+struct cuda_batch_dev {
+    int32_t n_rows;
+    const int32_t *tokens;   /* (n_rows) */
+    const int32_t *pos;      /* (n_rows) */
+    const int32_t *seq;      /* (n_rows) index into bt_off */
+    const int32_t *bt_off;   /* (n_seqs) offset of each sequence's block table in bt */
+    const int32_t *bt;       /* block tables, concatenated */
+    const int32_t *part_off; /* (n_rows) first partial slot of a split row, -1 if the row is not split */
+    const int32_t *logit_rows;
+    const struct cuda_attn_item *items;
+    int32_t n_items;
+    const int32_t *split_rows; /* (n_split_rows) rows whose output cuda_launch_attn_combine writes */
+    int32_t n_split_rows;
+    int32_t max_item_rows; /* rows of the largest item (picks the kernel instance) */
+};
+
+/* Geometry of the model's attention and of one layer of the KV pool ([block][kv head][slot][head_dim],
+ * K and V separately, elements of kv_type: F32 or F16). */
+struct cuda_attn_geom {
+    int32_t n_head, n_head_kv, head_dim, n_rot, rope_neox;
+    int32_t block_size;
+    enum kv_type kv_type;
+    float norm_eps;
+};
+
+/* Rows per attention item for a GQA group size: max(1, CUDA_ATT_ITEM_QUERIES / group) (queries per item
+ * <= CUDA_ATT_QUERIES, as load refuses larger groups). */
+int32_t cuda_attn_rows(int32_t group);
+
+/* Plans the attention items of a batch (host). rows: n_rows positions pos and sequences seq (rows of a
+ * sequence contiguous). items must hold cuda_attn_max_items() and come out longest first; part_off
+ * (n_rows) and split_rows (n_rows) are filled; max_parts bounds the partial slots (Σ over split rows of
+ * pos / CUDA_ATT_CHUNK + 1): rows that would pass it are not split. Returns the number of items; *n_parts, *n_split_rows and
+ * *max_item_rows (rows of the largest item) out. */
+int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t group, int64_t max_parts,
+                       struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
+                       int32_t *n_split_rows, int32_t *max_item_rows);
+/* Items cuda_attn_plan can produce for n_rows rows and max_parts partial slots, at most. */
+int64_t cuda_attn_max_items(int32_t n_rows, int64_t max_parts);
+
+/* ---- launchers ---- */
+
+/* x (n_rows, n) f32 = the rows tokens[r] of the embedding table (n_vocab, n), BF16 (bf16 = 1) or F32. */
+int cuda_launch_embed(cudaStream_t st, const void *table, int bf16, const int32_t *tokens, int32_t n_rows, int32_t n,
+                      float *x, struct err *e);
+/* cs (n_rows, n_rot / 2, 2) = cos, sin of pos[r] * inv_freq[i] (computed in double, like the cpu backend). */
+int cuda_launch_rope_table(cudaStream_t st, const int32_t *pos, int32_t n_rows, const double *inv_freq, int32_t n_rot,
+                           float *cs, struct err *e);
+/* For output row i (i < n_out), input row r = rows ? rows[i] : i: [x[r] += add[r] (written back)];
+ * out[i] = rmsnorm(x[r]) * w as `out_type`. x, add: (., n) f32; out (n_out, n). */
+int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float *w, const int32_t *rows,
+                        int32_t n_out, int32_t n, float eps, void *out, enum cuda_act out_type, struct err *e);
+/* The q/k/v epilogue of a layer on qkv (n_rows, (n_head + 2 n_head_kv) * head_dim) f32, heads in that
+ * order: + bias (may be NULL), qwen3 per-head RMSNorm of q and k (q_norm/k_norm may be NULL), RoPE of q
+ * and k with cs; q is written back in place, K and V go to their slots of this layer's pool (k_layer,
+ * v_layer) through the sequences' block tables. */
+int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b, float *qkv,
+                    const float *bias, const float *q_norm, const float *k_norm, const float *cs, void *k_layer,
+                    void *v_layer, struct err *e);
+/* Attention of the planned items: q from qkv (n_rows, qkv_stride) f32; whole items write out (n_rows,
+ * n_head * head_dim) as out_type; split items write partials acc (n_parts, n_head, head_dim) and ml
+ * (n_parts, n_head, 2). Then cuda_launch_attn_combine for the split rows. */
+int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
+                     const float *qkv, int32_t qkv_stride, const void *k_layer, const void *v_layer, void *out,
+                     enum cuda_act out_type, float *part_acc, float *part_ml, struct err *e);
+int cuda_launch_attn_combine(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
+                             const float *part_acc, const float *part_ml, void *out, enum cuda_act out_type,
+                             struct err *e);
+/* out (n_rows, n_ff) as out_type = silu(gu[:, :n_ff]) * gu[:, n_ff:]; gu (n_rows, 2 n_ff) f32. */
+int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t n_ff, void *out,
+                       enum cuda_act out_type, struct err *e);
+/* Raises the attention kernels' shared-memory limit (once per process and device; idempotent). */
+int cuda_kernels_init(struct err *e);
+
+#endif

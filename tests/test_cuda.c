@@ -1,0 +1,904 @@
+/* test_cuda — the CUDA backend against the CPU oracle (runs only where a GPU is).
+ *
+ * Without NS_CUDA it prints "skip cuda: built without CUDA"; with NS_CUDA but no usable GPU, "skip cuda:
+ * <reason>". On a GPU:
+ *  - every kernel on random inputs (fresh per check), outputs poisoned with NaN before the run (a
+ *    missed element fails), against a reference in double on the host. Tolerances (measured values are
+ *    printed as "# " lines):
+ *      embedding gather: exact; RoPE table: |diff| <= 1e-6;
+ *      RMSNorm: residual x + add exact, F32 out |diff| <= 1e-5 |ref| + 1e-6, BF16 out <= 2^-8 |ref| + 1e-6;
+ *      SwiGLU: F32 <= 1e-5 |ref| + 1e-6, BF16 <= 2^-8 |ref| + 1e-6;
+ *      GEMM (BF16 and F32 operands, F32 accumulation): |diff| <= 1e-5 sum|w x| + 1e-6;
+ *      q/k/v epilogue: q <= 1e-5 (|ref| + 1), K/V slots (F32) likewise, (F16) within 1 half ulp + 1e-5,
+ *        and every slot no row owns still NaN;
+ *      attention: F32 out <= 2e-5 (max|v| = 1); whole vs split items bit-identical; a decode row alone
+ *        bit-identical to the same row inside a mixed batch; BF16 out = the F32 out rounded.
+ *  - full steps against the CPU backend on synthetic llama/qwen2/qwen3 models (F32, BF16, Q8_0) and on
+ *    stories260K, prefill and decode rows mixed, positions past one attention chunk: error / std(CPU
+ *    logits), rms and max: F32 weights rms <= 1e-4, max <= 1e-3; BF16 rms <= 2e-2, max <= 1.5e-1; Q8_0
+ *    (the CPU quantizes activations to 8 bits, the GPU rounds them to BF16) rms <= 8e-2, max <= 0.5.
+ *  - the same steps twice give bit-identical logits.
+ *  - through the engine: greedy completions of stories260K equal ../shared/testdata/golden; greedy outputs
+ *    at max_seqs 1 and 64 compared (the number of differing requests is printed and must be 0).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#ifndef NS_CUDA
+int main(void)
+{
+    printf("skip cuda: built without CUDA\n");
+    return 0;
+}
+#else
+
+#include "backend/backend.h"
+#include "backend/cuda.h"
+#include "backend/cuda_harness.h"
+#include "engine/engine.h"
+#include "gguf/quant.h"
+#include "model/model.h"
+#include "synth_util.h"
+#include "tokenizer/tok.h"
+
+static uint64_t g_rng = 20251201;
+
+static float frand(float a)
+{
+    return synth_uniform(&g_rng, a);
+}
+
+static void fill(float *x, size_t n, float a)
+{
+    for (size_t i = 0; i < n; i++) x[i] = frand(a);
+}
+
+static float bf16_round(float f)
+{
+    return quant_bf16_to_f32(quant_f32_to_bf16(f));
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* max over i of |got - ref| / (rel |ref| + abs); NaN counts as infinite. */
+static double worst(const float *got, const double *ref, size_t n, double rel, double abs_tol)
+{
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - ref[i]) / (rel * fabs(ref[i]) + abs_tol);
+        if (isnan(got[i]) || d > w) w = isnan(got[i]) ? INFINITY : d;
+    }
+    return w;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+TEST(kernel_embed)
+{
+    struct err e;
+    const int32_t nv = 97, n = 300, rows = 13;
+    float *tf = xmalloc((size_t)nv * n * 4), *x = xmalloc((size_t)rows * n * 4);
+    uint16_t *tb = xmalloc((size_t)nv * n * 2);
+    int32_t tok[13];
+    fill(tf, (size_t)nv * n, 2.0f);
+    for (size_t i = 0; i < (size_t)nv * n; i++) tb[i] = quant_f32_to_bf16(tf[i]);
+    for (int r = 0; r < rows; r++) tok[r] = (int32_t)((r * 37 + 5) % nv);
+    for (int bf = 0; bf < 2; bf++) {
+        CHECK_MSG(cuda_harness_embed(bf ? (void *)tb : (void *)tf, bf, nv, n, tok, rows, x, &e) == 0, "%s", e.msg);
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < n; i++) {
+                float want = bf ? quant_bf16_to_f32(tb[(size_t)tok[r] * n + i]) : tf[(size_t)tok[r] * n + i];
+                CHECK_MSG(x[(size_t)r * n + i] == want, "bf16 %d row %d elem %d", bf, r, i);
+            }
+    }
+    free(tf);
+    free(tb);
+    free(x);
+}
+
+TEST(kernel_rope_table)
+{
+    struct err e;
+    const int32_t rows = 9, n_rot = 128;
+    int32_t pos[9] = {0, 1, 2, 17, 255, 256, 4097, 70000, 131071};
+    double f[64];
+    float cs[9 * 128];
+    for (int i = 0; i < n_rot / 2; i++) f[i] = pow(500000.0, -2.0 * i / n_rot) / (i % 3 + 1);
+    CHECK_MSG(cuda_harness_rope_table(pos, rows, f, n_rot, cs, &e) == 0, "%s", e.msg);
+    double w = 0;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n_rot / 2; i++) {
+            double th = (double)pos[r] * f[i];
+            double d = fmax(fabs(cs[(r * n_rot / 2 + i) * 2] - (float)cos(th)), fabs(cs[(r * n_rot / 2 + i) * 2 + 1] - (float)sin(th)));
+            if (isnan(d) || d > w) w = isnan(d) ? INFINITY : d;
+        }
+    fprintf(stderr, "# rope table: max |diff| %.3g\n", w);
+    CHECK(w <= 1e-6);
+}
+
+TEST(kernel_rmsnorm)
+{
+    struct err e;
+    const int32_t n = 4096 + 37, nx = 6, n_out = 3;
+    const int32_t rows[3] = {5, 0, 3};
+    float *x = xmalloc((size_t)nx * n * 4), *x0 = xmalloc((size_t)nx * n * 4), *add = xmalloc((size_t)nx * n * 4);
+    float *w = xmalloc((size_t)n * 4), *out = xmalloc((size_t)nx * n * 4);
+    double *ref = xmalloc((size_t)nx * n * 8);
+    for (int variant = 0; variant < 4; variant++) {
+        const int with_add = variant & 1, bf = variant >> 1;
+        const int32_t no = with_add ? n_out : nx; /* with add: gathered rows (the output head's use) */
+        fill(x0, (size_t)nx * n, 3.0f);
+        fill(add, (size_t)nx * n, 1.0f);
+        for (int i = 0; i < n; i++) w[i] = 1.0f + frand(0.1f);
+        memcpy(x, x0, (size_t)nx * n * 4);
+        CHECK_MSG(cuda_harness_rmsnorm(x, nx, with_add ? add : NULL, w, with_add ? rows : NULL, no, n, 1e-5f, bf, out,
+                                       &e) == 0, "%s", e.msg);
+        for (int i = 0; i < no; i++) {
+            const int r = with_add ? rows[i] : i;
+            double ss = 0;
+            for (int k = 0; k < n; k++) {
+                float v = with_add ? x0[(size_t)r * n + k] + add[(size_t)r * n + k] : x0[(size_t)r * n + k];
+                CHECK_MSG(x[(size_t)r * n + k] == v, "residual row %d elem %d", r, k);
+                ss += (double)v * v;
+            }
+            double sc = 1.0 / sqrt(ss / n + 1e-5);
+            for (int k = 0; k < n; k++) ref[(size_t)i * n + k] = (double)x[(size_t)r * n + k] * sc * w[k];
+        }
+        double wv = worst(out, ref, (size_t)no * n, bf ? 1.0 / 256 : 1e-5, 1e-6);
+        fprintf(stderr, "# rmsnorm add %d bf16 %d: worst %.3g of tolerance\n", with_add, bf, wv);
+        CHECK_MSG(wv <= 1.0, "add %d bf16 %d: %.3g of tolerance", with_add, bf, wv);
+    }
+    free(x);
+    free(x0);
+    free(add);
+    free(w);
+    free(out);
+    free(ref);
+}
+
+TEST(kernel_swiglu)
+{
+    struct err e;
+    const int32_t rows = 5, nff = 1000 + 3;
+    float *gu = xmalloc((size_t)rows * 2 * nff * 4), *out = xmalloc((size_t)rows * nff * 4);
+    double *ref = xmalloc((size_t)rows * nff * 8);
+    fill(gu, (size_t)rows * 2 * nff, 6.0f);
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < nff; i++) {
+            double g = gu[(size_t)r * 2 * nff + i], u = gu[(size_t)r * 2 * nff + nff + i];
+            ref[(size_t)r * nff + i] = g / (1.0 + exp(-g)) * u;
+        }
+    for (int bf = 0; bf < 2; bf++) {
+        CHECK_MSG(cuda_harness_swiglu(gu, rows, nff, bf, out, &e) == 0, "%s", e.msg);
+        double wv = worst(out, ref, (size_t)rows * nff, bf ? 1.0 / 256 : 1e-5, 1e-6);
+        fprintf(stderr, "# swiglu bf16 %d: worst %.3g of tolerance\n", bf, wv);
+        CHECK(wv <= 1.0);
+    }
+    free(gu);
+    free(out);
+    free(ref);
+}
+
+TEST(kernel_gemm)
+{
+    struct err e;
+    const int32_t n_in = 1024 + 64, n_out = 333, rows_list[3] = {1, 7, 96};
+    float *wf = xmalloc((size_t)n_out * n_in * 4), *xf = xmalloc((size_t)96 * n_in * 4), *y = xmalloc((size_t)96 * n_out * 4);
+    uint16_t *wb = xmalloc((size_t)n_out * n_in * 2), *xb = xmalloc((size_t)96 * n_in * 2);
+    double *ref = xmalloc((size_t)96 * n_out * 8), *mag = xmalloc((size_t)96 * n_out * 8);
+    for (int bf = 0; bf < 2; bf++)
+        for (int li = 0; li < 3; li++) {
+            const int32_t rows = rows_list[li];
+            fill(wf, (size_t)n_out * n_in, 1.0f);
+            fill(xf, (size_t)rows * n_in, 2.0f);
+            for (size_t i = 0; i < (size_t)n_out * n_in; i++) {
+                wb[i] = quant_f32_to_bf16(wf[i]);
+                if (bf) wf[i] = quant_bf16_to_f32(wb[i]);
+            }
+            for (size_t i = 0; i < (size_t)rows * n_in; i++) {
+                xb[i] = quant_f32_to_bf16(xf[i]);
+                if (bf) xf[i] = quant_bf16_to_f32(xb[i]);
+            }
+            for (int r = 0; r < rows; r++)
+                for (int o = 0; o < n_out; o++) {
+                    double s = 0, m = 0;
+                    for (int k = 0; k < n_in; k++) {
+                        s += (double)wf[(size_t)o * n_in + k] * xf[(size_t)r * n_in + k];
+                        m += fabs((double)wf[(size_t)o * n_in + k] * xf[(size_t)r * n_in + k]);
+                    }
+                    ref[(size_t)r * n_out + o] = s;
+                    mag[(size_t)r * n_out + o] = m;
+                }
+            CHECK_MSG(cuda_harness_gemm(bf ? (void *)wb : (void *)wf, bf ? (void *)xb : (void *)xf, bf, rows, n_in, n_out,
+                                        y, &e) == 0, "%s", e.msg);
+            double wv = 0;
+            for (size_t i = 0; i < (size_t)rows * n_out; i++) {
+                double d = fabs(y[i] - ref[i]) / (1e-5 * mag[i] + 1e-6);
+                if (isnan(y[i]) || d > wv) wv = isnan(y[i]) ? INFINITY : d;
+            }
+            fprintf(stderr, "# gemm bf16 %d rows %d: worst %.3g of tolerance\n", bf, rows, wv);
+            CHECK_MSG(wv <= 1.0, "bf16 %d rows %d: %.3g of tolerance", bf, rows, wv);
+        }
+    free(wf);
+    free(xf);
+    free(y);
+    free(wb);
+    free(xb);
+    free(ref);
+    free(mag);
+}
+
+/* ---- attention setups: sequences of rows over a random block placement ---- */
+
+#define MAX_ROWS 160
+#define MAX_BT 256
+
+struct att_case {
+    struct cuda_harness_attn h;
+    int32_t pos[MAX_ROWS], seq[MAX_ROWS], bt[MAX_BT], bt_off[8];
+};
+
+/* Sequences s: rows at positions [first[s], first[s] + n[s]); blocks of each sequence drawn without
+ * replacement from a shuffled pool. */
+static void att_case_init(struct att_case *c, int32_t n_head, int32_t n_kv, int32_t hd, int32_t bs, enum kv_type t,
+                          int n_seqs, const int32_t *first, const int32_t *n)
+{
+    memset(c, 0, sizeof *c);
+    int32_t n_bt = 0, n_rows = 0, perm[MAX_BT];
+    for (int s = 0; s < n_seqs; s++) n_bt += (first[s] + n[s] + bs - 1) / bs;
+    for (int i = 0; i < n_bt; i++) perm[i] = i;
+    for (int i = n_bt - 1; i > 0; i--) {
+        int j = (int)(rng_splitmix64(&g_rng) % (uint64_t)(i + 1)), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    int32_t k = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        c->bt_off[s] = k;
+        for (int32_t b = 0; b < (first[s] + n[s] + bs - 1) / bs; b++) c->bt[k + b] = perm[k + b];
+        k += (first[s] + n[s] + bs - 1) / bs;
+        for (int32_t i = 0; i < n[s]; i++) {
+            c->pos[n_rows] = first[s] + i;
+            c->seq[n_rows++] = s;
+        }
+    }
+    c->h = (struct cuda_harness_attn){n_head, n_kv, hd, hd, 0, 1e-6f, bs, n_bt, t, n_rows, c->pos, c->seq, n_seqs,
+                                      c->bt_off, c->bt, n_bt};
+}
+
+/* Index in a pool of (position p of sequence s, kv head h, dim 0). */
+static size_t att_slot(const struct att_case *c, int s, int32_t p, int32_t h)
+{
+    const struct cuda_harness_attn *a = &c->h;
+    int32_t blk = c->bt[c->bt_off[s] + p / a->block_size];
+    return (((size_t)blk * a->n_head_kv + h) * a->block_size + p % a->block_size) * a->head_dim;
+}
+
+/* Reference attention in double: out (n_rows, n_head * hd). */
+static void att_ref(const struct att_case *c, const float *qkv, const float *kp, const float *vp, double *out)
+{
+    const struct cuda_harness_attn *a = &c->h;
+    const int32_t hd = a->head_dim, group = a->n_head / a->n_head_kv, w = (a->n_head + 2 * a->n_head_kv) * hd;
+    double *sc = xmalloc(4096 * 8);
+    for (int32_t r = 0; r < a->n_rows; r++)
+        for (int32_t h = 0; h < a->n_head; h++) {
+            const float *q = qkv + (size_t)r * w + (size_t)h * hd;
+            double mx = -INFINITY, sum = 0;
+            for (int32_t p = 0; p <= c->pos[r]; p++) {
+                const float *k = kp + att_slot(c, c->seq[r], p, h / group);
+                double s = 0;
+                for (int32_t d = 0; d < hd; d++) s += (double)q[d] * k[d];
+                sc[p] = s / sqrt((double)hd);
+                mx = fmax(mx, sc[p]);
+            }
+            for (int32_t p = 0; p <= c->pos[r]; p++) sum += (sc[p] = exp(sc[p] - mx));
+            for (int32_t d = 0; d < hd; d++) {
+                double o = 0;
+                for (int32_t p = 0; p <= c->pos[r]; p++) o += sc[p] * vp[att_slot(c, c->seq[r], p, h / group) + d];
+                out[((size_t)r * a->n_head + h) * hd + d] = o / sum;
+            }
+        }
+    free(sc);
+}
+
+static void kv_round(float *x, size_t n, enum kv_type t)
+{
+    if (t == KV_TYPE_F16)
+        for (size_t i = 0; i < n; i++) x[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
+}
+
+struct att_shape {
+    int32_t n_head, n_kv, hd, bs;
+};
+
+TEST(kernel_attention)
+{
+    struct err e;
+    /* stories-like (hd 8, group 2), SmolLM-like (hd 64, group 3), Llama-like (hd 128, group 4), MHA hd 80 */
+    const struct att_shape shapes[] = {{8, 4, 8, 16}, {9, 3, 64, 16}, {8, 2, 128, 16}, {4, 4, 80, 32}};
+    /* seq 0: prefill from 0 (40 rows); seq 1: one decode row at 700 (3 chunks, split); seq 2: prefill
+     * rows 300..305 (after earlier KV); seq 3: decode at 5 */
+    const int32_t first[4] = {0, 700, 300, 5}, n[4] = {40, 1, 6, 1};
+    static struct att_case c, c1;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int kt = 0; kt < 2; kt++) {
+            const struct att_shape *sh = &shapes[si];
+            const enum kv_type t = kt ? KV_TYPE_F16 : KV_TYPE_F32;
+            att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, t, 4, first, n);
+            const size_t pool = cuda_harness_pool_floats(&c.h), w = (size_t)(sh->n_head + 2 * sh->n_kv) * sh->hd;
+            const size_t n_out = (size_t)c.h.n_rows * sh->n_head * sh->hd;
+            float *kp = xmalloc(pool * 4), *vp = xmalloc(pool * 4), *qkv = xmalloc(c.h.n_rows * w * 4);
+            float *o0 = xmalloc(n_out * 4), *o1 = xmalloc(n_out * 4), *ob = xmalloc(n_out * 4);
+            double *ref = xmalloc(n_out * 8);
+            fill(kp, pool, 1.0f);
+            fill(vp, pool, 1.0f);
+            fill(qkv, c.h.n_rows * w, 2.0f);
+            kv_round(kp, pool, t);
+            kv_round(vp, pool, t);
+            att_ref(&c, qkv, kp, vp, ref);
+            int32_t n_split = 0;
+            CHECK_MSG(cuda_harness_attn(&c.h, qkv, kp, vp, 0, 0, o0, NULL, &e) == 0, "%s", e.msg);
+            CHECK_MSG(cuda_harness_attn(&c.h, qkv, kp, vp, 1, 0, o1, &n_split, &e) == 0, "%s", e.msg);
+            CHECK_MSG(cuda_harness_attn(&c.h, qkv, kp, vp, 1, 1, ob, NULL, &e) == 0, "%s", e.msg);
+            double wv = worst(o0, ref, n_out, 0, 2e-5);
+            fprintf(stderr, "# attention hd %d group %d kv %s: worst %.3g of tolerance, %d rows split\n", (int)sh->hd,
+                    (int)(sh->n_head / sh->n_kv), model_kv_type_name(t), wv, (int)n_split);
+            CHECK_MSG(wv <= 1.0, "hd %d kv %d: %.3g of tolerance", (int)sh->hd, kt, wv);
+            CHECK(n_split >= 1); /* the decode row at 700 (and a lone last row of a prefill run) */
+            CHECK_MSG(memcmp(o0, o1, n_out * 4) == 0, "hd %d: split items differ from whole items", (int)sh->hd);
+            for (size_t i = 0; i < n_out; i++) CHECK_MSG(ob[i] == bf16_round(o0[i]), "hd %d: bf16 output %zu", (int)sh->hd, i);
+            /* the decode row of seq 1 alone in its batch (same pool, same q) */
+            c1 = c;
+            c1.h.pos = c1.pos;
+            c1.h.seq = c1.seq;
+            c1.h.bt_off = c1.bt_off;
+            c1.h.bt = c1.bt;
+            c1.h.n_rows = 1;
+            c1.pos[0] = 700;
+            c1.seq[0] = 0;
+            c1.bt_off[0] = c.bt_off[1];
+            c1.h.n_seqs = 1;
+            float *q1 = qkv + (size_t)40 * w, *one = xmalloc((size_t)sh->n_head * sh->hd * 4);
+            CHECK_MSG(cuda_harness_attn(&c1.h, q1, kp, vp, 1, 0, one, NULL, &e) == 0, "%s", e.msg);
+            CHECK_MSG(memcmp(one, o0 + (size_t)40 * sh->n_head * sh->hd, (size_t)sh->n_head * sh->hd * 4) == 0,
+                      "hd %d: a decode row alone differs from the same row in a mixed batch", (int)sh->hd);
+            free(one);
+            free(kp);
+            free(vp);
+            free(qkv);
+            free(o0);
+            free(o1);
+            free(ob);
+            free(ref);
+        }
+}
+
+/* Reference q/k/v epilogue of one row in double; y: (n_head + 2 n_kv) * hd values, in place. */
+static void qkv_ref(const struct cuda_harness_attn *a, double *y, const float *bias, const float *qn, const float *kn,
+                    const float *cs)
+{
+    const int32_t hd = a->head_dim, nh = a->n_head, nkv = a->n_head_kv, half = a->n_rot / 2;
+    for (int32_t hi = 0; hi < nh + 2 * nkv; hi++) {
+        double *h = y + (size_t)hi * hd;
+        if (bias)
+            for (int32_t i = 0; i < hd; i++) h[i] += bias[(size_t)hi * hd + i];
+        if (hi >= nh + nkv) continue;
+        const float *nw = hi < nh ? qn : kn;
+        if (nw) {
+            double ss = 0;
+            for (int32_t i = 0; i < hd; i++) ss += h[i] * h[i];
+            double sc = 1.0 / sqrt(ss / hd + a->norm_eps);
+            for (int32_t i = 0; i < hd; i++) h[i] = h[i] * sc * nw[i];
+        }
+        for (int32_t i = 0; i < half; i++) {
+            int32_t p = a->rope_neox ? i : 2 * i, q = a->rope_neox ? i + half : 2 * i + 1;
+            double c = cs[2 * i], s = cs[2 * i + 1], x0 = h[p], x1 = h[q];
+            h[p] = x0 * c - x1 * s;
+            h[q] = x0 * s + x1 * c;
+        }
+    }
+}
+
+TEST(kernel_qkv)
+{
+    struct err e;
+    /* (shape, n_rot, neox, bias, norms) */
+    const struct {
+        struct att_shape s;
+        int32_t n_rot;
+        int neox, bias, norm;
+    } cases[] = {{{8, 4, 8, 16}, 8, 0, 0, 0}, {{9, 3, 64, 16}, 64, 1, 1, 0}, {{8, 2, 128, 16}, 128, 1, 0, 1},
+                 {{4, 2, 64, 4}, 32, 0, 1, 1}};
+    const int32_t first[3] = {0, 300, 17}, n[3] = {20, 1, 3};
+    static struct att_case c;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int kt = 0; kt < 2; kt++) {
+            const enum kv_type t = kt ? KV_TYPE_F16 : KV_TYPE_F32;
+            const struct att_shape *sh = &cases[ci].s;
+            att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, t, 3, first, n);
+            c.h.n_rot = cases[ci].n_rot;
+            c.h.rope_neox = cases[ci].neox;
+            const size_t pool = cuda_harness_pool_floats(&c.h), w = (size_t)(sh->n_head + 2 * sh->n_kv) * sh->hd;
+            const int32_t R = c.h.n_rows, half = c.h.n_rot / 2;
+            float *qkv = xmalloc(R * w * 4), *qkv0 = xmalloc(R * w * 4), *kp = xmalloc(pool * 4), *vp = xmalloc(pool * 4);
+            float *bias = xmalloc(w * 4), qn[128], kn[128], *cs = xmalloc((size_t)R * half * 2 * 4 + 4);
+            double *y = xmalloc(w * 8), inv[64];
+            fill(qkv0, R * w, 2.0f);
+            fill(bias, w, 0.1f);
+            for (int i = 0; i < sh->hd; i++) {
+                qn[i] = 1.0f + frand(0.1f);
+                kn[i] = 1.0f + frand(0.1f);
+            }
+            for (int i = 0; i < half; i++) inv[i] = pow(10000.0, -2.0 * i / c.h.n_rot);
+            CHECK_MSG(cuda_harness_rope_table(c.pos, R, inv, c.h.n_rot, cs, &e) == 0, "%s", e.msg);
+            for (size_t i = 0; i < pool; i++) kp[i] = vp[i] = NAN; /* the pool's other slots stay NaN */
+            memcpy(qkv, qkv0, R * w * 4);
+            CHECK_MSG(cuda_harness_qkv(&c.h, qkv, cases[ci].bias ? bias : NULL, cases[ci].norm ? qn : NULL,
+                                       cases[ci].norm ? kn : NULL, cs, kp, vp, &e) == 0, "%s", e.msg);
+            double wq = 0, wkv = 0;
+            size_t written = 0;
+            for (int32_t r = 0; r < R; r++) {
+                for (size_t i = 0; i < w; i++) y[i] = qkv0[(size_t)r * w + i];
+                qkv_ref(&c.h, y, cases[ci].bias ? bias : NULL, cases[ci].norm ? qn : NULL, cases[ci].norm ? kn : NULL,
+                        cs + (size_t)r * half * 2);
+                for (int32_t i = 0; i < sh->n_head * sh->hd; i++) {
+                    double d = fabs(qkv[(size_t)r * w + i] - y[i]) / (1e-5 * (fabs(y[i]) + 1));
+                    if (isnan(d) || d > wq) wq = isnan(d) ? INFINITY : d;
+                }
+                for (int32_t h = 0; h < 2 * sh->n_kv; h++) {
+                    const float *slot = (h < sh->n_kv ? kp : vp) + att_slot(&c, c.seq[r], c.pos[r], h % sh->n_kv);
+                    for (int32_t d = 0; d < sh->hd; d++) {
+                        const double ref = y[(size_t)(sh->n_head + h) * sh->hd + d];
+                        const double tol = (kt ? fabs(ref) / 1024 : 1e-5 * (fabs(ref) + 1)) + 1e-5;
+                        double dd = fabs(slot[d] - ref) / tol;
+                        if (isnan(dd) || dd > wkv) wkv = isnan(dd) ? INFINITY : dd;
+                    }
+                }
+                written += 2 * (size_t)sh->n_kv * sh->hd;
+            }
+            size_t not_nan = 0;
+            for (size_t i = 0; i < pool; i++) not_nan += !isnan(kp[i]) + !isnan(vp[i]);
+            fprintf(stderr, "# qkv case %zu kv %s: q worst %.3g, k/v worst %.3g of tolerance\n", ci, model_kv_type_name(t),
+                    wq, wkv);
+            CHECK_MSG(wq <= 1.0 && wkv <= 1.0, "case %zu kv %d: q %.3g, kv %.3g", ci, kt, wq, wkv);
+            CHECK_MSG(not_nan == written, "case %zu: %zu pool values written, %zu expected", ci, not_nan, written);
+            free(qkv);
+            free(qkv0);
+            free(kp);
+            free(vp);
+            free(bias);
+            free(cs);
+            free(y);
+        }
+}
+
+/* ---------------------------------------------------------------- full steps vs the CPU backend */
+
+struct pair {
+    struct backend cpu, gpu;
+};
+
+static int pair_init(struct pair *p, const struct model *m, int32_t n_blocks, int32_t bs, enum kv_type t,
+                     struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    if (backend_cpu_init(&p->cpu, 2, e) || p->cpu.ops->load(p->cpu.ctx, m, e) ||
+        p->cpu.ops->kv_alloc(p->cpu.ctx, n_blocks, bs, t, e))
+        return -1;
+    if (backend_cuda_init(&p->gpu, NULL, e) || p->gpu.ops->load(p->gpu.ctx, m, e) ||
+        p->gpu.ops->kv_alloc(p->gpu.ctx, n_blocks, bs, t, e) || p->gpu.ops->check(p->gpu.ctx, e))
+        return -1;
+    return 0;
+}
+
+static void pair_free(struct pair *p)
+{
+    backend_free(&p->cpu);
+    backend_free(&p->gpu);
+}
+
+/* A scripted sequence of steps over 3 sequences (tokens from a seed): step 0 prefills seq 0 (300 rows,
+ * past one attention chunk) and seq 1 (7 rows); step 1 decodes seq 0, continues seq 1 (5 rows), starts
+ * seq 2 (3 rows); steps 2..4 decode all three. Every row of every step wants logits. */
+#define SCRIPT_STEPS 5
+#define SCRIPT_MAX_ROWS 320
+
+struct script {
+    int32_t n_vocab, bs;
+    int32_t bt[3][64];
+    int32_t len[3]; /* tokens so far */
+    uint64_t seed;
+};
+
+static int32_t script_token(const struct script *s, int seq, int32_t p)
+{
+    uint64_t x = s->seed + (uint64_t)seq * 1000003u + (uint64_t)p * 7919u;
+    return 1 + (int32_t)(rng_splitmix64(&x) % (uint64_t)(s->n_vocab - 1));
+}
+
+/* Runs the script's step `k` on be; logits (n_rows, n_vocab) into out; *n_rows out. */
+static int script_step(struct script *s, int k, struct backend *be, float *out, int32_t *n_rows, struct err *e)
+{
+    static const int32_t plan[SCRIPT_STEPS][3] = {{300, 7, 0}, {1, 5, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}};
+    int32_t tokens[SCRIPT_MAX_ROWS], pos[SCRIPT_MAX_ROWS], seq[SCRIPT_MAX_ROWS], lr[SCRIPT_MAX_ROWS];
+    struct step_seq ss[3];
+    int32_t n = 0, n_seqs = 0, start[3];
+    for (int q = 0; q < 3; q++) start[q] = s->len[q];
+    for (int q = 0; q < 3; q++) {
+        if (!plan[k][q]) continue;
+        for (int32_t i = 0; i < plan[k][q]; i++) {
+            tokens[n] = script_token(s, q, start[q] + i);
+            pos[n] = start[q] + i;
+            seq[n] = n_seqs;
+            lr[n] = n;
+            n++;
+        }
+        ss[n_seqs].block_table = s->bt[q];
+        ss[n_seqs].n_blocks = (start[q] + plan[k][q] + s->bs - 1) / s->bs;
+        n_seqs++;
+    }
+    struct step_batch b = {n, tokens, pos, seq, n_seqs, ss, n, lr};
+    if (be->ops->forward(be->ctx, &b, out, e)) return -1;
+    *n_rows = n;
+    return 0;
+}
+
+static void script_reset(struct script *s, int32_t n_vocab, int32_t bs, uint64_t seed)
+{
+    memset(s, 0, sizeof *s);
+    s->n_vocab = n_vocab;
+    s->bs = bs;
+    s->seed = seed;
+    for (int q = 0; q < 3; q++)
+        for (int i = 0; i < 64; i++) s->bt[q][i] = 191 - (q * 64 + i); /* any placement */
+}
+
+static void script_advance(struct script *s, int k)
+{
+    static const int32_t plan[SCRIPT_STEPS][3] = {{300, 7, 0}, {1, 5, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}};
+    for (int q = 0; q < 3; q++) s->len[q] += plan[k][q];
+}
+
+/* The script on both backends; worst rms and max error / std(cpu logits) over steps and rows. */
+static int compare_steps(const struct model *m, enum kv_type t, double *rms_out, double *max_out, struct err *e)
+{
+    struct pair p;
+    struct script sc;
+    const int32_t nv = m->hp.n_vocab;
+    float *a = xmalloc((size_t)SCRIPT_MAX_ROWS * nv * 4), *b = xmalloc((size_t)SCRIPT_MAX_ROWS * nv * 4);
+    int rc = -1;
+    *rms_out = *max_out = 0;
+    if (pair_init(&p, m, 192, 16, t, e)) goto out;
+    script_reset(&sc, nv, 16, 99);
+    for (int k = 0; k < SCRIPT_STEPS; k++) {
+        int32_t n = 0, n2 = 0;
+        for (size_t i = 0; i < (size_t)SCRIPT_MAX_ROWS * nv; i++) b[i] = NAN;
+        if (script_step(&sc, k, &p.cpu, a, &n, e) || script_step(&sc, k, &p.gpu, b, &n2, e)) goto out;
+        script_advance(&sc, k);
+        for (int32_t r = 0; r < n; r++) {
+            const float *x = a + (size_t)r * nv, *y = b + (size_t)r * nv;
+            double s = 0, s2 = 0, d2 = 0, dm = 0;
+            for (int32_t i = 0; i < nv; i++) {
+                s += x[i];
+                s2 += (double)x[i] * x[i];
+                double d = fabs((double)x[i] - y[i]);
+                if (isnan(d)) d = INFINITY;
+                d2 += d * d;
+                dm = fmax(dm, d);
+            }
+            const double sd = sqrt(fmax(s2 / nv - (s / nv) * (s / nv), 1e-30));
+            *rms_out = fmax(*rms_out, sqrt(d2 / nv) / sd);
+            *max_out = fmax(*max_out, dm / sd);
+        }
+    }
+    rc = 0;
+out:
+    pair_free(&p);
+    free(a);
+    free(b);
+    return rc;
+}
+
+struct synth_case {
+    const char *name, *arch;
+    enum gguf_dtype type;
+    int head_dim, tied, rope_freqs;
+    enum kv_type kv;
+    double rms_tol, max_tol;
+};
+
+TEST(step_vs_cpu_synthetic)
+{
+    const struct synth_case cases[] = {
+        {"llama f32", "llama", GGUF_DTYPE_F32, 0, 0, 0, KV_TYPE_F32, 1e-4, 1e-3},
+        {"llama f32 kv f16", "llama", GGUF_DTYPE_F32, 0, 0, 0, KV_TYPE_F16, 1e-4, 1e-3},
+        {"llama f32 tied rope_freqs", "llama", GGUF_DTYPE_F32, 0, 1, 1, KV_TYPE_F32, 1e-4, 1e-3},
+        {"qwen2 f32", "qwen2", GGUF_DTYPE_F32, 0, 0, 0, KV_TYPE_F32, 1e-4, 1e-3},
+        {"qwen3 f32 hd 32", "qwen3", GGUF_DTYPE_F32, 32, 0, 0, KV_TYPE_F32, 1e-4, 1e-3},
+        {"llama bf16", "llama", GGUF_DTYPE_BF16, 0, 0, 0, KV_TYPE_F16, 2e-2, 1.5e-1},
+        {"qwen3 f16", "qwen3", GGUF_DTYPE_F16, 0, 0, 0, KV_TYPE_F16, 2e-2, 1.5e-1},
+        {"llama q8_0", "llama", GGUF_DTYPE_Q8_0, 0, 0, 0, KV_TYPE_F16, 8e-2, 0.5},
+        {"qwen2 q4_1", "qwen2", GGUF_DTYPE_Q4_1, 0, 0, 0, KV_TYPE_F16, 8e-2, 0.5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct err e;
+        struct synth_cfg cfg = synth_default();
+        cfg.arch = cases[i].arch;
+        cfg.type = cases[i].type;
+        cfg.n_embd = 128;
+        cfg.n_head = 8;
+        cfg.n_head_kv = 2;
+        cfg.n_ff = 192;
+        cfg.n_vocab = 320;
+        cfg.n_ctx = 1024;
+        cfg.head_dim = cases[i].head_dim;
+        cfg.tied = cases[i].tied;
+        cfg.rope_freqs = cases[i].rope_freqs;
+        cfg.seed = 7 + i;
+        struct synth_model sm;
+        CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s: %s", cases[i].name, e.msg);
+        double rms, mx;
+        int rc = compare_steps(sm.m, cases[i].kv, &rms, &mx, &e);
+        synth_free(&sm);
+        CHECK_MSG(rc == 0, "%s: %s", cases[i].name, e.msg);
+        fprintf(stderr, "# %s: logits error / std: rms %.3g (tol %.3g), max %.3g (tol %.3g)\n", cases[i].name, rms,
+                cases[i].rms_tol, mx, cases[i].max_tol);
+        CHECK_MSG(rms <= cases[i].rms_tol && mx <= cases[i].max_tol, "%s: rms %.3g, max %.3g", cases[i].name, rms, mx);
+    }
+}
+
+struct loaded {
+    gguf_file *f;
+    struct model *m;
+    tok_vocab *v;
+};
+
+static int load_model(const char *path, struct loaded *L, struct err *e)
+{
+    memset(L, 0, sizeof *L);
+    if (gguf_open(path, &L->f, e) || model_load(L->f, &L->m, e) || tok_load(L->f, &L->v, e)) return -1;
+    return 0;
+}
+
+static void unload_model(struct loaded *L)
+{
+    tok_free(L->v);
+    model_free(L->m);
+    gguf_close(L->f);
+}
+
+TEST(step_vs_cpu_stories260K)
+{
+    struct err e;
+    struct loaded L;
+    const char *path = test_shared("models/stories260K.gguf");
+    if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
+    CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
+    double rms, mx;
+    int rc = compare_steps(L.m, KV_TYPE_F32, &rms, &mx, &e);
+    unload_model(&L);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    fprintf(stderr, "# stories260K: logits error / std: rms %.3g (tol 1e-4), max %.3g (tol 1e-3)\n", rms, mx);
+    CHECK(rms <= 1e-4 && mx <= 1e-3);
+}
+
+/* The script twice on one GPU backend (the KV pool re-used): bit-identical logits. */
+TEST(step_deterministic)
+{
+    struct err e;
+    struct synth_cfg cfg = synth_default();
+    cfg.type = GGUF_DTYPE_BF16;
+    cfg.n_embd = 256;
+    cfg.n_head = 8;
+    cfg.n_head_kv = 2;
+    cfg.n_ff = 512;
+    cfg.n_vocab = 1000;
+    cfg.n_ctx = 1024;
+    struct synth_model sm;
+    CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
+    struct backend be;
+    const size_t n = (size_t)SCRIPT_STEPS * SCRIPT_MAX_ROWS * cfg.n_vocab;
+    float *out[2] = {xmalloc(n * 4), xmalloc(n * 4)};
+    int32_t rows[2][SCRIPT_STEPS];
+    int ok = backend_cuda_init(&be, NULL, &e) == 0 && be.ops->load(be.ctx, sm.m, &e) == 0 &&
+             be.ops->kv_alloc(be.ctx, 192, 16, KV_TYPE_F16, &e) == 0;
+    for (int run = 0; ok && run < 2; run++) {
+        struct script sc;
+        script_reset(&sc, cfg.n_vocab, 16, 5);
+        for (int k = 0; ok && k < SCRIPT_STEPS; k++) {
+            ok = script_step(&sc, k, &be, out[run] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, &rows[run][k], &e) == 0;
+            script_advance(&sc, k);
+        }
+    }
+    int same = 1;
+    for (int k = 0; ok && k < SCRIPT_STEPS; k++)
+        same &= rows[0][k] == rows[1][k] &&
+                memcmp(out[0] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, out[1] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+                       (size_t)rows[0][k] * cfg.n_vocab * 4) == 0;
+    backend_free(&be);
+    synth_free(&sm);
+    free(out[0]);
+    free(out[1]);
+    CHECK_MSG(ok, "%s", e.msg);
+    CHECK_MSG(same, "two runs of the same steps gave different logits");
+}
+
+/* ---------------------------------------------------------------- through the engine */
+
+/* Parses the integer array after "key":[ in a JSON line; returns the count (at most cap). */
+static int json_ints(const char *line, const char *key, int32_t *out, int cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":[", key);
+    const char *p = strstr(line, pat);
+    if (!p) return -1;
+    p += strlen(pat);
+    int n = 0;
+    while (*p && *p != ']' && n < cap) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) return -1;
+        out[n++] = (int32_t)v;
+        p = end;
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return n;
+}
+
+struct gen_req {
+    int32_t prompt[256], n_prompt, max_tokens;
+    int32_t got[256], n_got;
+};
+
+/* Runs greedy requests through an engine on be; fills got. */
+static int run_engine(struct loaded *L, struct backend *be, struct gen_req *r, int n, int32_t max_seqs, struct err *e)
+{
+    struct engine_params p = engine_default_params();
+    p.kv_blocks = 4096;
+    p.max_seqs = max_seqs;
+    p.max_batch_tokens = 512;
+    p.debug_checks = 1;
+    engine *eng;
+    if (engine_init(L->m, be, L->v, &p, &eng, e)) return -1;
+    for (int i = 0; i < n; i++) {
+        struct engine_request q = {.id = (uint64_t)i, .prompt = r[i].prompt, .n_prompt = r[i].n_prompt,
+                                   .max_tokens = r[i].max_tokens, .sampling = sampler_default_params(),
+                                   .ignore_eos = 1};
+        if (engine_add(eng, &q, e)) goto fail;
+    }
+    for (;;) {
+        struct engine_result res;
+        while (engine_take(eng, &res)) {
+            struct gen_req *g = &r[res.id];
+            g->n_got = res.n_tokens < 256 ? res.n_tokens : 256;
+            memcpy(g->got, res.tokens, (size_t)g->n_got * 4);
+            engine_result_free(&res);
+        }
+        if (!engine_has_work(eng)) break;
+        if (engine_step(eng, e)) goto fail;
+    }
+    engine_free(eng);
+    return 0;
+fail:
+    engine_free(eng);
+    return -1;
+}
+
+TEST(engine_golden_stories260K)
+{
+    struct err e;
+    struct loaded L;
+    char path[4200], gpath[4200];
+    snprintf(path, sizeof path, "%s", test_shared("models/stories260K.gguf"));
+    snprintf(gpath, sizeof gpath, "%s", test_shared("testdata/golden/stories260K_greedy64.jsonl"));
+    if (access(path, R_OK) != 0 || access(gpath, R_OK) != 0) SKIP("stories260K.gguf or its golden file not found");
+    char *text = test_read_file(gpath, NULL);
+    CHECK(text);
+    static struct gen_req req[16], want[16];
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line && n < 16; line = strtok(NULL, "\n")) {
+        int32_t nn[1];
+        req[n].n_prompt = json_ints(line, "prompt_ids", req[n].prompt, 256);
+        want[n].n_got = json_ints(line, "completion_ids", want[n].got, 256);
+        char *np = strstr(line, "\"n\":");
+        nn[0] = np ? (int32_t)atoi(np + 4) : -1;
+        req[n].max_tokens = nn[0];
+        if (req[n].n_prompt > 0 && want[n].n_got == nn[0]) n++;
+    }
+    free(text);
+    CHECK(n >= 3);
+    CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
+    struct backend be;
+    int ok = backend_cuda_init(&be, NULL, &e) == 0 && be.ops->load(be.ctx, L.m, &e) == 0 &&
+             run_engine(&L, &be, req, n, 64, &e) == 0;
+    backend_free(&be);
+    unload_model(&L);
+    CHECK_MSG(ok, "%s", e.msg);
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < want[i].n_got && k < req[i].n_got && want[i].got[k] == req[i].got[k]) k++;
+        CHECK_MSG(req[i].n_got == want[i].n_got && k == want[i].n_got, "golden line %d: first difference at token %d of %d",
+                  i, k, (int)want[i].n_got);
+    }
+    fprintf(stderr, "# golden: %d completions of stories260K equal\n", n);
+}
+
+TEST(engine_concurrency_1_vs_64)
+{
+    struct err e;
+    struct loaded L;
+    const char *path = test_shared("models/stories260K.gguf");
+    if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
+    CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
+    enum { N = 64 };
+    static struct gen_req a[N], b[N];
+    uint64_t s = 77;
+    for (int i = 0; i < N; i++) {
+        a[i].n_prompt = 4 + (int32_t)(rng_splitmix64(&s) % 60);
+        for (int32_t k = 0; k < a[i].n_prompt; k++) a[i].prompt[k] = 3 + (int32_t)(rng_splitmix64(&s) % (uint64_t)(L.m->hp.n_vocab - 3));
+        a[i].max_tokens = 48;
+        b[i] = a[i];
+    }
+    struct backend be;
+    int ok = backend_cuda_init(&be, NULL, &e) == 0 && be.ops->load(be.ctx, L.m, &e) == 0 &&
+             run_engine(&L, &be, a, N, 1, &e) == 0 && run_engine(&L, &be, b, N, 64, &e) == 0;
+    backend_free(&be);
+    unload_model(&L);
+    CHECK_MSG(ok, "%s", e.msg);
+    int differ = 0, first = -1;
+    for (int i = 0; i < N; i++) {
+        int k = 0;
+        while (k < a[i].n_got && k < b[i].n_got && a[i].got[k] == b[i].got[k]) k++;
+        if (k != a[i].n_got || a[i].n_got != b[i].n_got) {
+            differ++;
+            if (first < 0 || k < first) first = k;
+        }
+    }
+    fprintf(stderr, "# concurrency 1 vs 64: %d of %d greedy requests differ (earliest at token %d)\n", differ, N, first);
+    CHECK_MSG(differ == 0, "%d of %d requests differ", differ, N);
+}
+
+/* TEST_CUDA_ONLY=prefix runs only the tests whose names start with it (e.g. "kernel_" under
+ * compute-sanitizer). */
+#define RUN_SEL(name)                                                                                     \
+    do {                                                                                                  \
+        const char *only_ = getenv("TEST_CUDA_ONLY");                                                     \
+        if (!only_ || !strncmp(#name, only_, strlen(only_))) RUN(name);                                   \
+    } while (0)
+
+int main(void)
+{
+    char why[512];
+    if (!backend_cuda_probe(why, sizeof why)) {
+        printf("skip cuda: %s\n", why);
+        return 0;
+    }
+    RUN_SEL(kernel_embed);
+    RUN_SEL(kernel_rope_table);
+    RUN_SEL(kernel_rmsnorm);
+    RUN_SEL(kernel_swiglu);
+    RUN_SEL(kernel_gemm);
+    RUN_SEL(kernel_qkv);
+    RUN_SEL(kernel_attention);
+    RUN_SEL(step_vs_cpu_synthetic);
+    RUN_SEL(step_vs_cpu_stories260K);
+    RUN_SEL(step_deterministic);
+    RUN_SEL(engine_golden_stories260K);
+    RUN_SEL(engine_concurrency_1_vs_64);
+    return test_summary();
+}
+
+#endif
