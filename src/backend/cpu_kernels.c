@@ -15,6 +15,7 @@
  * 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); a lane of a group sums 32 products < 2^20.
  */
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_kquant.h"
 
 #include <assert.h>
 #include <math.h>
@@ -41,9 +42,15 @@
 
 #define CPU_TILE_ROWS 32 /* weight rows per task */
 
+enum cpu_act cpu_type_act(enum gguf_dtype t)
+{
+    if (t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1) return CPU_ACT_Q8;
+    return cpu_kquant_type(t) ? CPU_ACT_Q8K : CPU_ACT_F32;
+}
+
 int cpu_type_uses_q8(enum gguf_dtype t)
 {
-    return t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1;
+    return cpu_type_act(t) == CPU_ACT_Q8;
 }
 
 int64_t cpu_q8_row_bytes(int64_t n)
@@ -405,37 +412,7 @@ DEFINE_SCALAR_TILE(dot_q4_1_scalar)
 /* ---------------------------------------------------------------- AVX2 / FMA */
 #if CPU_HAVE_AVX2
 
-#define CPU_INLINE static inline __attribute__((always_inline))
-
-CPU_INLINE float hsum256(__m256 v)
-{
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
-/* Cases of an n_x switch in the integer template (cpu_kernels_quant.h), each running the body with the
- * constant NXC = n_x (so the row loops unroll): 1 .. CPU_QMAX, the last one as the default. */
-#define CPU_QCASE(N, ...)                                                                                 \
-    case N: {                                                                                             \
-        enum { NXC = N };                                                                                 \
-        __VA_ARGS__;                                                                                      \
-        break;                                                                                            \
-    }
-#define CPU_QCASES4(...)                                                                                  \
-    CPU_QCASE(1, __VA_ARGS__) CPU_QCASE(2, __VA_ARGS__) CPU_QCASE(3, __VA_ARGS__) default : {             \
-        enum { NXC = 4 };                                                                                 \
-        __VA_ARGS__;                                                                                      \
-        break;                                                                                            \
-    }
-#define CPU_QCASES8(...)                                                                                  \
-    CPU_QCASE(1, __VA_ARGS__) CPU_QCASE(2, __VA_ARGS__) CPU_QCASE(3, __VA_ARGS__) CPU_QCASE(4, __VA_ARGS__) \
-    CPU_QCASE(5, __VA_ARGS__) CPU_QCASE(6, __VA_ARGS__) CPU_QCASE(7, __VA_ARGS__) default : {             \
-        enum { NXC = 8 };                                                                                 \
-        __VA_ARGS__;                                                                                      \
-        break;                                                                                            \
-    }
+#include "backend/cpu_simd.h"
 
 /* Float weights (F32, F16, BF16) are multiplied from panels (cpu_kernels.h): output o of panel p is lane
  * o % 16 of the vectors at p's k * 16, so a vector load gives one k for 16 outputs and each output's
@@ -634,6 +611,7 @@ static int cpu_have_vnni512(void)
 struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
 {
     struct cpu_kernel k = {NULL, NULL, 0};
+    if (cpu_kquant_type(t)) return cpu_kquant_variant(t, v);
 #define K(name) k = (struct cpu_kernel){name, name##_tile, CPU_DOT_MAX_X}
 #define K2(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_DOT_MAX_X}
 #define K8(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_TILE_MAX_X}
@@ -753,7 +731,7 @@ struct cpu_matmul_ctx {
     cpu_tile_fn tile_fn[8];    /* cpu_kernel_best(type).tile of each job, chosen once per call */
     int max_x[8];              /* and its rows per call */
     const float *x;
-    const void *xq;
+    const void *xq, *xk;
     int32_t n_rows;
     int32_t rows_per_block; /* a multiple of CPU_TILE_MAX_X */
     int64_t n_row_blocks;
@@ -769,10 +747,10 @@ static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, int j, int64_t o0, i
     const struct model_weight *w = job->w;
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
-    const int q8 = cpu_type_uses_q8(w->type);
+    const enum cpu_act act = cpu_type_act(w->type);
     cpu_tile_fn tile_fn = c->tile_fn[j];
-    const char *x = q8 ? (const char *)c->xq : (const char *)c->x;
-    const int64_t x_stride = q8 ? cpu_q8_row_bytes(n_in) : n_in * 4;
+    const char *x = act == CPU_ACT_Q8 ? (const char *)c->xq : act == CPU_ACT_Q8K ? (const char *)c->xk : (const char *)c->x;
+    const int64_t x_stride = act == CPU_ACT_Q8 ? cpu_q8_row_bytes(n_in) : act == CPU_ACT_Q8K ? cpu_q8k_row_bytes(n_in) : n_in * 4;
     /* The tile of weight rows stays in cache while the block's input rows pass over it. */
     const int mx = c->max_x[j];
     for (int32_t r0 = row0; r0 < row1; r0 += mx) {
@@ -802,10 +780,10 @@ static void cpu_matmul_task(void *arg, int64_t task, int thread)
 }
 
 void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
-                   int32_t n_rows, const struct cpu_matmul_opts *opts)
+                const void *xk, int32_t n_rows, const struct cpu_matmul_opts *opts)
 {
     if (n_rows <= 0 || n_jobs <= 0) return;
-    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .n_rows = n_rows};
+    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .xk = xk, .n_rows = n_rows};
     if (opts) {
         c.paired = opts->paired && c.n_jobs >= 2;
         assert(!c.paired || jobs[0].w->ne[1] == jobs[1].w->ne[1]);
