@@ -535,6 +535,83 @@ TEST(test_quant_vs_f32_synthetic)
               gguf_dtype_info(cases[bad < 0 ? 0 : bad].t)->name, r[0], r[1], r[2], r[3], e.msg);
 }
 
+/* ---------------------------------------------------------------- K-quants in a whole model */
+
+/* A Q4_K_M-like mix (Q4_K, with Q6_K for attn_v, ffn_down and the output head as llama.cpp's mix does),
+ * plus a Q8_0 attn_k and a Q4_0 ffn_gate so that one matmul call reads both activation forms. */
+static enum gguf_dtype mix_type(const char *name)
+{
+    if (strstr(name, "attn_v") || strstr(name, "ffn_down") || !strcmp(name, "output.weight")) return GGUF_DTYPE_Q6_K;
+    if (strstr(name, "attn_k")) return GGUF_DTYPE_Q8_0;
+    if (strstr(name, "ffn_gate")) return GGUF_DTYPE_Q4_0;
+    return 0;
+}
+
+/* The synthetic model with K-quant matrices (n_ff 512: K-quant rows are whole super-blocks): batch
+ * invariance (check_invariance) and the logits vs (a) the F32 model with the same values and (b) the
+ * model's own weights dequantized to F32 (only the 8-bit activation blocks of 256 differ), errors
+ * relative to std(logits) within the stated bounds (measured values printed). */
+TEST(test_kquant_synthetic)
+{
+    struct {
+        enum gguf_dtype t;
+        int mix;
+        enum kv_type kv;
+        double rms_tol, max_tol, clone_rms_tol, clone_max_tol;
+    } cases[] = {
+        {GGUF_DTYPE_Q4_K, 1, KV_TYPE_F32, 0.40, 1.60, 0.06, 0.30}, {GGUF_DTYPE_Q6_K, 0, KV_TYPE_Q8_0, 0.10, 0.40, 0.06, 0.30},
+        {GGUF_DTYPE_Q5_K, 0, KV_TYPE_F16, 0.20, 0.80, 0.06, 0.30}, {GGUF_DTYPE_Q4_K, 0, KV_TYPE_F32, 0.40, 1.60, 0.06, 0.30},
+        {GGUF_DTYPE_Q3_K, 0, KV_TYPE_F32, 0.80, 3.00, 0.06, 0.30}, {GGUF_DTYPE_Q2_K, 0, KV_TYPE_F32, 1.50, 6.00, 0.06, 0.30},
+    };
+    struct synth_cfg c = backend_cfg();
+    c.n_ff = 512;
+    struct synth_model ref_m;
+    struct err e = {{0}};
+    CHECK_MSG(synth_build(&c, 1, &ref_m, &e) == 0, "%.900s", e.msg);
+    const int64_t nl = 16 * (int64_t)c.n_vocab;
+    float *ref = logits_alone(ref_m.m, test_tokens, 16, 2, KV_TYPE_F32, &e);
+    synth_free(&ref_m);
+    CHECK_MSG(ref, "%.900s", e.msg);
+    const double sd = logit_std(ref, nl);
+    char why[512] = "";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !why[0]; i++) {
+        c.type = cases[i].t;
+        c.type_of = cases[i].mix ? mix_type : NULL;
+        const char *name = cases[i].mix ? "Q4_K_M-like mix" : gguf_dtype_info(c.type)->name;
+        struct synth_model sm;
+        struct model *clone = NULL;
+        float *got = NULL, *cl = NULL;
+        if (synth_build(&c, 1, &sm, &e) == 0 && model_clone_f32(sm.m, &clone, &e) == 0) {
+            got = logits_alone(sm.m, test_tokens, 16, 2, cases[i].kv, &e);
+            cl = logits_alone(clone, test_tokens, 16, 2, cases[i].kv, &e);
+        }
+        if (got && cl) {
+            const double csd = logit_std(cl, nl);
+            const double r0 = rms_diff(ref, got, nl) / sd, r1 = max_abs_diff(ref, got, nl) / sd;
+            const double r2 = rms_diff(cl, got, nl) / csd, r3 = max_abs_diff(cl, got, nl) / csd;
+            printf("# %-15s vs F32 model: rms %.4f max %.4f (tol %.2f, %.2f); vs own F32 copy: rms %.4f max %.4f "
+                   "(tol %.2f, %.2f)\n",
+                   name, r0, r1, cases[i].rms_tol, cases[i].max_tol, r2, r3, cases[i].clone_rms_tol,
+                   cases[i].clone_max_tol);
+            if (!(r0 <= cases[i].rms_tol && r1 <= cases[i].max_tol && r2 <= cases[i].clone_rms_tol &&
+                  r3 <= cases[i].clone_max_tol))
+                snprintf(why, sizeof why, "%s: outside the tolerances", name);
+            else if (r2 == 0.0)
+                snprintf(why, sizeof why, "%s: identical to its F32 copy (activations not quantized?)", name);
+            else if (check_invariance(sm.m, cases[i].kv, why, sizeof why))
+                snprintf(why + strlen(why), sizeof why - strlen(why), " (%s)", name);
+        } else {
+            snprintf(why, sizeof why, "%s: %.400s", name, e.msg);
+        }
+        free(got);
+        free(cl);
+        model_free(clone);
+        synth_free(&sm);
+    }
+    free(ref);
+    CHECK_MSG(!why[0], "%s", why);
+}
+
 TEST(test_kv_types_vs_f32)
 {
     struct synth_cfg c = backend_cfg();
@@ -1111,6 +1188,7 @@ int main(void)
     RUN(test_kv_pool_lazy);
     RUN(test_weight_pages_released);
     RUN(test_quant_vs_f32_synthetic);
+    RUN(test_kquant_synthetic);
     RUN(test_kv_types_vs_f32);
     RUN(test_smollm2_q41_vs_f32);
     RUN(test_bad_batches);

@@ -18,6 +18,7 @@
 #include "gguf/quant.h"
 #include "synth_util.h"
 #include "test.h"
+#include "util/threads.h"
 
 static uint64_t rng_state = 777;
 
@@ -199,9 +200,80 @@ TEST(test_kquant_simd_vs_scalar)
     printf("  K-quant kernels: %d variants on this CPU compared with the scalar reference\n", n_variants);
 }
 
+/* ---------------------------------------------------------------- matmul */
+
+/* One cpu_matmul call with jobs of mixed weight types (K-quants next to Q8_0, Q4_0 and F16, so the call
+ * reads xq, xk and the floats at once): every row's outputs are bit-identical whatever the number of rows
+ * in the call (1 .. 20), the pool (none or 2 threads) and the row's place, and equal the scalar reference
+ * for the K-quant jobs. */
+TEST(test_matmul_mixed_batch_invariance)
+{
+    enum { N_IN = 512, N_OUT = 48, R = 20, NJ = 7 };
+    static const enum gguf_dtype types[NJ] = {GGUF_DTYPE_Q4_K, GGUF_DTYPE_Q6_K, GGUF_DTYPE_Q8_0, GGUF_DTYPE_Q2_K,
+                                             GGUF_DTYPE_Q3_K, GGUF_DTYPE_Q5_K, GGUF_DTYPE_F16};
+    static float x[R * N_IN], wf[N_IN], y[NJ][R * N_OUT], y1[NJ][N_OUT];
+    static uint8_t xq[R * (N_IN / 32) * 40], xk[R * (N_IN / 256) * 292];
+    uint8_t *w0[NJ], *w[NJ];
+    struct model_weight mw[NJ];
+    struct cpu_matmul_job jobs[NJ], jobs1[NJ];
+    for (int j = 0; j < NJ; j++) {
+        const uint64_t rb = gguf_row_bytes((uint32_t)types[j], N_IN);
+        w0[j] = malloc(rb * N_OUT);
+        w[j] = malloc(rb * (uint64_t)cpu_packed_rows(types[j], N_OUT));
+        CHECK(w0[j] && w[j]);
+        for (int o = 0; o < N_OUT; o++) {
+            for (int i = 0; i < N_IN; i++) wf[i] = frand(0.05f);
+            CHECK(quant_quantize_row(types[j], wf, w0[j] + o * rb, N_IN) == 0);
+        }
+        cpu_repack_rows(types[j], w0[j], N_IN, N_OUT, 0, N_OUT, w[j]);
+        mw[j] = (struct model_weight){"w", types[j], {N_IN, N_OUT}, w[j]};
+        jobs[j] = (struct cpu_matmul_job){&mw[j], y[j]};
+        jobs1[j] = (struct cpu_matmul_job){&mw[j], y1[j]};
+    }
+    for (int i = 0; i < R * N_IN; i++) x[i] = frand(1.0f);
+    for (int r = 0; r < R; r++) {
+        cpu_quantize_row_q8(x + r * N_IN, xq + r * cpu_q8_row_bytes(N_IN), N_IN);
+        cpu_quantize_row_q8k(x + r * N_IN, xk + r * cpu_q8k_row_bytes(N_IN), N_IN);
+    }
+    threads_pool *pool = NULL;
+    CHECK(threads_init(2, &pool, NULL) == 0);
+    for (int n_rows = 1; n_rows <= R && !test_cur_failed; n_rows += (n_rows < 9 ? 1 : 5)) {
+        for (int use_pool = 0; use_pool < 2; use_pool++) {
+            const int first = R - n_rows; /* the last n_rows rows: each row sits at another place each time */
+            cpu_matmul(use_pool ? pool : NULL, jobs, NJ, x + first * N_IN, xq + first * cpu_q8_row_bytes(N_IN),
+                       xk + first * cpu_q8k_row_bytes(N_IN), n_rows, NULL);
+            for (int r = 0; r < n_rows; r++) {
+                const int row = first + r;
+                cpu_matmul(NULL, jobs1, NJ, x + row * N_IN, xq + row * cpu_q8_row_bytes(N_IN),
+                           xk + row * cpu_q8k_row_bytes(N_IN), 1, NULL);
+                for (int j = 0; j < NJ; j++) {
+                    CHECK_MSG(memcmp(y[j] + r * N_OUT, y1[j], sizeof y1[j]) == 0,
+                              "%s: row %d of a %d-row call (pool %d) differs from the row alone", tname(types[j]), row,
+                              n_rows, use_pool);
+                    if (!cpu_kquant_type(types[j])) continue;
+                    const uint64_t rb = gguf_row_bytes((uint32_t)types[j], N_IN);
+                    for (int o = 0; o < N_OUT; o += 7) {
+                        float ref;
+                        cpu_kernel_variant(types[j], CPU_KERNEL_SCALAR)
+                            .dot(N_IN, w[j] + o * rb, xk + row * cpu_q8k_row_bytes(N_IN), 0, 1, &ref);
+                        CHECK_MSG(memcmp(&ref, &y1[j][o], sizeof ref) == 0, "%s: output %d differs from the scalar kernel",
+                                  tname(types[j]), o);
+                    }
+                }
+            }
+        }
+    }
+    threads_free(pool);
+    for (int j = 0; j < NJ; j++) {
+        free(w0[j]);
+        free(w[j]);
+    }
+}
+
 int main(void)
 {
     RUN(test_q8k_quantize_vs_ref);
     RUN(test_kquant_simd_vs_scalar);
+    RUN(test_matmul_mixed_batch_invariance);
     return test_summary();
 }
