@@ -1,8 +1,8 @@
 /* cpu_kquant_simd.h — template of the K-quant dot kernels, private to cpu_kquant.c, which includes it
  * three times: with CPU_VNNI 0 (AVX2: maddubs, then madd by the scales, then add), with CPU_VNNI 1 inside
  * a target("avxvnni") region (maddubs, then one VEX vpdpwssd) and with CPU_VNNI 2 inside an AVX-512
- * VNNI/VL/BW region (the EVEX vpdpwssd on 256-bit vectors, which may use all 32 vector registers:
- * CPU_KMAX 8 rows per call instead of 4). madd + add and vpdpwssd give the same exact 32-bit lanes, and
+ * VNNI/VL/BW region (the EVEX vpdpwssd on 512-bit vectors holding two chunks, with all 32 vector
+ * registers: CPU_KMAX 8 rows per call instead of 4). madd + add and vpdpwssd give the same exact 32-bit lanes, and
  * the float part is the same code per row, so the variants give bit-identical results (the arithmetic is
  * spelled out in cpu_kquant.h; kq_dot_scalar in cpu_kquant.c is its plain-C form). CPU_KNAME(x) names a
  * function of the variant; CPU_KCASES expands the n_x switch (cpu_simd.h). */
@@ -33,13 +33,76 @@ CPU_INLINE __m256i CPU_KNAME(kq_madd16)(__m256i acc, __m256i a16, __m256i b16)
 #endif
 }
 
+#if CPU_VNNI == 2
+/* P of one super-block for NX rows on 512-bit vectors: chunks 2k and 2k + 1 side by side (u, scales and
+ * the 64 activation bytes), so the low and high 256-bit halves of Z hold the lane sums of the even and the
+ * odd chunks; P_l = their sum (exact). np partial accumulators per row. */
+CPU_INLINE void CPU_KNAME(kq_super_p)(const uint8_t *w, int kind, __m128i s8, const struct cpu_q8k_block *const *xb,
+                                      int NX, int np, __m256i *P)
+{
+    __m512i Z[CPU_KMAX][2];
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; i++)
+#pragma GCC unroll 2
+        for (int k = 0; k < np; k++) Z[i][k] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) {
+        const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(kq_chunk_avx2(w, kind, c)), kq_chunk_avx2(w, kind, c + 1), 1);
+        const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(kq_chunk_scales(s8, kind, c)),
+                                               kq_chunk_scales(s8, kind, c + 1), 1);
+#pragma GCC unroll 8
+        for (int i = 0; i < NX; i++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(xb[i]->q + 32 * c));
+            Z[i][c / 2 % np] = _mm512_dpwssd_epi32(Z[i][c / 2 % np], _mm512_maddubs_epi16(u, q), s16);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; i++) {
+        __m512i z = Z[i][0];
+        if (np > 1) z = _mm512_add_epi32(z, Z[i][1]);
+        P[i] = _mm256_add_epi32(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64(z, 1));
+    }
+}
+#else
+/* P of one super-block for NX rows, chunk by chunk; np partial accumulators per row. */
+CPU_INLINE void CPU_KNAME(kq_super_p)(const uint8_t *w, int kind, __m128i s8, const struct cpu_q8k_block *const *xb,
+                                      int NX, int np, __m256i *P)
+{
+    __m256i Z[CPU_KMAX][4];
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; i++)
+#pragma GCC unroll 4
+        for (int k = 0; k < np; k++) Z[i][k] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        const __m256i u = kq_chunk_avx2(w, kind, c);
+        const __m256i s16 = kq_chunk_scales(s8, kind, c);
+#pragma GCC unroll 8
+        for (int i = 0; i < NX; i++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(xb[i]->q + 32 * c));
+            Z[i][c % np] = CPU_KNAME(kq_madd)(Z[i][c % np], u, q, s16);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; i++) {
+        __m256i z = Z[i][0];
+#pragma GCC unroll 4
+        for (int k = 1; k < np; k++) z = _mm256_add_epi32(z, Z[i][k]);
+        P[i] = z;
+    }
+}
+#endif
+
 /* One weight row (nb super-blocks at w) times NX activation rows (xr[i]) of type `kind` (KQ_*): see
- * cpu_kquant.h for the arithmetic. The integer lane sums P use np partial accumulators per row (exact,
- * so np is free to vary: more partials for fewer rows shorten the dependency chains). */
+ * cpu_kquant.h for the arithmetic. d * d_x and c * d_x are one multiply each, as in the reference. */
 CPU_INLINE void CPU_KNAME(kq_dot_nx)(int64_t nb, const uint8_t *w, const uint8_t *const *xr, int NX, int kind,
                                      float *out)
 {
+#if CPU_VNNI == 2
+    const int np = NX <= 2 ? 2 : 1;
+#else
     const int np = NX == 1 ? 4 : NX <= 2 ? 2 : 1;
+#endif
     const int64_t bb = kq_block_bytes(kind);
     __m256 acc[CPU_KMAX];
 #pragma GCC unroll 8
@@ -47,37 +110,22 @@ CPU_INLINE void CPU_KNAME(kq_dot_nx)(int64_t nb, const uint8_t *w, const uint8_t
     for (int64_t b = 0; b < nb; b++, w += bb) {
         const struct kq_head h = kq_head_avx2(w, kind);
         const struct cpu_q8k_block *xb[CPU_KMAX];
-        __m256i P[CPU_KMAX][4];
+#pragma GCC unroll 8
+        for (int i = 0; i < NX; i++) xb[i] = (const struct cpu_q8k_block *)xr[i] + b;
+        __m256i P[CPU_KMAX];
+        CPU_KNAME(kq_super_p)(w, kind, h.s8, xb, NX, np, P);
+        const __m256 vd = _mm256_set1_ps(h.d), vc = _mm256_set1_ps(h.c);
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
-            xb[i] = (const struct cpu_q8k_block *)xr[i] + b;
-#pragma GCC unroll 4
-            for (int k = 0; k < np; k++) P[i][k] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) {
-            const __m256i u = kq_chunk_avx2(w, kind, c);
-            const __m256i s16 = kq_chunk_scales(h.s8, kind, c);
-#pragma GCC unroll 8
-            for (int i = 0; i < NX; i++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(xb[i]->q + 32 * c));
-                P[i][c % np] = CPU_KNAME(kq_madd)(P[i][c % np], u, q, s16);
-            }
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < NX; i++) {
-            __m256i p = P[i][0];
-#pragma GCC unroll 4
-            for (int k = 1; k < np; k++) p = _mm256_add_epi32(p, P[i][k]);
             const __m256i bsum = _mm256_loadu_si256((const __m256i *)xb[i]->bsum);
-            const __m256 dd = _mm256_set1_ps(h.d * xb[i]->d);
+            const __m256 dx = _mm256_broadcast_ss(&xb[i]->d);
             if (kind == KQ_3 || kind == KQ_6) { /* o16 = -off * s: P - off * N in the integer lanes */
-                p = CPU_KNAME(kq_madd16)(p, bsum, h.o16);
-                acc[i] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[i]);
+                const __m256i p = CPU_KNAME(kq_madd16)(P[i], bsum, h.o16);
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(vd, dx), _mm256_cvtepi32_ps(p), acc[i]);
             } else {
                 const __m256i n = _mm256_madd_epi16(bsum, h.o16);
-                acc[i] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[i]);
-                acc[i] = _mm256_fnmadd_ps(_mm256_set1_ps(h.c * xb[i]->d), _mm256_cvtepi32_ps(n), acc[i]);
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(vd, dx), _mm256_cvtepi32_ps(P[i]), acc[i]);
+                acc[i] = _mm256_fnmadd_ps(_mm256_mul_ps(vc, dx), _mm256_cvtepi32_ps(n), acc[i]);
             }
         }
     }
