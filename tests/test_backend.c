@@ -138,8 +138,8 @@ static struct synth_cfg backend_cfg(void)
 
 /* ---------------------------------------------------------------- kernels */
 
-static const enum gguf_dtype all_types[] = {GGUF_DTYPE_F32, GGUF_DTYPE_F16, GGUF_DTYPE_BF16,
-                                            GGUF_DTYPE_Q8_0, GGUF_DTYPE_Q4_0, GGUF_DTYPE_Q4_1};
+static const enum gguf_dtype all_types[] = {GGUF_DTYPE_F32,  GGUF_DTYPE_F16,  GGUF_DTYPE_BF16, GGUF_DTYPE_Q8_0,
+                                            GGUF_DTYPE_Q4_0, GGUF_DTYPE_Q4_1, GGUF_DTYPE_Q5_0, GGUF_DTYPE_Q5_1};
 
 TEST(test_dot_simd_vs_scalar)
 {

@@ -323,6 +323,8 @@ int quant_can_quantize(enum gguf_dtype t)
     case GGUF_DTYPE_Q8_0:
     case GGUF_DTYPE_Q4_0:
     case GGUF_DTYPE_Q4_1:
+    case GGUF_DTYPE_Q5_0:
+    case GGUF_DTYPE_Q5_1:
     case GGUF_DTYPE_Q2_K:
     case GGUF_DTYPE_Q3_K:
     case GGUF_DTYPE_Q4_K:
@@ -669,6 +671,43 @@ static void q_q6_k(const float *x, uint8_t *b)
     st_f16(b + 208, d);
 }
 
+/* Q5_0 (x = d * (q - 16), d from the value of largest magnitude, which maps to -16) and Q5_1 (x = d * q + m,
+ * min to max over 0..31): round to nearest, as Q4_0 / Q4_1. */
+static void q_q5(const float *x, uint8_t *b, int has_min)
+{
+    float d, m = 0.0f;
+    if (has_min) {
+        float lo = x[0], hi = x[0];
+        for (int j = 1; j < 32; j++) {
+            lo = fminf(lo, x[j]);
+            hi = fmaxf(hi, x[j]);
+        }
+        d = (hi - lo) / 31.0f;
+        m = lo;
+    } else {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        d = max / -16.0f;
+    }
+    st_f16(b, d);
+    if (has_min) st_f16(b + 2, m);
+    uint8_t *p = b + (has_min ? 4 : 2);
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; j++) {
+        int q = d != 0.0f ? clampi((int)lrintf((x[j] - m) / d) + (has_min ? 0 : 16), 0, 31) : (has_min ? 0 : 16);
+        if (j < 16)
+            p[4 + j] = (uint8_t)(q & 15);
+        else
+            p[4 + j - 16] |= (uint8_t)((q & 15) << 4);
+        qh |= (uint32_t)(q >> 4) << j;
+    }
+    for (int k = 0; k < 4; k++) p[k] = (uint8_t)(qh >> (8 * k));
+}
+
 int quant_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n)
 {
     const struct gguf_dtype_info *ti = gguf_dtype_info(t);
@@ -701,6 +740,12 @@ int quant_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n
             break;
         case GGUF_DTYPE_Q4_1:
             q_q4_1(src, b);
+            break;
+        case GGUF_DTYPE_Q5_0:
+            q_q5(src, b, 0);
+            break;
+        case GGUF_DTYPE_Q5_1:
+            q_q5(src, b, 1);
             break;
         case GGUF_DTYPE_Q2_K:
             q_q2_k(src, b);
