@@ -5,14 +5,15 @@
  * the row length; n_x only decides how many rows share one decode of a weight block. The matmul splits
  * work over weight rows (output columns), never over the reduction dimension.
  *
- * Integer paths (Q8_0, Q4_0, Q4_1 weights, repacked into groups of 8 interleaved blocks; see
+ * Integer paths (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 weights, repacked into groups of 8 interleaved blocks; see
  * cpu_kernels.h): per group, exact 32-bit lane sums (lane j = block j) of the weight quants times the
- * activation's int8 quants, then acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q4_1 adds
- * one more FMA m_w[8] * s_x[8]). Leftover blocks (nb % 8) go through a per-block path into a second
- * accumulator. The row's result is hsum(acc + acc_tail) + the tail's Q4_1 offsets: a fixed order. The
+ * activation's int8 quants, then acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q4_1 and
+ * Q5_1 add one more FMA m_w[8] * s_x[8]). Leftover blocks (nb % 8) go through a per-block path into a
+ * second accumulator. The row's result is hsum(acc + acc_tail) + the tail's offsets: a fixed order. The
  * integer part may be split into any number of partial sums (exact), the float part never is.
  * Overflow: |q_x| <= 127; Q8_0 uses |q_w| <= 128 via the sign trick, so a maddubs pair sum is at most
  * 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); a lane of a group sums 32 products < 2^20.
+ * The K-quants (Q2_K .. Q6_K) have their own kernels and activation blocks: cpu_kquant.c.
  */
 #include "backend/cpu_kernels.h"
 #include "backend/cpu_kquant.h"
@@ -388,7 +389,7 @@ float cpu_q8_value(const void *row, int64_t n, int64_t i)
     return d * (float)q[i % CPU_QK];
 }
 
-/* sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q4_1), in block order. */
+/* sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q4_1, Q5_1), in block order. */
 static void dot_quant_scalar(enum gguf_dtype t, int64_t n, const void *w, const void *x, int64_t xs, int n_x,
                              float *out)
 {

@@ -29,7 +29,7 @@
 
 /* Activations for the integer kernels. A row of n elements (n % 32 == 0) is nb = n / 32 blocks, each
  * quantized as x ~= d * q with d = amax / 127 (q rounded to nearest even, |q| <= 127) and s = d * sum(q)
- * (used by Q4_1's offset term). The row is stored as nb / 8 interleaved groups of 8 blocks followed by the
+ * (used by the offset term of Q4_1 and Q5_1). The row is stored as nb / 8 interleaved groups of 8 blocks followed by the
  * nb % 8 remaining blocks as plain cpu_q8_blocks; cpu_q8_row_bytes(n) = nb * 40 bytes.
  *
  * Interleaving (weights repacked at load use the same one): within a group, chunk c (0..7) is 32 bytes
@@ -61,9 +61,11 @@ float cpu_q8_value(const void *row, int64_t n, int64_t i);
 
 /* Weight rows of the integer types are repacked once (at backend load) into the same group layout:
  * per group of 8 blocks, Q8_0: {f16 d[8]; int8 q[256] interleaved} (272 bytes); Q4_0: {f16 d[8]; uint8
- * qs[128]} (144); Q4_1: {f16 d[8]; f16 m[8]; uint8 qs[128]} (160), where for k = 0..7 the 16 bytes
- * qs[16k..16k+15] hold interleaved chunk k as nibbles: low nibble of byte t = chunk byte t, high nibble =
- * chunk byte 16 + t. The nb % 8 remaining blocks keep their ggml layout. Same size as the ggml row.
+ * qs[128]} (144); Q4_1: {f16 d[8]; f16 m[8]; uint8 qs[128]} (160); Q5_0: {f16 d[8]; uint32 qh[8]; uint8
+ * qs[128]} (176); Q5_1: {f16 d[8]; f16 m[8]; uint32 qh[8]; uint8 qs[128]} (192), where for k = 0..7 the
+ * 16 bytes qs[16k..16k+15] hold interleaved chunk k as nibbles: low nibble of byte t = chunk byte t, high
+ * nibble = chunk byte 16 + t, and bit t of qh[k] is the fifth bit of chunk k's byte t. The nb % 8
+ * remaining blocks keep their ggml layout. Same size as the ggml row.
  * Other types (the K-quants included, see cpu_kquant.h) are copied as they are. dst must not overlap src. */
 void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n);
 
@@ -84,7 +86,7 @@ void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n
 /* The form of the activation rows a weight type is multiplied with. */
 enum cpu_act {
     CPU_ACT_F32, /* floats (F32, F16, BF16) */
-    CPU_ACT_Q8,  /* 32-element blocks of cpu_quantize_row_q8 (Q8_0, Q4_0, Q4_1) */
+    CPU_ACT_Q8,  /* 32-element blocks of cpu_quantize_row_q8 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) */
     CPU_ACT_Q8K  /* 256-element blocks of cpu_quantize_row_q8k, cpu_kquant.h (Q2_K .. Q6_K) */
 };
 enum cpu_act cpu_type_act(enum gguf_dtype t);
