@@ -45,11 +45,11 @@ CPU_INLINE void CPU_KNAME(kq_super_p)(const uint8_t *w, int kind, __m128i s8, co
     for (int i = 0; i < NX; i++)
 #pragma GCC unroll 2
         for (int k = 0; k < np; k++) Z[i][k] = _mm512_setzero_si512();
+    const __m256i s8x2 = _mm256_broadcastsi128_si256(s8);
 #pragma GCC unroll 4
     for (int c = 0; c < 8; c += 2) {
-        const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(kq_chunk_avx2(w, kind, c)), kq_chunk_avx2(w, kind, c + 1), 1);
-        const __m512i s16 = _mm512_inserti64x4(_mm512_castsi256_si512(kq_chunk_scales(s8, kind, c)),
-                                               kq_chunk_scales(s8, kind, c + 1), 1);
+        const __m512i u = kq_pair512(w, kind, c / 2);
+        const __m512i s16 = kq_pair_scales512(s8x2, kind, c / 2);
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
             const __m512i q = _mm512_loadu_si512((const void *)(xb[i]->q + 32 * c));
