@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     char *w = malloc(rb * (uint64_t)cpu_packed_rows(t, n_out)), *w0 = malloc(rb * (uint64_t)n_out);
     float *row = malloc((size_t)n_in * 4), *x = malloc((size_t)n_in * 4 * (size_t)rows);
     uint8_t *xq = malloc((size_t)cpu_q8_row_bytes(n_in) * (size_t)rows);
-    uint8_t *xk = malloc((size_t)cpu_q16k_row_bytes(n_in) * (size_t)rows);
+    uint8_t *xk = malloc((size_t)cpu_q8k_row_bytes(n_in) * (size_t)rows);
     float *y = malloc((size_t)n_out * 4 * (size_t)rows);
     if (!w || !w0 || !row || !x || !xq || !xk || !y) return 1;
     if (cpu_kquant_type(t)) {
@@ -64,7 +64,7 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < n_in * rows; i++) x[i] = (float)((i * 31) % 977) / 488.0f - 1.0f;
     for (int r = 0; r < rows; r++) {
         cpu_quantize_row_q8(x + (int64_t)r * n_in, xq + r * cpu_q8_row_bytes(n_in), n_in);
-        cpu_quantize_row_q16k(x + (int64_t)r * n_in, xk + r * cpu_q16k_row_bytes(n_in), n_in);
+        cpu_quantize_row_q8k(x + (int64_t)r * n_in, xk + r * cpu_q8k_row_bytes(n_in), n_in);
     }
     struct model_weight mw = {"w", t, {n_in, n_out}, w};
     threads_pool *p;

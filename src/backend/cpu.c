@@ -89,7 +89,7 @@ struct cpu_ctx {
     float *hb2;  /* (cap, n_ff) */
     float *rope; /* (cap, n_rot / 2, 2) cos, sin per row */
     uint8_t *xq; /* (cap, cpu_q8_row_bytes(max(n_embd, n_q, n_ff))) quantized matmul input (CPU_ACT_Q8) */
-    uint8_t *xk; /* (cap, cpu_q16k_row_bytes(max(n_embd, n_q, n_ff))) the same for the K-quants (CPU_ACT_Q16K) */
+    uint8_t *xk; /* (cap, cpu_q8k_row_bytes(max(n_embd, n_q, n_ff))) the same for the K-quants (CPU_ACT_Q8K) */
     struct cpu_attn_item *att_items; /* (cap * n_head_kv) the step's attention work items */
     int64_t *att_parts;              /* (cpu_att_max_parts + 1) item ranges handed to threads */
 };
@@ -131,7 +131,7 @@ static uint64_t cpu_layout_scratch(struct cpu_ctx *c, int32_t rows, char *base)
     CARVE(hb2, float, (int64_t)rows * hp->n_ff);
     CARVE(rope, float, (int64_t)rows * hp->n_rot + 1);
     CARVE(xq, uint8_t, (int64_t)rows * cpu_q8_row_bytes(n_in_max) + 64);
-    CARVE(xk, uint8_t, (int64_t)rows * cpu_q16k_row_bytes(n_in_max) + 64);
+    CARVE(xk, uint8_t, (int64_t)rows * cpu_q8k_row_bytes(n_in_max) + 64);
     CARVE(att_items, struct cpu_attn_item, (int64_t)rows * hp->n_head_kv);
     CARVE(att_parts, int64_t, cpu_att_max_parts(c) + 1);
 #undef CARVE
@@ -569,7 +569,7 @@ static void cpu_mm(const struct cpu_ctx *c, const struct cpu_matmul_job *jobs, i
     cpu_matmul(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, c->xq, c->xk, n_rows, opts);
 }
 
-/* The quantized forms (bit 1 << CPU_ACT_Q8, 1 << CPU_ACT_Q16K) the matmul of weights ws needs. */
+/* The quantized forms (bit 1 << CPU_ACT_Q8, 1 << CPU_ACT_Q8K) the matmul of weights ws needs. */
 static unsigned cpu_acts(const struct model_weight *const *ws, int n)
 {
     unsigned acts = 0;
@@ -581,7 +581,7 @@ static unsigned cpu_acts(const struct model_weight *const *ws, int n)
 static void cpu_quantize_acts(const struct cpu_ctx *c, unsigned acts, const float *x, int64_t out, int64_t n)
 {
     if (acts & (1u << CPU_ACT_Q8)) cpu_quantize_row_q8(x, c->xq + out * cpu_q8_row_bytes(n), n);
-    if (acts & (1u << CPU_ACT_Q16K)) cpu_quantize_row_q16k(x, c->xk + out * cpu_q16k_row_bytes(n), n);
+    if (acts & (1u << CPU_ACT_Q8K)) cpu_quantize_row_q8k(x, c->xk + out * cpu_q8k_row_bytes(n), n);
 }
 
 struct cpu_step {

@@ -48,7 +48,7 @@ enum cpu_act cpu_type_act(enum gguf_dtype t)
     if (t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q5_0 ||
         t == GGUF_DTYPE_Q5_1)
         return CPU_ACT_Q8;
-    return cpu_kquant_type(t) ? CPU_ACT_Q16K : CPU_ACT_F32;
+    return cpu_kquant_type(t) ? CPU_ACT_Q8K : CPU_ACT_F32;
 }
 
 int cpu_type_uses_q8(enum gguf_dtype t)
@@ -819,8 +819,8 @@ static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, int j, int64_t o0, i
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
     const enum cpu_act act = cpu_type_act(w->type);
     cpu_tile_fn tile_fn = c->tile_fn[j];
-    const char *x = act == CPU_ACT_Q8 ? (const char *)c->xq : act == CPU_ACT_Q16K ? (const char *)c->xk : (const char *)c->x;
-    const int64_t x_stride = act == CPU_ACT_Q8 ? cpu_q8_row_bytes(n_in) : act == CPU_ACT_Q16K ? cpu_q16k_row_bytes(n_in) : n_in * 4;
+    const char *x = act == CPU_ACT_Q8 ? (const char *)c->xq : act == CPU_ACT_Q8K ? (const char *)c->xk : (const char *)c->x;
+    const int64_t x_stride = act == CPU_ACT_Q8 ? cpu_q8_row_bytes(n_in) : act == CPU_ACT_Q8K ? cpu_q8k_row_bytes(n_in) : n_in * 4;
     /* The tile of weight rows stays in cache while the block's input rows pass over it. */
     const int mx = c->max_x[j];
     for (int32_t r0 = row0; r0 < row1; r0 += mx) {

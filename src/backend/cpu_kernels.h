@@ -87,7 +87,7 @@ void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n
 enum cpu_act {
     CPU_ACT_F32, /* floats (F32, F16, BF16) */
     CPU_ACT_Q8,  /* 32-element blocks of cpu_quantize_row_q8 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) */
-    CPU_ACT_Q16K  /* 256-element blocks of cpu_quantize_row_q16k, cpu_kquant.h (Q2_K .. Q6_K) */
+    CPU_ACT_Q8K  /* 256-element blocks of cpu_quantize_row_q8k, cpu_kquant.h (Q2_K .. Q6_K) */
 };
 enum cpu_act cpu_type_act(enum gguf_dtype t);
 
@@ -97,7 +97,7 @@ int cpu_type_uses_q8(enum gguf_dtype t);
 /* out[i] = dot(w (n elements of the weight type; integer types repacked, float types an unpacked row: the
  * reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride
  * bytes and is an activation row in the type's form (cpu_type_act): n floats, or a row quantized by
- * cpu_quantize_row_q8 or cpu_quantize_row_q16k. */
+ * cpu_quantize_row_q8 or cpu_quantize_row_q8k. */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);
 
 enum cpu_kernel_variant {
@@ -155,7 +155,7 @@ struct cpu_matmul_opts {
 
 /* Runs n_jobs (<= 8) matmuls that share the input rows over the pool (pool NULL: inline on the calling
  * thread): x (n_rows, n_in) as floats and, when a job's weight type needs them (cpu_type_act), xq
- * (n_rows rows of cpu_q8_row_bytes(n_in)) and xk (n_rows rows of cpu_q16k_row_bytes(n_in)) quantized
+ * (n_rows rows of cpu_q8_row_bytes(n_in)) and xk (n_rows rows of cpu_q8k_row_bytes(n_in)) quantized
  * (already filled; either may be NULL when no job reads it). Weights must be repacked (cpu_repack_rows); tiles
  * start at multiples of CPU_PANEL outputs. Tasks are (tile of weight rows, block of input rows): each tile
  * is multiplied with the block's rows while it is in cache; rows are split into blocks only when the tiles

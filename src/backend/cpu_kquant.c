@@ -40,9 +40,9 @@ static int64_t kq_block_bytes(int kind)
     return bytes[kind];
 }
 
-int64_t cpu_q16k_row_bytes(int64_t n)
+int64_t cpu_q8k_row_bytes(int64_t n)
 {
-    return n / CPU_QKK * (int64_t)sizeof(struct cpu_q16k_block);
+    return n / CPU_QKK * (int64_t)sizeof(struct cpu_q8k_block);
 }
 
 static uint16_t kq_rd16(const uint8_t *p)
@@ -52,43 +52,34 @@ static uint16_t kq_rd16(const uint8_t *p)
 
 /* ---------------------------------------------------------------- activations */
 
-/* The q of a block in element order into its storage order, the padding zeroed. */
-static void kq_store_q(const int16_t *q, struct cpu_q16k_block *b)
+/* One block (the reference): d = amax / 127, q = x / d rounded to nearest even and clamped to +-127 (what
+ * lrintf gives for a NaN or infinite product clamps to -127), bsum per 16. */
+static void kq_quantize_block_ref(const float *x, struct cpu_q8k_block *b)
 {
-    for (int e = 0; e < CPU_QKK; e++) b->q[cpu_q16k_index(e)] = q[e];
-    memset(b->pad, 0, sizeof b->pad);
-}
-
-/* One block (the reference): d = amax / 8191, q = x / d rounded to nearest even and clamped to +-8191
- * (what lrintf gives for a NaN or infinite product clamps to -8191), bsum per 16. */
-static void kq_quantize_block_ref(const float *x, struct cpu_q16k_block *b)
-{
-    int16_t q[CPU_QKK];
     float amax = 0.0f;
     for (int i = 0; i < CPU_QKK; i++) {
         float a = fabsf(x[i]);
         if (a > amax) amax = a;
     }
-    const float d = amax / (float)CPU_Q16K_MAX;
+    const float d = amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < CPU_QKK / 16; j++) {
-        int32_t sum = 0;
+        int sum = 0;
         for (int i = 16 * j; i < 16 * j + 16; i++) {
             long v = lrintf(x[i] * id);
-            if (v > CPU_Q16K_MAX) v = CPU_Q16K_MAX;
-            if (v < -CPU_Q16K_MAX) v = -CPU_Q16K_MAX;
-            q[i] = (int16_t)v;
-            sum += (int32_t)v;
+            if (v > 127) v = 127;
+            if (v < -127) v = -127;
+            b->q[i] = (int8_t)v;
+            sum += (int)v;
         }
-        b->bsum[j] = sum;
+        b->bsum[j] = (int16_t)sum;
     }
     b->d = d;
-    kq_store_q(q, b);
 }
 
-void cpu_quantize_row_q16k_ref(const float *x, void *y, int64_t n)
+void cpu_quantize_row_q8k_ref(const float *x, void *y, int64_t n)
 {
-    struct cpu_q16k_block *b = y;
+    struct cpu_q8k_block *b = y;
     for (int64_t i = 0; i < n / CPU_QKK; i++) kq_quantize_block_ref(x + i * CPU_QKK, b + i);
 }
 
@@ -97,43 +88,43 @@ void cpu_quantize_row_q16k_ref(const float *x, void *y, int64_t n)
 
 /* kq_quantize_block_ref in AVX2, the same bytes: the max of |x| is exact in any order and skips NaN like
  * the scalar compare; d and 1/d are the same scalar ops; x * id rounds to nearest even in both; vcvtps2dq
- * gives INT_MIN for NaN or out-of-range products, clamped to -8191 like lrintf's LONG_MIN; sums are exact. */
-static void kq_quantize_block_avx2(const float *x, struct cpu_q16k_block *b)
+ * gives INT_MIN for NaN or out-of-range products, clamped to -127 like lrintf's LONG_MIN; sums are exact. */
+static void kq_quantize_block_avx2(const float *x, struct cpu_q8k_block *b)
 {
-    int16_t q[CPU_QKK];
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
     for (int k = 0; k < CPU_QKK / 8; k++) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), m);
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    const float d = _mm_cvtss_f32(h) / (float)CPU_Q16K_MAX;
+    const float d = _mm_cvtss_f32(h) / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
-    const __m256i lo = _mm256_set1_epi32(-CPU_Q16K_MAX), hi = _mm256_set1_epi32(CPU_Q16K_MAX);
-    for (int j = 0; j < CPU_QKK / 16; j++) {
-        __m256i qi[2];
-        for (int k = 0; k < 2; k++) {
-            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16 * j + 8 * k), vid));
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    for (int c = 0; c < CPU_QKK / 32; c++) {
+        __m256i qi[4];
+        for (int k = 0; k < 4; k++) {
+            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * c + 8 * k), vid));
             qi[k] = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
         }
-        /* packs works per 128-bit lane: (a0-3 b0-3 | a4-7 b4-7); the permute puts them in order */
-        const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[0], qi[1]), 0xD8);
-        _mm256_storeu_si256((__m256i *)(q + 16 * j), p);
-        __m256i s = _mm256_add_epi32(qi[0], qi[1]);
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-        b->bsum[j] = _mm_cvtsi128_si32(s4);
+        /* packs work per 128-bit lane: 4-byte units come out as (x0a x1a x2a x3a x0b x1b x2b x3b) */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(b->q + 32 * c), p);
+        /* sums of elements 0..15 (qi[0], qi[1]) and 16..31 (qi[2], qi[3]) */
+        __m256i s = _mm256_hadd_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+        s = _mm256_hadd_epi32(s, s); /* per 128-bit half: (lo, hi, lo, hi) partial sums */
+        __m128i s2 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        b->bsum[2 * c] = (int16_t)_mm_cvtsi128_si32(s2);
+        b->bsum[2 * c + 1] = (int16_t)_mm_extract_epi32(s2, 1);
     }
     b->d = d;
-    kq_store_q(q, b); /* O(256) per block, once per activation row and matmul: small next to the matmul */
 }
 #endif
 
-void cpu_quantize_row_q16k(const float *x, void *y, int64_t n)
+void cpu_quantize_row_q8k(const float *x, void *y, int64_t n)
 {
-    struct cpu_q16k_block *b = y;
+    struct cpu_q8k_block *b = y;
     for (int64_t i = 0; i < n / CPU_QKK; i++) {
 #if KQ_HAVE_AVX2
         kq_quantize_block_avx2(x + i * CPU_QKK, b + i);
@@ -146,8 +137,8 @@ void cpu_quantize_row_q16k(const float *x, void *y, int64_t n)
 /* ---------------------------------------------------------------- scalar reference */
 
 /* One weight super-block as the integers of cpu_kquant.h: quants u, sub-block scales s and offset
- * factors o (per 16 elements; o is 0 for Q3_K/Q6_K), the float scales d and c (c unused by Q3_K/Q6_K),
- * and `off` (4 or 32 for Q3_K/Q6_K, else 0). */
+ * factors o (per 16 elements), the float scales d and c (c unused by Q3_K/Q6_K) and the folded offset
+ * `off` (4 or 32 for Q3_K/Q6_K, whose o_j = s_j; else 0). */
 struct kq_ints {
     uint8_t u[CPU_QKK];
     int s[16], o[16];
@@ -203,8 +194,7 @@ static void kq_decode(const uint8_t *b, int kind, struct kq_ints *k)
                         at bit 2 (j / 4) of byte 8 + j % 4 */
             const uint8_t *sc = b + 96;
             int low = (sc[j % 8] >> (4 * (j / 8))) & 15, high = (sc[8 + j % 4] >> (2 * (j / 4))) & 3;
-            k->s[j] = (low | high << 4) - 32;
-            k->o[j] = 0;
+            k->s[j] = k->o[j] = (low | high << 4) - 32;
             break;
         }
         case KQ_4:
@@ -213,8 +203,7 @@ static void kq_decode(const uint8_t *b, int kind, struct kq_ints *k)
             k->o[j] = kq_k4_value(b + 4, j / 2, 1);
             break;
         default: /* KQ_6: int8 scales at 192 */
-            k->s[j] = (int8_t)b[192 + j];
-            k->o[j] = 0;
+            k->s[j] = k->o[j] = (int8_t)b[192 + j];
             break;
         }
     }
@@ -242,7 +231,7 @@ static void kq_dot_scalar(int kind, int64_t n, const void *w, const void *x, int
 {
     const int64_t nb = n / CPU_QKK, bb = kq_block_bytes(kind);
     for (int i = 0; i < n_x; i++) {
-        const struct cpu_q16k_block *xb = (const struct cpu_q16k_block *)((const char *)x + i * xs);
+        const struct cpu_q8k_block *xb = (const struct cpu_q8k_block *)((const char *)x + i * xs);
         float a[8] = {0};
         for (int64_t b = 0; b < nb; b++) {
             struct kq_ints k;
@@ -252,11 +241,16 @@ static void kq_dot_scalar(int kind, int64_t n, const void *w, const void *x, int
                 for (int c = 0; c < 8; c++)
                     for (int t = 0; t < 4; t++) {
                         const int e = 32 * c + 4 * l + t;
-                        P += k.s[e / 16] * (k.u[e] - k.off) * xb[b].q[cpu_q16k_index(e)];
+                        P += k.s[e / 16] * k.u[e] * xb[b].q[e];
                     }
-                const int32_t N = k.o[l] * xb[b].bsum[l] + k.o[l + 8] * xb[b].bsum[l + 8];
-                a[l] = fmaf(k.d * xb[b].d, (float)P, a[l]);
-                if (kind == KQ_2 || kind == KQ_4 || kind == KQ_5) a[l] = fmaf(-(k.c * xb[b].d), (float)N, a[l]);
+                const int32_t N = k.o[2 * l] * xb[b].bsum[2 * l] + k.o[2 * l + 1] * xb[b].bsum[2 * l + 1];
+                const float dd = k.d * xb[b].d;
+                if (k.off) {
+                    a[l] = fmaf(dd, (float)(P - k.off * N), a[l]);
+                } else {
+                    a[l] = fmaf(dd, (float)P, a[l]);
+                    a[l] = fmaf(-(k.c * xb[b].d), (float)N, a[l]);
+                }
             }
         }
         out[i] = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
@@ -288,10 +282,11 @@ KQ_DEFINE_SCALAR(dot_q6_k, KQ_6)
 #if KQ_HAVE_AVX2
 
 /* A super-block's scales as the kernels use them: s8 = the 16 sub-block scales as int8 (Q4_K/Q5_K: the 8
- * scales of 32-element sub-blocks in bytes 0..7), o8 = the 16 offset factors o_j (mins, 0..63; zeros for
- * Q3_K/Q6_K), and the float scales d and c. */
+ * scales of 32-element sub-blocks in bytes 0..7), o16 = the 16 offset factors as int16 (Q3_K/Q6_K: the
+ * folded -off * s_j), and the float scales d and c. */
 struct kq_head {
-    __m128i s8, o8;
+    __m128i s8;
+    __m256i o16;
     float d, c;
 };
 
@@ -331,62 +326,47 @@ CPU_INLINE float kq_f16(const uint8_t *p)
 CPU_INLINE struct kq_head kq_head_avx2(const uint8_t *b, int kind)
 {
     struct kq_head h;
+    const __m256i zero = _mm256_setzero_si256();
     h.c = 0.0f;
-    h.o8 = _mm_setzero_si128();
     if (kind == KQ_2) {
         const __m128i v = _mm_loadu_si128((const __m128i *)b), m4 = _mm_set1_epi8(15);
         h.s8 = _mm_and_si128(v, m4);
-        h.o8 = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+        h.o16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4));
         h.d = kq_f16(b + 80);
         h.c = kq_f16(b + 82);
     } else if (kind == KQ_3) {
         h.s8 = _mm_sub_epi8(kq_q3_scales(b + 96), _mm_set1_epi8(32));
+        h.o16 = _mm256_sub_epi16(zero, _mm256_slli_epi16(_mm256_cvtepi8_epi16(h.s8), 2)); /* -4 s */
         h.d = kq_f16(b + 108);
     } else if (kind == KQ_6) {
         h.s8 = _mm_loadu_si128((const __m128i *)(b + 192));
+        h.o16 = _mm256_sub_epi16(zero, _mm256_slli_epi16(_mm256_cvtepi8_epi16(h.s8), 5)); /* -32 s */
         h.d = kq_f16(b + 208);
     } else { /* KQ_4, KQ_5: the mins (bytes 8..15) to 16-element sub-blocks: byte 8 + j / 2 */
         h.s8 = kq_k4_scales(b + 4);
         const __m128i pick = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-        h.o8 = _mm_shuffle_epi8(h.s8, pick);
+        h.o16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(h.s8, pick));
         h.d = kq_f16(b);
         h.c = kq_f16(b + 2);
     }
     return h;
 }
 
-/* The offset of the quants (v = s * (u - off)): 4 for Q3_K, 32 for Q6_K, else 0. */
-static inline int kq_off(int kind)
-{
-    return kind == KQ_3 ? 4 : kind == KQ_6 ? 32 : 0;
-}
+/* Byte selectors of the scales of chunk c (elements 32c .. 32c + 31) from kq_head.s8: 16-element
+ * sub-blocks 2c (bytes 0..15 of the chunk) and 2c + 1; for Q4_K/Q5_K sub-block c (all 32). */
+static const uint8_t kq_pick16[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},         {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},         {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},         {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13}, {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
 
-/* The index in kq_head.s8 of the scale of half h (elements 16h .. 16h + 15) of chunk c. */
-static inline int kq_scale_index(int kind, int c, int h)
+/* The int16 scale of every pair of bytes of chunk c (lanes 0..7: bytes 0..15, lanes 8..15: 16..31). */
+CPU_INLINE __m256i kq_chunk_scales(__m128i s8, int kind, int c)
 {
-    return kind == KQ_4 || kind == KQ_5 ? c : 2 * c + h;
-}
-
-/* pmaddubsw selectors of the scales of chunk c (s8 in both 128-bit halves): the scale of the even
- * (odd 0) or odd (odd 1) elements of each 16-element half in their low byte, zero in the other. */
-CPU_INLINE __m256i kq_scale_pick(int kind, int c, int odd)
-{
-    const char lo = (char)kq_scale_index(kind, c, 0), hi = (char)kq_scale_index(kind, c, 1), z = (char)0x80;
-    return odd ? _mm256_setr_epi8(z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, hi, z, hi, z, hi, z, hi, z,
-                                  hi, z, hi, z, hi, z, hi)
-               : _mm256_setr_epi8(lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, lo, z, hi, z, hi, z, hi, z, hi, z, hi,
-                                  z, hi, z, hi, z, hi, z);
-}
-
-/* The 16-bit weights v = s * (u - off) of the even (odd 0) or odd (odd 1) elements of chunk c, from its
- * quants u (kq_chunk_avx2) and the scales s8 in both halves of s8x2: one pmaddubsw against the scale in
- * every other byte (a single product, |s * u| <= 128 * 63: no saturation), minus off * s. */
-CPU_INLINE __m256i kq_weights16(__m256i u, __m256i s8x2, int kind, int c, int odd)
-{
-    const __m256i s = _mm256_shuffle_epi8(s8x2, kq_scale_pick(kind, c, odd));
-    __m256i v = _mm256_maddubs_epi16(u, s);
-    if (kq_off(kind)) v = _mm256_sub_epi16(v, _mm256_maddubs_epi16(_mm256_set1_epi8((char)kq_off(kind)), s));
-    return v;
+    const __m128i pick = kind == KQ_4 || kind == KQ_5 ? _mm_set1_epi8((char)c)
+                                                      : _mm_loadu_si128((const __m128i *)kq_pick16[c]);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s8, pick));
 }
 
 /* v shifted left by k bits (right by -k) in 16-bit lanes; callers mask so no bit crosses a byte. */
@@ -499,16 +479,17 @@ KQ_512 __m512i kq_pair512(const uint8_t *b, int kind, int p)
     }
 }
 
-/* The 16-bit weights of the even (odd 0) or odd (odd 1) elements of chunks 2p (low half) and 2p + 1 (high
- * half), as two kq_weights16 side by side; s8x4: s8 in every 128-bit lane. */
-KQ_512 __m512i kq_weights512(__m512i u, __m512i s8x4, int kind, int p, int odd)
+/* Byte selectors of the scales of chunk pair p from s8 in both 128-bit halves of a 256-bit vector: 16-element
+ * sub-blocks 4p .. 4p + 3, 8 bytes each (for Q4_K/Q5_K: sub-blocks 2p, 2p + 1, 16 bytes each). */
+KQ_512 __m512i kq_pair_scales512(__m256i s8x2, int kind, int p)
 {
-    const __m512i pick = _mm512_inserti64x4(_mm512_castsi256_si512(kq_scale_pick(kind, 2 * p, odd)),
-                                            kq_scale_pick(kind, 2 * p + 1, odd), 1);
-    const __m512i s = _mm512_shuffle_epi8(s8x4, pick);
-    __m512i v = _mm512_maddubs_epi16(u, s);
-    if (kq_off(kind)) v = _mm512_sub_epi16(v, _mm512_maddubs_epi16(_mm512_set1_epi8((char)kq_off(kind)), s));
-    return v;
+    __m256i pick;
+    if (kind == KQ_4 || kind == KQ_5)
+        pick = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi8((char)(2 * p))), _mm_set1_epi8((char)(2 * p + 1)), 1);
+    else
+        pick = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)kq_pick16[2 * p])),
+                                       _mm_loadu_si128((const __m128i *)kq_pick16[2 * p + 1]), 1);
+    return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(s8x2, pick));
 }
 #undef CPU_KMAX
 #undef CPU_KCASES
