@@ -559,9 +559,9 @@ TEST(test_kquant_synthetic)
         enum kv_type kv;
         double rms_tol, max_tol, clone_rms_tol, clone_max_tol;
     } cases[] = {
-        {GGUF_DTYPE_Q4_K, 1, KV_TYPE_F32, 0.40, 1.60, 0.06, 0.30}, {GGUF_DTYPE_Q6_K, 0, KV_TYPE_Q8_0, 0.10, 0.40, 0.06, 0.30},
-        {GGUF_DTYPE_Q5_K, 0, KV_TYPE_F16, 0.20, 0.80, 0.06, 0.30}, {GGUF_DTYPE_Q4_K, 0, KV_TYPE_F32, 0.40, 1.60, 0.06, 0.30},
-        {GGUF_DTYPE_Q3_K, 0, KV_TYPE_F32, 0.80, 3.00, 0.06, 0.30}, {GGUF_DTYPE_Q2_K, 0, KV_TYPE_F32, 1.50, 6.00, 0.06, 0.30},
+        {GGUF_DTYPE_Q4_K, 1, KV_TYPE_F32, 0.40, 1.60, 0.04, 0.18}, {GGUF_DTYPE_Q6_K, 0, KV_TYPE_Q8_0, 0.10, 0.40, 0.04, 0.18},
+        {GGUF_DTYPE_Q5_K, 0, KV_TYPE_F16, 0.20, 0.80, 0.04, 0.18}, {GGUF_DTYPE_Q4_K, 0, KV_TYPE_F32, 0.40, 1.60, 0.04, 0.18},
+        {GGUF_DTYPE_Q3_K, 0, KV_TYPE_F32, 0.80, 3.00, 0.04, 0.18}, {GGUF_DTYPE_Q2_K, 0, KV_TYPE_F32, 1.50, 6.00, 0.04, 0.18},
     };
     struct synth_cfg c = backend_cfg();
     c.n_ff = 512;
@@ -686,6 +686,76 @@ TEST(test_smollm2_q41_vs_f32)
     CHECK(worst_rms <= 0.35);
     CHECK(n_same >= n - 2);
     CHECK(last_same);
+}
+
+/* SmolLM2-135M with its ffn_down matrices (the only ones whose rows, 1536, are whole super-blocks)
+ * re-quantized to the K-quants in turn (layer il: Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, ...) and the rest F32,
+ * vs the same weights dequantized to F32: only the 8-bit activation blocks of 256 differ, on the real
+ * SwiGLU outputs (which have outliers, the hard case for one scale per 256 values). Per position of the
+ * chat prompt: max |diff| <= 0.85 std(f32 logits) (measured 0.62), rms <= 0.28 std (measured 0.20), the
+ * same argmax at all but one position (measured: all). For scale: the Q4_1 model (32-element blocks, all
+ * matrices) vs its F32 copy is 0.51 / 0.27 (test_smollm2_q41_vs_f32). */
+TEST(test_smollm2_kquant_vs_f32)
+{
+    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(path, R_OK) != 0) SKIP("%s absent (run scripts/fetch-model)", path);
+    static const enum gguf_dtype cycle[] = {GGUF_DTYPE_Q4_K, GGUF_DTYPE_Q6_K, GGUF_DTYPE_Q5_K, GGUF_DTYPE_Q3_K,
+                                            GGUF_DTYPE_Q2_K};
+    struct err e = {{0}};
+    gguf_file *f = NULL;
+    struct model *m = NULL, *mk = NULL, *mkf = NULL;
+    void *bufs[64] = {0};
+    CHECK_MSG(synth_open_model(path, &f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(model_clone_f32(m, &mk, &e) == 0, "%.900s", e.msg);
+    CHECK(mk->hp.n_layer <= 64 && mk->hp.n_ff % 256 == 0);
+    for (int32_t il = 0; il < mk->hp.n_layer; il++) {
+        struct model_weight *w = &mk->layers[il].w_down;
+        const enum gguf_dtype t = cycle[il % 5];
+        const uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)w->ne[0]);
+        bufs[il] = malloc(rb * (uint64_t)w->ne[1]);
+        CHECK(bufs[il]);
+        for (int64_t r = 0; r < w->ne[1]; r++)
+            CHECK(quant_quantize_row(t, (const float *)w->data + r * w->ne[0], (char *)bufs[il] + r * rb, w->ne[0]) == 0);
+        w->type = t;
+        w->data = bufs[il];
+    }
+    CHECK_MSG(model_check(mk, &e) == 0 && model_clone_f32(mk, &mkf, &e) == 0, "%.900s", e.msg);
+    static const char chat[] = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+    tok_vocab *v = NULL;
+    int32_t *toks = NULL;
+    size_t n_toks = 0;
+    CHECK_MSG(tok_load(f, &v, &e) == 0, "%.900s", e.msg);
+    int enc = tok_encode(v, chat, strlen(chat), 0, 1, &toks, &n_toks, &e);
+    tok_free(v);
+    CHECK_MSG(enc == 0 && n_toks > 4 && n_toks < 64, "%.900s", e.msg);
+    const int n = (int)n_toks;
+    const int64_t V = m->hp.n_vocab;
+    float *q = logits_alone(mk, toks, n, 2, KV_TYPE_F32, &e);
+    float *r = q ? logits_alone(mkf, toks, n, 2, KV_TYPE_F32, &e) : NULL;
+    int ok = q && r, n_same = 0;
+    double worst = 0, worst_rms = 0;
+    for (int i = 0; ok && i < n; i++) {
+        double sd = logit_std(r + i * V, V);
+        worst = fmax(worst, max_abs_diff(q + i * V, r + i * V, V) / sd);
+        worst_rms = fmax(worst_rms, rms_diff(q + i * V, r + i * V, V) / sd);
+        n_same += sampler_argmax(q + i * V, (int32_t)V) == sampler_argmax(r + i * V, (int32_t)V);
+    }
+    free(q);
+    free(r);
+    free(toks);
+    model_free(mkf);
+    model_free(mk);
+    model_free(m);
+    gguf_close(f);
+    for (int i = 0; i < 64; i++) free(bufs[i]);
+    CHECK_MSG(ok, "%.900s", e.msg);
+    printf("# SmolLM2 with K-quant ffn_down vs its F32 copy, %d positions: max |diff| %.4f std (tol 0.85), rms "
+           "%.4f std (tol 0.28), same argmax at %d/%d positions (tol: all but 1)\n",
+           n, worst, worst_rms, n_same, n);
+    CHECK(worst <= 0.85);
+    CHECK(worst_rms <= 0.28);
+    CHECK(n_same >= n - 1);
+    CHECK(worst > 0); /* the activations really are quantized */
 }
 
 /* ---------------------------------------------------------------- attention kernel */
@@ -1191,6 +1261,7 @@ int main(void)
     RUN(test_kquant_synthetic);
     RUN(test_kv_types_vs_f32);
     RUN(test_smollm2_q41_vs_f32);
+    RUN(test_smollm2_kquant_vs_f32);
     RUN(test_bad_batches);
     return test_summary();
 }

@@ -5,7 +5,12 @@
  *
  * Activations (CPU_ACT_Q8K): a row of n elements (n % 256 == 0) is n / 256 struct cpu_q8k_block, each
  * x ~= d * q with d = amax / 127, q = x / d rounded to nearest even, |q| <= 127 (the same rounding as
- * the 32-element blocks of cpu_quantize_row_q8), plus bsum[j] = the sum of q[16j .. 16j + 15].
+ * the 32-element blocks of cpu_quantize_row_q8), plus bsum[j] = the sum of q[16j .. 16j + 15]. One
+ * scale per 256 values is what llama.cpp's K-quant dot products use (its Q8_K), so results are comparable
+ * with it; its cost shows on outliers: on SmolLM2's SwiGLU outputs a K-quant ffn_down is 0.20 std (rms
+ * of the logits) from its own F32 copy, where 32-element blocks give 0.12. 14-bit blocks of 256 were
+ * tried (commit "cpu_kquant (experiment)", reverted): 0.008 std, but kernels at 0.75x (AVX-512) and
+ * 0.55x (AVX2) of these.
  *
  * Weights stay in their ggml layout (see gguf/quant.c): every chunk of 32 consecutive elements of a
  * super-block can be unpacked with a few vector shifts and masks, so no repacking is needed (the backend
