@@ -468,42 +468,41 @@ static void q_q4_1(const float *x, uint8_t *b)
 static float kq_fit_scale_min(const float *x, int n, int nmax, float *m)
 {
     float lo = x[0], hi = x[0];
-    for (int i = 1; i < n; i++) {
+    double sx = 0, sxx = 0;
+    for (int i = 0; i < n; i++) {
         lo = fminf(lo, x[i]);
         hi = fmaxf(hi, x[i]);
+        sx += x[i];
+        sxx += (double)x[i] * x[i];
     }
     if (lo > 0.0f) lo = 0.0f;
     *m = -lo;
     if (!(hi > lo)) return 0.0f;
-    float best_a = (hi - lo) / (float)nmax, best_b = lo, best_err = INFINITY;
-    uint8_t t[32];
+    float best_a = (hi - lo) / (float)nmax, best_b = lo;
+    double best_err = INFINITY;
     for (int k = 0; k < KQ_TRIES; k++) {
         const float iscale = ((float)nmax + 0.1f * (float)(k - KQ_TRIES / 2)) / (hi - lo);
-        double su = 0, suu = 0, sx = 0, sux = 0;
+        int su = 0, suu = 0;
+        double sux = 0;
         for (int i = 0; i < n; i++) {
-            t[i] = (uint8_t)clampi((int)lrintf(iscale * (x[i] - lo)), 0, nmax);
-            su += t[i];
-            suu += (double)t[i] * t[i];
-            sx += x[i];
-            sux += (double)t[i] * x[i];
+            const int t = clampi((int)lrintf(iscale * (x[i] - lo)), 0, nmax);
+            su += t;
+            suu += t * t;
+            sux += (double)t * x[i];
         }
         /* least squares x ~= a u + b, with b <= 0 */
-        double det = n * suu - su * su, a, b;
+        const double det = (double)n * suu - (double)su * su;
         if (det <= 0) continue;
-        a = (n * sux - su * sx) / det;
-        b = (suu * sx - su * sux) / det;
+        double a = (n * sux - su * sx) / det, b = (suu * sx - su * sux) / det;
         if (b > 0) {
             b = 0;
             a = sux / suu;
         }
         if (a <= 0) continue;
-        double err = 0;
-        for (int i = 0; i < n; i++) {
-            double r = a * t[i] + b - x[i];
-            err += r * r;
-        }
+        /* sum (a u + b - x)^2, expanded: one pass per try */
+        const double err = a * a * suu + 2 * a * b * su + n * b * b - 2 * a * sux - 2 * b * sx + sxx;
         if (err < best_err) {
-            best_err = (float)err;
+            best_err = err;
             best_a = (float)a;
             best_b = (float)b;
         }
@@ -512,8 +511,8 @@ static float kq_fit_scale_min(const float *x, int n, int nmax, float *m)
     return best_a;
 }
 
-/* x (n <= 32 values) ~= s * q with q = qmin .. qmax (s of either sign, so the longer side of the range can take
- * the largest magnitude). Returns s. */
+/* x (n <= 32 values) ~= s * q with q = qmin .. qmax (s of either sign, so the longer side of the range can
+ * take the largest magnitude). Returns s. */
 static float kq_fit_scale(const float *x, int n, int qmin, int qmax)
 {
     float amax = 0.0f, v = 0.0f;
@@ -523,28 +522,23 @@ static float kq_fit_scale(const float *x, int n, int qmin, int qmax)
             v = x[i];
         }
     if (amax == 0.0f) return 0.0f;
-    float best_s = v / (float)qmax, best_err = INFINITY;
+    float best_s = v / (float)qmax;
+    double best_gain = -INFINITY;
     for (int side = 0; side < 2; side++) {
         const float lim = side ? (float)qmax : (float)-qmin; /* v maps to +qmax or to qmin */
         for (int k = 0; k < KQ_TRIES; k++) {
             const float iscale = (side ? 1.0f : -1.0f) * (lim + 0.1f * (float)(k - KQ_TRIES / 2)) / v;
-            double sxq = 0, sqq = 0;
-            int q[32];
+            double sxq = 0;
+            int sqq = 0;
             for (int i = 0; i < n; i++) {
-                q[i] = clampi((int)lrintf(iscale * x[i]), qmin, qmax);
-                sxq += (double)x[i] * q[i];
-                sqq += (double)q[i] * q[i];
+                const int q = clampi((int)lrintf(iscale * x[i]), qmin, qmax);
+                sxq += (double)x[i] * q;
+                sqq += q * q;
             }
-            if (sqq <= 0) continue;
-            double s = sxq / sqq, err = 0;
-            for (int i = 0; i < n; i++) {
-                double r = s * q[i] - x[i];
-                err += r * r;
-            }
-            if (err < best_err) {
-                best_err = (float)err;
-                best_s = (float)s;
-            }
+            /* at s = sxq / sqq the squared error is sum x^2 - sxq^2 / sqq: maximise the second term */
+            if (sqq <= 0 || sxq * sxq / sqq <= best_gain) continue;
+            best_gain = sxq * sxq / sqq;
+            best_s = (float)(sxq / sqq);
         }
     }
     return best_s;
