@@ -9,7 +9,7 @@
 
 venv=${NIGHTSHIFT_GGUF_VENV:-$(dirname "$NS")/gguf-venv}
 if ! "$venv/bin/python" -c 'import gguf' 2>/dev/null; then
-    python3 -m venv "$venv" >/dev/null 2>&1 && timeout 180 "$venv/bin/pip" install -q gguf >/dev/null 2>&1
+    python3 -m venv "$venv" >/dev/null 2>&1 && timeout 180 "$venv/bin/pip" install -q --retries 0 --timeout 15 gguf >/dev/null 2>&1
 fi
 if ! "$venv/bin/python" -c 'import gguf' 2>/dev/null; then
     skip gguf_py_reads_kquants "the gguf package could not be installed into $venv (no network?)"
