@@ -10,7 +10,8 @@
  *
  * Values: matrices uniform in [-a, a] with a = sqrt(3 / n_in) (variance 1/n_in, n_in = ne[0], so a
  * product with a unit-variance input keeps unit variance); norm weights exactly 1.0; biases uniform in
- * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type.
+ * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type, except
+ * that the K-quant mixes give some matrices another type (synth_tensor_type).
  */
 #include <math.h>
 #include <stdio.h>
@@ -398,8 +399,8 @@ static void synth_usage(FILE *out)
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         fprintf(out, "%s%s", i ? ", " : "", types[i].name);
     fprintf(out,
-            " (matrices and token embedding; norms and biases are always f32; the K-quant\n"
-            "                 mixes give some tensors more bits, as llama.cpp's do)\n"
+            "\n                 (matrices and token embedding; norms and biases are always f32; the\n"
+            "                 K-quant mixes give some tensors more bits, as llama.cpp's do)\n"
             "  -o FILE        output path\n"
             "  --vocab FILE   copy tokenizer.* metadata from this GGUF (default: a built-in byte-fallback\n"
             "                 SentencePiece vocabulary of ~500 tokens)\n"
