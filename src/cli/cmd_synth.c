@@ -76,7 +76,8 @@ static int synth_more_bits(uint32_t il, uint32_t n_layer)
  * synth_more_bits layers; Q3_K_M: attn_v Q5_K in layers 0-1 else Q4_K, ffn_down Q5_K in the first
  * sixteenth of the layers, Q4_K in the other synth_more_bits layers, attn_output Q4_K; Q2_K: attn_v Q4_K,
  * ffn_down and attn_output Q3_K. A K-quant row must be whole super-blocks of 256: a matrix whose rows are
- * not falls back as llama.cpp's does (Q2_K, Q3_K: Q4_0; Q4_K: Q5_0; Q5_K: Q5_1; Q6_K: Q8_0). */
+ * not falls back as llama.cpp's does (Q4_K: Q5_0; Q5_K: Q5_1; Q6_K: Q8_0; Q2_K, Q3_K: Q4_0, where recent
+ * llama.cpp picks IQ4_NL, a type nightshift does not compute). */
 static enum gguf_dtype synth_tensor_type(const struct synth_type *ty, const char *role, uint32_t il,
                                          uint32_t n_layer, uint64_t ne0)
 {
