@@ -12,6 +12,19 @@ for t in f32 f16 bf16 q8_0 q4_0 q4_1; do
     fi
 done
 
+# the K-quant mixes: on tiny (rows of 64) through llama.cpp's fallback types, on tiny-256 as K-quants;
+# the files load and generate
+for t in q2_k q3_k_m q4_k_m q5_k_m q6_k; do
+    for shape in tiny tiny-256; do
+        if "$NS" synth --shape "$shape" --type "$t" -o "$e2e_tmp/k.gguf" 2>"$e2e_tmp/err" &&
+            "$NS" generate -m "$e2e_tmp/k.gguf" -p "once upon a time" -n 4 >/dev/null 2>>"$e2e_tmp/err"; then
+            ok "synth_${shape}_${t}_generates"
+        else
+            fail "synth_${shape}_${t}_generates" "$(tail -3 "$e2e_tmp/err")"
+        fi
+    done
+done
+
 # sizes: f32 > f16 = bf16 > q8_0 > q4_1 > q4_0
 s() { stat -c %s "$e2e_tmp/tiny-$1.gguf" 2>/dev/null || echo 0; }
 if [ "$(s f32)" -gt "$(s f16)" ] && [ "$(s f16)" -eq "$(s bf16)" ] && [ "$(s f16)" -gt "$(s q8_0)" ] &&

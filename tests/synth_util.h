@@ -30,11 +30,14 @@ struct synth_cfg {
     const char *skip_tensor;    /* if set: this tensor is left out */
     int omit_optional;          /* leave out head_count_kv, key_length, rope.*, epsilon (defaults apply) */
     uint32_t alignment;         /* if != 0: general.alignment */
+    /* if set: the type of the matrix `name` (quantized from the same values), or 0 (F32 is not
+     * choosable this way) for `type`: mixed-type files such as Q4_K_M */
+    enum gguf_dtype (*type_of)(const char *name);
 };
 
 static inline struct synth_cfg synth_default(void)
 {
-    struct synth_cfg c = {"llama", 64, 2, 4, 2, 0, 96, 300, 256, GGUF_DTYPE_F32, 0, 0, 1, 0, NULL, 0, 0};
+    struct synth_cfg c = {"llama", 64, 2, 4, 2, 0, 96, 300, 256, GGUF_DTYPE_F32, 0, 0, 1, 0, NULL, 0, 0, NULL};
     return c;
 }
 
@@ -68,6 +71,7 @@ static inline int synth_add(gguf_writer *w, struct synth_model *sm, const struct
         else vals[i] = (float)(i + 1);
     }
     enum gguf_dtype t = kind == 0 ? c->type : GGUF_DTYPE_F32;
+    if (kind == 0 && c->type_of && c->type_of(name)) t = c->type_of(name);
     if (c->force_type && !strcmp(name, "blk.0.ffn_up.weight")) t = c->force_type;
     uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)ne0);
     uint64_t rows = (uint64_t)(ne1 > 0 ? ne1 : 1);

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "gguf/quant.h"
+#include "model/model.h"
 #include "test.h"
 
 /* cmd_synth reports through cli_error, which lives in main.c (not in the library): keep the last message. */
@@ -45,6 +46,17 @@ static const char *tmp(const char *name)
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
     return buf[k];
+}
+
+/* Opens the file and loads its model (both left open on success). */
+static int synth_open(const char *path, gguf_file **f, struct model **m, struct err *e)
+{
+    if (gguf_open(path, f, e)) return -1;
+    if (model_load(*f, m, e)) {
+        gguf_close(*f);
+        return -1;
+    }
+    return 0;
 }
 
 static int64_t get_int(const gguf_file *f, const char *key)
@@ -174,6 +186,111 @@ TEST(tiny_every_type)
     }
 }
 
+
+/* The K-quant types: general.file_type, each tensor's type as synth_tensor_type states the mixes (tiny-256:
+ * 8 layers of rows of 256; the _M mixes' "more bits" layers of 8 are 0, 3, 6, 7), value statistics as
+ * for the other types (looser for Q2_K/Q3_K), and the model loads. On the tiny shape (rows of 64) every
+ * K-quant falls back as llama.cpp's does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0). */
+TEST(kquant_mixes)
+{
+    const enum gguf_dtype Q2 = GGUF_DTYPE_Q2_K, Q3 = GGUF_DTYPE_Q3_K, Q4 = GGUF_DTYPE_Q4_K, Q5 = GGUF_DTYPE_Q5_K,
+                          Q6 = GGUF_DTYPE_Q6_K;
+    const struct {
+        const char *name;
+        int file_type;
+        enum gguf_dtype base, output, v_more, v_other, down_more, down_other, attn_out;
+    } mixes[] = {
+        {"q4_k_m", 15, Q4, Q6, Q6, Q4, Q6, Q4, Q4},
+        {"q5_k_m", 17, Q5, Q6, Q6, Q5, Q6, Q5, Q5},
+        {"q6_k", 18, Q6, Q6, Q6, Q6, Q6, Q6, Q6},
+        {"q2_k", 10, Q2, Q6, Q4, Q4, Q3, Q3, Q3},
+    };
+    const int more[8] = {1, 0, 0, 1, 0, 0, 1, 1};
+    for (size_t k = 0; k < sizeof mixes / sizeof mixes[0]; k++) {
+        const char *path = tmp("k.gguf");
+        CHECK_MSG(synth("tiny-256", mixes[k].name, path, NULL, NULL) == 0, "%s: %s", mixes[k].name, last_error);
+        gguf_file *f;
+        struct model *m;
+        struct err e;
+        CHECK_MSG(synth_open(path, &f, &m, &e) == 0, "%s: %.900s", mixes[k].name, e.msg);
+        CHECK_EQ_INT(get_int(f, "general.file_type"), mixes[k].file_type);
+        uint64_t n_vocab = gguf_kv_arr_n(f, gguf_find_kv(f, "tokenizer.ggml.tokens"));
+        int ok = tensor_is(f, "token_embd.weight", mixes[k].base, 256, n_vocab) &&
+                 tensor_is(f, "output.weight", mixes[k].output, 256, n_vocab);
+        for (int il = 0; il < 8 && ok; il++) {
+            char n[64];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+            ok = tensor_is(f, NAME("attn_q.weight"), mixes[k].base, 256, 256) &&
+                 tensor_is(f, NAME("attn_k.weight"), mixes[k].base, 256, 128) &&
+                 tensor_is(f, NAME("attn_v.weight"), more[il] ? mixes[k].v_more : mixes[k].v_other, 256, 128) &&
+                 tensor_is(f, NAME("attn_output.weight"), mixes[k].attn_out, 256, 256) &&
+                 tensor_is(f, NAME("ffn_gate.weight"), mixes[k].base, 256, 512) &&
+                 tensor_is(f, NAME("ffn_up.weight"), mixes[k].base, 256, 512) &&
+                 tensor_is(f, NAME("ffn_down.weight"), more[il] ? mixes[k].down_more : mixes[k].down_other, 512, 256);
+#undef NAME
+        }
+        for (uint64_t i = 0; i < gguf_n_tensors(f) && ok; i++) {
+            const struct gguf_tensor *x = gguf_tensor(f, i);
+            if (strstr(x->name, "norm")) continue;
+            double mean, var, amax, a = sqrt(3.0 / (double)x->ne[0]);
+            tensor_stats(x, &mean, &var, &amax);
+            /* Q2_K's 4 levels fit by least squares may reach past the data's range */
+            const double lo = x->type == Q2 || x->type == Q3 ? 0.75 : 0.85, hi = x->type == Q2 ? 1.35 : 1.2;
+            if (!(fabs(mean) < 0.05 * a && var > lo && var < hi && amax <= a * (x->type == Q2 ? 1.5 : 1.2))) {
+                printf("  %s (%s): mean %g n_in*var %g amax %g (a %g)\n", x->name, mixes[k].name, mean, var, amax, a);
+                ok = 0;
+            }
+        }
+        model_free(m);
+        gguf_close(f);
+        CHECK_MSG(ok, "%s: tensor types or values differ from the stated mix (see above)", mixes[k].name);
+    }
+    /* q3_k_m: attn_v Q5_K in layers 0-1, Q4_K after; ffn_down Q5_K in the first sixteenth of the layers
+     * (none of 8), Q4_K in the more-bits layers, else Q3_K; attn_output Q4_K */
+    const char *path = tmp("k3.gguf");
+    CHECK_MSG(synth("tiny-256", "q3_k_m", path, NULL, NULL) == 0, "%s", last_error);
+    gguf_file *f;
+    struct model *m;
+    struct err e;
+    CHECK_MSG(synth_open(path, &f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK_EQ_INT(get_int(f, "general.file_type"), 12);
+    for (int il = 0; il < 8; il++) {
+        char n[64];
+        snprintf(n, sizeof n, "blk.%d.attn_v.weight", il);
+        CHECK(tensor_is(f, n, il < 2 ? Q5 : Q4, 256, 128));
+        snprintf(n, sizeof n, "blk.%d.ffn_down.weight", il);
+        CHECK(tensor_is(f, n, more[il] ? Q4 : Q3, 512, 256));
+        snprintf(n, sizeof n, "blk.%d.attn_output.weight", il);
+        CHECK(tensor_is(f, n, Q4, 256, 256));
+        snprintf(n, sizeof n, "blk.%d.ffn_up.weight", il);
+        CHECK(tensor_is(f, n, Q3, 256, 512));
+    }
+    model_free(m);
+    gguf_close(f);
+    /* rows of 64: the fallbacks */
+    CHECK_MSG(synth("tiny", "q4_k_m", path, NULL, NULL) == 0, "%s", last_error);
+    CHECK_MSG(synth_open(path, &f, &m, &e) == 0, "%.900s", e.msg);
+    uint64_t n_vocab = gguf_kv_arr_n(f, gguf_find_kv(f, "tokenizer.ggml.tokens"));
+    CHECK(tensor_is(f, "output.weight", GGUF_DTYPE_Q8_0, 64, n_vocab));
+    CHECK(tensor_is(f, "blk.0.attn_q.weight", GGUF_DTYPE_Q5_0, 64, 64));
+    CHECK(tensor_is(f, "blk.0.attn_v.weight", GGUF_DTYPE_Q5_0, 64, 32)); /* layer 0 of 2: no more bits */
+    CHECK(tensor_is(f, "blk.1.attn_v.weight", GGUF_DTYPE_Q8_0, 64, 32));
+    CHECK(tensor_is(f, "blk.1.ffn_down.weight", GGUF_DTYPE_Q8_0, 160, 64));
+    model_free(m);
+    gguf_close(f);
+    CHECK_MSG(synth("tiny", "q5_k_m", path, NULL, NULL) == 0, "%s", last_error);
+    CHECK_MSG(synth_open(path, &f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK(tensor_is(f, "blk.0.attn_q.weight", GGUF_DTYPE_Q5_1, 64, 64));
+    model_free(m);
+    gguf_close(f);
+    CHECK_MSG(synth("tiny", "q2_k", path, NULL, NULL) == 0, "%s", last_error);
+    CHECK_MSG(synth_open(path, &f, &m, &e) == 0, "%.900s", e.msg);
+    CHECK(tensor_is(f, "blk.0.attn_q.weight", GGUF_DTYPE_Q4_0, 64, 64));
+    CHECK(tensor_is(f, "blk.0.attn_v.weight", GGUF_DTYPE_Q5_0, 64, 32));
+    model_free(m);
+    gguf_close(f);
+}
+
 TEST(deterministic_from_seed)
 {
     const char *a = tmp("a.gguf"), *b = tmp("b.gguf"), *c = tmp("c.gguf");
@@ -298,6 +415,7 @@ int main(void)
         return 1;
     }
     RUN(tiny_every_type);
+    RUN(kquant_mixes);
     RUN(deterministic_from_seed);
     RUN(qwen2_tiny_and_tied);
     RUN(vocab_from_file);

@@ -22,9 +22,9 @@
  *    block). The general kernels never load a slot past that; the fast path loads K of whole 16-slot
  *    groups inside the sequence's own last block, and the lanes of unwritten slots (any bits, NaN
  *    included) are replaced by -inf before anything uses them (cpu_attn.h).
- *  - Weights: at load every matrix is repacked once (cpu_repack_rows: Q8_0/Q4_0/Q4_1 into groups of 8
+ *  - Weights: at load every matrix is repacked once (cpu_repack_rows: Q8_0/Q4_x/Q5_x into groups of 8
  *    interleaved blocks, same size; F32/F16/BF16 into panels of 16 rows, padded to a multiple of 16
- *    rows) into one buffer that the backend owns (memory = the matrices' bytes again; the model's
+ *    rows; the K-quants Q2_K..Q6_K copied as they are, cpu_kquant.h) into one buffer that the backend owns (memory = the matrices' bytes again; the model's
  *    mapping is then read only for token embedding rows and the small F32 tensors). As rows are
  *    repacked, their pages of a file mapping are dropped from the process (MADV_DONTNEED;
  *    cpu_releasable says when), so peak RSS stays ~1x the weights, not 2x. c->layers/c->output are the
@@ -47,6 +47,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_attn.h"
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_kquant.h"
 #include "gguf/quant.h"
 #include "util/sysmem.h"
 #include "util/threads.h"
@@ -88,7 +89,8 @@ struct cpu_ctx {
     float *hb;   /* (cap, n_ff) */
     float *hb2;  /* (cap, n_ff) */
     float *rope; /* (cap, n_rot / 2, 2) cos, sin per row */
-    uint8_t *xq; /* (cap, cpu_q8_row_bytes(max(n_embd, n_q, n_ff))) quantized matmul input */
+    uint8_t *xq; /* (cap, cpu_q8_row_bytes(max(n_embd, n_q, n_ff))) quantized matmul input (CPU_ACT_Q8) */
+    uint8_t *xk; /* (cap, cpu_q8k_row_bytes(max(n_embd, n_q, n_ff))) the same for the K-quants (CPU_ACT_Q8K) */
     struct cpu_attn_item *att_items; /* (cap * n_head_kv) the step's attention work items */
     int64_t *att_parts;              /* (cpu_att_max_parts + 1) item ranges handed to threads */
 };
@@ -130,6 +132,7 @@ static uint64_t cpu_layout_scratch(struct cpu_ctx *c, int32_t rows, char *base)
     CARVE(hb2, float, (int64_t)rows * hp->n_ff);
     CARVE(rope, float, (int64_t)rows * hp->n_rot + 1);
     CARVE(xq, uint8_t, (int64_t)rows * cpu_q8_row_bytes(n_in_max) + 64);
+    CARVE(xk, uint8_t, (int64_t)rows * cpu_q8k_row_bytes(n_in_max) + 64);
     CARVE(att_items, struct cpu_attn_item, (int64_t)rows * hp->n_head_kv);
     CARVE(att_parts, int64_t, cpu_att_max_parts(c) + 1);
 #undef CARVE
@@ -560,11 +563,26 @@ static void cpu_par(const struct cpu_ctx *c, int64_t n_tasks, threads_task_fn fn
 }
 
 static void cpu_mm(const struct cpu_ctx *c, const struct cpu_matmul_job *jobs, int n_jobs, const float *x,
-                   const void *xq, int32_t n_rows, const struct cpu_matmul_opts *opts)
+                   int32_t n_rows, const struct cpu_matmul_opts *opts)
 {
     int64_t work = 0;
     for (int j = 0; j < n_jobs; j++) work += jobs[j].w->ne[0] * jobs[j].w->ne[1];
-    cpu_matmul(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, xq, n_rows, opts);
+    cpu_matmul(work * n_rows >= CPU_PAR_MIN_WORK ? c->pool : NULL, jobs, n_jobs, x, c->xq, c->xk, n_rows, opts);
+}
+
+/* The quantized forms (bit 1 << CPU_ACT_Q8, 1 << CPU_ACT_Q8K) the matmul of weights ws needs. */
+static unsigned cpu_acts(const struct model_weight *const *ws, int n)
+{
+    unsigned acts = 0;
+    for (int i = 0; i < n; i++) acts |= 1u << cpu_type_act(ws[i]->type);
+    return acts & ~(1u << CPU_ACT_F32);
+}
+
+/* Row `out` of xq and/or xk (acts: cpu_acts) = the quantized row x of n floats. */
+static void cpu_quantize_acts(const struct cpu_ctx *c, unsigned acts, const float *x, int64_t out, int64_t n)
+{
+    if (acts & (1u << CPU_ACT_Q8)) cpu_quantize_row_q8(x, c->xq + out * cpu_q8_row_bytes(n), n);
+    if (acts & (1u << CPU_ACT_Q8K)) cpu_quantize_row_q8k(x, c->xk + out * cpu_q8k_row_bytes(n), n);
 }
 
 struct cpu_step {
@@ -574,8 +592,8 @@ struct cpu_step {
     int embed;             /* cpu_task_norm: look up the token embedding and the RoPE table first */
     int add_tmp;           /* cpu_task_norm: x += tmp first (the previous block's output) */
     const float *norm_w;   /* cpu_task_norm: rmsnorm weight */
-    int quantize;          /* the next matmul needs xq */
-    const float *q_src;    /* cpu_task_quantize: rows of length q_in to quantize into xq */
+    unsigned quantize;     /* the quantized forms the next matmul needs (cpu_acts) */
+    const float *q_src;    /* cpu_task_quantize: rows of length q_in to quantize into xq / xk */
     int64_t q_in;
     struct cpu_kv_layer kv; /* cpu_task_attn: this layer's KV */
     int64_t att_n_pos;     /* cpu_task_attn: positions the scratch holds */
@@ -600,15 +618,15 @@ static void cpu_embed_row(const struct cpu_step *s, int64_t r)
     }
 }
 
-/* [x += add,] row `out` of xb = rmsnorm(x) * norm_w, [row `out` of xq = quantized xb]. x: one row of c->x. */
+/* [x += add,] row `out` of xb = rmsnorm(x) * norm_w, [row `out` of xq / xk = quantized xb]. x: one row of c->x. */
 static void cpu_add_norm_row(const struct cpu_ctx *c, float *x, const float *add, const float *norm_w, int64_t out,
-                             int quantize)
+                             unsigned quantize)
 {
     const int64_t n = c->m->hp.n_embd;
     if (add)
         for (int64_t i = 0; i < n; i++) x[i] += add[i];
     cpu_rmsnorm(c->xb + out * n, x, norm_w, n, c->m->hp.norm_eps);
-    if (quantize) cpu_quantize_row_q8(c->xb + out * n, c->xq + out * cpu_q8_row_bytes(n), n);
+    cpu_quantize_acts(c, quantize, c->xb + out * n, out, n);
 }
 
 /* [embedding,] [x += tmp,] xb = rmsnorm(x) * norm_w, xq = quantized xb (when needed). */
@@ -682,27 +700,29 @@ static void cpu_task_attn(void *arg, int64_t part, int thread)
                  s->att_n_pos);
 }
 
-/* Quantizes rows of `src` (row length s->q_in) into xq. */
+/* Quantizes rows of `src` (row length s->q_in) into xq / xk (s->quantize). */
 static void cpu_task_quantize(void *arg, int64_t r, int thread)
 {
     (void)thread;
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
-    cpu_quantize_row_q8(s->q_src + r * s->q_in, c->xq + r * cpu_q8_row_bytes(s->q_in), s->q_in);
+    cpu_quantize_acts(c, s->quantize, s->q_src + r * s->q_in, r, s->q_in);
 }
 
-/* y (n rows) = x (n rows of n_in) * w^T, quantizing x into xq first when w multiplies q8 activations. */
+/* y (n rows) = x (n rows of n_in) * w^T, quantizing x into xq or xk first when w multiplies quantized
+ * activations. */
 static void cpu_mm_one(struct cpu_step *s, const struct model_weight *w, const float *x, int64_t n_in, float *y,
                        int32_t n)
 {
     const struct cpu_ctx *c = s->c;
-    if (cpu_type_uses_q8(w->type)) {
+    s->quantize = cpu_acts(&w, 1);
+    if (s->quantize) {
         s->q_src = x;
         s->q_in = n_in;
         cpu_par(c, n, cpu_task_quantize, s, n * n_in * 4);
     }
     const struct cpu_matmul_job job = {w, y};
-    cpu_mm(c, &job, 1, x, c->xq, n, NULL);
+    cpu_mm(c, &job, 1, x, n, NULL);
 }
 
 /* Epilogue of the paired gate/up matmul: hb = silu(hb) * hb2 = hb / (1 + exp(-hb)) * hb2 (cpu_swiglu_row)
@@ -786,10 +806,10 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         s.embed = il == 0;
         s.add_tmp = il > 0; /* the previous layer's FFN output */
         s.norm_w = L->attn_norm.data;
-        s.quantize = cpu_type_uses_q8(L->wq.type) || cpu_type_uses_q8(L->wk.type) || cpu_type_uses_q8(L->wv.type);
+        s.quantize = cpu_acts((const struct model_weight *[]){&L->wq, &L->wk, &L->wv}, 3);
         cpu_par(c, n, cpu_task_norm, &s, row_work + (il == 0 ? n * (n_embd + 16 * hp->n_rot) : 0));
         struct cpu_matmul_job qkv[3] = {{&L->wq, c->q}, {&L->wk, c->k}, {&L->wv, c->v}};
-        cpu_mm(c, qkv, 3, c->xb, c->xq, n, &qkv_opts); /* + biases, norms, RoPE, KV stores */
+        cpu_mm(c, qkv, 3, c->xb, n, &qkv_opts); /* + biases, norms, RoPE, KV stores */
         s.kv.k = (const uint8_t *)c->k_cache + (uint64_t)il * c->kv_layer_bytes;
         s.kv.v = (const uint8_t *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
         cpu_par(c, n_parts, cpu_task_attn, &s, att_work);
@@ -797,19 +817,19 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         /* feed-forward block */
         s.embed = 0;
         s.norm_w = L->ffn_norm.data;
-        s.quantize = cpu_type_uses_q8(L->w_gate.type) || cpu_type_uses_q8(L->w_up.type);
+        s.quantize = cpu_acts((const struct model_weight *[]){&L->w_gate, &L->w_up}, 2);
         s.add_tmp = 1; /* the attention output */
         cpu_par(c, n, cpu_task_norm, &s, row_work);
         struct cpu_matmul_job gu[2] = {{&L->w_gate, c->hb}, {&L->w_up, c->hb2}};
-        cpu_mm(c, gu, 2, c->xb, c->xq, n, &glu_opts); /* + SwiGLU */
+        cpu_mm(c, gu, 2, c->xb, n, &glu_opts); /* + SwiGLU */
         cpu_mm_one(&s, &L->w_down, c->hb, n_ff, c->tmp, n);
     }
     /* the last residual add, the output norm and the output head, for the rows that want logits only */
     if (b->n_logits == 0) return 0;
-    s.quantize = cpu_type_uses_q8(c->output.type);
+    s.quantize = cpu_acts((const struct model_weight *[]){&c->output}, 1);
     cpu_par(c, b->n_logits, cpu_task_final, &s, (int64_t)b->n_logits * n_embd * 4);
     struct cpu_matmul_job out = {&c->output, logits};
-    cpu_mm(c, &out, 1, c->xb, c->xq, b->n_logits, NULL);
+    cpu_mm(c, &out, 1, c->xb, b->n_logits, NULL);
     return 0;
 }
 

@@ -5,16 +5,18 @@
  * the row length; n_x only decides how many rows share one decode of a weight block. The matmul splits
  * work over weight rows (output columns), never over the reduction dimension.
  *
- * Integer paths (Q8_0, Q4_0, Q4_1 weights, repacked into groups of 8 interleaved blocks; see
+ * Integer paths (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 weights, repacked into groups of 8 interleaved blocks; see
  * cpu_kernels.h): per group, exact 32-bit lane sums (lane j = block j) of the weight quants times the
- * activation's int8 quants, then acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q4_1 adds
- * one more FMA m_w[8] * s_x[8]). Leftover blocks (nb % 8) go through a per-block path into a second
- * accumulator. The row's result is hsum(acc + acc_tail) + the tail's Q4_1 offsets: a fixed order. The
+ * activation's int8 quants, then acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q4_1 and
+ * Q5_1 add one more FMA m_w[8] * s_x[8]). Leftover blocks (nb % 8) go through a per-block path into a
+ * second accumulator. The row's result is hsum(acc + acc_tail) + the tail's offsets: a fixed order. The
  * integer part may be split into any number of partial sums (exact), the float part never is.
  * Overflow: |q_x| <= 127; Q8_0 uses |q_w| <= 128 via the sign trick, so a maddubs pair sum is at most
  * 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); a lane of a group sums 32 products < 2^20.
+ * The K-quants (Q2_K .. Q6_K) have their own kernels and activation blocks: cpu_kquant.c.
  */
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_kquant.h"
 
 #include <assert.h>
 #include <math.h>
@@ -41,9 +43,17 @@
 
 #define CPU_TILE_ROWS 32 /* weight rows per task */
 
+enum cpu_act cpu_type_act(enum gguf_dtype t)
+{
+    if (t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q5_0 ||
+        t == GGUF_DTYPE_Q5_1)
+        return CPU_ACT_Q8;
+    return cpu_kquant_type(t) ? CPU_ACT_Q8K : CPU_ACT_F32;
+}
+
 int cpu_type_uses_q8(enum gguf_dtype t)
 {
-    return t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1;
+    return cpu_type_act(t) == CPU_ACT_Q8;
 }
 
 int64_t cpu_q8_row_bytes(int64_t n)
@@ -145,20 +155,41 @@ void cpu_quantize_row_q8_ref(const float *x, void *y, int64_t n)
 /* Bytes of one ggml block (the integer types). */
 static int64_t cpu_block_bytes(enum gguf_dtype t)
 {
-    return t == GGUF_DTYPE_Q8_0 ? 34 : t == GGUF_DTYPE_Q4_0 ? 18 : 20;
+    return t == GGUF_DTYPE_Q8_0 ? 34 : t == GGUF_DTYPE_Q4_0 ? 18 : t == GGUF_DTYPE_Q4_1 ? 20 : t == GGUF_DTYPE_Q5_0 ? 22 : 24;
 }
 
-/* The 32 quants of ggml block src as bytes in element order: Q8_0 int8 values, Q4 nibbles 0..15. */
+/* 1 for the types with an offset m per block (Q4_1, Q5_1). */
+static int cpu_has_min(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q5_1;
+}
+
+static int cpu_is_q5(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_Q5_0 || t == GGUF_DTYPE_Q5_1;
+}
+
+/* Bytes of a repacked group's header, before its 128 nibble bytes (Q8_0: its 256 quant bytes): f16 d[8],
+ * then f16 m[8] (Q4_1, Q5_1), then the fifth bits (Q5_0, Q5_1) as uint32 qh[8], word k for chunk k. */
+static int64_t cpu_group_header(enum gguf_dtype t)
+{
+    return 16 + (cpu_has_min(t) ? 16 : 0) + (cpu_is_q5(t) ? 32 : 0);
+}
+
+/* The 32 quants of ggml block src as bytes in element order: Q8_0 int8 values, Q4 nibbles 0..15, Q5
+ * 0..31 (nibble | fifth bit << 4, bit e of the little-endian qh word for element e). */
 static void cpu_block_quants(enum gguf_dtype t, const uint8_t *src, uint8_t *v)
 {
     if (t == GGUF_DTYPE_Q8_0) {
         memcpy(v, src + 2, 32);
         return;
     }
-    const uint8_t *qs = src + (t == GGUF_DTYPE_Q4_0 ? 2 : 4);
+    const uint8_t *p = src + (cpu_has_min(t) ? 4 : 2);
+    const uint32_t qh = cpu_is_q5(t) ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24 : 0;
+    const uint8_t *qs = p + (cpu_is_q5(t) ? 4 : 0);
     for (int e = 0; e < 16; e++) {
-        v[e] = qs[e] & 0x0F;
-        v[e + 16] = qs[e] >> 4;
+        v[e] = (uint8_t)((qs[e] & 0x0F) | ((qh >> e) & 1) << 4);
+        v[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
     }
 }
 
@@ -169,7 +200,7 @@ void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
         return;
     }
     const int64_t nb = n / CPU_QK, ng = nb / CPU_QG, bb = cpu_block_bytes(t);
-    const int64_t hdr = t == GGUF_DTYPE_Q4_1 ? 32 : 16; /* d[8] (and m[8]) */
+    const int64_t hdr = cpu_group_header(t), qh_off = cpu_has_min(t) ? 32 : 16;
     const uint8_t *s = src;
     uint8_t *d = dst;
     for (int64_t gi = 0; gi < ng; gi++, s += CPU_QG * bb, d += CPU_QG * bb) {
@@ -177,7 +208,7 @@ void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
         for (int j = 0; j < CPU_QG; j++) {
             const uint8_t *blk = s + j * bb;
             memcpy(d + 2 * j, blk, 2); /* d */
-            if (t == GGUF_DTYPE_Q4_1) memcpy(d + 16 + 2 * j, blk + 2, 2); /* m */
+            if (cpu_has_min(t)) memcpy(d + 16 + 2 * j, blk + 2, 2); /* m */
             uint8_t v[32];
             cpu_block_quants(t, blk, v);
             for (int c = 0; c < 8; c++) memcpy(&chunks[c][j * 4], v + 4 * c, 4);
@@ -186,8 +217,12 @@ void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
         if (t == GGUF_DTYPE_Q8_0) {
             memcpy(q, chunks, 256);
         } else {
-            for (int k = 0; k < 8; k++)
-                for (int b = 0; b < 16; b++) q[16 * k + b] = (uint8_t)(chunks[k][b] | (chunks[k][16 + b] << 4));
+            for (int k = 0; k < 8; k++) {
+                uint32_t qh = 0; /* Q5: bit b = the fifth bit of chunk k's byte b */
+                for (int b = 0; b < 32; b++) qh |= (uint32_t)(chunks[k][b] >> 4) << b;
+                for (int b = 0; b < 16; b++) q[16 * k + b] = (uint8_t)((chunks[k][b] & 15) | (chunks[k][16 + b] & 15) << 4);
+                if (cpu_is_q5(t)) memcpy(d + qh_off + 4 * k, &qh, 4);
+            }
         }
     }
     memcpy(d, s, (size_t)((nb - ng * CPU_QG) * bb)); /* the remaining blocks as they are */
@@ -291,8 +326,8 @@ static uint16_t cpu_rd16(const uint8_t *p)
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
-/* Block b of a repacked weight row: scale, Q4_1 offset (else 0) and the 32 values q (Q8_0: int8,
- * Q4_0: nibble - 8, Q4_1: nibble) in element order. */
+/* Block b of a repacked weight row: scale, Q4_1/Q5_1 offset (else 0) and the 32 values q (Q8_0: int8,
+ * Q4_0: nibble - 8, Q4_1: nibble, Q5_0: 5-bit value - 16, Q5_1: 5-bit value) in element order. */
 static void cpu_weight_block(enum gguf_dtype t, const uint8_t *row, int64_t nb, int64_t b, float *d, float *m,
                              int *q)
 {
@@ -302,25 +337,29 @@ static void cpu_weight_block(enum gguf_dtype t, const uint8_t *row, int64_t nb, 
     if (b >= ng * CPU_QG) {
         const uint8_t *blk = row + b * bb; /* tail blocks keep the ggml layout */
         *d = quant_f16_to_f32(cpu_rd16(blk));
-        if (t == GGUF_DTYPE_Q4_1) *m = quant_f16_to_f32(cpu_rd16(blk + 2));
+        if (cpu_has_min(t)) *m = quant_f16_to_f32(cpu_rd16(blk + 2));
         cpu_block_quants(t, blk, v);
     } else {
         const uint8_t *g = row + (b / CPU_QG) * CPU_QG * bb;
         const int j = (int)(b % CPU_QG);
         *d = quant_f16_to_f32(cpu_rd16(g + 2 * j));
-        if (t == GGUF_DTYPE_Q4_1) *m = quant_f16_to_f32(cpu_rd16(g + 16 + 2 * j));
-        const uint8_t *qs = g + (t == GGUF_DTYPE_Q4_1 ? 32 : 16);
+        if (cpu_has_min(t)) *m = quant_f16_to_f32(cpu_rd16(g + 16 + 2 * j));
+        const uint8_t *qs = g + cpu_group_header(t), *qh = g + (cpu_has_min(t) ? 32 : 16);
         for (int c = 0; c < 8; c++)
             for (int k = 0; k < 4; k++) {
                 int idx = j * 4 + k; /* byte of chunk c */
                 if (t == GGUF_DTYPE_Q8_0)
                     v[4 * c + k] = qs[c * 32 + idx];
                 else
-                    v[4 * c + k] = idx < 16 ? (qs[16 * c + idx] & 0x0F) : (qs[16 * c + idx - 16] >> 4);
+                    v[4 * c + k] = (uint8_t)((idx < 16 ? (qs[16 * c + idx] & 0x0F) : (qs[16 * c + idx - 16] >> 4)) |
+                                             (cpu_is_q5(t) ? ((qh[4 * c + idx / 8] >> (idx % 8)) & 1) << 4 : 0));
             }
     }
     for (int e = 0; e < 32; e++)
-        q[e] = t == GGUF_DTYPE_Q8_0 ? (int8_t)v[e] : t == GGUF_DTYPE_Q4_0 ? (int)v[e] - 8 : (int)v[e];
+        q[e] = t == GGUF_DTYPE_Q8_0  ? (int8_t)v[e]
+               : t == GGUF_DTYPE_Q4_0 ? (int)v[e] - 8
+               : t == GGUF_DTYPE_Q5_0 ? (int)v[e] - 16
+                                      : (int)v[e];
 }
 
 /* Block b of a quantized activation row. */
@@ -350,7 +389,7 @@ float cpu_q8_value(const void *row, int64_t n, int64_t i)
     return d * (float)q[i % CPU_QK];
 }
 
-/* sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q4_1), in block order. */
+/* sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q4_1, Q5_1), in block order. */
 static void dot_quant_scalar(enum gguf_dtype t, int64_t n, const void *w, const void *x, int64_t xs, int n_x,
                              float *out)
 {
@@ -387,6 +426,16 @@ static void dot_q4_1_scalar(int64_t n, const void *w, const void *x, int64_t xs,
     dot_quant_scalar(GGUF_DTYPE_Q4_1, n, w, x, xs, n_x, out);
 }
 
+static void dot_q5_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    dot_quant_scalar(GGUF_DTYPE_Q5_0, n, w, x, xs, n_x, out);
+}
+
+static void dot_q5_1_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+{
+    dot_quant_scalar(GGUF_DTYPE_Q5_1, n, w, x, xs, n_x, out);
+}
+
 #define DEFINE_SCALAR_TILE(name)                                                                          \
     static void name##_tile(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,     \
                             int n_x, float *y, int64_t ys)                                                \
@@ -400,42 +449,14 @@ static void dot_q4_1_scalar(int64_t n, const void *w, const void *x, int64_t xs,
 DEFINE_SCALAR_TILE(dot_q8_0_scalar)
 DEFINE_SCALAR_TILE(dot_q4_0_scalar)
 DEFINE_SCALAR_TILE(dot_q4_1_scalar)
+DEFINE_SCALAR_TILE(dot_q5_0_scalar)
+DEFINE_SCALAR_TILE(dot_q5_1_scalar)
 
 
 /* ---------------------------------------------------------------- AVX2 / FMA */
 #if CPU_HAVE_AVX2
 
-#define CPU_INLINE static inline __attribute__((always_inline))
-
-CPU_INLINE float hsum256(__m256 v)
-{
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
-/* Cases of an n_x switch in the integer template (cpu_kernels_quant.h), each running the body with the
- * constant NXC = n_x (so the row loops unroll): 1 .. CPU_QMAX, the last one as the default. */
-#define CPU_QCASE(N, ...)                                                                                 \
-    case N: {                                                                                             \
-        enum { NXC = N };                                                                                 \
-        __VA_ARGS__;                                                                                      \
-        break;                                                                                            \
-    }
-#define CPU_QCASES4(...)                                                                                  \
-    CPU_QCASE(1, __VA_ARGS__) CPU_QCASE(2, __VA_ARGS__) CPU_QCASE(3, __VA_ARGS__) default : {             \
-        enum { NXC = 4 };                                                                                 \
-        __VA_ARGS__;                                                                                      \
-        break;                                                                                            \
-    }
-#define CPU_QCASES8(...)                                                                                  \
-    CPU_QCASE(1, __VA_ARGS__) CPU_QCASE(2, __VA_ARGS__) CPU_QCASE(3, __VA_ARGS__) CPU_QCASE(4, __VA_ARGS__) \
-    CPU_QCASE(5, __VA_ARGS__) CPU_QCASE(6, __VA_ARGS__) CPU_QCASE(7, __VA_ARGS__) default : {             \
-        enum { NXC = 8 };                                                                                 \
-        __VA_ARGS__;                                                                                      \
-        break;                                                                                            \
-    }
+#include "backend/cpu_simd.h"
 
 /* Float weights (F32, F16, BF16) are multiplied from panels (cpu_kernels.h): output o of panel p is lane
  * o % 16 of the vectors at p's k * 16, so a vector load gives one k for 16 outputs and each output's
@@ -584,6 +605,24 @@ CPU_INLINE __m256i unpack_nibbles(const uint8_t *qs)
     return _mm256_set_m128i(hi, lo);
 }
 
+/* 32 bytes 0x10 or 0: byte t is 0x10 when bit t of the 32-bit word qh is set (Q5's fifth bits). */
+CPU_INLINE __m256i unpack_bits16(uint32_t qh)
+{
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                          3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 /* The integer kernels: dot_q8_0_avx2 ... from the template, then dot_q8_0_vnni ... (AVX-VNNI), then
  * dot_q8_0_vnni512 ... (AVX-512 VNNI on 256-bit vectors, 8 rows per call). */
 #define CPU_VNNI 0
@@ -634,6 +673,7 @@ static int cpu_have_vnni512(void)
 struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant v)
 {
     struct cpu_kernel k = {NULL, NULL, 0};
+    if (cpu_kquant_type(t)) return cpu_kquant_variant(t, v);
 #define K(name) k = (struct cpu_kernel){name, name##_tile, CPU_DOT_MAX_X}
 #define K2(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_DOT_MAX_X}
 #define K8(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_TILE_MAX_X}
@@ -646,6 +686,8 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_Q8_0: K(dot_q8_0_scalar); break;
         case GGUF_DTYPE_Q4_0: K(dot_q4_0_scalar); break;
         case GGUF_DTYPE_Q4_1: K(dot_q4_1_scalar); break;
+        case GGUF_DTYPE_Q5_0: K(dot_q5_0_scalar); break;
+        case GGUF_DTYPE_Q5_1: K(dot_q5_1_scalar); break;
         default: break;
         }
         break;
@@ -658,6 +700,8 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_Q8_0: K2(dot_q8_0_avx2, dot_q8_0_tile_avx2); break;
         case GGUF_DTYPE_Q4_0: K2(dot_q4_0_avx2, dot_q4_0_tile_avx2); break;
         case GGUF_DTYPE_Q4_1: K2(dot_q4_1_avx2, dot_q4_1_tile_avx2); break;
+        case GGUF_DTYPE_Q5_0: K2(dot_q5_0_avx2, dot_q5_0_tile_avx2); break;
+        case GGUF_DTYPE_Q5_1: K2(dot_q5_1_avx2, dot_q5_1_tile_avx2); break;
         default: break;
         }
 #endif
@@ -669,6 +713,8 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_Q8_0: K2(dot_q8_0_vnni, dot_q8_0_tile_vnni); break;
         case GGUF_DTYPE_Q4_0: K2(dot_q4_0_vnni, dot_q4_0_tile_vnni); break;
         case GGUF_DTYPE_Q4_1: K2(dot_q4_1_vnni, dot_q4_1_tile_vnni); break;
+        case GGUF_DTYPE_Q5_0: K2(dot_q5_0_vnni, dot_q5_0_tile_vnni); break;
+        case GGUF_DTYPE_Q5_1: K2(dot_q5_1_vnni, dot_q5_1_tile_vnni); break;
         default: break;
         }
 #endif
@@ -683,6 +729,8 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
 #if CPU_HAVE_VNNI
         case GGUF_DTYPE_Q4_0: if (cpu_have_vnni512()) K8(dot_q4_0_vnni512, dot_q4_0_tile_vnni512); break;
         case GGUF_DTYPE_Q4_1: if (cpu_have_vnni512()) K8(dot_q4_1_vnni512, dot_q4_1_tile_vnni512); break;
+        case GGUF_DTYPE_Q5_0: if (cpu_have_vnni512()) K8(dot_q5_0_vnni512, dot_q5_0_tile_vnni512); break;
+        case GGUF_DTYPE_Q5_1: if (cpu_have_vnni512()) K8(dot_q5_1_vnni512, dot_q5_1_tile_vnni512); break;
 #endif
         default: break;
         }
@@ -753,7 +801,7 @@ struct cpu_matmul_ctx {
     cpu_tile_fn tile_fn[8];    /* cpu_kernel_best(type).tile of each job, chosen once per call */
     int max_x[8];              /* and its rows per call */
     const float *x;
-    const void *xq;
+    const void *xq, *xk;
     int32_t n_rows;
     int32_t rows_per_block; /* a multiple of CPU_TILE_MAX_X */
     int64_t n_row_blocks;
@@ -769,10 +817,10 @@ static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, int j, int64_t o0, i
     const struct model_weight *w = job->w;
     const int64_t n_in = w->ne[0], n_out = w->ne[1];
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
-    const int q8 = cpu_type_uses_q8(w->type);
+    const enum cpu_act act = cpu_type_act(w->type);
     cpu_tile_fn tile_fn = c->tile_fn[j];
-    const char *x = q8 ? (const char *)c->xq : (const char *)c->x;
-    const int64_t x_stride = q8 ? cpu_q8_row_bytes(n_in) : n_in * 4;
+    const char *x = act == CPU_ACT_Q8 ? (const char *)c->xq : act == CPU_ACT_Q8K ? (const char *)c->xk : (const char *)c->x;
+    const int64_t x_stride = act == CPU_ACT_Q8 ? cpu_q8_row_bytes(n_in) : act == CPU_ACT_Q8K ? cpu_q8k_row_bytes(n_in) : n_in * 4;
     /* The tile of weight rows stays in cache while the block's input rows pass over it. */
     const int mx = c->max_x[j];
     for (int32_t r0 = row0; r0 < row1; r0 += mx) {
@@ -802,10 +850,10 @@ static void cpu_matmul_task(void *arg, int64_t task, int thread)
 }
 
 void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
-                   int32_t n_rows, const struct cpu_matmul_opts *opts)
+                const void *xk, int32_t n_rows, const struct cpu_matmul_opts *opts)
 {
     if (n_rows <= 0 || n_jobs <= 0) return;
-    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .n_rows = n_rows};
+    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .xk = xk, .n_rows = n_rows};
     if (opts) {
         c.paired = opts->paired && c.n_jobs >= 2;
         assert(!c.paired || jobs[0].w->ne[1] == jobs[1].w->ne[1]);

@@ -29,7 +29,7 @@
 
 /* Activations for the integer kernels. A row of n elements (n % 32 == 0) is nb = n / 32 blocks, each
  * quantized as x ~= d * q with d = amax / 127 (q rounded to nearest even, |q| <= 127) and s = d * sum(q)
- * (used by Q4_1's offset term). The row is stored as nb / 8 interleaved groups of 8 blocks followed by the
+ * (used by the offset term of Q4_1 and Q5_1). The row is stored as nb / 8 interleaved groups of 8 blocks followed by the
  * nb % 8 remaining blocks as plain cpu_q8_blocks; cpu_q8_row_bytes(n) = nb * 40 bytes.
  *
  * Interleaving (weights repacked at load use the same one): within a group, chunk c (0..7) is 32 bytes
@@ -61,10 +61,12 @@ float cpu_q8_value(const void *row, int64_t n, int64_t i);
 
 /* Weight rows of the integer types are repacked once (at backend load) into the same group layout:
  * per group of 8 blocks, Q8_0: {f16 d[8]; int8 q[256] interleaved} (272 bytes); Q4_0: {f16 d[8]; uint8
- * qs[128]} (144); Q4_1: {f16 d[8]; f16 m[8]; uint8 qs[128]} (160), where for k = 0..7 the 16 bytes
- * qs[16k..16k+15] hold interleaved chunk k as nibbles: low nibble of byte t = chunk byte t, high nibble =
- * chunk byte 16 + t. The nb % 8 remaining blocks keep their ggml layout. Same size as the ggml row.
- * Other types are copied as they are. dst must not overlap src. */
+ * qs[128]} (144); Q4_1: {f16 d[8]; f16 m[8]; uint8 qs[128]} (160); Q5_0: {f16 d[8]; uint32 qh[8]; uint8
+ * qs[128]} (176); Q5_1: {f16 d[8]; f16 m[8]; uint32 qh[8]; uint8 qs[128]} (192), where for k = 0..7 the
+ * 16 bytes qs[16k..16k+15] hold interleaved chunk k as nibbles: low nibble of byte t = chunk byte t, high
+ * nibble = chunk byte 16 + t, and bit t of qh[k] is the fifth bit of chunk k's byte t. The nb % 8
+ * remaining blocks keep their ggml layout. Same size as the ggml row.
+ * Other types (the K-quants included, see cpu_kquant.h) are copied as they are. dst must not overlap src. */
 void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n);
 
 /* Repacking of whole matrices, what the backend does at load for every type it computes. Integer types:
@@ -81,13 +83,21 @@ int64_t cpu_packed_rows(enum gguf_dtype t, int64_t n_out);
 void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n_out, int64_t r0, int64_t r1,
                      void *dst);
 
-/* 1 if weights of type t are multiplied with q8-quantized activations (Q8_0, Q4_0, Q4_1); 0 if with f32
- * activations (F32, F16, BF16). */
+/* The form of the activation rows a weight type is multiplied with. */
+enum cpu_act {
+    CPU_ACT_F32, /* floats (F32, F16, BF16) */
+    CPU_ACT_Q8,  /* 32-element blocks of cpu_quantize_row_q8 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) */
+    CPU_ACT_Q8K  /* 256-element blocks of cpu_quantize_row_q8k, cpu_kquant.h (Q2_K .. Q6_K) */
+};
+enum cpu_act cpu_type_act(enum gguf_dtype t);
+
+/* 1 if weights of type t are multiplied with q8-quantized activations (cpu_type_act(t) == CPU_ACT_Q8). */
 int cpu_type_uses_q8(enum gguf_dtype t);
 
 /* out[i] = dot(w (n elements of the weight type; integer types repacked, float types an unpacked row: the
- * reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride bytes and is n floats (f32-activation types) or a
- * quantized activation row (cpu_quantize_row_q8). */
+ * reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride
+ * bytes and is an activation row in the type's form (cpu_type_act): n floats, or a row quantized by
+ * cpu_quantize_row_q8 or cpu_quantize_row_q8k. */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);
 
 enum cpu_kernel_variant {
@@ -111,7 +121,7 @@ struct cpu_kernel {
                   AVX-512 integer kernels, which have 32 vector registers for 8 rows' accumulators */
 };
 
-/* The fastest available kernels for a type (what cpu_matmul uses), chosen once per process; NULLs for an
+/* The fastest available kernels for a type (the K-quants' come from cpu_kquant_variant) (what cpu_matmul uses), chosen once per process; NULLs for an
  * unsupported type. The environment variable NIGHTSHIFT_CPU_KERNELS=avx2 (plain AVX2 only) or =scalar caps
  * the choice. */
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t);
@@ -144,13 +154,14 @@ struct cpu_matmul_opts {
 };
 
 /* Runs n_jobs (<= 8) matmuls that share the input rows over the pool (pool NULL: inline on the calling
- * thread): x (n_rows, n_in) as floats and, when any job's weight uses q8 activations, xq (n_rows rows of
- * cpu_q8_row_bytes(n_in)) quantized (already filled). Weights must be repacked (cpu_repack_rows); tiles
+ * thread): x (n_rows, n_in) as floats and, when a job's weight type needs them (cpu_type_act), xq
+ * (n_rows rows of cpu_q8_row_bytes(n_in)) and xk (n_rows rows of cpu_q8k_row_bytes(n_in)) quantized
+ * (already filled; either may be NULL when no job reads it). Weights must be repacked (cpu_repack_rows); tiles
  * start at multiples of CPU_PANEL outputs. Tasks are (tile of weight rows, block of input rows): each tile
  * is multiplied with the block's rows while it is in cache; rows are split into blocks only when the tiles
  * alone are too few to keep the threads busy. Every output is computed by the same kernel code whatever the
  * split. opts (may be NULL): see struct cpu_matmul_opts. */
 void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_jobs, const float *x, const void *xq,
-                int32_t n_rows, const struct cpu_matmul_opts *opts);
+                const void *xk, int32_t n_rows, const struct cpu_matmul_opts *opts);
 
 #endif

@@ -19,14 +19,16 @@ CPU_INLINE __m256i CPU_QNAME(dot4)(__m256i acc, __m256i u, __m256i s)
 }
 
 /* One interleaved group of 8 blocks (weights wg, activation groups xg[i]) into acc[i]. kind: 0 Q8_0,
- * 1 Q4_0, 2 Q4_1. The integer lane sums use P partial accumulators per row (exact, so P is free to vary:
+ * 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1 (signed kinds 0, 1, 3 use the sign trick: |w| x sign(x, w); the offset
+ * kinds 2 and 4 multiply the unsigned quants and add m * s). The integer lane sums use P partial accumulators per row (exact, so P is free to vary:
  * more partials for fewer rows shorten the dependency chains). */
 CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_group *const *xg, int NX, int kind,
                                        __m256 *acc)
 {
     enum { P = 4 };
     const int np = NX == 1 ? 4 : NX <= 4 ? 2 : 1;
-    const uint8_t *wq = wg + (kind == 2 ? 32 : 16);
+    const int has_min = kind == 2 || kind == 4;
+    const uint8_t *wq = wg + 16 + (has_min ? 16 : 0) + (kind >= 3 ? 32 : 0), *wh = wg + (has_min ? 32 : 16);
     __m256i ai[CPU_QMAX][P];
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++)
@@ -41,18 +43,23 @@ CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_gr
         } else if (kind == 1) {
             wsgn = _mm256_sub_epi8(unpack_nibbles(wq + 16 * c), _mm256_set1_epi8(8));
             wu = _mm256_sign_epi8(wsgn, wsgn);
+        } else if (kind == 3) {
+            wsgn = _mm256_or_si256(unpack_nibbles(wq + 16 * c), unpack_bits16(cpu_rd32(wh + 4 * c)));
+            wsgn = _mm256_sub_epi8(wsgn, _mm256_set1_epi8(16));
+            wu = _mm256_sign_epi8(wsgn, wsgn);
         } else {
             wu = unpack_nibbles(wq + 16 * c);
+            if (kind == 4) wu = _mm256_or_si256(wu, unpack_bits16(cpu_rd32(wh + 4 * c)));
         }
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
             __m256i xq = _mm256_loadu_si256((const __m256i *)(xg[i]->q + 32 * c));
-            if (kind != 2) xq = _mm256_sign_epi8(xq, wsgn);
+            if (!has_min) xq = _mm256_sign_epi8(xq, wsgn);
             ai[i][c % np] = CPU_QNAME(dot4)(ai[i][c % np], wu, xq);
         }
     }
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg));
-    const __m256 mw = kind == 2 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wg + 16))) : _mm256_setzero_ps();
+    const __m256 mw = has_min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wg + 16))) : _mm256_setzero_ps();
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++) {
         __m256i isum = ai[i][0];
@@ -60,7 +67,7 @@ CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_gr
         for (int k = 1; k < np; k++) isum = _mm256_add_epi32(isum, ai[i][k]);
         __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(xg[i]->d));
         acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[i]);
-        if (kind == 2) acc[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xg[i]->s), acc[i]);
+        if (has_min) acc[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xg[i]->s), acc[i]);
     }
 }
 
@@ -69,6 +76,7 @@ CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_bl
                                        __m256 *acc, float *accm)
 {
     float dw = _cvtsh_ss(cpu_rd16(wb));
+    const int has_min = kind == 2 || kind == 4;
     __m256i wu, wsgn = _mm256_setzero_si256();
     if (kind == 0) {
         wsgn = _mm256_loadu_si256((const __m256i *)(wb + 2));
@@ -76,19 +84,25 @@ CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_bl
     } else if (kind == 1) {
         wsgn = _mm256_sub_epi8(unpack_nibbles(wb + 2), _mm256_set1_epi8(8));
         wu = _mm256_sign_epi8(wsgn, wsgn);
+    } else if (kind == 3) { /* d, qh, qs */
+        wsgn = _mm256_or_si256(unpack_nibbles(wb + 6), unpack_bits16(cpu_rd32(wb + 2)));
+        wsgn = _mm256_sub_epi8(wsgn, _mm256_set1_epi8(16));
+        wu = _mm256_sign_epi8(wsgn, wsgn);
+    } else if (kind == 4) { /* d, m, qh, qs */
+        wu = _mm256_or_si256(unpack_nibbles(wb + 8), unpack_bits16(cpu_rd32(wb + 4)));
     } else {
         wu = unpack_nibbles(wb + 4);
     }
-    float mw = kind == 2 ? _cvtsh_ss(cpu_rd16(wb + 2)) : 0.0f;
+    float mw = has_min ? _cvtsh_ss(cpu_rd16(wb + 2)) : 0.0f;
     const __m256 vdw = _mm256_set1_ps(dw);
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++) {
         __m256i xq = _mm256_loadu_si256((const __m256i *)xb[i]->q);
-        if (kind != 2) xq = _mm256_sign_epi8(xq, wsgn);
+        if (!has_min) xq = _mm256_sign_epi8(xq, wsgn);
         __m256 p = _mm256_cvtepi32_ps(CPU_QNAME(dot4)(_mm256_setzero_si256(), wu, xq));
         __m256 scale = _mm256_mul_ps(vdw, _mm256_broadcast_ss(&xb[i]->d));
         acc[i] = _mm256_fmadd_ps(scale, p, acc[i]);
-        if (kind == 2) accm[i] = fmaf(mw, xb[i]->s, accm[i]);
+        if (has_min) accm[i] = fmaf(mw, xb[i]->s, accm[i]);
     }
 }
 
@@ -96,7 +110,7 @@ CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_bl
 CPU_INLINE void CPU_QNAME(dot_quant_nx)(int64_t n, const void *w, const void *x, int64_t xs, int NX, int kind,
                                         float *out)
 {
-    const int64_t bb = kind == 0 ? 34 : kind == 1 ? 18 : 20;
+    const int64_t bb = kind == 0 ? 34 : kind == 1 ? 18 : kind == 2 ? 20 : kind == 3 ? 22 : 24;
     const int64_t nb = n / 32, ng = nb / CPU_QG;
     const uint8_t *xr[CPU_QMAX];
     __m256 acc[CPU_QMAX], acc_t[CPU_QMAX];
@@ -149,4 +163,6 @@ CPU_DEFINE_QUANT_DOT(dot_q8_0, 0)
 #endif
 CPU_DEFINE_QUANT_DOT(dot_q4_0, 1)
 CPU_DEFINE_QUANT_DOT(dot_q4_1, 2)
+CPU_DEFINE_QUANT_DOT(dot_q5_0, 3)
+CPU_DEFINE_QUANT_DOT(dot_q5_1, 4)
 #undef CPU_DEFINE_QUANT_DOT

@@ -10,7 +10,8 @@
  *
  * Values: matrices uniform in [-a, a] with a = sqrt(3 / n_in) (variance 1/n_in, n_in = ne[0], so a
  * product with a unit-variance input keeps unit variance); norm weights exactly 1.0; biases uniform in
- * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type.
+ * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type, except
+ * that the K-quant mixes give some matrices another type (synth_tensor_type).
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,19 +39,87 @@ static const struct synth_shape shapes[] = {
     {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0},
     {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0},
     {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1},
+    /* rows of whole K-quant super-blocks (256), and enough layers for the mixes' per-layer choices */
+    {"tiny-256", "llama", "synth-tiny-256", 256, 8, 4, 2, 512, 512, 10000.0f, 1e-5f, 0, 0},
     {"llama-1b", "llama", "synth-Llama-3.2-1B", 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0},
     {"llama-8b", "llama", "synth-Llama-3.1-8B", 4096, 32, 32, 8, 14336, 131072, 500000.0f, 1e-5f, 0, 0},
     {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1},
 };
 
-static const struct {
+/* K-quant mixes: which tensors get more bits than the base type (see synth_tensor_type). */
+enum synth_mix { MIX_NONE, MIX_Q2_K, MIX_Q3_K_M, MIX_Q4_K_M, MIX_Q5_K_M };
+
+static const struct synth_type {
     const char *name;
-    enum gguf_dtype dtype;
-    uint32_t file_type; /* llama.cpp's general.file_type (LLAMA_FTYPE_*) */
+    enum gguf_dtype dtype; /* the base type */
+    uint32_t file_type;    /* llama.cpp's general.file_type (LLAMA_FTYPE_*) */
+    enum synth_mix mix;
 } types[] = {
-    {"f32", GGUF_DTYPE_F32, 0},   {"f16", GGUF_DTYPE_F16, 1},   {"bf16", GGUF_DTYPE_BF16, 32},
-    {"q8_0", GGUF_DTYPE_Q8_0, 7}, {"q4_0", GGUF_DTYPE_Q4_0, 2}, {"q4_1", GGUF_DTYPE_Q4_1, 3},
+    {"f32", GGUF_DTYPE_F32, 0, MIX_NONE},        {"f16", GGUF_DTYPE_F16, 1, MIX_NONE},
+    {"bf16", GGUF_DTYPE_BF16, 32, MIX_NONE},     {"q8_0", GGUF_DTYPE_Q8_0, 7, MIX_NONE},
+    {"q4_0", GGUF_DTYPE_Q4_0, 2, MIX_NONE},      {"q4_1", GGUF_DTYPE_Q4_1, 3, MIX_NONE},
+    {"q2_k", GGUF_DTYPE_Q2_K, 10, MIX_Q2_K},     {"q3_k_m", GGUF_DTYPE_Q3_K, 12, MIX_Q3_K_M},
+    {"q4_k_m", GGUF_DTYPE_Q4_K, 15, MIX_Q4_K_M}, {"q5_k_m", GGUF_DTYPE_Q5_K, 17, MIX_Q5_K_M},
+    {"q6_k", GGUF_DTYPE_Q6_K, 18, MIX_NONE},
 };
+
+/* llama.cpp's choice of the layers whose attn_v / ffn_down get more bits in the _M mixes: the first and
+ * last eighth of the layers and every third one between. */
+static int synth_more_bits(uint32_t il, uint32_t n_layer)
+{
+    return il < n_layer / 8 || il >= 7 * n_layer / 8 || (il - n_layer / 8) % 3 == 2;
+}
+
+/* The type of a matrix: `role` is its name without "blk.N." and ".weight" (token_embd, output, attn_q,
+ * attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down), il its layer. The mixes (following the shape of
+ * llama.cpp's): output.weight is Q6_K in all of them; Q4_K_M / Q5_K_M: attn_v and ffn_down Q6_K in the
+ * synth_more_bits layers; Q3_K_M: attn_v Q5_K in layers 0-1 else Q4_K, ffn_down Q5_K in the first
+ * sixteenth of the layers, Q4_K in the other synth_more_bits layers, attn_output Q4_K; Q2_K: attn_v Q4_K,
+ * ffn_down and attn_output Q3_K. A K-quant row must be whole super-blocks of 256: a matrix whose rows are
+ * not falls back as llama.cpp's does (Q4_K: Q5_0; Q5_K: Q5_1; Q6_K: Q8_0; Q2_K, Q3_K: Q4_0, where recent
+ * llama.cpp picks IQ4_NL, a type nightshift does not compute). */
+static enum gguf_dtype synth_tensor_type(const struct synth_type *ty, const char *role, uint32_t il,
+                                         uint32_t n_layer, uint64_t ne0)
+{
+    enum gguf_dtype t = ty->dtype;
+    const int v = !strcmp(role, "attn_v"), down = !strcmp(role, "ffn_down");
+    if (ty->mix != MIX_NONE && !strcmp(role, "output")) t = GGUF_DTYPE_Q6_K;
+    switch (ty->mix) {
+    case MIX_Q4_K_M:
+    case MIX_Q5_K_M:
+        if ((v || down) && synth_more_bits(il, n_layer)) t = GGUF_DTYPE_Q6_K;
+        break;
+    case MIX_Q3_K_M:
+        if (v) t = il < 2 ? GGUF_DTYPE_Q5_K : GGUF_DTYPE_Q4_K;
+        if (down) t = il < n_layer / 16 ? GGUF_DTYPE_Q5_K : synth_more_bits(il, n_layer) ? GGUF_DTYPE_Q4_K : t;
+        if (!strcmp(role, "attn_output")) t = GGUF_DTYPE_Q4_K;
+        break;
+    case MIX_Q2_K:
+        if (v) t = GGUF_DTYPE_Q4_K;
+        if (down || !strcmp(role, "attn_output")) t = GGUF_DTYPE_Q3_K;
+        break;
+    default:
+        break;
+    }
+    if (ne0 % 256 == 0) return t;
+    switch (t) {
+    case GGUF_DTYPE_Q2_K:
+    case GGUF_DTYPE_Q3_K: return GGUF_DTYPE_Q4_0;
+    case GGUF_DTYPE_Q4_K: return GGUF_DTYPE_Q5_0;
+    case GGUF_DTYPE_Q5_K: return GGUF_DTYPE_Q5_1;
+    case GGUF_DTYPE_Q6_K: return GGUF_DTYPE_Q8_0;
+    default: return t;
+    }
+}
+
+/* synth_tensor_type of the matrix with this tensor name. */
+static enum gguf_dtype synth_role_type(const struct synth_type *ty, const char *name, uint32_t n_layer, uint64_t ne0)
+{
+    char role[32] = "";
+    unsigned il = 0;
+    if (sscanf(name, "blk.%u.%31[a-z_]", &il, role) != 2) sscanf(name, "%31[a-z_]", role);
+    return synth_tensor_type(ty, role, il, n_layer, ne0);
+}
 
 /* uniform in [-1, 1) */
 static float rng_sym(struct rng *r)
@@ -256,7 +325,7 @@ static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, s
 }
 
 /* The tensor list of a shape; returns the count (at most 3 + 12 * n_layer). */
-static uint64_t synth_tensors(const struct synth_shape *s, enum gguf_dtype wt, uint64_t n_vocab,
+static uint64_t synth_tensors(const struct synth_shape *s, const struct synth_type *ty, uint64_t n_vocab,
                               struct synth_tensor *ts)
 {
     uint64_t n = 0, head_dim = s->n_embd / s->n_head, n_q = s->n_head * head_dim,
@@ -265,30 +334,31 @@ static uint64_t synth_tensors(const struct synth_shape *s, enum gguf_dtype wt, u
     do {                                                                                                     \
         snprintf(ts[n].name, sizeof ts[n].name, __VA_ARGS__);                                                \
         ts[n].dtype = dt_;                                                                                   \
+        if (kind_ == FILL_MATRIX) ts[n].dtype = synth_role_type(ty, ts[n].name, s->n_layer, a_);            \
         ts[n].n_dims = nd_;                                                                                  \
         ts[n].ne[0] = a_;                                                                                    \
         ts[n].ne[1] = b_;                                                                                    \
         ts[n].kind = kind_;                                                                                  \
         n++;                                                                                                 \
     } while (0)
-    T(FILL_MATRIX, wt, 2, s->n_embd, n_vocab, "token_embd.weight");      // (n_vocab, n_embd)
+    T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_vocab, "token_embd.weight");      // (n_vocab, n_embd)
     T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "output_norm.weight"); // (n_embd)
-    if (!s->tied) T(FILL_MATRIX, wt, 2, s->n_embd, n_vocab, "output.weight");
+    if (!s->tied) T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_vocab, "output.weight");
     for (uint32_t il = 0; il < s->n_layer; il++) {
         T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.attn_norm.weight", il);
-        T(FILL_MATRIX, wt, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
-        T(FILL_MATRIX, wt, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);
-        T(FILL_MATRIX, wt, 2, s->n_embd, n_kv, "blk.%u.attn_v.weight", il);
+        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
+        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);
+        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_kv, "blk.%u.attn_v.weight", il);
         if (s->qkv_bias) {
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_q, 1, "blk.%u.attn_q.bias", il);
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_k.bias", il);
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_v.bias", il);
         }
-        T(FILL_MATRIX, wt, 2, n_q, s->n_embd, "blk.%u.attn_output.weight", il);
+        T(FILL_MATRIX, ty->dtype, 2, n_q, s->n_embd, "blk.%u.attn_output.weight", il);
         T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.ffn_norm.weight", il);
-        T(FILL_MATRIX, wt, 2, s->n_embd, s->n_ff, "blk.%u.ffn_gate.weight", il);
-        T(FILL_MATRIX, wt, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
-        T(FILL_MATRIX, wt, 2, s->n_embd, s->n_ff, "blk.%u.ffn_up.weight", il);
+        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, s->n_ff, "blk.%u.ffn_gate.weight", il);
+        T(FILL_MATRIX, ty->dtype, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
+        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, s->n_ff, "blk.%u.ffn_up.weight", il);
     }
 #undef T
     return n;
@@ -330,7 +400,8 @@ static void synth_usage(FILE *out)
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         fprintf(out, "%s%s", i ? ", " : "", types[i].name);
     fprintf(out,
-            " (matrices and token embedding; norms and biases are always f32)\n"
+            "\n                 (matrices and token embedding; norms and biases are always f32; the\n"
+            "                 K-quant mixes give some tensors more bits, as llama.cpp's do)\n"
             "  -o FILE        output path\n"
             "  --vocab FILE   copy tokenizer.* metadata from this GGUF (default: a built-in byte-fallback\n"
             "                 SentencePiece vocabulary of ~500 tokens)\n"
@@ -421,7 +492,7 @@ int cmd_synth(int argc, char **argv)
         err_set(&e, "out of memory");
         goto fail;
     }
-    uint64_t n_t = synth_tensors(shape, wt, n_vocab, ts), total = 0;
+    uint64_t n_t = synth_tensors(shape, &types[ti], n_vocab, ts), total = 0;
     for (uint64_t i = 0; i < n_t; i++) {
         if (gguf_writer_add_tensor(w, ts[i].name, ts[i].dtype, ts[i].n_dims, ts[i].ne, NULL, &e)) goto fail;
         total += gguf_row_bytes(ts[i].dtype, ts[i].ne[0]) * ts[i].ne[1];

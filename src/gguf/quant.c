@@ -323,6 +323,13 @@ int quant_can_quantize(enum gguf_dtype t)
     case GGUF_DTYPE_Q8_0:
     case GGUF_DTYPE_Q4_0:
     case GGUF_DTYPE_Q4_1:
+    case GGUF_DTYPE_Q5_0:
+    case GGUF_DTYPE_Q5_1:
+    case GGUF_DTYPE_Q2_K:
+    case GGUF_DTYPE_Q3_K:
+    case GGUF_DTYPE_Q4_K:
+    case GGUF_DTYPE_Q5_K:
+    case GGUF_DTYPE_Q6_K:
         return 1;
     default:
         return 0;
@@ -393,7 +400,7 @@ int quant_dequantize_row(enum gguf_dtype t, const void *src, float *dst, int64_t
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* quantization (reference: simple round-to-nearest, no search for the best scale) */
+/* quantization of the 32-element types (reference: simple round-to-nearest, no search for the best scale) */
 
 static int clampi(int v, int lo, int hi)
 {
@@ -448,6 +455,253 @@ static void q_q4_1(const float *x, uint8_t *b)
     }
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* K-quant quantization: per sub-block, the scale (and min) minimising the squared error over a small
+ * search of starting scales, each refined by least squares for its rounding; then the sub-block scales
+ * are themselves quantized against the super-block's f16 d (and dmin) and every element is rounded again
+ * with the scale it will really be decoded with. */
+
+#define KQ_TRIES 21 /* starting scales tried per sub-block */
+
+/* x (n <= 32 values) ~= a * u - m with u = 0 .. nmax and m >= 0 (the stored min is a non-negative offset
+ * below zero). Returns a >= 0 and sets *m. */
+static float kq_fit_scale_min(const float *x, int n, int nmax, float *m)
+{
+    float lo = x[0], hi = x[0];
+    double sx = 0, sxx = 0;
+    for (int i = 0; i < n; i++) {
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+        sx += x[i];
+        sxx += (double)x[i] * x[i];
+    }
+    if (lo > 0.0f) lo = 0.0f;
+    *m = -lo;
+    if (!(hi > lo)) return 0.0f;
+    float best_a = (hi - lo) / (float)nmax, best_b = lo;
+    double best_err = INFINITY;
+    for (int k = 0; k < KQ_TRIES; k++) {
+        const float iscale = ((float)nmax + 0.1f * (float)(k - KQ_TRIES / 2)) / (hi - lo);
+        int su = 0, suu = 0;
+        double sux = 0;
+        for (int i = 0; i < n; i++) {
+            const int t = clampi((int)lrintf(iscale * (x[i] - lo)), 0, nmax);
+            su += t;
+            suu += t * t;
+            sux += (double)t * x[i];
+        }
+        /* least squares x ~= a u + b, with b <= 0 */
+        const double det = (double)n * suu - (double)su * su;
+        if (det <= 0) continue;
+        double a = (n * sux - su * sx) / det, b = (suu * sx - su * sux) / det;
+        if (b > 0) {
+            b = 0;
+            a = sux / suu;
+        }
+        if (a <= 0) continue;
+        /* sum (a u + b - x)^2, expanded: one pass per try */
+        const double err = a * a * suu + 2 * a * b * su + n * b * b - 2 * a * sux - 2 * b * sx + sxx;
+        if (err < best_err) {
+            best_err = err;
+            best_a = (float)a;
+            best_b = (float)b;
+        }
+    }
+    *m = -best_b;
+    return best_a;
+}
+
+/* x (n <= 32 values) ~= s * q with q = qmin .. qmax (s of either sign, so the longer side of the range can
+ * take the largest magnitude). Returns s. */
+static float kq_fit_scale(const float *x, int n, int qmin, int qmax)
+{
+    float amax = 0.0f, v = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            v = x[i];
+        }
+    if (amax == 0.0f) return 0.0f;
+    float best_s = v / (float)qmax;
+    double best_gain = -INFINITY;
+    for (int side = 0; side < 2; side++) {
+        const float lim = side ? (float)qmax : (float)-qmin; /* v maps to +qmax or to qmin */
+        for (int k = 0; k < KQ_TRIES; k++) {
+            const float iscale = (side ? 1.0f : -1.0f) * (lim + 0.1f * (float)(k - KQ_TRIES / 2)) / v;
+            double sxq = 0;
+            int sqq = 0;
+            for (int i = 0; i < n; i++) {
+                const int q = clampi((int)lrintf(iscale * x[i]), qmin, qmax);
+                sxq += (double)x[i] * q;
+                sqq += q * q;
+            }
+            /* at s = sxq / sqq the squared error is sum x^2 - sxq^2 / sqq: maximise the second term */
+            if (sqq <= 0 || sxq * sxq / sqq <= best_gain) continue;
+            best_gain = sxq * sxq / sqq;
+            best_s = (float)(sxq / sqq);
+        }
+    }
+    return best_s;
+}
+
+/* The f16 value nearest max / levels (what the super-block stores as d or dmin), as read back. */
+static float kq_super_scale(float max, int levels)
+{
+    return quant_f16_to_f32(quant_f32_to_f16(max / (float)levels));
+}
+
+/* Scale-and-min types: ng sub-blocks of gs elements, nmax quant levels, 6-bit (Q4_K/Q5_K) or 4-bit (Q2_K)
+ * sub-block scales and mins. Fills sc[ng], mn[ng] (0 .. smax), *d, *dmin and the final quants u[256]. */
+static void kq_quantize_scale_min(const float *x, int ng, int gs, int nmax, int smax, uint8_t *sc, uint8_t *mn,
+                                  float *d, float *dmin, uint8_t *u)
+{
+    float a[16], m[16], amax = 0.0f, mmax = 0.0f;
+    for (int g = 0; g < ng; g++) {
+        a[g] = kq_fit_scale_min(x + g * gs, gs, nmax, &m[g]);
+        amax = fmaxf(amax, a[g]);
+        mmax = fmaxf(mmax, m[g]);
+    }
+    *d = kq_super_scale(amax, smax);
+    *dmin = kq_super_scale(mmax, smax);
+    for (int g = 0; g < ng; g++) {
+        sc[g] = (uint8_t)(*d > 0.0f ? clampi((int)lrintf(a[g] / *d), 0, smax) : 0);
+        mn[g] = (uint8_t)(*dmin > 0.0f ? clampi((int)lrintf(m[g] / *dmin), 0, smax) : 0);
+        const float step = *d * (float)sc[g], off = *dmin * (float)mn[g];
+        for (int i = g * gs; i < g * gs + gs; i++)
+            u[i] = (uint8_t)(step > 0.0f ? clampi((int)lrintf((x[i] + off) / step), 0, nmax) : 0);
+    }
+}
+
+/* Offset types (Q3_K, Q6_K): 16 sub-blocks of 16, quants q = qmin .. qmax stored as u = q - qmin, signed
+ * sub-block scales |s| <= smax. Fills s[16], *d and u[256]. */
+static void kq_quantize_signed(const float *x, int qmin, int qmax, int smax, int *s, float *d, uint8_t *u)
+{
+    float sc[16], amax = 0.0f;
+    for (int g = 0; g < 16; g++) {
+        sc[g] = kq_fit_scale(x + 16 * g, 16, qmin, qmax);
+        amax = fmaxf(amax, fabsf(sc[g]));
+    }
+    *d = kq_super_scale(amax, smax);
+    for (int g = 0; g < 16; g++) {
+        s[g] = *d > 0.0f ? clampi((int)lrintf(sc[g] / *d), -smax, smax) : 0;
+        const float step = *d * (float)s[g];
+        for (int i = 16 * g; i < 16 * g + 16; i++)
+            u[i] = (uint8_t)((step != 0.0f ? clampi((int)lrintf(x[i] / step), qmin, qmax) : 0) - qmin);
+    }
+}
+
+static void q_q2_k(const float *x, uint8_t *b)
+{
+    uint8_t sc[16], mn[16], u[QK_K];
+    float d, dmin;
+    kq_quantize_scale_min(x, 16, 16, 3, 15, sc, mn, &d, &dmin, u);
+    memset(b, 0, 84);
+    for (int j = 0; j < 16; j++) b[j] = (uint8_t)(sc[j] | mn[j] << 4);
+    for (int e = 0; e < QK_K; e++) /* element (half, shift quarter, l) at bits 2*quarter of qs[32 half + l] */
+        b[16 + 32 * (e / 128) + e % 32] |= (uint8_t)(u[e] << (2 * (e % 128 / 32)));
+    st_f16(b + 80, d);
+    st_f16(b + 82, dmin);
+}
+
+static void q_q3_k(const float *x, uint8_t *b)
+{
+    int s[16];
+    uint8_t u[QK_K];
+    float d;
+    kq_quantize_signed(x, -4, 3, 31, s, &d, u);
+    memset(b, 0, 110);
+    for (int e = 0; e < QK_K; e++) {
+        const int half = e / 128, quarter = e % 128 / 32, l = e % 32;
+        b[32 + 32 * half + l] |= (uint8_t)((u[e] & 3) << (2 * quarter));
+        b[l] |= (uint8_t)((u[e] >> 2) << (4 * half + quarter));
+    }
+    for (int j = 0; j < 16; j++) { /* stored s + 32: low 4 bits at nibble j/8 of byte j%8, high 2 at byte 8 + j%4 */
+        const int v = s[j] + 32;
+        b[96 + j % 8] |= (uint8_t)((v & 15) << (4 * (j / 8)));
+        b[96 + 8 + j % 4] |= (uint8_t)((v >> 4) << (2 * (j / 4)));
+    }
+    st_f16(b + 108, d);
+}
+
+/* Q4_K/Q5_K: scales and mins into the 12 bytes read by get_scale_min_k4. */
+static void kq_pack_k4_scales(const uint8_t *sc, const uint8_t *mn, uint8_t *q)
+{
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        q[j + 4] = (uint8_t)(mn[j] | (mn[j + 4] >> 4) << 6);
+        q[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+}
+
+static void q_q4_5_k(const float *x, uint8_t *b, int five)
+{
+    uint8_t sc[8], mn[8], u[QK_K];
+    float d, dmin;
+    kq_quantize_scale_min(x, 8, 32, five ? 31 : 15, 63, sc, mn, &d, &dmin, u);
+    memset(b, 0, five ? 176 : 144);
+    st_f16(b, d);
+    st_f16(b + 2, dmin);
+    kq_pack_k4_scales(sc, mn, b + 4);
+    uint8_t *qs = b + (five ? 48 : 16);
+    for (int e = 0; e < QK_K; e++) { /* group g = e/32: nibble g%2 of qs[32 (g/2) + l]; 5th bit: bit g of qh[l] */
+        qs[32 * (e / 64) + e % 32] |= (uint8_t)((u[e] & 15) << (4 * (e / 32 % 2)));
+        if (five) b[16 + e % 32] |= (uint8_t)((u[e] >> 4) << (e / 32));
+    }
+}
+
+static void q_q6_k(const float *x, uint8_t *b)
+{
+    int s[16];
+    uint8_t u[QK_K];
+    float d;
+    kq_quantize_signed(x, -32, 31, 127, s, &d, u);
+    memset(b, 0, 210);
+    for (int e = 0; e < QK_K; e++) {
+        const int half = e / 128, quarter = e % 128 / 32, l = e % 32;
+        b[64 * half + 32 * (quarter % 2) + l] |= (uint8_t)((u[e] & 15) << (4 * (quarter / 2)));
+        b[128 + 32 * half + l] |= (uint8_t)((u[e] >> 4) << (2 * quarter));
+    }
+    for (int j = 0; j < 16; j++) b[192 + j] = (uint8_t)(int8_t)s[j];
+    st_f16(b + 208, d);
+}
+
+/* Q5_0 (x = d * (q - 16), d from the value of largest magnitude, which maps to -16) and Q5_1 (x = d * q + m,
+ * min to max over 0..31): round to nearest, as Q4_0 / Q4_1. */
+static void q_q5(const float *x, uint8_t *b, int has_min)
+{
+    float d, m = 0.0f;
+    if (has_min) {
+        float lo = x[0], hi = x[0];
+        for (int j = 1; j < 32; j++) {
+            lo = fminf(lo, x[j]);
+            hi = fmaxf(hi, x[j]);
+        }
+        d = (hi - lo) / 31.0f;
+        m = lo;
+    } else {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        d = max / -16.0f;
+    }
+    st_f16(b, d);
+    if (has_min) st_f16(b + 2, m);
+    uint8_t *p = b + (has_min ? 4 : 2);
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; j++) {
+        int q = d != 0.0f ? clampi((int)lrintf((x[j] - m) / d) + (has_min ? 0 : 16), 0, 31) : (has_min ? 0 : 16);
+        if (j < 16)
+            p[4 + j] = (uint8_t)(q & 15);
+        else
+            p[4 + j - 16] |= (uint8_t)((q & 15) << 4);
+        qh |= (uint32_t)(q >> 4) << j;
+    }
+    for (int k = 0; k < 4; k++) p[k] = (uint8_t)(qh >> (8 * k));
+}
+
 int quant_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n)
 {
     const struct gguf_dtype_info *ti = gguf_dtype_info(t);
@@ -480,6 +734,27 @@ int quant_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n
             break;
         case GGUF_DTYPE_Q4_1:
             q_q4_1(src, b);
+            break;
+        case GGUF_DTYPE_Q5_0:
+            q_q5(src, b, 0);
+            break;
+        case GGUF_DTYPE_Q5_1:
+            q_q5(src, b, 1);
+            break;
+        case GGUF_DTYPE_Q2_K:
+            q_q2_k(src, b);
+            break;
+        case GGUF_DTYPE_Q3_K:
+            q_q3_k(src, b);
+            break;
+        case GGUF_DTYPE_Q4_K:
+            q_q4_5_k(src, b, 0);
+            break;
+        case GGUF_DTYPE_Q5_K:
+            q_q4_5_k(src, b, 1);
+            break;
+        case GGUF_DTYPE_Q6_K:
+            q_q6_k(src, b);
             break;
         default:
             return -1;

@@ -30,7 +30,8 @@ uint16_t quant_f32_to_bf16(float f);
 /* 1 if the type can be dequantized by quant_dequantize_row (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
  * Q2_K..Q6_K). */
 int quant_can_dequantize(enum gguf_dtype t);
-/* 1 if quant_quantize_row supports the type (F32, F16, BF16, Q8_0, Q4_0, Q4_1). */
+/* 1 if quant_quantize_row supports the type (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K; the K-quants
+ * with per-sub-block scales and mins chosen to minimise the squared error, see quant.c). */
 int quant_can_quantize(enum gguf_dtype t);
 
 /* n must be a multiple of the type's block size. Return 0, or -1 for an unsupported type / bad n. */
