@@ -351,11 +351,12 @@ void server_queue_post_text(server_queue *q, struct server_req *r, int32_t c, co
     pthread_mutex_unlock(&q->mu);
 }
 
-/* Ends every choice of r that is not done as cancelled (r never reached the engine). */
+/* Ends every choice of r as cancelled (r never reached the engine, so none is done yet). The last one ends
+ * r and may free it: nothing reads r after it. */
 static void cancel_untaken_locked(server_queue *q, struct server_req *r)
 {
-    for (int32_t c = 0; c < r->n_choices && !r->finished; c++) {
-        if (r->choices[c].done) continue;
+    int32_t n = r->n_choices;
+    for (int32_t c = 0; c < n; c++) {
         struct engine_result res = {.id = r->choices[c].engine_id, .finish = ENGINE_FINISH_CANCELLED};
         choice_done_locked(q, r, c, &res, r->stream ? final_event(r, c, &res) : NULL); /* text stays NULL */
     }
