@@ -60,7 +60,7 @@ check() { # check NAME WANT_CODE PYTHON_CONDITION (over d, the body's JSON)
     if [ "$c" = "$2" ] && [ "$(json "bool($3)")" = True ]; then ok "$1"; else fail "$1" "HTTP $c: $(head -c 300 "$e2e_tmp/body")"; fi
 }
 
-if ! start_server main --chat-template chatml --api-key sekret --max-body-bytes 100000 --idle-timeout 2; then
+if ! start_server main --chat-template chatml --api-key sekret --max-body-bytes 100000 --idle-timeout 2 --header-timeout 3; then
     fail serve_start "$(tail -5 "$e2e_tmp/main.log")"
     exit 1
 fi
@@ -163,6 +163,20 @@ try:
 except socket.timeout:
     sys.exit(1)
 sys.exit(0 if time.time() - t0 < 8 else 1)
+PY
+# a slowloris client (a header byte every 0.5 s: never idle) is cut by --header-timeout
+python3 - "$PORT" <<'PY' && ok serve_slowloris_cut || fail serve_slowloris_cut "connection stayed open"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+t0 = time.time()
+try:
+    while time.time() - t0 < 8:
+        s.sendall(b"X")
+        time.sleep(0.5)
+except OSError:  # reset or broken pipe: closed by the server
+    sys.exit(0 if time.time() - t0 >= 2.5 else 1)
+sys.exit(1)
 PY
 req GET /health
 check serve_alive_after_hostile 200 'd["status"] == "ok"'

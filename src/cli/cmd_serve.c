@@ -48,6 +48,7 @@ static void serve_usage(FILE *out)
             "  --max-header-bytes N      request line + headers limit (default 32768)\n"
             "  --max-connections N       open connections at most (default 512)\n"
             "  --idle-timeout S          close a connection idle this long, in seconds (default 30)\n"
+            "  --header-timeout S        close a connection whose request headers take longer (default 10)\n"
             "  --drain-timeout S         on SIGTERM, cancel what is still running after S seconds (default 30)\n"
             "  -q, --quiet / -v, --verbose\n"
             "Engine:\n",
@@ -88,6 +89,7 @@ static int serve_parse(int argc, char **argv, struct serve_args *A)
         {"--max-header-bytes", NULL, CLI_OPT_SIZE, &A->max_header, 4096, 1 << 24, 0, NULL},
         {"--max-connections", NULL, CLI_OPT_INT32, &A->max_connections, 1, 65536, 0, NULL},
         {"--idle-timeout", NULL, CLI_OPT_INT32, &A->idle_timeout, 1, 86400, 0, NULL},
+        {"--header-timeout", NULL, CLI_OPT_DOUBLE, &A->hp.header_timeout_s, 0, 0, 1, NULL},
         {"--drain-timeout", NULL, CLI_OPT_DOUBLE, &A->drain_timeout, 0, 0, 0, NULL},
         {"--quiet", "-q", CLI_OPT_SET, &A->quiet, 1, 0, 0, NULL},
         {"--verbose", "-v", CLI_OPT_SET, &A->verbose, 1, 0, 0, NULL},
@@ -242,6 +244,7 @@ int cmd_serve(int argc, char **argv)
     int32_t n = server_drain(srv, A.drain_timeout);
     if (n) log_warn("nightshift serve: %d requests were still running after %.3g s: cancelled", (int)n, A.drain_timeout);
     rc = failed;
+    if (!http_wait_idle(http, 5)) log_warn("nightshift serve: responses still being sent after 5 s: closing");
 done:
     http_stop(http); /* closes the connections; their requests have ended */
     if (srv) server_stop(srv);

@@ -3,8 +3,11 @@
 #include "server/http.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,6 +24,15 @@
 #define HTTP_KEEPALIVE_S 5.0    /* an idle stream sends an SSE comment this often */
 #define HTTP_STREAM_BLOCK 16384 /* bytes per read of a streamed response */
 
+/* A TCP connection, for the header deadline (libmicrohttpd's socket_context). */
+struct http_sock {
+    int fd;
+    double since; /* when it began to wait for a request's headers */
+    int waiting;  /* 1: no request has come since `since` */
+    int cut;      /* shut down by the watchdog */
+    struct http_sock *prev, *next;
+};
+
 struct http_server {
     struct http_params p;
     server *srv;
@@ -29,6 +41,14 @@ struct http_server {
     int port;
     uint64_t salt; /* per process: response ids and seeds of unseeded requests */
     atomic_uint_fast64_t n_requests;
+    /* under mu: the connections, requests being answered, the watchdog */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct http_sock *socks;
+    int n_open;
+    int stop;
+    pthread_t watchdog;
+    int watchdog_started;
 };
 
 enum route { ROUTE_NONE, ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS };
@@ -60,7 +80,7 @@ struct http_params http_default_params(void)
 {
     return (struct http_params){.host = "127.0.0.1", .port = 8080, .max_body_bytes = 1 << 20,
                                 .max_header_bytes = 32 << 10, .max_connections = 512, .idle_timeout_s = 30,
-                                .body_timeout_s = 30};
+                                .header_timeout_s = 10, .body_timeout_s = 30};
 }
 
 static uint64_t mix64(uint64_t x)
@@ -119,6 +139,48 @@ static enum MHD_Result fail_with(http_server *h, struct MHD_Connection *mc, int 
 }
 
 /* ---- connections ---- */
+
+/* waiting 0: a request's headers have arrived; 1: the connection now waits for the next one. */
+static void sock_mark(http_server *h, struct MHD_Connection *mc, int waiting)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct http_sock *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    pthread_mutex_lock(&h->mu);
+    k->waiting = waiting;
+    k->since = clock_now();
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Waits on h->cv until the clock_now() deadline (the condition variable runs on the monotonic clock). */
+static void wait_until(http_server *h, double deadline)
+{
+    double sec = floor(deadline);
+    struct timespec ts = {(time_t)sec, (long)((deadline - sec) * 1e9)};
+    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+}
+
+/* The header deadline: libmicrohttpd's timeout is for silence, so a client that trickles a byte now and then
+ * could hold a connection for ever; this thread shuts down (never closes: libmicrohttpd owns the descriptor)
+ * every connection that has waited header_timeout_s for a request's headers. Four checks a second. */
+static void *watchdog_main(void *arg)
+{
+    http_server *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        double now = clock_now();
+        for (struct http_sock *k = h->socks; k; k = k->next)
+            if (k->waiting && !k->cut && now - k->since > h->p.header_timeout_s) {
+                shutdown(k->fd, SHUT_RDWR);
+                k->cut = 1;
+                log_debug("http: a connection sent no complete request headers in %.3g s: closed", h->p.header_timeout_s);
+            }
+        wait_until(h, now + 0.25);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
 
 /* 1 when the client has closed its end (or the socket failed). Safe while this thread owns the connection:
  * libmicrohttpd is not reading from it meanwhile. */
@@ -238,6 +300,9 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
     c->route = route;
     c->t_start = clock_now();
     *con_cls = c;
+    pthread_mutex_lock(&h->mu);
+    h->n_open++;
+    pthread_mutex_unlock(&h->mu);
     return MHD_YES;
 }
 
@@ -431,7 +496,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     http_server *h = cls;
     struct conn *c = *con_cls;
     (void)version;
-    if (!c) return on_headers(h, mc, url, method, con_cls);
+    if (!c) {
+        sock_mark(h, mc, 0);
+        return on_headers(h, mc, url, method, con_cls);
+    }
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -442,14 +510,50 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)mc;
+    http_server *h = cls;
     (void)toe;
+    sock_mark(h, mc, 1); /* the next request's headers are due within header_timeout_s */
     struct conn *c = *con_cls;
     if (!c) return;
     free(c->body);
     free(c);
     *con_cls = NULL;
+    pthread_mutex_lock(&h->mu);
+    h->n_open--;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    http_server *h = cls;
+    struct http_sock *k = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k = calloc(1, sizeof *k);
+        if (!k || !ci) { /* no deadline for this one; its idle timeout still applies */
+            free(k);
+            return;
+        }
+        k->fd = ci->connect_fd;
+        k->since = clock_now();
+        k->waiting = 1;
+        pthread_mutex_lock(&h->mu);
+        k->next = h->socks;
+        if (h->socks) h->socks->prev = k;
+        h->socks = k;
+        pthread_mutex_unlock(&h->mu);
+        *socket_context = k;
+    } else if (k) { /* closed: libmicrohttpd closes the socket after this returns */
+        pthread_mutex_lock(&h->mu);
+        if (k->prev) k->prev->next = k->next;
+        else h->socks = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&h->mu);
+        free(k);
+        *socket_context = NULL;
+    }
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -480,6 +584,16 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     }
     http_server *h = calloc(1, sizeof *h);
     if (!h) return err_set(e, "http: out of memory");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int bad = pthread_mutex_init(&h->mu, NULL) || pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (bad || pthread_create(&h->watchdog, NULL, watchdog_main, h)) {
+        free(h);
+        return err_set(e, "http: cannot start the header watchdog");
+    }
+    h->watchdog_started = 1;
     h->p = *p;
     h->srv = srv;
     h->q = server_get_queue(srv);
@@ -487,10 +601,10 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, p->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
                             p->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, p->max_header_bytes,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
-                            MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+                            h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
-        free(h);
+        http_stop(h);
         return err_set(e, "cannot listen on %s port %d (in use, or not an address of this machine?)", p->host, p->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -504,9 +618,28 @@ int http_port(const http_server *h)
     return h->port;
 }
 
+int http_wait_idle(http_server *h, double seconds)
+{
+    double deadline = clock_now() + seconds;
+    pthread_mutex_lock(&h->mu);
+    while (h->n_open > 0 && clock_now() < deadline) wait_until(h, deadline);
+    int idle = h->n_open == 0;
+    pthread_mutex_unlock(&h->mu);
+    return idle;
+}
+
 void http_stop(http_server *h)
 {
     if (!h) return;
-    MHD_stop_daemon(h->d);
+    if (h->watchdog_started) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = 1;
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->watchdog, NULL);
+    }
+    if (h->d) MHD_stop_daemon(h->d);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
     free(h);
 }

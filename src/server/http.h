@@ -9,9 +9,10 @@
  * 405 with Allow), the API key (401; /health needs none), parses it (openai: 400 with run's messages), and
  * submits it to the queue, whose admission answers at once: 429 with Retry-After, 503 while loading or
  * draining. An admitted request is waited for on the connection's thread; every 100 ms the thread checks
- * whether the client has closed its end, and cancels the request if so. Idle and slow clients are cut
- * after idle_timeout_s without a byte (libmicrohttpd's connection timeout; it is suspended while the server
- * itself is working on the request), and a body must arrive within body_timeout_s.
+ * whether the client has closed its end, and cancels the request if so. Slow clients are cut: after
+ * idle_timeout_s without a byte (libmicrohttpd's connection timeout; suspended while the server itself works
+ * on the request), when a request's headers take longer than header_timeout_s (a watchdog thread: a client
+ * trickling bytes is never idle), and when a body takes longer than body_timeout_s.
  *
  * No part of a request is ever used as a file path: the server opens no file after start-up.
  */
@@ -31,8 +32,10 @@ struct http_params {
     size_t max_body_bytes;     /* default 1 MiB */
     size_t max_header_bytes;   /* per-connection memory for the request line and headers (default 32 KiB) */
     unsigned max_connections;  /* default 512 */
-    unsigned idle_timeout_s;   /* default 30 */
-    double body_timeout_s;     /* default 30 */
+    unsigned idle_timeout_s;   /* a connection silent this long is closed (default 30) */
+    double header_timeout_s;   /* a request's headers must arrive within this of the connection's start or its
+                                  previous response (default 10) */
+    double body_timeout_s;     /* a body must arrive within this of its headers (default 30) */
 };
 
 struct http_params http_default_params(void);
@@ -43,6 +46,9 @@ typedef struct http_server http_server;
 int http_start(const struct http_params *p, server *srv, http_server **out, struct err *e);
 /* The port bound. */
 int http_port(const http_server *h);
+/* Waits until no request is being answered (1), or `seconds` have passed (0): the end of a drain, so that
+ * responses are sent before http_stop closes the connections. Idle keep-alive connections do not count. */
+int http_wait_idle(http_server *h, double seconds);
 /* Stops listening, closes every connection and joins their threads. */
 void http_stop(http_server *h);
 
