@@ -238,6 +238,8 @@ int cmd_serve(int argc, char **argv)
     }
     log_info("nightshift serve: listening on http://%s%s%s:%d (loading %s)", strchr(A.hp.host, ':') ? "[" : "",
              A.hp.host, strchr(A.hp.host, ':') ? "]" : "", http_port(http), A.rp.model_path);
+    if (!A.hp.api_key && strcmp(A.hp.host, "127.0.0.1") && strcmp(A.hp.host, "::1"))
+        log_warn("nightshift serve: listening on %s without --api-key: anyone who can reach it can use it", A.hp.host);
     if (serve_open(&A, srv, &rt)) goto done;
     int failed = serve_wait(srv, &set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* a second signal now kills (default action) */

@@ -40,6 +40,7 @@ struct http_server {
     struct MHD_Daemon *d;
     int port;
     uint64_t salt; /* per process: response ids and seeds of unseeded requests */
+    int64_t created; /* unix time the server started: the model object's "created" */
     atomic_uint_fast64_t n_requests;
     /* under mu: the connections, requests being answered, the watchdog */
     pthread_mutex_t mu;
@@ -262,7 +263,7 @@ static enum MHD_Result answer_get(http_server *h, struct MHD_Connection *mc, enu
         return respond(h, mc, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, 0, NULL);
     case ROUTE_MODELS:
     case ROUTE_MODEL:
-        body = openai_models(server_model_name(h->srv), (int64_t)time(NULL), route == ROUTE_MODEL, &len);
+        body = openai_models(server_model_name(h->srv), h->created, route == ROUTE_MODEL, &len);
         return respond_json(h, mc, 200, body, len);
     default: return fail_with(h, mc, 404, "invalid_request_error", "not_found", "unknown path");
     }
@@ -597,7 +598,8 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     h->p = *p;
     h->srv = srv;
     h->q = server_get_queue(srv);
-    h->salt = mix64((uint64_t)time(NULL) ^ ((uint64_t)clock_now() << 20));
+    h->created = (int64_t)time(NULL);
+    h->salt = mix64((uint64_t)h->created ^ ((uint64_t)clock_now() << 20));
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, p->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
                             p->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, p->max_header_bytes,
