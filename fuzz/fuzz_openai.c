@@ -42,7 +42,8 @@ static void load(void)
     gguf_close(f);
     log_set_level(LOG_QUIET);
     hp.n_ctx_train = 512;
-    model = (struct job_model){.name = "tiny", .hp = &hp, .vocab = vocab, .chat = CHAT_CHATML, .chat_source = "fuzz"};
+    model = (struct job_model){
+        .name = "tiny", .hp = &hp, .vocab = vocab, .chat = CHAT_CHATML, .chat_source = "fuzz"};
     defaults = genparam_defaults();
 }
 
@@ -92,7 +93,10 @@ static void responses(struct server_req *r, const uint8_t *data, size_t size)
     char *s = openai_stream_start(r, "id", "tiny", 1, &len);
     require_sse(s, len);
     free(s);
-    struct server_event ev = {.choice = 0, .text = r->choices[0].text, .len = r->choices[0].text_len, .finished = 1,
+    struct server_event ev = {.choice = 0,
+                              .text = r->choices[0].text,
+                              .len = r->choices[0].text_len,
+                              .finished = 1,
                               .finish = ENGINE_FINISH_STOP};
     s = openai_stream_event(r, "id", "tiny", 1, &ev, &len);
     require_sse(s, len);
@@ -121,7 +125,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     REQUIRE(r && r->n_prompt >= 1 && r->n_prompt < hp.n_ctx_train && r->max_tokens >= 1);
     REQUIRE((int64_t)r->n_prompt + r->max_tokens <= hp.n_ctx_train);
     REQUIRE(r->n_choices >= 1 && r->n_choices <= GENPARAM_MAX_N && r->chat == (data[0] & 1));
-    for (int32_t i = 0; i < r->n_prompt; i++) REQUIRE(r->prompt[i] >= 0 && r->prompt[i] < tok_n_vocab(vocab));
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        REQUIRE(r->prompt[i] >= 0 && r->prompt[i] < tok_n_vocab(vocab));
     responses(r, data + 1, size - 1);
     server_req_discard(r);
     return 0;

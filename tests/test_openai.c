@@ -27,8 +27,9 @@ TEST(openai_completion_request_like_run)
     if (!vocab) SKIP("no stories260K model");
     struct server_req *r;
     struct openai_error err;
-    const char *b = "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":7,\"temperature\":0,\"stream\":true,"
-                    "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"logprobs\":false,\"echo\":false}";
+    const char *b =
+        "{\"model\":\"x\",\"prompt\":\"Once upon a time\",\"max_tokens\":7,\"temperature\":0,\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"logprobs\":false,\"echo\":false}";
     CHECK(parse(0, b, &r, &err) == 0);
     int32_t *ids;
     size_t n;
@@ -43,10 +44,12 @@ TEST(openai_completion_request_like_run)
     CHECK_EQ_INT(r->n_choices, 1);
     CHECK(r->choices[0].seed == key_completion_seed(77, 0)); /* no seed: the caller's base */
     server_req_discard(r);
-    /* a seed and n: completion i gets key_completion_seed(seed, i), as in run; max_tokens clamped to the context */
+    /* a seed and n: completion i gets key_completion_seed(seed, i), as in run; max_tokens clamped to the
+     * context */
     CHECK(parse(0, "{\"prompt\":\"Once\",\"seed\":5,\"n\":3,\"max_tokens\":100000}", &r, &err) == 0);
     CHECK_EQ_INT(r->n_choices, 3);
-    for (int i = 0; i < 3; i++) CHECK(r->choices[i].seed == key_completion_seed(5, (uint32_t)i));
+    for (int i = 0; i < 3; i++)
+        CHECK(r->choices[i].seed == key_completion_seed(5, (uint32_t)i));
     CHECK_EQ_INT(r->max_tokens, hp.n_ctx_train - r->n_prompt);
     CHECK(!r->stream);
     server_req_discard(r);
@@ -61,17 +64,20 @@ TEST(openai_bad_requests)
     } bad[] = {
         {0, "{\"prompt\":\"x\",\"logprobs\":true}", "unsupported_value", "'logprobs' is not supported"},
         {0, "{\"prompt\":\"x\",\"best_of\":2}", "unsupported_value", "'best_of'"},
-        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", "unsupported_value",
-         "'tools'"},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+         "unsupported_value", "'tools'"},
         {0, "{\"prompt\":\"x\",\"frobnicate\":1}", "unknown_field", "unknown field 'frobnicate'"},
         {0, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "invalid_type", "'stream' must be a boolean"},
-        {0, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", "invalid_value", "only allowed with"},
-        {0, "{\"prompt\":\"x\",\"temperature\":-1}", "invalid_value", "'temperature' must be in [0, 2], got -1"},
+        {0, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", "invalid_value",
+         "only allowed with"},
+        {0, "{\"prompt\":\"x\",\"temperature\":-1}", "invalid_value",
+         "'temperature' must be in [0, 2], got -1"},
         {0, "{\"prompt\":\"x\"", "invalid_json", "not JSON"},
         {0, "{\"prompt\":\"\xc3\x28\"}", "invalid_utf8", "invalid UTF-8 at byte 11"},
         {0, "{\"prompt\":[1,99999999]}", "invalid_value", "outside the vocabulary"},
         {0, "{\"prompt\":[]}", "invalid_value", "'prompt' is empty"},
-        {1, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "unsupported_request", "is not supported"},
+        {1, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "unsupported_request",
+         "is not supported"},
         {1, "{\"prompt\":\"x\"}", "invalid_value", "needs 'messages'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -151,7 +157,8 @@ TEST(openai_response_shapes)
         CHECK(body);
         json_t *j = json_loadb(body, len, 0, NULL);
         CHECK_MSG(j, "%s", body);
-        CHECK_STR(json_string_value(json_object_get(j, "object")), chat ? "chat.completion" : "text_completion");
+        CHECK_STR(json_string_value(json_object_get(j, "object")),
+                  chat ? "chat.completion" : "text_completion");
         CHECK_STR(json_string_value(json_object_get(j, "id")), id);
         CHECK_STR(json_string_value(json_object_get(j, "model")), "tiny");
         CHECK_EQ_INT(json_integer_value(json_object_get(j, "created")), 1700000000);
@@ -160,9 +167,12 @@ TEST(openai_response_shapes)
         json_t *c1 = json_array_get(ch, 1);
         CHECK_EQ_INT(json_integer_value(json_object_get(c1, "index")), 1);
         CHECK_STR(json_string_value(json_object_get(c1, "finish_reason")), "length");
-        const json_t *text = chat ? json_object_get(json_object_get(c1, "message"), "content") : json_object_get(c1, "text");
+        const json_t *text =
+            chat ? json_object_get(json_object_get(c1, "message"), "content") : json_object_get(c1, "text");
         CHECK_STR(json_string_value(text), "second \"quoted\"");
-        if (chat) CHECK_STR(json_string_value(json_object_get(json_object_get(c1, "message"), "role")), "assistant");
+        if (chat)
+            CHECK_STR(json_string_value(json_object_get(json_object_get(c1, "message"), "role")),
+                      "assistant");
         json_t *u = json_object_get(j, "usage");
         CHECK_EQ_INT(json_integer_value(json_object_get(u, "prompt_tokens")), 4);
         CHECK_EQ_INT(json_integer_value(json_object_get(u, "completion_tokens")), 7);
@@ -185,7 +195,8 @@ TEST(openai_response_shapes)
     char *m = openai_models("tiny", 5, 0, &len);
     json_t *j = json_loads(m, 0, NULL);
     CHECK(j && json_array_size(json_object_get(j, "data")) == 1);
-    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")), "tiny");
+    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id")),
+              "tiny");
     json_decref(j);
     free(m);
 }
@@ -222,26 +233,31 @@ TEST(openai_stream_chunks)
     CHECK_EQ_INT(split_sse(s, ev, 8), 1);
     d = json_object_get(json_array_get(json_object_get(ev[0], "choices"), 0), "delta");
     CHECK_STR(json_string_value(json_object_get(d, "content")), "Hel\"lo");
-    CHECK(json_is_null(json_object_get(json_array_get(json_object_get(ev[0], "choices"), 0), "finish_reason")));
+    CHECK(
+        json_is_null(json_object_get(json_array_get(json_object_get(ev[0], "choices"), 0), "finish_reason")));
     json_decref(ev[0]);
     free(s);
-    struct server_event e2 = {.choice = 0, .text = "!", .len = 1, .finished = 1, .finish = ENGINE_FINISH_STOP};
+    struct server_event e2 = {
+        .choice = 0, .text = "!", .len = 1, .finished = 1, .finish = ENGINE_FINISH_STOP};
     s = openai_stream_event(r, "chatcmpl-1", "tiny", 3, &e2, &len);
     CHECK_EQ_INT(split_sse(s, ev, 8), 2);
-    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(ev[1], "choices"), 0), "finish_reason")),
+    CHECK_STR(json_string_value(
+                  json_object_get(json_array_get(json_object_get(ev[1], "choices"), 0), "finish_reason")),
               "stop");
     json_decref(ev[0]);
     json_decref(ev[1]);
     free(s);
     s = openai_stream_end(r, "chatcmpl-1", "tiny", 3, &len);
     CHECK_EQ_INT(split_sse(s, ev, 8), 2);
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(ev[0], "usage"), "completion_tokens")), 3);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(ev[0], "usage"), "completion_tokens")),
+                 3);
     CHECK(ev[1] == NULL); /* [DONE] */
     CHECK(len >= 14 && !strcmp(s + len - 14, "data: [DONE]\n\n"));
     json_decref(ev[0]);
     free(s);
     /* an engine failure inside a stream: an error object */
-    struct server_event e3 = {.choice = 0, .text = "", .finished = 1, .finish = ENGINE_FINISH_ERROR, .error = "boom"};
+    struct server_event e3 = {
+        .choice = 0, .text = "", .finished = 1, .finish = ENGINE_FINISH_ERROR, .error = "boom"};
     s = openai_stream_event(r, "chatcmpl-1", "tiny", 3, &e3, &len);
     CHECK_EQ_INT(split_sse(s, ev, 8), 1);
     CHECK_STR(json_string_value(json_object_get(json_object_get(ev[0], "error"), "message")), "boom");
@@ -255,7 +271,9 @@ TEST(openai_stream_chunks)
     free(s);
     s = openai_stream_event(r, "cmpl-1", "tiny", 3, &e1, &len);
     CHECK_EQ_INT(split_sse(s, ev, 8), 1);
-    CHECK_STR(json_string_value(json_object_get(json_array_get(json_object_get(ev[0], "choices"), 0), "text")), "Hel\"lo");
+    CHECK_STR(
+        json_string_value(json_object_get(json_array_get(json_object_get(ev[0], "choices"), 0), "text")),
+        "Hel\"lo");
     CHECK_STR(json_string_value(json_object_get(ev[0], "object")), "text_completion");
     json_decref(ev[0]);
     free(s);
@@ -271,7 +289,8 @@ int main(void)
         gguf_close(f);
     }
     hp.n_ctx_train = 64;
-    model = (struct job_model){.name = "tiny", .hp = &hp, .vocab = vocab, .chat = CHAT_CHATML, .chat_source = "flag"};
+    model = (struct job_model){
+        .name = "tiny", .hp = &hp, .vocab = vocab, .chat = CHAT_CHATML, .chat_source = "flag"};
     defaults = genparam_defaults();
     ctx = (struct openai_ctx){&model, &defaults, 1};
     RUN(openai_completion_request_like_run);

@@ -41,8 +41,12 @@ static struct server_req *submit(const char *body)
 /* The reference: the same request straight through an engine of its own. */
 static int reference(const struct server_req *r, int32_t c, char **text, int32_t *n_tokens)
 {
-    struct engine_request rq = {.id = 1, .prompt = r->prompt, .n_prompt = r->n_prompt, .max_tokens = r->max_tokens,
-                                .stop = (const char *const *)r->gen.stop, .n_stop = r->gen.n_stop};
+    struct engine_request rq = {.id = 1,
+                                .prompt = r->prompt,
+                                .n_prompt = r->n_prompt,
+                                .max_tokens = r->max_tokens,
+                                .stop = (const char *const *)r->gen.stop,
+                                .n_stop = r->gen.n_stop};
     genparam_to_sampler(&r->gen, r->choices[c].seed, &rq.sampling);
     struct err e;
     if (engine_add(ref.eng, &rq, &e)) return -1;
@@ -67,7 +71,8 @@ TEST(server_results_equal_the_engines)
         "{\"prompt\":\"The cat\",\"max_tokens\":50,\"temperature\":0,\"stop\":[\"the park\"]}",
     };
     struct server_req *r[3];
-    for (int i = 0; i < 3; i++) CHECK((r[i] = submit(bodies[i])) != NULL); /* all at once: they share steps */
+    for (int i = 0; i < 3; i++)
+        CHECK((r[i] = submit(bodies[i])) != NULL); /* all at once: they share steps */
     for (int i = 0; i < 3; i++) {
         CHECK(server_queue_wait_done(q, r[i], 30));
         for (int32_t c = 0; c < r[i]->n_choices; c++) {
@@ -79,7 +84,8 @@ TEST(server_results_equal_the_engines)
             CHECK_EQ_INT(r[i]->choices[c].n_tokens, n);
             free(text);
         }
-        if (i == 1) CHECK(r[i]->choices[0].text_len > 0 && strcmp(r[i]->choices[0].text, r[i]->choices[1].text));
+        if (i == 1)
+            CHECK(r[i]->choices[0].text_len > 0 && strcmp(r[i]->choices[0].text, r[i]->choices[1].text));
         server_queue_release(q, r[i]);
     }
 }
@@ -88,8 +94,9 @@ TEST(server_stream_adds_up)
 {
     if (!srv) SKIP("no stories260K model");
     server_queue *q = server_get_queue(srv);
-    struct server_req *r = submit("{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"stream\":true,"
-                                  "\"stop\":[\"park\"]}");
+    struct server_req *r =
+        submit("{\"prompt\":\"Once upon a time\",\"max_tokens\":60,\"temperature\":0,\"stream\":true,"
+               "\"stop\":[\"park\"]}");
     CHECK(r);
     char got[4096];
     size_t len = 0;
@@ -117,7 +124,8 @@ TEST(server_cancel_ends_early)
 {
     if (!srv) SKIP("no stories260K model");
     server_queue *q = server_get_queue(srv);
-    struct server_req *r = submit("{\"prompt\":\"Once\",\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true}");
+    struct server_req *r =
+        submit("{\"prompt\":\"Once\",\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true}");
     CHECK(r);
     struct server_event *ev;
     CHECK(server_queue_next_event(q, r, 30, &ev)); /* it is running */
@@ -164,7 +172,8 @@ TEST(server_drain_deadline_cancels)
     CHECK(server_start(srv, &rt, CHAT_NONE, "none", &e) == 0);
     server_queue *q = server_get_queue(srv);
     struct server_req *r[3];
-    for (int i = 0; i < 3; i++) CHECK((r[i] = submit("{\"prompt\":\"Once\",\"max_tokens\":480,\"ignore_eos\":true}")));
+    for (int i = 0; i < 3; i++)
+        CHECK((r[i] = submit("{\"prompt\":\"Once\",\"max_tokens\":480,\"ignore_eos\":true}")));
     double t0 = clock_now();
     CHECK_EQ_INT(server_drain(srv, 0.001), 3); /* 480 steps each cannot fit in 1 ms */
     CHECK(clock_now() - t0 < 10);

@@ -8,7 +8,8 @@
 
 static struct server_admit make(void)
 {
-    struct server_admit_limits lim = {.kv_tokens = 1000, .max_queue = 4, .max_queue_tokens = 800, .max_wait = 2};
+    struct server_admit_limits lim = {
+        .kv_tokens = 1000, .max_queue = 4, .max_queue_tokens = 800, .max_wait = 2};
     struct server_admit a;
     server_admit_init(&a, &lim);
     return a;
@@ -38,7 +39,8 @@ TEST(admit_rules_in_order)
     CHECK(retry == 1); /* no drain measured yet */
     struct server_admit_load heavy = {2, 700};
     CHECK_EQ_INT(server_admit_decide(&a, SERVER_SERVING, &heavy, 100, 101, &retry), ADMIT_QUEUE_TOKENS);
-    CHECK_EQ_INT(server_admit_decide(&a, SERVER_SERVING, &idle, 1001, 1001, &retry), ADMIT_OK); /* over the cap, queue empty */
+    CHECK_EQ_INT(server_admit_decide(&a, SERVER_SERVING, &idle, 1001, 1001, &retry),
+                 ADMIT_OK); /* over the cap, queue empty */
     CHECK_EQ_INT(server_admit_decide(&a, SERVER_SERVING, &heavy, 100, 100, &retry), ADMIT_OK);
     /* without a measured rate, one pool's worth may wait */
     struct server_admit_load some = {1, 950};
@@ -65,7 +67,8 @@ TEST(admit_meter_on_the_busy_clock)
     /* idle time is not busy time: nothing changes without server_admit_busy */
     CHECK(fabs(server_admit_rate(&a) - 200) < 1e-9);
     /* 20 busy seconds later with nothing finished: the old seconds have left the window */
-    for (int i = 0; i < 20; i++) server_admit_busy(&a, 1.0);
+    for (int i = 0; i < 20; i++)
+        server_admit_busy(&a, 1.0);
     CHECK(server_admit_rate(&a) == 0);
     /* a steady 50 tokens per busy second: the rate is 50 once the window is full of it */
     for (int i = 0; i < 30; i++) {

@@ -29,8 +29,13 @@ TEST(metrics_histogram_and_counters)
     server_metrics_count_status(&m, 429);
     server_metrics_count_status(&m, 429);
     server_metrics_count_status(&m, 418);
-    struct server_gauges g = {.state = SERVER_SERVING, .queue_depth = 5, .queued_tokens = 123, .running = 2,
-                              .kv_blocks_used = 10, .kv_blocks_total = 40, .drain_rate = 12.5};
+    struct server_gauges g = {.state = SERVER_SERVING,
+                              .queue_depth = 5,
+                              .queued_tokens = 123,
+                              .running = 2,
+                              .kv_blocks_used = 10,
+                              .kv_blocks_total = 40,
+                              .drain_rate = 12.5};
     char *text;
     size_t len;
     CHECK(server_metrics_render(&m, &g, 100.0, &text, &len, &e) == 0);
@@ -55,7 +60,8 @@ TEST(metrics_histogram_and_counters)
         "nightshift_request_duration_seconds_count 4",
         "# TYPE nightshift_request_duration_seconds histogram",
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) CHECK_MSG(has_line(text, want[i]), "no line '%s'", want[i]);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK_MSG(has_line(text, want[i]), "no line '%s'", want[i]);
     free(text);
     m.latency_count++;
     CHECK(server_metrics_check(&m, &e) != 0);

@@ -32,7 +32,8 @@ static struct engine_result result_of(uint64_t id, enum engine_finish f, const c
     return res;
 }
 
-static const struct server_admit_limits lim = {.kv_tokens = 1000, .max_queue = 3, .max_queue_tokens = 800, .max_wait = 5};
+static const struct server_admit_limits lim = {
+    .kv_tokens = 1000, .max_queue = 3, .max_queue_tokens = 800, .max_wait = 5};
 
 TEST(queue_loading_admission_and_handover)
 {
@@ -143,7 +144,7 @@ TEST(queue_cancel_before_and_after_take)
     struct server_req *a = make_req(3, 10, 2, 1), *b = make_req(3, 10, 1, 0);
     double retry;
     CHECK_EQ_INT(server_queue_submit(q, a, &retry), ADMIT_OK);
-    server_queue_cancel(q, a); /* before the engine took it: ends at the next take, never handed over */
+    server_queue_cancel(q, a);  /* before the engine took it: ends at the next take, never handed over */
     server_queue_release(q, a); /* the client is gone */
     CHECK(server_queue_check(q, &e) == 0);
     struct server_req *added, *cancelled;
@@ -220,7 +221,8 @@ TEST(queue_load_drives_admission)
     }
     CHECK_EQ_INT(n, 3); /* the three the engine had; the two it had not taken ended in take */
     CHECK(server_queue_wait_idle(q, clock_now() + 0.01) == 1);
-    for (int i = 0; i < 6; i++) server_queue_release(q, r[i]);
+    for (int i = 0; i < 6; i++)
+        server_queue_release(q, r[i]);
     CHECK(server_queue_check(q, &e) == 0);
     server_queue_free(q);
 }
@@ -288,8 +290,11 @@ static void *client(void *arg)
             if (r->stream && streamed != 3) done = 0;
         }
         pthread_mutex_lock(&s->mu);
-        if (v == ADMIT_OK) s->ok++, s->incomplete += !done;
-        else s->rejected++, s->bad_retry += v != ADMIT_QUEUE_FULL || !(retry >= 1 && retry <= SERVER_ADMIT_MAX_RETRY);
+        if (v == ADMIT_OK)
+            s->ok++, s->incomplete += !done;
+        else
+            s->rejected++,
+                s->bad_retry += v != ADMIT_QUEUE_FULL || !(retry >= 1 && retry <= SERVER_ADMIT_MAX_RETRY);
         pthread_mutex_unlock(&s->mu);
         server_queue_release(s->q, r);
     }
@@ -302,12 +307,15 @@ TEST(queue_many_clients)
     struct err e;
     CHECK(server_queue_init(&s.q, &e) == 0);
     pthread_mutex_init(&s.mu, NULL);
-    struct server_admit_limits l = {.kv_tokens = 1 << 20, .max_queue = 6, .max_queue_tokens = 1 << 20, .max_wait = 100};
+    struct server_admit_limits l = {
+        .kv_tokens = 1 << 20, .max_queue = 6, .max_queue_tokens = 1 << 20, .max_wait = 100};
     server_queue_open(s.q, &l);
     pthread_t eng, cl[N_CLIENTS];
     CHECK(pthread_create(&eng, NULL, fake_engine, &s) == 0);
-    for (int i = 0; i < N_CLIENTS; i++) CHECK(pthread_create(&cl[i], NULL, client, &s) == 0);
-    for (int i = 0; i < N_CLIENTS; i++) pthread_join(cl[i], NULL);
+    for (int i = 0; i < N_CLIENTS; i++)
+        CHECK(pthread_create(&cl[i], NULL, client, &s) == 0);
+    for (int i = 0; i < N_CLIENTS; i++)
+        pthread_join(cl[i], NULL);
     CHECK(server_queue_check(s.q, &e) == 0);
     server_queue_stop(s.q);
     pthread_join(eng, NULL);

@@ -22,37 +22,39 @@
 
 static void serve_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: nightshift serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
-            "\n"
-            "OpenAI-compatible server on the engine that `run` uses: POST /v1/completions,\n"
-            "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health, /metrics.\n"
-            "A request is admitted only when it fits what the KV pool and the queue can take within --max-wait;\n"
-            "otherwise 429 with Retry-After from the current drain rate (503 while loading or draining).\n"
-            "SIGTERM drains: no new requests, in-flight ones finish (up to --drain-timeout), exit 0.\n"
-            "\n"
-            "Server:\n"
-            "  -m, --model PATH          GGUF model (default: %s)\n"
-            "  --model-name NAME         the id /v1/models reports (default: the file name without .gguf)\n"
-            "  --host ADDR               address to bind (default 127.0.0.1: this machine only)\n"
-            "  --port N                  TCP port (default 8080; 0: any free port, logged)\n"
-            "  --api-key KEY             require 'Authorization: Bearer KEY' on all but /health\n"
-            "                            (default: $NIGHTSHIFT_API_KEY if set, else none)\n"
-            "  --chat-template NAME      %s (default: from the model)\n"
-            "  --no-special              special-token text in prompts stays plain text\n"
-            "Admission and limits:\n"
-            "  --max-queue N             requests waiting to start, at most (default 4 x --max-seqs)\n"
-            "  --max-queue-tokens N      their prompt + max_tokens, at most (default: the KV pool's tokens)\n"
-            "  --max-wait S              expected wait to start, at most, in seconds (default 10)\n"
-            "  --max-body-bytes N        request body limit (default 1048576)\n"
-            "  --max-header-bytes N      request line + headers limit (default 32768)\n"
-            "  --max-connections N       open connections at most (default 512)\n"
-            "  --idle-timeout S          close a connection idle this long, in seconds (default 30)\n"
-            "  --header-timeout S        close a connection whose request headers take longer (default 10)\n"
-            "  --drain-timeout S         on SIGTERM, cancel what is still running after S seconds (default 30)\n"
-            "  -q, --quiet / -v, --verbose\n"
-            "Engine:\n",
-            cli_default_model(), chat_family_list());
+    fprintf(
+        out,
+        "usage: nightshift serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
+        "\n"
+        "OpenAI-compatible server on the engine that `run` uses: POST /v1/completions,\n"
+        "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health, "
+        "/metrics.\n"
+        "A request is admitted only when it fits what the KV pool and the queue can take within --max-wait;\n"
+        "otherwise 429 with Retry-After from the current drain rate (503 while loading or draining).\n"
+        "SIGTERM drains: no new requests, in-flight ones finish (up to --drain-timeout), exit 0.\n"
+        "\n"
+        "Server:\n"
+        "  -m, --model PATH          GGUF model (default: %s)\n"
+        "  --model-name NAME         the id /v1/models reports (default: the file name without .gguf)\n"
+        "  --host ADDR               address to bind (default 127.0.0.1: this machine only)\n"
+        "  --port N                  TCP port (default 8080; 0: any free port, logged)\n"
+        "  --api-key KEY             require 'Authorization: Bearer KEY' on all but /health\n"
+        "                            (default: $NIGHTSHIFT_API_KEY if set, else none)\n"
+        "  --chat-template NAME      %s (default: from the model)\n"
+        "  --no-special              special-token text in prompts stays plain text\n"
+        "Admission and limits:\n"
+        "  --max-queue N             requests waiting to start, at most (default 4 x --max-seqs)\n"
+        "  --max-queue-tokens N      their prompt + max_tokens, at most (default: the KV pool's tokens)\n"
+        "  --max-wait S              expected wait to start, at most, in seconds (default 10)\n"
+        "  --max-body-bytes N        request body limit (default 1048576)\n"
+        "  --max-header-bytes N      request line + headers limit (default 32768)\n"
+        "  --max-connections N       open connections at most (default 512)\n"
+        "  --idle-timeout S          close a connection idle this long, in seconds (default 30)\n"
+        "  --header-timeout S        close a connection whose request headers take longer (default 10)\n"
+        "  --drain-timeout S         on SIGTERM, cancel what is still running after S seconds (default 30)\n"
+        "  -q, --quiet / -v, --verbose\n"
+        "Engine:\n",
+        cli_default_model(), chat_family_list());
     struct runtime_params d = runtime_default_params();
     engine_flags_usage(out, &d);
     fprintf(out, "Generation defaults (a request's own fields override them):\n");
@@ -105,7 +107,8 @@ static int serve_parse(int argc, char **argv, struct serve_args *A)
         if (!r) r = cli_opts_parse("serve", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
         if (r < 0) return -1;
         if (r > 0) continue;
-        cli_error("serve", "unknown %s %s (see nightshift serve --help)", a[0] == '-' ? "option" : "argument", a);
+        cli_error("serve", "unknown %s %s (see nightshift serve --help)", a[0] == '-' ? "option" : "argument",
+                  a);
         return -1;
     }
     return 0;
@@ -166,7 +169,8 @@ static int serve_open(struct serve_args *A, server *srv, struct runtime *rt)
         size_t len;
         if (cli_chat_template(rt->gf, &chat, &len))
             chat_source = chat != CHAT_NONE ? "gguf" : "tokenizer.chat_template not recognised";
-        else chat_source = "no tokenizer.chat_template in the model";
+        else
+            chat_source = "no tokenizer.chat_template in the model";
     }
     if (server_start(srv, rt, chat, chat_source, &e)) {
         cli_error("serve", "%s", e.msg);
@@ -218,8 +222,10 @@ int cmd_serve(int argc, char **argv)
         goto out;
     }
     rc = 1;
-    if (A.quiet) log_set_level(LOG_WARN);
-    else if (A.verbose) log_set_level(LOG_DEBUG);
+    if (A.quiet)
+        log_set_level(LOG_WARN);
+    else if (A.verbose)
+        log_set_level(LOG_DEBUG);
     /* every thread started from here on blocks these; serve_wait takes them */
     sigset_t set;
     sigemptyset(&set);
@@ -236,15 +242,19 @@ int cmd_serve(int argc, char **argv)
         cli_error("serve", "%s", e.msg);
         goto done;
     }
-    log_info("nightshift serve: listening on http://%s%s%s:%d (loading %s)", strchr(A.hp.host, ':') ? "[" : "",
-             A.hp.host, strchr(A.hp.host, ':') ? "]" : "", http_port(http), A.rp.model_path);
+    log_info("nightshift serve: listening on http://%s%s%s:%d (loading %s)",
+             strchr(A.hp.host, ':') ? "[" : "", A.hp.host, strchr(A.hp.host, ':') ? "]" : "", http_port(http),
+             A.rp.model_path);
     if (!A.hp.api_key && strcmp(A.hp.host, "127.0.0.1") && strcmp(A.hp.host, "::1"))
-        log_warn("nightshift serve: listening on %s without --api-key: anyone who can reach it can use it", A.hp.host);
+        log_warn("nightshift serve: listening on %s without --api-key: anyone who can reach it can use it",
+                 A.hp.host);
     if (serve_open(&A, srv, &rt)) goto done;
     int failed = serve_wait(srv, &set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* a second signal now kills (default action) */
     int32_t n = server_drain(srv, A.drain_timeout);
-    if (n) log_warn("nightshift serve: %d requests were still running after %.3g s: cancelled", (int)n, A.drain_timeout);
+    if (n)
+        log_warn("nightshift serve: %d requests were still running after %.3g s: cancelled", (int)n,
+                 A.drain_timeout);
     rc = failed;
     if (!http_wait_idle(http, 5)) log_warn("nightshift serve: responses still being sent after 5 s: closing");
 done:

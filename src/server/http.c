@@ -39,7 +39,7 @@ struct http_server {
     server_queue *q;
     struct MHD_Daemon *d;
     int port;
-    uint64_t salt; /* per process: response ids and seeds of unseeded requests */
+    uint64_t salt;   /* per process: response ids and seeds of unseeded requests */
     int64_t created; /* unix time the server started: the model object's "created" */
     atomic_uint_fast64_t n_requests;
     /* under mu: the connections, requests being answered, the watchdog */
@@ -52,7 +52,15 @@ struct http_server {
     int watchdog_started;
 };
 
-enum route { ROUTE_NONE, ROUTE_COMPLETIONS, ROUTE_CHAT, ROUTE_MODELS, ROUTE_MODEL, ROUTE_HEALTH, ROUTE_METRICS };
+enum route {
+    ROUTE_NONE,
+    ROUTE_COMPLETIONS,
+    ROUTE_CHAT,
+    ROUTE_MODELS,
+    ROUTE_MODEL,
+    ROUTE_HEALTH,
+    ROUTE_METRICS
+};
 
 /* One request on a connection (libmicrohttpd's con_cls), from its headers to its response. */
 struct conn {
@@ -79,9 +87,14 @@ struct stream {
 
 struct http_params http_default_params(void)
 {
-    return (struct http_params){.host = "127.0.0.1", .port = 8080, .max_body_bytes = 1 << 20,
-                                .max_header_bytes = 32 << 10, .max_connections = 512, .idle_timeout_s = 30,
-                                .header_timeout_s = 10, .body_timeout_s = 30};
+    return (struct http_params){.host = "127.0.0.1",
+                                .port = 8080,
+                                .max_body_bytes = 1 << 20,
+                                .max_header_bytes = 32 << 10,
+                                .max_connections = 512,
+                                .idle_timeout_s = 30,
+                                .header_timeout_s = 10,
+                                .body_timeout_s = 30};
 }
 
 static uint64_t mix64(uint64_t x)
@@ -95,11 +108,11 @@ static uint64_t mix64(uint64_t x)
 /* ---- responses ---- */
 
 /* Queues a response whose body is malloc'd (taken, even on failure). retry_after > 0 adds Retry-After. */
-static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, int status, const char *ctype, char *body,
-                               size_t len, double retry_after, const char *allow)
+static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, int status, const char *ctype,
+                               char *body, size_t len, double retry_after, const char *allow)
 {
-    struct MHD_Response *res = MHD_create_response_from_buffer(len, body ? body : (char *)"",
-                                                               body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *res = MHD_create_response_from_buffer(
+        len, body ? body : (char *)"", body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!res) {
         free(body);
         return MHD_NO;
@@ -118,13 +131,14 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, int st
     return rc;
 }
 
-static enum MHD_Result respond_json(http_server *h, struct MHD_Connection *mc, int status, char *body, size_t len)
+static enum MHD_Result respond_json(http_server *h, struct MHD_Connection *mc, int status, char *body,
+                                    size_t len)
 {
     return respond(h, mc, status, "application/json", body, len, 0, NULL);
 }
 
-static enum MHD_Result respond_error(http_server *h, struct MHD_Connection *mc, const struct openai_error *err,
-                                     double retry_after, const char *allow)
+static enum MHD_Result respond_error(http_server *h, struct MHD_Connection *mc,
+                                     const struct openai_error *err, double retry_after, const char *allow)
 {
     size_t len = 0;
     char *body = openai_error_body(err, &len);
@@ -175,7 +189,8 @@ static void *watchdog_main(void *arg)
             if (k->waiting && !k->cut && now - k->since > h->p.header_timeout_s) {
                 shutdown(k->fd, SHUT_RDWR);
                 k->cut = 1;
-                log_debug("http: a connection sent no complete request headers in %.3g s: closed", h->p.header_timeout_s);
+                log_debug("http: a connection sent no complete request headers in %.3g s: closed",
+                          h->p.header_timeout_s);
             }
         wait_until(h, now + 0.25);
     }
@@ -212,8 +227,10 @@ static enum route find_route(const char *url, const char **want_method, const ch
         const char *path, *method;
         enum route route;
     } routes[] = {
-        {"/v1/completions", "POST", ROUTE_COMPLETIONS}, {"/v1/chat/completions", "POST", ROUTE_CHAT},
-        {"/v1/models", "GET", ROUTE_MODELS},           {"/health", "GET", ROUTE_HEALTH},
+        {"/v1/completions", "POST", ROUTE_COMPLETIONS},
+        {"/v1/chat/completions", "POST", ROUTE_CHAT},
+        {"/v1/models", "GET", ROUTE_MODELS},
+        {"/health", "GET", ROUTE_HEALTH},
         {"/metrics", "GET", ROUTE_METRICS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -237,7 +254,8 @@ static int authorized(const http_server *h, struct MHD_Connection *mc)
     got += 7;
     size_t n = strlen(got), k = strlen(h->p.api_key);
     unsigned char diff = (unsigned char)(n != k);
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(got[i] ^ h->p.api_key[i < k ? i : 0]);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(got[i] ^ h->p.api_key[i < k ? i : 0]);
     return diff == 0;
 }
 
@@ -251,28 +269,34 @@ static enum MHD_Result answer_get(http_server *h, struct MHD_Connection *mc, enu
     case ROUTE_HEALTH: {
         enum server_state s = server_queue_state(q);
         int failed = server_failed(h->srv, NULL, 0);
-        const char *st = failed ? "failed" : s == SERVER_LOADING ? "loading" : s == SERVER_DRAINING ? "draining" : "ok";
+        const char *st = failed                 ? "failed"
+                         : s == SERVER_LOADING  ? "loading"
+                         : s == SERVER_DRAINING ? "draining"
+                                                : "ok";
         char t[64];
         int n = snprintf(t, sizeof t, "{\"status\":\"%s\"}", st);
         body = strdup(t);
-        return respond(h, mc, !failed && s == SERVER_SERVING ? 200 : 503, "application/json", body, body ? (size_t)n : 0,
-                       s == SERVER_SERVING ? 0 : 1, NULL);
+        return respond(h, mc, !failed && s == SERVER_SERVING ? 200 : 503, "application/json", body,
+                       body ? (size_t)n : 0, s == SERVER_SERVING ? 0 : 1, NULL);
     }
     case ROUTE_METRICS:
-        if (server_queue_metrics_text(q, &body, &len, &e)) return fail_with(h, mc, 500, "server_error", "metrics", e.msg);
+        if (server_queue_metrics_text(q, &body, &len, &e))
+            return fail_with(h, mc, 500, "server_error", "metrics", e.msg);
         return respond(h, mc, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, 0, NULL);
     case ROUTE_MODELS:
     case ROUTE_MODEL:
         body = openai_models(server_model_name(h->srv), h->created, route == ROUTE_MODEL, &len);
         return respond_json(h, mc, 200, body, len);
-    default: return fail_with(h, mc, 404, "invalid_request_error", "not_found", "unknown path");
+    default:
+        return fail_with(h, mc, 404, "invalid_request_error", "not_found", "unknown path");
     }
 }
 
 /* First call for a request (headers read): route, method, key and body size are checked now, before any
- * body is read (a response queued now closes the connection afterwards). The answer comes at the last call. */
-static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, const char *url, const char *method,
-                                  void **con_cls)
+ * body is read (a response queued now closes the connection afterwards). The answer comes at the last call.
+ */
+static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, const char *url,
+                                  const char *method, void **con_cls)
 {
     const char *want = NULL;
     enum route route = find_route(url, &want, server_model_name(h->srv));
@@ -284,8 +308,8 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (strcmp(method, want) && !(is_get && !strcmp(want, "GET"))) {
         struct openai_error err;
-        openai_set_error(&err, 405, "invalid_request_error", "method_not_allowed", "%s takes %s, not %.32s", url, want,
-                         method);
+        openai_set_error(&err, 405, "invalid_request_error", "method_not_allowed", "%s takes %s, not %.32s",
+                         url, want, method);
         return respond_error(h, mc, &err, 0, want);
     }
     if (route != ROUTE_HEALTH && !authorized(h, mc))
@@ -293,7 +317,8 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
                          "missing or wrong API key (send 'Authorization: Bearer KEY')");
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > h->p.max_body_bytes) {
-        snprintf(msg, sizeof msg, "the body is %.30s bytes; this server takes at most %zu", cl, h->p.max_body_bytes);
+        snprintf(msg, sizeof msg, "the body is %.30s bytes; this server takes at most %zu", cl,
+                 h->p.max_body_bytes);
         return fail_with(h, mc, 413, "invalid_request_error", "body_too_large", msg);
     }
     struct conn *c = calloc(1, sizeof *c);
@@ -320,7 +345,8 @@ static enum MHD_Result on_body(http_server *h, struct conn *c, const char *data,
     }
     if (c->len + n > c->cap) {
         size_t cap = c->cap ? c->cap : 4096;
-        while (cap < c->len + n) cap *= 2;
+        while (cap < c->len + n)
+            cap *= 2;
         char *b = realloc(c->body, cap);
         if (!b) return MHD_NO;
         c->body = b;
@@ -356,7 +382,8 @@ static ssize_t stream_fill(struct stream *st, char *buf, size_t max)
         } else {
             struct server_event *ev;
             if (server_queue_next_event(h->q, r, HTTP_WAIT_SLICE, &ev)) {
-                st->out = openai_stream_event(r, st->id, server_model_name(h->srv), st->created, ev, &st->out_len);
+                st->out =
+                    openai_stream_event(r, st->id, server_model_name(h->srv), st->created, ev, &st->out_len);
                 st->n_finished += ev->finished;
                 server_event_free(ev);
             } else if (peer_gone(st->mc)) {
@@ -407,8 +434,8 @@ static enum MHD_Result answer_stream(http_server *h, struct MHD_Connection *mc, 
     st->t_sent = clock_now();
     openai_request_id(r, h->salt, st->id, sizeof st->id);
     st->out = openai_stream_start(r, st->id, server_model_name(h->srv), st->created, &st->out_len);
-    struct MHD_Response *res = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, stream_read, st,
-                                                                 stream_free);
+    struct MHD_Response *res =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, stream_read, st, stream_free);
     if (!res) {
         stream_free(st);
         return MHD_NO;
@@ -444,19 +471,21 @@ static enum MHD_Result answer_whole(http_server *h, struct MHD_Connection *mc, s
     return respond_json(h, mc, 200, body, len);
 }
 
-static enum MHD_Result reject(http_server *h, struct MHD_Connection *mc, enum admit_verdict v, double retry_after,
-                              const struct server_req *r)
+static enum MHD_Result reject(http_server *h, struct MHD_Connection *mc, enum admit_verdict v,
+                              double retry_after, const struct server_req *r)
 {
     struct openai_error err;
     int status = server_admit_status(v);
     const char *why = server_admit_reason(v);
     if (status == 503)
-        openai_set_error(&err, 503, "server_error", why, "the server is %s; retry after %.0f s", why, retry_after);
+        openai_set_error(&err, 503, "server_error", why, "the server is %s; retry after %.0f s", why,
+                         retry_after);
     else if (status == 400)
-        openai_set_error(&err, 400, "invalid_request_error", "context_length_exceeded",
-                         "prompt (%d tokens) + max_tokens (%d) needs more KV cache than the server's whole pool: "
-                         "lower max_tokens",
-                         (int)r->n_prompt, (int)r->max_tokens);
+        openai_set_error(
+            &err, 400, "invalid_request_error", "context_length_exceeded",
+            "prompt (%d tokens) + max_tokens (%d) needs more KV cache than the server's whole pool: "
+            "lower max_tokens",
+            (int)r->n_prompt, (int)r->max_tokens);
     else
         openai_set_error(&err, 429, "rate_limit_error", "rate_limit_exceeded",
                          "the server is at capacity (%s); retry after %.0f s", why, retry_after);
@@ -472,12 +501,14 @@ static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, st
         return fail_with(h, mc, 413, "invalid_request_error", "body_too_large", msg);
     }
     const struct openai_ctx *octx = server_openai(h->srv);
-    if (!octx) return fail_with(h, mc, 503, "server_error", "loading", "the model is loading; retry after 1 s");
+    if (!octx)
+        return fail_with(h, mc, 503, "server_error", "loading", "the model is loading; retry after 1 s");
     uint64_t unseeded = mix64(h->salt ^ atomic_fetch_add(&h->n_requests, 1));
     struct server_req *r;
     struct openai_error err;
     struct err e;
-    int rc = openai_parse_request(octx, c->route == ROUTE_CHAT, c->body ? c->body : "", c->len, unseeded, &r, &err, &e);
+    int rc = openai_parse_request(octx, c->route == ROUTE_CHAT, c->body ? c->body : "", c->len, unseeded, &r,
+                                  &err, &e);
     if (rc < 0) return fail_with(h, mc, 500, "server_error", "internal", e.msg);
     if (rc > 0) return respond_error(h, mc, &err, 0, NULL);
     double retry_after;
@@ -509,7 +540,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     return on_complete(h, mc, c);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe)
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
 {
     http_server *h = cls;
     (void)toe;
@@ -548,8 +580,10 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         *socket_context = k;
     } else if (k) { /* closed: libmicrohttpd closes the socket after this returns */
         pthread_mutex_lock(&h->mu);
-        if (k->prev) k->prev->next = k->next;
-        else h->socks = k->next;
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            h->socks = k->next;
         if (k->next) k->next->prev = k->prev;
         pthread_mutex_unlock(&h->mu);
         free(k);
@@ -563,7 +597,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
-    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = '\0';
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
     log_debug("http: %s", msg);
 }
 
@@ -575,7 +610,8 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->port)};
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)p->port)};
     const struct sockaddr *addr = (const struct sockaddr *)&a4;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (p->port < 0 || p->port > 65535) return err_set(e, "port %d: must be in [0, 65535]", p->port);
     if (inet_pton(AF_INET6, p->host, &a6.sin6_addr) == 1) {
         addr = (const struct sockaddr *)&a6;
@@ -603,11 +639,12 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, p->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
                             p->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, p->max_header_bytes,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-                            h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+                            on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
     if (!h->d) {
         http_stop(h);
-        return err_set(e, "cannot listen on %s port %d (in use, or not an address of this machine?)", p->host, p->port);
+        return err_set(e, "cannot listen on %s port %d (in use, or not an address of this machine?)", p->host,
+                       p->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : p->port;
@@ -624,7 +661,8 @@ int http_wait_idle(http_server *h, double seconds)
 {
     double deadline = clock_now() + seconds;
     pthread_mutex_lock(&h->mu);
-    while (h->n_open > 0 && clock_now() < deadline) wait_until(h, deadline);
+    while (h->n_open > 0 && clock_now() < deadline)
+        wait_until(h, deadline);
     int idle = h->n_open == 0;
     pthread_mutex_unlock(&h->mu);
     return idle;

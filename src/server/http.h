@@ -26,16 +26,16 @@
 #include "util/err.h"
 
 struct http_params {
-    const char *host;          /* address to bind: an IPv4 or IPv6 literal (default "127.0.0.1") */
-    int port;                  /* 0: any free port (http_port says which) */
-    const char *api_key;       /* NULL: no authentication; else "Authorization: Bearer KEY" on all but /health */
-    size_t max_body_bytes;     /* default 1 MiB */
-    size_t max_header_bytes;   /* per-connection memory for the request line and headers (default 32 KiB) */
-    unsigned max_connections;  /* default 512 */
-    unsigned idle_timeout_s;   /* a connection silent this long is closed (default 30) */
-    double header_timeout_s;   /* a request's headers must arrive within this of the connection's start or its
-                                  previous response (default 10) */
-    double body_timeout_s;     /* a body must arrive within this of its headers (default 30) */
+    const char *host;      /* address to bind: an IPv4 or IPv6 literal (default "127.0.0.1") */
+    int port;              /* 0: any free port (http_port says which) */
+    const char *api_key;   /* NULL: no authentication; else "Authorization: Bearer KEY" on all but /health */
+    size_t max_body_bytes; /* default 1 MiB */
+    size_t max_header_bytes;  /* per-connection memory for the request line and headers (default 32 KiB) */
+    unsigned max_connections; /* default 512 */
+    unsigned idle_timeout_s;  /* a connection silent this long is closed (default 30) */
+    double header_timeout_s;  /* a request's headers must arrive within this of the connection's start or its
+                                 previous response (default 10) */
+    double body_timeout_s;    /* a body must arrive within this of its headers (default 30) */
 };
 
 struct http_params http_default_params(void);

@@ -13,7 +13,8 @@
 #include "jobs/key.h"
 #include "jobs/output.h"
 
-int openai_set_error(struct openai_error *err, int status, const char *type, const char *code, const char *fmt, ...)
+int openai_set_error(struct openai_error *err, int status, const char *type, const char *code,
+                     const char *fmt, ...)
 {
     err->status = status;
     err->type = type;
@@ -46,69 +47,89 @@ static int neutral_value(const char *k, const json_t *v)
     if (!strcmp(k, "parallel_tool_calls")) return json_is_boolean(v);
     if (!strcmp(k, "response_format")) {
         const json_t *t = json_object_get(v, "type");
-        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(t) && !strcmp(json_string_value(t), "text");
+        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(t) &&
+               !strcmp(json_string_value(t), "text");
     }
     return 0;
 }
 
-static const char *const server_fields[] = {"stream",      "stream_options", "user",       "logprobs",  "echo",
-                                            "store",       "best_of",        "top_logprobs", "suffix",  "tools",
-                                            "functions",   "tool_choice",    "function_call", "parallel_tool_calls",
-                                            "response_format", NULL};
+static const char *const server_fields[] = {"stream",
+                                            "stream_options",
+                                            "user",
+                                            "logprobs",
+                                            "echo",
+                                            "store",
+                                            "best_of",
+                                            "top_logprobs",
+                                            "suffix",
+                                            "tools",
+                                            "functions",
+                                            "tool_choice",
+                                            "function_call",
+                                            "parallel_tool_calls",
+                                            "response_format",
+                                            NULL};
 
 /* The fields input_parse_body left to the server: stream, stream_options, user and the neutral ones. */
 static int read_server_fields(const json_t *root, struct server_req *r, struct openai_error *err)
 {
     const json_t *v = json_object_get(root, "stream");
-    if (v && !json_is_null(v) && !json_is_boolean(v)) return bad_request(err, "invalid_type", "'stream' must be a boolean");
+    if (v && !json_is_null(v) && !json_is_boolean(v))
+        return bad_request(err, "invalid_type", "'stream' must be a boolean");
     r->stream = json_is_true(v);
     v = json_object_get(root, "stream_options");
     if (v && !json_is_null(v)) {
         const json_t *u = json_object_get(v, "include_usage");
         if (!json_is_object(v) || (u && !json_is_boolean(u)))
-            return bad_request(err, "invalid_type", "'stream_options' must be an object with a boolean 'include_usage'");
-        if (!r->stream) return bad_request(err, "invalid_value", "'stream_options' is only allowed with 'stream': true");
+            return bad_request(err, "invalid_type",
+                               "'stream_options' must be an object with a boolean 'include_usage'");
+        if (!r->stream)
+            return bad_request(err, "invalid_value", "'stream_options' is only allowed with 'stream': true");
         r->include_usage = json_is_true(u);
     }
     v = json_object_get(root, "user");
-    if (v && !json_is_null(v) && !json_is_string(v)) return bad_request(err, "invalid_type", "'user' must be a string");
+    if (v && !json_is_null(v) && !json_is_string(v))
+        return bad_request(err, "invalid_type", "'user' must be a string");
     for (const char *const *f = server_fields + 3; *f; f++) {
         v = json_object_get(root, *f);
         if (v && !neutral_value(*f, v))
-            return openai_set_error(err, 400, "invalid_request_error", "unsupported_value",
-                                    "'%s' is not supported by this server (only its neutral value: it would change the "
-                                    "answer)",
-                                    *f);
+            return openai_set_error(
+                err, 400, "invalid_request_error", "unsupported_value",
+                "'%s' is not supported by this server (only its neutral value: it would change the "
+                "answer)",
+                *f);
     }
     return 0;
 }
 
 /* Fills r from the parsed item: prompt (rendered, tokenized, checked), parameters, seeds. */
-static int fill_request(const struct openai_ctx *c, struct input_item *it, uint64_t unseeded, struct server_req *r,
-                        struct openai_error *err, struct err *e)
+static int fill_request(const struct openai_ctx *c, struct input_item *it, uint64_t unseeded,
+                        struct server_req *r, struct openai_error *err, struct err *e)
 {
     const char *code;
     char msg[1024];
-    int rc = ingest_prompt(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, &code, msg, sizeof msg, e);
+    int rc =
+        ingest_prompt(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, &code, msg, sizeof msg, e);
     if (rc != 0) return rc < 0 ? -1 : bad_request(err, code, msg);
     r->max_tokens = ingest_max_tokens(c->model, r->n_prompt, it->gen.max_tokens);
     r->gen = it->gen;
     memset(&it->gen, 0, sizeof it->gen);
     uint64_t base = r->gen.has_seed ? r->gen.seed : unseeded;
-    for (int32_t i = 0; i < r->n_choices; i++) r->choices[i].seed = key_completion_seed(base, (uint32_t)i);
+    for (int32_t i = 0; i < r->n_choices; i++)
+        r->choices[i].seed = key_completion_seed(base, (uint32_t)i);
     return 0;
 }
 
-int openai_parse_request(const struct openai_ctx *c, int chat, const char *body, size_t len, uint64_t unseeded,
-                         struct server_req **out, struct openai_error *err, struct err *e)
+int openai_parse_request(const struct openai_ctx *c, int chat, const char *body, size_t len,
+                         uint64_t unseeded, struct server_req **out, struct openai_error *err, struct err *e)
 {
     struct input_item it;
     json_t *root = NULL;
     struct server_req *r = NULL;
     int rc = -1;
     *out = NULL;
-    if (input_parse_body(body, len, c->defaults, chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION, server_fields, &it,
-                         &root, e))
+    if (input_parse_body(body, len, c->defaults, chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION,
+                         server_fields, &it, &root, e))
         goto done;
     if (it.code) {
         rc = bad_request(err, it.code, it.message);
@@ -169,7 +190,8 @@ static char *finish_buf(struct output_buf *b, size_t *len)
 
 void openai_request_id(const struct server_req *r, uint64_t salt, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s-%08" PRIx64 "%016" PRIx64, r->chat ? "chatcmpl" : "cmpl", salt & 0xffffffffu, r->id);
+    snprintf(buf, cap, "%s-%08" PRIx64 "%016" PRIx64, r->chat ? "chatcmpl" : "cmpl", salt & 0xffffffffu,
+             r->id);
 }
 
 const char *openai_finish_reason(enum engine_finish f)
@@ -178,7 +200,8 @@ const char *openai_finish_reason(enum engine_finish f)
 }
 
 /* {"id":...,"object":...,"created":...,"model":... (no closing brace) */
-static void put_head(struct output_buf *b, const char *id, const char *object, int64_t created, const char *model)
+static void put_head(struct output_buf *b, const char *id, const char *object, int64_t created,
+                     const char *model)
 {
     put_str(b, "{\"id\":");
     put_json_str(b, id, strlen(id));
@@ -191,9 +214,11 @@ static void put_head(struct output_buf *b, const char *id, const char *object, i
 static void put_usage(struct output_buf *b, const struct server_req *r)
 {
     int64_t gen = 0;
-    for (int32_t i = 0; i < r->n_choices; i++) gen += r->choices[i].n_tokens;
-    put_fmt(b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%" PRId64 ",\"total_tokens\":%" PRId64 "}",
-            (int)r->n_prompt, gen, (int64_t)r->n_prompt + gen);
+    for (int32_t i = 0; i < r->n_choices; i++)
+        gen += r->choices[i].n_tokens;
+    put_fmt(
+        b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%" PRId64 ",\"total_tokens\":%" PRId64 "}",
+        (int)r->n_prompt, gen, (int64_t)r->n_prompt + gen);
 }
 
 /* The error of a choice that neither stopped nor reached its length; 0 when every choice did. */
@@ -205,13 +230,14 @@ static int failed_choice(const struct server_req *r, struct openai_error *err)
             return openai_set_error(err, 503, "server_error", "cancelled",
                                     "the request was cancelled: the server is shutting down");
         if (ch->finish == ENGINE_FINISH_ERROR)
-            return openai_set_error(err, 500, "server_error", "engine_error", "%s", ch->error ? ch->error : "failed");
+            return openai_set_error(err, 500, "server_error", "engine_error", "%s",
+                                    ch->error ? ch->error : "failed");
     }
     return 0;
 }
 
-char *openai_response(const struct server_req *r, const char *id, const char *model, int64_t created, size_t *len,
-                      struct openai_error *err)
+char *openai_response(const struct server_req *r, const char *id, const char *model, int64_t created,
+                      size_t *len, struct openai_error *err)
 {
     if (failed_choice(r, err)) return NULL;
     struct output_buf b = {0};
@@ -255,16 +281,20 @@ static void put_chunk(struct output_buf *b, const struct server_req *r, const ch
         put_json_str(b, text, len);
     }
     put_str(b, ",\"logprobs\":null,\"finish_reason\":");
-    if (finish) put_json_str(b, finish, strlen(finish));
-    else put_str(b, "null");
+    if (finish)
+        put_json_str(b, finish, strlen(finish));
+    else
+        put_str(b, "null");
     put_str(b, "}]}\n\n");
 }
 
-char *openai_stream_start(const struct server_req *r, const char *id, const char *model, int64_t created, size_t *len)
+char *openai_stream_start(const struct server_req *r, const char *id, const char *model, int64_t created,
+                          size_t *len)
 {
     struct output_buf b = {0};
     for (int32_t c = 0; r->chat && c < r->n_choices; c++)
-        put_chunk(&b, r, id, model, created, c, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}", NULL, 0, NULL);
+        put_chunk(&b, r, id, model, created, c, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}", NULL,
+                  0, NULL);
     return finish_buf(&b, len);
 }
 
@@ -280,9 +310,11 @@ char *openai_stream_event(const struct server_req *r, const char *id, const char
         } else {
             struct openai_error err;
             if (ev->finish == ENGINE_FINISH_CANCELLED)
-                openai_set_error(&err, 503, "server_error", "cancelled", "the request was cancelled: the server is shutting down");
+                openai_set_error(&err, 503, "server_error", "cancelled",
+                                 "the request was cancelled: the server is shutting down");
             else
-                openai_set_error(&err, 500, "server_error", "engine_error", "%s", ev->error ? ev->error : "failed");
+                openai_set_error(&err, 500, "server_error", "engine_error", "%s",
+                                 ev->error ? ev->error : "failed");
             size_t n;
             char *body = openai_error_body(&err, &n);
             put_str(&b, "data: ");
@@ -295,7 +327,8 @@ char *openai_stream_event(const struct server_req *r, const char *id, const char
     return finish_buf(&b, len);
 }
 
-char *openai_stream_end(const struct server_req *r, const char *id, const char *model, int64_t created, size_t *len)
+char *openai_stream_end(const struct server_req *r, const char *id, const char *model, int64_t created,
+                        size_t *len)
 {
     struct output_buf b = {0};
     if (r->include_usage) {
@@ -327,8 +360,10 @@ char *openai_error_body(const struct openai_error *err, size_t *len)
     put_str(&b, ",\"type\":");
     put_json_str(&b, err->type, strlen(err->type));
     put_str(&b, ",\"param\":null,\"code\":");
-    if (err->code) put_json_str(&b, err->code, strlen(err->code));
-    else put_str(&b, "null");
+    if (err->code)
+        put_json_str(&b, err->code, strlen(err->code));
+    else
+        put_str(&b, "null");
     put_str(&b, "}}");
     return finish_buf(&b, len);
 }

@@ -26,7 +26,7 @@ struct server {
     struct server_params p;
     server_queue *q;
     struct runtime *rt;
-    struct job_model model;   /* the parser's view of the model (engine fields unused) */
+    struct job_model model; /* the parser's view of the model (engine fields unused) */
     struct openai_ctx octx;
     pthread_t thread;
     int started;
@@ -55,7 +55,8 @@ static int map_grow(struct idmap *m)
     for (size_t i = 0; i < old.cap; i++) {
         if (!old.slots[i].id) continue;
         size_t k = slot_of(m, old.slots[i].id);
-        while (m->slots[k].id) k = (k + 1) & (m->cap - 1);
+        while (m->slots[k].id)
+            k = (k + 1) & (m->cap - 1);
         m->slots[k] = old.slots[i];
         m->n++;
     }
@@ -67,7 +68,8 @@ static int map_put(struct idmap *m, uint64_t id, struct server_req *r, int32_t c
 {
     if ((m->n + 1) * 2 > m->cap && map_grow(m)) return -1;
     size_t k = slot_of(m, id);
-    while (m->slots[k].id) k = (k + 1) & (m->cap - 1);
+    while (m->slots[k].id)
+        k = (k + 1) & (m->cap - 1);
     m->slots[k] = (struct idslot){id, r, c};
     m->n++;
     return 0;
@@ -80,7 +82,8 @@ static struct idslot map_take(struct idmap *m, uint64_t id)
     struct idslot none = {0, NULL, 0};
     if (!m->cap) return none;
     size_t k = slot_of(m, id);
-    while (m->slots[k].id && m->slots[k].id != id) k = (k + 1) & (m->cap - 1);
+    while (m->slots[k].id && m->slots[k].id != id)
+        k = (k + 1) & (m->cap - 1);
     if (!m->slots[k].id) return none;
     struct idslot got = m->slots[k];
     size_t hole = k;
@@ -119,15 +122,22 @@ static void add_requests(server *s, struct server_req *added)
         next = r->pending_next;
         for (int32_t c = 0; c < r->n_choices; c++) {
             struct server_choice *ch = &r->choices[c];
-            struct engine_request rq = {.id = ch->engine_id, .prompt = r->prompt, .n_prompt = r->n_prompt,
-                                        .max_tokens = r->max_tokens, .stop = (const char *const *)r->gen.stop,
-                                        .n_stop = r->gen.n_stop, .ignore_eos = r->gen.ignore_eos};
+            struct engine_request rq = {.id = ch->engine_id,
+                                        .prompt = r->prompt,
+                                        .n_prompt = r->n_prompt,
+                                        .max_tokens = r->max_tokens,
+                                        .stop = (const char *const *)r->gen.stop,
+                                        .n_stop = r->gen.n_stop,
+                                        .ignore_eos = r->gen.ignore_eos};
             genparam_to_sampler(&r->gen, ch->seed, &rq.sampling);
             int rc = map_put(&s->map, ch->engine_id, r, c);
-            if (rc) err_set(&e, "server: out of memory");
-            else if ((rc = engine_add(eng, &rq, &e)) != 0) map_take(&s->map, ch->engine_id);
+            if (rc)
+                err_set(&e, "server: out of memory");
+            else if ((rc = engine_add(eng, &rq, &e)) != 0)
+                map_take(&s->map, ch->engine_id);
             if (rc == 0) continue;
-            for (int32_t k = c, n = r->n_choices; k < n; k++) post_failure(s, r, k, e.msg);
+            for (int32_t k = c, n = r->n_choices; k < n; k++)
+                post_failure(s, r, k, e.msg);
             break;
         }
     }
@@ -147,8 +157,10 @@ static void collect_results(server *s)
     struct engine_result res;
     while (engine_take(s->rt->eng, &res)) {
         struct idslot got = map_take(&s->map, res.id);
-        if (got.r) server_queue_post_result(s->q, got.r, got.c, &res); /* may free got.r */
-        else log_warn("server: a result for unknown engine request %llu", (unsigned long long)res.id);
+        if (got.r)
+            server_queue_post_result(s->q, got.r, got.c, &res); /* may free got.r */
+        else
+            log_warn("server: a result for unknown engine request %llu", (unsigned long long)res.id);
         engine_result_free(&res);
     }
 }
@@ -170,8 +182,8 @@ static int check_engine_side(server *s, struct err *e)
     struct engine_stats st;
     engine_get_stats(s->rt->eng, &st);
     if ((size_t)st.n_running + (size_t)st.n_waiting != s->map.n)
-        return err_set(e, "server: the engine holds %d requests but the id map %zu", (int)(st.n_running + st.n_waiting),
-                       s->map.n);
+        return err_set(e, "server: the engine holds %d requests but the id map %zu",
+                       (int)(st.n_running + st.n_waiting), s->map.n);
     for (size_t i = 0; i < s->map.cap; i++) {
         const struct idslot *sl = &s->map.slots[i];
         if (sl->id && (sl->c < 0 || sl->c >= sl->r->n_choices || sl->r->choices[sl->c].engine_id != sl->id))
@@ -220,7 +232,8 @@ static void fail_everything(server *s, const char *msg)
         if (server_queue_take(s->q, 0, &added, &cancelled)) return;
         for (struct server_req *r = added, *next; r; r = next) {
             next = r->pending_next;
-            for (int32_t c = 0; c < r->n_choices; c++) post_failure(s, r, c, msg);
+            for (int32_t c = 0; c < r->n_choices; c++)
+                post_failure(s, r, c, msg);
         }
     }
 }
@@ -230,8 +243,8 @@ static void *engine_main(void *arg)
     server *s = arg;
     struct err e;
     int rc;
-    while ((rc = engine_loop_once(s, &e)) == 0) {
-    }
+    for (rc = 0; rc == 0;)
+        rc = engine_loop_once(s, &e);
     if (rc < 0) {
         log_warn("nightshift serve: the engine failed: %s", e.msg);
         pthread_mutex_lock(&s->fail_mu);
@@ -276,9 +289,14 @@ int server_start(server *s, struct runtime *rt, enum chat_family chat, const cha
 {
     if (!rt->eng) return err_set(e, "server: the runtime has no engine");
     s->rt = rt;
-    s->model = (struct job_model){.path = s->p.model_path, .name = s->p.model_name, .hp = &rt->model->hp,
-                                  .vocab = rt->vocab, .chat = chat, .chat_source = chat_source,
-                                  .ep = rt->ep, .backend = rt->backend_name};
+    s->model = (struct job_model){.path = s->p.model_path,
+                                  .name = s->p.model_name,
+                                  .hp = &rt->model->hp,
+                                  .vocab = rt->vocab,
+                                  .chat = chat,
+                                  .chat_source = chat_source,
+                                  .ep = rt->ep,
+                                  .backend = rt->backend_name};
     s->octx = (struct openai_ctx){&s->model, s->p.defaults, s->p.parse_special};
     int64_t kv_tokens = rt->ep.kv_blocks * rt->ep.kv_block;
     struct server_admit_limits lim = {
@@ -287,7 +305,8 @@ int server_start(server *s, struct runtime *rt, enum chat_family chat, const cha
         .max_queue_tokens = s->p.max_queue_tokens > 0 ? s->p.max_queue_tokens : kv_tokens,
         .max_wait = s->p.max_wait,
     };
-    if (pthread_create(&s->thread, NULL, engine_main, s)) return err_set(e, "server: cannot start the engine thread");
+    if (pthread_create(&s->thread, NULL, engine_main, s))
+        return err_set(e, "server: cannot start the engine thread");
     s->started = 1;
     server_queue_open(s->q, &lim); /* publishes octx: readers take the queue's lock before using it */
     log_info("nightshift serve: admission: %lld KV tokens, at most %d queued requests / %lld queued tokens, "
@@ -327,7 +346,8 @@ int32_t server_drain(server *s, double seconds)
     int32_t n = server_queue_n_active(s->q);
     server_queue_cancel_all(s->q);
     while (!server_queue_wait_idle(s->q, clock_now() + 1.0))
-        log_warn("nightshift serve: waiting for %d cancelled requests to end", (int)server_queue_n_active(s->q));
+        log_warn("nightshift serve: waiting for %d cancelled requests to end",
+                 (int)server_queue_n_active(s->q));
     return n;
 }
 

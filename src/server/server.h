@@ -30,14 +30,14 @@
 #include "util/err.h"
 
 struct server_params {
-    const char *model_name;         /* what /v1/models and responses call the model (not copied) */
-    const char *model_path;         /* the GGUF file (not copied) */
+    const char *model_name;            /* what /v1/models and responses call the model (not copied) */
+    const char *model_path;            /* the GGUF file (not copied) */
     const struct gen_params *defaults; /* generation defaults for requests (borrowed) */
-    int parse_special;              /* special-token text in prompts becomes those tokens (run's default: 1) */
-    int32_t max_queue;              /* requests waiting to start, at most; 0: 4 x max_seqs */
-    int64_t max_queue_tokens;       /* their reserved tokens, at most; 0: the KV pool's tokens */
-    double max_wait;                /* seconds a queued request may be expected to wait (default 10) */
-    int debug_checks;               /* check the invariants after every loop of the engine thread */
+    int parse_special;        /* special-token text in prompts becomes those tokens (run's default: 1) */
+    int32_t max_queue;        /* requests waiting to start, at most; 0: 4 x max_seqs */
+    int64_t max_queue_tokens; /* their reserved tokens, at most; 0: the KV pool's tokens */
+    double max_wait;          /* seconds a queued request may be expected to wait (default 10) */
+    int debug_checks;         /* check the invariants after every loop of the engine thread */
 };
 
 struct server_params server_default_params(void);
@@ -48,7 +48,8 @@ int server_init(const struct server_params *p, server **out, struct err *e);
 /* The runtime is open (rt->eng made by runtime_open; rt must outlive server_stop): starts the engine
  * thread and opens admission with limits from rt's KV pool. chat: the model's chat template (CHAT_NONE:
  * chat requests are refused), chat_source where it came from ("gguf", "flag", ...; not copied). */
-int server_start(server *s, struct runtime *rt, enum chat_family chat, const char *chat_source, struct err *e);
+int server_start(server *s, struct runtime *rt, enum chat_family chat, const char *chat_source,
+                 struct err *e);
 server_queue *server_get_queue(server *s);
 /* What parsing needs; NULL while loading. */
 const struct openai_ctx *server_openai(server *s);

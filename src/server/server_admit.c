@@ -11,7 +11,8 @@ void server_admit_init(struct server_admit *a, const struct server_admit_limits 
 {
     memset(a, 0, sizeof *a);
     a->lim = *lim;
-    for (int i = 0; i < N_BUCKETS; i++) a->bucket_sec[i] = -1;
+    for (int i = 0; i < N_BUCKETS; i++)
+        a->bucket_sec[i] = -1;
 }
 
 void server_admit_busy(struct server_admit *a, double seconds)
@@ -70,11 +71,13 @@ enum admit_verdict server_admit_decide(const struct server_admit *a, enum server
         *retry_after = 1;
         return s == SERVER_LOADING ? ADMIT_LOADING : ADMIT_DRAINING;
     }
-    if (per_seq - 1 > lim->kv_tokens) return ADMIT_TOO_LARGE; /* the engine's test: KV for all but the last token */
+    if (per_seq - 1 > lim->kv_tokens)
+        return ADMIT_TOO_LARGE; /* the engine's test: KV for all but the last token */
     double rate = server_admit_rate(a);
     int64_t queued = l->n_queued > 0 ? l->n_queued : 0, tokens = l->queued_tokens > 0 ? l->queued_tokens : 0;
     if (queued + 1 > lim->max_queue) {
-        /* a slot frees when the oldest queued requests start: (queued + 1 - max) of them, at their mean size */
+        /* a slot frees when the oldest queued requests start: (queued + 1 - max) of them, at their mean size
+         */
         double mean = queued ? (double)tokens / (double)queued : (double)need;
         *retry_after = retry_for((double)(queued + 1 - lim->max_queue) * mean, rate);
         return ADMIT_QUEUE_FULL;
@@ -99,19 +102,23 @@ enum admit_verdict server_admit_decide(const struct server_admit *a, enum server
 
 const char *server_admit_reason(enum admit_verdict v)
 {
-    static const char *const names[ADMIT_VERDICT_COUNT] = {"ok",         "loading",      "draining", "too_large",
-                                                           "queue_full", "queue_tokens", "wait"};
+    static const char *const names[ADMIT_VERDICT_COUNT] = {
+        "ok", "loading", "draining", "too_large", "queue_full", "queue_tokens", "wait"};
     return (unsigned)v < ADMIT_VERDICT_COUNT ? names[v] : "?";
 }
 
 int server_admit_status(enum admit_verdict v)
 {
     switch (v) {
-    case ADMIT_OK: return 200;
+    case ADMIT_OK:
+        return 200;
     case ADMIT_LOADING:
-    case ADMIT_DRAINING: return 503;
-    case ADMIT_TOO_LARGE: return 400;
-    default: return 429;
+    case ADMIT_DRAINING:
+        return 503;
+    case ADMIT_TOO_LARGE:
+        return 400;
+    default:
+        return 429;
     }
 }
 
@@ -119,17 +126,19 @@ int server_admit_check(const struct server_admit *a, struct err *e)
 {
     const struct server_admit_limits *l = &a->lim;
     if (l->kv_tokens < 1 || l->max_queue < 1 || l->max_queue_tokens < 1 || !(l->max_wait > 0))
-        return err_set(e, "server_admit: limits must be positive (kv_tokens %lld, max_queue %d, max_queue_tokens %lld, "
-                          "max_wait %g)",
-                       (long long)l->kv_tokens, (int)l->max_queue, (long long)l->max_queue_tokens, l->max_wait);
+        return err_set(
+            e,
+            "server_admit: limits must be positive (kv_tokens %lld, max_queue %d, max_queue_tokens %lld, "
+            "max_wait %g)",
+            (long long)l->kv_tokens, (int)l->max_queue, (long long)l->max_queue_tokens, l->max_wait);
     if (!(a->busy >= 0) || !isfinite(a->busy)) return err_set(e, "server_admit: busy clock %g", a->busy);
     int64_t now = current_second(a);
     for (int i = 0; i < N_BUCKETS; i++) {
         int64_t s = a->bucket_sec[i];
         if (s < 0) continue;
         if (s > now || s % N_BUCKETS != i)
-            return err_set(e, "server_admit: bucket %d holds second %lld at busy second %lld", i, (long long)s,
-                           (long long)now);
+            return err_set(e, "server_admit: bucket %d holds second %lld at busy second %lld", i,
+                           (long long)s, (long long)now);
         if (!(a->bucket_tokens[i] >= 0) || !isfinite(a->bucket_tokens[i]))
             return err_set(e, "server_admit: bucket %d holds %g tokens", i, a->bucket_tokens[i]);
     }

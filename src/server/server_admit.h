@@ -14,9 +14,10 @@
  *      measurement yet: queued tokens + need fit one KV pool)                         -> else 429
  * The drain rate is reserved tokens retired (requests finished, their whole reservation released, early
  * stops included) per second of engine busy time, over the last SERVER_ADMIT_WINDOW busy seconds: idle
- * time neither dilutes nor ages it (busy time (s, s + 1] is second s), so a burst after a quiet hour is judged by the last busy period.
- * Retry-After is the time, at that rate, until enough has drained for the failed rule to hold again:
- * rounded up to whole seconds, at least 1 and at most SERVER_ADMIT_MAX_RETRY; 1 without a measurement.
+ * time neither dilutes nor ages it (busy time (s, s + 1] is second s), so a burst after a quiet hour is
+ * judged by the last busy period. Retry-After is the time, at that rate, until enough has drained for the
+ * failed rule to hold again: rounded up to whole seconds, at least 1 and at most SERVER_ADMIT_MAX_RETRY; 1
+ * without a measurement.
  *
  * Invariant (server_admit_check): every meter bucket in use holds a busy second no later than the clock's
  * current one, in the slot of that second; its sum is finite and non-negative; the limits are positive.
@@ -28,8 +29,8 @@
 
 #include "util/err.h"
 
-#define SERVER_ADMIT_WINDOW 8      /* busy seconds the drain rate is measured over */
-#define SERVER_ADMIT_MAX_RETRY 60  /* seconds: the longest Retry-After given */
+#define SERVER_ADMIT_WINDOW 8     /* busy seconds the drain rate is measured over */
+#define SERVER_ADMIT_MAX_RETRY 60 /* seconds: the longest Retry-After given */
 
 enum server_state { SERVER_LOADING, SERVER_SERVING, SERVER_DRAINING };
 
@@ -59,7 +60,7 @@ struct server_admit_load {
 
 struct server_admit {
     struct server_admit_limits lim;
-    double busy;                                /* engine busy seconds in total (the meter's clock) */
+    double busy;                                 /* engine busy seconds in total (the meter's clock) */
     int64_t bucket_sec[SERVER_ADMIT_WINDOW + 1]; /* busy second each bucket holds (-1: empty) */
     double bucket_tokens[SERVER_ADMIT_WINDOW + 1];
 };

@@ -19,7 +19,8 @@ void server_metrics_observe_latency(struct server_metrics *m, double seconds)
 {
     if (!(seconds >= 0) || !isfinite(seconds)) seconds = 0;
     int i = 0;
-    while (i < SERVER_METRICS_N_BOUNDS && seconds > bounds[i]) i++;
+    while (i < SERVER_METRICS_N_BOUNDS && seconds > bounds[i])
+        i++;
     m->latency_buckets[i]++;
     m->latency_count++;
     m->latency_sum += seconds;
@@ -28,7 +29,8 @@ void server_metrics_observe_latency(struct server_metrics *m, double seconds)
 void server_metrics_count_status(struct server_metrics *m, int status)
 {
     int i = 0;
-    while (i < SERVER_METRICS_N_STATUS && statuses[i] != status) i++;
+    while (i < SERVER_METRICS_N_STATUS && statuses[i] != status)
+        i++;
     m->responses[i]++;
 }
 
@@ -103,13 +105,15 @@ static void metric(struct text *t, const char *name, const char *type, const cha
     put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void render_gauges(struct text *t, const struct server_metrics *m, const struct server_gauges *g, double now)
+static void render_gauges(struct text *t, const struct server_metrics *m, const struct server_gauges *g,
+                          double now)
 {
     metric(t, "nightshift_state", "gauge", "0 loading, 1 serving, 2 draining.");
     put(t, "nightshift_state %d\n", (int)g->state);
     metric(t, "nightshift_queue_depth", "gauge", "Requests admitted and waiting to start.");
     put(t, "nightshift_queue_depth %d\n", (int)g->queue_depth);
-    metric(t, "nightshift_queued_tokens", "gauge", "Tokens (prompt + max_tokens) reserved by queued requests.");
+    metric(t, "nightshift_queued_tokens", "gauge",
+           "Tokens (prompt + max_tokens) reserved by queued requests.");
     put(t, "nightshift_queued_tokens %lld\n", (long long)g->queued_tokens);
     metric(t, "nightshift_running_sequences", "gauge", "Sequences the engine is running.");
     put(t, "nightshift_running_sequences %d\n", (int)g->running);
@@ -138,22 +142,25 @@ static void render_counters(struct text *t, const struct server_metrics *m)
     put(t, "nightshift_requests_admitted_total %lld\n", (long long)m->admitted);
     metric(t, "nightshift_rejections_total", "counter", "Requests refused by admission control, by reason.");
     for (int v = ADMIT_OK + 1; v < ADMIT_VERDICT_COUNT; v++)
-        put(t, "nightshift_rejections_total{reason=\"%s\"} %lld\n", server_admit_reason((enum admit_verdict)v),
-            (long long)m->rejected[v]);
+        put(t, "nightshift_rejections_total{reason=\"%s\"} %lld\n",
+            server_admit_reason((enum admit_verdict)v), (long long)m->rejected[v]);
     metric(t, "nightshift_completions_total", "counter", "Completions finished, by how they ended.");
     for (int o = 0; o < SERVER_OUTCOME_COUNT; o++)
         put(t, "nightshift_completions_total{finish=\"%s\"} %lld\n", outcomes[o], (long long)m->finished[o]);
     metric(t, "nightshift_http_responses_total", "counter", "HTTP responses by status.");
     for (int i = 0; i <= SERVER_METRICS_N_STATUS; i++) {
-        if (i < SERVER_METRICS_N_STATUS) put(t, "nightshift_http_responses_total{code=\"%d\"} ", statuses[i]);
-        else put(t, "nightshift_http_responses_total{code=\"other\"} ");
+        if (i < SERVER_METRICS_N_STATUS)
+            put(t, "nightshift_http_responses_total{code=\"%d\"} ", statuses[i]);
+        else
+            put(t, "nightshift_http_responses_total{code=\"other\"} ");
         put(t, "%lld\n", (long long)m->responses[i]);
     }
     metric(t, "nightshift_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
     put(t, "nightshift_prompt_tokens_total %lld\n", (long long)m->prompt_tokens);
     metric(t, "nightshift_completion_tokens_total", "counter", "Completion tokens of finished requests.");
     put(t, "nightshift_completion_tokens_total %lld\n", (long long)m->completion_tokens);
-    metric(t, "nightshift_request_duration_seconds", "histogram", "Admission to the last token, per request.");
+    metric(t, "nightshift_request_duration_seconds", "histogram",
+           "Admission to the last token, per request.");
     int64_t cum = 0;
     for (int i = 0; i < SERVER_METRICS_N_BOUNDS; i++) {
         cum += m->latency_buckets[i];
@@ -165,8 +172,8 @@ static void render_counters(struct text *t, const struct server_metrics *m)
     put(t, "nightshift_request_duration_seconds_count %lld\n", (long long)m->latency_count);
 }
 
-int server_metrics_render(const struct server_metrics *m, const struct server_gauges *g, double now, char **out,
-                          size_t *len, struct err *e)
+int server_metrics_render(const struct server_metrics *m, const struct server_gauges *g, double now,
+                          char **out, size_t *len, struct err *e)
 {
     struct text t = {malloc(4096), 0, 4096, 0};
     if (!t.buf) return err_set(e, "metrics: out of memory");
@@ -189,9 +196,10 @@ int server_metrics_check(const struct server_metrics *m, struct err *e)
         sum += m->latency_buckets[i];
     }
     if (sum != m->latency_count)
-        return err_set(e, "metrics: latency count %lld but the buckets hold %lld", (long long)m->latency_count,
-                       (long long)sum);
-    if (!(m->latency_sum >= 0) || !isfinite(m->latency_sum)) return err_set(e, "metrics: latency sum %g", m->latency_sum);
+        return err_set(e, "metrics: latency count %lld but the buckets hold %lld",
+                       (long long)m->latency_count, (long long)sum);
+    if (!(m->latency_sum >= 0) || !isfinite(m->latency_sum))
+        return err_set(e, "metrics: latency sum %g", m->latency_sum);
     enum { CAP = SERVER_METRICS_RATE_WINDOW + 1 };
     if (m->n_rate < 0 || m->n_rate > CAP || m->rate_head < 0 || m->rate_head >= CAP)
         return err_set(e, "metrics: rate ring head %d count %d", m->rate_head, m->n_rate);

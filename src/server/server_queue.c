@@ -205,21 +205,26 @@ enum admit_verdict server_queue_submit(server_queue *q, struct server_req *r, do
         return v;
     }
     r->id = ++q->next_id;
-    for (int32_t i = 0; i < r->n_choices; i++) r->choices[i].engine_id = ++q->next_engine_id;
+    for (int32_t i = 0; i < r->n_choices; i++)
+        r->choices[i].engine_id = ++q->next_engine_id;
     r->need = need;
     r->t_admitted = clock_now();
     r->admitted = 1;
     r->refs++; /* the engine side's */
     r->prev = q->active_tail;
     r->next = NULL;
-    if (q->active_tail) q->active_tail->next = r;
-    else q->active_head = r;
+    if (q->active_tail)
+        q->active_tail->next = r;
+    else
+        q->active_head = r;
     q->active_tail = r;
     q->n_active++;
     q->active_tokens += need;
     r->pending_next = NULL;
-    if (q->pend_tail) q->pend_tail->pending_next = r;
-    else q->pend_head = r;
+    if (q->pend_tail)
+        q->pend_tail->pending_next = r;
+    else
+        q->pend_head = r;
     q->pend_tail = r;
     q->metrics.admitted++;
     pthread_cond_signal(&q->engine_cv);
@@ -232,18 +237,24 @@ enum admit_verdict server_queue_submit(server_queue *q, struct server_req *r, do
 static enum server_outcome outcome_of(enum engine_finish f)
 {
     switch (f) {
-    case ENGINE_FINISH_STOP: return SERVER_OUTCOME_STOP;
-    case ENGINE_FINISH_LENGTH: return SERVER_OUTCOME_LENGTH;
-    case ENGINE_FINISH_ERROR: return SERVER_OUTCOME_ERROR;
-    default: return SERVER_OUTCOME_CANCELLED;
+    case ENGINE_FINISH_STOP:
+        return SERVER_OUTCOME_STOP;
+    case ENGINE_FINISH_LENGTH:
+        return SERVER_OUTCOME_LENGTH;
+    case ENGINE_FINISH_ERROR:
+        return SERVER_OUTCOME_ERROR;
+    default:
+        return SERVER_OUTCOME_CANCELLED;
     }
 }
 
 static void push_event_locked(struct server_req *r, struct server_event *ev)
 {
     ev->next = NULL;
-    if (r->ev_tail) r->ev_tail->next = ev;
-    else r->ev_head = ev;
+    if (r->ev_tail)
+        r->ev_tail->next = ev;
+    else
+        r->ev_head = ev;
     r->ev_tail = ev;
     pthread_cond_broadcast(&r->cv);
 }
@@ -252,14 +263,19 @@ static void push_event_locked(struct server_req *r, struct server_event *ev)
 static void finish_req_locked(server_queue *q, struct server_req *r)
 {
     r->finished = 1;
-    if (r->prev) r->prev->next = r->next;
-    else q->active_head = r->next;
-    if (r->next) r->next->prev = r->prev;
-    else q->active_tail = r->prev;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        q->active_head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        q->active_tail = r->prev;
     r->prev = r->next = NULL;
     if (r->cancel_listed) { /* its choices all ended before the engine thread saw the cancellation */
         struct server_req **p = &q->cancel_head;
-        while (*p != r) p = &(*p)->cancel_next;
+        while (*p != r)
+            p = &(*p)->cancel_next;
         *p = r->cancel_next;
         r->cancel_listed = 0;
     }
@@ -299,7 +315,8 @@ static void choice_done_locked(server_queue *q, struct server_req *r, int32_t c,
 
 /* The event that ends choice c of a stream: the text beyond what was posted. NULL when out of memory (the
  * stream then ends without it: its connection sees the choice done through wait). */
-static struct server_event *final_event(const struct server_req *r, int32_t c, const struct engine_result *res)
+static struct server_event *final_event(const struct server_req *r, int32_t c,
+                                        const struct engine_result *res)
 {
     const struct server_choice *ch = &r->choices[c];
     size_t from = ch->posted < res->text_len ? ch->posted : res->text_len;
@@ -364,7 +381,8 @@ static void cancel_untaken_locked(server_queue *q, struct server_req *r)
 
 /* ---- the engine thread's side ---- */
 
-int server_queue_take(server_queue *q, int engine_busy, struct server_req **added, struct server_req **cancelled)
+int server_queue_take(server_queue *q, int engine_busy, struct server_req **added,
+                      struct server_req **cancelled)
 {
     *added = *cancelled = NULL;
     pthread_mutex_lock(&q->mu);
@@ -391,7 +409,8 @@ int server_queue_take(server_queue *q, int engine_busy, struct server_req **adde
     }
     q->pend_tail = NULL;
     *cancelled = q->cancel_head;
-    for (struct server_req *r = q->cancel_head; r; r = r->cancel_next) r->cancel_listed = 0;
+    for (struct server_req *r = q->cancel_head; r; r = r->cancel_next)
+        r->cancel_listed = 0;
     q->cancel_head = NULL;
     pthread_mutex_unlock(&q->mu);
     return 0;
@@ -467,7 +486,8 @@ void server_queue_cancel(server_queue *q, struct server_req *r)
 void server_queue_cancel_all(server_queue *q)
 {
     pthread_mutex_lock(&q->mu);
-    for (struct server_req *r = q->active_head; r; r = r->next) cancel_locked(q, r);
+    for (struct server_req *r = q->active_head; r; r = r->next)
+        cancel_locked(q, r);
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -520,30 +540,44 @@ static int check_lists_locked(server_queue *q, struct err *e)
     uint64_t last_id = 0;
     const struct server_req *prev = NULL;
     for (const struct server_req *r = q->active_head; r; prev = r, r = r->next) {
-        if (r->prev != prev) return err_set(e, "server queue: active request %llu has a broken back link", (unsigned long long)r->id);
+        if (r->prev != prev)
+            return err_set(e, "server queue: active request %llu has a broken back link",
+                           (unsigned long long)r->id);
         if (!r->admitted || r->finished)
             return err_set(e, "server queue: request %llu is active but %s", (unsigned long long)r->id,
                            r->admitted ? "finished" : "not admitted");
-        if (r->id <= last_id) return err_set(e, "server queue: active list out of admission order at %llu", (unsigned long long)r->id);
-        if (r->n_done >= r->n_choices) return err_set(e, "server queue: active request %llu has every choice done", (unsigned long long)r->id);
-        if (r->refs < 1) return err_set(e, "server queue: active request %llu has no reference", (unsigned long long)r->id);
+        if (r->id <= last_id)
+            return err_set(e, "server queue: active list out of admission order at %llu",
+                           (unsigned long long)r->id);
+        if (r->n_done >= r->n_choices)
+            return err_set(e, "server queue: active request %llu has every choice done",
+                           (unsigned long long)r->id);
+        if (r->refs < 1)
+            return err_set(e, "server queue: active request %llu has no reference",
+                           (unsigned long long)r->id);
         last_id = r->id;
         n++;
         tokens += r->need;
     }
-    if (prev != q->active_tail) return err_set(e, "server queue: the active list's tail is not its last request");
+    if (prev != q->active_tail)
+        return err_set(e, "server queue: the active list's tail is not its last request");
     if (n != q->n_active || tokens != q->active_tokens)
-        return err_set(e, "server queue: %d active requests reserving %lld tokens, but the counts say %d and %lld", (int)n,
-                       (long long)tokens, (int)q->n_active, (long long)q->active_tokens);
+        return err_set(
+            e, "server queue: %d active requests reserving %lld tokens, but the counts say %d and %lld",
+            (int)n, (long long)tokens, (int)q->n_active, (long long)q->active_tokens);
     const struct server_req *last = NULL;
     for (const struct server_req *r = q->pend_head; r; last = r, r = r->pending_next)
         if (!r->admitted || r->taken || r->finished)
             return err_set(e, "server queue: pending request %llu is %s", (unsigned long long)r->id,
-                           !r->admitted ? "not admitted" : r->taken ? "already taken" : "finished");
-    if (last != q->pend_tail) return err_set(e, "server queue: the pending FIFO's tail is not its last request");
+                           !r->admitted ? "not admitted"
+                           : r->taken   ? "already taken"
+                                        : "finished");
+    if (last != q->pend_tail)
+        return err_set(e, "server queue: the pending FIFO's tail is not its last request");
     for (const struct server_req *r = q->cancel_head; r; r = r->cancel_next)
         if (!r->cancel_listed || !r->taken || r->finished || !r->cancel)
-            return err_set(e, "server queue: request %llu is listed for cancellation in a wrong state", (unsigned long long)r->id);
+            return err_set(e, "server queue: request %llu is listed for cancellation in a wrong state",
+                           (unsigned long long)r->id);
     return 0;
 }
 

@@ -20,9 +20,10 @@
  * first come, first served; preemption can make this approximate); queued tokens are their reservations.
  *
  * Invariant (server_queue_check, under the lock): the active list is in admission order and its length is
- * n_active; n_active, the sum of reservations and the pending FIFO agree with the requests' states; a
- * request is pending only if admitted and not yet taken; every choice of a finished request is done; the
- * admission meter (server_admit_check) and the metrics (server_metrics_check) hold.
+ * n_active; n_active and the sum of reservations agree with it; an active request is admitted, not finished,
+ * referenced, and has a choice not done; a pending request is admitted and not yet taken; a request listed
+ * for the engine thread to cancel is taken, cancelled and not finished; the admission meter
+ * (server_admit_check) and the metrics (server_metrics_check) hold.
  */
 #ifndef NS_SERVER_QUEUE_H
 #define NS_SERVER_QUEUE_H
@@ -40,50 +41,50 @@
 /* News for a streaming request: new text of one choice, and whether that choice has ended. */
 struct server_event {
     int32_t choice;
-    char *text;     /* (len) new bytes, malloc'd (NUL-terminated; len may be 0) */
+    char *text; /* (len) new bytes, malloc'd (NUL-terminated; len may be 0) */
     size_t len;
-    int finished;   /* 1: the choice ended with finish (its text is complete) */
+    int finished; /* 1: the choice ended with finish (its text is complete) */
     enum engine_finish finish;
-    char *error;    /* malloc'd message when finish is ENGINE_FINISH_ERROR */
+    char *error; /* malloc'd message when finish is ENGINE_FINISH_ERROR */
     struct server_event *next;
 };
 
 struct server_choice {
-    uint64_t seed;            /* creator */
-    uint64_t engine_id;       /* set at admission */
-    size_t posted;            /* engine thread: bytes already posted as events */
+    uint64_t seed;      /* creator */
+    uint64_t engine_id; /* set at admission */
+    size_t posted;      /* engine thread: bytes already posted as events */
     /* the result (under the lock; final once done) */
     int done;
     enum engine_finish finish;
-    char *text;               /* malloc'd, NUL-terminated; NULL (empty) for a choice cancelled before it ran */
+    char *text; /* malloc'd, NUL-terminated; NULL (empty) for a choice cancelled before it ran */
     size_t text_len;
-    char *error;              /* malloc'd when finish is ENGINE_FINISH_ERROR */
+    char *error; /* malloc'd when finish is ENGINE_FINISH_ERROR */
     int32_t n_tokens;
 };
 
 struct server_req {
     /* creator */
-    int chat;                 /* 1: /v1/chat/completions, 0: /v1/completions */
-    int stream;               /* 1: deltas are posted as events */
-    int include_usage;        /* stream_options.include_usage */
-    int32_t *prompt;          /* (n_prompt) owned */
+    int chat;          /* 1: /v1/chat/completions, 0: /v1/completions */
+    int stream;        /* 1: deltas are posted as events */
+    int include_usage; /* stream_options.include_usage */
+    int32_t *prompt;   /* (n_prompt) owned */
     int32_t n_prompt, max_tokens;
-    struct gen_params gen;    /* owned (stop strings, logit bias) */
+    struct gen_params gen; /* owned (stop strings, logit bias) */
     int32_t n_choices;
     struct server_choice *choices; /* (n_choices) */
     /* set at admission */
-    uint64_t id;              /* server request number */
-    int64_t need;             /* reserved tokens: n_choices x (n_prompt + max_tokens) */
-    double t_admitted;        /* clock_now() */
+    uint64_t id;       /* server request number */
+    int64_t need;      /* reserved tokens: n_choices x (n_prompt + max_tokens) */
+    double t_admitted; /* clock_now() */
     /* under the lock */
     int refs;
     int admitted, taken, cancel, finished;
     int32_t n_done;
     struct server_event *ev_head, *ev_tail;
     pthread_cond_t cv;
-    struct server_req *prev, *next;    /* active list */
-    struct server_req *pending_next;   /* pending FIFO, then the engine thread's batch */
-    struct server_req *cancel_next;    /* cancellations for the engine thread */
+    struct server_req *prev, *next;  /* active list */
+    struct server_req *pending_next; /* pending FIFO, then the engine thread's batch */
+    struct server_req *cancel_next;  /* cancellations for the engine thread */
     int cancel_listed;
 };
 
@@ -128,7 +129,8 @@ int server_queue_metrics_text(server_queue *q, char **out, size_t *len, struct e
  * requests to cancel (list through cancel_next) in *cancelled. Pending requests whose client has gone
  * end here, cancelled, without reaching the engine. Returns 1 once server_queue_stop was called and
  * nothing was handed over, else 0. */
-int server_queue_take(server_queue *q, int engine_busy, struct server_req **added, struct server_req **cancelled);
+int server_queue_take(server_queue *q, int engine_busy, struct server_req **added,
+                      struct server_req **cancelled);
 /* Streams only: text of choice c beyond what was posted (text[0..len) is the whole text released so far;
  * bytes past choice->posted become an event). No-op for a request that does not stream. */
 void server_queue_post_text(server_queue *q, struct server_req *r, int32_t c, const char *text, size_t len);
