@@ -357,10 +357,85 @@ TEST(engine_text_eos_and_stop_strings)
     unload(&L);
 }
 
+/* engine_peek_text: the text released while a request runs only grows, is always a prefix of its final
+ * text, and never shows a stop string or the start of one that is still undecided; -1 once finished. */
+TEST(engine_peek_text_streams_prefixes)
+{
+    struct loaded L;
+    struct err e;
+    CHECK(load(test_shared("models/stories260K.gguf"), &L) == 0);
+    const char *text = "Once upon a time, there was a little girl named Lily. She loved to play";
+    int32_t *ids;
+    size_t n_ids;
+    CHECK(tok_encode(L.v, text, strlen(text), 1, 0, &ids, &n_ids, &e) == 0);
+    struct engine_params p = engine_default_params();
+    p.kv_blocks = 256;
+    p.debug_checks = 1;
+    engine *eng;
+    CHECK(engine_init(L.m, &L.be, L.v, &p, &eng, &e) == 0);
+    /* first without stop strings, to pick a stop string from the middle of the completion */
+    struct engine_request q = {.id = 1, .prompt = ids, .n_prompt = (int32_t)n_ids, .max_tokens = 80,
+                               .sampling = sampler_default_params()};
+    CHECK(engine_add(eng, &q, &e) == 0);
+    struct engine_result full;
+    char seen[2][8192];
+    size_t n_seen[2] = {0, 0};
+    int peeks = 0;
+    while (engine_has_work(eng)) {
+        CHECK(engine_step(eng, &e) == 0);
+        const char *t;
+        size_t n;
+        if (engine_peek_text(eng, 1, &t, &n) == 0) {
+            CHECK(n >= n_seen[0] && n < sizeof seen[0]);
+            CHECK(memcmp(seen[0], t, n_seen[0]) == 0);
+            memcpy(seen[0], t, n);
+            n_seen[0] = n;
+            peeks++;
+        }
+    }
+    CHECK(peeks > 10);
+    CHECK(engine_take(eng, &full));
+    const char *t0;
+    size_t n0;
+    CHECK(engine_peek_text(eng, 1, &t0, &n0) == -1);
+    CHECK(n_seen[0] <= full.text_len && memcmp(seen[0], full.text, n_seen[0]) == 0);
+    CHECK(full.text_len - n_seen[0] < 64); /* all but the last token's text was released */
+    char stop[8];
+    memcpy(stop, full.text + full.text_len / 2, 5);
+    stop[5] = '\0';
+    const char *stops[1] = {stop};
+    struct engine_request s = {.id = 2, .prompt = ids, .n_prompt = (int32_t)n_ids, .max_tokens = 80,
+                               .sampling = sampler_default_params(), .stop = stops, .n_stop = 1};
+    CHECK(engine_add(eng, &s, &e) == 0);
+    while (engine_has_work(eng)) {
+        CHECK(engine_step(eng, &e) == 0);
+        const char *t;
+        size_t n;
+        if (engine_peek_text(eng, 2, &t, &n) == 0) {
+            CHECK(n >= n_seen[1] && n < sizeof seen[1]);
+            CHECK(memcmp(seen[1], t, n_seen[1]) == 0);
+            memcpy(seen[1], t, n);
+            n_seen[1] = n;
+        }
+    }
+    struct engine_result cut;
+    CHECK(engine_take(eng, &cut));
+    CHECK_EQ_INT(cut.finish, ENGINE_FINISH_STOP);
+    CHECK(n_seen[1] <= cut.text_len && memcmp(seen[1], cut.text, n_seen[1]) == 0);
+    seen[1][n_seen[1]] = '\0';
+    CHECK(!strstr(seen[1], stop));
+    engine_result_free(&cut);
+    engine_result_free(&full);
+    free(ids);
+    engine_free(eng);
+    unload(&L);
+}
+
 int main(void)
 {
     RUN(engine_invariance_stories260K);
     RUN(engine_invariance_smollm2);
     RUN(engine_text_eos_and_stop_strings);
+    RUN(engine_peek_text_streams_prefixes);
     return test_summary();
 }

@@ -78,6 +78,9 @@ TEST(json_fields_and_aliases)
     CHECK_EQ_INT(apply(&g, "logit_bias", "{\"9\": 2, \"3\": -1}", &e), 1);
     CHECK_EQ_INT(g.n_logit_bias, 2);
     CHECK_EQ_INT(g.logit_bias[0].token, 3); /* sorted */
+    CHECK_EQ_INT(apply(&g, "logit_bias", "{}", &e), 1); /* empty: no bias (UBSan: no qsort of NULL) */
+    CHECK_EQ_INT(g.n_logit_bias, 0);
+    CHECK_EQ_INT(apply(&g, "logit_bias", "{\"9\": 2, \"3\": -1}", &e), 1);
     CHECK_EQ_INT(apply(&g, "ignore_eos", "true", &e), 1);
     CHECK_EQ_INT(g.ignore_eos, 1);
     CHECK_EQ_INT(apply(&g, "messages", "[]", &e), 0); /* not a generation field */

@@ -210,6 +210,64 @@ TEST(a_stop_request_interrupts_reading)
     ledger_free(&l);
 }
 
+/* ingest_prompt, the server's way in: the prompt a line would get, and the bad-line messages. */
+TEST(prompt_of_one_request)
+{
+    if (!vocab) SKIP("no stories260K model");
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, NULL);
+    struct input_item it;
+    memset(&it, 0, sizeof it);
+    it.kind = INPUT_KIND_COMPLETION;
+    it.prompt = "Once upon a time";
+    it.prompt_len = strlen(it.prompt);
+    int32_t *ids, *want;
+    int32_t n;
+    size_t n_want;
+    const char *code;
+    char msg[256];
+    struct err e;
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 0);
+    CHECK(tok_encode(vocab, it.prompt, it.prompt_len, tok_add_bos(vocab), 1, &want, &n_want, &e) == 0);
+    CHECK_EQ_INT(n, (int32_t)n_want);
+    CHECK(!memcmp(ids, want, n_want * sizeof *ids));
+    free(ids);
+    free(want);
+    CHECK_EQ_INT(ingest_max_tokens(&m, 60, 100), 4);
+    CHECK_EQ_INT(ingest_max_tokens(&m, 10, 20), 20);
+    /* too long for the 64-token context */
+    char longp[1024] = "";
+    for (int i = 0; i < 40; i++) strcat(longp, "the cat ");
+    it.prompt = longp;
+    it.prompt_len = strlen(longp);
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 1);
+    CHECK_STR(code, "prompt_too_long");
+    CHECK_MSG(strstr(msg, "the model's context is 64 tokens"), "%s", msg);
+    /* token ids outside the vocabulary */
+    int32_t bad_ids[2] = {1, 1 << 20};
+    it.prompt = NULL;
+    it.prompt_ids = malloc(sizeof bad_ids);
+    memcpy(it.prompt_ids, bad_ids, sizeof bad_ids);
+    it.n_prompt_ids = 2;
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 1);
+    CHECK_MSG(strstr(msg, "prompt token id 1048576 is outside the vocabulary"), "%s", msg);
+    free(it.prompt_ids);
+    it.prompt_ids = NULL;
+    /* chat without a template */
+    struct input_msg cm = {"user", "Hi"};
+    it.kind = INPUT_KIND_CHAT;
+    it.msgs = &cm;
+    it.n_msgs = 1;
+    m.chat = CHAT_NONE;
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 1);
+    CHECK_STR(code, "chat_template");
+    m.chat = CHAT_CHATML;
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 0);
+    CHECK(n > 3);
+    free(ids);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp_dir)) return 1;
@@ -225,6 +283,7 @@ int main(void)
     RUN(chat_lines_are_rendered_with_the_template);
     RUN(digests_follow_what_the_line_is_built_from);
     RUN(a_stop_request_interrupts_reading);
+    RUN(prompt_of_one_request);
     tok_free(vocab);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();

@@ -344,6 +344,53 @@ TEST(utf8_bom_is_dropped)
     free_all(it, n);
 }
 
+/* A server body: the same fields and messages as a backlog line; unknown fields and the wrong kind for the
+ * endpoint are bad requests; the caller's own fields are skipped and left in root. */
+TEST(parse_body_like_a_line)
+{
+    struct gen_params d = genparam_defaults();
+    d.max_tokens = 9;
+    struct input_item it;
+    json_t *root;
+    struct err e;
+    static const char *const skip[] = {"stream", NULL};
+    const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":0.5,\"stream\":true}";
+    CHECK(input_parse_body(b, strlen(b), &d, INPUT_KIND_CHAT, skip, &it, &root, &e) == 0);
+    CHECK(it.code == NULL);
+    CHECK_EQ_INT(it.kind, INPUT_KIND_CHAT);
+    CHECK_STR(it.msgs[0].content, "hi");
+    CHECK_STR(it.model, "m");
+    CHECK_EQ_INT(it.gen.max_tokens, 9);
+    CHECK(it.gen.temperature == 0.5f);
+    CHECK(json_is_true(json_object_get(root, "stream")));
+    json_decref(root);
+    input_item_free(&it);
+    struct {
+        const char *body;
+        enum input_kind want;
+        const char *code, *msg;
+    } bad[] = {
+        {"{\"prompt\":\"x\",\"tools\":[]}", INPUT_KIND_COMPLETION, "unknown_field", "unknown field 'tools'"},
+        {"{\"prompt\":\"x\"}", INPUT_KIND_CHAT, "invalid_value", "needs 'messages'"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", INPUT_KIND_COMPLETION, "invalid_value", "needs 'prompt'"},
+        {"{\"prompt\":\"x\",", INPUT_KIND_COMPLETION, "invalid_json", "not JSON"},
+        {"[1]", INPUT_KIND_COMPLETION, "invalid_type", "the body must be a JSON object, got an array"},
+        {"{\"prompt\":\"\xff\"}", INPUT_KIND_COMPLETION, "invalid_utf8", "invalid UTF-8 at byte 11"},
+        {"{\"prompt\":\"x\",\"top_p\":2}", INPUT_KIND_COMPLETION, "invalid_value", "'top_p' must be in (0, 1], got 2"},
+        {"{\"prompt\":\"x\",\"temperature\":NaN}", INPUT_KIND_COMPLETION, "invalid_value", "NaN and Infinity"},
+        {"{\"prompt\":\"x\",\"prompt\":\"y\"}", INPUT_KIND_COMPLETION, "invalid_json", "duplicate"},
+        {"{\"max_tokens\":3}", INPUT_KIND_COMPLETION, "missing_prompt", "no 'prompt' or 'messages'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(input_parse_body(bad[i].body, strlen(bad[i].body), &d, bad[i].want, skip, &it, &root, &e) == 0);
+        CHECK_MSG(it.code && !strcmp(it.code, bad[i].code), "body %zu: code %s", i, it.code ? it.code : "(none)");
+        CHECK_MSG(strstr(it.message, bad[i].msg), "body %zu: %s", i, it.message);
+        json_decref(root);
+        input_item_free(&it);
+    }
+    genparam_free(&d);
+}
+
 int main(void)
 {
     log_set_level(LOG_QUIET);
@@ -357,6 +404,7 @@ int main(void)
     RUN(sha_and_counts);
     RUN(nan_message_only_for_nan_tokens);
     RUN(utf8_bom_is_dropped);
+    RUN(parse_body_like_a_line);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }

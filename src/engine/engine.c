@@ -383,6 +383,16 @@ int engine_has_work(const engine *eng)
     return eng->live != NULL;
 }
 
+int engine_peek_text(const engine *eng, uint64_t id, const char **text, size_t *len)
+{
+    const struct sched_seq *q = sched_find(eng->s, id);
+    if (!q) return -1;
+    const struct eng_seq *es = (const struct eng_seq *)q;
+    *text = es->text;
+    *len = es->n_stop ? es->released : es->text_len; /* without stop strings nothing is held back */
+    return 0;
+}
+
 int engine_cancel(engine *eng, uint64_t id)
 {
     struct sched_seq *q = sched_find(eng->s, id);

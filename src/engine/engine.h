@@ -114,6 +114,12 @@ int engine_has_work(const engine *eng);
 /* Moves one finished result into *out (caller frees with engine_result_free); 0 if none is ready. */
 int engine_take(engine *eng, struct engine_result *out);
 void engine_result_free(struct engine_result *r);
+/* The text of a queued or running request that is final so far (for streaming): *text points at its first
+ * *len bytes, complete UTF-8 that holds no stop string nor the start of one, so later steps only append to
+ * it and the request's result text begins with it. The pointer is valid until the next engine call that
+ * is not engine_peek_text. Returns 0, or -1 when id is not queued or running (a finished request's whole
+ * text is in its result). O(running + waiting). */
+int engine_peek_text(const engine *eng, uint64_t id, const char **text, size_t *len);
 /* Cancels a queued or running request; its result finishes with ENGINE_FINISH_CANCELLED. 0 if found. */
 int engine_cancel(engine *eng, uint64_t id);
 void engine_get_stats(const engine *eng, struct engine_stats *s);

@@ -16,8 +16,6 @@ struct reader {
     const struct job_model *m;
     ledger *l;
     struct ingest_stats *st;
-    char bos_text[64], eos_text[64]; /* the vocab's BOS / EOS text, for chat templates that spell them out */
-    int32_t n_vocab, n_ctx;
 };
 
 void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq)
@@ -85,12 +83,28 @@ static void digest_line(const struct reader *rd, struct ledger_line *L)
     sha256_final(c, L->digest);
 }
 
-/* Renders the chat messages of it with the model's template and tokenizes them into *ids; a problem makes
- * L a bad line (*ids stays NULL). */
-static int render_chat(const struct reader *rd, struct ledger_line *L, const struct input_item *it, int32_t **ids,
-                       size_t *n_ids, struct err *e)
+/* A bad request's code and message (into msg, cap bytes); returns 1. */
+static int prompt_bad(const char **code, char *msg, size_t cap, const char *c, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int prompt_bad(const char **code, char *msg, size_t cap, const char *c, const char *fmt, ...)
 {
-    const struct job_model *m = rd->m;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+    *code = c;
+    return 1;
+}
+
+/* Renders the chat messages of it with the model's template and tokenizes them into *ids. */
+static int render_chat(const struct job_model *m, const struct input_item *it, int32_t **ids, size_t *n_ids,
+                       const char **code, char *msg, size_t cap, struct err *e)
+{
+    char bos_text[64], eos_text[64]; /* the vocab's BOS / EOS text, for templates that spell them out */
+    int32_t bos = tok_bos(m->vocab), eos = tok_eos(m->vocab);
+    const char *bp = bos >= 0 ? tok_piece(m->vocab, bos) : NULL, *ep = eos >= 0 ? tok_piece(m->vocab, eos) : NULL;
+    snprintf(bos_text, sizeof bos_text, "%s", bp ? bp : "");
+    snprintf(eos_text, sizeof eos_text, "%s", ep ? ep : "");
     struct err te;
     struct chat_msg *msgs = malloc(it->n_msgs * sizeof *msgs);
     if (!msgs) return err_set(e, "out of memory");
@@ -99,62 +113,83 @@ static int render_chat(const struct reader *rd, struct ledger_line *L, const str
         msgs[i].content = it->msgs[i].content;
     }
     char *text = NULL;
-    int rc = chat_render(m->chat, msgs, it->n_msgs, rd->bos_text, rd->eos_text, &text, &te);
+    int rc = chat_render(m->chat, msgs, it->n_msgs, bos_text, eos_text, &text, &te);
     free(msgs);
-    if (rc != 0) {
-        make_bad(L, "chat_template", "chat template %s: %s", chat_family_name(m->chat), te.msg);
-        return 0;
-    }
-    size_t bl = strlen(rd->bos_text);
-    int add_bos = tok_add_bos(m->vocab) && !(bl && !strncmp(text, rd->bos_text, bl));
+    if (rc != 0) return prompt_bad(code, msg, cap, "chat_template", "chat template %s: %s", chat_family_name(m->chat), te.msg);
+    size_t bl = strlen(bos_text);
+    int add_bos = tok_add_bos(m->vocab) && !(bl && !strncmp(text, bos_text, bl));
     rc = tok_encode(m->vocab, text, strlen(text), add_bos, 1, ids, n_ids, &te);
     free(text);
-    if (rc != 0) make_bad(L, "invalid_value", "cannot tokenize the rendered messages: %s", te.msg);
+    if (rc != 0) return prompt_bad(code, msg, cap, "invalid_value", "cannot tokenize the rendered messages: %s", te.msg);
     return 0;
+}
+
+int ingest_prompt(const struct job_model *m, int parse_special, struct input_item *it, int32_t **out,
+                  int32_t *n_out, const char **code, char *msg, size_t cap, struct err *e)
+{
+    const tok_vocab *v = m->vocab;
+    int32_t n_vocab = tok_n_vocab(v), n_ctx = m->hp->n_ctx_train > 0 ? m->hp->n_ctx_train : INT32_MAX;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    struct err te;
+    int rc = 0;
+    *out = NULL;
+    *n_out = 0;
+    if (it->kind == INPUT_KIND_CHAT) {
+        if (m->chat == CHAT_NONE)
+            return prompt_bad(code, msg, cap, "chat_template",
+                              "chat messages, but the model has no chat template nightshift recognises (%s)",
+                              m->chat_source ? m->chat_source : "none");
+        rc = render_chat(m, it, &ids, &n_ids, code, msg, cap, e);
+        if (rc != 0) return rc;
+    } else if (it->prompt_ids) {
+        for (int32_t i = 0; i < it->n_prompt_ids; i++)
+            if (it->prompt_ids[i] >= n_vocab)
+                return prompt_bad(code, msg, cap, "invalid_value", "prompt token id %d is outside the vocabulary (%d tokens)",
+                                  it->prompt_ids[i], n_vocab);
+        ids = it->prompt_ids;
+        n_ids = (size_t)it->n_prompt_ids;
+        it->prompt_ids = NULL;
+    } else if (tok_encode(v, it->prompt, it->prompt_len, tok_add_bos(v), parse_special, &ids, &n_ids, &te)) {
+        return prompt_bad(code, msg, cap, "invalid_value", "cannot tokenize the prompt: %s", te.msg);
+    }
+    if (n_ids == 0) rc = prompt_bad(code, msg, cap, "invalid_value", "the prompt is empty (no tokens)");
+    else if ((int64_t)n_ids >= n_ctx)
+        rc = prompt_bad(code, msg, cap, "prompt_too_long", "the prompt is %zu tokens; the model's context is %d tokens",
+                        n_ids, n_ctx);
+    for (int32_t i = 0; rc == 0 && i < it->gen.n_logit_bias; i++)
+        if (it->gen.logit_bias[i].token >= n_vocab)
+            rc = prompt_bad(code, msg, cap, "invalid_value", "logit_bias token %d is outside the vocabulary (%d tokens)",
+                            it->gen.logit_bias[i].token, n_vocab);
+    if (rc != 0) {
+        free(ids);
+        return rc;
+    }
+    *out = ids;
+    *n_out = (int32_t)n_ids;
+    return 0;
+}
+
+int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t max_tokens)
+{
+    int32_t n_ctx = m->hp->n_ctx_train > 0 ? m->hp->n_ctx_train : INT32_MAX;
+    return (int64_t)n_prompt + max_tokens > n_ctx ? n_ctx - n_prompt : max_tokens;
 }
 
 /* Renders / tokenizes the prompt of it into L->prompt and checks it against the model. A problem makes L a
  * bad line; chat input for a model without a template leaves L without a prompt (the caller reports it). */
 static int tokenize_line(const struct reader *rd, struct ledger_line *L, struct input_item *it, struct err *e)
 {
-    const tok_vocab *v = rd->m->vocab;
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    struct err te;
-    if (it->kind == INPUT_KIND_CHAT) {
-        if (rd->m->chat == CHAT_NONE) return 0;
-        if (render_chat(rd, L, it, &ids, &n_ids, e) != 0) return -1;
-        if (L->bad) return 0;
-    } else if (it->prompt_ids) {
-        for (int32_t i = 0; i < it->n_prompt_ids; i++)
-            if (it->prompt_ids[i] >= rd->n_vocab) {
-                make_bad(L, "invalid_value", "prompt token id %d is outside the vocabulary (%d tokens)",
-                         it->prompt_ids[i], rd->n_vocab);
-                return 0;
-            }
-        ids = it->prompt_ids;
-        n_ids = (size_t)it->n_prompt_ids;
-        it->prompt_ids = NULL;
-    } else if (tok_encode(v, it->prompt, it->prompt_len, tok_add_bos(v), rd->c->parse_special, &ids, &n_ids, &te)) {
-        make_bad(L, "invalid_value", "cannot tokenize the prompt: %s", te.msg);
-        return 0;
-    }
-    L->prompt = ids;
-    L->n_prompt = (int32_t)n_ids;
-    if (n_ids == 0) {
-        make_bad(L, "invalid_value", "the prompt is empty (no tokens)");
-        return 0;
-    }
-    if ((int64_t)n_ids >= rd->n_ctx) {
-        make_bad(L, "prompt_too_long", "the prompt is %zu tokens; the model's context is %d tokens", n_ids, rd->n_ctx);
-        return 0;
-    }
-    for (int32_t i = 0; i < L->gen.n_logit_bias; i++)
-        if (L->gen.logit_bias[i].token >= rd->n_vocab) {
-            make_bad(L, "invalid_value", "logit_bias token %d is outside the vocabulary (%d tokens)",
-                     L->gen.logit_bias[i].token, rd->n_vocab);
-            return 0;
-        }
+    if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE) return 0;
+    const char *code;
+    char msg[1024];
+    /* the line's gen (moved into L) holds its logit bias */
+    struct input_item view = *it;
+    view.gen = L->gen;
+    int rc = ingest_prompt(rd->m, rd->c->parse_special, &view, &L->prompt, &L->n_prompt, &code, msg, sizeof msg, e);
+    it->prompt_ids = view.prompt_ids;
+    if (rc < 0) return -1;
+    if (rc > 0) make_bad(L, code, "%s", msg);
     return 0;
 }
 
@@ -162,8 +197,7 @@ static int tokenize_line(const struct reader *rd, struct ledger_line *L, struct 
 static int add_line_works(struct reader *rd, uint32_t li, struct err *e)
 {
     struct ledger_line *L = &rd->l->lines[li];
-    int32_t max_tokens = L->gen.max_tokens;
-    if ((int64_t)L->n_prompt + max_tokens > rd->n_ctx) max_tokens = rd->n_ctx - L->n_prompt; /* >= 1 here */
+    int32_t max_tokens = ingest_max_tokens(rd->m, L->n_prompt, L->gen.max_tokens); /* >= 1 here */
     uint64_t base = L->gen.has_seed ? L->gen.seed : key_id_seed(L->custom_id);
     L->n = L->gen.n;
     L->works = malloc((size_t)L->n * sizeof *L->works);
@@ -235,12 +269,7 @@ static json_t *backlog_json(const char *path, const input_reader *r)
 int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
                    json_t **backlog, struct err *e)
 {
-    struct reader rd = {c, m, l, st, "", "", tok_n_vocab(m->vocab), INT32_MAX};
-    if (m->hp->n_ctx_train > 0) rd.n_ctx = m->hp->n_ctx_train;
-    int32_t bos = tok_bos(m->vocab), eos = tok_eos(m->vocab);
-    const char *bp = bos >= 0 ? tok_piece(m->vocab, bos) : NULL, *ep = eos >= 0 ? tok_piece(m->vocab, eos) : NULL;
-    snprintf(rd.bos_text, sizeof rd.bos_text, "%s", bp ? bp : "");
-    snprintf(rd.eos_text, sizeof rd.eos_text, "%s", ep ? ep : "");
+    struct reader rd = {c, m, l, st};
     memset(st, 0, sizeof *st);
     *backlog = NULL;
     input_reader *r = NULL;

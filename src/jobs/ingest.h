@@ -36,6 +36,19 @@ struct ingest_stats {
 int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
                    json_t **backlog, struct err *e);
 
+/* What a request's prompt becomes, exactly as for a backlog line: chat messages rendered with m->chat and
+ * tokenized (special tokens parsed), a text prompt tokenized (BOS as the vocabulary says; special-token text
+ * parsed when parse_special), token ids taken as given; then checked: ids in the vocabulary, not empty,
+ * shorter than the model's context, logit_bias tokens (it->gen) in the vocabulary. Returns 0 with *ids
+ * (malloc'd; the caller frees it) and *n_ids; 1 for a bad request with *code and its message in msg (cap
+ * bytes) as run's error file has them (chat input for a model without a template is one, code
+ * "chat_template"); -1 when out of memory. it->prompt_ids may be taken (then NULL). Only reads m (thread-safe
+ * for concurrent callers). */
+int ingest_prompt(const struct job_model *m, int parse_special, struct input_item *it, int32_t **ids,
+                  int32_t *n_ids, const char **code, char *msg, size_t cap, struct err *e);
+/* max_tokens clamped so that n_prompt + max_tokens fits the model's context (n_prompt below the context). */
+int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t max_tokens);
+
 /* The engine request that runs work w: its owner line's prompt and parameters, id = w. Points into l (the
  * engine copies what it keeps). The same parameters went into w's key. */
 void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq);

@@ -474,7 +474,8 @@ static void warn_unknown(input_reader *r, const char *prefix, const char *name, 
 }
 
 /* Reads the generation fields and the prompt/messages of obj (the body or the whole simple line).
- * skip: names handled by the caller. */
+ * skip: names handled by the caller. An unknown field is warned about once (r) or, without a reader (a
+ * server request, whose client can be told), makes the request bad. */
 static int parse_request_fields(input_reader *r, const json_t *obj, const char *prefix, const char *const *skip,
                                 struct input_item *it, struct bad *b)
 {
@@ -506,6 +507,7 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
         const char *code = NULL;
         int rc = genparam_apply_json(&it->gen, k, v, &code, &ge);
         if (rc < 0) return set_bad(b, code, "%s", ge.msg);
+        if (rc == 0 && !r) return set_bad(b, "unknown_field", "unknown field '%.64s'", k);
         if (rc == 0) warn_unknown(r, prefix, k, it->line);
     }
     if (prompt && messages) return set_bad(b, "invalid_value", "give either 'prompt' or 'messages', not both");
@@ -562,23 +564,33 @@ static int is_nonfinite_token(const char *line, size_t len, const json_error_t *
     return !strncasecmp(t, "nan", 3) || !strncasecmp(t, "inf", 3);
 }
 
-static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
+/* Parses bytes that must hold one JSON object (what: "a line", "the body") into *root (NULL on failure). */
+static int load_object(const char *bytes, size_t len, const char *what, json_t **root, struct bad *b)
 {
     json_error_t jerr;
-    json_t *root = json_loadb(r->line, r->line_len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
+    *root = json_loadb(bytes, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!*root) {
         /* name the common non-JSON numbers plainly */
-        if (is_nonfinite_token(r->line, r->line_len, &jerr))
+        if (is_nonfinite_token(bytes, len, &jerr))
             return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr.column);
         if (strstr(jerr.text, "overflow"))
             return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr.column, jerr.text);
         return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr.text, jerr.column);
     }
-    int rc = -1;
-    if (!json_is_object(root)) {
-        set_bad(b, "invalid_type", "a line must be a JSON object, got %s", json_type_name(root));
-        goto done;
+    if (!json_is_object(*root)) {
+        set_bad(b, "invalid_type", "%s must be a JSON object, got %s", what, json_type_name(*root));
+        json_decref(*root);
+        *root = NULL;
+        return -1;
     }
+    return 0;
+}
+
+static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
+{
+    json_t *root;
+    if (load_object(r->line, r->line_len, "a line", &root, b)) return -1;
+    int rc = -1;
     if (r->format == INPUT_FORMAT_OPENAI) {
         if (read_id(r, json_object_get(root, "custom_id"), "custom_id", 0, it, b) != 0) goto done;
         const json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
@@ -705,4 +717,32 @@ int input_next(input_reader *r, struct input_item *it, struct err *e)
         if (to_bad_item(it, &b, e) != 0) return -1;
         return 1;
     }
+}
+
+int input_parse_body(const char *bytes, size_t len, const struct gen_params *defaults, enum input_kind want,
+                     const char *const *skip, struct input_item *it, json_t **root, struct err *e)
+{
+    static const char *const none[] = {NULL};
+    memset(it, 0, sizeof *it);
+    *root = NULL;
+    if (genparam_copy(&it->gen, defaults, e) != 0) return -1;
+    struct bad b = {0};
+    size_t bad_at;
+    if (!utf8_valid(bytes, len, &bad_at)) {
+        set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
+        goto bad;
+    }
+    if (load_object(bytes, len, "the body", root, &b)) goto bad;
+    if (parse_request_fields(NULL, *root, "", skip ? skip : none, it, &b) != 0) goto bad;
+    if (want == INPUT_KIND_CHAT && it->kind != INPUT_KIND_CHAT) {
+        set_bad(&b, "invalid_value", "/v1/chat/completions needs 'messages'");
+        goto bad;
+    }
+    if (want == INPUT_KIND_COMPLETION && it->kind != INPUT_KIND_COMPLETION) {
+        set_bad(&b, "invalid_value", "/v1/completions needs 'prompt'");
+        goto bad;
+    }
+    return 0;
+bad:
+    return to_bad_item(it, &b, e);
 }

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "runtime/genparam.h"
 #include "util/err.h"
 
@@ -76,6 +78,17 @@ int input_format_parse(const char *name, enum input_format *out); /* -1 if unkno
 /* Reads the next non-blank line into *it (request or bad line). Returns 1, 0 at end of file, -1 on an I/O
  * error. *it is overwritten; the caller frees it with input_item_free. */
 int input_next(input_reader *r, struct input_item *it, struct err *e);
+
+/* One request body from elsewhere than a backlog (a server's POST body): bytes that must be one JSON object
+ * with "prompt" or "messages", "model" and generation fields, read with the rules and messages of a
+ * backlog line (invalid UTF-8, not JSON, NaN, duplicate keys, wrong types, ranges through runtime/genparam),
+ * starting from defaults. want: the kind the endpoint takes (the other is a bad request). skip: field names
+ * the caller reads from *root itself (NULL-terminated; may be NULL); any other field that is not a request
+ * field makes the request bad (code "unknown_field"): a client can be told, unlike a backlog. Fills *it
+ * (line 0, no id) as a request or as a bad request (it->code, it->message); *root = the parsed object (a
+ * new reference) or NULL when the bytes are not one. Returns -1 only when out of memory. */
+int input_parse_body(const char *bytes, size_t len, const struct gen_params *defaults, enum input_kind want,
+                     const char *const *skip, struct input_item *it, json_t **root, struct err *e);
 
 /* After the last input_next: physical lines read, blank lines skipped, bytes, and the sha256 of the whole
  * file (valid once input_next has returned 0). */

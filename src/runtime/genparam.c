@@ -322,7 +322,7 @@ static int json_logit_bias(const json_t *v, struct gen_params *g, const char **c
     {
         if (json_bias_entry(k, val, &lb[i++], code, e) != 0) goto fail;
     }
-    qsort(lb, n, sizeof *lb, cmp_bias);
+    if (n > 1) qsort(lb, n, sizeof *lb, cmp_bias); /* lb is NULL for {} */
     for (size_t j = 1; j < n; j++)
         if (lb[j].token == lb[j - 1].token) {
             bad(code, "invalid_value", e, "'logit_bias' names token %d twice", lb[j].token);

@@ -1,0 +1,270 @@
+/* nightshift serve — an OpenAI-compatible HTTP server on the same runtime and engine as `run`.
+ *
+ *   nightshift serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [flags]
+ *
+ * It listens first (answering 503 "loading" while the model loads), then serves (server/http, server/server).
+ * SIGTERM or SIGINT drains: admission stops (503), requests in flight finish until --drain-timeout, the rest
+ * are cancelled, and the command exits 0. A second signal during the drain kills at once.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/cli_opts.h"
+#include "cli/cli_util.h"
+#include "cli/engine_flags.h"
+#include "server/http.h"
+#include "server/server.h"
+#include "util/log.h"
+
+static void serve_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: nightshift serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
+        "\n"
+        "OpenAI-compatible server on the engine that `run` uses: POST /v1/completions,\n"
+        "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health, "
+        "/metrics.\n"
+        "A request is admitted only when it fits what the KV pool and the queue can take within --max-wait;\n"
+        "otherwise 429 with Retry-After from the current drain rate (503 while loading or draining).\n"
+        "SIGTERM drains: no new requests, in-flight ones finish (up to --drain-timeout), exit 0.\n"
+        "\n"
+        "Server:\n"
+        "  -m, --model PATH          GGUF model (default: %s)\n"
+        "  --model-name NAME         the id /v1/models reports (default: the file name without .gguf)\n"
+        "  --host ADDR               address to bind (default 127.0.0.1: this machine only)\n"
+        "  --port N                  TCP port (default 8080; 0: any free port, logged)\n"
+        "  --api-key KEY             require 'Authorization: Bearer KEY' on all but /health\n"
+        "                            (default: $NIGHTSHIFT_API_KEY if set, else none)\n"
+        "  --chat-template NAME      %s (default: from the model)\n"
+        "  --no-special              special-token text in prompts stays plain text\n"
+        "Admission and limits:\n"
+        "  --max-queue N             requests waiting to start, at most (default 4 x --max-seqs)\n"
+        "  --max-queue-tokens N      their prompt + max_tokens, at most (default: the KV pool's tokens)\n"
+        "  --max-wait S              expected wait to start, at most, in seconds (default 10)\n"
+        "  --max-body-bytes N        request body limit (default 1048576)\n"
+        "  --max-header-bytes N      request line + headers limit (default 32768)\n"
+        "  --max-connections N       open connections at most (default 512)\n"
+        "  --idle-timeout S          close a connection idle this long, in seconds (default 30)\n"
+        "  --header-timeout S        close a connection whose request headers take longer (default 10)\n"
+        "  --drain-timeout S         on SIGTERM, cancel what is still running after S seconds (default 30)\n"
+        "  -q, --quiet / -v, --verbose\n"
+        "Engine:\n",
+        cli_default_model(), chat_family_list());
+    struct runtime_params d = runtime_default_params();
+    engine_flags_usage(out, &d);
+    fprintf(out, "Generation defaults (a request's own fields override them):\n");
+    genparam_usage(out);
+}
+
+struct serve_args {
+    struct runtime_params rp;
+    struct server_params sp;
+    struct http_params hp;
+    struct gen_params defaults;
+    const char *chat_name, *model_name;
+    int no_special, quiet, verbose;
+    int32_t port, max_queue, max_connections, idle_timeout;
+    size_t max_queue_tokens, max_body, max_header;
+    double drain_timeout;
+    char name_buf[256];
+};
+
+static int serve_parse(int argc, char **argv, struct serve_args *A)
+{
+    const struct cli_opt opts[] = {
+        {"--model", "-m", CLI_OPT_STRING, &A->rp.model_path, 0, 0, 0, NULL},
+        {"--model-name", NULL, CLI_OPT_STRING, &A->model_name, 0, 0, 0, NULL},
+        {"--host", NULL, CLI_OPT_STRING, &A->hp.host, 0, 0, 0, NULL},
+        {"--port", NULL, CLI_OPT_INT32, &A->port, 0, 65535, 0, NULL},
+        {"--api-key", NULL, CLI_OPT_STRING, &A->hp.api_key, 0, 0, 0, NULL},
+        {"--chat-template", NULL, CLI_OPT_STRING, &A->chat_name, 0, 0, 0, NULL},
+        {"--no-special", NULL, CLI_OPT_SET, &A->no_special, 1, 0, 0, NULL},
+        {"--max-queue", NULL, CLI_OPT_INT32, &A->max_queue, 1, 1 << 20, 0, NULL},
+        {"--max-queue-tokens", NULL, CLI_OPT_SIZE, &A->max_queue_tokens, 1, 1e15, 0, NULL},
+        {"--max-wait", NULL, CLI_OPT_DOUBLE, &A->sp.max_wait, 0, 0, 1, NULL},
+        {"--max-body-bytes", NULL, CLI_OPT_SIZE, &A->max_body, 64, 1 << 30, 0, NULL},
+        {"--max-header-bytes", NULL, CLI_OPT_SIZE, &A->max_header, 4096, 1 << 24, 0, NULL},
+        {"--max-connections", NULL, CLI_OPT_INT32, &A->max_connections, 1, 65536, 0, NULL},
+        {"--idle-timeout", NULL, CLI_OPT_INT32, &A->idle_timeout, 1, 86400, 0, NULL},
+        {"--header-timeout", NULL, CLI_OPT_DOUBLE, &A->hp.header_timeout_s, 0, 0, 1, NULL},
+        {"--drain-timeout", NULL, CLI_OPT_DOUBLE, &A->drain_timeout, 0, 0, 0, NULL},
+        {"--quiet", "-q", CLI_OPT_SET, &A->quiet, 1, 0, 0, NULL},
+        {"--verbose", "-v", CLI_OPT_SET, &A->verbose, 1, 0, 0, NULL},
+    };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            serve_usage(stdout);
+            return 1;
+        }
+        int r = engine_flags_parse(&A->rp, "serve", argc, argv, &i);
+        if (!r) r = cli_opts_parse_gen("serve", &A->defaults, argc, argv, &i);
+        if (!r) r = cli_opts_parse("serve", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (r < 0) return -1;
+        if (r > 0) continue;
+        cli_error("serve", "unknown %s %s (see nightshift serve --help)", a[0] == '-' ? "option" : "argument",
+                  a);
+        return -1;
+    }
+    return 0;
+}
+
+/* Checks the arguments together and fills the server's and HTTP's params: 0, or -1 (printed). */
+static int serve_check_args(struct serve_args *A)
+{
+    struct err e;
+    enum chat_family f;
+    if (A->chat_name && chat_family_parse(A->chat_name, &f)) {
+        cli_error("serve", "--chat-template %s: expected one of %s", A->chat_name, chat_family_list());
+        return -1;
+    }
+    if (genparam_check(&A->defaults, &e)) {
+        cli_error("serve", "%s", e.msg);
+        return -1;
+    }
+    if (!A->rp.model_path) A->rp.model_path = cli_default_model();
+    if (!A->model_name) {
+        const char *slash = strrchr(A->rp.model_path, '/'), *base = slash ? slash + 1 : A->rp.model_path;
+        snprintf(A->name_buf, sizeof A->name_buf, "%s", base);
+        size_t n = strlen(A->name_buf);
+        if (n > 5 && !strcmp(A->name_buf + n - 5, ".gguf")) A->name_buf[n - 5] = '\0';
+        A->model_name = A->name_buf;
+    }
+    if (!A->hp.api_key) A->hp.api_key = getenv("NIGHTSHIFT_API_KEY");
+    if (A->hp.api_key && !*A->hp.api_key) A->hp.api_key = NULL;
+    A->sp.model_name = A->model_name;
+    A->sp.model_path = A->rp.model_path;
+    A->sp.defaults = &A->defaults;
+    A->sp.parse_special = !A->no_special;
+    A->sp.max_queue = A->max_queue;
+    A->sp.max_queue_tokens = (int64_t)A->max_queue_tokens;
+    A->sp.debug_checks = A->rp.debug_checks;
+    A->hp.port = A->port;
+    A->hp.max_body_bytes = A->max_body;
+    A->hp.max_header_bytes = A->max_header;
+    A->hp.max_connections = (unsigned)A->max_connections;
+    A->hp.idle_timeout_s = (unsigned)A->idle_timeout;
+    return 0;
+}
+
+/* Opens the stack and starts serving: 0, or -1 (printed; what was opened is closed). */
+static int serve_open(struct serve_args *A, server *srv, struct runtime *rt)
+{
+    struct err e;
+    if (runtime_open(&A->rp, rt, &e)) {
+        cli_error("serve", "%s: %s", A->rp.model_path, e.msg);
+        return -1;
+    }
+    enum chat_family chat = CHAT_NONE;
+    const char *chat_source;
+    if (A->chat_name) {
+        chat_family_parse(A->chat_name, &chat);
+        chat_source = "flag";
+    } else {
+        size_t len;
+        if (cli_chat_template(rt->gf, &chat, &len))
+            chat_source = chat != CHAT_NONE ? "gguf" : "tokenizer.chat_template not recognised";
+        else
+            chat_source = "no tokenizer.chat_template in the model";
+    }
+    if (server_start(srv, rt, chat, chat_source, &e)) {
+        cli_error("serve", "%s", e.msg);
+        runtime_close(rt);
+        return -1;
+    }
+    char desc[256];
+    runtime_describe(rt, desc, sizeof desc);
+    log_info("nightshift serve: ready: %s; chat template %s (%s)", desc, chat_family_name(chat), chat_source);
+    return 0;
+}
+
+/* Waits for SIGTERM / SIGINT (blocked in every thread) or an engine failure: 0 on a signal, 1 on failure. */
+static int serve_wait(server *srv, const sigset_t *set)
+{
+    for (;;) {
+        struct timespec ts = {0, 250 * 1000 * 1000};
+        int sig = sigtimedwait(set, NULL, &ts);
+        if (sig == SIGTERM || sig == SIGINT) {
+            log_info("nightshift serve: %s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            return 0;
+        }
+        char msg[ERR_MSG_MAX];
+        if (server_failed(srv, msg, sizeof msg)) {
+            cli_error("serve", "the engine failed: %s", msg);
+            return 1;
+        }
+    }
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    static struct serve_args A; /* cmd_serve runs once per process */
+    memset(&A, 0, sizeof A);
+    A.rp = runtime_default_params();
+    A.sp = server_default_params();
+    A.hp = http_default_params();
+    A.defaults = genparam_defaults();
+    A.port = A.hp.port;
+    A.max_connections = (int32_t)A.hp.max_connections;
+    A.idle_timeout = (int32_t)A.hp.idle_timeout_s;
+    A.max_body = A.hp.max_body_bytes;
+    A.max_header = A.hp.max_header_bytes;
+    A.drain_timeout = 30;
+    enum log_level saved_level = log_get_level();
+    int rc = 2, pr = serve_parse(argc, argv, &A);
+    if (pr || serve_check_args(&A)) {
+        rc = pr > 0 ? 0 : 2;
+        goto out;
+    }
+    rc = 1;
+    if (A.quiet)
+        log_set_level(LOG_WARN);
+    else if (A.verbose)
+        log_set_level(LOG_DEBUG);
+    /* every thread started from here on blocks these; serve_wait takes them */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct err e;
+    server *srv = NULL;
+    http_server *http = NULL;
+    struct runtime rt;
+    memset(&rt, 0, sizeof rt);
+    if (server_init(&A.sp, &srv, &e) || http_start(&A.hp, srv, &http, &e)) {
+        cli_error("serve", "%s", e.msg);
+        goto done;
+    }
+    log_info("nightshift serve: listening on http://%s%s%s:%d (loading %s)",
+             strchr(A.hp.host, ':') ? "[" : "", A.hp.host, strchr(A.hp.host, ':') ? "]" : "", http_port(http),
+             A.rp.model_path);
+    if (!A.hp.api_key && strcmp(A.hp.host, "127.0.0.1") && strcmp(A.hp.host, "::1"))
+        log_warn("nightshift serve: listening on %s without --api-key: anyone who can reach it can use it",
+                 A.hp.host);
+    if (serve_open(&A, srv, &rt)) goto done;
+    int failed = serve_wait(srv, &set);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* a second signal now kills (default action) */
+    int32_t n = server_drain(srv, A.drain_timeout);
+    if (n)
+        log_warn("nightshift serve: %d requests were still running after %.3g s: cancelled", (int)n,
+                 A.drain_timeout);
+    rc = failed;
+    if (!http_wait_idle(http, 5)) log_warn("nightshift serve: responses still being sent after 5 s: closing");
+done:
+    http_stop(http); /* closes the connections; their requests have ended */
+    if (srv) server_stop(srv);
+    runtime_close(&rt);
+    server_free(srv);
+    if (rc == 0) log_info("nightshift serve: stopped");
+out:
+    genparam_free(&A.defaults);
+    log_set_level(saved_level);
+    return rc;
+}

@@ -1,0 +1,55 @@
+/* http — the HTTP side of `nightshift serve`, on libmicrohttpd (one thread per connection).
+ *
+ *   POST /v1/completions, POST /v1/chat/completions    (JSON, or server-sent events with "stream": true)
+ *   GET  /v1/models, /v1/models/{id}, /health, /metrics
+ *
+ * A connection's thread reads the request (headers bounded by max_header_bytes through libmicrohttpd's
+ * per-connection memory; the body by max_body_bytes: a larger Content-Length is refused with 413 before the
+ * body is read, and a chunked body that grows past it is discarded and refused), checks the route (404,
+ * 405 with Allow), the API key (401; /health needs none), parses it (openai: 400 with run's messages), and
+ * submits it to the queue, whose admission answers at once: 429 with Retry-After, 503 while loading or
+ * draining. An admitted request is waited for on the connection's thread; every 100 ms the thread checks
+ * whether the client has closed its end, and cancels the request if so. Slow clients are cut: after
+ * idle_timeout_s without a byte (libmicrohttpd's connection timeout; suspended while the server itself works
+ * on the request), when a request's headers take longer than header_timeout_s (a watchdog thread: a client
+ * trickling bytes is never idle), and when a body takes longer than body_timeout_s.
+ *
+ * No part of a request is ever used as a file path: the server opens no file after start-up.
+ */
+#ifndef NS_SERVER_HTTP_H
+#define NS_SERVER_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/server.h"
+#include "util/err.h"
+
+struct http_params {
+    const char *host;      /* address to bind: an IPv4 or IPv6 literal (default "127.0.0.1") */
+    int port;              /* 0: any free port (http_port says which) */
+    const char *api_key;   /* NULL: no authentication; else "Authorization: Bearer KEY" on all but /health */
+    size_t max_body_bytes; /* default 1 MiB */
+    size_t max_header_bytes;  /* per-connection memory for the request line and headers (default 32 KiB) */
+    unsigned max_connections; /* default 512 */
+    unsigned idle_timeout_s;  /* a connection silent this long is closed (default 30) */
+    double header_timeout_s;  /* a request's headers must arrive within this of the connection's start or its
+                                 previous response (default 10) */
+    double body_timeout_s;    /* a body must arrive within this of its headers (default 30) */
+};
+
+struct http_params http_default_params(void);
+
+typedef struct http_server http_server;
+
+/* Binds and starts serving srv (which may still be loading: requests are then answered 503). */
+int http_start(const struct http_params *p, server *srv, http_server **out, struct err *e);
+/* The port bound. */
+int http_port(const http_server *h);
+/* Waits until no request is being answered (1), or `seconds` have passed (0): the end of a drain, so that
+ * responses are sent before http_stop closes the connections. Idle keep-alive connections do not count. */
+int http_wait_idle(http_server *h, double seconds);
+/* Stops listening, closes every connection and joins their threads. */
+void http_stop(http_server *h);
+
+#endif

@@ -1,0 +1,369 @@
+/* openai — see openai.h. Responses are written with jobs/output's buffer and JSON string writer, so a
+ * completion's text is escaped (and any bad UTF-8 repaired) exactly as in run's result files. */
+#include "server/openai.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs/ingest.h"
+#include "jobs/input.h"
+#include "jobs/key.h"
+#include "jobs/output.h"
+
+int openai_set_error(struct openai_error *err, int status, const char *type, const char *code,
+                     const char *fmt, ...)
+{
+    err->status = status;
+    err->type = type;
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+static int bad_request(struct openai_error *err, const char *code, const char *msg)
+{
+    return openai_set_error(err, 400, "invalid_request_error", code, "%s", msg);
+}
+
+/* ---- requests ---- */
+
+/* OpenAI fields nightshift accepts only at the value that changes nothing. */
+static int neutral_value(const char *k, const json_t *v)
+{
+    if (json_is_null(v)) return 1;
+    if (!strcmp(k, "logprobs") || !strcmp(k, "echo") || !strcmp(k, "store")) return json_is_false(v);
+    if (!strcmp(k, "best_of")) return json_is_integer(v) && json_integer_value(v) == 1;
+    if (!strcmp(k, "top_logprobs")) return json_is_integer(v) && json_integer_value(v) == 0;
+    if (!strcmp(k, "suffix")) return json_is_string(v) && json_string_length(v) == 0;
+    if (!strcmp(k, "tools") || !strcmp(k, "functions")) return json_is_array(v) && json_array_size(v) == 0;
+    if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
+        return json_is_string(v) && !strcmp(json_string_value(v), "none");
+    if (!strcmp(k, "parallel_tool_calls")) return json_is_boolean(v);
+    if (!strcmp(k, "response_format")) {
+        const json_t *t = json_object_get(v, "type");
+        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(t) &&
+               !strcmp(json_string_value(t), "text");
+    }
+    return 0;
+}
+
+static const char *const server_fields[] = {"stream",
+                                            "stream_options",
+                                            "user",
+                                            "logprobs",
+                                            "echo",
+                                            "store",
+                                            "best_of",
+                                            "top_logprobs",
+                                            "suffix",
+                                            "tools",
+                                            "functions",
+                                            "tool_choice",
+                                            "function_call",
+                                            "parallel_tool_calls",
+                                            "response_format",
+                                            NULL};
+
+/* The fields input_parse_body left to the server: stream, stream_options, user and the neutral ones. */
+static int read_server_fields(const json_t *root, struct server_req *r, struct openai_error *err)
+{
+    const json_t *v = json_object_get(root, "stream");
+    if (v && !json_is_null(v) && !json_is_boolean(v))
+        return bad_request(err, "invalid_type", "'stream' must be a boolean");
+    r->stream = json_is_true(v);
+    v = json_object_get(root, "stream_options");
+    if (v && !json_is_null(v)) {
+        const json_t *u = json_object_get(v, "include_usage");
+        if (!json_is_object(v) || (u && !json_is_boolean(u)))
+            return bad_request(err, "invalid_type",
+                               "'stream_options' must be an object with a boolean 'include_usage'");
+        if (!r->stream)
+            return bad_request(err, "invalid_value", "'stream_options' is only allowed with 'stream': true");
+        r->include_usage = json_is_true(u);
+    }
+    v = json_object_get(root, "user");
+    if (v && !json_is_null(v) && !json_is_string(v))
+        return bad_request(err, "invalid_type", "'user' must be a string");
+    for (const char *const *f = server_fields + 3; *f; f++) {
+        v = json_object_get(root, *f);
+        if (v && !neutral_value(*f, v))
+            return openai_set_error(
+                err, 400, "invalid_request_error", "unsupported_value",
+                "'%s' is not supported by this server (only its neutral value: it would change the "
+                "answer)",
+                *f);
+    }
+    return 0;
+}
+
+/* Fills r from the parsed item: prompt (rendered, tokenized, checked), parameters, seeds. */
+static int fill_request(const struct openai_ctx *c, struct input_item *it, uint64_t unseeded,
+                        struct server_req *r, struct openai_error *err, struct err *e)
+{
+    const char *code;
+    char msg[1024];
+    int rc =
+        ingest_prompt(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, &code, msg, sizeof msg, e);
+    if (rc != 0) return rc < 0 ? -1 : bad_request(err, code, msg);
+    r->max_tokens = ingest_max_tokens(c->model, r->n_prompt, it->gen.max_tokens);
+    r->gen = it->gen;
+    memset(&it->gen, 0, sizeof it->gen);
+    uint64_t base = r->gen.has_seed ? r->gen.seed : unseeded;
+    for (int32_t i = 0; i < r->n_choices; i++)
+        r->choices[i].seed = key_completion_seed(base, (uint32_t)i);
+    return 0;
+}
+
+int openai_parse_request(const struct openai_ctx *c, int chat, const char *body, size_t len,
+                         uint64_t unseeded, struct server_req **out, struct openai_error *err, struct err *e)
+{
+    struct input_item it;
+    json_t *root = NULL;
+    struct server_req *r = NULL;
+    int rc = -1;
+    *out = NULL;
+    if (input_parse_body(body, len, c->defaults, chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION,
+                         server_fields, &it, &root, e))
+        goto done;
+    if (it.code) {
+        rc = bad_request(err, it.code, it.message);
+        goto done;
+    }
+    r = server_req_new(it.gen.n);
+    if (!r) {
+        err_set(e, "out of memory");
+        goto done;
+    }
+    r->chat = chat;
+    rc = read_server_fields(root, r, err);
+    if (rc == 0) rc = fill_request(c, &it, unseeded, r, err, e);
+    if (rc == 0) {
+        *out = r;
+        r = NULL;
+    }
+done:
+    server_req_discard(r);
+    json_decref(root);
+    input_item_free(&it);
+    return rc;
+}
+
+/* ---- responses ---- */
+
+static void put_str(struct output_buf *b, const char *s)
+{
+    output_buf_put(b, s, strlen(s));
+}
+
+static void put_fmt(struct output_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put_fmt(struct output_buf *b, const char *fmt, ...)
+{
+    char t[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t, sizeof t, fmt, ap);
+    va_end(ap);
+    if (n > 0) output_buf_put(b, t, (size_t)n < sizeof t ? (size_t)n : sizeof t - 1);
+}
+
+static void put_json_str(struct output_buf *b, const char *s, size_t n)
+{
+    output_buf_put_json_string(b, s ? s : "", s ? n : 0);
+}
+
+static char *finish_buf(struct output_buf *b, size_t *len)
+{
+    output_buf_put(b, "", 1); /* NUL */
+    if (b->oom) {
+        output_buf_free(b);
+        return NULL;
+    }
+    *len = b->n - 1;
+    return b->p;
+}
+
+void openai_request_id(const struct server_req *r, uint64_t salt, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s-%08" PRIx64 "%016" PRIx64, r->chat ? "chatcmpl" : "cmpl", salt & 0xffffffffu,
+             r->id);
+}
+
+const char *openai_finish_reason(enum engine_finish f)
+{
+    return f == ENGINE_FINISH_STOP ? "stop" : f == ENGINE_FINISH_LENGTH ? "length" : NULL;
+}
+
+/* {"id":...,"object":...,"created":...,"model":... (no closing brace) */
+static void put_head(struct output_buf *b, const char *id, const char *object, int64_t created,
+                     const char *model)
+{
+    put_str(b, "{\"id\":");
+    put_json_str(b, id, strlen(id));
+    put_str(b, ",\"object\":");
+    put_json_str(b, object, strlen(object));
+    put_fmt(b, ",\"created\":%" PRId64 ",\"model\":", created);
+    put_json_str(b, model, strlen(model));
+}
+
+static void put_usage(struct output_buf *b, const struct server_req *r)
+{
+    int64_t gen = 0;
+    for (int32_t i = 0; i < r->n_choices; i++)
+        gen += r->choices[i].n_tokens;
+    put_fmt(
+        b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%" PRId64 ",\"total_tokens\":%" PRId64 "}",
+        (int)r->n_prompt, gen, (int64_t)r->n_prompt + gen);
+}
+
+/* The error of a choice that neither stopped nor reached its length; 0 when every choice did. */
+static int failed_choice(const struct server_req *r, struct openai_error *err)
+{
+    for (int32_t i = 0; i < r->n_choices; i++) {
+        const struct server_choice *ch = &r->choices[i];
+        if (ch->finish == ENGINE_FINISH_CANCELLED)
+            return openai_set_error(err, 503, "server_error", "cancelled",
+                                    "the request was cancelled: the server is shutting down");
+        if (ch->finish == ENGINE_FINISH_ERROR)
+            return openai_set_error(err, 500, "server_error", "engine_error", "%s",
+                                    ch->error ? ch->error : "failed");
+    }
+    return 0;
+}
+
+char *openai_response(const struct server_req *r, const char *id, const char *model, int64_t created,
+                      size_t *len, struct openai_error *err)
+{
+    if (failed_choice(r, err)) return NULL;
+    struct output_buf b = {0};
+    put_head(&b, id, r->chat ? "chat.completion" : "text_completion", created, model);
+    put_str(&b, ",\"choices\":[");
+    for (int32_t i = 0; i < r->n_choices; i++) {
+        const struct server_choice *ch = &r->choices[i];
+        put_fmt(&b, "%s{\"index\":%d", i ? "," : "", (int)i);
+        put_str(&b, r->chat ? ",\"message\":{\"role\":\"assistant\",\"content\":" : ",\"text\":");
+        put_json_str(&b, ch->text, ch->text_len);
+        put_str(&b, r->chat ? "}" : "");
+        put_str(&b, ",\"logprobs\":null,\"finish_reason\":");
+        const char *fr = openai_finish_reason(ch->finish);
+        put_json_str(&b, fr, strlen(fr));
+        put_str(&b, "}");
+    }
+    put_str(&b, "]");
+    put_usage(&b, r);
+    put_str(&b, "}");
+    char *out = finish_buf(&b, len);
+    if (!out) openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
+    return out;
+}
+
+/* One chunk: data: {head,"choices":[{"index":c, <delta or text>, "logprobs":null,"finish_reason":fr}]} */
+static void put_chunk(struct output_buf *b, const struct server_req *r, const char *id, const char *model,
+                      int64_t created, int32_t c, const char *delta_json, const char *text, size_t len,
+                      const char *finish)
+{
+    put_str(b, "data: ");
+    put_head(b, id, r->chat ? "chat.completion.chunk" : "text_completion", created, model);
+    put_fmt(b, ",\"choices\":[{\"index\":%d,", (int)c);
+    if (r->chat && delta_json) {
+        put_str(b, delta_json);
+    } else if (r->chat) {
+        put_str(b, "\"delta\":{\"content\":");
+        put_json_str(b, text, len);
+        put_str(b, "}");
+    } else {
+        put_str(b, "\"text\":");
+        put_json_str(b, text, len);
+    }
+    put_str(b, ",\"logprobs\":null,\"finish_reason\":");
+    if (finish)
+        put_json_str(b, finish, strlen(finish));
+    else
+        put_str(b, "null");
+    put_str(b, "}]}\n\n");
+}
+
+char *openai_stream_start(const struct server_req *r, const char *id, const char *model, int64_t created,
+                          size_t *len)
+{
+    struct output_buf b = {0};
+    for (int32_t c = 0; r->chat && c < r->n_choices; c++)
+        put_chunk(&b, r, id, model, created, c, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}", NULL,
+                  0, NULL);
+    return finish_buf(&b, len);
+}
+
+char *openai_stream_event(const struct server_req *r, const char *id, const char *model, int64_t created,
+                          const struct server_event *ev, size_t *len)
+{
+    struct output_buf b = {0};
+    if (ev->len > 0) put_chunk(&b, r, id, model, created, ev->choice, NULL, ev->text, ev->len, NULL);
+    if (ev->finished) {
+        const char *fr = openai_finish_reason(ev->finish);
+        if (fr) {
+            put_chunk(&b, r, id, model, created, ev->choice, "\"delta\":{}", "", 0, fr);
+        } else {
+            struct openai_error err;
+            if (ev->finish == ENGINE_FINISH_CANCELLED)
+                openai_set_error(&err, 503, "server_error", "cancelled",
+                                 "the request was cancelled: the server is shutting down");
+            else
+                openai_set_error(&err, 500, "server_error", "engine_error", "%s",
+                                 ev->error ? ev->error : "failed");
+            size_t n;
+            char *body = openai_error_body(&err, &n);
+            put_str(&b, "data: ");
+            if (body) output_buf_put(&b, body, n);
+            put_str(&b, "\n\n");
+            if (!body) b.oom = 1;
+            free(body);
+        }
+    }
+    return finish_buf(&b, len);
+}
+
+char *openai_stream_end(const struct server_req *r, const char *id, const char *model, int64_t created,
+                        size_t *len)
+{
+    struct output_buf b = {0};
+    if (r->include_usage) {
+        put_str(&b, "data: ");
+        put_head(&b, id, r->chat ? "chat.completion.chunk" : "text_completion", created, model);
+        put_str(&b, ",\"choices\":[]");
+        put_usage(&b, r);
+        put_str(&b, "}\n\n");
+    }
+    put_str(&b, "data: [DONE]\n\n");
+    return finish_buf(&b, len);
+}
+
+char *openai_models(const char *model, int64_t created, int one, size_t *len)
+{
+    struct output_buf b = {0};
+    put_str(&b, one ? "{\"id\":" : "{\"object\":\"list\",\"data\":[{\"id\":");
+    put_json_str(&b, model, strlen(model));
+    put_fmt(&b, ",\"object\":\"model\",\"created\":%" PRId64 ",\"owned_by\":\"nightshift\"}", created);
+    put_str(&b, one ? "" : "]}");
+    return finish_buf(&b, len);
+}
+
+char *openai_error_body(const struct openai_error *err, size_t *len)
+{
+    struct output_buf b = {0};
+    put_str(&b, "{\"error\":{\"message\":");
+    put_json_str(&b, err->message, strlen(err->message));
+    put_str(&b, ",\"type\":");
+    put_json_str(&b, err->type, strlen(err->type));
+    put_str(&b, ",\"param\":null,\"code\":");
+    if (err->code)
+        put_json_str(&b, err->code, strlen(err->code));
+    else
+        put_str(&b, "null");
+    put_str(&b, "}}");
+    return finish_buf(&b, len);
+}

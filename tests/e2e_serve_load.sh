@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A small load test of `nightshift serve` on stories260K (tests/serve_load.py; bench/serve_load.sh is the
+# longer run with numbers for bench/NOTES.md): the server runs on 127.0.0.1 (free port) with few sequences
+# and a short queue so that a Python client can offer it many times what it sustains. Asserted: every
+# response is a completion or a 429 with Retry-After, every admitted request completes, the overload gets
+# 429s, a quarter of the measured capacity gets none (a half, in bench/serve_load.sh; a quarter here because
+# `make test` may share the machine with other work, which moves the capacity between phases), and nothing is
+# left in flight. Timing figures are printed,
+# not asserted (the 50 ms p99 is checked by bench/serve_load.sh --strict). About 15 s.
+. tests/lib.sh
+model=$SHARED/models/stories260K.gguf
+if [ ! -f "$model" ]; then skip serve_load "no $model"; exit 0; fi
+if ! command -v python3 >/dev/null || ! command -v curl >/dev/null; then skip serve_load "python3 and curl are needed"; exit 0; fi
+"$NS" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 --max-seqs 4 --max-queue 8 --max-wait 1 >/dev/null 2>"$e2e_tmp/log" &
+pid=$!
+trap 'kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$e2e_tmp"' EXIT
+port=
+for _ in $(seq 1 100); do
+    grep -q "ready:" "$e2e_tmp/log" && port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$e2e_tmp/log" | grep -o '[0-9]*$') && break
+    sleep 0.1
+done
+if [ -z "$port" ]; then fail serve_load_start "$(tail -3 "$e2e_tmp/log")"; exit 1; fi
+timeout 200 python3 tests/serve_load.py "http://127.0.0.1:$port" --pid $pid --duration 3 --max-tokens 256 --sustain-fraction 0.25 || E2E_FAILED=1
+curl -s -m 10 "http://127.0.0.1:$port/metrics" >"$e2e_tmp/metrics"
+grep -q '^nightshift_active_requests 0$' "$e2e_tmp/metrics" && ok serve_load_nothing_in_flight ||
+    fail serve_load_nothing_in_flight "$(grep -E '^nightshift_(active|queue)' "$e2e_tmp/metrics")"
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc = 0 ] && ok serve_load_exit_0 || fail serve_load_exit_0 "exit $rc"
+exit $E2E_FAILED
