@@ -21,6 +21,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "util/clock.h"
+#include "util/log.h"
 
 #ifndef NS_CUDA
 int main(void)
@@ -227,6 +228,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--steps")) n_steps = atoi(argv[i + 1]);
     }
     struct err e = {{0}};
+    log_set_level(LOG_INFO); /* the backend's start-up lines: device, weights, KV pool, attention kernel */
     gguf_file *f = NULL;
     struct model *m = NULL;
     if (cuda_harness_gemm_rate(8192, 20, &B.gemm_tflops, &e) || cuda_harness_copy_rate(2ull << 30, 20, &B.copy_gbs, &e)) {

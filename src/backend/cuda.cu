@@ -11,7 +11,10 @@
  *    biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
  *  - KV pool: two device allocations (K, V), each [layer][block][kv_head][slot][head_dim] of f16 or f32
  *    (q8_0 is refused). A step writes K/V of each row (cuda_launch_qkv) before its attention reads
- *    positions <= the rows' own, so no slot is read before it is written.
+ *    positions <= the rows' own, so no slot is read before it is written. The attention kernel is chosen
+ *    with the pool (cuda_attn_choose: tensor cores for f16 KV at head_dim 64/128 under BF16 weights, the
+ *    exact CUDA-core kernel otherwise) and kept while the pool lives, so a sequence's rows never switch
+ *    kernels between steps.
  *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
  *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's
  *    stream (cuBLAS GEMMs with FP32 accumulation over all rows; the kernels of cuda_kernels.cu); only the
@@ -85,6 +88,7 @@ struct cuda_ctx {
 
     /* KV pool */
     enum kv_type kv_type;
+    enum cuda_attn_kernel attn; /* chosen with the pool (cuda_attn_choose), fixed while it lives */
     int32_t n_blocks, block_size;
     void *k_cache, *v_cache;  /* (n_layer, n_blocks, n_head_kv, block_size, head_dim) each */
     uint64_t kv_layer_bytes;  /* one layer of K (or V) */
@@ -265,6 +269,8 @@ static int cuda_check(void *ctx, struct err *e)
         if (c->kv_layer_bytes != (uint64_t)c->n_blocks * (uint64_t)c->block_size * (uint64_t)hp->n_head_kv *
                                      (uint64_t)hp->head_dim * el || !c->v_cache)
             return err_set(e, "cuda_check: KV pool sizes inconsistent");
+        if (c->attn != CUDA_ATTN_CORES && !cuda_attn_tc_fits(hp->head_dim, c->kv_type))
+            return err_set(e, "cuda_check: tensor-core attention on a pool it does not fit");
     }
     return 0;
 }
@@ -565,6 +571,10 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
                        (double)free_b / (1 << 20));
     }
     c->kv_type = t;
+    int act_bf16 = 1;
+    for (int32_t il = 0; il < hp->n_layer; il++) act_bf16 &= c->layers[il].wo.bf16;
+    c->attn = cuda_attn_choose(hp->head_dim, t, act_bf16);
+    log_info("cuda backend: attention on %s", cuda_attn_kernel_name(c->attn));
     c->n_blocks = n_blocks;
     c->block_size = block_size;
     c->kv_layer_bytes = layer;
@@ -657,8 +667,9 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
     }
     int64_t n_parts = 0;
     int32_t n_split = 0, max_rows = 1;
-    const int64_t n_items = cuda_attn_plan(R, b->pos, b->seq, group, c->max_parts, (struct cuda_attn_item *)(h + off[8]),
-                                           h + off[6], h + off[7], &n_parts, &n_split, &max_rows);
+    const int64_t n_items =
+        cuda_attn_plan(R, b->pos, b->seq, cuda_attn_rows(group, c->attn), c->max_parts,
+                       (struct cuda_attn_item *)(h + off[8]), h + off[6], h + off[7], &n_parts, &n_split, &max_rows);
     const size_t used = off[8] + 4 * (size_t)n_items;
     CU_TRY(cudaMemcpyAsync(c->batch_d, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
     const int32_t *d = c->batch_d;
@@ -724,7 +735,7 @@ static int cuda_run_layers(struct cuda_ctx *c, const struct cuda_batch_dev *bd, 
 {
     const struct model_hparams *hp = &c->m->hp;
     const struct cuda_attn_geom g = {hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox,
-                                     c->block_size, c->kv_type, hp->norm_eps};
+                                     c->block_size, c->kv_type, hp->norm_eps, c->attn};
     if (cuda_launch_rope_table(c->st, bd->pos, bd->n_rows, c->inv_freq, hp->n_rot, c->cs, e) ||
         cuda_launch_embed(c->st, c->embd.d, c->embd.bf16, bd->tokens, bd->n_rows, hp->n_embd, c->x, e))
         return -1;

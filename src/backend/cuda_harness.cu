@@ -229,7 +229,9 @@ extern "C" uint64_t cuda_harness_pool_floats(const struct cuda_harness_attn *h)
 
 static struct cuda_attn_geom cuda_hx_geom(const struct cuda_harness_attn *a)
 {
-    return {a->n_head, a->n_head_kv, a->head_dim, a->n_rot, a->rope_neox, a->block_size, a->kv_type, a->norm_eps};
+    return {a->n_head,     a->n_head_kv, a->head_dim, a->n_rot,
+            a->rope_neox,  a->block_size, a->kv_type,  a->norm_eps,
+            (enum cuda_attn_kernel)a->kernel};
 }
 
 /* Uploads the batch of a (and its attention plan: split or not) into bd. */
@@ -250,9 +252,9 @@ static int cuda_hx_batch(struct cuda_hx *x, const struct cuda_harness_attn *a, i
         goto out;
     }
     {
-        const int64_t n_items =
-            cuda_attn_plan(R, a->pos, a->seq, a->n_head / a->n_head_kv, max_parts, items, part_off, split_rows, &n_parts,
-                           &n_split, &max_rows);
+        const int32_t per = cuda_attn_rows(a->n_head / a->n_head_kv, (enum cuda_attn_kernel)a->kernel);
+        const int64_t n_items = cuda_attn_plan(R, a->pos, a->seq, per, max_parts, items, part_off, split_rows,
+                                               &n_parts, &n_split, &max_rows);
         if (cuda_hx_upload(x, a->pos, (size_t)R * 4, &dpos, e) || cuda_hx_upload(x, a->seq, (size_t)R * 4, &dseq, e) ||
             cuda_hx_upload(x, a->bt_off, (size_t)a->n_seqs * 4, &doff, e) ||
             cuda_hx_upload(x, a->bt, (size_t)a->n_bt * 4, &dbt, e) ||

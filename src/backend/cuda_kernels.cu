@@ -1,6 +1,7 @@
 /* cuda_kernels — the CUDA backend's own kernels (embedding gather, RoPE table, RMSNorm with the residual
- * add, the q/k/v epilogue with RoPE and the KV writes, paged attention, SwiGLU) and their launchers.
- * See cuda_kernels.h for the contracts and the attention's invariant.
+ * add, the q/k/v epilogue with RoPE and the KV writes, paged attention on CUDA cores, SwiGLU) and their
+ * launchers; cuda_launch_attn hands tensor-core pools to cuda_attn_tc.cu. See cuda_kernels.h for the
+ * contracts and the attention's invariant.
  *
  * Arithmetic that the attention's invariant depends on (the per-chunk online softmax and the merge) is
  * written with explicit round-to-nearest intrinsics (__fmul_rn, __fmaf_rn, __fsub_rn), so that the
@@ -8,6 +9,7 @@
  * Nothing reduces through atomics: every output element is written by one thread, in a fixed order.
  */
 #include "backend/cuda_kernels.h"
+#include "backend/cuda_device.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -22,18 +24,6 @@ int cuda_fail(struct err *e, const char *file, int line, const char *what, const
 }
 
 /* ---------------------------------------------------------------- helpers */
-
-template <typename T> __device__ __forceinline__ T cuda_from_f32(float v);
-template <> __device__ __forceinline__ float cuda_from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 cuda_from_f32<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half cuda_from_f32<__half>(float v) { return __float2half_rn(v); }
-
-__device__ __forceinline__ float cuda_to_f32(float v) { return v; }
-__device__ __forceinline__ float cuda_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float cuda_to_f32(__half v) { return __half2float(v); }
 
 /* Butterfly reductions: every lane ends with the same value (each level adds a pair in both lanes, and
  * a + b == b + a exactly). */
@@ -215,35 +205,6 @@ int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struc
 
 #define CUDA_ATT_WARPS 4
 #define CUDA_ATT_QW (CUDA_ATT_QUERIES / CUDA_ATT_WARPS) /* queries per warp at most */
-
-struct cuda_attn_args {
-    struct cuda_attn_geom g;
-    struct cuda_batch_dev b;
-    const float *qkv;
-    int32_t qkv_stride;
-    const void *k, *v;
-    void *out;
-    float *part_acc, *part_ml;
-    float scale; /* (1 / sqrt(head_dim)) * log2(e): scores in log2 units */
-};
-
-/* The merge of chunk states, in chunk order: (M, L, O) <- (M, L, O) (+) (m, l, acc). The weights of the
- * two sides, then each value; M <- max(M, m) afterwards. From M = -inf (nothing yet) the result is
- * exactly (m, l, acc). */
-struct cuda_att_w {
-    float a, b;
-};
-
-__device__ __forceinline__ cuda_att_w cuda_att_merge_w(float M, float m)
-{
-    const float mn = fmaxf(M, m);
-    return {exp2f(__fsub_rn(M, mn)), exp2f(__fsub_rn(m, mn))};
-}
-
-__device__ __forceinline__ float cuda_att_merge_v(float X, float x, cuda_att_w w)
-{
-    return __fmaf_rn(X, w.a, __fmul_rn(x, w.b));
-}
 
 /* Shared memory of the attention kernel for QW queries per warp, in floats: queries (4 QW, hd), K
  * (TILE, hd + 4), V (TILE, hd), probabilities (4 QW, TILE). */
@@ -534,7 +495,7 @@ int cuda_kernels_init(struct err *e)
                 for (int ob = 0; ob < 2; ob++)
                     CU_TRY(cudaFuncSetAttribute(cuda_attn_pick(hd, qw, kv, ob),
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return 0;
+    return cuda_attn_tc_init(e);
 }
 
 int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
@@ -542,6 +503,14 @@ int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const stru
                      enum cuda_act out_type, float *part_acc, float *part_ml, struct err *e)
 {
     if (b->n_items < 1) return 0;
+    const cuda_attn_args a = {*g, *b, qkv, qkv_stride, k_layer, v_layer, out, part_acc, part_ml,
+                              (1.0f / sqrtf((float)g->head_dim)) * 1.44269504088896340736f};
+    if (g->attn != CUDA_ATTN_CORES) {
+        if (!cuda_attn_tc_fits(g->head_dim, g->kv_type))
+            return err_set(e, "cuda backend: the tensor-core attention needs f16 KV and head_dim 64 or 128 (%d)",
+                           (int)g->head_dim);
+        return cuda_launch_attn_tc(st, a, b->n_items, out_type == CUDA_ACT_BF16, e);
+    }
     const int32_t group = g->n_head / g->n_head_kv;
     const int need = (b->max_item_rows * group + CUDA_ATT_WARPS - 1) / CUDA_ATT_WARPS;
     const int qw = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : 8; /* the instance cuda_attn_pick2 takes */
@@ -549,8 +518,6 @@ int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const stru
     if (!fn)
         return err_set(e, "cuda backend: head dimension %d is not a multiple of 8 up to %d", (int)g->head_dim,
                        CUDA_MAX_HEAD_DIM);
-    const cuda_attn_args a = {*g, *b, qkv, qkv_stride, k_layer, v_layer, out, part_acc, part_ml,
-                              (1.0f / sqrtf((float)g->head_dim)) * 1.44269504088896340736f};
     const dim3 grid((unsigned)b->n_items, (unsigned)g->n_head_kv);
     fn<<<grid, 32 * CUDA_ATT_WARPS, cuda_attn_smem_floats(g->head_dim, qw) * sizeof(float), st>>>(a);
     CU_LAUNCHED();
@@ -570,9 +537,9 @@ int cuda_launch_attn_combine(cudaStream_t st, const struct cuda_attn_geom *g, co
     return 0;
 }
 
-int32_t cuda_attn_rows(int32_t group)
+int32_t cuda_attn_rows(int32_t group, enum cuda_attn_kernel k)
 {
-    const int32_t r = CUDA_ATT_ITEM_QUERIES / (group > 0 ? group : 1);
+    const int32_t r = (k == CUDA_ATTN_CORES ? CUDA_ATT_ITEM_QUERIES : CUDA_TC_QUERIES) / (group > 0 ? group : 1);
     return r < 1 ? 1 : r;
 }
 
@@ -592,11 +559,10 @@ static int cuda_attn_item_cmp(const void *pa, const void *pb)
     return (a->chunk > b->chunk) - (a->chunk < b->chunk);
 }
 
-int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t group, int64_t max_parts,
+int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,
                        struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
                        int32_t *n_split_rows, int32_t *max_item_rows)
 {
-    const int32_t per = cuda_attn_rows(group);
     int64_t n = 0, parts = 0;
     int32_t ns = 0, mr = 1;
     for (int32_t r = 0; r < n_rows;) {

@@ -5,7 +5,7 @@
  * F32 per the matrix they feed (enum cuda_act); everything else is F32.
  *
  * Attention (cuda_launch_attn) works on items planned on the host (cuda_attn_plan): an item is (up to
- * cuda_attn_rows(group) consecutive rows of one sequence) x (one kv head, grid.y) x (position chunks).
+ * cuda_attn_rows() consecutive rows of one sequence) x (one kv head, grid.y) x (position chunks).
  * Positions are split into chunks of CUDA_ATT_CHUNK at absolute multiples, each chunk into tiles of
  * CUDA_ATT_TILE. For one (row, query head) the arithmetic is fixed by the row's q, its position and its
  * sequence's KV alone: per chunk c <= pos / CUDA_ATT_CHUNK an online softmax over its tiles in order gives
@@ -13,6 +13,13 @@
  * does both in one block and writes the output; a "split" item does one chunk and writes the partial, and
  * cuda_launch_attn_combine merges the partials with the same merge. Both give bit-identical outputs, so
  * the host may split or not as it likes (it splits single-row items, decode, for parallelism).
+ *
+ * Two attention kernels follow that structure (enum cuda_attn_kernel, chosen per KV pool, never per step):
+ * the CUDA-core kernel (f32 arithmetic throughout: the exact path, any head_dim, f32 or f16 KV) and the
+ * tensor-core kernel of cuda_attn_tc.cu (f16 KV, head_dim 64 or 128: f16 operands, f32 accumulation). Each
+ * is batch-invariant on its own: a row's bits depend on its q, its position and its sequence's KV, never on
+ * the other rows of the step, the items the plan makes or whether a row is split. The two kernels give
+ * different bits, so the backend picks one for the whole life of a KV pool (cuda_attn_choose).
  */
 #ifndef NS_BACKEND_CUDA_KERNELS_H
 #define NS_BACKEND_CUDA_KERNELS_H
@@ -29,6 +36,7 @@ extern "C" {
 #define CUDA_ATT_CHUNK 128     /* positions per chunk (a multiple of CUDA_ATT_TILE) */
 #define CUDA_ATT_QUERIES 32    /* (rows x query heads) per item at most: 4 warps x 8 */
 #define CUDA_ATT_ITEM_QUERIES 16 /* queries a multi-row item aims at (4 per warp: more blocks resident) */
+#define CUDA_TC_QUERIES 64     /* queries per item of the tensor-core kernel: 4 warps x 16 (one m16 tile each) */
 #define CUDA_MAX_HEAD_DIM 256  /* head_dim at most, a multiple of 8 (load refuses others) */
 
 /* Records a failed CUDA call into e with file:line; returns -1. */
@@ -71,23 +79,39 @@ struct cuda_batch_dev {
 
 /* Geometry of the model's attention and of one layer of the KV pool ([block][kv head][slot][head_dim],
  * K and V separately, elements of kv_type: F32 or F16). */
+/* The attention kernel of a KV pool. CUDA_ATTN_TC_LDS is the tensor-core kernel with its K/V operands
+ * read by plain shared-memory loads instead of ldmatrix: the same values into the same mma, so the same
+ * bits (tests/test_cuda.c checks it; a fallback selectable by NIGHTSHIFT_CUDA_ATTN). */
+enum cuda_attn_kernel { CUDA_ATTN_CORES = 0, CUDA_ATTN_TC = 1, CUDA_ATTN_TC_LDS = 2 };
+
 struct cuda_attn_geom {
     int32_t n_head, n_head_kv, head_dim, n_rot, rope_neox;
     int32_t block_size;
     enum kv_type kv_type;
     float norm_eps;
+    enum cuda_attn_kernel attn; /* a tensor-core kernel only where cuda_attn_tc_fits */
 };
 
-/* Rows per attention item for a GQA group size: max(1, CUDA_ATT_ITEM_QUERIES / group) (queries per item
- * <= CUDA_ATT_QUERIES, as load refuses larger groups). */
-int32_t cuda_attn_rows(int32_t group);
+/* Whether the tensor-core kernel handles this head_dim and KV type (f16 KV, head_dim 64 or 128). */
+int cuda_attn_tc_fits(int32_t head_dim, enum kv_type t);
+/* The kernel for a KV pool: the tensor-core kernel where it fits and the GEMM inputs are BF16 (act_bf16:
+ * its f16 rounding of q and of the probabilities is then below the rounding of its BF16 output), else the
+ * CUDA-core kernel (F32 models keep the exact path). NIGHTSHIFT_CUDA_ATTN=cores|tc|tc-lds overrides the
+ * choice where the kernel fits (read once). */
+enum cuda_attn_kernel cuda_attn_choose(int32_t head_dim, enum kv_type t, int act_bf16);
+const char *cuda_attn_kernel_name(enum cuda_attn_kernel k);
+
+/* Rows per attention item for a GQA group size and kernel: max(1, CUDA_ATT_ITEM_QUERIES / group) for the
+ * CUDA-core kernel (queries per item <= CUDA_ATT_QUERIES, as load refuses larger groups), max(1,
+ * CUDA_TC_QUERIES / group) for the tensor-core kernels. */
+int32_t cuda_attn_rows(int32_t group, enum cuda_attn_kernel k);
 
 /* Plans the attention items of a batch (host). rows: n_rows positions pos and sequences seq (rows of a
- * sequence contiguous). items must hold cuda_attn_max_items() and come out longest first; part_off
- * (n_rows) and split_rows (n_rows) are filled; max_parts bounds the partial slots (Σ over split rows of
- * pos / CUDA_ATT_CHUNK + 1): rows that would pass it are not split. Returns the number of items; *n_parts, *n_split_rows and
- * *max_item_rows (rows of the largest item) out. */
-int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t group, int64_t max_parts,
+ * sequence contiguous); per: rows per item at most (cuda_attn_rows). items must hold cuda_attn_max_items()
+ * and come out longest first; part_off (n_rows) and split_rows (n_rows) are filled; max_parts bounds the
+ * partial slots (sum over split rows of pos / CUDA_ATT_CHUNK + 1): rows that would pass it are not split.
+ * Returns the number of items; *n_parts, *n_split_rows and *max_item_rows (rows of the largest item) out. */
+int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,
                        struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
                        int32_t *n_split_rows, int32_t *max_item_rows);
 /* Items cuda_attn_plan can produce for n_rows rows and max_parts partial slots, at most. */
@@ -112,9 +136,12 @@ int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float
 int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b, float *qkv,
                     const float *bias, const float *q_norm, const float *k_norm, const float *cs, void *k_layer,
                     void *v_layer, struct err *e);
-/* Attention of the planned items: q from qkv (n_rows, qkv_stride) f32; whole items write out (n_rows,
- * n_head * head_dim) as out_type; split items write partials acc (n_parts, n_head, head_dim) and ml
- * (n_parts, n_head, 2). Then cuda_launch_attn_combine for the split rows. */
+/* Attention of the planned items with the kernel g->attn: q from qkv (n_rows, qkv_stride) f32; whole
+ * items write out (n_rows, n_head * head_dim) as out_type; split items write partials acc (n_parts,
+ * n_head, head_dim) and ml (n_parts, n_head, 2). Then cuda_launch_attn_combine for the split rows. The
+ * tensor-core kernel also reads the K/V of positions past a row's own (up to the largest position of its
+ * item, masked to probability 0): every position up to a sequence's largest row in the step must hold
+ * finite K/V (the engine writes them in order; a NaN there would leak through 0 * NaN). */
 int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
                      const float *qkv, int32_t qkv_stride, const void *k_layer, const void *v_layer, void *out,
                      enum cuda_act out_type, float *part_acc, float *part_ml, struct err *e);

@@ -1,0 +1,436 @@
+/* cuda_attn_tc — the tensor-core attention kernel of the CUDA backend (f16 KV, head_dim 64 or 128), and
+ * the choice between it and the CUDA-core kernel of cuda_kernels.cu. cuda_kernels.h describes the items,
+ * the chunks and the invariant both kernels keep.
+ *
+ * The work: one block of 4 warps per (item, kv head). The item's queries j = 0 .. n_rows * group - 1 (row
+ * row0 + j / group, query head kvh * group + j % group; CUDA_TC_QUERIES at most) are the rows of four m16
+ * tiles, warp w owning j in [16 w, 16 w + 16). K/V tiles of CUDA_TC_TILE positions are copied (cp.async,
+ * f16 as stored, zeros past the item's last position) into two shared-memory stages: the next tile's
+ * copy is in flight while the current one is computed, and every query head of the kv group (all rows of
+ * the item) shares each tile. Per tile and warp: S = Q K^T by mma.sync m16n8k16 (q scaled by the softmax
+ * scale and rounded to f16 once, kept as A fragments in registers; k-steps over head_dim in order), the
+ * causal mask (a position past the query's own gets -inf), the online softmax in registers (a quad of
+ * lanes holds a row: max and sum by fixed butterflies), the probabilities rounded to f16 (the same rounded
+ * values go into l and into P V), then acc = acc * alpha + P V by mma.sync. Chunk states are merged as in
+ * the CUDA-core kernel (cuda_att_merge_*); a whole item keeps its merged O in shared memory (each lane its
+ * own elements), so only one accumulator set lives in registers.
+ *
+ * Batch invariance (kept): a query's bits depend only on its q, its position and its sequence's K/V.
+ * Tiles sit at absolute multiples of CUDA_TC_TILE, so every query runs the same tiles of each chunk in
+ * the same order; a tile past a query's position (run because another query of its warp needs it) is an
+ * exact no-op for it (alpha = exp2(0) = 1, probabilities 0, the mma adds exact zeros); each element of an
+ * mma's result depends on its own row of A and column of B only, so the m-row, warp and item a query
+ * lands in do not change its bits; whole and split items compute the same chunk states and merge them
+ * with the same functions. tests/test_cuda.c checks prefill rows alone, in other item compositions and
+ * as lone (split) rows against the same rows in a mixed batch, bit for bit.
+ *
+ * One kernel function of ~100 lines on purpose: the fragments and states stay in registers throughout.
+ */
+#include "backend/cuda_device.cuh"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUDA_TC_WARPS 4
+#define CUDA_TC_TILE 32 /* positions per K/V tile */
+
+static_assert(CUDA_TC_QUERIES == 16 * CUDA_TC_WARPS, "one m16 tile of queries per warp");
+static_assert(CUDA_ATT_CHUNK % CUDA_TC_TILE == 0, "tiles inside chunks");
+
+/* ---------------------------------------------------------------- PTX wrappers */
+
+__device__ __forceinline__ uint32_t cuda_tc_saddr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (src stays a valid address). */
+__device__ __forceinline__ void cuda_tc_cp16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cuda_tc_saddr(dst)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cuda_tc_cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N committed copy groups of this thread are still in flight. */
+template <int N> __device__ __forceinline__ void cuda_tc_cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* d (16x8 f32) += a (16x16 f16) * b (16x8 f16), fragments as the PTX ISA lays them out (g = lane / 4,
+ * t = lane % 4; the lower half of a 32-bit register holds the lower index): a[0] = A[g][2t, 2t+1],
+ * a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9], a[3] = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g],
+ * b1 = B[2t+8, 2t+9][g]; d[0], d[1] = D[g][2t, 2t+1], d[2], d[3] = D[g+8][2t, 2t+1]. */
+__device__ __forceinline__ void cuda_tc_mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8x8 matrices of 16-bit elements from shared memory: lanes 8i .. 8i+7 give the addresses of the 8
+ * rows (16 bytes each) of matrix i. r[i] of lane l: row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1 of
+ * matrix i; transposed (ldm4t): rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4. */
+__device__ __forceinline__ void cuda_tc_ldm4(uint32_t (&r)[4], const __half *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(cuda_tc_saddr(p))
+                 : "memory");
+}
+
+__device__ __forceinline__ void cuda_tc_ldm4t(uint32_t (&r)[4], const __half *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(cuda_tc_saddr(p))
+                 : "memory");
+}
+
+__device__ __forceinline__ uint32_t cuda_tc_pack(__half lo, __half hi)
+{
+    return (uint32_t)__half_as_ushort(lo) | ((uint32_t)__half_as_ushort(hi) << 16);
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+/* Shared memory: K and V tiles, two stages each, rows of HD + 8 halves (the 16 bytes of padding keep
+ * ldmatrix and the plain loads free of bank conflicts); then the merged O of whole items, per warp
+ * (HD / 8 n-tiles x 4 values x 32 lanes, f32). */
+template <int HD> struct cuda_tc_layout {
+    static constexpr int KS = HD + 8;
+    static constexpr int STAGE = CUDA_TC_TILE * KS; /* halves of one K (or V) tile */
+    static constexpr size_t O_FLOATS = (size_t)CUDA_TC_WARPS * (HD / 8) * 4 * 32;
+    static constexpr size_t BYTES = (size_t)4 * STAGE * sizeof(__half) + O_FLOATS * sizeof(float);
+};
+
+/* Issues the copies of positions [t0, t0 + CUDA_TC_TILE) of K and V into a stage (zeros from t_end on;
+ * positions below t_end are in the block table). */
+template <int HD>
+__device__ __forceinline__ void cuda_tc_issue(const __half *kb, const __half *vb, const int32_t *bt,
+                                              int32_t bs, int64_t blk_stride, int32_t t0, int32_t t_end,
+                                              __half *ks, __half *vs)
+{
+    constexpr int CPR = HD / 8, N = CUDA_TC_TILE * CPR / (32 * CUDA_TC_WARPS), KS = cuda_tc_layout<HD>::KS;
+    static_assert(CUDA_TC_TILE * CPR % (32 * CUDA_TC_WARPS) == 0, "whole vectors per thread");
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        const int i = threadIdx.x + 32 * CUDA_TC_WARPS * j, t = i / CPR, c = i % CPR;
+        const int32_t p = t0 + t;
+        const bool in = p < t_end;
+        const int64_t off = in ? (int64_t)bt[p / bs] * blk_stride + (int64_t)(p % bs) * HD + c * 8 : 0;
+        cuda_tc_cp16(ks + t * KS + c * 8, kb + off, in ? 16 : 0);
+        cuda_tc_cp16(vs + t * KS + c * 8, vb + off, in ? 16 : 0);
+    }
+}
+
+/* One tile for one warp: S = Q K^T, mask, online softmax update of (m, l), acc = acc * alpha + P V.
+ * qp: the positions of the lane's m-rows g and g + 8 (-1: no query). LDM: K/V fragments by ldmatrix
+ * (else plain shared loads of the same elements). */
+template <int HD, int LDM>
+__device__ __forceinline__ void
+cuda_tc_tile(const __half *kt, const __half *vt, const uint32_t (&qf)[HD / 16][4], const int32_t (&qp)[2],
+             int32_t t0, float (&acc)[HD / 8][4], float (&m)[2], float (&l)[2])
+{
+    constexpr int NK = HD / 16, ND = HD / 8, NT = CUDA_TC_TILE / 8, KS = cuda_tc_layout<HD>::KS;
+    const int lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) { /* B[k = dim][n = position] = K[position][dim] */
+            uint32_t b[4];
+            if (LDM) { /* matrices (positions, dims): (8nt, 16kk), (8nt, 16kk+8), (8nt+8, 16kk), (8nt+8,
+                          16kk+8) */
+                cuda_tc_ldm4(b, kt + (8 * nt + 8 * (lane >> 4) + (lane & 7)) * KS + 16 * kk +
+                                    8 * ((lane >> 3) & 1));
+            } else {
+                const __half *r0 = kt + (8 * nt + g) * KS + 16 * kk + 2 * tq, *r1 = r0 + 8 * KS;
+                b[0] = *(const uint32_t *)r0;
+                b[1] = *(const uint32_t *)(r0 + 8);
+                b[2] = *(const uint32_t *)r1;
+                b[3] = *(const uint32_t *)(r1 + 8);
+            }
+            cuda_tc_mma(s[nt], qf[kk], b[0], b[1]);
+            cuda_tc_mma(s[nt + 1], qf[kk], b[2], b[3]);
+        }
+    /* s[nt][2h + e]: m-row g + 8h, position t0 + 8nt + 2tq + e */
+    float alpha[2];
+    __half ph[NT][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float v = t0 + 8 * nt + 2 * tq + e <= qp[h] ? s[nt][2 * h + e] : -INFINITY;
+                s[nt][2 * h + e] = v;
+                mx = fmaxf(mx, v);
+            }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m[h], mx),
+                    mu = mn == -INFINITY ? 0.0f : mn; /* mu: no row without positions yet */
+        alpha[h] = exp2f(__fsub_rn(m[h], mu));
+        float rs = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                ph[nt][2 * h + e] = __float2half_rn(exp2f(__fsub_rn(s[nt][2 * h + e], mu)));
+                rs = __fadd_rn(rs, __half2float(ph[nt][2 * h + e]));
+            }
+        rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 1)); /* a + b == b + a: the quad agrees */
+        rs = __fadd_rn(rs, __shfl_xor_sync(0xffffffffu, rs, 2));
+        l[h] = __fmaf_rn(l[h], alpha[h], rs);
+        m[h] = mn;
+    }
+#pragma unroll
+    for (int dn = 0; dn < ND; dn++) {
+        acc[dn][0] = __fmul_rn(acc[dn][0], alpha[0]);
+        acc[dn][1] = __fmul_rn(acc[dn][1], alpha[0]);
+        acc[dn][2] = __fmul_rn(acc[dn][2], alpha[1]);
+        acc[dn][3] = __fmul_rn(acc[dn][3], alpha[1]);
+    }
+#pragma unroll
+    for (int ks = 0; ks < NT / 2; ks++) { /* k16 step over positions 16ks .. 16ks + 15 */
+        const uint32_t pa[4] = {cuda_tc_pack(ph[2 * ks][0], ph[2 * ks][1]),
+                                cuda_tc_pack(ph[2 * ks][2], ph[2 * ks][3]),
+                                cuda_tc_pack(ph[2 * ks + 1][0], ph[2 * ks + 1][1]),
+                                cuda_tc_pack(ph[2 * ks + 1][2], ph[2 * ks + 1][3])};
+#pragma unroll
+        for (int dn = 0; dn < ND; dn += 2) { /* B[k = position][n = dim] = V[position][dim] */
+            uint32_t b[4];
+            if (LDM) { /* matrices (positions, dims): (16ks, 8dn), (16ks+8, 8dn), (16ks, 8dn+8), (16ks+8,
+                          8dn+8) */
+                cuda_tc_ldm4t(b, vt + (16 * ks + 8 * ((lane >> 3) & 1) + (lane & 7)) * KS + 8 * dn +
+                                     8 * (lane >> 4));
+            } else {
+                const __half *v0 = vt + (16 * ks + 2 * tq) * KS + 8 * dn + g;
+                b[0] = cuda_tc_pack(v0[0], v0[KS]);
+                b[1] = cuda_tc_pack(v0[8 * KS], v0[9 * KS]);
+                b[2] = cuda_tc_pack(v0[8], v0[KS + 8]);
+                b[3] = cuda_tc_pack(v0[8 * KS + 8], v0[9 * KS + 8]);
+            }
+            cuda_tc_mma(acc[dn], pa, b[0], b[1]);
+            cuda_tc_mma(acc[dn + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
+/* Registers: ~150 at head_dim 128 (Q fragments 32, acc 64, scores 16): 3 blocks per multiprocessor. */
+template <int HD, int LDM, typename OUT>
+__global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
+    cuda_k_attn_tc(const cuda_attn_args a)
+{
+    using LY = cuda_tc_layout<HD>;
+    constexpr int NK = HD / 16, ND = HD / 8;
+    extern __shared__ float4 sm4[];
+    __half *kst = (__half *)sm4, *vst = kst + 2 * LY::STAGE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+    float *ow =
+        (float *)(vst + 2 * LY::STAGE) + warp * ND * 4 * 32 + lane; /* (dn, r) at ow[(4 dn + r) * 32] */
+    const cuda_attn_item it = a.b.items[blockIdx.x];
+    const int32_t nh = a.g.n_head, nkv = a.g.n_head_kv, group = nh / nkv, kvh = blockIdx.y,
+                  bs = a.g.block_size;
+    const int32_t nq = it.n_rows * group;
+    int32_t max_pos = 0, qj[2], qp[2];
+    for (int32_t r = 0; r < it.n_rows; r++)
+        max_pos = max(max_pos, a.b.pos[it.row0 + r]);
+    uint32_t qf[NK][4]; /* A fragments of the warp's 16 queries, prescaled, f16 */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        qj[h] = 16 * warp + (lane >> 2) + 8 * h;
+        qp[h] = qj[h] < nq ? a.b.pos[it.row0 + qj[h] / group] : -1;
+        const float *q = a.qkv + (int64_t)(it.row0 + qj[h] / group) * a.qkv_stride +
+                         (int64_t)(kvh * group + qj[h] % group) * HD + 2 * tq;
+#pragma unroll
+        for (int kk = 0; kk < NK; kk++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const float2 x =
+                    qp[h] >= 0 ? *(const float2 *)(q + 16 * kk + 8 * c) : make_float2(0.0f, 0.0f);
+                qf[kk][h + 2 * c] = cuda_tc_pack(__float2half_rn(__fmul_rn(x.x, a.scale)),
+                                                 __float2half_rn(__fmul_rn(x.y, a.scale)));
+            }
+    }
+    int32_t wpos = max(qp[0], qp[1]); /* the warp's largest query position (-1: no queries) */
+    for (int o = 4; o < 32; o <<= 1)
+        wpos = max(wpos, __shfl_xor_sync(0xffffffffu, wpos, o));
+    const int32_t *bt = a.b.bt + a.b.bt_off[a.b.seq[it.row0]];
+    const __half *kb = (const __half *)a.k + (int64_t)kvh * bs * HD,
+                 *vb = (const __half *)a.v + (int64_t)kvh * bs * HD;
+    const int64_t blk_stride = (int64_t)nkv * bs * HD;
+    const int32_t t_begin = it.split ? it.chunk * CUDA_ATT_CHUNK : 0;
+    const int32_t t_end = it.split ? min(t_begin + CUDA_ATT_CHUNK, max_pos + 1) : max_pos + 1;
+    const int32_t n_tiles = (t_end - t_begin + CUDA_TC_TILE - 1) / CUDA_TC_TILE;
+
+    float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, M[2] = {-INFINITY, -INFINITY},
+                      L[2] = {0.0f, 0.0f};
+    if (!it.split)
+#pragma unroll
+        for (int i = 0; i < ND * 4; i++)
+            ow[i * 32] = 0.0f;
+    cuda_tc_issue<HD>(kb, vb, bt, bs, blk_stride, t_begin, t_end, kst, vst);
+    cuda_tc_cp_commit();
+    for (int32_t ti = 0; ti < n_tiles; ti++) {
+        const int32_t t0 = t_begin + ti * CUDA_TC_TILE;
+        if (ti + 1 < n_tiles) { /* the next tile into the other stage (its readers passed the last barrier) */
+            cuda_tc_issue<HD>(kb, vb, bt, bs, blk_stride, t0 + CUDA_TC_TILE, t_end,
+                              kst + ((ti + 1) & 1) * LY::STAGE, vst + ((ti + 1) & 1) * LY::STAGE);
+            cuda_tc_cp_commit();
+            cuda_tc_cp_wait<1>();
+        } else {
+            cuda_tc_cp_wait<0>();
+        }
+        __syncthreads();                /* tile ti is in shared memory for every warp */
+        if (t0 % CUDA_ATT_CHUNK == 0) { /* a chunk starts: fresh per-chunk states */
+#pragma unroll
+            for (int dn = 0; dn < ND; dn++)
+                acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+            m[0] = m[1] = -INFINITY;
+            l[0] = l[1] = 0.0f;
+        }
+        if (t0 <= wpos) /* warp-uniform; a tile past every query of the warp would be a no-op */
+            cuda_tc_tile<HD, LDM>(kst + (ti & 1) * LY::STAGE, vst + (ti & 1) * LY::STAGE, qf, qp, t0, acc, m,
+                                  l);
+        const int32_t c = t0 / CUDA_ATT_CHUNK;
+        if (((t0 + CUDA_TC_TILE) % CUDA_ATT_CHUNK == 0 || ti + 1 == n_tiles) && c * CUDA_ATT_CHUNK <= wpos) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) { /* the chunk ends: write (split) or merge (whole) its states */
+                if (it.split) {
+                    if (qp[h] < 0) continue;
+                    const int64_t slot = ((int64_t)a.b.part_off[it.row0 + qj[h] / group] + c) * nh +
+                                         kvh * group + qj[h] % group;
+                    if (tq == 0) {
+                        a.part_ml[slot * 2] = m[h];
+                        a.part_ml[slot * 2 + 1] = l[h];
+                    }
+#pragma unroll
+                    for (int dn = 0; dn < ND; dn++)
+                        *(float2 *)(a.part_acc + slot * HD + 8 * dn + 2 * tq) =
+                            make_float2(acc[dn][2 * h], acc[dn][2 * h + 1]);
+                } else { /* rows without positions in this chunk: an exact no-op (weights 1 and 0) */
+                    const cuda_att_w w = cuda_att_merge_w(M[h], m[h]);
+                    L[h] = cuda_att_merge_v(L[h], l[h], w);
+#pragma unroll
+                    for (int dn = 0; dn < ND; dn++)
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            float *o = ow + (4 * dn + 2 * h + e) * 32;
+                            *o = cuda_att_merge_v(*o, acc[dn][2 * h + e], w);
+                        }
+                    M[h] = fmaxf(M[h], m[h]);
+                }
+            }
+        }
+        __syncthreads(); /* every warp is done with stage ti & 1 before it is refilled */
+    }
+    if (it.split) return;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (qp[h] < 0) continue;
+        const float inv = 1.0f / L[h];
+        OUT *o = (OUT *)a.out + (int64_t)(it.row0 + qj[h] / group) * nh * HD +
+                 (int64_t)(kvh * group + qj[h] % group) * HD;
+#pragma unroll
+        for (int dn = 0; dn < ND; dn++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                o[8 * dn + 2 * tq + e] = cuda_from_f32<OUT>(__fmul_rn(ow[(4 * dn + 2 * h + e) * 32], inv));
+    }
+}
+
+/* ---------------------------------------------------------------- launch and choice */
+
+typedef void (*cuda_tc_fn)(const cuda_attn_args);
+
+template <int HD> static cuda_tc_fn cuda_tc_pick2(int ldm, int out_bf16)
+{
+    if (ldm) return out_bf16 ? cuda_k_attn_tc<HD, 1, __nv_bfloat16> : cuda_k_attn_tc<HD, 1, float>;
+    return out_bf16 ? cuda_k_attn_tc<HD, 0, __nv_bfloat16> : cuda_k_attn_tc<HD, 0, float>;
+}
+
+/* The instance for (head_dim, ldmatrix or not, output type) and its shared memory; NULL if none. */
+static cuda_tc_fn cuda_tc_pick(int32_t hd, int ldm, int out_bf16, size_t *bytes)
+{
+    if (hd == 64) {
+        *bytes = cuda_tc_layout<64>::BYTES;
+        return cuda_tc_pick2<64>(ldm, out_bf16);
+    }
+    if (hd == 128) {
+        *bytes = cuda_tc_layout<128>::BYTES;
+        return cuda_tc_pick2<128>(ldm, out_bf16);
+    }
+    return NULL;
+}
+
+int cuda_attn_tc_init(struct err *e)
+{
+    for (int32_t hd = 64; hd <= 128; hd *= 2)
+        for (int ldm = 0; ldm < 2; ldm++)
+            for (int ob = 0; ob < 2; ob++) {
+                size_t bytes = 0;
+                cuda_tc_fn fn = cuda_tc_pick(hd, ldm, ob, &bytes);
+                CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+            }
+    return 0;
+}
+
+int cuda_launch_attn_tc(cudaStream_t st, const cuda_attn_args &a, int32_t n_items, int out_bf16,
+                        struct err *e)
+{
+    size_t bytes = 0;
+    cuda_tc_fn fn = cuda_tc_pick(a.g.head_dim, a.g.attn == CUDA_ATTN_TC, out_bf16, &bytes);
+    if (!fn) return err_set(e, "cuda backend: no tensor-core attention for head_dim %d", (int)a.g.head_dim);
+    fn<<<dim3((unsigned)n_items, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, bytes, st>>>(a);
+    CU_LAUNCHED();
+    return 0;
+}
+
+int cuda_attn_tc_fits(int32_t head_dim, enum kv_type t)
+{
+    return t == KV_TYPE_F16 && (head_dim == 64 || head_dim == 128);
+}
+
+/* NIGHTSHIFT_CUDA_ATTN, read once: the kernel it names, or -1. */
+static int cuda_attn_forced(void)
+{
+    static int forced = -2; /* a racing first read stores the same value */
+    if (forced == -2) {
+        const char *s = getenv("NIGHTSHIFT_CUDA_ATTN");
+        forced = !s                         ? -1
+                 : strcmp(s, "cores") == 0  ? CUDA_ATTN_CORES
+                 : strcmp(s, "tc") == 0     ? CUDA_ATTN_TC
+                 : strcmp(s, "tc-lds") == 0 ? CUDA_ATTN_TC_LDS
+                                            : -1;
+    }
+    return forced;
+}
+
+enum cuda_attn_kernel cuda_attn_choose(int32_t head_dim, enum kv_type t, int act_bf16)
+{
+    if (!cuda_attn_tc_fits(head_dim, t)) return CUDA_ATTN_CORES;
+    const int forced = cuda_attn_forced();
+    if (forced >= 0) return (enum cuda_attn_kernel)forced;
+    return act_bf16 ? CUDA_ATTN_TC : CUDA_ATTN_CORES;
+}
+
+const char *cuda_attn_kernel_name(enum cuda_attn_kernel k)
+{
+    return k == CUDA_ATTN_TC       ? "tensor cores (mma.sync, f16 operands)"
+           : k == CUDA_ATTN_TC_LDS ? "tensor cores (mma.sync, f16 operands, plain shared loads)"
+                                   : "CUDA cores (f32)";
+}
