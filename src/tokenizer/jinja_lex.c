@@ -21,6 +21,8 @@
 
 #include "tokenizer/jinja_int.h"
 
+enum { LX_MAX_BRACKETS = 256 };
+
 struct lexer {
     const char *s;
     size_t n, pos;
@@ -356,8 +358,39 @@ static int lx_string(struct lexer *lx)
     return 0;
 }
 
-/* One token inside a tag; *depth counts the brackets open. */
-static int lx_token(struct lexer *lx, int *depth)
+/* The brackets open in a tag: what closes each, innermost last. */
+struct lx_brackets {
+    char want[LX_MAX_BRACKETS];
+    int n;
+};
+
+static int lx_bracket(struct lexer *lx, struct lx_brackets *b, uint8_t op)
+{
+    static const char open[] = {JO_LBRACKET, JO_LPAREN, JO_LBRACE}, close[] = {JO_RBRACKET, JO_RPAREN, JO_RBRACE};
+    static const char text[] = "])}";
+    char msg[64];
+    for (int i = 0; i < 3; i++) {
+        if (op == open[i]) {
+            if (b->n == LX_MAX_BRACKETS) return lx_fail(lx, "brackets nested too deeply");
+            b->want[b->n++] = text[i];
+            return 0;
+        }
+        if (op != close[i]) continue;
+        if (b->n == 0) {
+            snprintf(msg, sizeof msg, "unexpected '%c' (no bracket is open)", text[i]);
+            return lx_fail(lx, msg);
+        }
+        if (b->want[b->n - 1] != text[i]) {
+            snprintf(msg, sizeof msg, "unexpected '%c', expected '%c'", text[i], b->want[b->n - 1]);
+            return lx_fail(lx, msg);
+        }
+        b->n--;
+    }
+    return 0;
+}
+
+/* One token inside a tag. */
+static int lx_token(struct lexer *lx, struct lx_brackets *br)
 {
     const char *s = lx->s;
     char c = s[lx->pos];
@@ -376,15 +409,10 @@ static int lx_token(struct lexer *lx, int *depth)
     for (size_t i = 0; i < sizeof lx_ops / sizeof lx_ops[0]; i++) {
         size_t k = strlen(lx_ops[i].text);
         if (lx->pos + k > lx->n || memcmp(s + lx->pos, lx_ops[i].text, k) != 0) continue;
-        uint8_t op = lx_ops[i].op;
-        if (op == JO_LBRACKET || op == JO_LPAREN || op == JO_LBRACE) (*depth)++;
-        if (op == JO_RBRACKET || op == JO_RPAREN || op == JO_RBRACE) {
-            if (*depth == 0) return lx_fail(lx, "a closing bracket that nothing opened");
-            (*depth)--;
-        }
+        if (lx_bracket(lx, br, lx_ops[i].op) != 0) return -1;
         struct jinja_tok *t = lx_emit(lx, JT_OP);
         if (!t) return -1;
-        t->op = op;
+        t->op = lx_ops[i].op;
         lx_seek(lx, lx->pos + k);
         return 0;
     }
@@ -411,18 +439,18 @@ static int lx_close(struct lexer *lx, char kind)
 /* pos is just after "{{" or "{%" and its sign: the tokens of the tag, then its closing delimiter. */
 static int lx_tag(struct lexer *lx, char kind, uint32_t line, uint32_t col)
 {
-    int depth = 0;
+    struct lx_brackets br = {.n = 0};
     for (;;) {
         lx_seek(lx, lx->pos + jinja_space_prefix(lx->s + lx->pos, lx->n - lx->pos));
         if (lx->pos >= lx->n)
             return err_set(lx->e, "line %u:%u: the tag opened here is not closed (no %s)", line, col,
                            kind == '{' ? "}}" : "%}");
-        if (depth == 0) {
+        if (br.n == 0) {
             int c = lx_close(lx, kind);
             if (c < 0) return -1;
             if (c) return 0;
         }
-        if (lx_token(lx, &depth) != 0) return -1;
+        if (lx_token(lx, &br) != 0) return -1;
     }
 }
 
