@@ -18,6 +18,8 @@ struct reader {
     struct ingest_stats *st;
     char bos_text[64], eos_text[64]; /* the vocab's BOS / EOS text, for chat templates that spell them out */
     int32_t n_vocab, n_ctx;
+    int64_t n_fallback, fallback_line; /* chat lines the model's template failed on (rendered by family) */
+    char fallback_msg[256];            /* the first such failure */
 };
 
 void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq)
@@ -85,12 +87,46 @@ static void digest_line(const struct reader *rd, struct ledger_line *L)
     sha256_final(c, L->digest);
 }
 
-/* Renders the chat messages of it with the model's template and tokenizes them into *ids; a problem makes
- * L a bad line (*ids stays NULL). */
-static int render_chat(const struct reader *rd, struct ledger_line *L, const struct input_item *it, int32_t **ids,
-                       size_t *n_ids, struct err *e)
+/* The prompt text of messages: the model's own template renders the whole prompt (*add_bos = 0, as HF and
+ * vLLM tokenize it); the family renderer is used when there is none, and for a line the template fails on
+ * other than by raise_exception (counted; warned once at the end), with BOS added as the vocab says unless
+ * the text starts with it. A problem makes L a bad line (*text NULL). */
+static void render_text(struct reader *rd, struct ledger_line *L, const struct chat_msg *msgs, size_t n, char **text,
+                        int *add_bos)
 {
     const struct job_model *m = rd->m;
+    struct err te;
+    *text = NULL;
+    *add_bos = 0;
+    if (m->chat_jinja) {
+        int rc = chat_render_jinja(m->chat_jinja, msgs, n, rd->bos_text, rd->eos_text, text, &te);
+        if (rc == 0) return;
+        if (rc == JINJA_RAISED) {
+            make_bad(L, "chat_template", "the model's chat template rejects these messages: %s", te.msg);
+            return;
+        }
+        if (m->chat == CHAT_NONE) {
+            make_bad(L, "chat_template", "the model's chat template failed: %s", te.msg);
+            return;
+        }
+        if (rd->n_fallback++ == 0) {
+            rd->fallback_line = L->no;
+            snprintf(rd->fallback_msg, sizeof rd->fallback_msg, "%.200s", te.msg);
+        }
+    }
+    if (chat_render(m->chat, msgs, n, rd->bos_text, rd->eos_text, text, &te) != 0) {
+        make_bad(L, "chat_template", "chat template %s: %s", chat_family_name(m->chat), te.msg);
+        return;
+    }
+    size_t bl = strlen(rd->bos_text);
+    *add_bos = tok_add_bos(m->vocab) && !(bl && !strncmp(*text, rd->bos_text, bl));
+}
+
+/* Renders the chat messages of it and tokenizes them into *ids; a problem makes L a bad line (*ids stays
+ * NULL). */
+static int render_chat(struct reader *rd, struct ledger_line *L, const struct input_item *it, int32_t **ids,
+                       size_t *n_ids, struct err *e)
+{
     struct err te;
     struct chat_msg *msgs = malloc(it->n_msgs * sizeof *msgs);
     if (!msgs) return err_set(e, "out of memory");
@@ -98,16 +134,12 @@ static int render_chat(const struct reader *rd, struct ledger_line *L, const str
         msgs[i].role = it->msgs[i].role;
         msgs[i].content = it->msgs[i].content;
     }
-    char *text = NULL;
-    int rc = chat_render(m->chat, msgs, it->n_msgs, rd->bos_text, rd->eos_text, &text, &te);
+    char *text;
+    int add_bos;
+    render_text(rd, L, msgs, it->n_msgs, &text, &add_bos);
     free(msgs);
-    if (rc != 0) {
-        make_bad(L, "chat_template", "chat template %s: %s", chat_family_name(m->chat), te.msg);
-        return 0;
-    }
-    size_t bl = strlen(rd->bos_text);
-    int add_bos = tok_add_bos(m->vocab) && !(bl && !strncmp(text, rd->bos_text, bl));
-    rc = tok_encode(m->vocab, text, strlen(text), add_bos, 1, ids, n_ids, &te);
+    if (!text) return 0;
+    int rc = tok_encode(rd->m->vocab, text, strlen(text), add_bos, 1, ids, n_ids, &te);
     free(text);
     if (rc != 0) make_bad(L, "invalid_value", "cannot tokenize the rendered messages: %s", te.msg);
     return 0;
@@ -115,14 +147,14 @@ static int render_chat(const struct reader *rd, struct ledger_line *L, const str
 
 /* Renders / tokenizes the prompt of it into L->prompt and checks it against the model. A problem makes L a
  * bad line; chat input for a model without a template leaves L without a prompt (the caller reports it). */
-static int tokenize_line(const struct reader *rd, struct ledger_line *L, struct input_item *it, struct err *e)
+static int tokenize_line(struct reader *rd, struct ledger_line *L, struct input_item *it, struct err *e)
 {
     const tok_vocab *v = rd->m->vocab;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     struct err te;
     if (it->kind == INPUT_KIND_CHAT) {
-        if (rd->m->chat == CHAT_NONE) return 0;
+        if (rd->m->chat == CHAT_NONE && !rd->m->chat_jinja) return 0;
         if (render_chat(rd, L, it, &ids, &n_ids, e) != 0) return -1;
         if (L->bad) return 0;
     } else if (it->prompt_ids) {
@@ -211,7 +243,8 @@ static int add_item(struct reader *rd, struct input_item *it, int64_t *first_cha
         it->model = NULL;
         L->gen = it->gen;
         memset(&it->gen, 0, sizeof it->gen);
-        if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !*first_chat_line) *first_chat_line = it->line;
+        if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !rd->m->chat_jinja && !*first_chat_line)
+            *first_chat_line = it->line;
         if (tokenize_line(rd, L, it, e) != 0) return -1;
         if (!L->bad && L->prompt && add_line_works(rd, li, e) != 0) return -1;
     }
@@ -235,7 +268,7 @@ static json_t *backlog_json(const char *path, const input_reader *r)
 int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
                    json_t **backlog, struct err *e)
 {
-    struct reader rd = {c, m, l, st, "", "", tok_n_vocab(m->vocab), INT32_MAX};
+    struct reader rd = {c, m, l, st, "", "", tok_n_vocab(m->vocab), INT32_MAX, 0, 0, ""};
     if (m->hp->n_ctx_train > 0) rd.n_ctx = m->hp->n_ctx_train;
     int32_t bos = tok_bos(m->vocab), eos = tok_eos(m->vocab);
     const char *bp = bos >= 0 ? tok_piece(m->vocab, bos) : NULL, *ep = eos >= 0 ? tok_piece(m->vocab, eos) : NULL;
@@ -269,6 +302,10 @@ int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger
                 c->backlog, (long long)first_chat_line, m->chat_source, chat_family_list());
         goto fail;
     }
+    if (rd.n_fallback)
+        log_warn("%lld chat line(s) rendered by nightshift's %s renderer: the model's template failed on them "
+                 "(first: line %lld: %s)",
+                 (long long)rd.n_fallback, chat_family_name(m->chat), (long long)rd.fallback_line, rd.fallback_msg);
     *backlog = backlog_json(c->backlog, r);
     input_close(r);
     return 0;
