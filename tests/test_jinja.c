@@ -101,6 +101,7 @@ TEST(operators)
     RENDERS("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }} {{ 7.5 // 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }}", NULL,
             "3 -4 2 -2 3.0 1024 0.5");
     RENDERS("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ -2 ** 2 }} {{ 2 ** 3 ** 2 }} {{ 1 + true }}", NULL, "7 9 4 64 2");
+    RENDERS("{{ [1] ~ (2,) ~ 'x' }}", NULL, "[1](2,)x");
     RENDERS("{{ 'a' ~ 1 ~ none }} {{ 'ab' * 2 }} {{ 2 * [0] }} {{ [1] + [2] }} {{ 'a' + 'b' }}", NULL,
             "a1None abab [0, 0] [1, 2] ab");
     RENDERS("{{ 1 == 1.0 }} {{ true == 1 }} {{ [1, 2] == (1, 2) }} {{ 'a' != 'b' }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }}",
@@ -300,6 +301,7 @@ TEST(syntax_errors_name_their_place)
     FAILS("{# never closed", NULL, -3, "the comment is not closed");
     FAILS("{{ '\\x00' }}", NULL, -3, "bad escape");
     FAILS("{{ a ! b }}", NULL, -3, "unexpected character '!'");
+    FAILS("{% macro m(a, none) %}{% endmacro %}", NULL, -3, "line 1:15: expected a parameter name, got 'none'");
     struct err e = {{0}};
     jinja_template *t = NULL;
     CHECK(jinja_compile("a\0b", 3, &t, &e) != 0 && t == NULL);

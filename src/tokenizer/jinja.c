@@ -58,9 +58,13 @@ int jinja_compile(const char *src, size_t len, jinja_template **out, struct err 
     memcpy(t->id, "jinja:", 6);
     memcpy(t->id + 6, hex, sizeof hex);
     if (jinja_lex(t->src, t->len, &t->mem, &toks, &n_toks, e) != 0) goto fail;
+    if (e) e->msg[0] = '\0';
     t->root = jinja_parse(toks, n_toks, &t->mem, e);
     free(toks);
-    if (!t->root) goto fail;
+    if (!t->root) {
+        if (e && !e->msg[0]) err_set(e, "syntax error"); /* every path says more; this is a guard */
+        goto fail;
+    }
     *out = t;
     return 0;
 fail:

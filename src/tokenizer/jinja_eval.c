@@ -402,9 +402,11 @@ static int repeat(struct jinja_render *r, const struct jinja_val *seq, int64_t c
     return jinja_buf_take(r, &b, out);
 }
 
-static int concat(struct jinja_render *r, const struct jinja_val *a, const struct jinja_val *b, struct jinja_val *out)
+/* a + b of two lists (text 0), or str(a) + str(b) (text 1: ~, or + of two strings). */
+static int concat(struct jinja_render *r, const struct jinja_val *a, const struct jinja_val *b, int text,
+                  struct jinja_val *out)
 {
-    if (a->type == JV_LIST) {
+    if (!text) {
         struct jinja_list *l = jinja_list_new(r, (size_t)a->u.l->n + b->u.l->n);
         if (!l || jinja_charge(r, l->n) != 0) return -1;
         if (a->u.l->n) memcpy(l->items, a->u.l->items, a->u.l->n * sizeof *l->items);
@@ -424,9 +426,9 @@ static int arith(struct jinja_render *r, uint8_t op, const struct jinja_val *a, 
                  struct jinja_val *out)
 {
     static const char *const names[] = {"", "+", "-", "*", "/", "//", "%", "**"};
-    if (op == JO_CONCAT) return concat(r, a, b, out);
+    if (op == JO_CONCAT) return concat(r, a, b, 1, out);
     if (op == JO_ADD && a->type == b->type && (a->type == JV_STR || (a->type == JV_LIST && a->tuple == b->tuple)))
-        return concat(r, a, b, out);
+        return concat(r, a, b, a->type == JV_STR, out);
     if (op == JO_MUL && (a->type == JV_STR || a->type == JV_LIST) && (b->type == JV_INT || b->type == JV_BOOL))
         return repeat(r, a, b->u.i, out);
     if (op == JO_MUL && (b->type == JV_STR || b->type == JV_LIST) && (a->type == JV_INT || a->type == JV_BOOL))

@@ -735,7 +735,12 @@ static struct jinja_node *parse_macro(struct parser *p, const struct jinja_tok *
             goto fail;
         }
         struct jinja_node *param = parse_name(p);
-        if (!param || param->kind != JN_NAME || kids_push(p, &k, param) != 0) goto fail;
+        if (param && param->kind != JN_NAME) {
+            p->i--;
+            unexpected(p, "a parameter name");
+            goto fail;
+        }
+        if (!param || kids_push(p, &k, param) != 0) goto fail;
         if (is_op(p, JO_ASSIGN)) {
             adv(p);
             if (!(param->a = parse_expr(p, 1))) goto fail;

@@ -15,7 +15,7 @@
 
 #include "tokenizer/jinja_int.h"
 
-enum { VALUE_MAX_DEPTH = 100, CHUNK_BYTES = 64 * 1024 };
+enum { VALUE_MAX_DEPTH = 100, CHUNK_FIRST = 4 * 1024, CHUNK_MAX = 256 * 1024 };
 
 /* ---------- arena ---------- */
 
@@ -35,14 +35,18 @@ void *jinja_alloc(struct jinja_arena *a, size_t n)
         h->used += n;
         return p;
     }
-    size_t size = n > CHUNK_BYTES / 2 ? n : CHUNK_BYTES;
+    /* chunks grow with the arena (a small render touches 4 KiB); a request larger than half a chunk gets
+     * one of its own */
+    size_t chunk = a->used < CHUNK_FIRST ? CHUNK_FIRST : a->used < CHUNK_MAX ? a->used : CHUNK_MAX;
+    int own = n > chunk / 2;
+    size_t size = own ? n : chunk;
     if (n > ((size_t)1 << 40) || (a->cap && a->used + size > a->cap)) return NULL;
     struct jinja_chunk *c = calloc(1, sizeof *c + size);
     if (!c) return NULL;
     c->size = size;
     c->used = n;
     a->used += size;
-    if (h && size != CHUNK_BYTES) { /* a big one: keep filling the current chunk */
+    if (h && own) { /* keep filling the current chunk */
         c->next = h->next;
         h->next = c;
     } else {
