@@ -3,10 +3,11 @@
  * An input is a template, optionally followed by a NUL byte and a JSON object of variables; without one the
  * template renders with a chat context (messages with a system prompt, a tool call and a tool result, tools,
  * bos/eos tokens, add_generation_prompt). Compiling may fail; rendering, with small limits so that every
- * input runs in milliseconds, returns 0, -1 or JINJA_RAISED. Checked: an error always has a message; a
- * success gives text of exactly n_out bytes with no NUL inside; a second render of the same template and
- * variables gives the same result (renders share nothing but the compiled template). ASan and UBSan watch
- * the rest. Seeds: fuzz/seed-jinja (real chat templates; scripts/fuzz copies them into the corpus).
+ * input runs in milliseconds, returns 0, -1 or JINJA_RAISED. Checked: a compiled tree passes jinja_check;
+ * an error always has a message; a success gives text of exactly n_out bytes with no NUL inside; a second
+ * render of the same template and variables gives the same result (renders share nothing but the compiled
+ * template). ASan and UBSan watch the rest. Seeds: fuzz/seed-jinja (real chat templates and language
+ * samples; scripts/fuzz copies them into the corpus).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(own);
         return 0;
     }
+    if (jinja_check(t, &e) != 0) abort();
     struct jinja_limits lim = jinja_default_limits();
     lim.max_steps = 200000;
     lim.max_output = 64 << 10;

@@ -5,6 +5,7 @@
  * 3.1. The corpus of real templates is in test_jinja_corpus.c. */
 #include "test.h"
 #include "tokenizer/jinja.h"
+#include "tokenizer/jinja_int.h" /* the tree, for the check's own test */
 
 /* Renders tmpl with the variables of the JSON object vars (NULL: none) and limits (NULL: defaults). */
 static int render(const char *tmpl, const char *vars, const struct jinja_limits *lim, char **out, struct err *e)
@@ -12,6 +13,10 @@ static int render(const char *tmpl, const char *vars, const struct jinja_limits 
     jinja_template *t = NULL;
     *out = NULL;
     if (jinja_compile(tmpl, strlen(tmpl), &t, e) != 0) return -3;
+    if (jinja_check(t, e) != 0) {
+        jinja_free(t);
+        return -5;
+    }
     json_error_t je;
     json_t *v = json_loads(vars ? vars : "{}", 0, &je);
     if (!v) {
@@ -381,6 +386,30 @@ TEST(render_is_reentrant_and_named)
     jinja_free(t);
 }
 
+/* jinja_check finds a tree that breaks the invariant (every template above passed it). */
+TEST(check_finds_a_broken_tree)
+{
+    const char *src = "{% for x in xs %}{{ x|upper }}{% break %}{% endfor %}";
+    jinja_template *t = NULL;
+    struct err e = {{0}};
+    CHECK(jinja_compile(src, strlen(src), &t, &e) == 0);
+    CHECK(jinja_check(t, &e) == 0);
+    struct jinja_node *loop = t->root->kids[0], *out = loop->body->kids[0], *brk = loop->body->kids[1];
+    struct jinja_node *filter = out->a;
+    filter->builtin = (int16_t)jinja_filter_find("lower", 5); /* bound to another name */
+    int bad_filter = jinja_check(t, &e) != 0 && strstr(e.msg, "bound to another name");
+    filter->builtin = (int16_t)jinja_filter_find("upper", 5);
+    loop->body->kids[1] = NULL;
+    int bad_kid = jinja_check(t, &e) != 0 && strstr(e.msg, "a missing child");
+    loop->body->kids[1] = brk;
+    t->root->kids[0] = brk; /* a break outside its loop */
+    int bad_break = jinja_check(t, &e) != 0 && strstr(e.msg, "break outside a loop");
+    t->root->kids[0] = loop;
+    int ok_again = jinja_check(t, &e) == 0;
+    jinja_free(t);
+    CHECK(bad_filter && bad_kid && bad_break && ok_again);
+}
+
 int main(void)
 {
     RUN(text_and_output);
@@ -400,5 +429,6 @@ int main(void)
     RUN(runtime_errors_name_their_place);
     RUN(sandbox_limits);
     RUN(render_is_reentrant_and_named);
+    RUN(check_finds_a_broken_tree);
     return test_summary();
 }

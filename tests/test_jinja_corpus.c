@@ -382,8 +382,9 @@ static int run_cases(const char *tmpl, char *msg, size_t cap)
 {
     jinja_template *t = NULL;
     struct err e = {{0}};
-    if (jinja_compile(tmpl, strlen(tmpl), &t, &e) != 0) {
+    if (jinja_compile(tmpl, strlen(tmpl), &t, &e) != 0 || jinja_check(t, &e) != 0) {
         snprintf(msg, cap, "compile: %.300s", e.msg);
+        jinja_free(t);
         return -1;
     }
     int n = 0;

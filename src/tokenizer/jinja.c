@@ -1,8 +1,9 @@
 /* jinja — see jinja.h; the parts are described in jinja_int.h.
  *
  * Invariant: a compiled template is immutable (its tree, strings and source are read-only after
- * jinja_compile), so renders share it; a render owns everything it allocates and frees it before
- * returning, whatever happened (only the output survives, and only on success).
+ * jinja_compile), so renders share it; its tree is well formed as jinja_check states it. A render owns
+ * everything it allocates and frees it before returning, whatever happened (only the output survives, and
+ * only on success).
  */
 #include "tokenizer/jinja.h"
 
@@ -78,6 +79,103 @@ void jinja_free(jinja_template *t)
     jinja_arena_free(&t->mem);
     free(t->src);
     free(t);
+}
+
+/* ---------- the debug check ---------- */
+
+struct check {
+    const jinja_template *t;
+    struct err *e;
+    int loops; /* for statements around the node (a macro body starts from none) */
+};
+
+static int check_fail(struct check *c, const struct jinja_node *n, const char *what)
+{
+    return err_set(c->e, "jinja_check: node of kind %d at line %u:%u: %s", n->kind, n->line, n->col, what);
+}
+
+static int check_node(struct check *c, const struct jinja_node *n, int depth);
+
+static int check_kids(struct check *c, const struct jinja_node *n, int depth, int allow_null)
+{
+    for (uint32_t i = 0; i < n->n_kids; i++) {
+        if (!n->kids[i] && allow_null) continue;
+        if (!n->kids[i]) return check_fail(c, n, "a missing child");
+        if (check_node(c, n->kids[i], depth + 1) != 0) return -1;
+    }
+    return 0;
+}
+
+/* An assignment target: a name, a tuple of names, or (set) name.attr. */
+static int check_target(struct check *c, const struct jinja_node *n, int attr_ok)
+{
+    if (n->kind == JN_NAME || (attr_ok && n->kind == JN_ATTR && n->a && n->a->kind == JN_NAME)) return 0;
+    if (n->kind != JN_TUPLE) return check_fail(c, n, "an assignment target that is not a name");
+    for (uint32_t i = 0; i < n->n_kids; i++)
+        if (!n->kids[i] || n->kids[i]->kind != JN_NAME) return check_fail(c, n, "a tuple target with a non-name");
+    return 0;
+}
+
+/* The children n's kind needs: a, b, c, body (bit 0..3), and whether its name must be set. */
+static int check_shape(struct check *c, const struct jinja_node *n)
+{
+    static const struct {
+        uint8_t need, named;
+    } shape[] = {
+        [JN_CONST] = {0, 0}, [JN_NAME] = {0, 1}, [JN_ATTR] = {1, 1}, [JN_ITEM] = {3, 0}, [JN_SLICE] = {1, 0},
+        [JN_CALL] = {1, 0}, [JN_KWARG] = {1, 1}, [JN_FILTER] = {0, 1}, [JN_TEST] = {1, 1}, [JN_NOT] = {1, 0},
+        [JN_NEG] = {1, 0}, [JN_POS] = {1, 0}, [JN_BINOP] = {3, 0}, [JN_AND] = {3, 0}, [JN_OR] = {3, 0},
+        [JN_COND] = {3, 0}, [JN_LIST] = {0, 0}, [JN_TUPLE] = {0, 0}, [JN_DICT] = {0, 0}, [JN_BODY] = {0, 0},
+        [JN_TEXT] = {0, 1}, [JN_OUTPUT] = {1, 0}, [JN_IF] = {9, 0}, [JN_FOR] = {11, 0}, [JN_SET] = {3, 0},
+        [JN_SET_BLOCK] = {9, 0}, [JN_MACRO] = {8, 1}, [JN_FILTER_BLOCK] = {12, 0}, [JN_WITH] = {8, 0},
+        [JN_BREAK] = {0, 0}, [JN_CONTINUE] = {0, 0},
+    };
+    if (n->kind > JN_CONTINUE) return check_fail(c, n, "an unknown kind");
+    const struct jinja_node *slot[4] = {n->a, n->b, n->c, n->body};
+    for (int i = 0; i < 4; i++)
+        if ((shape[n->kind].need >> i & 1) && !slot[i]) return check_fail(c, n, "a missing child");
+    if (shape[n->kind].named && (!n->name || !n->name_len)) return check_fail(c, n, "no name");
+    if (n->kind == JN_TEXT && (n->name < c->t->src || n->name + n->name_len > c->t->src + c->t->len))
+        return check_fail(c, n, "text outside the source");
+    if ((n->kind == JN_FILTER || n->kind == JN_TEST) &&
+        n->builtin != (n->kind == JN_FILTER ? jinja_filter_find : jinja_test_find)(n->name, n->name_len))
+        return check_fail(c, n, "a filter or test bound to another name");
+    if ((n->kind == JN_SLICE && n->n_kids != 3) || (n->kind == JN_DICT && n->n_kids % 2))
+        return check_fail(c, n, "a wrong number of children");
+    if (n->kind == JN_BINOP && (n->op < JO_ADD || n->op > JO_NOT_IN)) return check_fail(c, n, "an unknown operator");
+    if ((n->kind == JN_BREAK || n->kind == JN_CONTINUE) && !c->loops) return check_fail(c, n, "break outside a loop");
+    if (n->kind == JN_IF && n->alt && n->alt->kind != JN_IF && n->alt->kind != JN_BODY) return check_fail(c, n, "a bad else");
+    if (n->kind == JN_CONST && n->value.type == JV_STR && n->value.n && !n->value.u.s) return check_fail(c, n, "a NULL string");
+    return 0;
+}
+
+static int check_node(struct check *c, const struct jinja_node *n, int depth)
+{
+    if (depth > 4 * 200) return err_set(c->e, "jinja_check: the tree is deeper than the parser allows");
+    if (check_shape(c, n) != 0) return -1;
+    if (n->kind == JN_FOR && check_target(c, n->a, 0) != 0) return -1;
+    if ((n->kind == JN_SET || n->kind == JN_SET_BLOCK) && check_target(c, n->a, 1) != 0) return -1;
+    for (uint32_t i = 0; n->kind == JN_MACRO && i < n->n_kids; i++)
+        if (!n->kids[i] || n->kids[i]->kind != JN_NAME) return check_fail(c, n, "a macro parameter that is no name");
+    for (uint32_t i = 0; n->kind == JN_WITH && i < n->n_kids; i++)
+        if (!n->kids[i] || n->kids[i]->kind != JN_SET) return check_fail(c, n, "a with binding that is no set");
+    int loops = c->loops;
+    const struct jinja_node *expr[3] = {n->a, n->b, n->c};
+    for (int i = 0; i < 3; i++) /* a for's target is a name, set's a target; both check as expressions too */
+        if (expr[i] && check_node(c, expr[i], depth + 1) != 0) return -1;
+    if (n->kind == JN_MACRO) c->loops = 0;
+    if (n->kind == JN_FOR) c->loops++;
+    int rc = (n->body && check_node(c, n->body, depth + 1)) || check_kids(c, n, depth, n->kind == JN_SLICE);
+    c->loops = loops;
+    if (rc == 0 && n->alt) rc = check_node(c, n->alt, depth + 1);
+    return rc ? -1 : 0;
+}
+
+int jinja_check(const jinja_template *t, struct err *e)
+{
+    struct check c = {t, e, 0};
+    if (!t->root || t->root->kind != JN_BODY) return err_set(e, "jinja_check: the root is not a body");
+    return check_node(&c, t->root, 0);
 }
 
 const char *jinja_id(const jinja_template *t)

@@ -55,6 +55,11 @@ struct jinja_limits jinja_default_limits(void);
 int jinja_compile(const char *src, size_t len, jinja_template **out, struct err *e);
 void jinja_free(jinja_template *t);
 
+/* Debug check of a compiled template's invariant: its tree is well formed (every node has the children its
+ * kind needs, assignment targets are names, filters and tests are bound to their own names, break/continue
+ * are inside a for, every text lies in the source). 0, or -1 naming the first bad node. O(nodes). */
+int jinja_check(const jinja_template *t, struct err *e);
+
 /* "jinja:" and the SHA-256 of the source text in hex: names the template (e.g. in store settings). */
 const char *jinja_id(const jinja_template *t);
 
