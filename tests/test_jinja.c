@@ -276,6 +276,9 @@ TEST(globals_and_macros)
     FAILS("{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", NULL, -1, "macro 'm' takes 1 arguments (2 given)");
     FAILS("{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", NULL, -1, "macro 'm' has no parameter 'b'");
     FAILS("{{ xs() }}", V, -1, "'list' object is not callable");
+    /* no clock: templates that test for strftime_now take their fixed date; one that calls it is told why */
+    RENDERS("{{ strftime_now is defined }}", NULL, "False");
+    FAILS("{{ strftime_now('%Y') }}", NULL, -1, "strftime_now() is not available: nightshift renders prompts without the clock");
 }
 
 TEST(raise_exception)

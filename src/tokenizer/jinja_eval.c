@@ -477,6 +477,10 @@ int jinja_call_value(struct jinja_render *r, const struct jinja_val *f, const st
 {
     if (f->type == JV_MACRO) return jinja_call_macro(r, f->u.node, a, out);
     if (f->type == JV_FUNC) return jinja_func_call(r, (int)f->u.i, a, out);
+    const struct jinja_node *from = f->type == JV_UNDEF ? f->u.node : NULL;
+    if (from && from->kind == JN_NAME && from->name_len == 12 && !memcmp(from->name, "strftime_now", 12))
+        return jinja_fail(r, "strftime_now() is not available: nightshift renders prompts without the clock, so that "
+                             "a result depends on its request alone");
     if (f->type == JV_UNDEF) return jinja_fail_undefined(r, f);
     return jinja_fail(r, "'%s' object is not callable", jinja_type_name(f));
 }
