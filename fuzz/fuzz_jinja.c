@@ -19,12 +19,17 @@ static const char chat_vars[] =
     "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"add_generation_prompt\": true, \"documents\": null,"
     " \"messages\": [{\"role\": \"system\", \"content\": \" Be brief. \"},"
     " {\"role\": \"user\", \"content\": \"What is the weather in Paris? \\u00e9\\u4e2d\"},"
-    " {\"role\": \"assistant\", \"content\": \"<think>\\nhm\\n</think>\\n\\n\", \"tool_calls\": [{\"id\": \"abcdefghi\","
-    " \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}]},"
+    " {\"role\": \"assistant\", \"content\": \"<think>\\nhm\\n</think>\\n\\n\", \"tool_calls\": [{\"id\": "
+    "\"abcdefghi\","
+    " \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": "
+    "\"Paris\"}}}]},"
     " {\"role\": \"tool\", \"content\": \"{\\\"temp\\\": 20}\", \"tool_call_id\": \"abcdefghi\"},"
-    " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"thanks\"}, {\"type\": \"image\"}]}],"
-    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather\","
-    " \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}]}";
+    " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"thanks\"}, {\"type\": "
+    "\"image\"}]}],"
+    " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": "
+    "\"Weather\","
+    " \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+    "\"required\": [\"city\"]}}}]}";
 
 static json_t *default_vars;
 

@@ -181,13 +181,14 @@ static int prompt_is(const struct ledger_line *L, const char *text, int add_bos)
 TEST(chat_lines_with_the_models_own_template)
 {
     if (!vocab) SKIP("no stories260K model");
-    static const char tmpl[] =
-        "{{ bos_token }}{% for m in messages %}"
-        "{% if loop.index0 > 0 and m.role == messages[loop.index0 - 1].role %}{{ raise_exception('roles must alternate') }}{% endif %}"
-        "{% if m.content == 'boom' %}{{ nothing.here }}{% endif %}"
-        "<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>";
+    static const char tmpl[] = "{{ bos_token }}{% for m in messages %}"
+                               "{% if loop.index0 > 0 and m.role == messages[loop.index0 - 1].role %}"
+                               "{{ raise_exception('roles must alternate') }}{% endif %}"
+                               "{% if m.content == 'boom' %}{{ nothing.here }}{% endif %}"
+                               "<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>";
     const char *text = "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}\n"
-                       "{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"user\",\"content\":\"y\"}]}\n"
+                       "{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"user\","
+                       "\"content\":\"y\"}]}\n"
                        "{\"id\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"boom\"}]}\n";
     struct job_config c;
     struct job_model m;
@@ -208,7 +209,8 @@ TEST(chat_lines_with_the_models_own_template)
     snprintf(want, sizeof want, "%s<user>Hi<assistant>", bos);
     struct chat_msg boom = {"user", "boom"};
     int ok = rc == 0 && l.n_lines == 3 && prompt_is(&l.lines[0], want, 0) && l.lines[1].bad &&
-             !strcmp(l.lines[1].code, "chat_template") && strstr(l.lines[1].message, "roles must alternate") &&
+             !strcmp(l.lines[1].code, "chat_template") &&
+             strstr(l.lines[1].message, "roles must alternate") &&
              chat_render(CHAT_CHATML, &boom, 1, bos, eos, &family, &e) == 0 &&
              prompt_is(&l.lines[2], family, tok_add_bos(vocab)) && st.bad_lines == 1;
     free(family);
@@ -218,7 +220,8 @@ TEST(chat_lines_with_the_models_own_template)
     rc = ingest(&c, &m, &l, &st, &facts, &e);
     json_decref(facts);
     int ok2 = rc == 0 && l.n_lines == 3 && !l.lines[0].bad && l.lines[2].bad &&
-              strstr(l.lines[2].message, "the model's chat template failed") && strstr(l.lines[2].message, "'nothing' is undefined");
+              strstr(l.lines[2].message, "the model's chat template failed") &&
+              strstr(l.lines[2].message, "'nothing' is undefined");
     if (rc == 0) ledger_free(&l);
     jinja_free(t);
     CHECK_MSG(ok, "rc %d: %s", rc, rc ? e.msg : "a line is not as expected");

@@ -1,37 +1,37 @@
 /* test_jinja_corpus — the chat templates of popular models (tests/jinja_templates.h: Llama 3 / 3.1 / 3.2,
- * Qwen2.5 / 3, Mistral v0.1 / Nemo, Gemma 2 / 3, Phi-3 / 3.5 / 4, DeepSeek R1 / LLM, SmolLM2) rendered with the
- * variables HF passes (messages, add_generation_prompt, bos_token, eos_token, tools, documents) for plain
- * chats, system prompts, tools, tool calls, thinking and the conversations the templates refuse. Each expected
- * text was written from the template's own logic (which default system prompt it adds, what it trims, where
- * it puts the system message or the tools, which thinking it drops) and cross-checked with Jinja2 3.1 set up
- * as HF sets it up. Token ids of the templates whose vocabularies the tests have are checked in test_chat. */
+ * Qwen2.5 / 3, Mistral v0.1 / Nemo, Gemma 2 / 3, Phi-3 / 3.5 / 4, DeepSeek R1 / LLM, SmolLM2) rendered with
+ * the variables HF passes (messages, add_generation_prompt, bos_token, eos_token, tools, documents) for plain
+ * chats, system prompts, tools, tool calls, thinking and the conversations the templates refuse. Each
+ * expected text was written from the template's own logic (which default system prompt it adds, what it
+ * trims, where it puts the system message or the tools, which thinking it drops) and cross-checked with
+ * Jinja2 3.1 set up as HF sets it up. Token ids of the templates whose vocabularies the tests have are
+ * checked in test_chat. */
 #include "test.h"
 #include "jinja_templates.h"
 #include "tokenizer/jinja.h"
 
 struct corpus_case {
     const char *name, *tmpl;
-    const char *bos, *eos;  /* the special tokens' text (bos NULL: the model has none, passed as "") */
-    const char *messages;   /* JSON list */
-    int tools;              /* tools = [get_weather] (else none) */
-    const char *extra;      /* JSON object of more variables, or NULL */
-    int rc;                 /* 0 or JINJA_RAISED */
-    const char *want;       /* the text, or raise_exception's message */
+    const char *bos, *eos; /* the special tokens' text (bos NULL: the model has none, passed as "") */
+    const char *messages;  /* JSON list */
+    int tools;             /* tools = [get_weather] (else none) */
+    const char *extra;     /* JSON object of more variables, or NULL */
+    int rc;                /* 0 or JINJA_RAISED */
+    const char *want;      /* the text, or raise_exception's message */
 };
 
-static const char tools_json[] =
-    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}]";
+static const char tools_json[] = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+                                 "\"parameters\": {\"type\": \"object\"}}}]";
 
-static const char msgs_user[] =
-    "[{\"role\": \"user\", \"content\": \"Hi\"}]";
+static const char msgs_user[] = "[{\"role\": \"user\", \"content\": \"Hi\"}]";
 
 static const char msgs_chat[] =
     "[{\"role\": \"system\", \"content\": \"SYS\"}, {\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": "
     "\"assistant\", \"content\": \"Hello!\"}, {\"role\": \"user\", \"content\": \"Bye\"}]";
 
-static const char msgs_nosys[] =
-    "[{\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", \"content\": \"Hello!\"}, {\"role\": "
-    "\"user\", \"content\": \"Bye\"}]";
+static const char msgs_nosys[] = "[{\"role\": \"user\", \"content\": \" Hi \"}, {\"role\": \"assistant\", "
+                                 "\"content\": \"Hello!\"}, {\"role\": "
+                                 "\"user\", \"content\": \"Bye\"}]";
 
 static const char msgs_two_users[] =
     "[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]";
@@ -40,12 +40,13 @@ static const char msgs_think[] =
     "[{\"role\": \"user\", \"content\": \"q1\"}, {\"role\": \"assistant\", \"content\": "
     "\"<think>\\nreason\\n</think>\\n\\nanswer1\"}, {\"role\": \"user\", \"content\": \"q2\"}]";
 
-static const char msgs_last_think[] =
-    "[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"<think>r</think>a\"}]";
+static const char msgs_last_think[] = "[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                                      "\"content\": \"<think>r</think>a\"}]";
 
 static const char msgs_toolcall[] =
     "[{\"role\": \"user\", \"content\": \"Weather in Paris?\"}, {\"role\": \"assistant\", \"content\": \"\", "
-    "\"tool_calls\": [{\"id\": \"abcdefghi\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+    "\"tool_calls\": [{\"id\": \"abcdefghi\", \"type\": \"function\", \"function\": {\"name\": "
+    "\"get_weather\", "
     "\"arguments\": {\"city\": \"Paris\"}}}]}, {\"role\": \"tool\", \"content\": \"{\\\"temp\\\": 20}\", "
     "\"tool_call_id\": \"abcdefghi\"}]";
 
@@ -81,7 +82,8 @@ static const struct corpus_case cases[] = {
      "\n"
      "Bye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
      "\n"},
-    {"llama3_no_generation_prompt", tmpl_llama3, "<|begin_of_text|>", "<|eot_id|>", msgs_user, 0, "{\"add_generation_prompt\": false}", 0,
+    {"llama3_no_generation_prompt", tmpl_llama3, "<|begin_of_text|>", "<|eot_id|>", msgs_user, 0,
+     "{\"add_generation_prompt\": false}", 0,
      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n"
      "\n"
      "Hi<|eot_id|>"},
@@ -118,7 +120,8 @@ static const struct corpus_case cases[] = {
      "\n"
      "<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
      "\n"
-     "Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+     "Given the following functions, please respond with a JSON for a function call with its proper "
+     "arguments that "
      "best answers the given prompt.\n"
      "\n"
      "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its "
@@ -165,7 +168,8 @@ static const struct corpus_case cases[] = {
      "\n"
      "Bye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
      "\n"},
-    {"llama32_date_string", tmpl_llama32, "<|begin_of_text|>", "<|eot_id|>", msgs_user, 0, "{\"date_string\": \"01 Jan 2025\"}", 0,
+    {"llama32_date_string", tmpl_llama32, "<|begin_of_text|>", "<|eot_id|>", msgs_user, 0,
+     "{\"date_string\": \"01 Jan 2025\"}", 0,
      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n"
      "\n"
      "Cutting Knowledge Date: December 2023\n"
@@ -201,10 +205,12 @@ static const struct corpus_case cases[] = {
      "\n"
      "You are provided with function signatures within <tools></tools> XML tags:\n"
      "<tools>\n"
-     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}\n"
+     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+     "\"object\"}}}\n"
      "</tools>\n"
      "\n"
-     "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+     "For each function call, return a json object with function name and arguments within "
+     "<tool_call></tool_call> "
      "XML tags:\n"
      "<tool_call>\n"
      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
@@ -242,7 +248,8 @@ static const struct corpus_case cases[] = {
      "\n"
      "</think>\n"
      "\n"},
-    {"qwen3_keeps_last_thinking", tmpl_qwen3, NULL, "<|im_end|>", msgs_last_think, 0, "{\"add_generation_prompt\": false}", 0,
+    {"qwen3_keeps_last_thinking", tmpl_qwen3, NULL, "<|im_end|>", msgs_last_think, 0,
+     "{\"add_generation_prompt\": false}", 0,
      "<|im_start|>user\n"
      "q<|im_end|>\n"
      "<|im_start|>assistant\n"
@@ -261,10 +268,12 @@ static const struct corpus_case cases[] = {
      "\n"
      "You are provided with function signatures within <tools></tools> XML tags:\n"
      "<tools>\n"
-     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}\n"
+     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": "
+     "\"object\"}}}\n"
      "</tools>\n"
      "\n"
-     "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+     "For each function call, return a json object with function name and arguments within "
+     "<tool_call></tool_call> "
      "XML tags:\n"
      "<tool_call>\n"
      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
@@ -285,10 +294,12 @@ static const struct corpus_case cases[] = {
      "\n"
      "Bye[/INST]"},
     {"mistral_nemo_tools", tmpl_nemo, "<s>", "</s>", msgs_user, 1, NULL, 0,
-     "<s>[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+     "<s>[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+     "\"parameters\": "
      "{\"type\": \"object\"}}}][/AVAILABLE_TOOLS][INST]Hi[/INST]"},
     {"mistral_nemo_alternation", tmpl_nemo, "<s>", "</s>", msgs_two_users, 0, NULL, JINJA_RAISED,
-     "After the optional system message, conversation roles must alternate user/assistant/user/assistant/..."},
+     "After the optional system message, conversation roles must alternate "
+     "user/assistant/user/assistant/..."},
     {"gemma2", tmpl_gemma2, "<bos>", "<eos>", msgs_nosys, 0, NULL, 0,
      "<bos><start_of_turn>user\n"
      "Hi<end_of_turn>\n"
@@ -335,21 +346,26 @@ static const struct corpus_case cases[] = {
      "<|user|>\n"
      "Bye<|end|>\n"
      "<|assistant|>\n"},
-    {"phi35_no_generation_prompt", tmpl_phi35, "<s>", "<|endoftext|>", msgs_user, 0, "{\"add_generation_prompt\": false}", 0,
+    {"phi35_no_generation_prompt", tmpl_phi35, "<s>", "<|endoftext|>", msgs_user, 0,
+     "{\"add_generation_prompt\": false}", 0,
      "<|user|>\n"
      "Hi<|end|>\n"
      "<|endoftext|>"},
     {"phi4", tmpl_phi4, "<|endoftext|>", "<|im_end|>", msgs_chat, 0, NULL, 0,
      "<|im_start|>system<|im_sep|>SYS<|im_end|><|im_start|>user<|im_sep|> Hi "
-     "<|im_end|><|im_start|>assistant<|im_sep|>Hello!<|im_end|><|im_start|>user<|im_sep|>Bye<|im_end|><|im_start|>"
+     "<|im_end|><|im_start|>assistant<|im_sep|>Hello!<|im_end|><|im_start|>user<|im_sep|>Bye<|im_end|><|im_"
+     "start|>"
      "assistant<|im_sep|>"},
     {"deepseek_r1", tmpl_r1distill, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", msgs_chat, 0, NULL, 0,
-     "<｜begin▁of▁sentence｜>SYS<｜User｜> Hi <｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜><think>\n"},
-    {"deepseek_r1_drops_thinking", tmpl_r1distill, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", msgs_think, 0, NULL, 0,
+     "<｜begin▁of▁sentence｜>SYS<｜User｜> Hi "
+     "<｜Assistant｜>Hello!<｜end▁of▁sentence｜><｜User｜>Bye<｜Assistant｜><think>\n"},
+    {"deepseek_r1_drops_thinking", tmpl_r1distill, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>",
+     msgs_think, 0, NULL, 0,
      "<｜begin▁of▁sentence｜><｜User｜>q1<｜Assistant｜>\n"
      "\n"
      "answer1<｜end▁of▁sentence｜><｜User｜>q2<｜Assistant｜><think>\n"},
-    {"deepseek_llm", tmpl_deepseek_llm, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", msgs_chat, 0, NULL, 0,
+    {"deepseek_llm", tmpl_deepseek_llm, "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", msgs_chat, 0,
+     NULL, 0,
      "<｜begin▁of▁sentence｜>SYS\n"
      "\n"
      "User:  Hi \n"
@@ -369,7 +385,8 @@ static json_t *case_vars(const struct corpus_case *c)
         return NULL;
     }
     json_object_set_new(v, "messages", msgs);
-    if (!json_object_get(v, "add_generation_prompt")) json_object_set_new(v, "add_generation_prompt", json_true());
+    if (!json_object_get(v, "add_generation_prompt"))
+        json_object_set_new(v, "add_generation_prompt", json_true());
     json_object_set_new(v, "bos_token", json_string(c->bos ? c->bos : ""));
     json_object_set_new(v, "eos_token", json_string(c->eos));
     json_object_set_new(v, "tools", c->tools ? json_loads(tools_json, 0, NULL) : json_null());
@@ -397,7 +414,8 @@ static int run_cases(const char *tmpl, char *msg, size_t cap)
         json_decref(v);
         const char *got = rc == 0 ? out : e.msg;
         if (rc != c->rc || strcmp(got, c->want) != 0) {
-            snprintf(msg, cap, "%s: rc %d (want %d): got \"%.700s\"", c->name, rc, c->rc, rc == -9 ? "bad vars" : got);
+            snprintf(msg, cap, "%s: rc %d (want %d): got \"%.700s\"", c->name, rc, c->rc,
+                     rc == -9 ? "bad vars" : got);
             free(out);
             jinja_free(t);
             return -1;
@@ -409,13 +427,13 @@ static int run_cases(const char *tmpl, char *msg, size_t cap)
     return n;
 }
 
-#define CORPUS(name, tmpl, n_cases)                                                                        \
-    TEST(name)                                                                                             \
-    {                                                                                                      \
-        char msg_[1024];                                                                                   \
-        int n_ = run_cases(tmpl, msg_, sizeof msg_);                                                       \
-        CHECK_MSG(n_ >= 0, "%s", msg_);                                                                    \
-        CHECK_EQ_INT(n_, n_cases);                                                                         \
+#define CORPUS(name, tmpl, n_cases)                                                                          \
+    TEST(name)                                                                                               \
+    {                                                                                                        \
+        char msg_[1024];                                                                                     \
+        int n_ = run_cases(tmpl, msg_, sizeof msg_);                                                         \
+        CHECK_MSG(n_ >= 0, "%s", msg_);                                                                      \
+        CHECK_EQ_INT(n_, n_cases);                                                                           \
     }
 
 CORPUS(smollm2, tmpl_smollm2, 2)

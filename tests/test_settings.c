@@ -103,11 +103,13 @@ TEST(chat_rendering_is_a_setting)
     store *st;
     struct err e;
     jinja_template *t = NULL, *t2 = NULL;
-    CHECK(jinja_compile("{{ messages }}", 14, &t, &e) == 0 && jinja_compile("{{ messages }} ", 15, &t2, &e) == 0);
+    CHECK(jinja_compile("{{ messages }}", 14, &t, &e) == 0 &&
+          jinja_compile("{{ messages }} ", 15, &t2, &e) == 0);
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
     CHECK(settings_bind_store(st, &c, &m, &e) == 0); /* made with the chatml renderer */
     m.chat_jinja = t;
-    int refused = settings_bind_store(st, &c, &m, &e) != 0 && strstr(e.msg, "chat_template chatml (now jinja:");
+    int refused =
+        settings_bind_store(st, &c, &m, &e) != 0 && strstr(e.msg, "chat_template chatml (now jinja:");
     c.force = 1;
     int rebound = settings_bind_store(st, &c, &m, &e) == 0;
     c.force = 0;

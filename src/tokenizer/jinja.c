@@ -17,7 +17,8 @@ enum { JINJA_MAX_SOURCE = 4 << 20 };
 
 struct jinja_limits jinja_default_limits(void)
 {
-    struct jinja_limits l = {.max_steps = 10000000, .max_output = 1 << 20, .max_memory = (size_t)64 << 20, .max_depth = 200};
+    struct jinja_limits l = {
+        .max_steps = 10000000, .max_output = 1 << 20, .max_memory = (size_t)64 << 20, .max_depth = 200};
     return l;
 }
 
@@ -41,7 +42,8 @@ static size_t normalize(const char *src, size_t len, char *out)
 int jinja_compile(const char *src, size_t len, jinja_template **out, struct err *e)
 {
     *out = NULL;
-    if (len > JINJA_MAX_SOURCE) return err_set(e, "the template is %zu bytes (at most %d)", len, JINJA_MAX_SOURCE);
+    if (len > JINJA_MAX_SOURCE)
+        return err_set(e, "the template is %zu bytes (at most %d)", len, JINJA_MAX_SOURCE);
     const char *nul = memchr(src, '\0', len);
     if (nul) return err_set(e, "the template holds a NUL byte at offset %zu", (size_t)(nul - src));
     jinja_template *t = calloc(1, sizeof *t);
@@ -112,13 +114,15 @@ static int check_target(struct check *c, const struct jinja_node *n, int attr_ok
     if (n->kind == JN_NAME || (attr_ok && n->kind == JN_ATTR && n->a && n->a->kind == JN_NAME)) return 0;
     if (n->kind != JN_TUPLE) return check_fail(c, n, "an assignment target that is not a name");
     for (uint32_t i = 0; i < n->n_kids; i++)
-        if (!n->kids[i] || n->kids[i]->kind != JN_NAME) return check_fail(c, n, "a tuple target with a non-name");
+        if (!n->kids[i] || n->kids[i]->kind != JN_NAME)
+            return check_fail(c, n, "a tuple target with a non-name");
     return 0;
 }
 
 /* The children n's kind needs: a, b, c, body (bit 0..3), and whether its name must be set. */
 static int check_shape(struct check *c, const struct jinja_node *n)
 {
+    /* clang-format off */
     static const struct {
         uint8_t need, named;
     } shape[] = {
@@ -130,6 +134,7 @@ static int check_shape(struct check *c, const struct jinja_node *n)
         [JN_SET_BLOCK] = {9, 0}, [JN_MACRO] = {8, 1}, [JN_FILTER_BLOCK] = {12, 0}, [JN_WITH] = {8, 0},
         [JN_BREAK] = {0, 0}, [JN_CONTINUE] = {0, 0},
     };
+    /* clang-format on */
     if (n->kind > JN_CONTINUE) return check_fail(c, n, "an unknown kind");
     const struct jinja_node *slot[4] = {n->a, n->b, n->c, n->body};
     for (int i = 0; i < 4; i++)
@@ -142,10 +147,14 @@ static int check_shape(struct check *c, const struct jinja_node *n)
         return check_fail(c, n, "a filter or test bound to another name");
     if ((n->kind == JN_SLICE && n->n_kids != 3) || (n->kind == JN_DICT && n->n_kids % 2))
         return check_fail(c, n, "a wrong number of children");
-    if (n->kind == JN_BINOP && (n->op < JO_ADD || n->op > JO_NOT_IN)) return check_fail(c, n, "an unknown operator");
-    if ((n->kind == JN_BREAK || n->kind == JN_CONTINUE) && !c->loops) return check_fail(c, n, "break outside a loop");
-    if (n->kind == JN_IF && n->alt && n->alt->kind != JN_IF && n->alt->kind != JN_BODY) return check_fail(c, n, "a bad else");
-    if (n->kind == JN_CONST && n->value.type == JV_STR && n->value.n && !n->value.u.s) return check_fail(c, n, "a NULL string");
+    if (n->kind == JN_BINOP && (n->op < JO_ADD || n->op > JO_NOT_IN))
+        return check_fail(c, n, "an unknown operator");
+    if ((n->kind == JN_BREAK || n->kind == JN_CONTINUE) && !c->loops)
+        return check_fail(c, n, "break outside a loop");
+    if (n->kind == JN_IF && n->alt && n->alt->kind != JN_IF && n->alt->kind != JN_BODY)
+        return check_fail(c, n, "a bad else");
+    if (n->kind == JN_CONST && n->value.type == JV_STR && n->value.n && !n->value.u.s)
+        return check_fail(c, n, "a NULL string");
     return 0;
 }
 
@@ -156,9 +165,11 @@ static int check_node(struct check *c, const struct jinja_node *n, int depth)
     if (n->kind == JN_FOR && check_target(c, n->a, 0) != 0) return -1;
     if ((n->kind == JN_SET || n->kind == JN_SET_BLOCK) && check_target(c, n->a, 1) != 0) return -1;
     for (uint32_t i = 0; n->kind == JN_MACRO && i < n->n_kids; i++)
-        if (!n->kids[i] || n->kids[i]->kind != JN_NAME) return check_fail(c, n, "a macro parameter that is no name");
+        if (!n->kids[i] || n->kids[i]->kind != JN_NAME)
+            return check_fail(c, n, "a macro parameter that is no name");
     for (uint32_t i = 0; n->kind == JN_WITH && i < n->n_kids; i++)
-        if (!n->kids[i] || n->kids[i]->kind != JN_SET) return check_fail(c, n, "a with binding that is no set");
+        if (!n->kids[i] || n->kids[i]->kind != JN_SET)
+            return check_fail(c, n, "a with binding that is no set");
     int loops = c->loops;
     const struct jinja_node *expr[3] = {n->a, n->b, n->c};
     for (int i = 0; i < 3; i++) /* a for's target is a name, set's a target; both check as expressions too */

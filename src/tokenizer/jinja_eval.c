@@ -40,7 +40,8 @@ int jinja_charge(struct jinja_render *r, uint64_t steps)
 {
     r->steps += steps;
     if (r->steps > r->lim.max_steps)
-        return jinja_fail(r, "the template ran past its budget of %llu steps", (unsigned long long)r->lim.max_steps);
+        return jinja_fail(r, "the template ran past its budget of %llu steps",
+                          (unsigned long long)r->lim.max_steps);
     return 0;
 }
 
@@ -48,7 +49,8 @@ int jinja_fail_undefined(struct jinja_render *r, const struct jinja_val *v)
 {
     const struct jinja_node *n = v->u.node;
     if (n && n->kind == JN_NAME) return jinja_fail(r, "'%.*s' is undefined", (int)n->name_len, n->name);
-    if (n && n->kind == JN_ATTR) return jinja_fail(r, "'%.*s' is undefined (no such attribute or key)", (int)n->name_len, n->name);
+    if (n && n->kind == JN_ATTR)
+        return jinja_fail(r, "'%.*s' is undefined (no such attribute or key)", (int)n->name_len, n->name);
     return jinja_fail(r, "a value used here is undefined");
 }
 
@@ -135,14 +137,17 @@ int jinja_arg(const struct jinja_args *a, int i, const char *name, struct jinja_
     return 0;
 }
 
-int jinja_args_check(struct jinja_render *r, const struct jinja_args *a, int max_pos, const char *const *names,
-                     const char *what)
+int jinja_args_check(struct jinja_render *r, const struct jinja_args *a, int max_pos,
+                     const char *const *names, const char *what)
 {
-    if (a->n_pos > max_pos) return jinja_fail(r, "%s takes at most %d positional arguments (%d given)", what, max_pos, a->n_pos);
+    if (a->n_pos > max_pos)
+        return jinja_fail(r, "%s takes at most %d positional arguments (%d given)", what, max_pos, a->n_pos);
     for (int k = 0; k < a->n_kw; k++) {
         int known = 0;
-        for (int i = 0; names && names[i] && !known; i++) known = name_is(a->kw[k].name, a->kw[k].len, names[i]);
-        if (!known) return jinja_fail(r, "%s has no argument named '%.*s'", what, (int)a->kw[k].len, a->kw[k].name);
+        for (int i = 0; names && names[i] && !known; i++)
+            known = name_is(a->kw[k].name, a->kw[k].len, names[i]);
+        if (!known)
+            return jinja_fail(r, "%s has no argument named '%.*s'", what, (int)a->kw[k].len, a->kw[k].name);
     }
     return 0;
 }
@@ -172,18 +177,30 @@ static int eval_args(struct jinja_render *r, const struct jinja_node *n, struct 
 static int loop_field(const struct jinja_loop *l, const char *name, size_t n, struct jinja_val *out)
 {
     int64_t i = l->i, len = l->n;
-    if (name_is(name, n, "index")) *out = jinja_int(i + 1);
-    else if (name_is(name, n, "index0")) *out = jinja_int(i);
-    else if (name_is(name, n, "revindex")) *out = jinja_int(len - i);
-    else if (name_is(name, n, "revindex0")) *out = jinja_int(len - i - 1);
-    else if (name_is(name, n, "first")) *out = jinja_bool(i == 0);
-    else if (name_is(name, n, "last")) *out = jinja_bool(i == len - 1);
-    else if (name_is(name, n, "length")) *out = jinja_int(len);
-    else if (name_is(name, n, "depth")) *out = jinja_int(1);
-    else if (name_is(name, n, "depth0")) *out = jinja_int(0);
-    else if (name_is(name, n, "previtem") && i > 0) *out = l->items[i - 1];
-    else if (name_is(name, n, "nextitem") && i + 1 < len) *out = l->items[i + 1];
-    else return 0;
+    if (name_is(name, n, "index"))
+        *out = jinja_int(i + 1);
+    else if (name_is(name, n, "index0"))
+        *out = jinja_int(i);
+    else if (name_is(name, n, "revindex"))
+        *out = jinja_int(len - i);
+    else if (name_is(name, n, "revindex0"))
+        *out = jinja_int(len - i - 1);
+    else if (name_is(name, n, "first"))
+        *out = jinja_bool(i == 0);
+    else if (name_is(name, n, "last"))
+        *out = jinja_bool(i == len - 1);
+    else if (name_is(name, n, "length"))
+        *out = jinja_int(len);
+    else if (name_is(name, n, "depth"))
+        *out = jinja_int(1);
+    else if (name_is(name, n, "depth0"))
+        *out = jinja_int(0);
+    else if (name_is(name, n, "previtem") && i > 0)
+        *out = l->items[i - 1];
+    else if (name_is(name, n, "nextitem") && i + 1 < len)
+        *out = l->items[i + 1];
+    else
+        return 0;
     return 1;
 }
 
@@ -192,11 +209,17 @@ int jinja_getattr(struct jinja_render *r, const struct jinja_val *obj, const cha
 {
     *out = jinja_undef(at);
     switch (obj->type) {
-    case JV_UNDEF: return jinja_fail_undefined(r, obj);
+    case JV_UNDEF:
+        return jinja_fail_undefined(r, obj);
     case JV_DICT:
-    case JV_NS: jinja_dict_get_str(r, obj->u.d, name, n, out); return 0;
-    case JV_LOOP: loop_field(obj->u.loop, name, n, out); return 0;
-    default: return 0; /* other objects have no attributes a template can read */
+    case JV_NS:
+        jinja_dict_get_str(r, obj->u.d, name, n, out);
+        return 0;
+    case JV_LOOP:
+        loop_field(obj->u.loop, name, n, out);
+        return 0;
+    default:
+        return 0; /* other objects have no attributes a template can read */
     }
 }
 
@@ -206,9 +229,12 @@ static int get_item(struct jinja_render *r, const struct jinja_val *obj, const s
     *out = jinja_undef(at);
     int is_int = key->type == JV_INT || key->type == JV_BOOL;
     switch (obj->type) {
-    case JV_UNDEF: return jinja_fail_undefined(r, obj);
+    case JV_UNDEF:
+        return jinja_fail_undefined(r, obj);
     case JV_DICT:
-    case JV_NS: jinja_dict_get(r, obj->u.d, *key, out); return 0;
+    case JV_NS:
+        jinja_dict_get(r, obj->u.d, *key, out);
+        return 0;
     case JV_LOOP:
         if (key->type == JV_STR) loop_field(obj->u.loop, key->u.s, key->n, out);
         return 0;
@@ -229,7 +255,8 @@ static int get_item(struct jinja_render *r, const struct jinja_val *obj, const s
         *out = jinja_str(obj->u.s + b, jinja_utf8_offset(obj->u.s + b, obj->n - b, 1));
         return 0;
     }
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -248,8 +275,10 @@ static void slice_indices(int64_t n, int64_t step, const struct jinja_val *sv, i
         b[k] = x < 0 ? lo : x >= n ? hi : x;
     }
     *start = b[0];
-    if (step > 0) *count = b[1] > b[0] ? (b[1] - b[0] - 1) / step + 1 : 0;
-    else *count = b[0] > b[1] ? (b[0] - b[1] - 1) / -step + 1 : 0;
+    if (step > 0)
+        *count = b[1] > b[0] ? (b[1] - b[0] - 1) / step + 1 : 0;
+    else
+        *count = b[0] > b[1] ? (b[0] - b[1] - 1) / -step + 1 : 0;
 }
 
 static int eval_slice(struct jinja_render *r, const struct jinja_node *n, struct jinja_val *out)
@@ -265,7 +294,8 @@ static int eval_slice(struct jinja_render *r, const struct jinja_node *n, struct
     int64_t step = sv[2].type == JV_NONE ? 1 : sv[2].u.i, start, count;
     if (step == 0) return jinja_fail(r, "slice step cannot be zero");
     if (obj.type == JV_UNDEF) return jinja_fail_undefined(r, &obj);
-    if (obj.type != JV_LIST && obj.type != JV_STR) return jinja_fail(r, "'%s' object cannot be sliced", jinja_type_name(&obj));
+    if (obj.type != JV_LIST && obj.type != JV_STR)
+        return jinja_fail(r, "'%s' object cannot be sliced", jinja_type_name(&obj));
     struct jinja_list *items;
     if (jinja_iterate(r, &obj, &items) != 0) return -1;
     slice_indices(items->n, step, sv, &start, &count);
@@ -273,7 +303,8 @@ static int eval_slice(struct jinja_render *r, const struct jinja_node *n, struct
     if (obj.type == JV_LIST) {
         struct jinja_list *l = jinja_list_new(r, (size_t)count);
         if (!l) return -1;
-        for (int64_t k = 0; k < count; k++) l->items[k] = items->items[start + k * step];
+        for (int64_t k = 0; k < count; k++)
+            l->items[k] = items->items[start + k * step];
         *out = jinja_listv(l, obj.tuple);
         return 0;
     }
@@ -290,19 +321,23 @@ static int eval_slice(struct jinja_render *r, const struct jinja_node *n, struct
 
 /* ---------- operators ---------- */
 
-static int contains(struct jinja_render *r, const struct jinja_val *needle, const struct jinja_val *hay, int *res)
+static int contains(struct jinja_render *r, const struct jinja_val *needle, const struct jinja_val *hay,
+                    int *res)
 {
     *res = 0;
     switch (hay->type) {
-    case JV_UNDEF: return 0; /* Undefined iterates as empty */
+    case JV_UNDEF:
+        return 0; /* Undefined iterates as empty */
     case JV_STR:
         if (needle->type != JV_STR)
             return jinja_fail(r, "'in <string>' needs a string on the left, not %s", jinja_type_name(needle));
         if (jinja_charge(r, hay->n / 16) != 0) return -1;
-        *res = needle->n == 0 || (hay->n >= needle->n && memmem(hay->u.s, hay->n, needle->u.s, needle->n) != NULL);
+        *res = needle->n == 0 ||
+               (hay->n >= needle->n && memmem(hay->u.s, hay->n, needle->u.s, needle->n) != NULL);
         return 0;
     case JV_LIST:
-        for (uint32_t i = 0; i < hay->u.l->n && !*res; i++) *res = jinja_equal(r, needle, &hay->u.l->items[i]);
+        for (uint32_t i = 0; i < hay->u.l->n && !*res; i++)
+            *res = jinja_equal(r, needle, &hay->u.l->items[i]);
         return 0;
     case JV_DICT:
     case JV_NS: {
@@ -310,7 +345,8 @@ static int contains(struct jinja_render *r, const struct jinja_val *needle, cons
         *res = jinja_dict_get(r, hay->u.d, *needle, &v);
         return 0;
     }
-    default: return jinja_fail(r, "argument of type '%s' is not iterable", jinja_type_name(hay));
+    default:
+        return jinja_fail(r, "argument of type '%s' is not iterable", jinja_type_name(hay));
     }
 }
 
@@ -318,7 +354,8 @@ static int int_pow(struct jinja_render *r, int64_t base, int64_t ex, int64_t *ou
 {
     int64_t acc = 1;
     while (ex > 0) {
-        if ((ex & 1) && __builtin_mul_overflow(acc, base, &acc)) return jinja_fail(r, "integer overflow in **");
+        if ((ex & 1) && __builtin_mul_overflow(acc, base, &acc))
+            return jinja_fail(r, "integer overflow in **");
         ex >>= 1;
         if (ex && __builtin_mul_overflow(base, base, &base)) return jinja_fail(r, "integer overflow in **");
     }
@@ -332,9 +369,15 @@ static int int_arith(struct jinja_render *r, uint8_t op, int64_t a, int64_t b, s
     int64_t v = 0;
     int over = 0;
     switch (op) {
-    case JO_ADD: over = __builtin_add_overflow(a, b, &v); break;
-    case JO_SUB: over = __builtin_sub_overflow(a, b, &v); break;
-    case JO_MUL: over = __builtin_mul_overflow(a, b, &v); break;
+    case JO_ADD:
+        over = __builtin_add_overflow(a, b, &v);
+        break;
+    case JO_SUB:
+        over = __builtin_sub_overflow(a, b, &v);
+        break;
+    case JO_MUL:
+        over = __builtin_mul_overflow(a, b, &v);
+        break;
     case JO_FLOORDIV:
     case JO_MOD:
         if (b == 0) return jinja_fail(r, "division by zero");
@@ -350,7 +393,8 @@ static int int_arith(struct jinja_render *r, uint8_t op, int64_t a, int64_t b, s
         }
         if (int_pow(r, a, b, &v) != 0) return -1;
         break;
-    default: return -1;
+    default:
+        return -1;
     }
     if (over) return jinja_fail(r, "integer overflow");
     *out = jinja_int(v);
@@ -360,20 +404,35 @@ static int int_arith(struct jinja_render *r, uint8_t op, int64_t a, int64_t b, s
 static int num_arith(struct jinja_render *r, uint8_t op, const struct jinja_val *x, const struct jinja_val *y,
                      struct jinja_val *out)
 {
-    if (x->type != JV_FLOAT && y->type != JV_FLOAT && op != JO_DIV) return int_arith(r, op, x->u.i, y->u.i, out);
-    double a = x->type == JV_FLOAT ? x->u.f : (double)x->u.i, b = y->type == JV_FLOAT ? y->u.f : (double)y->u.i, v;
-    if ((op == JO_DIV || op == JO_FLOORDIV || op == JO_MOD) && b == 0) return jinja_fail(r, "division by zero");
+    if (x->type != JV_FLOAT && y->type != JV_FLOAT && op != JO_DIV)
+        return int_arith(r, op, x->u.i, y->u.i, out);
+    double a = x->type == JV_FLOAT ? x->u.f : (double)x->u.i,
+           b = y->type == JV_FLOAT ? y->u.f : (double)y->u.i, v;
+    if ((op == JO_DIV || op == JO_FLOORDIV || op == JO_MOD) && b == 0)
+        return jinja_fail(r, "division by zero");
     switch (op) {
-    case JO_ADD: v = a + b; break;
-    case JO_SUB: v = a - b; break;
-    case JO_MUL: v = a * b; break;
-    case JO_DIV: v = a / b; break;
-    case JO_FLOORDIV: v = floor(a / b); break;
+    case JO_ADD:
+        v = a + b;
+        break;
+    case JO_SUB:
+        v = a - b;
+        break;
+    case JO_MUL:
+        v = a * b;
+        break;
+    case JO_DIV:
+        v = a / b;
+        break;
+    case JO_FLOORDIV:
+        v = floor(a / b);
+        break;
     case JO_MOD:
         v = fmod(a, b);
         if (v != 0 && ((v < 0) != (b < 0))) v += b;
         break;
-    default: v = pow(a, b); break;
+    default:
+        v = pow(a, b);
+        break;
     }
     *out = jinja_float(v);
     return 0;
@@ -385,11 +444,13 @@ static int repeat(struct jinja_render *r, const struct jinja_val *seq, int64_t c
     uint64_t n = seq->type == JV_STR ? seq->n : seq->u.l->n;
     if (count < 0) count = 0;
     if (count && n * (uint64_t)count / (uint64_t)count != n) return jinja_fail(r, "a repetition too long");
-    if (n * (uint64_t)count > r->lim.max_output) return jinja_fail(r, "a repetition longer than %zu", r->lim.max_output);
+    if (n * (uint64_t)count > r->lim.max_output)
+        return jinja_fail(r, "a repetition longer than %zu", r->lim.max_output);
     if (seq->type == JV_LIST) {
         struct jinja_list *l = jinja_list_new(r, (size_t)(n * (uint64_t)count));
         if (!l || jinja_charge(r, l->n) != 0) return -1;
-        for (uint32_t i = 0; i < l->n; i++) l->items[i] = seq->u.l->items[i % n];
+        for (uint32_t i = 0; i < l->n; i++)
+            l->items[i] = seq->u.l->items[i % n];
         *out = jinja_listv(l, seq->tuple);
         return 0;
     }
@@ -427,11 +488,14 @@ static int arith(struct jinja_render *r, uint8_t op, const struct jinja_val *a, 
 {
     static const char *const names[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     if (op == JO_CONCAT) return concat(r, a, b, 1, out);
-    if (op == JO_ADD && a->type == b->type && (a->type == JV_STR || (a->type == JV_LIST && a->tuple == b->tuple)))
+    if (op == JO_ADD && a->type == b->type &&
+        (a->type == JV_STR || (a->type == JV_LIST && a->tuple == b->tuple)))
         return concat(r, a, b, a->type == JV_STR, out);
-    if (op == JO_MUL && (a->type == JV_STR || a->type == JV_LIST) && (b->type == JV_INT || b->type == JV_BOOL))
+    if (op == JO_MUL && (a->type == JV_STR || a->type == JV_LIST) &&
+        (b->type == JV_INT || b->type == JV_BOOL))
         return repeat(r, a, b->u.i, out);
-    if (op == JO_MUL && (b->type == JV_STR || b->type == JV_LIST) && (a->type == JV_INT || a->type == JV_BOOL))
+    if (op == JO_MUL && (b->type == JV_STR || b->type == JV_LIST) &&
+        (a->type == JV_INT || a->type == JV_BOOL))
         return repeat(r, b, a->u.i, out);
     if (op == JO_MOD && a->type == JV_STR) {
         int tuple = b->type == JV_LIST && b->tuple;
@@ -453,7 +517,9 @@ static int eval_binop(struct jinja_render *r, const struct jinja_node *n, struct
     int c, res;
     switch (n->op) {
     case JO_EQ:
-    case JO_NE: *out = jinja_bool(jinja_equal(r, &a, &b) == (n->op == JO_EQ)); return 0;
+    case JO_NE:
+        *out = jinja_bool(jinja_equal(r, &a, &b) == (n->op == JO_EQ));
+        return 0;
     case JO_IN:
     case JO_NOT_IN:
         if (contains(r, &a, &b, &res) != 0) return -1;
@@ -466,7 +532,8 @@ static int eval_binop(struct jinja_render *r, const struct jinja_node *n, struct
         if (jinja_compare(r, &a, &b, &c) != 0) return -1;
         *out = jinja_bool(n->op == JO_LT ? c < 0 : n->op == JO_LE ? c <= 0 : n->op == JO_GT ? c > 0 : c >= 0);
         return 0;
-    default: return arith(r, n->op, &a, &b, out);
+    default:
+        return arith(r, n->op, &a, &b, out);
     }
 }
 
@@ -479,8 +546,9 @@ int jinja_call_value(struct jinja_render *r, const struct jinja_val *f, const st
     if (f->type == JV_FUNC) return jinja_func_call(r, (int)f->u.i, a, out);
     const struct jinja_node *from = f->type == JV_UNDEF ? f->u.node : NULL;
     if (from && from->kind == JN_NAME && from->name_len == 12 && !memcmp(from->name, "strftime_now", 12))
-        return jinja_fail(r, "strftime_now() is not available: nightshift renders prompts without the clock, so that "
-                             "a result depends on its request alone");
+        return jinja_fail(
+            r, "strftime_now() is not available: nightshift renders prompts without the clock, so that "
+               "a result depends on its request alone");
     if (f->type == JV_UNDEF) return jinja_fail_undefined(r, f);
     return jinja_fail(r, "'%s' object is not callable", jinja_type_name(f));
 }
@@ -591,10 +659,15 @@ static int eval_unary(struct jinja_render *r, const struct jinja_node *n, struct
         *out = jinja_bool(!jinja_truthy(&v));
         return 0;
     }
-    if (!jinja_is_num(&v)) return jinja_fail(r, "bad operand type for unary %c: '%s'", n->kind == JN_NEG ? '-' : '+', jinja_type_name(&v));
-    if (v.type == JV_FLOAT) *out = jinja_float(n->kind == JN_NEG ? -v.u.f : v.u.f);
-    else if (n->kind == JN_NEG && v.u.i == INT64_MIN) return jinja_fail(r, "integer overflow");
-    else *out = jinja_int(n->kind == JN_NEG ? -v.u.i : v.u.i);
+    if (!jinja_is_num(&v))
+        return jinja_fail(r, "bad operand type for unary %c: '%s'", n->kind == JN_NEG ? '-' : '+',
+                          jinja_type_name(&v));
+    if (v.type == JV_FLOAT)
+        *out = jinja_float(n->kind == JN_NEG ? -v.u.f : v.u.f);
+    else if (n->kind == JN_NEG && v.u.i == INT64_MIN)
+        return jinja_fail(r, "integer overflow");
+    else
+        *out = jinja_int(n->kind == JN_NEG ? -v.u.i : v.u.i);
     return 0;
 }
 
@@ -602,18 +675,29 @@ static int eval_node(struct jinja_render *r, const struct jinja_node *n, struct 
 {
     struct jinja_val a, b;
     switch (n->kind) {
-    case JN_CONST: *out = n->value; return 0;
-    case JN_NAME: return eval_name(r, n, out);
-    case JN_ATTR: return jinja_eval(r, n->a, &a) || jinja_getattr(r, &a, n->name, n->name_len, n, out) ? -1 : 0;
-    case JN_ITEM: return jinja_eval(r, n->a, &a) || jinja_eval(r, n->b, &b) || get_item(r, &a, &b, n, out) ? -1 : 0;
-    case JN_SLICE: return eval_slice(r, n, out);
-    case JN_CALL: return eval_call(r, n, out);
-    case JN_FILTER: return jinja_eval(r, n->a, &a) || apply_filter(r, n, &a, out) ? -1 : 0;
-    case JN_TEST: return eval_test(r, n, out);
+    case JN_CONST:
+        *out = n->value;
+        return 0;
+    case JN_NAME:
+        return eval_name(r, n, out);
+    case JN_ATTR:
+        return jinja_eval(r, n->a, &a) || jinja_getattr(r, &a, n->name, n->name_len, n, out) ? -1 : 0;
+    case JN_ITEM:
+        return jinja_eval(r, n->a, &a) || jinja_eval(r, n->b, &b) || get_item(r, &a, &b, n, out) ? -1 : 0;
+    case JN_SLICE:
+        return eval_slice(r, n, out);
+    case JN_CALL:
+        return eval_call(r, n, out);
+    case JN_FILTER:
+        return jinja_eval(r, n->a, &a) || apply_filter(r, n, &a, out) ? -1 : 0;
+    case JN_TEST:
+        return eval_test(r, n, out);
     case JN_NOT:
     case JN_NEG:
-    case JN_POS: return eval_unary(r, n, out);
-    case JN_BINOP: return eval_binop(r, n, out);
+    case JN_POS:
+        return eval_unary(r, n, out);
+    case JN_BINOP:
+        return eval_binop(r, n, out);
     case JN_AND:
     case JN_OR:
         if (jinja_eval(r, n->a, out) != 0) return -1;
@@ -627,8 +711,10 @@ static int eval_node(struct jinja_render *r, const struct jinja_node *n, struct 
         return 0;
     case JN_LIST:
     case JN_TUPLE:
-    case JN_DICT: return eval_literal(r, n, out);
-    default: return jinja_fail(r, "a statement where an expression was expected");
+    case JN_DICT:
+        return eval_literal(r, n, out);
+    default:
+        return jinja_fail(r, "a statement where an expression was expected");
     }
 }
 
@@ -636,7 +722,8 @@ static int enter(struct jinja_render *r, const struct jinja_node *n)
 {
     r->line = n->line;
     r->col = n->col;
-    if (++r->depth > r->lim.max_depth) return jinja_fail(r, "the template nests deeper than %d levels", r->lim.max_depth);
+    if (++r->depth > r->lim.max_depth)
+        return jinja_fail(r, "the template nests deeper than %d levels", r->lim.max_depth);
     return jinja_charge(r, 1);
 }
 
@@ -656,8 +743,8 @@ static int assign(struct jinja_render *r, const struct jinja_node *target, const
     if (target->kind == JN_ATTR) {
         struct jinja_val ns;
         if (!scope_get(r, target->a->name, target->a->name_len, &ns) || ns.type != JV_NS)
-            return jinja_fail(r, "cannot set an attribute of '%.*s': not a namespace()", (int)target->a->name_len,
-                              target->a->name);
+            return jinja_fail(r, "cannot set an attribute of '%.*s': not a namespace()",
+                              (int)target->a->name_len, target->a->name);
         return jinja_dict_set(r, ns.u.d, jinja_str(target->name, target->name_len), *v);
     }
     struct jinja_list *items;
@@ -687,13 +774,16 @@ int jinja_call_macro(struct jinja_render *r, const struct jinja_node *m, const s
                      struct jinja_val *out)
 {
     if (a->n_pos > (int)m->n_kids)
-        return jinja_fail(r, "macro '%.*s' takes %u arguments (%d given)", (int)m->name_len, m->name, m->n_kids, a->n_pos);
+        return jinja_fail(r, "macro '%.*s' takes %u arguments (%d given)", (int)m->name_len, m->name,
+                          m->n_kids, a->n_pos);
     for (int k = 0; k < a->n_kw; k++) {
         int known = 0;
         for (uint32_t i = 0; i < m->n_kids && !known; i++)
-            known = m->kids[i]->name_len == a->kw[k].len && !memcmp(m->kids[i]->name, a->kw[k].name, a->kw[k].len);
+            known = m->kids[i]->name_len == a->kw[k].len &&
+                    !memcmp(m->kids[i]->name, a->kw[k].name, a->kw[k].len);
         if (!known)
-            return jinja_fail(r, "macro '%.*s' has no parameter '%.*s'", (int)m->name_len, m->name, (int)a->kw[k].len, a->kw[k].name);
+            return jinja_fail(r, "macro '%.*s' has no parameter '%.*s'", (int)m->name_len, m->name,
+                              (int)a->kw[k].len, a->kw[k].name);
     }
     uint32_t saved_base = r->base;
     if (frame_push(r) != 0) return -1;
@@ -771,7 +861,8 @@ static int exec_with(struct jinja_render *r, const struct jinja_node *n)
         if (jinja_eval(r, n->kids[i]->b, &vals[i]) != 0) return -1;
     if (frame_push(r) != 0) return -1;
     int rc = 0;
-    for (uint32_t i = 0; i < n->n_kids && rc == 0; i++) rc = assign(r, n->kids[i]->a, &vals[i]);
+    for (uint32_t i = 0; i < n->n_kids && rc == 0; i++)
+        rc = assign(r, n->kids[i]->a, &vals[i]);
     if (rc == 0) rc = jinja_exec(r, n->body);
     frame_pop(r);
     return rc;
@@ -786,16 +877,20 @@ static int exec_node(struct jinja_render *r, const struct jinja_node *n)
         for (uint32_t i = 0; i < n->n_kids; i++)
             if ((rc = jinja_exec(r, n->kids[i])) != 0) return rc;
         return 0;
-    case JN_TEXT: return jinja_put(r, r->out, n->name, n->name_len);
-    case JN_OUTPUT: return jinja_eval(r, n->a, &v) || jinja_write_str(r, r->out, &v) ? -1 : 0;
+    case JN_TEXT:
+        return jinja_put(r, r->out, n->name, n->name_len);
+    case JN_OUTPUT:
+        return jinja_eval(r, n->a, &v) || jinja_write_str(r, r->out, &v) ? -1 : 0;
     case JN_IF:
         for (; n && n->kind == JN_IF; n = n->alt) {
             if (jinja_eval(r, n->a, &v) != 0) return -1;
             if (jinja_truthy(&v)) return jinja_exec(r, n->body);
         }
         return n ? jinja_exec(r, n) : 0;
-    case JN_FOR: return exec_for(r, n);
-    case JN_SET: return jinja_eval(r, n->b, &v) || assign(r, n->a, &v) ? -1 : 0;
+    case JN_FOR:
+        return exec_for(r, n);
+    case JN_SET:
+        return jinja_eval(r, n->b, &v) || assign(r, n->a, &v) ? -1 : 0;
     case JN_SET_BLOCK:
         if ((rc = capture(r, n->body, &v)) != 0) return rc;
         if (n->c && apply_chain(r, n->c, &v, &w) != 0) return -1;
@@ -807,10 +902,14 @@ static int exec_node(struct jinja_render *r, const struct jinja_node *n)
     case JN_FILTER_BLOCK:
         if ((rc = capture(r, n->body, &v)) != 0) return rc;
         return apply_chain(r, n->c, &v, &w) || jinja_write_str(r, r->out, &w) ? -1 : 0;
-    case JN_WITH: return exec_with(r, n);
-    case JN_BREAK: return JINJA_BREAK;
-    case JN_CONTINUE: return JINJA_CONTINUE;
-    default: return jinja_fail(r, "an expression where a statement was expected");
+    case JN_WITH:
+        return exec_with(r, n);
+    case JN_BREAK:
+        return JINJA_BREAK;
+    case JN_CONTINUE:
+        return JINJA_CONTINUE;
+    default:
+        return jinja_fail(r, "an expression where a statement was expected");
     }
 }
 
@@ -828,7 +927,8 @@ int jinja_render_tree(struct jinja_render *r, const json_t *vars, struct jinja_b
     if (frame_push(r) != 0) return -1;
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)vars, k, v) {
+    json_object_foreach((json_t *)vars, k, v)
+    {
         struct jinja_val x;
         if (jinja_from_json(r, v, 0, &x) != 0 || scope_set(r, k, strlen(k), &x) != 0) return -1;
     }
@@ -839,7 +939,8 @@ int jinja_render_tree(struct jinja_render *r, const json_t *vars, struct jinja_b
 
 void jinja_render_release(struct jinja_render *r)
 {
-    for (uint32_t i = 0; i < r->cap_frames; i++) free(r->frames[i].vars);
+    for (uint32_t i = 0; i < r->cap_frames; i++)
+        free(r->frames[i].vars);
     free(r->frames);
     r->frames = NULL;
     r->n_frames = r->cap_frames = 0;

@@ -49,6 +49,7 @@ enum jinja_tok_type {
     JT_OP,          /* op */
 };
 
+/* clang-format off */
 enum jinja_op {
     JO_NONE,
     /* binary operators of expressions (also JN_BINOP's op) */
@@ -58,6 +59,7 @@ enum jinja_op {
     JO_LBRACKET, JO_RBRACKET, JO_LPAREN, JO_RPAREN, JO_LBRACE, JO_RBRACE,
     JO_ASSIGN, JO_DOT, JO_COLON, JO_PIPE, JO_COMMA, JO_SEMICOLON,
 };
+/* clang-format on */
 
 struct jinja_tok {
     uint8_t type, op;
@@ -174,6 +176,7 @@ static inline int jinja_is_num(const struct jinja_val *v)
 
 /* ---------- the tree ---------- */
 
+/* clang-format off */
 enum jinja_node_kind {
     /* expressions */
     JN_CONST,  /* value */
@@ -203,6 +206,7 @@ enum jinja_node_kind {
     JN_WITH,         /* with kids (JN_SET): body */
     JN_BREAK, JN_CONTINUE,
 };
+/* clang-format on */
 
 struct jinja_node {
     uint8_t kind, op;
@@ -216,14 +220,15 @@ struct jinja_node {
 };
 
 /* The tree of the tokens (a JN_BODY), allocated in mem; NULL with e set on a syntax error. */
-struct jinja_node *jinja_parse(const struct jinja_tok *toks, size_t n_toks, struct jinja_arena *mem, struct err *e);
+struct jinja_node *jinja_parse(const struct jinja_tok *toks, size_t n_toks, struct jinja_arena *mem,
+                               struct err *e);
 
 struct jinja_template {
-    char *src;              /* normalized: \r\n and \r as \n, one trailing newline dropped */
+    char *src; /* normalized: \r\n and \r as \n, one trailing newline dropped */
     size_t len;
     struct jinja_arena mem; /* the tree and the decoded string literals */
     struct jinja_node *root;
-    char id[72];            /* "jinja:" + SHA-256 hex of the original text */
+    char id[72]; /* "jinja:" + SHA-256 hex of the original text */
 };
 
 /* ---------- rendering ---------- */
@@ -239,7 +244,8 @@ struct jinja_var {
     struct jinja_val v;
 };
 
-struct jinja_frame { /* one scope: the context and top level (frame 0), a loop iteration, a macro call, with */
+struct jinja_frame { /* one scope: the context and top level (frame 0), a loop iteration, a macro call, with
+                      */
     struct jinja_var *vars;
     uint32_t n, cap;
 };
@@ -247,23 +253,24 @@ struct jinja_frame { /* one scope: the context and top level (frame 0), a loop i
 struct jinja_render {
     const struct jinja_template *t;
     struct jinja_limits lim;
-    struct jinja_arena mem;     /* every value made while rendering */
+    struct jinja_arena mem; /* every value made while rendering */
     uint64_t steps;
     int depth;
     struct jinja_buf *out;      /* where text goes now (a capture swaps it) */
     struct jinja_frame *frames; /* frames[0 .. n_frames): the scope stack */
     uint32_t n_frames, cap_frames;
-    uint32_t base;              /* names resolve in frames[base ..] then frames[0] (a macro hides its caller's) */
-    uint32_t line, col;         /* position of the node being evaluated, for errors */
+    uint32_t base;      /* names resolve in frames[base ..] then frames[0] (a macro hides its caller's) */
+    uint32_t line, col; /* position of the node being evaluated, for errors */
     struct err *e;
-    int failed, raised;         /* an error is set; it came from raise_exception */
+    int failed, raised; /* an error is set; it came from raise_exception */
 };
 
 /* Records "line L:C: <message>" at the current position (the first error wins) and returns -1. */
 int jinja_fail(struct jinja_render *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Counts steps against the budget: 0, or -1 once it is spent. */
 int jinja_charge(struct jinja_render *r, uint64_t steps);
-void *jinja_ralloc(struct jinja_render *r, size_t n); /* render arena; NULL (and the error set) past the cap */
+void *jinja_ralloc(struct jinja_render *r,
+                   size_t n); /* render arena; NULL (and the error set) past the cap */
 
 /* ---------- values: jinja_value.c ---------- */
 
@@ -275,8 +282,10 @@ int jinja_buf_take(struct jinja_render *r, struct jinja_buf *b, struct jinja_val
 struct jinja_list *jinja_list_new(struct jinja_render *r, size_t n);
 struct jinja_dict *jinja_dict_new(struct jinja_render *r, size_t cap);
 /* Looks key up: 1 and *out when present, else 0. O(n) (counted as steps). */
-int jinja_dict_get(struct jinja_render *r, const struct jinja_dict *d, struct jinja_val key, struct jinja_val *out);
-int jinja_dict_get_str(struct jinja_render *r, const struct jinja_dict *d, const char *k, size_t n, struct jinja_val *out);
+int jinja_dict_get(struct jinja_render *r, const struct jinja_dict *d, struct jinja_val key,
+                   struct jinja_val *out);
+int jinja_dict_get_str(struct jinja_render *r, const struct jinja_dict *d, const char *k, size_t n,
+                       struct jinja_val *out);
 /* Sets key (replacing or appending). Only for dicts being built and namespaces. */
 int jinja_dict_set(struct jinja_render *r, struct jinja_dict *d, struct jinja_val key, struct jinja_val v);
 
@@ -303,16 +312,19 @@ int jinja_compare(struct jinja_render *r, const struct jinja_val *a, const struc
 int jinja_iterate(struct jinja_render *r, const struct jinja_val *v, struct jinja_list **out);
 int jinja_from_json(struct jinja_render *r, const json_t *j, int depth, struct jinja_val *out);
 
-/* UTF-8 text as Python sees it (code points; the UTF-8 is trusted to be valid, a stray byte counts as one). */
+/* UTF-8 text as Python sees it (code points; the UTF-8 is trusted to be valid, a stray byte counts as one).
+ */
 size_t jinja_utf8_len(const char *s, size_t n);
 size_t jinja_utf8_offset(const char *s, size_t n, size_t index); /* byte offset of code point index (<= n) */
-size_t jinja_space_prefix(const char *s, size_t n); /* bytes of Python whitespace (str.isspace) at the start */
+size_t jinja_space_prefix(const char *s,
+                          size_t n); /* bytes of Python whitespace (str.isspace) at the start */
 size_t jinja_space_suffix(const char *s, size_t n); /* ... at the end */
 
 /* ---------- evaluation: jinja_eval.c ---------- */
 
 int jinja_eval(struct jinja_render *r, const struct jinja_node *n, struct jinja_val *out);
-int jinja_exec(struct jinja_render *r, const struct jinja_node *n); /* 0, -1, or JINJA_BREAK / JINJA_CONTINUE */
+int jinja_exec(struct jinja_render *r,
+               const struct jinja_node *n); /* 0, -1, or JINJA_BREAK / JINJA_CONTINUE */
 enum { JINJA_BREAK = 1, JINJA_CONTINUE = 2 };
 /* Calls macro m with the arguments: its output as a string. */
 struct jinja_args;
@@ -350,8 +362,8 @@ struct jinja_args {
 int jinja_arg(const struct jinja_args *a, int i, const char *name, struct jinja_val *v);
 /* Checks a against a signature: at most max_pos positional arguments and keywords among names (a
  * NULL-terminated list): 0, or -1 naming the one that does not fit in what. */
-int jinja_args_check(struct jinja_render *r, const struct jinja_args *a, int max_pos, const char *const *names,
-                     const char *what);
+int jinja_args_check(struct jinja_render *r, const struct jinja_args *a, int max_pos,
+                     const char *const *names, const char *what);
 
 /* ---------- builtins: jinja_filter.c, jinja_method.c ---------- */
 
@@ -359,7 +371,8 @@ int jinja_filter_find(const char *name, size_t n); /* index, or -1 */
 int jinja_filter_apply(struct jinja_render *r, int id, const struct jinja_val *in, const struct jinja_args *a,
                        struct jinja_val *out);
 int jinja_test_find(const char *name, size_t n);
-int jinja_test_apply(struct jinja_render *r, int id, const struct jinja_val *v, const struct jinja_args *a, int *res);
+int jinja_test_apply(struct jinja_render *r, int id, const struct jinja_val *v, const struct jinja_args *a,
+                     int *res);
 /* Applies the filter or test called name (for map, select, selectattr, ...). */
 int jinja_filter_by_name(struct jinja_render *r, const struct jinja_val *name, const struct jinja_val *in,
                          const struct jinja_args *a, struct jinja_val *out);
@@ -374,14 +387,15 @@ int jinja_func_call(struct jinja_render *r, int id, const struct jinja_args *a, 
 const char *jinja_func_name(int id);
 
 /* Python string operations shared by filters and methods (results in the render arena). */
-int jinja_str_strip(struct jinja_render *r, const struct jinja_val *s, const struct jinja_val *chars, int left,
-                    int right, struct jinja_val *out);
+int jinja_str_strip(struct jinja_render *r, const struct jinja_val *s, const struct jinja_val *chars,
+                    int left, int right, struct jinja_val *out);
 int jinja_str_case(struct jinja_render *r, const struct jinja_val *s, char how, struct jinja_val *out);
 int jinja_str_replace(struct jinja_render *r, const struct jinja_val *s, const struct jinja_val *old,
                       const struct jinja_val *new_, int64_t count, struct jinja_val *out);
 /* Python's str.splitlines: the lines of s, split at \n, \r\n, \r, \v, \f, \x1c-\x1e, \x85, U+2028, U+2029. */
-int jinja_str_splitlines(struct jinja_render *r, const struct jinja_val *s, int keepends, struct jinja_list **out);
-int jinja_str_format(struct jinja_render *r, const struct jinja_val *fmt, const struct jinja_val *args, int n_args,
-                     struct jinja_val *out); /* printf-style: fmt % args */
+int jinja_str_splitlines(struct jinja_render *r, const struct jinja_val *s, int keepends,
+                         struct jinja_list **out);
+int jinja_str_format(struct jinja_render *r, const struct jinja_val *fmt, const struct jinja_val *args,
+                     int n_args, struct jinja_val *out); /* printf-style: fmt % args */
 
 #endif

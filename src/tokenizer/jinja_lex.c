@@ -26,9 +26,9 @@ enum { LX_MAX_BRACKETS = 256 };
 struct lexer {
     const char *s;
     size_t n, pos;
-    uint32_t line;      /* line of pos (1-based) */
-    size_t line_start;  /* offset where that line starts */
-    int line_starting;  /* the last tag ended with a newline, or pos is the start */
+    uint32_t line;     /* line of pos (1-based) */
+    size_t line_start; /* offset where that line starts */
+    int line_starting; /* the last tag ended with a newline, or pos is the start */
     struct jinja_tok *t;
     size_t nt, cap;
     struct jinja_arena *mem;
@@ -99,7 +99,8 @@ static size_t lx_text_end(const struct lexer *lx, size_t begin, size_t end, char
     if (sign == '-') return end - jinja_space_suffix(s + begin, end - begin);
     if (sign == '+' || kind == '{') return end;
     size_t l = end; /* lstrip_blocks: from the last newline of the text (or its start) to the tag */
-    while (l > begin && s[l - 1] != '\n') l--;
+    while (l > begin && s[l - 1] != '\n')
+        l--;
     if (l == begin && !lx->line_starting) return end; /* no newline in the text, and it starts mid-line */
     if (l == end) return end;
     return jinja_space_suffix(s + l, end - l) == end - l ? l : end;
@@ -120,8 +121,10 @@ static int lx_text(struct lexer *lx, size_t end)
 static void lx_after_close(struct lexer *lx, char sign, int trim)
 {
     size_t p = lx->pos;
-    if (sign == '-') p += jinja_space_prefix(lx->s + p, lx->n - p);
-    else if (sign != '+' && trim && p < lx->n && lx->s[p] == '\n') p++;
+    if (sign == '-')
+        p += jinja_space_prefix(lx->s + p, lx->n - p);
+    else if (sign != '+' && trim && p < lx->n && lx->s[p] == '\n')
+        p++;
     lx->line_starting = p > lx->pos && lx->s[p - 1] == '\n';
     lx_seek(lx, p);
 }
@@ -195,6 +198,7 @@ static int lx_raw(struct lexer *lx)
 
 /* ---------- tokens inside a tag ---------- */
 
+/* clang-format off */
 static const struct {
     const char *text;
     uint8_t op;
@@ -205,6 +209,7 @@ static const struct {
     {"}", JO_RBRACE}, {">", JO_GT}, {"<", JO_LT}, {"=", JO_ASSIGN}, {".", JO_DOT}, {":", JO_COLON},
     {"|", JO_PIPE}, {",", JO_COMMA}, {";", JO_SEMICOLON},
 };
+/* clang-format on */
 
 static int lx_is_digit(char c)
 {
@@ -219,8 +224,8 @@ static int lx_is_name(char c, int first)
 /* Digits with single underscores between them, from p: the end offset. */
 static size_t lx_digits(const char *s, size_t n, size_t p)
 {
-    while (p < n && (lx_is_digit(s[p]) || (s[p] == '_' && p + 1 < n && lx_is_digit(s[p + 1]) && p > 0 &&
-                                           lx_is_digit(s[p - 1]))))
+    while (p < n && (lx_is_digit(s[p]) ||
+                     (s[p] == '_' && p + 1 < n && lx_is_digit(s[p + 1]) && p > 0 && lx_is_digit(s[p - 1]))))
         p++;
     return p;
 }
@@ -252,8 +257,10 @@ static int lx_number(struct lexer *lx)
     struct jinja_tok *t = lx_emit(lx, is_float ? JT_FLOAT : JT_INT);
     if (!t) return -1;
     errno = 0;
-    if (is_float) t->f = strtod(buf, NULL);
-    else t->i = strtoll(buf, NULL, 10);
+    if (is_float)
+        t->f = strtod(buf, NULL);
+    else
+        t->i = strtoll(buf, NULL, 10);
     if (errno == ERANGE && !is_float) return lx_fail(lx, "integer literal out of range");
     lx_seek(lx, end);
     return 0;
@@ -265,7 +272,10 @@ static int lx_hex(const char *s, size_t n, size_t p, int digits, uint32_t *cp)
     for (int i = 0; i < digits; i++) {
         if (p + (size_t)i >= n) return -1;
         char c = s[p + (size_t)i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return -1;
         v = v * 16 + (uint32_t)d;
     }
@@ -312,7 +322,8 @@ static int lx_escape(const char *s, size_t n, size_t *p, char *o)
     uint32_t cp = 0;
     if (c >= '0' && c <= '7') {
         cp = (uint32_t)(c - '0');
-        for (int i = 0; i < 2 && *p < n && s[*p] >= '0' && s[*p] <= '7'; i++) cp = cp * 8 + (uint32_t)(s[(*p)++] - '0');
+        for (int i = 0; i < 2 && *p < n && s[*p] >= '0' && s[*p] <= '7'; i++)
+            cp = cp * 8 + (uint32_t)(s[(*p)++] - '0');
     } else if (c == 'x' || c == 'u' || c == 'U') {
         int digits = c == 'x' ? 2 : c == 'u' ? 4 : 8;
         if (lx_hex(s, n, *p, digits, &cp)) return -1;
@@ -331,7 +342,8 @@ static int lx_string(struct lexer *lx)
     const char *s = lx->s;
     char q = s[lx->pos];
     size_t p = lx->pos + 1;
-    while (p < lx->n && s[p] != q) p += s[p] == '\\' ? 2 : 1;
+    while (p < lx->n && s[p] != q)
+        p += s[p] == '\\' ? 2 : 1;
     if (p >= lx->n) return lx_fail(lx, "the string literal is not closed");
     size_t body = lx->pos + 1, end = p;
     char *o = jinja_alloc(lx->mem, end - body + 1); /* escapes never decode longer than written */
@@ -366,7 +378,8 @@ struct lx_brackets {
 
 static int lx_bracket(struct lexer *lx, struct lx_brackets *b, uint8_t op)
 {
-    static const char open[] = {JO_LBRACKET, JO_LPAREN, JO_LBRACE}, close[] = {JO_RBRACKET, JO_RPAREN, JO_RBRACE};
+    static const char open[] = {JO_LBRACKET, JO_LPAREN, JO_LBRACE},
+                      close[] = {JO_RBRACKET, JO_RPAREN, JO_RBRACE};
     static const char text[] = "])}";
     char msg[64];
     for (int i = 0; i < 3; i++) {
@@ -398,7 +411,8 @@ static int lx_token(struct lexer *lx, struct lx_brackets *br)
     if (c == '\'' || c == '"') return lx_string(lx);
     if (lx_is_name(c, 1)) {
         size_t p = lx->pos;
-        while (p < lx->n && lx_is_name(s[p], 0)) p++;
+        while (p < lx->n && lx_is_name(s[p], 0))
+            p++;
         struct jinja_tok *t = lx_emit(lx, JT_NAME);
         if (!t) return -1;
         t->p = s + lx->pos;
@@ -417,7 +431,8 @@ static int lx_token(struct lexer *lx, struct lx_brackets *br)
         return 0;
     }
     char msg[64];
-    snprintf(msg, sizeof msg, "unexpected character '%c' in a tag", (unsigned char)c >= 0x20 && c != 0x7f ? c : '?');
+    snprintf(msg, sizeof msg, "unexpected character '%c' in a tag",
+             (unsigned char)c >= 0x20 && c != 0x7f ? c : '?');
     return lx_fail(lx, msg);
 }
 
@@ -428,8 +443,10 @@ static int lx_close(struct lexer *lx, char kind)
     const char *s = lx->s + lx->pos;
     size_t left = lx->n - lx->pos;
     char sign = 0;
-    if (left >= 3 && (s[0] == '-' || (s[0] == '+' && kind == '%')) && memcmp(s + 1, end, 2) == 0) sign = s[0];
-    else if (!(left >= 2 && memcmp(s, end, 2) == 0)) return 0;
+    if (left >= 3 && (s[0] == '-' || (s[0] == '+' && kind == '%')) && memcmp(s + 1, end, 2) == 0)
+        sign = s[0];
+    else if (!(left >= 2 && memcmp(s, end, 2) == 0))
+        return 0;
     if (!lx_emit(lx, kind == '{' ? JT_VAR_END : JT_BLOCK_END)) return -1;
     lx_seek(lx, lx->pos + 2 + (sign != 0));
     lx_after_close(lx, sign, kind == '%');

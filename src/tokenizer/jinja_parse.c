@@ -74,21 +74,41 @@ static int is_op(const struct parser *p, uint8_t op)
 /* How a token reads in a message. */
 static void tok_describe(const struct jinja_tok *t, char *buf, size_t cap)
 {
-    static const char *const ops[] = {"", "+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", "<=", ">",
-                                      ">=", "in", "not in", "[", "]", "(", ")", "{", "}", "=", ".", ":", "|",
-                                      ",", ";"};
+    static const char *const ops[] = {"",   "+", "-",  "*", "/",  "//", "%",      "**", "~", "==",
+                                      "!=", "<", "<=", ">", ">=", "in", "not in", "[",  "]", "(",
+                                      ")",  "{", "}",  "=", ".",  ":",  "|",      ",",  ";"};
     switch (t->type) {
-    case JT_EOF: snprintf(buf, cap, "the end of the template"); break;
-    case JT_TEXT: snprintf(buf, cap, "text"); break;
-    case JT_VAR_BEGIN: snprintf(buf, cap, "'{{'"); break;
-    case JT_VAR_END: snprintf(buf, cap, "'}}'"); break;
-    case JT_BLOCK_BEGIN: snprintf(buf, cap, "'{%%'"); break;
-    case JT_BLOCK_END: snprintf(buf, cap, "'%%}'"); break;
-    case JT_NAME: snprintf(buf, cap, "'%.*s'", (int)(t->n < 40 ? t->n : 40), t->p); break;
-    case JT_STRING: snprintf(buf, cap, "a string"); break;
+    case JT_EOF:
+        snprintf(buf, cap, "the end of the template");
+        break;
+    case JT_TEXT:
+        snprintf(buf, cap, "text");
+        break;
+    case JT_VAR_BEGIN:
+        snprintf(buf, cap, "'{{'");
+        break;
+    case JT_VAR_END:
+        snprintf(buf, cap, "'}}'");
+        break;
+    case JT_BLOCK_BEGIN:
+        snprintf(buf, cap, "'{%%'");
+        break;
+    case JT_BLOCK_END:
+        snprintf(buf, cap, "'%%}'");
+        break;
+    case JT_NAME:
+        snprintf(buf, cap, "'%.*s'", (int)(t->n < 40 ? t->n : 40), t->p);
+        break;
+    case JT_STRING:
+        snprintf(buf, cap, "a string");
+        break;
     case JT_INT:
-    case JT_FLOAT: snprintf(buf, cap, "a number"); break;
-    default: snprintf(buf, cap, "'%s'", t->op < sizeof ops / sizeof ops[0] ? ops[t->op] : "?"); break;
+    case JT_FLOAT:
+        snprintf(buf, cap, "a number");
+        break;
+    default:
+        snprintf(buf, cap, "'%s'", t->op < sizeof ops / sizeof ops[0] ? ops[t->op] : "?");
+        break;
     }
 }
 
@@ -144,8 +164,10 @@ static struct jinja_node *kids_finish(struct parser *p, struct kid_vec *k, struc
 {
     if (n && k->n) {
         n->kids = jinja_alloc(p->mem, k->n * sizeof *n->kids);
-        if (!n->kids) n = fail(p, "out of memory (template tree)");
-        else memcpy(n->kids, k->v, k->n * sizeof *n->kids);
+        if (!n->kids)
+            n = fail(p, "out of memory (template tree)");
+        else
+            memcpy(n->kids, k->v, k->n * sizeof *n->kids);
         if (n) n->n_kids = k->n;
     }
     free(k->v);
@@ -178,7 +200,8 @@ static struct jinja_node *parse_expr(struct parser *p, int with_cond);
 static struct jinja_node *parse_unary(struct parser *p, int with_filter);
 
 /* Items up to the closing bracket close: a list, tuple or dict literal, or call arguments. */
-static struct jinja_node *parse_items(struct parser *p, struct jinja_node *n, uint8_t close, int dict, int call)
+static struct jinja_node *parse_items(struct parser *p, struct jinja_node *n, uint8_t close, int dict,
+                                      int call)
 {
     struct kid_vec k = {0};
     int seen_kw = 0;
@@ -205,7 +228,8 @@ static struct jinja_node *parse_items(struct parser *p, struct jinja_node *n, ui
             goto fail;
         }
         if (kids_push(p, &k, parse_expr(p, 1)) != 0) goto fail;
-        if (dict && (expect_op(p, JO_COLON, "':' in a dict literal") != 0 || kids_push(p, &k, parse_expr(p, 1)) != 0))
+        if (dict &&
+            (expect_op(p, JO_COLON, "':' in a dict literal") != 0 || kids_push(p, &k, parse_expr(p, 1)) != 0))
             goto fail;
     }
     adv(p);
@@ -221,7 +245,8 @@ static struct jinja_node *parse_strings(struct parser *p)
     struct jinja_node *n = new_node(p, JN_CONST, cur(p));
     if (!n) return NULL;
     size_t total = 0, i;
-    for (i = p->i; p->t[i].type == JT_STRING; i++) total += p->t[i].n;
+    for (i = p->i; p->t[i].type == JT_STRING; i++)
+        total += p->t[i].n;
     char *s = jinja_alloc(p->mem, total + 1);
     if (!s) return fail(p, "out of memory (template strings)");
     size_t k = 0;
@@ -239,9 +264,12 @@ static struct jinja_node *parse_name(struct parser *p)
     struct jinja_node *n = new_node(p, JN_CONST, t);
     if (!n) return NULL;
     adv(p);
-    if (tok_is_name(t, "true") || tok_is_name(t, "True")) n->value = jinja_bool(1);
-    else if (tok_is_name(t, "false") || tok_is_name(t, "False")) n->value = jinja_bool(0);
-    else if (tok_is_name(t, "none") || tok_is_name(t, "None")) n->value = jinja_none();
+    if (tok_is_name(t, "true") || tok_is_name(t, "True"))
+        n->value = jinja_bool(1);
+    else if (tok_is_name(t, "false") || tok_is_name(t, "False"))
+        n->value = jinja_bool(0);
+    else if (tok_is_name(t, "none") || tok_is_name(t, "None"))
+        n->value = jinja_none();
     else {
         n->kind = JN_NAME;
         n->name = t->p;
@@ -258,8 +286,10 @@ static struct jinja_node *parse_primary(struct parser *p)
     const struct jinja_tok *t = cur(p);
     struct jinja_node *n;
     switch (t->type) {
-    case JT_NAME: return parse_name(p);
-    case JT_STRING: return parse_strings(p);
+    case JT_NAME:
+        return parse_name(p);
+    case JT_STRING:
+        return parse_strings(p);
     case JT_INT:
     case JT_FLOAT:
         n = new_node(p, JN_CONST, t);
@@ -276,16 +306,20 @@ static struct jinja_node *parse_primary(struct parser *p)
         if (t->op == JO_LBRACKET || t->op == JO_LBRACE) {
             n = new_node(p, t->op == JO_LBRACKET ? JN_LIST : JN_DICT, t);
             adv(p);
-            return n ? parse_items(p, n, t->op == JO_LBRACKET ? JO_RBRACKET : JO_RBRACE, t->op == JO_LBRACE, 0) : NULL;
+            return n ? parse_items(p, n, t->op == JO_LBRACKET ? JO_RBRACKET : JO_RBRACE, t->op == JO_LBRACE,
+                                   0)
+                     : NULL;
         }
         break;
-    default: break;
+    default:
+        break;
     }
     return unexpected(p, "an expression");
 }
 
 /* After "[": an index a[i] or a slice a[start:stop:step]. */
-static struct jinja_node *parse_subscript(struct parser *p, struct jinja_node *obj, const struct jinja_tok *at)
+static struct jinja_node *parse_subscript(struct parser *p, struct jinja_node *obj,
+                                          const struct jinja_tok *at)
 {
     struct jinja_node *idx = NULL;
     if (!is_op(p, JO_COLON)) {
@@ -459,7 +493,8 @@ static struct jinja_node *binop(struct parser *p, uint8_t kind, uint8_t op, cons
 /* Binary operators of one precedence level, left-associative: level 0 ** ; 1 * / // % ; 2 ~ ; 3 + - */
 static struct jinja_node *parse_arith(struct parser *p, int level)
 {
-    static const uint8_t ops[4][4] = {{JO_POW}, {JO_MUL, JO_DIV, JO_FLOORDIV, JO_MOD}, {JO_CONCAT}, {JO_ADD, JO_SUB}};
+    static const uint8_t ops[4][4] = {
+        {JO_POW}, {JO_MUL, JO_DIV, JO_FLOORDIV, JO_MOD}, {JO_CONCAT}, {JO_ADD, JO_SUB}};
     struct jinja_node *n = level == 0 ? parse_unary(p, 1) : parse_arith(p, level - 1);
     for (;;) {
         const struct jinja_tok *at = cur(p);
@@ -601,8 +636,8 @@ static struct jinja_node *parse_statement(struct parser *p);
 
 /* Statements up to a {% tag %} named in ends (NULL-terminated; NULL: the end of the template). The
  * "{%" and that name are consumed; *which is its index. opener names the statement for messages. */
-static struct jinja_node *parse_body(struct parser *p, const char *const *ends, int *which, const char *opener,
-                                     const struct jinja_tok *open_at)
+static struct jinja_node *parse_body(struct parser *p, const char *const *ends, int *which,
+                                     const char *opener, const struct jinja_tok *open_at)
 {
     if (enter(p) != 0) return NULL;
     struct jinja_node *body = new_node(p, JN_BODY, cur(p));
@@ -683,7 +718,8 @@ static struct jinja_node *parse_for(struct parser *p, const struct jinja_tok *at
     n->body = parse_body(p, ends, &which, "for", at);
     p->loop_depth--;
     if (!n->body) return NULL;
-    if (which == 1 && (expect_block_end(p) != 0 || !(n->alt = parse_body(p, endfor, &which, "for", at)))) return NULL;
+    if (which == 1 && (expect_block_end(p) != 0 || !(n->alt = parse_body(p, endfor, &which, "for", at))))
+        return NULL;
     return expect_block_end(p) == 0 ? n : NULL;
 }
 
@@ -781,8 +817,8 @@ fail:
 /* After "{%" and a keyword that is not one of the statements above. */
 static struct jinja_node *parse_other(struct parser *p, const struct jinja_tok *kw)
 {
-    static const char *const unsupported[] = {"include", "import", "from", "extends", "block", "call",
-                                              "autoescape", "do", "trans", NULL};
+    static const char *const unsupported[] = {"include", "import",     "from", "extends", "block",
+                                              "call",    "autoescape", "do",   "trans",   NULL};
     int which = 0;
     if (tok_is_name(kw, "break") || tok_is_name(kw, "continue")) {
         if (!p->loop_depth) return fail(p, "'%.*s' outside a for loop", (int)kw->n, kw->p);
@@ -805,7 +841,8 @@ static struct jinja_node *parse_other(struct parser *p, const struct jinja_tok *
     p->i--; /* point the message at the keyword */
     for (int i = 0; unsupported[i]; i++)
         if (tok_is_name(kw, unsupported[i]))
-            return fail(p, "{%% %s %%} is not supported (a chat template renders alone, with no files)", unsupported[i]);
+            return fail(p, "{%% %s %%} is not supported (a chat template renders alone, with no files)",
+                        unsupported[i]);
     char got[64];
     tok_describe(kw, got, sizeof got);
     return fail(p, "unexpected %s after '{%%'", got);
@@ -831,8 +868,10 @@ static struct jinja_node *parse_statement(struct parser *p)
         if (cur(p)->type != JT_VAR_END) return unexpected(p, "'}}'");
         adv(p);
         return n;
-    case JT_BLOCK_BEGIN: break;
-    default: return unexpected(p, "text or a tag");
+    case JT_BLOCK_BEGIN:
+        break;
+    default:
+        return unexpected(p, "text or a tag");
     }
     adv(p);
     const struct jinja_tok *kw = cur(p);
@@ -846,7 +885,8 @@ static struct jinja_node *parse_statement(struct parser *p)
     return parse_other(p, kw);
 }
 
-struct jinja_node *jinja_parse(const struct jinja_tok *toks, size_t n_toks, struct jinja_arena *mem, struct err *e)
+struct jinja_node *jinja_parse(const struct jinja_tok *toks, size_t n_toks, struct jinja_arena *mem,
+                               struct err *e)
 {
     struct parser p = {.t = toks, .n = n_toks, .mem = mem, .e = e};
     int which = 0;

@@ -81,7 +81,8 @@ int jinja_put(struct jinja_render *r, struct jinja_buf *b, const char *s, size_t
         return jinja_fail(r, "the output is longer than %zu bytes", r->lim.max_output);
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
+        while (cap < b->n + n + 1)
+            cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p) return jinja_fail(r, "out of memory (template output)");
         b->p = p;
@@ -139,7 +140,8 @@ static int key_equal(const struct jinja_val *a, const char *s, size_t n)
     return a->type == JV_STR && a->n == n && memcmp(a->u.s, s, n) == 0;
 }
 
-int jinja_dict_get_str(struct jinja_render *r, const struct jinja_dict *d, const char *k, size_t n, struct jinja_val *out)
+int jinja_dict_get_str(struct jinja_render *r, const struct jinja_dict *d, const char *k, size_t n,
+                       struct jinja_val *out)
 {
     if (jinja_charge(r, d->n / 8) != 0) return 0;
     for (uint32_t i = 0; i < d->n; i++)
@@ -150,7 +152,8 @@ int jinja_dict_get_str(struct jinja_render *r, const struct jinja_dict *d, const
     return 0;
 }
 
-int jinja_dict_get(struct jinja_render *r, const struct jinja_dict *d, struct jinja_val key, struct jinja_val *out)
+int jinja_dict_get(struct jinja_render *r, const struct jinja_dict *d, struct jinja_val key,
+                   struct jinja_val *out)
 {
     if (key.type == JV_STR) return jinja_dict_get_str(r, d, key.u.s, key.n, out);
     if (jinja_charge(r, d->n / 8) != 0) return 0;
@@ -191,21 +194,29 @@ int jinja_truthy(const struct jinja_val *v)
 {
     switch (v->type) {
     case JV_UNDEF:
-    case JV_NONE: return 0;
+    case JV_NONE:
+        return 0;
     case JV_BOOL:
-    case JV_INT: return v->u.i != 0;
-    case JV_FLOAT: return v->u.f != 0.0;
-    case JV_STR: return v->n != 0;
-    case JV_LIST: return v->u.l->n != 0;
-    case JV_DICT: return v->u.d->n != 0;
-    default: return 1;
+    case JV_INT:
+        return v->u.i != 0;
+    case JV_FLOAT:
+        return v->u.f != 0.0;
+    case JV_STR:
+        return v->n != 0;
+    case JV_LIST:
+        return v->u.l->n != 0;
+    case JV_DICT:
+        return v->u.d->n != 0;
+    default:
+        return 1;
     }
 }
 
 const char *jinja_type_name(const struct jinja_val *v)
 {
-    static const char *const names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list",
-                                        "dict", "Namespace", "LoopContext", "Macro", "function"};
+    static const char *const names[] = {"Undefined", "NoneType",    "bool",  "int",
+                                        "float",     "str",         "list",  "dict",
+                                        "Namespace", "LoopContext", "Macro", "function"};
     if (v->type == JV_LIST && v->tuple) return "tuple";
     return v->type < sizeof names / sizeof names[0] ? names[v->type] : "?";
 }
@@ -216,7 +227,8 @@ static size_t utf8_step(const char *s, size_t n, size_t i)
 {
     unsigned char c = (unsigned char)s[i];
     size_t k = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    while (k > 1 && (i + k > n)) k--;
+    while (k > 1 && (i + k > n))
+        k--;
     for (size_t j = 1; j < k; j++)
         if (((unsigned char)s[i + j] & 0xC0) != 0x80) return j;
     return k;
@@ -225,14 +237,16 @@ static size_t utf8_step(const char *s, size_t n, size_t i)
 size_t jinja_utf8_len(const char *s, size_t n)
 {
     size_t count = 0;
-    for (size_t i = 0; i < n; i += utf8_step(s, n, i)) count++;
+    for (size_t i = 0; i < n; i += utf8_step(s, n, i))
+        count++;
     return count;
 }
 
 size_t jinja_utf8_offset(const char *s, size_t n, size_t index)
 {
     size_t i = 0;
-    for (size_t k = 0; k < index && i < n; k++) i += utf8_step(s, n, i);
+    for (size_t k = 0; k < index && i < n; k++)
+        i += utf8_step(s, n, i);
     return i;
 }
 
@@ -245,20 +259,23 @@ static uint32_t utf8_at(const char *s, size_t n, size_t i, size_t *len)
     if (k == 1) return u[0];
     if (k == 2) return (uint32_t)(u[0] & 0x1F) << 6 | (u[1] & 0x3F);
     if (k == 3) return (uint32_t)(u[0] & 0x0F) << 12 | (uint32_t)(u[1] & 0x3F) << 6 | (u[2] & 0x3F);
-    return (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+    return (uint32_t)(u[0] & 0x07) << 18 | (uint32_t)(u[1] & 0x3F) << 12 | (uint32_t)(u[2] & 0x3F) << 6 |
+           (u[3] & 0x3F);
 }
 
 /* Python's str.isspace for one code point. */
 static int py_space(uint32_t c)
 {
     return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+           c == 0x3000;
 }
 
 size_t jinja_space_prefix(const char *s, size_t n)
 {
     size_t i = 0, k;
-    while (i < n && py_space(utf8_at(s, n, i, &k))) i += k;
+    while (i < n && py_space(utf8_at(s, n, i, &k)))
+        i += k;
     return i;
 }
 
@@ -267,7 +284,8 @@ size_t jinja_space_suffix(const char *s, size_t n)
     size_t end = n;
     while (end > 0) {
         size_t start = end - 1, k;
-        while (start > 0 && end - start < 4 && ((unsigned char)s[start] & 0xC0) == 0x80) start--;
+        while (start > 0 && end - start < 4 && ((unsigned char)s[start] & 0xC0) == 0x80)
+            start--;
         uint32_t c = utf8_at(s, end, start, &k);
         if (start + k != end) { /* not one whole character: a stray byte */
             start = end - 1;
@@ -303,20 +321,25 @@ void jinja_format_float(double f, char *buf, size_t cap)
     const char *p = e + (e[0] == '-');
     for (; *p && *p != 'e'; p++)
         if (*p != '.') digits[nd++] = *p;
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
     int ex = atoi(p + 1);
     size_t w = 0;
     if (signbit(f)) buf[w++] = '-';
     if (ex >= -4 && ex < 16) {
         if (ex < 0) {
             w += (size_t)snprintf(buf + w, cap - w, "0.");
-            for (int i = -1; i > ex; i--) buf[w++] = '0';
+            for (int i = -1; i > ex; i--)
+                buf[w++] = '0';
             w += (size_t)snprintf(buf + w, cap - w, "%.*s", (int)nd, digits);
         } else {
-            for (int i = 0; i <= ex; i++) buf[w++] = (size_t)i < nd ? digits[i] : '0';
+            for (int i = 0; i <= ex; i++)
+                buf[w++] = (size_t)i < nd ? digits[i] : '0';
             buf[w++] = '.';
-            if ((size_t)ex + 1 < nd) w += (size_t)snprintf(buf + w, cap - w, "%.*s", (int)(nd - (size_t)ex - 1), digits + ex + 1);
-            else buf[w++] = '0';
+            if ((size_t)ex + 1 < nd)
+                w += (size_t)snprintf(buf + w, cap - w, "%.*s", (int)(nd - (size_t)ex - 1), digits + ex + 1);
+            else
+                buf[w++] = '0';
         }
         buf[w] = '\0';
         return;
@@ -326,7 +349,8 @@ void jinja_format_float(double f, char *buf, size_t cap)
     snprintf(buf + w, cap - w, "e%c%02d", ex < 0 ? '-' : '+', ex < 0 ? -ex : ex);
 }
 
-static int write_repr_depth(struct jinja_render *r, struct jinja_buf *b, const struct jinja_val *v, int depth);
+static int write_repr_depth(struct jinja_render *r, struct jinja_buf *b, const struct jinja_val *v,
+                            int depth);
 
 /* Python's repr of a string: single quotes unless the text has ' and no ". */
 static int write_quoted(struct jinja_render *r, struct jinja_buf *b, const char *s, size_t n)
@@ -337,11 +361,16 @@ static int write_quoted(struct jinja_render *r, struct jinja_buf *b, const char 
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         char esc[8] = {0};
-        if (c == '\\' || c == (unsigned char)q) snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c == '\n') snprintf(esc, sizeof esc, "\\n");
-        else if (c == '\r') snprintf(esc, sizeof esc, "\\r");
-        else if (c == '\t') snprintf(esc, sizeof esc, "\\t");
-        else if (c < 0x20 || c == 0x7F) snprintf(esc, sizeof esc, "\\x%02x", c);
+        if (c == '\\' || c == (unsigned char)q)
+            snprintf(esc, sizeof esc, "\\%c", c);
+        else if (c == '\n')
+            snprintf(esc, sizeof esc, "\\n");
+        else if (c == '\r')
+            snprintf(esc, sizeof esc, "\\r");
+        else if (c == '\t')
+            snprintf(esc, sizeof esc, "\\t");
+        else if (c < 0x20 || c == 0x7F)
+            snprintf(esc, sizeof esc, "\\x%02x", c);
         if (!esc[0]) continue;
         if (jinja_put(r, b, s + run, i - run) != 0 || jinja_puts(r, b, esc) != 0) return -1;
         run = i + 1;
@@ -363,16 +392,29 @@ static int write_scalar(struct jinja_render *r, struct jinja_buf *b, const struc
 {
     char tmp[64];
     switch (v->type) {
-    case JV_NONE: return jinja_puts(r, b, "None");
-    case JV_BOOL: return jinja_puts(r, b, v->u.i ? "True" : "False");
-    case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); return jinja_puts(r, b, tmp);
-    case JV_FLOAT: jinja_format_float(v->u.f, tmp, sizeof tmp); return jinja_puts(r, b, tmp);
-    case JV_LOOP: snprintf(tmp, sizeof tmp, "<LoopContext %u/%u>", v->u.loop->i + 1, v->u.loop->n); return jinja_puts(r, b, tmp);
+    case JV_NONE:
+        return jinja_puts(r, b, "None");
+    case JV_BOOL:
+        return jinja_puts(r, b, v->u.i ? "True" : "False");
+    case JV_INT:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i);
+        return jinja_puts(r, b, tmp);
+    case JV_FLOAT:
+        jinja_format_float(v->u.f, tmp, sizeof tmp);
+        return jinja_puts(r, b, tmp);
+    case JV_LOOP:
+        snprintf(tmp, sizeof tmp, "<LoopContext %u/%u>", v->u.loop->i + 1, v->u.loop->n);
+        return jinja_puts(r, b, tmp);
     case JV_MACRO:
         return jinja_puts(r, b, "<Macro '") || jinja_put(r, b, v->u.node->name, v->u.node->name_len) ||
-                       jinja_puts(r, b, "'>") ? -1 : 0;
-    case JV_FUNC: snprintf(tmp, sizeof tmp, "<function %s>", jinja_func_name((int)v->u.i)); return jinja_puts(r, b, tmp);
-    default: return 0;
+                       jinja_puts(r, b, "'>")
+                   ? -1
+                   : 0;
+    case JV_FUNC:
+        snprintf(tmp, sizeof tmp, "<function %s>", jinja_func_name((int)v->u.i));
+        return jinja_puts(r, b, tmp);
+    default:
+        return 0;
     }
 }
 
@@ -381,18 +423,26 @@ static int write_repr_depth(struct jinja_render *r, struct jinja_buf *b, const s
     if (depth > VALUE_MAX_DEPTH) return jinja_fail(r, "a value nests deeper than %d levels", VALUE_MAX_DEPTH);
     if (jinja_charge(r, 1) != 0) return -1;
     switch (v->type) {
-    case JV_UNDEF: return jinja_puts(r, b, "Undefined");
-    case JV_STR: return write_quoted(r, b, v->u.s, v->n);
+    case JV_UNDEF:
+        return jinja_puts(r, b, "Undefined");
+    case JV_STR:
+        return write_quoted(r, b, v->u.s, v->n);
     case JV_LIST: {
         const struct jinja_list *l = v->u.l;
         if (jinja_puts(r, b, v->tuple ? "(" : "[") != 0) return -1;
         for (uint32_t i = 0; i < l->n; i++)
-            if ((i && jinja_puts(r, b, ", ") != 0) || write_repr_depth(r, b, &l->items[i], depth + 1) != 0) return -1;
+            if ((i && jinja_puts(r, b, ", ") != 0) || write_repr_depth(r, b, &l->items[i], depth + 1) != 0)
+                return -1;
         return jinja_puts(r, b, !v->tuple ? "]" : l->n == 1 ? ",)" : ")");
     }
-    case JV_DICT: return write_dict(r, b, v->u.d, depth);
-    case JV_NS: return jinja_puts(r, b, "<Namespace ") || write_dict(r, b, v->u.d, depth) || jinja_puts(r, b, ">") ? -1 : 0;
-    default: return write_scalar(r, b, v);
+    case JV_DICT:
+        return write_dict(r, b, v->u.d, depth);
+    case JV_NS:
+        return jinja_puts(r, b, "<Namespace ") || write_dict(r, b, v->u.d, depth) || jinja_puts(r, b, ">")
+                   ? -1
+                   : 0;
+    default:
+        return write_scalar(r, b, v);
     }
 }
 
@@ -431,16 +481,25 @@ static int json_text(struct jinja_render *r, struct jinja_buf *b, const char *s,
     for (size_t i = 0; i < n; i += k) {
         uint32_t c = utf8_at(s, n, i, &k);
         char esc[16] = {0};
-        if (c == '"' || c == '\\') snprintf(esc, sizeof esc, "\\%c", (char)c);
-        else if (c == '\n') snprintf(esc, sizeof esc, "\\n");
-        else if (c == '\r') snprintf(esc, sizeof esc, "\\r");
-        else if (c == '\t') snprintf(esc, sizeof esc, "\\t");
-        else if (c == '\b') snprintf(esc, sizeof esc, "\\b");
-        else if (c == '\f') snprintf(esc, sizeof esc, "\\f");
-        else if (c < 0x20 || (ensure_ascii && c == 0x7F)) snprintf(esc, sizeof esc, "\\u%04x", c);
+        if (c == '"' || c == '\\')
+            snprintf(esc, sizeof esc, "\\%c", (char)c);
+        else if (c == '\n')
+            snprintf(esc, sizeof esc, "\\n");
+        else if (c == '\r')
+            snprintf(esc, sizeof esc, "\\r");
+        else if (c == '\t')
+            snprintf(esc, sizeof esc, "\\t");
+        else if (c == '\b')
+            snprintf(esc, sizeof esc, "\\b");
+        else if (c == '\f')
+            snprintf(esc, sizeof esc, "\\f");
+        else if (c < 0x20 || (ensure_ascii && c == 0x7F))
+            snprintf(esc, sizeof esc, "\\u%04x", c);
         else if (ensure_ascii && c >= 0x10000)
-            snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + ((c - 0x10000) >> 10), 0xDC00 + ((c - 0x10000) & 0x3FF));
-        else if (ensure_ascii && c >= 0x80) snprintf(esc, sizeof esc, "\\u%04x", c);
+            snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + ((c - 0x10000) >> 10),
+                     0xDC00 + ((c - 0x10000) & 0x3FF));
+        else if (ensure_ascii && c >= 0x80)
+            snprintf(esc, sizeof esc, "\\u%04x", c);
         if (!esc[0]) continue;
         if (jinja_put(r, b, s + run, i - run) != 0 || jinja_puts(r, b, esc) != 0) return -1;
         run = i + k;
@@ -448,7 +507,8 @@ static int json_text(struct jinja_render *r, struct jinja_buf *b, const char *s,
     return jinja_put(r, b, s + run, n - run) || jinja_puts(r, b, "\"") ? -1 : 0;
 }
 
-static int json_newline(struct jinja_render *r, struct jinja_buf *b, const struct jinja_json_style *st, int level)
+static int json_newline(struct jinja_render *r, struct jinja_buf *b, const struct jinja_json_style *st,
+                        int level)
 {
     if (st->indent < 0) return 0;
     if (jinja_puts(r, b, "\n") != 0) return -1;
@@ -466,7 +526,8 @@ static int json_key(struct jinja_render *r, struct jinja_buf *b, const struct ji
         return json_text(r, b, t, strlen(t), 0);
     }
     if (k->type != JV_INT && k->type != JV_FLOAT)
-        return jinja_fail(r, "tojson: keys must be str, int, float, bool or None, not %s", jinja_type_name(k));
+        return jinja_fail(r, "tojson: keys must be str, int, float, bool or None, not %s",
+                          jinja_type_name(k));
     struct jinja_val s;
     return jinja_to_str(r, k, &s) || json_text(r, b, s.u.s, s.n, 0) ? -1 : 0;
 }
@@ -476,11 +537,13 @@ static int json_order(struct jinja_render *r, const struct jinja_dict *d, int so
 {
     *order = jinja_ralloc(r, (d->n + 1) * sizeof **order);
     if (!*order) return -1;
-    for (uint32_t i = 0; i < d->n; i++) (*order)[i] = i;
+    for (uint32_t i = 0; i < d->n; i++)
+        (*order)[i] = i;
     for (uint32_t i = 1; sort && i < d->n; i++) /* insertion sort: stable, and dicts are small */
         for (uint32_t j = i; j > 0; j--) {
             int c;
-            if (jinja_charge(r, 1) || jinja_compare(r, &d->keys[(*order)[j - 1]], &d->keys[(*order)[j]], &c)) return -1;
+            if (jinja_charge(r, 1) || jinja_compare(r, &d->keys[(*order)[j - 1]], &d->keys[(*order)[j]], &c))
+                return -1;
             if (c <= 0) break;
             uint32_t t = (*order)[j];
             (*order)[j] = (*order)[j - 1];
@@ -513,21 +576,29 @@ int jinja_write_json(struct jinja_render *r, struct jinja_buf *b, const struct j
                      const struct jinja_json_style *st, int level)
 {
     char tmp[64];
-    if (level > VALUE_MAX_DEPTH) return jinja_fail(r, "tojson: the value nests deeper than %d levels", VALUE_MAX_DEPTH);
+    if (level > VALUE_MAX_DEPTH)
+        return jinja_fail(r, "tojson: the value nests deeper than %d levels", VALUE_MAX_DEPTH);
     if (jinja_charge(r, 1) != 0) return -1;
     switch (v->type) {
-    case JV_NONE: return jinja_puts(r, b, "null");
-    case JV_BOOL: return jinja_puts(r, b, v->u.i ? "true" : "false");
-    case JV_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); return jinja_puts(r, b, tmp);
+    case JV_NONE:
+        return jinja_puts(r, b, "null");
+    case JV_BOOL:
+        return jinja_puts(r, b, v->u.i ? "true" : "false");
+    case JV_INT:
+        snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i);
+        return jinja_puts(r, b, tmp);
     case JV_FLOAT:
         if (isnan(v->u.f)) return jinja_puts(r, b, "NaN");
         if (isinf(v->u.f)) return jinja_puts(r, b, v->u.f > 0 ? "Infinity" : "-Infinity");
         jinja_format_float(v->u.f, tmp, sizeof tmp);
         return jinja_puts(r, b, tmp);
-    case JV_STR: return json_text(r, b, v->u.s, v->n, st->ensure_ascii);
+    case JV_STR:
+        return json_text(r, b, v->u.s, v->n, st->ensure_ascii);
     case JV_LIST:
-    case JV_DICT: return json_container(r, b, v, st, level);
-    default: return jinja_fail(r, "tojson: an object of type %s is not JSON serializable", jinja_type_name(v));
+    case JV_DICT:
+        return json_container(r, b, v, st, level);
+    default:
+        return jinja_fail(r, "tojson: an object of type %s is not JSON serializable", jinja_type_name(v));
     }
 }
 
@@ -538,7 +609,8 @@ static double num_of(const struct jinja_val *v)
     return v->type == JV_FLOAT ? v->u.f : (double)v->u.i;
 }
 
-static int equal_depth(struct jinja_render *r, const struct jinja_val *a, const struct jinja_val *b, int depth)
+static int equal_depth(struct jinja_render *r, const struct jinja_val *a, const struct jinja_val *b,
+                       int depth)
 {
     if (depth > VALUE_MAX_DEPTH || jinja_charge(r, 1) != 0) return 0;
     if (jinja_is_num(a) && jinja_is_num(b)) {
@@ -548,8 +620,10 @@ static int equal_depth(struct jinja_render *r, const struct jinja_val *a, const 
     if (a->type != b->type) return 0;
     switch (a->type) {
     case JV_UNDEF:
-    case JV_NONE: return 1;
-    case JV_STR: return a->n == b->n && memcmp(a->u.s, b->u.s, a->n) == 0;
+    case JV_NONE:
+        return 1;
+    case JV_STR:
+        return a->n == b->n && memcmp(a->u.s, b->u.s, a->n) == 0;
     case JV_LIST:
         if (a->tuple != b->tuple || a->u.l->n != b->u.l->n) return 0;
         for (uint32_t i = 0; i < a->u.l->n; i++)
@@ -559,12 +633,15 @@ static int equal_depth(struct jinja_render *r, const struct jinja_val *a, const 
         if (a->u.d->n != b->u.d->n) return 0;
         for (uint32_t i = 0; i < a->u.d->n; i++) {
             struct jinja_val w;
-            if (!jinja_dict_get(r, b->u.d, a->u.d->keys[i], &w) || !equal_depth(r, &a->u.d->vals[i], &w, depth + 1))
+            if (!jinja_dict_get(r, b->u.d, a->u.d->keys[i], &w) ||
+                !equal_depth(r, &a->u.d->vals[i], &w, depth + 1))
                 return 0;
         }
         return 1;
-    case JV_FUNC: return a->u.i == b->u.i;
-    default: return a->u.d == b->u.d; /* namespaces, loops, macros: the same object */
+    case JV_FUNC:
+        return a->u.i == b->u.i;
+    default:
+        return a->u.d == b->u.d; /* namespaces, loops, macros: the same object */
     }
 }
 
@@ -576,8 +653,10 @@ int jinja_equal(struct jinja_render *r, const struct jinja_val *a, const struct 
 int jinja_compare(struct jinja_render *r, const struct jinja_val *a, const struct jinja_val *b, int *cmp)
 {
     if (jinja_is_num(a) && jinja_is_num(b)) {
-        if (a->type != JV_FLOAT && b->type != JV_FLOAT) *cmp = (a->u.i > b->u.i) - (a->u.i < b->u.i);
-        else *cmp = (num_of(a) > num_of(b)) - (num_of(a) < num_of(b));
+        if (a->type != JV_FLOAT && b->type != JV_FLOAT)
+            *cmp = (a->u.i > b->u.i) - (a->u.i < b->u.i);
+        else
+            *cmp = (num_of(a) > num_of(b)) - (num_of(a) < num_of(b));
         return 0;
     }
     if (a->type == JV_STR && b->type == JV_STR) { /* UTF-8 byte order is code point order */
@@ -604,12 +683,17 @@ int jinja_iterate(struct jinja_render *r, const struct jinja_val *v, struct jinj
 {
     static struct jinja_list empty;
     switch (v->type) {
-    case JV_UNDEF: *out = &empty; return 0;
-    case JV_LIST: *out = v->u.l; return 0;
+    case JV_UNDEF:
+        *out = &empty;
+        return 0;
+    case JV_LIST:
+        *out = v->u.l;
+        return 0;
     case JV_DICT: {
         struct jinja_list *l = jinja_list_new(r, v->u.d->n);
         if (!l) return -1;
-        for (uint32_t i = 0; i < l->n; i++) l->items[i] = v->u.d->keys[i];
+        for (uint32_t i = 0; i < l->n; i++)
+            l->items[i] = v->u.d->keys[i];
         *out = l;
         return jinja_charge(r, l->n);
     }
@@ -624,7 +708,8 @@ int jinja_iterate(struct jinja_render *r, const struct jinja_val *v, struct jinj
         *out = l;
         return jinja_charge(r, l->n);
     }
-    default: return jinja_fail(r, "'%s' object is not iterable", jinja_type_name(v));
+    default:
+        return jinja_fail(r, "'%s' object is not iterable", jinja_type_name(v));
     }
 }
 
@@ -632,14 +717,25 @@ int jinja_iterate(struct jinja_render *r, const struct jinja_val *v, struct jinj
 
 int jinja_from_json(struct jinja_render *r, const json_t *j, int depth, struct jinja_val *out)
 {
-    if (depth > VALUE_MAX_DEPTH) return jinja_fail(r, "the variables nest deeper than %d levels", VALUE_MAX_DEPTH);
+    if (depth > VALUE_MAX_DEPTH)
+        return jinja_fail(r, "the variables nest deeper than %d levels", VALUE_MAX_DEPTH);
     if (jinja_charge(r, 1) != 0) return -1;
     switch (json_typeof(j)) {
-    case JSON_NULL: *out = jinja_none(); return 0;
-    case JSON_TRUE: *out = jinja_bool(1); return 0;
-    case JSON_FALSE: *out = jinja_bool(0); return 0;
-    case JSON_INTEGER: *out = jinja_int((int64_t)json_integer_value(j)); return 0;
-    case JSON_REAL: *out = jinja_float(json_real_value(j)); return 0;
+    case JSON_NULL:
+        *out = jinja_none();
+        return 0;
+    case JSON_TRUE:
+        *out = jinja_bool(1);
+        return 0;
+    case JSON_FALSE:
+        *out = jinja_bool(0);
+        return 0;
+    case JSON_INTEGER:
+        *out = jinja_int((int64_t)json_integer_value(j));
+        return 0;
+    case JSON_REAL:
+        *out = jinja_float(json_real_value(j));
+        return 0;
     case JSON_STRING: {
         const char *s = json_string_value(j);
         size_t n = json_string_length(j);
@@ -660,7 +756,8 @@ int jinja_from_json(struct jinja_render *r, const json_t *j, int depth, struct j
         if (!d) return -1;
         const char *k;
         json_t *v;
-        json_object_foreach((json_t *)j, k, v) { /* keys are unique: append in order */
+        json_object_foreach((json_t *)j, k, v)
+        { /* keys are unique: append in order */
             d->keys[d->n] = jinja_str(k, strlen(k));
             if (jinja_from_json(r, v, depth + 1, &d->vals[d->n]) != 0) return -1;
             d->n++;
