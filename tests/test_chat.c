@@ -1,10 +1,19 @@
 /* test_chat — template family detection and rendering. The expected strings were rendered with Jinja2
  * (trim_blocks, lstrip_blocks, as Hugging Face does) from each family's reference template: the Phi-3 and
  * SmolLM2 (ChatML) templates as stored in their GGUF files, the published Llama 2, Llama 3, Mistral v0.1,
- * Gemma and Zephyr templates for the others. */
+ * Gemma and Zephyr templates for the others.
+ *
+ * Then the model's own template through the Jinja interpreter (chat_render_jinja), down to token ids: the
+ * real files' templates (SmolLM2's model, the Phi-3 vocab) and corpus templates on the vocabularies the tests
+ * have (Phi-3.5 on Phi-3's, Mistral v0.1 on Llama's SentencePiece vocab, DeepSeek LLM on its own). The
+ * expected texts follow from the templates; the ids are the tokenizer's for those texts (the tokenizer is
+ * checked against llama.cpp's outputs for these vocab files in test_tok), with every special token -- <s>,
+ * <|user|>, <|im_start|>, ... -- at the place the template writes it and no BOS added twice. */
 #include "test.h"
 #include "gguf/gguf.h"
+#include "jinja_templates.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/tok.h"
 
 static const struct chat_msg conv[] = {{"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
 static const struct chat_msg conv_sys[] = {{"system", "SYS"}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
@@ -161,6 +170,213 @@ TEST(family_names)
     CHECK_STR(chat_family_name(CHAT_NONE), "none");
 }
 
+/* ---------- the model's own template (Jinja) ---------- */
+
+/* The vocab of a GGUF file, its BOS / EOS text and, when template is not NULL, its chat template (malloc'd).
+ */
+struct vocab_file {
+    gguf_file *f;
+    tok_vocab *v;
+    const char *bos, *eos;
+    char *tmpl;
+};
+
+static int vocab_open(const char *path, struct vocab_file *vf, struct err *e)
+{
+    memset(vf, 0, sizeof *vf);
+    if (gguf_open(path, &vf->f, e) != 0 || tok_load(vf->f, &vf->v, e) != 0) return -1;
+    vf->bos = tok_bos(vf->v) >= 0 ? tok_piece(vf->v, tok_bos(vf->v)) : "";
+    vf->eos = tok_eos(vf->v) >= 0 ? tok_piece(vf->v, tok_eos(vf->v)) : "";
+    struct gguf_str t;
+    if (gguf_find_kv(vf->f, "tokenizer.chat_template") >= 0 &&
+        gguf_get_str(vf->f, "tokenizer.chat_template", &t, e) == 0 && (vf->tmpl = malloc(t.len + 1))) {
+        memcpy(vf->tmpl, t.ptr, t.len);
+        vf->tmpl[t.len] = '\0';
+    }
+    return 0;
+}
+
+static void vocab_close(struct vocab_file *vf)
+{
+    free(vf->tmpl);
+    tok_free(vf->v);
+    gguf_close(vf->f);
+}
+
+/* Renders msgs with tmpl and tokenizes the text as a run does (parse_special on, no BOS added): 0 when the
+ * text is want_text and the ids are want_ids, else -1 with msg saying what differs. */
+static int jinja_prompt_is(const struct vocab_file *vf, const char *tmpl, const struct chat_msg *msgs,
+                           size_t n, const char *want_text, const int32_t *want_ids, size_t n_want, char *msg,
+                           size_t cap)
+{
+    jinja_template *t = NULL;
+    struct err e = {{0}};
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    int rc = -1;
+    if (jinja_compile(tmpl, strlen(tmpl), &t, &e) != 0 ||
+        chat_render_jinja(t, msgs, n, vf->bos, vf->eos, &text, &e) != 0 ||
+        tok_encode(vf->v, text, strlen(text), 0, 1, &ids, &n_ids, &e) != 0) {
+        snprintf(msg, cap, "%.300s", e.msg);
+    } else if (strcmp(text, want_text) != 0) {
+        snprintf(msg, cap, "text \"%.400s\"", text);
+    } else if (n_ids != n_want || memcmp(ids, want_ids, n_ids * sizeof *ids) != 0) {
+        size_t k = (size_t)snprintf(msg, cap, "%zu ids (want %zu):", n_ids, n_want);
+        for (size_t i = 0; i < n_ids && k + 12 < cap; i++)
+            k += (size_t)snprintf(msg + k, cap - k, " %d", ids[i]);
+    } else {
+        rc = 0;
+    }
+    free(ids);
+    free(text);
+    jinja_free(t);
+    return rc;
+}
+
+#define JINJA_PROMPT_IS(vf, tmpl, msgs, n, text, ids)                                                        \
+    do {                                                                                                     \
+        char msg_[1200];                                                                                     \
+        CHECK_MSG(jinja_prompt_is(vf, tmpl, msgs, n, text, ids, sizeof ids / sizeof ids[0], msg_,            \
+                                  sizeof msg_) == 0,                                                         \
+                  "%s: %s", #tmpl, msg_);                                                                    \
+    } while (0)
+
+/* SmolLM2's own template adds its default system prompt: 37 prompt tokens for a plain user message, as HF
+ * transformers and vLLM count them; the ChatML family renderer (the fallback) gives the 16 without it. */
+TEST(jinja_smollm2_prompt)
+{
+    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(path, R_OK) != 0) SKIP("no %s (scripts/fetch-model)", path);
+    struct vocab_file vf;
+    struct err e = {{0}};
+    CHECK_MSG(vocab_open(path, &vf, &e) == 0, "%.300s", e.msg);
+    int same = vf.tmpl && strcmp(vf.tmpl, tmpl_smollm2) == 0;
+    static const struct chat_msg sun[] = {{"user", "Name one color of the sun."}};
+    static const int32_t want[] = {1,    9690, 198,   2683, 359,  253,  5356, 5646,  11173, 3365,
+                                   3511, 308,  34519, 28,   7018, 411,  407,  19712, 8182,  2,
+                                   198,  1,    4093,  198,  5820, 582,  2380, 282,   260,   2388,
+                                   30,   2,    198,   1,    520,  9531, 198};
+    char msg[1200];
+    int rc =
+        same ? jinja_prompt_is(
+                   &vf, vf.tmpl, sun, 1,
+                   "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                   "<|im_end|>\n<|im_start|>user\nName one color of the "
+                   "sun.<|im_end|>\n<|im_start|>assistant\n",
+                   want, sizeof want / sizeof want[0], msg, sizeof msg)
+             : -1;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int fam = chat_render(CHAT_CHATML, sun, 1, vf.bos, vf.eos, &text, &e) == 0 &&
+              tok_encode(vf.v, text, strlen(text), 0, 1, &ids, &n, &e) == 0;
+    free(text);
+    free(ids);
+    vocab_close(&vf);
+    CHECK_MSG(same, "the model's template is not tests/jinja_templates.h's tmpl_smollm2");
+    CHECK_MSG(rc == 0, "%s", msg);
+    CHECK(fam && n == 16);
+}
+
+/* The Phi-3 vocab file's own template, and Phi-3.5's on the same vocabulary. */
+TEST(jinja_phi3_ids)
+{
+    struct vocab_file vf;
+    struct err e = {{0}};
+    CHECK_MSG(vocab_open(test_shared("testdata/vocab/ggml-vocab-phi-3.gguf"), &vf, &e) == 0, "%.300s", e.msg);
+    int same = vf.tmpl && strcmp(vf.tmpl, tmpl_phi3vocab) == 0;
+    vocab_close(&vf);
+    CHECK_MSG(same, "the vocab's template is not tests/jinja_templates.h's tmpl_phi3vocab");
+    CHECK(vocab_open(test_shared("testdata/vocab/ggml-vocab-phi-3.gguf"), &vf, &e) == 0);
+    static const struct chat_msg m[] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
+    /* <s>=1 <|user|>=32010 <|end|>=32007 <|assistant|>=32001 <|system|>=32006; "\n" after a special is "▁"
+     * <0x0A> */
+    static const int32_t own[] = {1,     32010, 29871, 13,    18567, 32007, 29871, 13,    32001,
+                                  29871, 13,    10994, 32007, 29871, 13,    32010, 29871, 13,
+                                  2059,  29872, 32007, 29871, 13,    32001, 29871, 13};
+    static const int32_t phi35[] = {32006, 29871, 13,    3629,  11473, 29889, 32007, 29871, 13,
+                                    32010, 29871, 13,    18567, 32007, 29871, 13,    32001, 29871,
+                                    13,    10994, 32007, 29871, 13,    32010, 29871, 13,    2059,
+                                    29872, 32007, 29871, 13,    32001, 29871, 13};
+    char msg[1200];
+    /* the early Phi-3 template has no system turn (the system message is dropped) and opens the assistant's
+     * turn after every user message */
+    int rc1 = jinja_prompt_is(
+        &vf, tmpl_phi3vocab, m, 4,
+        "<s><|user|>\nHi<|end|>\n<|assistant|>\nHello<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n", own,
+        sizeof own / sizeof own[0], msg, sizeof msg);
+    char msg2[1200];
+    int rc2 = jinja_prompt_is(
+        &vf, tmpl_phi35, m, 4,
+        "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello<|end|>\n<|user|>\nBye"
+        "<|end|>\n<|assistant|>\n",
+        phi35, sizeof phi35 / sizeof phi35[0], msg2, sizeof msg2);
+    vocab_close(&vf);
+    CHECK_MSG(rc1 == 0, "phi-3: %s", msg);
+    CHECK_MSG(rc2 == 0, "phi-3.5: %s", msg2);
+}
+
+TEST(jinja_mistral_and_deepseek_ids)
+{
+    struct vocab_file vf;
+    struct err e = {{0}};
+    static const struct chat_msg m[] = {{"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
+    static const struct chat_msg ms[] = {
+        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}};
+    /* Llama's SentencePiece vocab: <s>=1 </s>=2, [INST] is plain text */
+    static const int32_t mistral[] = {1, 518, 25580, 29962, 6324, 518,   29914, 25580, 29962, 10994,
+                                      2, 518, 25580, 29962, 2648, 29872, 518,   29914, 25580, 29962};
+    /* DeepSeek's byte-level BPE: <｜begin▁of▁sentence｜>=100000, <｜end▁of▁sentence｜>=100001 */
+    static const int32_t deepseek[] = {100000, 4677, 8749, 13,    185, 185,   5726,   25,
+                                       11598,  185,  185,  77398, 25,  37727, 100001, 5726,
+                                       25,     3563, 68,   185,   185, 77398, 25};
+    char msg[1200];
+    CHECK_MSG(vocab_open(test_shared("testdata/vocab/ggml-vocab-llama-spm.gguf"), &vf, &e) == 0, "%.300s",
+              e.msg);
+    int rc = jinja_prompt_is(&vf, tmpl_mistral01, m, 3, "<s>[INST] Hi [/INST]Hello</s>[INST] Bye [/INST]",
+                             mistral, sizeof mistral / sizeof mistral[0], msg, sizeof msg);
+    vocab_close(&vf);
+    CHECK_MSG(rc == 0, "mistral: %s", msg);
+    CHECK_MSG(vocab_open(test_shared("testdata/vocab/ggml-vocab-deepseek-llm.gguf"), &vf, &e) == 0, "%.300s",
+              e.msg);
+    rc = jinja_prompt_is(&vf, tmpl_deepseek_llm, ms, 4,
+                         "<\xef\xbd\x9c"
+                         "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>Be brief.\n\nUser: Hi\n\n"
+                         "Assistant: Hello<\xef\xbd\x9c"
+                         "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>User: Bye\n\nAssistant:",
+                         deepseek, sizeof deepseek / sizeof deepseek[0], msg, sizeof msg);
+    vocab_close(&vf);
+    CHECK_MSG(rc == 0, "deepseek: %s", msg);
+}
+
+TEST(jinja_render_results)
+{
+    jinja_template *t = NULL;
+    struct err e = {{0}};
+    char *out = NULL;
+    CHECK(jinja_compile(tmpl_gemma2, strlen(tmpl_gemma2), &t, &e) == 0);
+    static const struct chat_msg sys[] = {{"system", "S"}, {"user", "Hi"}};
+    CHECK_EQ_INT(chat_render_jinja(t, sys, 2, "<bos>", "<eos>", &out, &e), JINJA_RAISED);
+    CHECK_STR(e.msg, "System role not supported");
+    CHECK(out == NULL);
+    CHECK(chat_render_jinja(t, sys, 0, "<bos>", "<eos>", &out, &e) == -1 && strstr(e.msg, "no messages"));
+    static const struct chat_msg no_content[] = {{"user", NULL}};
+    CHECK(chat_render_jinja(t, no_content, 1, NULL, NULL, &out, &e) == -1 && strstr(e.msg, "no content"));
+    static const struct chat_msg tool[] = {{"user", "Hi"},
+                                           {"tool", "42"}}; /* any role: the template decides */
+    CHECK(chat_render_jinja(t, tool, 2, NULL, NULL, &out, &e) == 0);
+    CHECK_STR(
+        out,
+        "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>tool\n42<end_of_turn>\n<start_of_turn>model\n");
+    free(out);
+    CHECK_STR(chat_template_name(CHAT_CHATML, NULL), "chatml");
+    CHECK_STR(chat_template_name(CHAT_CHATML, t), jinja_id(t));
+    CHECK(strncmp(chat_template_name(CHAT_NONE, t), "jinja:", 6) == 0);
+    jinja_free(t);
+}
+
 int main(void)
 {
     RUN(render_chatml);
@@ -174,5 +390,9 @@ int main(void)
     RUN(detect_families);
     RUN(detect_real_files);
     RUN(family_names);
+    RUN(jinja_smollm2_prompt);
+    RUN(jinja_phi3_ids);
+    RUN(jinja_mistral_and_deepseek_ids);
+    RUN(jinja_render_results);
     return test_summary();
 }

@@ -1,6 +1,7 @@
 /* Tests for jobs/ingest on the stories260K vocabulary (context cut to 64 tokens): lines and bad lines, folding
  * of equal keys, n completions, max_tokens clamped to the context, every work's key equal to the key of the
- * engine request that runs it, chat rendering, chat input without a template, digests, interruption. */
+ * engine request that runs it, chat rendering (by family and by the model's own template), chat input without a
+ * template, digests, interruption. */
 #include "jobs/ingest.h"
 
 #include "gguf/gguf.h"
@@ -162,6 +163,71 @@ TEST(chat_lines_are_rendered_with_the_template)
     ledger_free(&l);
 }
 
+/* Tokens of text as a run makes them from a rendering (parse_special on); 1 when they are L's prompt. */
+static int prompt_is(const struct ledger_line *L, const char *text, int add_bos)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    struct err e;
+    int same = tok_encode(vocab, text, strlen(text), add_bos, 1, &ids, &n, &e) == 0 && L->prompt &&
+               L->n_prompt == (int32_t)n && !memcmp(L->prompt, ids, n * sizeof *ids);
+    free(ids);
+    return same;
+}
+
+/* The model's own template renders the whole prompt (no BOS added); raise_exception fails the line with the
+ * template's message; a line the template fails on otherwise is rendered by the family renderer, or fails
+ * when there is none. */
+TEST(chat_lines_with_the_models_own_template)
+{
+    if (!vocab) SKIP("no stories260K model");
+    static const char tmpl[] = "{{ bos_token }}{% for m in messages %}"
+                               "{% if loop.index0 > 0 and m.role == messages[loop.index0 - 1].role %}"
+                               "{{ raise_exception('roles must alternate') }}{% endif %}"
+                               "{% if m.content == 'boom' %}{{ nothing.here }}{% endif %}"
+                               "<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>";
+    const char *text = "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}\n"
+                       "{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"user\","
+                       "\"content\":\"y\"}]}\n"
+                       "{\"id\":\"c\",\"messages\":[{\"role\":\"user\",\"content\":\"boom\"}]}\n";
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, write_tmp("own.jsonl", text));
+    jinja_template *t = NULL;
+    struct err e;
+    CHECK(jinja_compile(tmpl, strlen(tmpl), &t, &e) == 0);
+    m.chat_jinja = t;
+    ledger l;
+    struct ingest_stats st;
+    json_t *facts;
+    log_set_level(LOG_QUIET); /* the fallback is warned about */
+    int rc = ingest(&c, &m, &l, &st, &facts, &e);
+    log_set_level(LOG_WARN);
+    json_decref(facts);
+    const char *bos = tok_piece(vocab, tok_bos(vocab)), *eos = tok_piece(vocab, tok_eos(vocab));
+    char want[256], *family = NULL;
+    snprintf(want, sizeof want, "%s<user>Hi<assistant>", bos);
+    struct chat_msg boom = {"user", "boom"};
+    int ok = rc == 0 && l.n_lines == 3 && prompt_is(&l.lines[0], want, 0) && l.lines[1].bad &&
+             !strcmp(l.lines[1].code, "chat_template") &&
+             strstr(l.lines[1].message, "roles must alternate") &&
+             chat_render(CHAT_CHATML, &boom, 1, bos, eos, &family, &e) == 0 &&
+             prompt_is(&l.lines[2], family, tok_add_bos(vocab)) && st.bad_lines == 1;
+    free(family);
+    if (rc == 0) ledger_free(&l);
+    /* without a family renderer to fall back to, the line the template fails on is a bad line */
+    m.chat = CHAT_NONE;
+    rc = ingest(&c, &m, &l, &st, &facts, &e);
+    json_decref(facts);
+    int ok2 = rc == 0 && l.n_lines == 3 && !l.lines[0].bad && l.lines[2].bad &&
+              strstr(l.lines[2].message, "the model's chat template failed") &&
+              strstr(l.lines[2].message, "'nothing' is undefined");
+    if (rc == 0) ledger_free(&l);
+    jinja_free(t);
+    CHECK_MSG(ok, "rc %d: %s", rc, rc ? e.msg : "a line is not as expected");
+    CHECK_MSG(ok2, "rc %d: %s", rc, rc ? e.msg : "the failing line is not bad");
+}
+
 /* The digest covers what a line's bytes are built from: the model name recorded, the keys, the id. */
 TEST(digests_follow_what_the_line_is_built_from)
 {
@@ -228,7 +294,7 @@ TEST(prompt_of_one_request)
     const char *code;
     char msg[256];
     struct err e;
-    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 0);
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, NULL, &code, msg, sizeof msg, &e) == 0);
     CHECK(tok_encode(vocab, it.prompt, it.prompt_len, tok_add_bos(vocab), 1, &want, &n_want, &e) == 0);
     CHECK_EQ_INT(n, (int32_t)n_want);
     CHECK(!memcmp(ids, want, n_want * sizeof *ids));
@@ -241,7 +307,7 @@ TEST(prompt_of_one_request)
     for (int i = 0; i < 40; i++) strcat(longp, "the cat ");
     it.prompt = longp;
     it.prompt_len = strlen(longp);
-    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 1);
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, NULL, &code, msg, sizeof msg, &e) == 1);
     CHECK_STR(code, "prompt_too_long");
     CHECK_MSG(strstr(msg, "the model's context is 64 tokens"), "%s", msg);
     /* token ids outside the vocabulary */
@@ -250,7 +316,7 @@ TEST(prompt_of_one_request)
     it.prompt_ids = malloc(sizeof bad_ids);
     memcpy(it.prompt_ids, bad_ids, sizeof bad_ids);
     it.n_prompt_ids = 2;
-    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 1);
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, NULL, &code, msg, sizeof msg, &e) == 1);
     CHECK_MSG(strstr(msg, "prompt token id 1048576 is outside the vocabulary"), "%s", msg);
     free(it.prompt_ids);
     it.prompt_ids = NULL;
@@ -260,10 +326,10 @@ TEST(prompt_of_one_request)
     it.msgs = &cm;
     it.n_msgs = 1;
     m.chat = CHAT_NONE;
-    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 1);
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, NULL, &code, msg, sizeof msg, &e) == 1);
     CHECK_STR(code, "chat_template");
     m.chat = CHAT_CHATML;
-    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, &code, msg, sizeof msg, &e) == 0);
+    CHECK(ingest_prompt(&m, 1, &it, &ids, &n, NULL, &code, msg, sizeof msg, &e) == 0);
     CHECK(n > 3);
     free(ids);
 }
@@ -281,6 +347,7 @@ int main(void)
     hp.n_ctx_train = 64;
     RUN(lines_works_and_folding);
     RUN(chat_lines_are_rendered_with_the_template);
+    RUN(chat_lines_with_the_models_own_template);
     RUN(digests_follow_what_the_line_is_built_from);
     RUN(a_stop_request_interrupts_reading);
     RUN(prompt_of_one_request);

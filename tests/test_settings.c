@@ -1,6 +1,6 @@
 /* Tests for jobs/settings: a new store is bound to the run's settings; a store made with other settings
- * (or another model) is refused naming the difference, or rebound with force; a new store next to non-empty
- * output files is refused. */
+ * (or another model, or another chat rendering) is refused naming the difference, or rebound with force; a new
+ * store next to non-empty output files is refused. */
 #include "jobs/settings.h"
 
 #include "test.h"
@@ -93,6 +93,39 @@ TEST(other_settings_are_refused_unless_force)
     store_close(st);
 }
 
+/* The chat rendering is part of the settings: the model's own template ("jinja:<sha256>") and the family
+ * renderer give different prompts, so a store made with one is refused to a run with the other. */
+TEST(chat_rendering_is_a_setting)
+{
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, tmp_path("t.db"));
+    store *st;
+    struct err e;
+    jinja_template *t = NULL, *t2 = NULL;
+    CHECK(jinja_compile("{{ messages }}", 14, &t, &e) == 0 &&
+          jinja_compile("{{ messages }} ", 15, &t2, &e) == 0);
+    CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
+    CHECK(settings_bind_store(st, &c, &m, &e) == 0); /* made with the chatml renderer */
+    m.chat_jinja = t;
+    int refused =
+        settings_bind_store(st, &c, &m, &e) != 0 && strstr(e.msg, "chat_template chatml (now jinja:");
+    c.force = 1;
+    int rebound = settings_bind_store(st, &c, &m, &e) == 0;
+    c.force = 0;
+    char *v = meta(st, "chat_template");
+    int named = v && !strcmp(v, jinja_id(t));
+    free(v);
+    int same = settings_bind_store(st, &c, &m, &e) == 0;
+    m.chat_jinja = t2; /* another template */
+    int other = settings_bind_store(st, &c, &m, &e) != 0;
+    store_close(st);
+    jinja_free(t);
+    jinja_free(t2);
+    CHECK_MSG(refused, "%s", e.msg);
+    CHECK(rebound && named && same && other);
+}
+
 TEST(new_store_next_to_old_outputs_is_refused)
 {
     struct job_config c;
@@ -120,6 +153,7 @@ int main(void)
     if (!mkdtemp(tmp_dir)) return 1;
     RUN(new_store_gets_the_settings);
     RUN(other_settings_are_refused_unless_force);
+    RUN(chat_rendering_is_a_setting);
     RUN(new_store_next_to_old_outputs_is_refused);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();

@@ -67,3 +67,23 @@ int cli_chat_template(const gguf_file *f, enum chat_family *fam, size_t *len)
     }
     return 1;
 }
+
+int cli_chat_template_compile(const gguf_file *f, jinja_template **t, enum chat_family *fam, struct err *e)
+{
+    struct gguf_str tmpl = {0};
+    *t = NULL;
+    *fam = CHAT_NONE;
+    if (gguf_find_kv(f, "tokenizer.chat_template") < 0 || gguf_get_str(f, "tokenizer.chat_template", &tmpl, e) != 0)
+        return 0;
+    char *text = malloc(tmpl.len + 1);
+    if (!text) {
+        err_set(e, "out of memory (chat template)");
+        return 1;
+    }
+    memcpy(text, tmpl.ptr, tmpl.len);
+    text[tmpl.len] = '\0';
+    *fam = chat_detect(text);
+    free(text);
+    jinja_compile(tmpl.ptr, tmpl.len, t, e);
+    return 1;
+}

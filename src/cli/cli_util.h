@@ -24,4 +24,10 @@ int cli_open_vocab(const char *cmd, const char *model, gguf_file **f, tok_vocab 
  * *fam = CHAT_NONE, *len = 0 otherwise. */
 int cli_chat_template(const gguf_file *f, enum chat_family *fam, size_t *len);
 
+/* The file's tokenizer.chat_template compiled for the Jinja interpreter: returns 1 when the key is there as a
+ * string, with *fam its family (the fallback renderer; CHAT_NONE when not recognised) and *t the compiled
+ * template (the caller frees it with jinja_free), or *t NULL and e saying why it does not compile. Returns 0
+ * (*t NULL, *fam CHAT_NONE) when the file has no template. */
+int cli_chat_template_compile(const gguf_file *f, jinja_template **t, enum chat_family *fam, struct err *e);
+
 #endif

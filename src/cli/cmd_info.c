@@ -270,6 +270,7 @@ struct info {
     enum chat_family fam;
     size_t tmpl_len;
     int has_tmpl;
+    char tmpl_error[256]; /* why the template does not compile ("" when it does) */
 };
 
 /* The file's identity: path, size, version, alignment, architecture, name, file type. */
@@ -369,6 +370,15 @@ static void info_gather_vocab(struct info *in)
     json_object_set_new(ct, "present", json_boolean(in->has_tmpl));
     json_object_set_new(ct, "bytes", json_integer((json_int_t)in->tmpl_len));
     json_object_set_new(ct, "family", in->has_tmpl ? json_string(chat_family_name(in->fam)) : json_null());
+    if (in->has_tmpl) { /* run renders it with the Jinja interpreter when it compiles */
+        jinja_template *t = NULL;
+        struct err e;
+        cli_chat_template_compile(in->f, &t, &in->fam, &e);
+        if (!t) snprintf(in->tmpl_error, sizeof in->tmpl_error, "%.200s", e.msg);
+        json_object_set_new(ct, "jinja", t ? json_string(jinja_id(t)) : json_null());
+        if (!t) json_object_set_new(ct, "jinja_error", json_string(in->tmpl_error));
+        jinja_free(t);
+    }
     json_object_set_new(in->root, "chat_template", ct);
     json_object_set_new(in->root, "backends", info_backends());
 }
@@ -429,7 +439,12 @@ static void info_print_vocab(const struct info *in)
     } else {
         printf("vocab              none\n");
     }
-    if (in->has_tmpl) printf("chat template      %s (%llu bytes)\n", chat_family_name(in->fam), (unsigned long long)in->tmpl_len);
+    if (in->has_tmpl && !in->tmpl_error[0])
+        printf("chat template      %llu bytes, rendered by the Jinja interpreter (family: %s)\n",
+               (unsigned long long)in->tmpl_len, chat_family_name(in->fam));
+    else if (in->has_tmpl)
+        printf("chat template      %llu bytes, does not compile (%s); family: %s\n", (unsigned long long)in->tmpl_len,
+               in->tmpl_error, chat_family_name(in->fam));
     else printf("chat template      none\n");
     info_print_backends(json_object_get(in->root, "backends"));
 }

@@ -50,7 +50,8 @@ static void run_usage(FILE *out)
             "Input:\n"
             "  --format F                auto (default), openai, jsonl, text\n"
             "  --max-line-bytes N        longer lines are errors (default 1048576)\n"
-            "  --chat-template NAME      for chat messages: %s (default: from the model)\n"
+            "  --chat-template NAME      render chat messages with nightshift's NAME renderer: %s\n"
+            "                            (default: the model's own template)\n"
             "  --no-special              special-token text in prompts stays plain text\n"
             "Run:\n"
             "  --order completion|input  result order (default completion: as finished)\n"
@@ -164,6 +165,7 @@ struct run_args {
     struct job_config c;
     struct runtime_params rp;
     const char *chat_name, *check_store;
+    jinja_template *chat_jinja; /* the model's own chat template, compiled (owned; NULL: by family) */
     int quiet, verbose;
     char errors_path[4096], store_path[4096], record_path[4096];
 };
@@ -263,9 +265,38 @@ static int run_check_args(struct run_args *A)
     return 0;
 }
 
+/* How chat is rendered: by the family --chat-template names; else by the model's own template (Jinja), with
+ * its family as the fallback; else by the family alone when the template does not compile (warned). */
+static void run_chat_template(struct run_args *A, struct job_model *m, const struct runtime *rt)
+{
+    if (A->chat_name) {
+        chat_family_parse(A->chat_name, &m->chat);
+        m->chat_source = "flag";
+        return;
+    }
+    struct err e;
+    if (!cli_chat_template_compile(rt->gf, &A->chat_jinja, &m->chat, &e)) {
+        m->chat_source = "no tokenizer.chat_template in the model";
+        return;
+    }
+    m->chat_jinja = A->chat_jinja;
+    if (A->chat_jinja) {
+        m->chat_source = "gguf";
+        return;
+    }
+    if (m->chat != CHAT_NONE) {
+        log_warn("the model's chat template does not compile (%s); chat is rendered by nightshift's %s renderer",
+                 e.msg, chat_family_name(m->chat));
+        m->chat_source = "gguf (family renderer: the template does not compile)";
+    } else {
+        log_warn("the model's chat template does not compile (%s), nor is it one nightshift recognises", e.msg);
+        m->chat_source = "tokenizer.chat_template does not compile and is not recognised";
+    }
+}
+
 /* The model's identity (sha256, cached) and the whole stack through the runtime; fills *m. 0, or -1
  * (printed). On success the caller closes rt. */
-static int run_open(const struct run_args *A, struct job_model *m, struct runtime *rt)
+static int run_open(struct run_args *A, struct job_model *m, struct runtime *rt)
 {
     const char *model_path = A->rp.model_path;
     struct err e;
@@ -298,16 +329,7 @@ static int run_open(const struct run_args *A, struct job_model *m, struct runtim
     m->backend = rt->backend_name;
     m->backend_gpu = rt->caps.gpu;
     m->threads = rt->threads;
-    if (A->chat_name) {
-        chat_family_parse(A->chat_name, &m->chat);
-        m->chat_source = "flag";
-    } else {
-        size_t tmpl_len;
-        if (cli_chat_template(rt->gf, &m->chat, &tmpl_len))
-            m->chat_source = m->chat != CHAT_NONE ? "gguf" : "tokenizer.chat_template not recognised";
-        else
-            m->chat_source = "no tokenizer.chat_template in the model";
-    }
+    run_chat_template(A, m, rt);
     return 0;
 }
 
@@ -323,7 +345,7 @@ static json_t *run_settings_json(const struct run_args *A, const struct job_mode
     json_object_set_new(settings, "record", json_string(c->record));
     json_object_set_new(settings, "format", json_string(input_format_name(c->input.format)));
     json_object_set_new(settings, "max_line_bytes", json_integer((json_int_t)c->input.max_line_bytes));
-    json_object_set_new(settings, "chat_template", json_string(chat_family_name(m->chat)));
+    json_object_set_new(settings, "chat_template", json_string(chat_template_name(m->chat, m->chat_jinja)));
     json_object_set_new(settings, "parse_special", json_boolean(c->parse_special));
     json_object_set_new(settings, "generation", genparam_to_json(&c->input.defaults));
     json_object_set_new(settings, "order", json_string(c->order_input ? "input" : "completion"));
@@ -412,6 +434,7 @@ int cmd_run(int argc, char **argv)
     if (!A.quiet) run_print_summary(c, &s);
     rc = s.interrupted ? 130 : 0;
 out:
+    jinja_free(A.chat_jinja);
     genparam_free(&c->input.defaults);
     log_set_level(saved_level);
     return rc;

@@ -16,6 +16,8 @@ struct reader {
     const struct job_model *m;
     ledger *l;
     struct ingest_stats *st;
+    struct ingest_fallback fb; /* chat lines the model's template failed on (rendered by family) */
+    int64_t fallback_line;     /* the first such line */
 };
 
 void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq)
@@ -96,15 +98,42 @@ static int prompt_bad(const char **code, char *msg, size_t cap, const char *c, c
     return 1;
 }
 
-/* Renders the chat messages of it with the model's template and tokenizes them into *ids. */
-static int render_chat(const struct job_model *m, const struct input_item *it, int32_t **ids, size_t *n_ids,
-                       const char **code, char *msg, size_t cap, struct err *e)
+/* The prompt text of msgs: the model's own template (m->chat_jinja) renders the whole prompt (*add_bos = 0, as
+ * HF and vLLM tokenize it); the family renderer is used when there is none, and for a line the template fails
+ * on other than by raise_exception (counted in fb, when given). 0 with *text (malloc'd), or 1 with the bad
+ * request's code and message. */
+static int render_text(const struct job_model *m, const struct chat_msg *msgs, size_t n, char **text, int *add_bos,
+                       struct ingest_fallback *fb, const char **code, char *msg, size_t cap)
 {
     char bos_text[64], eos_text[64]; /* the vocab's BOS / EOS text, for templates that spell them out */
     int32_t bos = tok_bos(m->vocab), eos = tok_eos(m->vocab);
     const char *bp = bos >= 0 ? tok_piece(m->vocab, bos) : NULL, *ep = eos >= 0 ? tok_piece(m->vocab, eos) : NULL;
     snprintf(bos_text, sizeof bos_text, "%s", bp ? bp : "");
     snprintf(eos_text, sizeof eos_text, "%s", ep ? ep : "");
+    struct err te;
+    *text = NULL;
+    *add_bos = 0;
+    if (m->chat_jinja) {
+        int rc = chat_render_jinja(m->chat_jinja, msgs, n, bos_text, eos_text, text, &te);
+        if (rc == 0) return 0;
+        if (rc == JINJA_RAISED)
+            return prompt_bad(code, msg, cap, "chat_template", "the model's chat template rejects these messages: %s",
+                              te.msg);
+        if (m->chat == CHAT_NONE)
+            return prompt_bad(code, msg, cap, "chat_template", "the model's chat template failed: %s", te.msg);
+        if (fb && fb->n++ == 0) snprintf(fb->msg, sizeof fb->msg, "%.200s", te.msg);
+    }
+    if (chat_render(m->chat, msgs, n, bos_text, eos_text, text, &te) != 0)
+        return prompt_bad(code, msg, cap, "chat_template", "chat template %s: %s", chat_family_name(m->chat), te.msg);
+    size_t bl = strlen(bos_text);
+    *add_bos = tok_add_bos(m->vocab) && !(bl && !strncmp(*text, bos_text, bl));
+    return 0;
+}
+
+/* Renders the chat messages of it and tokenizes them into *ids. */
+static int render_chat(const struct job_model *m, const struct input_item *it, int32_t **ids, size_t *n_ids,
+                       struct ingest_fallback *fb, const char **code, char *msg, size_t cap, struct err *e)
+{
     struct err te;
     struct chat_msg *msgs = malloc(it->n_msgs * sizeof *msgs);
     if (!msgs) return err_set(e, "out of memory");
@@ -113,11 +142,10 @@ static int render_chat(const struct job_model *m, const struct input_item *it, i
         msgs[i].content = it->msgs[i].content;
     }
     char *text = NULL;
-    int rc = chat_render(m->chat, msgs, it->n_msgs, bos_text, eos_text, &text, &te);
+    int add_bos;
+    int rc = render_text(m, msgs, it->n_msgs, &text, &add_bos, fb, code, msg, cap);
     free(msgs);
-    if (rc != 0) return prompt_bad(code, msg, cap, "chat_template", "chat template %s: %s", chat_family_name(m->chat), te.msg);
-    size_t bl = strlen(bos_text);
-    int add_bos = tok_add_bos(m->vocab) && !(bl && !strncmp(text, bos_text, bl));
+    if (rc) return rc;
     rc = tok_encode(m->vocab, text, strlen(text), add_bos, 1, ids, n_ids, &te);
     free(text);
     if (rc != 0) return prompt_bad(code, msg, cap, "invalid_value", "cannot tokenize the rendered messages: %s", te.msg);
@@ -125,7 +153,7 @@ static int render_chat(const struct job_model *m, const struct input_item *it, i
 }
 
 int ingest_prompt(const struct job_model *m, int parse_special, struct input_item *it, int32_t **out,
-                  int32_t *n_out, const char **code, char *msg, size_t cap, struct err *e)
+                  int32_t *n_out, struct ingest_fallback *fb, const char **code, char *msg, size_t cap, struct err *e)
 {
     const tok_vocab *v = m->vocab;
     int32_t n_vocab = tok_n_vocab(v), n_ctx = m->hp->n_ctx_train > 0 ? m->hp->n_ctx_train : INT32_MAX;
@@ -136,11 +164,11 @@ int ingest_prompt(const struct job_model *m, int parse_special, struct input_ite
     *out = NULL;
     *n_out = 0;
     if (it->kind == INPUT_KIND_CHAT) {
-        if (m->chat == CHAT_NONE)
+        if (m->chat == CHAT_NONE && !m->chat_jinja)
             return prompt_bad(code, msg, cap, "chat_template",
                               "chat messages, but the model has no chat template nightshift recognises (%s)",
                               m->chat_source ? m->chat_source : "none");
-        rc = render_chat(m, it, &ids, &n_ids, code, msg, cap, e);
+        rc = render_chat(m, it, &ids, &n_ids, fb, code, msg, cap, e);
         if (rc != 0) return rc;
     } else if (it->prompt_ids) {
         for (int32_t i = 0; i < it->n_prompt_ids; i++)
@@ -178,15 +206,18 @@ int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t m
 
 /* Renders / tokenizes the prompt of it into L->prompt and checks it against the model. A problem makes L a
  * bad line; chat input for a model without a template leaves L without a prompt (the caller reports it). */
-static int tokenize_line(const struct reader *rd, struct ledger_line *L, struct input_item *it, struct err *e)
+static int tokenize_line(struct reader *rd, struct ledger_line *L, struct input_item *it, struct err *e)
 {
-    if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE) return 0;
+    if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !rd->m->chat_jinja) return 0;
     const char *code;
     char msg[1024];
     /* the line's gen (moved into L) holds its logit bias */
     struct input_item view = *it;
     view.gen = L->gen;
-    int rc = ingest_prompt(rd->m, rd->c->parse_special, &view, &L->prompt, &L->n_prompt, &code, msg, sizeof msg, e);
+    int64_t fallbacks = rd->fb.n;
+    int rc = ingest_prompt(rd->m, rd->c->parse_special, &view, &L->prompt, &L->n_prompt, &rd->fb, &code, msg, sizeof msg,
+                           e);
+    if (fallbacks == 0 && rd->fb.n > 0) rd->fallback_line = L->no;
     it->prompt_ids = view.prompt_ids;
     if (rc < 0) return -1;
     if (rc > 0) make_bad(L, code, "%s", msg);
@@ -245,7 +276,8 @@ static int add_item(struct reader *rd, struct input_item *it, int64_t *first_cha
         it->model = NULL;
         L->gen = it->gen;
         memset(&it->gen, 0, sizeof it->gen);
-        if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !*first_chat_line) *first_chat_line = it->line;
+        if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !rd->m->chat_jinja && !*first_chat_line)
+            *first_chat_line = it->line;
         if (tokenize_line(rd, L, it, e) != 0) return -1;
         if (!L->bad && L->prompt && add_line_works(rd, li, e) != 0) return -1;
     }
@@ -269,7 +301,7 @@ static json_t *backlog_json(const char *path, const input_reader *r)
 int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
                    json_t **backlog, struct err *e)
 {
-    struct reader rd = {c, m, l, st};
+    struct reader rd = {c, m, l, st, {0, ""}, 0};
     memset(st, 0, sizeof *st);
     *backlog = NULL;
     input_reader *r = NULL;
@@ -298,6 +330,10 @@ int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger
                 c->backlog, (long long)first_chat_line, m->chat_source, chat_family_list());
         goto fail;
     }
+    if (rd.fb.n)
+        log_warn("%lld chat line(s) rendered by nightshift's %s renderer: the model's template failed on them "
+                 "(first: line %lld: %s)",
+                 (long long)rd.fb.n, chat_family_name(m->chat), (long long)rd.fallback_line, rd.fb.msg);
     *backlog = backlog_json(c->backlog, r);
     input_close(r);
     return 0;

@@ -42,10 +42,20 @@ int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger
  * shorter than the model's context, logit_bias tokens (it->gen) in the vocabulary. Returns 0 with *ids
  * (malloc'd; the caller frees it) and *n_ids; 1 for a bad request with *code and its message in msg (cap
  * bytes) as run's error file has them (chat input for a model without a template is one, code
- * "chat_template"); -1 when out of memory. it->prompt_ids may be taken (then NULL). Only reads m (thread-safe
- * for concurrent callers). */
+ * "chat_template"); -1 when out of memory. it->prompt_ids may be taken (then NULL). Chat is rendered with
+ * the model's own template (m->chat_jinja) when it has one, else its family renderer; a line the template
+ * fails on falls back to the family renderer and is counted in fb (may be NULL). Only reads m (thread-safe
+ * for concurrent callers when fb is NULL or their own). */
+/* Chat lines whose model template failed (other than by raise_exception) and were rendered by the family
+ * renderer instead: how many, and the first failure's message. */
+struct ingest_fallback {
+    int64_t n;
+    char msg[256];
+};
+
 int ingest_prompt(const struct job_model *m, int parse_special, struct input_item *it, int32_t **ids,
-                  int32_t *n_ids, const char **code, char *msg, size_t cap, struct err *e);
+                  int32_t *n_ids, struct ingest_fallback *fb, const char **code, char *msg, size_t cap,
+                  struct err *e);
 /* max_tokens clamped so that n_prompt + max_tokens fits the model's context (n_prompt below the context). */
 int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t max_tokens);
 

@@ -64,7 +64,9 @@ struct job_model {
     uint8_t sha256[32];
     const struct model_hparams *hp;
     const tok_vocab *vocab;
-    enum chat_family chat;         /* CHAT_NONE: chat input is an error */
+    enum chat_family chat;         /* the family renderer (CHAT_NONE: none); the fallback when chat_jinja is set */
+    const jinja_template *chat_jinja; /* the model's own chat template (borrowed; NULL: chat by family; with
+                                      chat == CHAT_NONE too, chat input is an error) */
     const char *chat_source;       /* "gguf", "flag" or "none" (for messages and the record) */
     engine *eng;
     struct engine_params ep;       /* what eng was made with; its debug_checks also runs the ledger's

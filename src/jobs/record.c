@@ -302,7 +302,8 @@ json_t *record_build(const struct record_run *r)
     json_object_set_new(out, "flags", c->settings ? json_deep_copy(c->settings) : json_object());
     json_object_set_new(out, "model", json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "path", m->path, "name", m->name,
                                                 "size", (json_int_t)m->size, "sha256", hex, "chat_template",
-                                                chat_family_name(m->chat), "chat_template_source", m->chat_source));
+                                                chat_template_name(m->chat, m->chat_jinja), "chat_template_source",
+                                                m->chat_source));
     json_object_set_new(out, "backend", json_pack("{s:s, s:i}", "name", m->backend, "threads", m->threads));
     json_object_set_new(out, "backlog", r->backlog ? json_deep_copy(r->backlog) : json_null());
     json_object_set_new(out, "files", json_pack("{s:s, s:s, s:s}", "results", c->output, "errors", c->errors, "store",

@@ -47,7 +47,7 @@ static int settings_of(const struct job_config *c, const struct job_model *m, st
         snprintf(s[k].key, sizeof s[k].key, "default.%s", genparam_table[i].name);
         genparam_setting(&genparam_table[i], &c->input.defaults, s[k].value, sizeof s[k].value);
     }
-    setting_set(s, &k, "chat_template", "%s", chat_family_name(m->chat));
+    setting_set(s, &k, "chat_template", "%s", chat_template_name(m->chat, m->chat_jinja));
     setting_set(s, &k, "kv_type", "%s", model_kv_type_name(m->ep.kv_type));
     setting_set(s, &k, "parse_special", "%d", c->parse_special);
     setting_set(s, &k, "key.version", "%d", KEY_VERSION);

@@ -109,7 +109,7 @@ static int fill_request(const struct openai_ctx *c, struct input_item *it, uint6
     const char *code;
     char msg[1024];
     int rc =
-        ingest_prompt(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, &code, msg, sizeof msg, e);
+        ingest_prompt(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, NULL, &code, msg, sizeof msg, e);
     if (rc != 0) return rc < 0 ? -1 : bad_request(err, code, msg);
     r->max_tokens = ingest_max_tokens(c->model, r->n_prompt, it->gen.max_tokens);
     r->gen = it->gen;

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 static const char *const chat_names[CHAT_FAMILY_COUNT] = {"none",    "chatml", "llama2", "llama3",
                                                           "mistral", "phi3",   "gemma",  "zephyr"};
 
@@ -278,4 +280,50 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
     }
     *out = cr.b.p;
     return 0;
+}
+
+/* ---------- the model's own template ---------- */
+
+/* The variables HF passes to a chat template (transformers' apply_chat_template). */
+static json_t *chat_vars(const struct chat_msg *msgs, size_t n_msgs, const char *bos, const char *eos, struct err *e)
+{
+    json_t *vars = json_object(), *list = json_array();
+    int bad = !vars || !list || json_object_set_new(vars, "messages", list) != 0;
+    for (size_t i = 0; i < n_msgs && !bad; i++) {
+        if (!msgs[i].role || !msgs[i].content) {
+            json_decref(vars);
+            err_set(e, "chat: message %zu has no %s", i, msgs[i].role ? "content" : "role");
+            return NULL;
+        }
+        json_t *m = json_pack("{s:s, s:s}", "role", msgs[i].role, "content", msgs[i].content);
+        bad = !m || json_array_append_new(list, m) != 0;
+    }
+    if (!bad)
+        bad = json_object_set_new(vars, "add_generation_prompt", json_true()) ||
+              json_object_set_new(vars, "bos_token", json_string(bos ? bos : "")) ||
+              json_object_set_new(vars, "eos_token", json_string(eos ? eos : "")) ||
+              json_object_set_new(vars, "tools", json_null()) || json_object_set_new(vars, "documents", json_null());
+    if (bad) {
+        json_decref(vars);
+        err_set(e, "chat: out of memory, or a message that is not UTF-8");
+        return NULL;
+    }
+    return vars;
+}
+
+int chat_render_jinja(const jinja_template *t, const struct chat_msg *msgs, size_t n_msgs, const char *bos,
+                      const char *eos, char **out, struct err *e)
+{
+    *out = NULL;
+    if (n_msgs == 0) return err_set(e, "chat: no messages to render");
+    json_t *vars = chat_vars(msgs, n_msgs, bos, eos, e);
+    if (!vars) return -1;
+    int rc = jinja_render(t, vars, NULL, out, NULL, e);
+    json_decref(vars);
+    return rc;
+}
+
+const char *chat_template_name(enum chat_family f, const jinja_template *t)
+{
+    return t ? jinja_id(t) : chat_family_name(f);
 }
