@@ -57,7 +57,8 @@ static int match(const struct grammar *g, const char *text, size_t n, struct err
         if (!rc && len <= sizeof buf && pda_decode(g, a, buf, len, &d, e)) rc = -1;
         if (!rc && len <= sizeof buf) {
             uint8_t buf2[4096];
-            if (pda_encode(&d, buf2, sizeof buf2) != len || memcmp(buf, buf2, len)) rc = err_set(e, "encoding differs");
+            if (pda_encode(&d, buf2, sizeof buf2) != len || memcmp(buf, buf2, len))
+                rc = err_set(e, "encoding differs");
         }
     }
     int out = rc ? -1 : c[cur].accept;
@@ -88,12 +89,17 @@ static const struct case_ cases[] = {
     {'j', "b", {"b", "abc", "xxbxx"}, {"", "ac"}},
     {'j', "^a\"b\\\\c\n$", {"a\\\"b\\\\c\\n"}, {"a\"b\\c\n", "a\\\"b\\\\c"}},
     {'g', "root ::= \"yes\" | \"no\"", {"yes", "no"}, {"", "y", "yesno"}},
-    {'g', "root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"(\" root \")\"", {"1", "1,22", "(1,(2)),3"},
+    {'g',
+     "root ::= item (\",\" item)*\nitem ::= [0-9]+ | \"(\" root \")\"",
+     {"1", "1,22", "(1,(2)),3"},
      {"", ",", "1,", "(1", "()"}},
     {'g', "root ::= list\nlist ::= \"a\" list | \"a\"", {"a", "aaaa"}, {"", "ab"}},
     {'g', "# comment\nroot ::= ws \"x\" ws # trailing\nws ::= [ \\t]*", {"x", "  x ", "\tx"}, {" ", "x x"}},
     {'g', "root ::= (opt opt \"z\")+\nopt ::= \"o\"?", {"z", "oz", "ooz", "zoz"}, {"oooz", "o"}},
-    {'g', "root ::= \"\\u00e9\\U0001F600\\n\" .", {"\xc3\xa9\xf0\x9f\x98\x80\nq"}, {"\xc3\xa9\xf0\x9f\x98\x80\n"}},
+    {'g',
+     "root ::= \"\\u00e9\\U0001F600\\n\" .",
+     {"\xc3\xa9\xf0\x9f\x98\x80\nq"},
+     {"\xc3\xa9\xf0\x9f\x98\x80\n"}},
     {'g', "root ::= [a-z]{2,3} \"!\"{0,1}", {"ab", "abc!", "xy!"}, {"a", "abcd", "ab!!"}},
 };
 
@@ -172,7 +178,8 @@ TEST(errors_name_the_problem)
     };
     int ok = 1;
     char msg[2048] = "";
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0] && ok; i++) expect_error(bad[i][0][0], bad[i][1], bad[i][2], &ok, msg, sizeof msg);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0] && ok; i++)
+        expect_error(bad[i][0][0], bad[i][1], bad[i][2], &ok, msg, sizeof msg);
     CHECK_MSG(ok, "%s", msg);
 }
 
@@ -193,12 +200,15 @@ TEST(depth_is_bounded)
     CHECK_MSG(g, "%s", e.msg);
     char text[600];
     int n = 0;
-    for (int i = 0; i < 100; i++) text[n++] = '(';
+    for (int i = 0; i < 100; i++)
+        text[n++] = '(';
     text[n++] = 'x';
-    for (int i = 0; i < 100; i++) text[n++] = ')';
+    for (int i = 0; i < 100; i++)
+        text[n++] = ')';
     CHECK_EQ_INT(match(g, text, (size_t)n, &e), 1);
     n = 0;
-    for (int i = 0; i < 300; i++) text[n++] = '(';
+    for (int i = 0; i < 300; i++)
+        text[n++] = '(';
     CHECK_EQ_INT(match(g, text, (size_t)n, &e), 0);
     grammar_free(g);
 }

@@ -39,7 +39,8 @@ static int match(const struct grammar *g, const char *text)
     if (pda_arena_init(&a, &e)) return -1;
     struct pda_config c[2];
     int cur = 0, rc = pda_start(g, a, &c[0]);
-    for (size_t i = 0; !rc && text[i] && pda_alive(&c[cur]); i++, cur ^= 1) rc = pda_step(g, a, &c[cur], (uint8_t)text[i], &c[cur ^ 1]);
+    for (size_t i = 0; !rc && text[i] && pda_alive(&c[cur]); i++, cur ^= 1)
+        rc = pda_step(g, a, &c[cur], (uint8_t)text[i], &c[cur ^ 1]);
     int out = rc ? -1 : c[cur].accept;
     pda_arena_free(a);
     return out;
@@ -78,7 +79,8 @@ static int closing_byte(const struct grammar *g, pda_arena *a, const struct pda_
             if (next.n) {
                 size_t l = pda_encode(&next, enc[n], ENC);
                 int seen = l > ENC;
-                for (int k = 0; k < n && !seen; k++) seen = len[k] == l && !memcmp(enc[k], enc[n], l);
+                for (int k = 0; k < n && !seen; k++)
+                    seen = len[k] == l && !memcmp(enc[k], enc[n], l);
                 if (!seen) len[n] = l, first[n++] = fb;
             }
             pda_release(a, m2);
@@ -133,49 +135,84 @@ struct case_ {
 static const struct case_ cases[] = {
     {"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"age\":{\"type\":\"integer\"},"
      "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\"],\"additionalProperties\":false}",
-     {"{\"name\":\"Bob\",\"age\":30}", "{ \"name\" : \"A\\\"b\" ,\n  \"age\": -1, \"ok\": true }", "{\"name\":\"\",\"age\":0,\"ok\":false}"},
-     {"{\"name\":\"Bob\"}", "{\"age\":3,\"name\":\"x\"}", "{\"name\":\"x\",\"age\":3,\"z\":1}", "{\"name\":1,\"age\":3}",
-      "{\"name\":\"x\",\"age\":03}", "{\"name\":\"x\",\"age\":3,}", "{\"name\":\"x\"\"age\":3}"}},
-    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"},\"c\":{\"type\":\"integer\"}}}",
+     {"{\"name\":\"Bob\",\"age\":30}", "{ \"name\" : \"A\\\"b\" ,\n  \"age\": -1, \"ok\": true }",
+      "{\"name\":\"\",\"age\":0,\"ok\":false}"},
+     {"{\"name\":\"Bob\"}", "{\"age\":3,\"name\":\"x\"}", "{\"name\":\"x\",\"age\":3,\"z\":1}",
+      "{\"name\":1,\"age\":3}", "{\"name\":\"x\",\"age\":03}", "{\"name\":\"x\",\"age\":3,}",
+      "{\"name\":\"x\"\"age\":3}"}},
+    {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"},\"c\":{"
+     "\"type\":\"integer\"}}}",
      {"{}", "{\"b\":1}", "{\"a\":1,\"c\":2}", "{\"a\":1,\"b\":2,\"c\":3}"},
      {"{,\"b\":1}", "{\"a\":1,}", "{\"a\":1\"b\":2}", "{\"c\":1,\"a\":2}"}},
-    {"{\"type\":\"integer\",\"minimum\":17,\"maximum\":243}", {"17", "99", "100", "243", "20"},
+    {"{\"type\":\"integer\",\"minimum\":17,\"maximum\":243}",
+     {"17", "99", "100", "243", "20"},
      {"16", "244", "017", "-17", "1000", "9", "17.0"}},
-    {"{\"type\":\"integer\",\"minimum\":-15,\"exclusiveMaximum\":-3}", {"-15", "-4", "-10"}, {"-3", "-16", "0", "3", "-0"}},
+    {"{\"type\":\"integer\",\"minimum\":-15,\"exclusiveMaximum\":-3}",
+     {"-15", "-4", "-10"},
+     {"-3", "-16", "0", "3", "-0"}},
     {"{\"type\":\"integer\",\"exclusiveMinimum\":-1,\"maximum\":1.5}", {"0", "1"}, {"-1", "2", "-0", "1.5"}},
-    {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}", {"0", "0.5", "1", "1.000", "0.999"}, {"1.5", "-0.1", "2", "1.01", "1e0"}},
+    {"{\"type\":\"number\",\"minimum\":0,\"maximum\":1}",
+     {"0", "0.5", "1", "1.000", "0.999"},
+     {"1.5", "-0.1", "2", "1.01", "1e0"}},
     {"{\"type\":\"number\",\"exclusiveMinimum\":0}", {"0.001", "5", "12345.5"}, {"0", "0.000", "-1", "-0.5"}},
-    {"{\"type\":\"number\",\"minimum\":-2,\"exclusiveMaximum\":0}", {"-2", "-0.5", "-1.99", "-2.000"}, {"0", "-2.5", "0.5", "-0"}},
+    {"{\"type\":\"number\",\"minimum\":-2,\"exclusiveMaximum\":0}",
+     {"-2", "-0.5", "-1.99", "-2.000"},
+     {"0", "-2.5", "0.5", "-0"}},
     {"{\"type\":\"number\"}", {"0", "-1.5", "3e10", "2.5E-3"}, {"01", "1.", ".5", "+1", "1e"}},
-    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", {"\"ab\"", "\"\\n\\t\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\""},
+    {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
+     {"\"ab\"", "\"\\n\\t\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\""},
      {"\"a\"", "\"abcd\"", "\"a\nb\"", "ab"}},
-    {"{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]+$\"}", {"\"ABC-1\"", "\"XYZ-123\""}, {"\"AB-1\"", "\"ABC-\"", "\"xABC-1\""}},
+    {"{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]+$\"}",
+     {"\"ABC-1\"", "\"XYZ-123\""},
+     {"\"AB-1\"", "\"ABC-\"", "\"xABC-1\""}},
     {"{\"type\":\"string\",\"pattern\":\"cat\"}", {"\"cat\"", "\"a cat!\""}, {"\"dog\"", "\"\""}},
-    {"{\"type\":\"string\",\"format\":\"date\"}", {"\"2024-02-28\"", "\"1999-12-31\""}, {"\"2024-02-30\"", "\"2024-13-01\"", "\"24-01-01\""}},
-    {"{\"type\":\"string\",\"format\":\"date-time\"}", {"\"2024-05-01T12:30:00Z\"", "\"2024-05-01T23:59:59.5+02:00\""},
+    {"{\"type\":\"string\",\"format\":\"date\"}",
+     {"\"2024-02-28\"", "\"1999-12-31\""},
+     {"\"2024-02-30\"", "\"2024-13-01\"", "\"24-01-01\""}},
+    {"{\"type\":\"string\",\"format\":\"date-time\"}",
+     {"\"2024-05-01T12:30:00Z\"", "\"2024-05-01T23:59:59.5+02:00\""},
      {"\"2024-05-01 12:30:00Z\"", "\"2024-05-01T24:00:00Z\""}},
-    {"{\"type\":\"string\",\"format\":\"uuid\"}", {"\"123e4567-e89b-12d3-a456-426614174000\""}, {"\"123e4567e89b12d3a456426614174000\""}},
-    {"{\"type\":\"string\",\"format\":\"ipv4\"}", {"\"192.168.0.1\"", "\"0.0.0.0\""}, {"\"256.1.1.1\"", "\"1.2.3\"", "\"01.2.3.4\""}},
-    {"{\"enum\":[\"red\",\"green\",1,null,{\"a\":[1,2]}]}", {"\"red\"", "1", "null", "{\"a\":[1,2]}"}, {"\"blue\"", "2", "\"Red\""}},
+    {"{\"type\":\"string\",\"format\":\"uuid\"}",
+     {"\"123e4567-e89b-12d3-a456-426614174000\""},
+     {"\"123e4567e89b12d3a456426614174000\""}},
+    {"{\"type\":\"string\",\"format\":\"ipv4\"}",
+     {"\"192.168.0.1\"", "\"0.0.0.0\""},
+     {"\"256.1.1.1\"", "\"1.2.3\"", "\"01.2.3.4\""}},
+    {"{\"enum\":[\"red\",\"green\",1,null,{\"a\":[1,2]}]}",
+     {"\"red\"", "1", "null", "{\"a\":[1,2]}"},
+     {"\"blue\"", "2", "\"Red\""}},
     {"{\"type\":\"string\",\"enum\":[\"a\",1]}", {"\"a\""}, {"1"}},
     {"{\"const\":\"fixed\"}", {"\"fixed\""}, {"\"other\""}},
     {"{\"type\":[\"string\",\"null\"]}", {"\"x\"", "null"}, {"1", "true"}},
-    {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\"}},\"required\":[\"k\"]}]}",
-     {"5", "{\"k\":\"v\"}"}, {"\"5\"", "{}", "{\"k\":1}"}},
-    {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}", {"[1,2]", "[1, 2, 3]", "[ 1 ,2 ]"},
+    {"{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\"}},"
+     "\"required\":[\"k\"]}]}",
+     {"5", "{\"k\":\"v\"}"},
+     {"\"5\"", "{}", "{\"k\":1}"}},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}",
+     {"[1,2]", "[1, 2, 3]", "[ 1 ,2 ]"},
      {"[]", "[1]", "[1,2,3,4]", "[1,,2]", "[1,2,]"}},
-    {"{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"}},\"required\":[\"x\"]},\"maxItems\":2}",
-     {"[]", "[{\"x\":1}]", "[{\"x\":1},{\"x\":2.5}]"}, {"[{}]", "[{\"x\":1},{\"x\":1},{\"x\":1}]"}},
+    {"{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"}},"
+     "\"required\":[\"x\"]},\"maxItems\":2}",
+     {"[]", "[{\"x\":1}]", "[{\"x\":1},{\"x\":2.5}]"},
+     {"[{}]", "[{\"x\":1},{\"x\":1},{\"x\":1}]"}},
     {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\"}],\"items\":false}",
-     {"[]", "[\"a\"]", "[\"a\",1]"}, {"[1]", "[\"a\",1,2]", "[\"a\",\"b\"]"}},
-    {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},\"minItems\":2}",
-     {"[\"a\",true]", "[\"a\",true,false]"}, {"[\"a\"]", "[true,true]"}},
-    {"{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"kids\":{\"type\":\"array\","
+     {"[]", "[\"a\"]", "[\"a\",1]"},
+     {"[1]", "[\"a\",1,2]", "[\"a\",\"b\"]"}},
+    {"{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"}],\"items\":{\"type\":\"boolean\"},"
+     "\"minItems\":2}",
+     {"[\"a\",true]", "[\"a\",true,false]"},
+     {"[\"a\"]", "[true,true]"}},
+    {"{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"kids\":{"
+     "\"type\":\"array\","
      "\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
-     {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3,\"kids\":[{\"v\":4}]}]}"}, {"{\"kids\":[]}", "{\"v\":1,\"kids\":[{}]}"}},
-    {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}", {"{}", "{\"a\":1,\"b\":2}"}, {"{\"a\":\"x\"}"}},
+     {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3,\"kids\":[{\"v\":4}]}]}"},
+     {"{\"kids\":[]}", "{\"v\":1,\"kids\":[{}]}"}},
+    {"{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
+     {"{}", "{\"a\":1,\"b\":2}"},
+     {"{\"a\":\"x\"}"}},
     {"{\"type\":\"object\",\"properties\":{\"meta\":{}},\"required\":[\"meta\",\"extra\"]}",
-     {"{\"meta\":[1,{\"a\":null}],\"extra\":\"x\"}"}, {"{\"meta\":1}"}},
+     {"{\"meta\":[1,{\"a\":null}],\"extra\":\"x\"}"},
+     {"{\"meta\":1}"}},
     {"true", {"1", "\"s\"", "{\"a\":[true,null]}", "[]"}, {"tru", "{", "[1,]"}},
     {NULL, {"{}", "{\"a\":{\"b\":[1,2,{\"c\":\"d\"}]},\"e\":-0.5e3}"}, {"[]", "1", "{\"a\"}", "{\"a\":1,}"}},
 };
@@ -188,9 +225,11 @@ TEST(documents_match_and_not)
         struct grammar *g = compile_schema(c->schema, &e);
         CHECK_MSG(g, "case %zu: %s", k, e.msg);
         for (int i = 0; i < 6 && c->yes[i]; i++)
-            CHECK_MSG(match(g, c->yes[i]) == 1, "case %zu: %s should match %s", k, c->schema ? c->schema : "json_object", c->yes[i]);
+            CHECK_MSG(match(g, c->yes[i]) == 1, "case %zu: %s should match %s", k,
+                      c->schema ? c->schema : "json_object", c->yes[i]);
         for (int i = 0; i < 8 && c->no[i]; i++)
-            CHECK_MSG(match(g, c->no[i]) == 0, "case %zu: %s should not match %s", k, c->schema ? c->schema : "json_object", c->no[i]);
+            CHECK_MSG(match(g, c->no[i]) == 0, "case %zu: %s should not match %s", k,
+                      c->schema ? c->schema : "json_object", c->no[i]);
         grammar_free(g);
     }
 }
@@ -214,7 +253,9 @@ TEST(random_documents_are_json)
             const json_t *req = json_object_get(s, "required");
             size_t i;
             json_t *r;
-            json_array_foreach(req, i, r) CHECK_MSG(json_object_get(d, json_string_value(r)), "case %zu: '%.2000s' lacks %s", k, doc, json_string_value(r));
+            json_array_foreach(req, i, r)
+                CHECK_MSG(json_object_get(d, json_string_value(r)), "case %zu: '%.2000s' lacks %s", k, doc,
+                          json_string_value(r));
             json_decref(d);
         }
         CHECK_MSG(finished >= 10, "case %zu: only %d of 20 random walks finished", k, finished);
@@ -227,7 +268,8 @@ TEST(unsupported_is_an_error_naming_it)
 {
     static const char *const bad[][2] = {
         {"{\"oneOf\":[{\"type\":\"string\"}]}", "'oneOf' at /"},
-        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"patternProperties\":{}}}}", "'patternProperties' at /properties/a"},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"patternProperties\":{}}}}",
+         "'patternProperties' at /properties/a"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems"},
         {"{\"type\":\"string\",\"format\":\"hostname\"}", "format 'hostname'"},
         {"{\"$ref\":\"#/$defs/missing\"}", "does not resolve"},
@@ -250,7 +292,8 @@ TEST(unsupported_is_an_error_naming_it)
         CHECK_MSG(strstr(e.msg, bad[i][1]), "%s: '%s' lacks '%s'", bad[i][0], e.msg, bad[i][1]);
     }
     /* annotations and x- extensions are fine */
-    struct grammar *g = compile_schema("{\"title\":\"T\",\"description\":\"d\",\"x-foo\":1,\"type\":\"string\",\"default\":\"a\"}", &e);
+    struct grammar *g = compile_schema(
+        "{\"title\":\"T\",\"description\":\"d\",\"x-foo\":1,\"type\":\"string\",\"default\":\"a\"}", &e);
     CHECK_MSG(g, "%s", e.msg);
     grammar_free(g);
 }
@@ -259,15 +302,20 @@ TEST(unsupported_is_an_error_naming_it)
 TEST(typical_schema_size)
 {
     struct err e;
-    struct grammar *g = compile_schema(
-        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"email\":{\"type\":\"string\",\"format\":\"email\"},"
-        "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},"
-        "\"maxItems\":5},\"sentiment\":{\"enum\":[\"positive\",\"neutral\",\"negative\"]},\"address\":{\"type\":\"object\","
-        "\"properties\":{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\",\"pattern\":\"^[0-9]{5}$\"}},\"required\":[\"city\"]}},"
-        "\"required\":[\"name\",\"age\",\"sentiment\"],\"additionalProperties\":false}",
-        &e);
+    struct grammar *g =
+        compile_schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"email\":{"
+                       "\"type\":\"string\",\"format\":\"email\"},"
+                       "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":"
+                       "\"array\",\"items\":{\"type\":\"string\"},"
+                       "\"maxItems\":5},\"sentiment\":{\"enum\":[\"positive\",\"neutral\",\"negative\"]},"
+                       "\"address\":{\"type\":\"object\","
+                       "\"properties\":{\"city\":{\"type\":\"string\"},\"zip\":{\"type\":\"string\","
+                       "\"pattern\":\"^[0-9]{5}$\"}},\"required\":[\"city\"]}},"
+                       "\"required\":[\"name\",\"age\",\"sentiment\"],\"additionalProperties\":false}",
+                       &e);
     CHECK_MSG(g, "%s", e.msg);
-    fprintf(stderr, "# typical schema: %d rules, %lld states, %lld cells\n", g->n_rules, (long long)g->n_states, (long long)g->n_cells);
+    fprintf(stderr, "# typical schema: %d rules, %lld states, %lld cells\n", g->n_rules,
+            (long long)g->n_states, (long long)g->n_cells);
     CHECK(g->n_states < 20000);
     grammar_free(g);
 }

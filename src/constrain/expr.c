@@ -79,7 +79,8 @@ void expr_rules_free(struct expr_rules *r)
         }
         free(r->pool);
     }
-    for (int32_t i = 0; i < r->n; i++) free(r->names[i]);
+    for (int32_t i = 0; i < r->n; i++)
+        free(r->names[i]);
     free(r->names);
     free(r->bodies);
     memset(r, 0, sizeof *r);
@@ -142,7 +143,8 @@ static int check_node(const struct expr_rules *r, const struct expr *x, int dept
         if (!x->sep || !x->required) return err_set(e, "expr: SEPLIST without separator or flags");
         if (check_node(r, x->sep, depth + 1, e)) return -1;
         break;
-    default: break;
+    default:
+        break;
     }
     for (int32_t i = 0; i < x->n_kids; i++)
         if (check_node(r, x->kids[i], depth + 1, e)) return -1;
@@ -158,20 +160,31 @@ int expr_check(const struct expr_rules *r, struct err *e)
 
 /* --- constructors --- */
 
-struct expr *expr_empty(struct expr_rules *r) { return node_new(r, EXPR_EMPTY); }
-struct expr *expr_nothing(struct expr_rules *r) { return node_new(r, EXPR_NOTHING); }
+struct expr *expr_empty(struct expr_rules *r)
+{
+    return node_new(r, EXPR_EMPTY);
+}
+struct expr *expr_nothing(struct expr_rules *r)
+{
+    return node_new(r, EXPR_NOTHING);
+}
 
 void expr_set_add(struct expr_set *s, unsigned lo, unsigned hi)
 {
-    for (unsigned b = lo; b <= hi && b < 256; b++) s->w[b >> 5] |= 1u << (b & 31);
+    for (unsigned b = lo; b <= hi && b < 256; b++)
+        s->w[b >> 5] |= 1u << (b & 31);
 }
 
-int expr_set_has(const struct expr_set *s, unsigned b) { return b < 256 && (s->w[b >> 5] >> (b & 31)) & 1; }
+int expr_set_has(const struct expr_set *s, unsigned b)
+{
+    return b < 256 && (s->w[b >> 5] >> (b & 31)) & 1;
+}
 
 struct expr *expr_bytes(struct expr_rules *r, const struct expr_set *s)
 {
     int any = 0;
-    for (int i = 0; i < 8; i++) any |= s->w[i] != 0;
+    for (int i = 0; i < 8; i++)
+        any |= s->w[i] != 0;
     struct expr *x = node_new(r, any ? EXPR_BYTES : EXPR_NOTHING);
     if (x) x->set = *s;
     return x;
@@ -223,13 +236,17 @@ struct expr *expr_literal(struct expr_rules *r, const char *bytes, size_t n)
         r->pool->failed = 2;
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) k[i] = expr_byte_range(r, (uint8_t)bytes[i], (uint8_t)bytes[i]);
+    for (size_t i = 0; i < n; i++)
+        k[i] = expr_byte_range(r, (uint8_t)bytes[i], (uint8_t)bytes[i]);
     struct expr *x = expr_cat(r, k, (int32_t)n);
     free(k);
     return x;
 }
 
-struct expr *expr_str(struct expr_rules *r, const char *s) { return expr_literal(r, s, strlen(s)); }
+struct expr *expr_str(struct expr_rules *r, const char *s)
+{
+    return expr_literal(r, s, strlen(s));
+}
 
 struct expr *expr_cat2(struct expr_rules *r, struct expr *a, struct expr *b)
 {
@@ -262,7 +279,10 @@ struct expr *expr_repeat(struct expr_rules *r, struct expr *kid, int32_t min, in
     return x;
 }
 
-struct expr *expr_opt(struct expr_rules *r, struct expr *kid) { return expr_repeat(r, kid, 0, 1); }
+struct expr *expr_opt(struct expr_rules *r, struct expr *kid)
+{
+    return expr_repeat(r, kid, 0, 1);
+}
 
 struct expr *expr_call(struct expr_rules *r, int32_t rule)
 {
@@ -299,7 +319,8 @@ int expr_cpset_add(struct expr_cpset *s, uint32_t lo, uint32_t hi)
     if (lo > hi || hi > EXPR_MAX_CP) return -1;
     /* find the first range that ends at or after lo - 1 (touching ranges merge) */
     int32_t i = 0;
-    while (i < s->n && s->hi[i] + 1 < lo) i++;
+    while (i < s->n && s->hi[i] + 1 < lo)
+        i++;
     int32_t j = i;
     while (j < s->n && s->lo[j] <= hi + 1) {
         if (s->lo[j] < lo) lo = s->lo[j];
@@ -405,7 +426,8 @@ static void utf8_split(struct seqs *q, uint32_t lo, uint32_t hi)
     }
     utf8_encode(hi, b);
     struct expr *k[UTF8_MAX_SEQ];
-    for (int i = 0; i < n; i++) k[i] = expr_byte_range(q->r, (uint8_t)a[i], (uint8_t)b[i]);
+    for (int i = 0; i < n; i++)
+        k[i] = expr_byte_range(q->r, (uint8_t)a[i], (uint8_t)b[i]);
     seqs_push(q, expr_cat(q->r, k, n));
 }
 
@@ -414,20 +436,37 @@ static void json_escape_of(uint32_t cp, char *out)
 {
     static const char hex[] = "0123456789abcdef";
     switch (cp) {
-    case '"': strcpy(out, "\\\""); return;
-    case '\\': strcpy(out, "\\\\"); return;
-    case '\n': strcpy(out, "\\n"); return;
-    case '\t': strcpy(out, "\\t"); return;
-    case '\r': strcpy(out, "\\r"); return;
-    case '\b': strcpy(out, "\\b"); return;
-    case '\f': strcpy(out, "\\f"); return;
+    case '"':
+        strcpy(out, "\\\"");
+        return;
+    case '\\':
+        strcpy(out, "\\\\");
+        return;
+    case '\n':
+        strcpy(out, "\\n");
+        return;
+    case '\t':
+        strcpy(out, "\\t");
+        return;
+    case '\r':
+        strcpy(out, "\\r");
+        return;
+    case '\b':
+        strcpy(out, "\\b");
+        return;
+    case '\f':
+        strcpy(out, "\\f");
+        return;
     default:
         out[0] = '\\', out[1] = 'u', out[2] = '0', out[3] = '0';
         out[4] = hex[(cp >> 4) & 15], out[5] = hex[cp & 15], out[6] = '\0';
     }
 }
 
-static int needs_json_escape(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\'; }
+static int needs_json_escape(uint32_t cp)
+{
+    return cp < 0x20 || cp == '"' || cp == '\\';
+}
 
 static void add_range(struct seqs *q, uint32_t lo, uint32_t hi, int json_escape)
 {
@@ -452,9 +491,11 @@ static void add_range(struct seqs *q, uint32_t lo, uint32_t hi, int json_escape)
 struct expr *expr_from_cpset(struct expr_rules *r, const struct expr_cpset *s, int json_escape)
 {
     struct seqs q = {r, NULL, 0, 0, {{0}}};
-    for (int32_t i = 0; i < s->n; i++) add_range(&q, s->lo[i], s->hi[i], json_escape);
+    for (int32_t i = 0; i < s->n; i++)
+        add_range(&q, s->lo[i], s->hi[i], json_escape);
     int any = 0;
-    for (int i = 0; i < 8; i++) any |= q.ascii.w[i] != 0;
+    for (int i = 0; i < 8; i++)
+        any |= q.ascii.w[i] != 0;
     if (any) seqs_push(&q, expr_bytes(r, &q.ascii));
     struct expr *x = r->pool->failed ? NULL : expr_alt(r, q.alts, q.n);
     free(q.alts);

@@ -22,8 +22,8 @@
 
 #include "util/err.h"
 
-#define EXPR_INF INT32_MAX           /* REPEAT without an upper bound */
-#define EXPR_MAX_NODES (1 << 20)     /* node budget of one grammar */
+#define EXPR_INF INT32_MAX       /* REPEAT without an upper bound */
+#define EXPR_MAX_NODES (1 << 20) /* node budget of one grammar */
 #define EXPR_MAX_RULES 4096
 #define EXPR_MAX_CP 0x10FFFF
 
@@ -45,12 +45,12 @@ struct expr_set {
 struct expr {
     enum expr_op op;
     int32_t n_kids;
-    struct expr **kids;      /* (n_kids) */
-    struct expr_set set;     /* BYTES */
-    int32_t min, max;        /* REPEAT */
-    int32_t rule;            /* CALL */
-    uint8_t *required;       /* SEPLIST (n_kids) */
-    struct expr *sep;        /* SEPLIST */
+    struct expr **kids;  /* (n_kids) */
+    struct expr_set set; /* BYTES */
+    int32_t min, max;    /* REPEAT */
+    int32_t rule;        /* CALL */
+    uint8_t *required;   /* SEPLIST (n_kids) */
+    struct expr *sep;    /* SEPLIST */
 };
 
 struct expr_pool;
@@ -59,8 +59,8 @@ struct expr_pool;
 struct expr_rules {
     struct expr_pool *pool;
     int32_t n, cap;
-    char **names;          /* (n) owned */
-    struct expr **bodies;  /* (n) NULL until defined */
+    char **names;         /* (n) owned */
+    struct expr **bodies; /* (n) NULL until defined */
 };
 
 int expr_rules_init(struct expr_rules *r, struct err *e);

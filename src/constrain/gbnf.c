@@ -21,7 +21,8 @@ struct gp {
 static int line_of(const struct gp *p)
 {
     int line = 1;
-    for (size_t k = 0; k < p->i && k < p->n; k++) line += p->s[k] == '\n';
+    for (size_t k = 0; k < p->i && k < p->n; k++)
+        line += p->s[k] == '\n';
     return line;
 }
 
@@ -45,7 +46,8 @@ static void skip_space(struct gp *p)
     while (p->i < p->n) {
         char c = p->s[p->i];
         if (c == '#')
-            while (p->i < p->n && p->s[p->i] != '\n') p->i++;
+            while (p->i < p->n && p->s[p->i] != '\n')
+                p->i++;
         else if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
             p->i++;
         else
@@ -61,7 +63,8 @@ static int is_name_char(char c)
 static size_t name_len(const struct gp *p, size_t at)
 {
     size_t k = at;
-    while (k < p->n && is_name_char(p->s[k])) k++;
+    while (k < p->n && is_name_char(p->s[k]))
+        k++;
     return k - at;
 }
 
@@ -71,7 +74,8 @@ static int at_rule_start(const struct gp *p)
     size_t l = name_len(p, p->i);
     if (!l) return 0;
     size_t k = p->i + l;
-    while (k < p->n && (p->s[k] == ' ' || p->s[k] == '\t')) k++;
+    while (k < p->n && (p->s[k] == ' ' || p->s[k] == '\t'))
+        k++;
     return k + 3 <= p->n && !memcmp(p->s + k, "::=", 3);
 }
 
@@ -93,14 +97,19 @@ static struct expr *parse_literal(struct gp *p)
             p->i += 2;
             for (int d = 0; d < 8; d++, p->i++) {
                 char c = p->i < p->n ? p->s[p->i] : 0;
-                int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+                int v = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
                 if (v < 0) return free(k), gp_fail(p, "\\U needs eight hex digits"), NULL;
                 cp = cp * 16 + (uint32_t)v;
             }
-            if (cp > EXPR_MAX_CP || expr_cpset_add(&set, cp, cp)) return free(k), gp_fail(p, "bad \\U escape"), NULL;
+            if (cp > EXPR_MAX_CP || expr_cpset_add(&set, cp, cp))
+                return free(k), gp_fail(p, "bad \\U escape"), NULL;
         } else if (p->s[p->i] == '\\') {
             p->i++;
-            if (regex_parse_escape(p->s, p->n, &p->i, &set, p->e)) return free(k), expr_cpset_free(&set), gp_fail_sub(p), NULL;
+            if (regex_parse_escape(p->s, p->n, &p->i, &set, p->e))
+                return free(k), expr_cpset_free(&set), gp_fail_sub(p), NULL;
         } else {
             size_t l;
             int32_t cp = utf8_decode((const unsigned char *)p->s + p->i, p->n - p->i, &l);
@@ -126,7 +135,8 @@ static struct expr *parse_primary(struct gp *p)
     struct expr_cpset set = {0};
     if (c == '"') return parse_literal(p);
     if (c == '[') {
-        if (regex_parse_class(p->s, p->n, &p->i, &set, p->e)) return expr_cpset_free(&set), gp_fail_sub(p), NULL;
+        if (regex_parse_class(p->s, p->n, &p->i, &set, p->e))
+            return expr_cpset_free(&set), gp_fail_sub(p), NULL;
         struct expr *x = expr_from_cpset(p->r, &set, 0);
         expr_cpset_free(&set);
         return x;
@@ -174,10 +184,14 @@ static struct expr *parse_postfix(struct gp *p, struct expr *x)
     while (x && p->i < p->n) {
         char c = p->s[p->i];
         int32_t min, max;
-        if (c == '*') min = 0, max = EXPR_INF;
-        else if (c == '+') min = 1, max = EXPR_INF;
-        else if (c == '?') min = 0, max = 1;
-        else if (c != '{') break;
+        if (c == '*')
+            min = 0, max = EXPR_INF;
+        else if (c == '+')
+            min = 1, max = EXPR_INF;
+        else if (c == '?')
+            min = 0, max = 1;
+        else if (c != '{')
+            break;
         p->i++;
         if (c == '{') {
             skip_space(p);

@@ -25,7 +25,7 @@ struct nfa {
     int64_t n_edges, cap_edges;
     struct expr_set *sets; /* interned byte sets: labels >= 0 index them */
     int32_t n_sets, cap_sets;
-    int32_t *set_slot;     /* open addressing: set index + 1, 0 empty */
+    int32_t *set_slot; /* open addressing: set index + 1, 0 empty */
     int32_t n_slots;
     const uint8_t *nullable; /* (n_rules) */
     int failed;
@@ -59,7 +59,8 @@ static void nfa_edge(struct nfa *a, int32_t from, int32_t to, int32_t label)
 static uint64_t set_hash(const struct expr_set *s)
 {
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 8; i++) h = (h ^ s->w[i]) * 1099511628211ull;
+    for (int i = 0; i < 8; i++)
+        h = (h ^ s->w[i]) * 1099511628211ull;
     return h ^ (h >> 29);
 }
 
@@ -76,7 +77,8 @@ static int set_grow(struct nfa *a)
     for (int32_t k = 0; k < a->n_sets; k++) {
         uint64_t h = set_hash(&a->sets[k]);
         int32_t i = (int32_t)(h % (uint64_t)n_slots);
-        while (slot[i]) i = (i + 1) % n_slots;
+        while (slot[i])
+            i = (i + 1) % n_slots;
         slot[i] = k + 1;
     }
     free(a->set_slot);
@@ -109,7 +111,8 @@ static int32_t nfa_build(struct nfa *a, const struct expr *x, int32_t from);
 static int32_t build_repeat(struct nfa *a, const struct expr *x, int32_t from)
 {
     int32_t cur = from;
-    for (int32_t i = 0; i < x->min && !a->failed; i++) cur = nfa_build(a, x->kids[0], cur);
+    for (int32_t i = 0; i < x->min && !a->failed; i++)
+        cur = nfa_build(a, x->kids[0], cur);
     if (x->max == EXPR_INF) { /* hub: loop through the kid and back, or leave */
         int32_t hub = nfa_state(a);
         nfa_edge(a, cur, hub, LABEL_EPS);
@@ -160,8 +163,10 @@ static int32_t nfa_build(struct nfa *a, const struct expr *x, int32_t from)
 {
     if (a->failed) return from;
     switch (x->op) {
-    case EXPR_EMPTY: return from;
-    case EXPR_NOTHING: return nfa_state(a); /* nothing leads there */
+    case EXPR_EMPTY:
+        return from;
+    case EXPR_NOTHING:
+        return nfa_state(a); /* nothing leads there */
     case EXPR_BYTES: {
         int32_t s = nfa_state(a);
         nfa_edge(a, from, s, nfa_set(a, &x->set));
@@ -169,22 +174,27 @@ static int32_t nfa_build(struct nfa *a, const struct expr *x, int32_t from)
     }
     case EXPR_CAT: {
         int32_t cur = from;
-        for (int32_t i = 0; i < x->n_kids; i++) cur = nfa_build(a, x->kids[i], cur);
+        for (int32_t i = 0; i < x->n_kids; i++)
+            cur = nfa_build(a, x->kids[i], cur);
         return cur;
     }
     case EXPR_ALT: {
         int32_t end = nfa_state(a);
-        for (int32_t i = 0; i < x->n_kids; i++) nfa_edge(a, nfa_build(a, x->kids[i], from), end, LABEL_EPS);
+        for (int32_t i = 0; i < x->n_kids; i++)
+            nfa_edge(a, nfa_build(a, x->kids[i], from), end, LABEL_EPS);
         return end;
     }
-    case EXPR_REPEAT: return build_repeat(a, x, from);
+    case EXPR_REPEAT:
+        return build_repeat(a, x, from);
     case EXPR_CALL: {
         int32_t s = nfa_state(a);
         nfa_edge(a, from, s, LABEL_CALL(x->rule));
-        if (a->nullable[x->rule]) nfa_edge(a, from, s, LABEL_EPS); /* the call reads >= 1 byte, or is skipped */
+        if (a->nullable[x->rule])
+            nfa_edge(a, from, s, LABEL_EPS); /* the call reads >= 1 byte, or is skipped */
         return s;
     }
-    case EXPR_SEPLIST: return build_seplist(a, x, from);
+    case EXPR_SEPLIST:
+        return build_seplist(a, x, from);
     }
     return from;
 }
@@ -192,9 +202,11 @@ static int32_t nfa_build(struct nfa *a, const struct expr *x, int32_t from)
 static int expr_nullable(const struct expr *x, const uint8_t *rule_nullable)
 {
     switch (x->op) {
-    case EXPR_EMPTY: return 1;
+    case EXPR_EMPTY:
+        return 1;
     case EXPR_NOTHING:
-    case EXPR_BYTES: return 0;
+    case EXPR_BYTES:
+        return 0;
     case EXPR_CAT:
         for (int32_t i = 0; i < x->n_kids; i++)
             if (!expr_nullable(x->kids[i], rule_nullable)) return 0;
@@ -203,8 +215,10 @@ static int expr_nullable(const struct expr *x, const uint8_t *rule_nullable)
         for (int32_t i = 0; i < x->n_kids; i++)
             if (expr_nullable(x->kids[i], rule_nullable)) return 1;
         return 0;
-    case EXPR_REPEAT: return x->min == 0 || expr_nullable(x->kids[0], rule_nullable);
-    case EXPR_CALL: return rule_nullable[x->rule];
+    case EXPR_REPEAT:
+        return x->min == 0 || expr_nullable(x->kids[0], rule_nullable);
+    case EXPR_CALL:
+        return rule_nullable[x->rule];
     case EXPR_SEPLIST:
         for (int32_t i = 0; i < x->n_kids; i++)
             if (x->required[i] && !expr_nullable(x->kids[i], rule_nullable)) return 0;
@@ -219,21 +233,21 @@ static int expr_nullable(const struct expr *x, const uint8_t *rule_nullable)
 struct dfa_build {
     const struct nfa *a;
     int32_t final;
-    int32_t *adj_at, *adj;     /* CSR of a->edges by source state: edge indices */
+    int32_t *adj_at, *adj; /* CSR of a->edges by source state: edge indices */
     uint8_t cls[256];
     int32_t n_cls;
     int32_t *set_cls_at, *set_cls; /* classes inside each byte set (CSR) */
-    int32_t *items;            /* NFA state sets of the DFA states, concatenated */
+    int32_t *items;                /* NFA state sets of the DFA states, concatenated */
     int64_t n_items, cap_items;
-    int64_t *set_at;           /* (n_states + 1) */
+    int64_t *set_at; /* (n_states + 1) */
     int32_t n_states, cap_states;
-    int32_t *slot;             /* open addressing: DFA state + 1 */
+    int32_t *slot; /* open addressing: DFA state + 1 */
     int32_t n_slots;
-    uint32_t *mark, gen;       /* (a->n_states) closure visit marks */
+    uint32_t *mark, gen;          /* (a->n_states) closure visit marks */
     int32_t *stack, *buf, *seeds; /* (a->n_states) scratch */
-    int32_t *next;             /* (n_states, n_cls) */
+    int32_t *next;                /* (n_states, n_cls) */
     int failed;
-    int64_t budget;            /* DFA states this rule may still add */
+    int64_t budget; /* DFA states this rule may still add */
 };
 
 static void compute_classes(struct dfa_build *d)
@@ -260,7 +274,8 @@ static int index_sets_and_edges(struct dfa_build *d)
 {
     const struct nfa *a = d->a;
     int32_t rep[256];
-    for (int b = 255; b >= 0; b--) rep[d->cls[b]] = b;
+    for (int b = 255; b >= 0; b--)
+        rep[d->cls[b]] = b;
     d->set_cls_at = malloc((size_t)(a->n_sets + 1) * sizeof(int32_t));
     d->set_cls = malloc(((size_t)a->n_sets * (size_t)d->n_cls + 1) * sizeof(int32_t));
     d->adj_at = calloc((size_t)a->n_states + 1, sizeof(int32_t));
@@ -273,12 +288,15 @@ static int index_sets_and_edges(struct dfa_build *d)
             if (expr_set_has(&a->sets[k], (unsigned)rep[c])) d->set_cls[n++] = c;
     }
     d->set_cls_at[a->n_sets] = n;
-    for (int64_t i = 0; i < a->n_edges; i++) d->adj_at[a->edges[i].from + 1]++;
-    for (int32_t s = 0; s < a->n_states; s++) d->adj_at[s + 1] += d->adj_at[s];
+    for (int64_t i = 0; i < a->n_edges; i++)
+        d->adj_at[a->edges[i].from + 1]++;
+    for (int32_t s = 0; s < a->n_states; s++)
+        d->adj_at[s + 1] += d->adj_at[s];
     int32_t *fill = malloc(((size_t)a->n_states + 1) * sizeof *fill);
     if (!fill) return -1;
     memcpy(fill, d->adj_at, (size_t)a->n_states * sizeof *fill);
-    for (int64_t i = 0; i < a->n_edges; i++) d->adj[fill[a->edges[i].from]++] = (int32_t)i;
+    for (int64_t i = 0; i < a->n_edges; i++)
+        d->adj[fill[a->edges[i].from]++] = (int32_t)i;
     free(fill);
     return 0;
 }
@@ -319,7 +337,8 @@ static int32_t closure(struct dfa_build *d, const int32_t *seeds, int32_t n)
 static uint64_t items_hash(const int32_t *s, int64_t n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n;
-    for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)s[i]) * 0x100000001b3ull;
+    for (int64_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)s[i]) * 0x100000001b3ull;
     return h ^ (h >> 31);
 }
 
@@ -338,7 +357,8 @@ static int grow_states(struct dfa_build *d)
     for (int32_t s = 0; s < d->n_states; s++) {
         int64_t n = d->set_at[s + 1] - d->set_at[s];
         int32_t i = (int32_t)(items_hash(d->items + d->set_at[s], n) % (uint64_t)(cap * 2));
-        while (slot[i]) i = (i + 1) % (cap * 2);
+        while (slot[i])
+            i = (i + 1) % (cap * 2);
         slot[i] = s + 1;
     }
     free(d->slot);
@@ -356,7 +376,8 @@ static int32_t intern(struct dfa_build *d, int32_t n)
     int32_t i = (int32_t)(h % (uint64_t)d->n_slots);
     while (d->slot[i]) {
         int32_t s = d->slot[i] - 1;
-        if (d->set_at[s + 1] - d->set_at[s] == n && !memcmp(d->items + d->set_at[s], d->buf, (size_t)n * sizeof *d->buf))
+        if (d->set_at[s + 1] - d->set_at[s] == n &&
+            !memcmp(d->items + d->set_at[s], d->buf, (size_t)n * sizeof *d->buf))
             return s;
         i = (i + 1) % d->n_slots;
     }
@@ -366,7 +387,8 @@ static int32_t intern(struct dfa_build *d, int32_t n)
     }
     if (d->n_items + n > d->cap_items) {
         int64_t cap = d->cap_items ? d->cap_items : 1024;
-        while (cap < d->n_items + n) cap *= 2;
+        while (cap < d->n_items + n)
+            cap *= 2;
         int32_t *it = realloc(d->items, (size_t)cap * sizeof *it);
         if (!it) goto oom;
         d->items = it;
@@ -378,7 +400,8 @@ static int32_t intern(struct dfa_build *d, int32_t n)
     d->n_items += n;
     d->set_at[s + 1] = d->n_items;
     d->slot[i] = s + 1;
-    for (int32_t c = 0; c < d->n_cls; c++) d->next[(int64_t)s * d->n_cls + c] = -1;
+    for (int32_t c = 0; c < d->n_cls; c++)
+        d->next[(int64_t)s * d->n_cls + c] = -1;
     return s;
 oom:
     d->failed = FAIL_OOM;
@@ -460,11 +483,14 @@ static int expand_state(struct dfa_build *d, int32_t s, struct pairs *q, struct 
         }
         qsort(q->p, (size_t)q->n, sizeof *q->p, cmp_pair);
         for (int64_t i = 0, j; i < q->n; i = j) {
-            for (j = i; j < q->n && q->p[j][0] == q->p[i][0];) j++;
+            for (j = i; j < q->n && q->p[j][0] == q->p[i][0];)
+                j++;
             int32_t to = target_of(d, q, i, j);
             if (to < 0) return -1;
-            if (pass == 0) d->next[(int64_t)s * d->n_cls + q->p[i][0]] = to;
-            else if (call_push(cl, q->p[i][0], to)) return -1;
+            if (pass == 0)
+                d->next[(int64_t)s * d->n_cls + q->p[i][0]] = to;
+            else if (call_push(cl, q->p[i][0], to))
+                return -1;
         }
     }
     return 0;
@@ -596,13 +622,15 @@ static int compile_rule(const struct expr_rules *src, const uint8_t *nullable, s
     int rc = determinize(&a, final, GRAMMAR_MAX_STATES - g->n_states, r);
     nfa_free(&a);
     if (rc == -2)
-        return err_set(e, "the constraint is too large to compile (more than %d automaton states; at rule '%s')",
+        return err_set(e,
+                       "the constraint is too large to compile (more than %d automaton states; at rule '%s')",
                        GRAMMAR_MAX_STATES, r->name);
     if (rc) return err_set(e, "rule '%s': out of memory", r->name);
     g->n_states += r->n_states;
     g->n_cells += (int64_t)r->n_states * r->n_cls;
     if (g->n_cells > GRAMMAR_MAX_CELLS)
-        return err_set(e, "the constraint is too large to compile (more than %d transition cells; at rule '%s')",
+        return err_set(e,
+                       "the constraint is too large to compile (more than %d transition cells; at rule '%s')",
                        GRAMMAR_MAX_CELLS, r->name);
     return 0;
 }
@@ -613,14 +641,16 @@ static int compute_nullable(const struct expr_rules *src, uint8_t *nullable)
     for (int changed = 1; changed;) {
         changed = 0;
         for (int32_t i = 0; i < src->n; i++)
-            if (!nullable[i] && src->bodies[i] && expr_nullable(src->bodies[i], nullable)) nullable[i] = 1, changed = 1;
+            if (!nullable[i] && src->bodies[i] && expr_nullable(src->bodies[i], nullable))
+                nullable[i] = 1, changed = 1;
     }
     return 0;
 }
 
 /* Left recursion: a cycle in "rule A's start state calls rule B". DFS with colours (0 new, 1 on the path,
  * 2 done); the message lists the cycle. */
-static int left_dfs(const struct grammar *g, int32_t r, uint8_t *colour, int32_t *path, int32_t depth, struct err *e)
+static int left_dfs(const struct grammar *g, int32_t r, uint8_t *colour, int32_t *path, int32_t depth,
+                    struct err *e)
 {
     colour[r] = 1;
     path[depth] = r;
@@ -631,7 +661,8 @@ static int left_dfs(const struct grammar *g, int32_t r, uint8_t *colour, int32_t
             char msg[512];
             size_t off = 0;
             int32_t from = depth;
-            while (from > 0 && path[from] != t) from--;
+            while (from > 0 && path[from] != t)
+                from--;
             for (int32_t i = from; i <= depth && off < sizeof msg - 80; i++)
                 off += (size_t)snprintf(msg + off, sizeof msg - off, "%s -> ", g->rules[path[i]].name);
             snprintf(msg + off, sizeof msg - off, "%s", g->rules[t].name);
@@ -720,7 +751,8 @@ static int check_state(const struct grammar *g, const struct grammar_rule *r, in
     uint8_t f = 0;
     for (int32_t c = 0; c < r->n_cls; c++) {
         int32_t t = r->next[(int64_t)s * r->n_cls + c];
-        if (t < -1 || t >= r->n_states) return err_set(e, "state %d: transition to %d of %d", s, t, r->n_states);
+        if (t < -1 || t >= r->n_states)
+            return err_set(e, "state %d: transition to %d of %d", s, t, r->n_states);
         if (t >= 0) f |= GRAMMAR_BYTES;
     }
     if (r->call_at[s] > r->call_at[s + 1]) return err_set(e, "state %d: call offsets decrease", s);
@@ -728,7 +760,8 @@ static int check_state(const struct grammar *g, const struct grammar_rule *r, in
         const struct grammar_call *c = &r->calls[k];
         if (c->rule < 0 || c->rule >= g->n_rules || c->to < 0 || c->to >= r->n_states)
             return err_set(e, "state %d: call of rule %d returning to %d", s, c->rule, c->to);
-        if (k > r->call_at[s] && c->rule <= r->calls[k - 1].rule) return err_set(e, "state %d: calls not sorted", s);
+        if (k > r->call_at[s] && c->rule <= r->calls[k - 1].rule)
+            return err_set(e, "state %d: calls not sorted", s);
         f |= GRAMMAR_CALLS;
     }
     f |= r->flags[s] & GRAMMAR_ACCEPT;
@@ -744,11 +777,13 @@ int grammar_check(const struct grammar *g, struct err *e)
         const struct grammar_rule *r = &g->rules[i];
         if (r->n_states < 1 || r->n_cls < 1) return err_set(e, "rule '%s': no states", r->name);
         for (int b = 0; b < 256; b++)
-            if (r->cls[b] >= r->n_cls) return err_set(e, "rule '%s': byte %d in class %d of %d", r->name, b, r->cls[b], r->n_cls);
+            if (r->cls[b] >= r->n_cls)
+                return err_set(e, "rule '%s': byte %d in class %d of %d", r->name, b, r->cls[b], r->n_cls);
         for (int32_t s = 0; s < r->n_states; s++)
             if (check_state(g, r, s, e)) return err_prefix(e, "rule '%s'", r->name);
         n_states += r->n_states;
     }
-    if (n_states != g->n_states) return err_set(e, "grammar: %lld states, counted %lld", (long long)g->n_states, (long long)n_states);
+    if (n_states != g->n_states)
+        return err_set(e, "grammar: %lld states, counted %lld", (long long)g->n_states, (long long)n_states);
     return check_left_recursion(g, e);
 }

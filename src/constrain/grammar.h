@@ -47,20 +47,20 @@ struct grammar_call {
 
 struct grammar_rule {
     char *name;
-    uint8_t cls[256];           /* byte -> class */
+    uint8_t cls[256]; /* byte -> class */
     int32_t n_cls;
-    int32_t n_states;           /* state 0 is the start */
-    int32_t *next;              /* (n_states, n_cls) the state after a byte of the class, -1: none */
-    uint8_t *flags;             /* (n_states) GRAMMAR_* */
-    int32_t *call_at;           /* (n_states + 1) calls of s: calls[call_at[s] .. call_at[s + 1]) */
+    int32_t n_states; /* state 0 is the start */
+    int32_t *next;    /* (n_states, n_cls) the state after a byte of the class, -1: none */
+    uint8_t *flags;   /* (n_states) GRAMMAR_* */
+    int32_t *call_at; /* (n_states + 1) calls of s: calls[call_at[s] .. call_at[s + 1]) */
     struct grammar_call *calls;
-    int nullable;               /* the rule matches the empty string */
+    int nullable; /* the rule matches the empty string */
 };
 
 struct grammar {
-    int32_t n_rules;            /* rule 0 is the root */
+    int32_t n_rules; /* rule 0 is the root */
     struct grammar_rule *rules;
-    int64_t n_states, n_cells;  /* totals over all rules */
+    int64_t n_states, n_cells; /* totals over all rules */
 };
 
 /* Compiles src (rule 0 the root). Errors name the rule ("rule 'item' is left-recursive: item -> item";

@@ -21,12 +21,16 @@ int pda_arena_init(pda_arena **out, struct err *e)
 void pda_arena_free(pda_arena *a)
 {
     if (!a) return;
-    for (int64_t i = 0; i < a->n_chunks; i++) free(a->chunks[i]);
+    for (int64_t i = 0; i < a->n_chunks; i++)
+        free(a->chunks[i]);
     free(a->chunks);
     free(a);
 }
 
-uint64_t pda_mark(const pda_arena *a) { return a->used; }
+uint64_t pda_mark(const pda_arena *a)
+{
+    return a->used;
+}
 void pda_release(pda_arena *a, uint64_t m)
 {
     if (m < a->used) a->used = m;
@@ -60,8 +64,8 @@ static uint64_t frame_hash(uint64_t below, int32_t rule, int32_t state, int fres
 }
 
 /* A new frame on top of parent; NULL on out of memory. */
-static const struct pda_node *frame_new(pda_arena *a, const struct pda_node *parent, int32_t rule, int32_t state,
-                                        int fresh)
+static const struct pda_node *frame_new(pda_arena *a, const struct pda_node *parent, int32_t rule,
+                                        int32_t state, int fresh)
 {
     struct pda_node *n = node_alloc(a);
     if (!n) return NULL;
@@ -129,8 +133,10 @@ static int closure(const struct grammar *g, pda_arena *a, const struct pda_node 
             if (!callee || closure(g, a, callee, out)) return -1;
         }
     if ((f & GRAMMAR_ACCEPT) && !n->fresh) {
-        if (!n->parent) out->accept = 1;
-        else if (closure(g, a, n->parent, out)) return -1;
+        if (!n->parent)
+            out->accept = 1;
+        else if (closure(g, a, n->parent, out))
+            return -1;
     }
     return 0;
 }
@@ -144,7 +150,8 @@ int pda_start(const struct grammar *g, pda_arena *a, struct pda_config *out)
     return root ? closure(g, a, root, out) : -1;
 }
 
-int pda_step(const struct grammar *g, pda_arena *a, const struct pda_config *in, uint8_t b, struct pda_config *out)
+int pda_step(const struct grammar *g, pda_arena *a, const struct pda_config *in, uint8_t b,
+             struct pda_config *out)
 {
     out->n = 0;
     out->accept = 0;
@@ -208,13 +215,14 @@ static int get_leb(const uint8_t *buf, size_t len, size_t *at, uint32_t *v)
 }
 
 /* Reads one stack (depth frames, top first) and rebuilds it bottom up. */
-static const struct pda_node *decode_stack(const struct grammar *g, pda_arena *a, const uint8_t *buf, size_t len,
-                                           size_t *at, struct err *e)
+static const struct pda_node *decode_stack(const struct grammar *g, pda_arena *a, const uint8_t *buf,
+                                           size_t len, size_t *at, struct err *e)
 {
     uint32_t rule[PDA_MAX_DEPTH], state[PDA_MAX_DEPTH];
     if (*at >= len) return err_set(e, "constraint state: cut short"), NULL;
     int depth = buf[(*at)++];
-    if (depth < 1 || depth > PDA_MAX_DEPTH) return err_set(e, "constraint state: stack depth %d", depth), NULL;
+    if (depth < 1 || depth > PDA_MAX_DEPTH)
+        return err_set(e, "constraint state: stack depth %d", depth), NULL;
     for (int k = 0; k < depth; k++) {
         if (get_leb(buf, len, at, &rule[k]) || get_leb(buf, len, at, &state[k]))
             return err_set(e, "constraint state: cut short"), NULL;
@@ -252,15 +260,19 @@ int pda_check(const struct grammar *g, const struct pda_config *c, struct err *e
     if (c->n < 0 || c->n > PDA_MAX_STACKS) return err_set(e, "pda: %d stacks", c->n);
     for (int32_t i = 0; i < c->n; i++) {
         const struct pda_node *s = c->stack[i];
-        if (i > 0 && stack_cmp(c->stack[i - 1], s) >= 0) return err_set(e, "pda: stacks %d and %d out of order", i - 1, i);
+        if (i > 0 && stack_cmp(c->stack[i - 1], s) >= 0)
+            return err_set(e, "pda: stacks %d and %d out of order", i - 1, i);
         if (!(g->rules[s->rule].flags[s->state] & GRAMMAR_BYTES))
-            return err_set(e, "pda: stack %d: top state %d of rule '%s' reads no byte", i, s->state, g->rules[s->rule].name);
+            return err_set(e, "pda: stack %d: top state %d of rule '%s' reads no byte", i, s->state,
+                           g->rules[s->rule].name);
         int depth = 0;
         for (const struct pda_node *n = s; n; n = n->parent, depth++) {
-            if (n->rule < 0 || n->rule >= g->n_rules || n->state < 0 || n->state >= g->rules[n->rule].n_states)
+            if (n->rule < 0 || n->rule >= g->n_rules || n->state < 0 ||
+                n->state >= g->rules[n->rule].n_states)
                 return err_set(e, "pda: stack %d: frame (%d, %d) not in the grammar", i, n->rule, n->state);
             if (n != s && n->fresh) return err_set(e, "pda: stack %d: a fresh frame below the top", i);
-            if (n->depth != (n->parent ? n->parent->depth + 1 : 1)) return err_set(e, "pda: stack %d: bad depth", i);
+            if (n->depth != (n->parent ? n->parent->depth + 1 : 1))
+                return err_set(e, "pda: stack %d: bad depth", i);
         }
         if (depth > PDA_MAX_DEPTH) return err_set(e, "pda: stack %d: %d frames", i, depth);
     }

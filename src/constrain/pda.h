@@ -40,7 +40,7 @@ struct pda_node {
     const struct pda_node *parent; /* the frame below, NULL at the bottom */
     uint64_t hash;                 /* of this frame and every frame below */
     int32_t rule, state;
-    uint16_t depth;                /* frames from the bottom, 1 at the bottom */
+    uint16_t depth; /* frames from the bottom, 1 at the bottom */
     uint8_t fresh;
 };
 
@@ -63,10 +63,17 @@ void pda_release(pda_arena *a, uint64_t m);
 int pda_start(const struct grammar *g, pda_arena *a, struct pda_config *out);
 /* The configuration after reading byte b from in (empty and not accepting when b cannot follow). -1: out of
  * memory. in and out must differ. */
-int pda_step(const struct grammar *g, pda_arena *a, const struct pda_config *in, uint8_t b, struct pda_config *out);
-static inline int pda_alive(const struct pda_config *c) { return c->n > 0 || c->accept; }
+int pda_step(const struct grammar *g, pda_arena *a, const struct pda_config *in, uint8_t b,
+             struct pda_config *out);
+static inline int pda_alive(const struct pda_config *c)
+{
+    return c->n > 0 || c->accept;
+}
 /* Nothing can follow: the match is complete. */
-static inline int pda_complete(const struct pda_config *c) { return c->n == 0 && c->accept; }
+static inline int pda_complete(const struct pda_config *c)
+{
+    return c->n == 0 && c->accept;
+}
 
 /* Canonical encoding: byte accept, byte n, then per stack a byte depth and its frames top first, each
  * LEB128(rule * 2 + fresh) and LEB128(state). Returns the length; writes at most cap bytes (call again

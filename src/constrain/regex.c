@@ -48,11 +48,13 @@ static int read_hex(const char *s, size_t len, size_t *at, int n, uint32_t *cp)
 static int add_ascii_class(struct expr_cpset *o, char c)
 {
     switch (c) {
-    case 'd': return expr_cpset_add(o, '0', '9');
+    case 'd':
+        return expr_cpset_add(o, '0', '9');
     case 'w':
         return expr_cpset_add(o, '0', '9') || expr_cpset_add(o, 'A', 'Z') || expr_cpset_add(o, 'a', 'z') ||
                expr_cpset_add(o, '_', '_');
-    case 's': return expr_cpset_add(o, '\t', '\r') || expr_cpset_add(o, ' ', ' '); /* \t \n \v \f \r and space */
+    case 's':
+        return expr_cpset_add(o, '\t', '\r') || expr_cpset_add(o, ' ', ' '); /* \t \n \v \f \r and space */
     }
     return -1;
 }
@@ -73,12 +75,24 @@ int regex_parse_escape(const char *s, size_t len, size_t *at, struct expr_cpset 
         if (add_ascii_class(out, (char)(c | 0x20))) return err_set(e, "out of memory");
         if (c < 'a' && expr_cpset_negate(out)) return err_set(e, "out of memory");
         return 0;
-    case 'n': cp = '\n'; break;
-    case 't': cp = '\t'; break;
-    case 'r': cp = '\r'; break;
-    case 'f': cp = '\f'; break;
-    case 'v': cp = '\v'; break;
-    case '0': cp = 0; break;
+    case 'n':
+        cp = '\n';
+        break;
+    case 't':
+        cp = '\t';
+        break;
+    case 'r':
+        cp = '\r';
+        break;
+    case 'f':
+        cp = '\f';
+        break;
+    case 'v':
+        cp = '\v';
+        break;
+    case '0':
+        cp = 0;
+        break;
     case 'x':
         if (read_hex(s, len, at, 2, &cp)) return err_set(e, "\\x needs two hex digits (offset %zu)", start);
         break;
@@ -87,7 +101,8 @@ int regex_parse_escape(const char *s, size_t len, size_t *at, struct expr_cpset 
             (*at)++;
             cp = 0;
             int n = 0;
-            while (*at < len && hexval(s[*at]) >= 0 && n < 7) cp = cp * 16 + (uint32_t)hexval(s[(*at)++]), n++;
+            while (*at < len && hexval(s[*at]) >= 0 && n < 7)
+                cp = cp * 16 + (uint32_t)hexval(s[(*at)++]), n++;
             if (!n || *at >= len || s[*at] != '}' || cp > EXPR_MAX_CP)
                 return err_set(e, "bad \\u{...} escape (offset %zu)", start);
             (*at)++;
@@ -96,15 +111,19 @@ int regex_parse_escape(const char *s, size_t len, size_t *at, struct expr_cpset 
         }
         break;
     case 'b':
-    case 'B': return err_set(e, "unsupported: word boundary \\%c (offset %zu)", c, start);
+    case 'B':
+        return err_set(e, "unsupported: word boundary \\%c (offset %zu)", c, start);
     case 'p':
-    case 'P': return err_set(e, "unsupported: Unicode property \\%c{...} (offset %zu)", c, start);
+    case 'P':
+        return err_set(e, "unsupported: Unicode property \\%c{...} (offset %zu)", c, start);
     case 'A':
     case 'z':
     case 'Z':
-    case 'G': return err_set(e, "unsupported: anchor \\%c (offset %zu); use ^ and $", c, start);
+    case 'G':
+        return err_set(e, "unsupported: anchor \\%c (offset %zu); use ^ and $", c, start);
     default:
-        if ((c >= '1' && c <= '9') || c == 'k') return err_set(e, "unsupported: backreference (offset %zu)", start);
+        if ((c >= '1' && c <= '9') || c == 'k')
+            return err_set(e, "unsupported: backreference (offset %zu)", start);
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
             return err_set(e, "unknown escape \\%c (offset %zu)", c, start);
         if ((unsigned char)c >= 0x80) {
@@ -117,13 +136,15 @@ int regex_parse_escape(const char *s, size_t len, size_t *at, struct expr_cpset 
             cp = (unsigned char)c;
         }
     }
-    if (cp >= 0xD800 && cp <= 0xDFFF) return err_set(e, "escape of a surrogate code point (offset %zu)", start);
+    if (cp >= 0xD800 && cp <= 0xDFFF)
+        return err_set(e, "escape of a surrogate code point (offset %zu)", start);
     return expr_cpset_add(out, cp, cp) ? err_set(e, "out of memory") : 0;
 }
 
 /* One class member at s[*at]: a character, an escape (a set) or the start of a range; *lo_out = its code
  * point when it is a single character that may start a range, else -1. */
-static int class_item(const char *s, size_t len, size_t *at, struct expr_cpset *set, int64_t *single, struct err *e)
+static int class_item(const char *s, size_t len, size_t *at, struct expr_cpset *set, int64_t *single,
+                      struct err *e)
 {
     *single = -1;
     if (s[*at] == '\\') {
@@ -196,9 +217,11 @@ static struct expr *parse_group(struct rx *p)
     if (p->i < p->n && p->s[p->i] == '?') {
         const char *t = p->s + p->i + 1;
         size_t left = p->n - p->i - 1;
-        if (left >= 1 && t[0] == ':') p->i += 2;
+        if (left >= 1 && t[0] == ':')
+            p->i += 2;
         else if (left >= 2 && ((t[0] == 'P' && t[1] == '<') || (t[0] == '<' && t[1] != '=' && t[1] != '!'))) {
-            while (p->i < p->n && p->s[p->i] != '>') p->i++;
+            while (p->i < p->n && p->s[p->i] != '>')
+                p->i++;
             if (p->i >= p->n) return rx_fail(p, "unterminated group name"), NULL;
             p->i++;
         } else if (left >= 1 && (t[0] == '=' || t[0] == '!' || t[0] == '<'))
@@ -223,7 +246,8 @@ static struct expr *parse_atom(struct rx *p)
     char c = p->s[p->i];
     struct expr_cpset set = {0};
     switch (c) {
-    case '(': return parse_group(p);
+    case '(':
+        return parse_group(p);
     case '[':
         if (regex_parse_class(p->s, p->n, &p->i, &set, p->e)) break;
         return from_set(p, &set);
@@ -235,12 +259,15 @@ static struct expr *parse_atom(struct rx *p)
         p->i++;
         if (regex_parse_escape(p->s, p->n, &p->i, &set, p->e)) break;
         return from_set(p, &set);
-    case '^': return rx_fail(p, "unsupported: '^' anywhere but at the start of an alternative"), NULL;
-    case '$': return rx_fail(p, "unsupported: '$' anywhere but at the end of an alternative"), NULL;
+    case '^':
+        return rx_fail(p, "unsupported: '^' anywhere but at the start of an alternative"), NULL;
+    case '$':
+        return rx_fail(p, "unsupported: '$' anywhere but at the end of an alternative"), NULL;
     case '*':
     case '+':
     case '?':
-    case '{': return rx_fail(p, "quantifier without anything to repeat"), NULL;
+    case '{':
+        return rx_fail(p, "quantifier without anything to repeat"), NULL;
     default: {
         size_t l;
         int32_t cp = utf8_decode((const unsigned char *)p->s + p->i, p->n - p->i, &l);
@@ -260,7 +287,9 @@ static int read_count(struct rx *p, int32_t *v)
     int64_t x = 0;
     while (p->i < p->n && p->s[p->i] >= '0' && p->s[p->i] <= '9') {
         x = x * 10 + (p->s[p->i++] - '0');
-        if (x > REGEX_MAX_COUNT) return rx_fail(p, "unsupported: repetition count above " "1000");
+        if (x > REGEX_MAX_COUNT)
+            return rx_fail(p, "unsupported: repetition count above "
+                              "1000");
     }
     *v = (int32_t)x;
     return p->i > start ? 0 : 1;
@@ -272,10 +301,14 @@ static int parse_quant(struct rx *p, int32_t *min, int32_t *max)
 {
     if (p->i >= p->n) return 0;
     char c = p->s[p->i];
-    if (c == '*') *min = 0, *max = EXPR_INF;
-    else if (c == '+') *min = 1, *max = EXPR_INF;
-    else if (c == '?') *min = 0, *max = 1;
-    else if (c != '{') return 0;
+    if (c == '*')
+        *min = 0, *max = EXPR_INF;
+    else if (c == '+')
+        *min = 1, *max = EXPR_INF;
+    else if (c == '?')
+        *min = 0, *max = 1;
+    else if (c != '{')
+        return 0;
     p->i++;
     if (c == '{') {
         int rc = read_count(p, min);
@@ -291,8 +324,10 @@ static int parse_quant(struct rx *p, int32_t *min, int32_t *max)
         p->i++;
         if (*max < *min) return rx_fail(p, "count {n,m} with m < n");
     }
-    if (p->i < p->n && p->s[p->i] == '?') p->i++; /* lazy: same language */
-    else if (p->i < p->n && p->s[p->i] == '+') return rx_fail(p, "unsupported: possessive quantifier");
+    if (p->i < p->n && p->s[p->i] == '?')
+        p->i++; /* lazy: same language */
+    else if (p->i < p->n && p->s[p->i] == '+')
+        return rx_fail(p, "unsupported: possessive quantifier");
     return 1;
 }
 
@@ -366,10 +401,12 @@ static struct expr *parse_alt(struct rx *p, int top)
     return x;
 }
 
-int regex_parse(struct expr_rules *r, const char *pattern, size_t len, int flags, struct expr **out, struct err *e)
+int regex_parse(struct expr_rules *r, const char *pattern, size_t len, int flags, struct expr **out,
+                struct err *e)
 {
     *out = NULL;
-    if (len > REGEX_MAX_BYTES) return err_set(e, "the pattern is %zu bytes, at most %d", len, REGEX_MAX_BYTES);
+    if (len > REGEX_MAX_BYTES)
+        return err_set(e, "the pattern is %zu bytes, at most %d", len, REGEX_MAX_BYTES);
     struct rx p = {r, pattern, len, 0, (flags & REGEX_JSON_STRING) != 0, 0, e, 0};
     struct expr *x = parse_alt(&p, 1);
     if (!p.failed && p.i < p.n) rx_fail(&p, "unmatched ')'");

@@ -29,7 +29,8 @@
 enum { REGEX_JSON_STRING = 1 };
 
 /* Parses pattern[0..len) into *out (an expression of r). */
-int regex_parse(struct expr_rules *r, const char *pattern, size_t len, int flags, struct expr **out, struct err *e);
+int regex_parse(struct expr_rules *r, const char *pattern, size_t len, int flags, struct expr **out,
+                struct err *e);
 
 /* Shared with the grammar parser (gbnf.c). Both read s[*at..len) and advance *at; errors name the offset.
  * regex_parse_class: a class starting at '[' into a code point set (negation applied).

@@ -18,18 +18,21 @@ int sc_fail(struct sc *c, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     /* a sub-compiler (regex) that failed left its message in e: keep it after ours */
-    if (c->e && c->e->msg[0] && c->sub_failed) err_prefix(c->e, "%s at %s", msg, c->path[0] ? c->path : "/");
-    else err_set(c->e, "%s at %s", msg, c->path[0] ? c->path : "/");
+    if (c->e && c->e->msg[0] && c->sub_failed)
+        err_prefix(c->e, "%s at %s", msg, c->path[0] ? c->path : "/");
+    else
+        err_set(c->e, "%s at %s", msg, c->path[0] ? c->path : "/");
     return -1;
 }
 
-static const char *const ignored_keywords[] = {"title", "description", "default", "examples", "$schema", "$id",
-                                               "$comment", "$defs", "definitions", "readOnly", "writeOnly",
-                                               "deprecated", NULL};
+static const char *const ignored_keywords[] = {
+    "title", "description", "default",  "examples",  "$schema",    "$id", "$comment",
+    "$defs", "definitions", "readOnly", "writeOnly", "deprecated", NULL};
 static const char *const supported_keywords[] = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems",
-    "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "anyOf", "allOf", "$ref", "uniqueItems", "multipleOf", NULL};
+    "type",    "enum",        "const",    "properties",  "required",         "additionalProperties",
+    "items",   "prefixItems", "minItems", "maxItems",    "minLength",        "maxLength",
+    "pattern", "format",      "minimum",  "maximum",     "exclusiveMinimum", "exclusiveMaximum",
+    "anyOf",   "allOf",       "$ref",     "uniqueItems", "multipleOf",       NULL};
 
 static int in_list(const char *k, const char *const *list)
 {
@@ -46,7 +49,8 @@ static int check_keywords(struct sc *c, const json_t *s)
     {
         if (in_list(k, ignored_keywords) || !strncmp(k, "x-", 2)) continue;
         if (!in_list(k, supported_keywords)) return sc_fail(c, "unsupported JSON Schema keyword '%.64s'", k);
-        if (!strcmp(k, "uniqueItems") && json_is_true(v)) return sc_fail(c, "unsupported: 'uniqueItems': true");
+        if (!strcmp(k, "uniqueItems") && json_is_true(v))
+            return sc_fail(c, "unsupported: 'uniqueItems': true");
     }
     return 0;
 }
@@ -58,7 +62,10 @@ static size_t path_push(struct sc *c, const char *a, const char *b)
     snprintf(c->path + n, sizeof c->path - n, "/%s%s%.64s", a, b ? "/" : "", b ? b : "");
     return n;
 }
-static void path_pop(struct sc *c, size_t n) { c->path[n] = '\0'; }
+static void path_pop(struct sc *c, size_t n)
+{
+    c->path[n] = '\0';
+}
 
 static struct expr *sc_compile(struct sc *c, const json_t *s);
 
@@ -84,7 +91,9 @@ static const json_t *resolve_ref(struct sc *c, const char *ref)
         if (!t) return sc_fail(c, "$ref '%.100s' does not resolve", ref), NULL;
         return t;
     }
-    return sc_fail(c, "unsupported $ref '%.100s' (only \"#\", \"#/$defs/NAME\" and \"#/definitions/NAME\")", ref), NULL;
+    return sc_fail(c, "unsupported $ref '%.100s' (only \"#\", \"#/$defs/NAME\" and \"#/definitions/NAME\")",
+                   ref),
+           NULL;
 }
 
 static struct sc_ref *ref_entry(struct sc *c, const char *ref)
@@ -117,7 +126,8 @@ static struct expr *compile_ref(struct sc *c, const json_t *ref)
     if (r->state == 2) return r->node;
     if (r->state == 1) {
         r->recursive = 1;
-        if (r->rule < 0 && (r->rule = expr_rule_id(c->r, name, strlen(name))) < 0) return sc_fail(c, "too many rules"), NULL;
+        if (r->rule < 0 && (r->rule = expr_rule_id(c->r, name, strlen(name))) < 0)
+            return sc_fail(c, "too many rules"), NULL;
         return expr_call(c->r, r->rule);
     }
     const json_t *target = resolve_ref(c, name);
@@ -162,11 +172,12 @@ static struct expr *compile_map(struct sc *c, const json_t *ap)
     if (!v) return NULL;
     struct expr *m = expr_cat3(c->r, sc_json_string(c), c->colon, v);
     struct expr *ms = expr_cat3(c->r, m, expr_repeat(c->r, expr_cat2(c->r, c->comma, m), 0, EXPR_INF), c->ws);
-    return expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "{"), c->ws), expr_opt(c->r, ms), expr_str(c->r, "}"));
+    return expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "{"), c->ws), expr_opt(c->r, ms),
+                     expr_str(c->r, "}"));
 }
 
-static int collect_members(struct sc *c, const json_t *props, const json_t *req, struct expr ***kids, uint8_t **flags,
-                           int32_t *n)
+static int collect_members(struct sc *c, const json_t *props, const json_t *req, struct expr ***kids,
+                           uint8_t **flags, int32_t *n)
 {
     size_t cap = (props ? json_object_size(props) : 0) + json_array_size(req) + 1;
     *kids = malloc(cap * sizeof **kids);
@@ -201,7 +212,8 @@ static struct expr *compile_object(struct sc *c, const json_t *s)
     const json_t *ap = json_object_get(s, "additionalProperties");
     if (props && !json_is_object(props)) return sc_fail(c, "'properties' must be an object"), NULL;
     if (req && !json_is_array(req)) return sc_fail(c, "'required' must be an array"), NULL;
-    if (ap && !json_is_boolean(ap) && !json_is_object(ap)) return sc_fail(c, "'additionalProperties' must be a boolean or a schema"), NULL;
+    if (ap && !json_is_boolean(ap) && !json_is_object(ap))
+        return sc_fail(c, "'additionalProperties' must be a boolean or a schema"), NULL;
     int has_members = (props && json_object_size(props)) || json_array_size(req);
     if (!has_members && json_is_object(ap)) return compile_map(c, ap);
     if (!has_members && !json_is_false(ap)) return sc_any_object(c);
@@ -210,7 +222,8 @@ static struct expr *compile_object(struct sc *c, const json_t *s)
     int32_t n = 0;
     if (collect_members(c, props, req, &kids, &flags, &n) == 0) {
         struct expr *list = expr_seplist(c->r, kids, flags, n, c->comma);
-        x = expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "{"), c->ws), list, expr_cat2(c->r, c->ws, expr_str(c->r, "}")));
+        x = expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "{"), c->ws), list,
+                      expr_cat2(c->r, c->ws, expr_str(c->r, "}")));
     }
     free(kids);
     free(flags);
@@ -224,8 +237,9 @@ static struct expr *item_expr(struct sc *c, const json_t *items, const char *at)
     struct expr *x = sub(c, items, at, NULL);
     if (!x || x->op == EXPR_CALL) return x;
     const json_t *t = json_is_object(items) ? json_object_get(items, "type") : NULL;
-    int nested = json_is_object(items) && (!t || (json_is_string(t) && (!strcmp(json_string_value(t), "object") ||
-                                                                         !strcmp(json_string_value(t), "array"))));
+    int nested =
+        json_is_object(items) && (!t || (json_is_string(t) && (!strcmp(json_string_value(t), "object") ||
+                                                               !strcmp(json_string_value(t), "array"))));
     if (!nested) return x;
     char name[32];
     snprintf(name, sizeof name, "items-%d", c->n_rules_made++);
@@ -237,8 +251,8 @@ static struct expr *item_expr(struct sc *c, const json_t *items, const char *at)
 
 /* Elements i.. of an array given that element i is present: prefix item i, then (comma and the next
  * ones) — required while below minItems — and after the prefix items the rest: one or more items. */
-static struct expr *elements_from(struct sc *c, struct expr **prefix, int32_t n_prefix, struct expr *rest, int64_t min,
-                                  int32_t i)
+static struct expr *elements_from(struct sc *c, struct expr **prefix, int32_t n_prefix, struct expr *rest,
+                                  int64_t min, int32_t i)
 {
     if (i == n_prefix) return rest;
     if (i + 1 == n_prefix && !rest) return prefix[i];
@@ -268,11 +282,14 @@ static struct expr *compile_array(struct sc *c, const json_t *s)
     int64_t min, max;
     if (read_items_bounds(c, s, &min, &max)) return NULL;
     if (prefix && !json_is_array(prefix)) return sc_fail(c, "'prefixItems' must be an array"), NULL;
-    if (items && !json_is_object(items) && !json_is_boolean(items)) return sc_fail(c, "'items' must be a schema"), NULL;
+    if (items && !json_is_object(items) && !json_is_boolean(items))
+        return sc_fail(c, "'items' must be a schema"), NULL;
     int32_t n_prefix = (int32_t)json_array_size(prefix);
     if (max < n_prefix) n_prefix = (int32_t)max;
-    int64_t rest_min = min > n_prefix ? min - n_prefix : 0, rest_max = max == EXPR_INF ? EXPR_INF : max - n_prefix;
-    if (json_is_false(items) && rest_min > 0) return sc_fail(c, "minItems is more than prefixItems allows"), NULL;
+    int64_t rest_min = min > n_prefix ? min - n_prefix : 0,
+            rest_max = max == EXPR_INF ? EXPR_INF : max - n_prefix;
+    if (json_is_false(items) && rest_min > 0)
+        return sc_fail(c, "minItems is more than prefixItems allows"), NULL;
     struct expr **kids = malloc(((size_t)n_prefix + 1) * sizeof *kids), *rest = NULL, *x = NULL;
     if (!kids) return sc_fail(c, "out of memory"), NULL;
     for (int32_t i = 0; i < n_prefix; i++) {
@@ -282,7 +299,8 @@ static struct expr *compile_array(struct sc *c, const json_t *s)
     }
     if (!json_is_false(items) && rest_max > 0) { /* the rest: one item, then up to rest_max - 1 more */
         struct expr *it = items ? item_expr(c, items, "items") : sc_any_value(c);
-        int32_t lo = rest_min > 0 ? (int32_t)rest_min - 1 : 0, hi = rest_max == EXPR_INF ? EXPR_INF : (int32_t)rest_max - 1;
+        int32_t lo = rest_min > 0 ? (int32_t)rest_min - 1 : 0,
+                hi = rest_max == EXPR_INF ? EXPR_INF : (int32_t)rest_max - 1;
         rest = expr_cat2(c->r, it, expr_repeat(c->r, expr_cat2(c->r, c->comma, it), lo, hi));
         if (!rest) goto done;
     }
@@ -301,7 +319,9 @@ static int value_has_type(const json_t *v, const char *t)
 {
     if (!strcmp(t, "string")) return json_is_string(v);
     if (!strcmp(t, "number")) return json_is_number(v);
-    if (!strcmp(t, "integer")) return json_is_integer(v) || (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v));
+    if (!strcmp(t, "integer"))
+        return json_is_integer(v) ||
+               (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v));
     if (!strcmp(t, "boolean")) return json_is_boolean(v);
     if (!strcmp(t, "null")) return json_is_null(v);
     if (!strcmp(t, "object")) return json_is_object(v);
@@ -349,10 +369,11 @@ static struct expr *compile_type(struct sc *c, const json_t *s, const char *t)
 /* The type of a schema without "type", from its keywords; NULL: any value. */
 static const char *implied_type(const json_t *s)
 {
-    static const char *const by[][5] = {{"object", "properties", "required", "additionalProperties", NULL},
-                                        {"array", "items", "prefixItems", "minItems", "maxItems"},
-                                        {"string", "minLength", "maxLength", "pattern", "format"},
-                                        {"number", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}};
+    static const char *const by[][5] = {
+        {"object", "properties", "required", "additionalProperties", NULL},
+        {"array", "items", "prefixItems", "minItems", "maxItems"},
+        {"string", "minLength", "maxLength", "pattern", "format"},
+        {"number", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}};
     for (int t = 0; t < 4; t++)
         for (int k = 1; k < 5 && by[t][k]; k++)
             if (json_object_get(s, by[t][k])) return by[t][0];
@@ -364,13 +385,15 @@ static int has_siblings(const json_t *s, const char *except)
 {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)s, k, v) if (strcmp(k, except) && !in_list(k, ignored_keywords) && strncmp(k, "x-", 2)) return 1;
+    json_object_foreach((json_t *)s, k, v) if (strcmp(k, except) && !in_list(k, ignored_keywords) &&
+                                               strncmp(k, "x-", 2)) return 1;
     return 0;
 }
 
 static struct expr *compile_any_of(struct sc *c, const json_t *list)
 {
-    if (!json_is_array(list) || !json_array_size(list)) return sc_fail(c, "'anyOf' must be a non-empty array"), NULL;
+    if (!json_is_array(list) || !json_array_size(list))
+        return sc_fail(c, "'anyOf' must be a non-empty array"), NULL;
     size_t n = json_array_size(list), i;
     struct expr **k = malloc(n * sizeof *k);
     if (!k) return sc_fail(c, "out of memory"), NULL;
@@ -389,12 +412,14 @@ static struct expr *compile_any_of(struct sc *c, const json_t *list)
 static struct expr *compile_types(struct sc *c, const json_t *s, const json_t *type)
 {
     if (json_is_string(type)) return compile_type(c, s, json_string_value(type));
-    if (!json_is_array(type) || !json_array_size(type)) return sc_fail(c, "'type' must be a string or a non-empty array"), NULL;
+    if (!json_is_array(type) || !json_array_size(type))
+        return sc_fail(c, "'type' must be a string or a non-empty array"), NULL;
     size_t n = json_array_size(type), i;
     struct expr **k = malloc(n * sizeof *k);
     if (!k) return sc_fail(c, "out of memory"), NULL;
     json_t *t;
-    json_array_foreach(type, i, t) if (!json_is_string(t) || !(k[i] = compile_type(c, s, json_string_value(t)))) break;
+    json_array_foreach(type, i,
+                       t) if (!json_is_string(t) || !(k[i] = compile_type(c, s, json_string_value(t)))) break;
     if (i < n && !c->failed) sc_fail(c, "'type' must list type names");
     struct expr *x = c->failed ? NULL : expr_alt(c->r, k, (int32_t)n);
     free(k);
@@ -404,21 +429,28 @@ static struct expr *compile_types(struct sc *c, const json_t *s, const json_t *t
 static struct expr *sc_compile(struct sc *c, const json_t *s)
 {
     if (c->failed) return NULL;
-    if (++c->depth > SCHEMA_MAX_DEPTH) return sc_fail(c, "schema nested deeper than %d", SCHEMA_MAX_DEPTH), NULL;
+    if (++c->depth > SCHEMA_MAX_DEPTH)
+        return sc_fail(c, "schema nested deeper than %d", SCHEMA_MAX_DEPTH), NULL;
     struct expr *x = NULL;
     const json_t *v, *type;
-    if (json_is_true(s)) x = sc_any_value(c);
-    else if (json_is_false(s)) sc_fail(c, "the schema false allows no value");
-    else if (!json_is_object(s)) sc_fail(c, "a schema must be an object or a boolean");
+    if (json_is_true(s))
+        x = sc_any_value(c);
+    else if (json_is_false(s))
+        sc_fail(c, "the schema false allows no value");
+    else if (!json_is_object(s))
+        sc_fail(c, "a schema must be an object or a boolean");
     else if (check_keywords(c, s)) {
     } else if ((v = json_object_get(s, "$ref"))) {
-        x = has_siblings(s, "$ref") ? (sc_fail(c, "unsupported: '$ref' together with other keywords"), NULL) : compile_ref(c, v);
+        x = has_siblings(s, "$ref") ? (sc_fail(c, "unsupported: '$ref' together with other keywords"), NULL)
+                                    : compile_ref(c, v);
     } else if ((v = json_object_get(s, "allOf"))) {
         if (!json_is_array(v) || json_array_size(v) != 1 || has_siblings(s, "allOf"))
             sc_fail(c, "unsupported: 'allOf' (only with a single schema and no other keywords)");
-        else x = sub(c, json_array_get(v, 0), "allOf", "0");
+        else
+            x = sub(c, json_array_get(v, 0), "allOf", "0");
     } else if ((v = json_object_get(s, "anyOf"))) {
-        x = has_siblings(s, "anyOf") ? (sc_fail(c, "unsupported: 'anyOf' together with other keywords"), NULL) : compile_any_of(c, v);
+        x = has_siblings(s, "anyOf") ? (sc_fail(c, "unsupported: 'anyOf' together with other keywords"), NULL)
+                                     : compile_any_of(c, v);
     } else if ((type = json_object_get(s, "type")), (v = json_object_get(s, "enum"))) {
         x = json_is_array(v) ? compile_enum(c, v, type) : (sc_fail(c, "'enum' must be an array"), NULL);
     } else if (json_object_get(s, "const")) {
@@ -438,7 +470,8 @@ static struct expr *sc_compile(struct sc *c, const json_t *s)
 
 static void sc_free(struct sc *c)
 {
-    for (int i = 0; i < c->n_refs; i++) free(c->refs[i].name);
+    for (int i = 0; i < c->n_refs; i++)
+        free(c->refs[i].name);
     free(c->refs);
 }
 
@@ -450,7 +483,8 @@ static int sc_begin(struct sc *c, const json_t *root, struct expr_rules *r, stru
     c->e = e;
     c->value_rule = c->object_rule = c->array_rule = -1;
     if (e) e->msg[0] = '\0';
-    if (expr_rule_id(r, "root", 4) != 0 || sc_init_shared(c)) return expr_rules_error(r, "the schema", e) ? -1 : err_set(e, "out of memory");
+    if (expr_rule_id(r, "root", 4) != 0 || sc_init_shared(c))
+        return expr_rules_error(r, "the schema", e) ? -1 : err_set(e, "out of memory");
     return 0;
 }
 
@@ -458,8 +492,10 @@ static int sc_end(struct sc *c, struct expr *x, struct err *e)
 {
     sc_free(c);
     if (c->failed) return -1;
-    if (!x) return expr_rules_error(c->r, "the schema", e) ? -1 : err_set(e, "the schema could not be compiled");
-    c->r->bodies[0] = x;
+    if (!x)
+        return expr_rules_error(c->r, "the schema", e) ? -1 : err_set(e, "the schema could not be compiled");
+    c->r->bodies[0] =
+        expr_cat2(c->r, c->ws, x); /* JSON allows leading whitespace (SentencePiece models like it) */
     return expr_rules_error(c->r, "the schema", e);
 }
 

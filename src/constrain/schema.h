@@ -12,11 +12,11 @@
  * 'oneOf' at /properties/kind"). Nothing is loosened: what is generated always validates.
  *
  * What is generated: properties in the schema's order, only those listed (a required name that properties
- * does not describe takes any value); whitespace between tokens at most SCHEMA_MAX_WS characters of
- * space, tab and newline; numbers without leading zeros, at most 18 integer digits, 16 fraction digits
- * and 2 exponent digits (no exponent when bounded); strings as JSON escapes them; enum and const values in
- * compact JSON. Objects and arrays nested in array items and recursive $refs are rules of their own; the
- * rest is inlined into one automaton.
+ * does not describe takes any value); whitespace before the document and between tokens at most
+ * SCHEMA_MAX_WS characters of space, tab and newline, none after it; numbers without leading zeros, at most
+ * 18 integer digits, 16 fraction digits and 2 exponent digits (no exponent when bounded); strings as JSON
+ * escapes them; enum and const values in compact JSON. Objects and arrays nested in array items and
+ * recursive $refs are rules of their own; the rest is inlined into one automaton.
  */
 #ifndef NS_CONSTRAIN_SCHEMA_H
 #define NS_CONSTRAIN_SCHEMA_H

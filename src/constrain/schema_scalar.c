@@ -19,7 +19,10 @@
 #define MAX_EXP_DIGITS 2
 #define INT_LIMIT 999999999999999999LL /* 18 nines */
 
-static struct expr *digit(struct sc *c, char lo, char hi) { return expr_byte_range(c->r, (uint8_t)lo, (uint8_t)hi); }
+static struct expr *digit(struct sc *c, char lo, char hi)
+{
+    return expr_byte_range(c->r, (uint8_t)lo, (uint8_t)hi);
+}
 
 int sc_init_shared(struct sc *c)
 {
@@ -45,7 +48,8 @@ static struct expr *string_char(struct sc *c)
     struct expr *r = expr_from_cpset(c->r, &raw, 0);
     expr_cpset_free(&raw);
     struct expr_set esc = {{0}}, hex = {{0}};
-    for (const char *p = "\"\\/bfnrt"; *p; p++) expr_set_add(&esc, (unsigned char)*p, (unsigned char)*p);
+    for (const char *p = "\"\\/bfnrt"; *p; p++)
+        expr_set_add(&esc, (unsigned char)*p, (unsigned char)*p);
     expr_set_add(&hex, '0', '9');
     expr_set_add(&hex, 'a', 'f');
     expr_set_add(&hex, 'A', 'F');
@@ -89,21 +93,35 @@ static int make_generic(struct sc *c)
     if (c->value_rule < 0 || c->object_rule < 0 || c->array_rule < 0) return -1;
     struct expr *value = expr_call(c->r, c->value_rule);
     struct expr *member = expr_cat3(c->r, sc_json_string(c), c->colon, value);
-    struct expr *members = expr_cat3(c->r, member, expr_repeat(c->r, expr_cat2(c->r, c->comma, member), 0, EXPR_INF), c->ws);
-    struct expr *object = expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "{"), c->ws), expr_opt(c->r, members), expr_str(c->r, "}"));
-    struct expr *items = expr_cat3(c->r, value, expr_repeat(c->r, expr_cat2(c->r, c->comma, value), 0, EXPR_INF), c->ws);
-    struct expr *array = expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "["), c->ws), expr_opt(c->r, items), expr_str(c->r, "]"));
-    struct expr *alts[7] = {expr_call(c->r, c->object_rule), expr_call(c->r, c->array_rule), sc_json_string(c),
-                            number_any(c), expr_str(c->r, "true"), expr_str(c->r, "false"), expr_str(c->r, "null")};
+    struct expr *members =
+        expr_cat3(c->r, member, expr_repeat(c->r, expr_cat2(c->r, c->comma, member), 0, EXPR_INF), c->ws);
+    struct expr *object = expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "{"), c->ws),
+                                    expr_opt(c->r, members), expr_str(c->r, "}"));
+    struct expr *items =
+        expr_cat3(c->r, value, expr_repeat(c->r, expr_cat2(c->r, c->comma, value), 0, EXPR_INF), c->ws);
+    struct expr *array = expr_cat3(c->r, expr_cat2(c->r, expr_str(c->r, "["), c->ws), expr_opt(c->r, items),
+                                   expr_str(c->r, "]"));
+    struct expr *alts[7] = {
+        expr_call(c->r, c->object_rule), expr_call(c->r, c->array_rule), sc_json_string(c),     number_any(c),
+        expr_str(c->r, "true"),          expr_str(c->r, "false"),        expr_str(c->r, "null")};
     c->r->bodies[c->object_rule] = object;
     c->r->bodies[c->array_rule] = array;
     c->r->bodies[c->value_rule] = expr_alt(c->r, alts, 7);
     return 0;
 }
 
-struct expr *sc_any_value(struct sc *c) { return make_generic(c) ? NULL : expr_call(c->r, c->value_rule); }
-struct expr *sc_any_object(struct sc *c) { return make_generic(c) ? NULL : c->r->bodies[c->object_rule]; }
-struct expr *sc_any_array(struct sc *c) { return make_generic(c) ? NULL : c->r->bodies[c->array_rule]; }
+struct expr *sc_any_value(struct sc *c)
+{
+    return make_generic(c) ? NULL : expr_call(c->r, c->value_rule);
+}
+struct expr *sc_any_object(struct sc *c)
+{
+    return make_generic(c) ? NULL : c->r->bodies[c->object_rule];
+}
+struct expr *sc_any_array(struct sc *c)
+{
+    return make_generic(c) ? NULL : c->r->bodies[c->array_rule];
+}
 
 /* ---- numbers ---- */
 
@@ -113,7 +131,8 @@ static struct expr *digits_range(struct sc *c, const char *L, const char *H, int
     if (n == 0) return expr_empty(c->r);
     if (L[0] == H[0]) return expr_cat2(c->r, digit(c, L[0], L[0]), digits_range(c, L + 1, H + 1, n - 1));
     int low_zeros = 1, high_nines = 1;
-    for (int i = 1; i < n; i++) low_zeros &= L[i] == '0', high_nines &= H[i] == '9';
+    for (int i = 1; i < n; i++)
+        low_zeros &= L[i] == '0', high_nines &= H[i] == '9';
     char nines[MAX_INT_DIGITS + 1], zeros[MAX_INT_DIGITS + 1];
     memset(nines, '9', sizeof nines);
     memset(zeros, '0', sizeof zeros);
@@ -121,7 +140,9 @@ static struct expr *digits_range(struct sc *c, const char *L, const char *H, int
     int k = 0;
     char mid_lo = (char)(L[0] + !low_zeros), mid_hi = (char)(H[0] - !high_nines);
     if (!low_zeros) alts[k++] = expr_cat2(c->r, digit(c, L[0], L[0]), digits_range(c, L + 1, nines, n - 1));
-    if (mid_lo <= mid_hi) alts[k++] = expr_cat2(c->r, digit(c, mid_lo, mid_hi), expr_repeat(c->r, digit(c, '0', '9'), n - 1, n - 1));
+    if (mid_lo <= mid_hi)
+        alts[k++] =
+            expr_cat2(c->r, digit(c, mid_lo, mid_hi), expr_repeat(c->r, digit(c, '0', '9'), n - 1, n - 1));
     if (!high_nines) alts[k++] = expr_cat2(c->r, digit(c, H[0], H[0]), digits_range(c, zeros, H + 1, n - 1));
     return expr_alt(c->r, alts, k);
 }
@@ -148,10 +169,14 @@ static struct expr *uint_range(struct sc *c, int64_t a, int64_t b)
 static struct expr *frac(struct sc *c, char kind) /* 'a' any, 'z' zeros only, 'n' not all zeros */
 {
     struct expr *dot = expr_str(c->r, ".");
-    if (kind == 'a') return expr_opt(c->r, expr_cat2(c->r, dot, expr_repeat(c->r, digit(c, '0', '9'), 1, MAX_FRAC_DIGITS)));
-    if (kind == 'z') return expr_opt(c->r, expr_cat2(c->r, dot, expr_repeat(c->r, digit(c, '0', '0'), 1, MAX_FRAC_DIGITS)));
-    struct expr *k[4] = {dot, expr_repeat(c->r, digit(c, '0', '0'), 0, MAX_FRAC_DIGITS - 1), digit(c, '1', '9'),
-                         expr_repeat(c->r, digit(c, '0', '9'), 0, MAX_FRAC_DIGITS - 1)};
+    if (kind == 'a')
+        return expr_opt(c->r,
+                        expr_cat2(c->r, dot, expr_repeat(c->r, digit(c, '0', '9'), 1, MAX_FRAC_DIGITS)));
+    if (kind == 'z')
+        return expr_opt(c->r,
+                        expr_cat2(c->r, dot, expr_repeat(c->r, digit(c, '0', '0'), 1, MAX_FRAC_DIGITS)));
+    struct expr *k[4] = {dot, expr_repeat(c->r, digit(c, '0', '0'), 0, MAX_FRAC_DIGITS - 1),
+                         digit(c, '1', '9'), expr_repeat(c->r, digit(c, '0', '9'), 0, MAX_FRAC_DIGITS - 1)};
     return expr_cat(c->r, k, 4);
 }
 
@@ -164,7 +189,8 @@ static struct expr *region(struct sc *c, int64_t a, int a_excl, int64_t b, int b
         b -= b_excl && b < INT_LIMIT;
         return a <= b ? uint_range(c, a, b) : expr_nothing(c->r);
     }
-    if (a == b) return a_excl || b_excl ? expr_nothing(c->r) : expr_cat2(c->r, uint_range(c, a, a), frac(c, 'z'));
+    if (a == b)
+        return a_excl || b_excl ? expr_nothing(c->r) : expr_cat2(c->r, uint_range(c, a, a), frac(c, 'z'));
     struct expr *alts[3];
     int k = 0;
     alts[k++] = expr_cat2(c->r, uint_range(c, a, a), frac(c, a_excl ? 'n' : 'a'));
@@ -178,16 +204,20 @@ static struct expr *region(struct sc *c, int64_t a, int a_excl, int64_t b, int b
 }
 
 /* Reads a bound keyword: *v (rounded inward for integers), *excl; 0 absent, 1 present, -1 error. */
-static int read_bound(struct sc *c, const json_t *s, const char *key, int upper, int integer, int64_t *v, int *excl)
+static int read_bound(struct sc *c, const json_t *s, const char *key, int upper, int integer, int64_t *v,
+                      int *excl)
 {
     const json_t *b = json_object_get(s, key);
     if (!b) return 0;
     if (json_is_boolean(b)) return 0; /* draft-4 exclusiveMinimum: true modifies minimum (handled there) */
     if (!json_is_number(b)) return sc_fail(c, "'%s' must be a number", key);
     double d = json_number_value(b);
-    if (!(fabs(d) <= (double)INT_LIMIT)) return sc_fail(c, "'%s' %g is beyond the supported range (18 digits)", key, d);
+    if (!(fabs(d) <= (double)INT_LIMIT))
+        return sc_fail(c, "'%s' %g is beyond the supported range (18 digits)", key, d);
     if (!integer && d != floor(d))
-        return sc_fail(c, "unsupported: '%s' %g on a number (number bounds must be integers; integer types take any)", key, d);
+        return sc_fail(
+            c, "unsupported: '%s' %g on a number (number bounds must be integers; integer types take any)",
+            key, d);
     if (integer && d != floor(d)) {
         *v = (int64_t)(upper ? floor(d) : ceil(d));
         *excl = 0;
@@ -197,7 +227,8 @@ static int read_bound(struct sc *c, const json_t *s, const char *key, int upper,
     return 1;
 }
 
-static int read_bounds(struct sc *c, const json_t *s, int integer, int64_t *lo, int *lo_excl, int64_t *hi, int *hi_excl)
+static int read_bounds(struct sc *c, const json_t *s, int integer, int64_t *lo, int *lo_excl, int64_t *hi,
+                       int *hi_excl)
 {
     int64_t v = 0;
     int ex;
@@ -224,7 +255,8 @@ static struct expr *number_any(struct sc *c)
     expr_set_add(&sign, '-', '-');
     struct expr *exp = expr_cat3(c->r, expr_bytes(c->r, &e), expr_opt(c->r, expr_bytes(c->r, &sign)),
                                  expr_repeat(c->r, digit(c, '0', '9'), 1, MAX_EXP_DIGITS));
-    struct expr *k[4] = {expr_opt(c->r, expr_str(c->r, "-")), uint_range(c, 0, INT_LIMIT), frac(c, 'a'), expr_opt(c->r, exp)};
+    struct expr *k[4] = {expr_opt(c->r, expr_str(c->r, "-")), uint_range(c, 0, INT_LIMIT), frac(c, 'a'),
+                         expr_opt(c->r, exp)};
     return expr_cat(c->r, k, 4);
 }
 
@@ -232,14 +264,19 @@ struct expr *sc_number(struct sc *c, const json_t *s, int integer)
 {
     if (json_object_get(s, "multipleOf")) {
         const json_t *m = json_object_get(s, "multipleOf");
-        if (!(integer && json_is_number(m) && json_number_value(m) == 1)) return sc_fail(c, "unsupported JSON Schema keyword 'multipleOf'"), NULL;
+        if (!(integer && json_is_number(m) && json_number_value(m) == 1))
+            return sc_fail(c, "unsupported JSON Schema keyword 'multipleOf'"), NULL;
     }
     int64_t lo, hi;
     int lo_excl, hi_excl;
     if (read_bounds(c, s, integer, &lo, &lo_excl, &hi, &hi_excl)) return NULL;
     if (lo == -INT_LIMIT && hi == INT_LIMIT)
-        return integer ? expr_cat2(c->r, expr_opt(c->r, expr_str(c->r, "-")), uint_range(c, 0, INT_LIMIT)) : number_any(c);
-    if (lo > hi) return sc_fail(c, "the bounds leave no number (minimum %lld > maximum %lld)", (long long)lo, (long long)hi), NULL;
+        return integer ? expr_cat2(c->r, expr_opt(c->r, expr_str(c->r, "-")), uint_range(c, 0, INT_LIMIT))
+                       : number_any(c);
+    if (lo > hi)
+        return sc_fail(c, "the bounds leave no number (minimum %lld > maximum %lld)", (long long)lo,
+                       (long long)hi),
+               NULL;
     struct expr *alts[2];
     int k = 0;
     if (hi > 0 || (hi == 0 && !hi_excl)) /* x >= 0 */
@@ -255,12 +292,14 @@ struct expr *sc_number(struct sc *c, const json_t *s, int integer)
 /* ---- strings ---- */
 
 static const char *const formats[][2] = {
-    {"date", "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"},
+    {"date", "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-"
+             "9]|1[0-9]|2[0-8]))"},
     {"time", "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"},
     {"date-time", NULL}, /* date "T" time */
     {"uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
     {"email", "[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*\\.[A-Za-z]{2,}"},
-    {"ipv4", "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"},
+    {"ipv4",
+     "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"},
 };
 
 static struct expr *format_expr(struct sc *c, const char *name)
@@ -272,19 +311,25 @@ static struct expr *format_expr(struct sc *c, const char *name)
     }
     for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
         if (!strcmp(name, formats[i][0])) {
-            if (regex_parse(c->r, formats[i][1], strlen(formats[i][1]), 0, &x, c->e)) return c->sub_failed = 1, sc_fail(c, "format %s", name), NULL;
+            if (regex_parse(c->r, formats[i][1], strlen(formats[i][1]), 0, &x, c->e))
+                return c->sub_failed = 1, sc_fail(c, "format %s", name), NULL;
             return x;
         }
-    return sc_fail(c, "unsupported string format '%.64s' (supported: date, time, date-time, uuid, email, ipv4)", name), NULL;
+    return sc_fail(c,
+                   "unsupported string format '%.64s' (supported: date, time, date-time, uuid, email, ipv4)",
+                   name),
+           NULL;
 }
 
 static int read_count(struct sc *c, const json_t *s, const char *key, int64_t *v)
 {
     const json_t *x = json_object_get(s, key);
     if (!x) return 0;
-    if (!json_is_integer(x) || json_integer_value(x) < 0) return sc_fail(c, "'%s' must be a non-negative integer", key);
+    if (!json_is_integer(x) || json_integer_value(x) < 0)
+        return sc_fail(c, "'%s' must be a non-negative integer", key);
     if (json_integer_value(x) > SCHEMA_MAX_LENGTH)
-        return sc_fail(c, "unsupported: '%s' %lld is above %d", key, (long long)json_integer_value(x), SCHEMA_MAX_LENGTH);
+        return sc_fail(c, "unsupported: '%s' %lld is above %d", key, (long long)json_integer_value(x),
+                       SCHEMA_MAX_LENGTH);
     *v = json_integer_value(x);
     return 1;
 }
@@ -298,11 +343,14 @@ struct expr *sc_string(struct sc *c, const json_t *s)
     const json_t *pattern = json_object_get(s, "pattern"), *format = json_object_get(s, "format");
     struct expr *q = expr_str(c->r, "\""), *body = NULL;
     if ((pattern || format) && (has_min || has_max))
-        return sc_fail(c, "unsupported: minLength/maxLength together with %s", pattern ? "pattern" : "format"), NULL;
+        return sc_fail(c, "unsupported: minLength/maxLength together with %s",
+                       pattern ? "pattern" : "format"),
+               NULL;
     if (pattern && format) return sc_fail(c, "unsupported: pattern together with format"), NULL;
     if (pattern) {
         if (!json_is_string(pattern)) return sc_fail(c, "'pattern' must be a string"), NULL;
-        if (regex_parse(c->r, json_string_value(pattern), json_string_length(pattern), REGEX_JSON_STRING, &body, c->e))
+        if (regex_parse(c->r, json_string_value(pattern), json_string_length(pattern), REGEX_JSON_STRING,
+                        &body, c->e))
             return c->sub_failed = 1, sc_fail(c, "pattern"), NULL;
     } else if (format) {
         if (!json_is_string(format)) return sc_fail(c, "'format' must be a string"), NULL;
