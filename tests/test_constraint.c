@@ -312,6 +312,17 @@ TEST(compile_time_smollm2)
     fprintf(stderr,
             "# smollm2 (%d tokens): vocabulary index %.1f ms, schema compile %.1f ms, first mask %.2f ms\n",
             tok_n_vocab(v), (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3);
+    /* the masks along a whole document (string contents are the expensive states) */
+    int32_t *ids;
+    size_t n_ids;
+    CHECK(tok_encode(v, DOC, strlen(DOC), 0, 0, &ids, &n_ids, &e) == 0);
+    for (size_t i = 0; i < n_ids; i++)
+        CHECK(constraint_advance(cc, k, &st, ids[i], &e) == 0 && constraint_mask(cc, k, &st, &mask, &e) == 0);
+    free(ids);
+    struct constraint_stats cs;
+    constraint_cache_stats(cc, &cs);
+    fprintf(stderr, "# document of %zu tokens: %lld masks in %.1f ms (%.0f trie nodes each)\n", n_ids,
+            (long long)cs.masks_computed, cs.t_masks * 1e3, (double)cs.nodes_visited / (double)cs.masks_computed);
     constraint_state_free(&st);
     constraint_release(cc, k);
     constraint_spec_free(&s);
