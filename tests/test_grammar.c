@@ -190,6 +190,12 @@ TEST(too_large_is_refused)
     struct grammar *g = compile('r', "((((a{1000}){1000}){1000}){1000})", &e);
     CHECK(!g);
     CHECK_MSG(strstr(e.msg, "too large"), "%s", e.msg);
+    /* a DFA that explodes (the 40th character from the end is a 'b'): refused by the work bound */
+    char re[128];
+    snprintf(re, sizeof re, ".*b.{40}");
+    g = compile('r', re, &e);
+    CHECK(!g);
+    CHECK_MSG(strstr(e.msg, "too large"), "%s", e.msg);
 }
 
 /* Deep recursion stops at PDA_MAX_DEPTH (the configuration overflows and dies) without crashing. */

@@ -248,6 +248,7 @@ struct dfa_build {
     int32_t *next;                /* (n_states, n_cls) */
     int failed;
     int64_t budget; /* DFA states this rule may still add */
+    int64_t work;   /* closure and transition work so far (bounded by GRAMMAR_MAX_WORK) */
 };
 
 static void compute_classes(struct dfa_build *d)
@@ -330,7 +331,8 @@ static int32_t closure(struct dfa_build *d, const int32_t *seeds, int32_t n)
             d->stack[sp++] = ed->to;
         }
     }
-    qsort(d->buf, (size_t)m, sizeof *d->buf, cmp_i32);
+    if (m > 1) qsort(d->buf, (size_t)m, sizeof *d->buf, cmp_i32);
+    d->work += m + n;
     return m;
 }
 
@@ -381,7 +383,8 @@ static int32_t intern(struct dfa_build *d, int32_t n)
             return s;
         i = (i + 1) % d->n_slots;
     }
-    if (d->budget-- <= 0) {
+    if (d->budget-- <= 0 || d->n_items + n > GRAMMAR_MAX_ITEMS || d->work > GRAMMAR_MAX_WORK ||
+        (int64_t)(d->n_states + 1) * d->n_cls > GRAMMAR_MAX_CELLS) {
         d->failed = FAIL_BIG;
         return -1;
     }
@@ -481,7 +484,12 @@ static int expand_state(struct dfa_build *d, int32_t s, struct pairs *q, struct 
                         if (pair_push(q, d->set_cls[t], ed->to)) return -1;
             }
         }
-        qsort(q->p, (size_t)q->n, sizeof *q->p, cmp_pair);
+        d->work += q->n;
+        if (d->work > GRAMMAR_MAX_WORK) {
+            d->failed = FAIL_BIG;
+            return -1;
+        }
+        if (q->n > 1) qsort(q->p, (size_t)q->n, sizeof *q->p, cmp_pair);
         for (int64_t i = 0, j; i < q->n; i = j) {
             for (j = i; j < q->n && q->p[j][0] == q->p[i][0];)
                 j++;
@@ -623,8 +631,9 @@ static int compile_rule(const struct expr_rules *src, const uint8_t *nullable, s
     nfa_free(&a);
     if (rc == -2)
         return err_set(e,
-                       "the constraint is too large to compile (more than %d automaton states; at rule '%s')",
-                       GRAMMAR_MAX_STATES, r->name);
+                       "the constraint is too large to compile (its automaton passes %d states, %d cells or %d "
+                       "items; at rule '%s')",
+                       GRAMMAR_MAX_STATES, GRAMMAR_MAX_CELLS, GRAMMAR_MAX_ITEMS, r->name);
     if (rc) return err_set(e, "rule '%s': out of memory", r->name);
     g->n_states += r->n_states;
     g->n_cells += (int64_t)r->n_states * r->n_cls;

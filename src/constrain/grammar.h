@@ -12,9 +12,11 @@
  * can call itself, directly or through others, before reading a byte (left recursion) is refused, as is a
  * rule that is used but never defined.
  *
- * Bounds: GRAMMAR_MAX_NFA states per rule while compiling, GRAMMAR_MAX_STATES DFA states and
- * GRAMMAR_MAX_CELLS transition-table cells over all rules; past them compiling fails with a message that
- * says so (never a loosened automaton).
+ * Bounds: GRAMMAR_MAX_NFA states, GRAMMAR_MAX_ITEMS subset-construction items and GRAMMAR_MAX_WORK steps
+ * per rule while compiling (so a pattern whose DFA explodes, like ".*" followed by 50 dots, fails fast),
+ * GRAMMAR_MAX_STATES
+ * DFA states and GRAMMAR_MAX_CELLS transition-table cells over all rules; past them compiling fails with a
+ * message that says so (never a loosened automaton).
  *
  * Invariant (grammar_check): every transition and call target is a state of its rule (or -1 for none);
  * every call names a rule; flags agree with the transitions (GRAMMAR_BYTES iff some byte leads somewhere,
@@ -32,6 +34,8 @@
 #define GRAMMAR_MAX_NFA 400000
 #define GRAMMAR_MAX_STATES 200000
 #define GRAMMAR_MAX_CELLS (8 << 20)
+#define GRAMMAR_MAX_ITEMS (1 << 20) /* NFA states summed over the DFA states of one rule */
+#define GRAMMAR_MAX_WORK (16 << 20) /* closure and transition steps of one rule's subset construction */
 
 enum {
     GRAMMAR_ACCEPT = 1,    /* the rule may end here */
