@@ -287,6 +287,67 @@ TEST(advance_refuses_and_completes)
     tok_free(v);
 }
 
+/* Masks computed ahead on the worker equal the ones computed in place; a state already cached or listed
+ * twice is computed once; finish without start does nothing. */
+TEST(prefetch_matches_in_place)
+{
+    struct err e;
+    tok_vocab *v = load_vocab(test_shared("testdata/vocab/ggml-vocab-gpt-2.gguf"));
+    CHECK(v);
+    int32_t n = tok_n_vocab(v), words = (n + 31) / 32;
+    constraint_cache *pre, *sync;
+    CHECK(constraint_cache_init(v, n, 0, &pre, &e) == 0 && constraint_cache_init(v, n, 0, &sync, &e) == 0);
+    CHECK(constraint_prefetch_finish(pre, &e) == 0);
+    struct constraint_spec s = {0};
+    CHECK(constraint_spec_set(&s, CONSTRAINT_JSON_SCHEMA, SCHEMA, strlen(SCHEMA), &e) == 0);
+    constraint *kp, *ks;
+    CHECK(constraint_acquire(pre, &s, &kp, &e) == 0 && constraint_acquire(sync, &s, &ks, &e) == 0);
+    int32_t *ids;
+    size_t n_ids;
+    CHECK(tok_encode(v, DOC, strlen(DOC), 0, 0, &ids, &n_ids, &e) == 0);
+    enum { K = 8 };
+    struct constraint_state st[K], sy[K];
+    constraint *kk[K];
+    const struct constraint_state *ptr[K];
+    for (int j = 0; j < K; j++) { /* state j: after the first 3 * j tokens; states 6 and 7 repeat 5 */
+        int upto = 3 * (j < 6 ? j : 5);
+        CHECK(constraint_state_start(pre, kp, &st[j], &e) == 0 && constraint_state_start(sync, ks, &sy[j], &e) == 0);
+        for (int i = 0; i < upto && i < (int)n_ids; i++)
+            CHECK(constraint_advance(pre, kp, &st[j], ids[i], &e) == 0 && constraint_advance(sync, ks, &sy[j], ids[i], &e) == 0);
+        kk[j] = kp;
+        ptr[j] = &st[j];
+    }
+    const uint32_t *m;
+    CHECK(constraint_mask(pre, kp, &st[0], &m, &e) == 0); /* already cached: not computed again */
+    CHECK(constraint_prefetch_start(pre, K, kk, ptr, &e) == 0);
+    CHECK_MSG(constraint_prefetch_finish(pre, &e) == 0, "%s", e.msg);
+    struct constraint_stats cs;
+    constraint_cache_stats(pre, &cs);
+    CHECK_EQ_INT(cs.masks_prefetched, 5);
+    CHECK_EQ_INT(cs.masks_computed, 6);
+    for (int j = 0; j < K; j++) {
+        const uint32_t *a, *b;
+        CHECK(constraint_mask(pre, kp, &st[j], &a, &e) == 0);
+        uint32_t copy[2048];
+        CHECK(words <= 2048);
+        memcpy(copy, a, (size_t)words * 4);
+        CHECK(constraint_mask(sync, ks, &sy[j], &b, &e) == 0);
+        CHECK_MSG(!memcmp(copy, b, (size_t)words * 4), "state %d: prefetched mask differs", j);
+        constraint_state_free(&st[j]);
+        constraint_state_free(&sy[j]);
+    }
+    constraint_cache_stats(pre, &cs);
+    CHECK_EQ_INT(cs.masks_computed, 6); /* every lookup above was a hit */
+    CHECK_MSG(constraint_cache_check(pre, &e) == 0, "%s", e.msg);
+    free(ids);
+    constraint_release(pre, kp);
+    constraint_release(sync, ks);
+    constraint_spec_free(&s);
+    constraint_cache_free(pre);
+    constraint_cache_free(sync);
+    tok_free(v);
+}
+
 /* Compile time (front-end + automaton + vocabulary index) and the cost of the first masks of a typical
  * extraction schema on SmolLM2's 49k vocabulary: reported for bench/NOTES.md. */
 TEST(compile_time_smollm2)
@@ -339,6 +400,7 @@ int main(void)
     RUN(compile_failures_are_remembered);
     RUN(small_mask_cache_evicts_same_masks);
     RUN(advance_refuses_and_completes);
+    RUN(prefetch_matches_in_place);
     RUN(compile_time_smollm2);
     return test_summary();
 }

@@ -4,6 +4,7 @@
 #include "constrain/constraint.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,6 +195,7 @@ struct constraint_cache {
     int32_t *heads; /* (n_buckets) */
     uint8_t *enc;   /* scratch encoding */
     size_t enc_cap;
+    struct prefetch *pf; /* the mask worker, started on first use */
     struct constraint_stats st;
 };
 
@@ -242,9 +244,12 @@ static void entry_free(constraint *k)
     free(k);
 }
 
+static void prefetch_free(struct prefetch *pf);
+
 void constraint_cache_free(constraint_cache *c)
 {
     if (!c) return;
+    prefetch_free(c->pf);
     for (int32_t i = 0; i < c->n_entries; i++)
         entry_free(c->entries[i]);
     free(c->entries);
@@ -437,38 +442,24 @@ static int32_t slot_victim(constraint_cache *c)
     }
 }
 
-int constraint_mask(constraint_cache *c, constraint *k, const struct constraint_state *st,
-                    const uint32_t **mask, struct err *e)
+/* The slot holding the mask of (k, state) with hash h, or -1. */
+static int32_t mask_find(constraint_cache *c, const constraint *k, uint64_t h, const uint8_t *state, uint32_t len)
 {
-    uint64_t h = bytes_hash(k->serial, st->bytes, st->len);
     for (int32_t i = c->heads[h % (uint64_t)c->n_buckets]; i >= 0; i = c->slots[i].next) {
-        struct mask_slot *s = &c->slots[i];
-        if (s->hash == h && s->serial == k->serial && s->key_len == st->len &&
-            !memcmp(s->key, st->bytes, st->len)) {
-            s->ref = 1;
-            c->st.mask_hits++;
-            *mask = slot_mask(c, i);
-            return 0;
-        }
+        const struct mask_slot *s = &c->slots[i];
+        if (s->hash == h && s->serial == k->serial && s->key_len == len && !memcmp(s->key, state, len)) return i;
     }
-    double t0 = clock_now();
+    return -1;
+}
+
+/* A slot for a new mask of (k, state), linked into its bucket; its mask is for the caller to fill. */
+static int32_t mask_insert(constraint_cache *c, const constraint *k, uint64_t h, const uint8_t *state, uint32_t len)
+{
     int32_t i = slot_victim(c);
     struct mask_slot *s = &c->slots[i];
-    if (!(s->key = malloc(st->len ? st->len : 1))) return err_set(e, "out of memory");
-    uint64_t m = pda_mark(c->a);
-    struct pda_config cfg;
-    int64_t visited = 0;
-    int rc = pda_decode(k->g, c->a, st->bytes, st->len, &cfg, e);
-    if (!rc && tokmask_compute(c->tv, k->g, c->a, &cfg, slot_mask(c, i), &visited))
-        rc = err_set(e, "out of memory");
-    pda_release(c->a, m);
-    if (rc) {
-        free(s->key);
-        s->key = NULL;
-        return -1;
-    }
-    memcpy(s->key, st->bytes, st->len);
-    s->key_len = st->len;
+    if (!(s->key = malloc(len ? len : 1))) return -1;
+    memcpy(s->key, state, len);
+    s->key_len = len;
     s->hash = h;
     s->serial = k->serial;
     s->used = 1;
@@ -476,11 +467,209 @@ int constraint_mask(constraint_cache *c, constraint *k, const struct constraint_
     int32_t *head = &c->heads[h % (uint64_t)c->n_buckets];
     s->next = *head;
     *head = i;
+    return i;
+}
+
+/* Computes the mask of an encoded state into mask, with arena a (released). */
+static int mask_compute(const tokmask_vocab *tv, const constraint *k, pda_arena *a, const uint8_t *state,
+                        uint32_t len, uint32_t *mask, int64_t *visited, struct err *e)
+{
+    uint64_t m = pda_mark(a);
+    struct pda_config cfg;
+    int rc = pda_decode(k->g, a, state, len, &cfg, e);
+    if (!rc && tokmask_compute(tv, k->g, a, &cfg, mask, visited)) rc = err_set(e, "out of memory");
+    pda_release(a, m);
+    return rc;
+}
+
+int constraint_mask(constraint_cache *c, constraint *k, const struct constraint_state *st,
+                    const uint32_t **mask, struct err *e)
+{
+    uint64_t h = bytes_hash(k->serial, st->bytes, st->len);
+    int32_t i = mask_find(c, k, h, st->bytes, st->len);
+    if (i >= 0) {
+        c->slots[i].ref = 1;
+        c->st.mask_hits++;
+        *mask = slot_mask(c, i);
+        return 0;
+    }
+    double t0 = clock_now();
+    if ((i = mask_insert(c, k, h, st->bytes, st->len)) < 0) return err_set(e, "out of memory");
+    int64_t visited = 0;
+    if (mask_compute(c->tv, k, c->a, st->bytes, st->len, slot_mask(c, i), &visited, e)) {
+        slot_unlink(c, i);
+        return -1;
+    }
     c->st.masks_computed++;
     c->st.nodes_visited += visited;
     c->st.t_masks += clock_now() - t0;
     *mask = slot_mask(c, i);
     return 0;
+}
+
+/* ---- masks computed ahead, on a worker thread ---- */
+
+struct prefetch_job {
+    constraint *k;
+    uint8_t *state; /* owned copy */
+    uint32_t len;
+    uint64_t hash;
+    int rc;
+    int64_t visited;
+};
+
+struct prefetch {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending, quit; /* pending: jobs handed to the worker and not done */
+    const tokmask_vocab *tv;
+    pda_arena *a;      /* the worker's */
+    struct prefetch_job *jobs;
+    int32_t n_jobs, cap_jobs;
+    uint32_t *masks;   /* (cap_jobs, words) */
+    double t_work;
+};
+
+static void *prefetch_main(void *arg)
+{
+    struct prefetch *pf = arg;
+    pthread_mutex_lock(&pf->mu);
+    for (;;) {
+        while (!pf->pending && !pf->quit) pthread_cond_wait(&pf->cv, &pf->mu);
+        if (pf->quit) break;
+        pthread_mutex_unlock(&pf->mu);
+        double t0 = clock_now();
+        for (int32_t i = 0; i < pf->n_jobs; i++) {
+            struct prefetch_job *j = &pf->jobs[i];
+            struct err e;
+            j->rc = mask_compute(pf->tv, j->k, pf->a, j->state, j->len,
+                                 pf->masks + (size_t)i * (size_t)tokmask_words(pf->tv), &j->visited, &e);
+        }
+        pthread_mutex_lock(&pf->mu);
+        pf->t_work += clock_now() - t0;
+        pf->pending = 0;
+        pthread_cond_broadcast(&pf->cv);
+    }
+    pthread_mutex_unlock(&pf->mu);
+    return NULL;
+}
+
+static void prefetch_free(struct prefetch *pf)
+{
+    if (!pf) return;
+    pthread_mutex_lock(&pf->mu);
+    pf->quit = 1;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+    pthread_join(pf->thread, NULL);
+    pthread_mutex_destroy(&pf->mu);
+    pthread_cond_destroy(&pf->cv);
+    for (int32_t i = 0; i < pf->n_jobs; i++) free(pf->jobs[i].state);
+    free(pf->jobs);
+    free(pf->masks);
+    pda_arena_free(pf->a);
+    free(pf);
+}
+
+static int prefetch_init(constraint_cache *c, struct err *e)
+{
+    struct prefetch *pf = calloc(1, sizeof *pf);
+    if (!pf) return err_set(e, "out of memory");
+    pf->tv = c->tv;
+    if (pda_arena_init(&pf->a, e)) {
+        free(pf);
+        return -1;
+    }
+    pthread_mutex_init(&pf->mu, NULL);
+    pthread_cond_init(&pf->cv, NULL);
+    if (pthread_create(&pf->thread, NULL, prefetch_main, pf)) {
+        pthread_mutex_destroy(&pf->mu);
+        pthread_cond_destroy(&pf->cv);
+        pda_arena_free(pf->a);
+        free(pf);
+        return err_set(e, "cannot start the mask worker thread");
+    }
+    c->pf = pf;
+    return 0;
+}
+
+/* Adds the job for (k, st) unless the cache or an earlier job has it. */
+static int prefetch_add(constraint_cache *c, constraint *k, const struct constraint_state *st)
+{
+    struct prefetch *pf = c->pf;
+    uint64_t h = bytes_hash(k->serial, st->bytes, st->len);
+    int32_t at = mask_find(c, k, h, st->bytes, st->len);
+    if (at >= 0) {
+        c->slots[at].ref = 1; /* keep it until it is used */
+        return 0;
+    }
+    for (int32_t i = 0; i < pf->n_jobs; i++)
+        if (pf->jobs[i].hash == h && pf->jobs[i].k == k && pf->jobs[i].len == st->len &&
+            !memcmp(pf->jobs[i].state, st->bytes, st->len))
+            return 0;
+    if (pf->n_jobs == pf->cap_jobs) {
+        int32_t cap = pf->cap_jobs ? pf->cap_jobs * 2 : 16;
+        struct prefetch_job *jb = realloc(pf->jobs, (size_t)cap * sizeof *jb);
+        if (!jb) return -1;
+        pf->jobs = jb;
+        uint32_t *m = realloc(pf->masks, (size_t)cap * (size_t)tokmask_words(c->tv) * sizeof *m);
+        if (!m) return -1;
+        pf->masks = m;
+        pf->cap_jobs = cap;
+    }
+    struct prefetch_job *j = &pf->jobs[pf->n_jobs];
+    memset(j, 0, sizeof *j);
+    if (!(j->state = malloc(st->len ? st->len : 1))) return -1;
+    memcpy(j->state, st->bytes, st->len);
+    j->len = st->len;
+    j->hash = h;
+    j->k = k;
+    pf->n_jobs++;
+    return 0;
+}
+
+int constraint_prefetch_start(constraint_cache *c, int32_t n, constraint *const *ks,
+                              const struct constraint_state *const *sts, struct err *e)
+{
+    if (!c->pf && prefetch_init(c, e)) return -1;
+    struct prefetch *pf = c->pf;
+    for (int32_t i = 0; i < n; i++)
+        if (!sts[i]->complete && prefetch_add(c, ks[i], sts[i])) return err_set(e, "out of memory");
+    if (!pf->n_jobs) return 0;
+    pthread_mutex_lock(&pf->mu);
+    pf->pending = 1;
+    pthread_cond_broadcast(&pf->cv);
+    pthread_mutex_unlock(&pf->mu);
+    return 0;
+}
+
+int constraint_prefetch_finish(constraint_cache *c, struct err *e)
+{
+    struct prefetch *pf = c->pf;
+    if (!pf || !pf->n_jobs) return 0;
+    pthread_mutex_lock(&pf->mu);
+    while (pf->pending) pthread_cond_wait(&pf->cv, &pf->mu);
+    c->st.t_masks += pf->t_work;
+    pf->t_work = 0;
+    pthread_mutex_unlock(&pf->mu);
+    int rc = 0;
+    for (int32_t i = 0; i < pf->n_jobs; i++) {
+        struct prefetch_job *j = &pf->jobs[i];
+        int32_t at = j->rc ? -1 : mask_insert(c, j->k, j->hash, j->state, j->len);
+        if (at >= 0) {
+            memcpy(slot_mask(c, at), pf->masks + (size_t)i * (size_t)tokmask_words(c->tv),
+                   (size_t)tokmask_words(c->tv) * sizeof(uint32_t));
+            c->st.masks_computed++;
+            c->st.masks_prefetched++;
+            c->st.nodes_visited += j->visited;
+        } else if (!rc) {
+            rc = err_set(e, "computing a mask ahead failed (out of memory)");
+        }
+        free(j->state);
+    }
+    pf->n_jobs = 0;
+    return rc;
 }
 
 int32_t constraint_apply_mask(const uint32_t *mask, float *logits, int32_t n)

@@ -15,7 +15,7 @@
  * preemption. Masks are cached per (constraint, state) in a table of bounded size (mask_bytes), evicted
  * by a clock; which masks are cached never changes a result.
  *
- * Not thread-safe: one thread uses a cache at a time.
+ * Not thread-safe: one thread uses a cache at a time (the prefetch worker below is the cache's own).
  *
  * Invariant (constraint_cache_check): every compiled entry has a grammar that passes grammar_check or an
  * error message, never both, and a users count >= 0; the mask table's chains reach every used slot
@@ -94,13 +94,24 @@ int constraint_mask(constraint_cache *c, constraint *k, const struct constraint_
 /* Advances st by token t. Returns 1 (st unchanged) when t is not allowed, 0 when advanced. */
 int constraint_advance(constraint_cache *c, constraint *k, struct constraint_state *st, int32_t t,
                        struct err *e);
+/* Masks computed ahead, off the caller's thread: start computes, on a worker thread owned by the cache,
+ * the masks of the states sts[0..n) (of constraints ks) that the cache does not hold (each distinct state
+ * once) and returns at once; finish waits for the worker and puts the masks into the cache. The engine
+ * starts before its forward step and finishes after it, so the masks its sampling needs are computed while
+ * the forward runs. Between the two calls nothing else may use the cache (the worker reads only the
+ * immutable grammars and vocabulary index). finish without start does nothing. */
+int constraint_prefetch_start(constraint_cache *c, int32_t n, constraint *const *ks,
+                              const struct constraint_state *const *sts, struct err *e);
+int constraint_prefetch_finish(constraint_cache *c, struct err *e);
+
 /* Sets logits[t] = -inf for every t < n that mask does not allow; returns how many are allowed. */
 int32_t constraint_apply_mask(const uint32_t *mask, float *logits, int32_t n);
 
 struct constraint_stats {
     int64_t compiled, compile_failed;
     int64_t masks_computed, mask_hits, mask_evictions, nodes_visited;
-    double t_compile, t_masks; /* seconds */
+    int64_t masks_prefetched;  /* of masks_computed, those computed on the worker thread */
+    double t_compile, t_masks; /* seconds (t_masks includes the worker's) */
 };
 void constraint_cache_stats(const constraint_cache *c, struct constraint_stats *st);
 /* Debug check of the invariant above. */

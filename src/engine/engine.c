@@ -58,6 +58,8 @@ struct engine {
     float *logits;                                        /* (max_seqs, n_vocab) */
     sampler *smp;                                         /* scratch for one draw at a time */
     constraint_cache *cc;                                 /* compiled constraints and masks (on first use) */
+    constraint **pf_cons;                                 /* (max_seqs) the step's constrained sequences ... */
+    const struct constraint_state **pf_states;            /* (max_seqs) ... and their states (mask prefetch) */
     struct eng_seq *live;                                 /* all sequences in the scheduler */
     struct engine_result *done;                           /* FIFO [done_head, n_done) */
     size_t n_done, done_head, cap_done;
@@ -179,6 +181,8 @@ void engine_free(engine *eng)
         seq_free(eng, es);
     }
     constraint_cache_free(eng->cc);
+    free(eng->pf_cons);
+    free(eng->pf_states);
     for (size_t i = eng->done_head; i < eng->n_done; i++) engine_result_free(&eng->done[i]);
     free(eng->done);
     sched_free(eng->s);
@@ -319,7 +323,12 @@ static int seq_constrain(engine *eng, struct eng_seq *es, const struct engine_re
         snprintf(msg, cap, "structured output needs the model's vocabulary");
         return 1;
     }
-    if (!eng->cc && constraint_cache_init(eng->v, eng->n_sample, 0, &eng->cc, e)) return err_prefix(e, "engine");
+    if (!eng->cc) {
+        eng->pf_cons = malloc((size_t)eng->p.max_seqs * sizeof *eng->pf_cons);
+        eng->pf_states = malloc((size_t)eng->p.max_seqs * sizeof *eng->pf_states);
+        if (!eng->pf_cons || !eng->pf_states) return err_set(e, "engine: out of memory");
+        if (constraint_cache_init(eng->v, eng->n_sample, 0, &eng->cc, e)) return err_prefix(e, "engine");
+    }
     double t0 = clock_now();
     struct err ce;
     int rc = 0;
@@ -458,6 +467,23 @@ static int feed_text(engine *eng, struct eng_seq *es, int32_t token)
     return 0;
 }
 
+/* Starts computing, on the constraint cache's worker, the masks that this step's constrained sequences
+ * will sample with and that the cache does not hold yet: they are computed while the forward runs. */
+static int prefetch_masks(engine *eng, const struct sched_plan *pl, struct err *e)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        struct eng_seq *es = (struct eng_seq *)pl->entries[i].seq;
+        if (!pl->entries[i].logits || !es->cons) continue;
+        eng->pf_cons[n] = es->cons;
+        eng->pf_states[n++] = &es->cstate;
+    }
+    double t0 = clock_now();
+    int rc = n ? constraint_prefetch_start(eng->cc, n, eng->pf_cons, eng->pf_states, e) : 0;
+    eng->st.t_constrain += clock_now() - t0;
+    return rc;
+}
+
 /* Finishes a running request that failed alone, with msg as its error. */
 static int fail_seq(engine *eng, struct eng_seq *es, const char *msg, struct err *e)
 {
@@ -571,9 +597,18 @@ int engine_step(engine *eng, struct err *e)
         .n_logits = n_logits,
         .logit_rows = eng->logit_rows,
     };
+    if (eng->cc && prefetch_masks(eng, pl, e)) return err_prefix(e, "engine step");
     double t0 = clock_now();
-    if (eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e)) return err_prefix(e, "engine step");
+    int frc = eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e);
     eng->st.t_forward += clock_now() - t0;
+    if (eng->cc) { /* the masks computed during the forward go into the cache */
+        struct err pe;
+        double t1 = clock_now();
+        int prc = constraint_prefetch_finish(eng->cc, &pe);
+        eng->st.t_constrain += clock_now() - t1;
+        if (prc && !frc) return err_set(e, "engine step: %s", pe.msg);
+    }
+    if (frc) return err_prefix(e, "engine step");
     eng->st.rows_computed += n_rows;
     sched_commit(eng->s);
 
