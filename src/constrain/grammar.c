@@ -575,10 +575,11 @@ static int determinize(const struct nfa *a, int32_t final, int64_t budget, struc
     if (!d.mark || !d.stack || !d.buf || !d.seeds || index_sets_and_edges(&d)) goto oom;
     int32_t start = 0;
     if (intern(&d, closure(&d, &start, 1)) != 0) goto fail;
-    int32_t *at = NULL;
+    int32_t *at = NULL, cap_at = 0;
     for (int32_t s = 0; s < d.n_states; s++) {
-        if (s % 64 == 0) {
-            int32_t *x = realloc(at, ((size_t)s + 65) * sizeof *x);
+        if (s == cap_at) { /* grows geometrically: many states must not cost quadratic copying */
+            cap_at = cap_at ? cap_at * 2 : 64;
+            int32_t *x = realloc(at, ((size_t)cap_at + 1) * sizeof *x);
             if (!x) goto oom_at;
             at = x;
         }
