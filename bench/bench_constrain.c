@@ -7,8 +7,9 @@
  * 2. Throughput at concurrency C: N extraction requests (ChatML prompts, half greedy, half sampled) with the
  *    schema on every request, against the same prompts unconstrained with max_tokens set to each request's
  *    constrained output length and ignore_eos (the same tokens per request, so the same batch shapes).
- *    Rounds alternate the two; generated tokens / wall second, medians. Also the seconds spent masking and
- *    advancing constraint states next to the forward seconds, and the mask cache's hits and misses.
+ *    After one warm-up run, rounds alternate the two; generated tokens / wall second, medians. Also the
+ *    seconds spent masking and advancing constraint states on the engine's thread next to the forward
+ *    seconds, and the mask cache's hits and misses (each run is a new engine: its caches start cold).
  *
  * Built by `make build/bench/bench_constrain` against build/libnightshift.a. */
 #include <stdio.h>
@@ -157,7 +158,12 @@ int main(int argc, char **argv)
         return 1;
     }
     bench_compile(&B, &schema);
-    double con[16], unc[16];
+    double con[16], unc[16], warm;
+    struct engine_stats sw;
+    if (run(&B, &schema, c, &warm, &sw, &e)) { /* warm-up (page cache, allocator); sets each n_gen */
+        fprintf(stderr, "bench_constrain: %s\n", e.msg);
+        return 1;
+    }
     for (int r = 0; r < rounds; r++) {
         struct engine_stats sc, su;
         if (run(&B, &schema, c, &con[r], &sc, &e) || run(&B, NULL, c, &unc[r], &su, &e)) {

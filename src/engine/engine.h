@@ -15,7 +15,9 @@
  * automaton state is advanced by the token drawn, so the state is a function of the tokens generated so
  * far, like the draw. The request finishes (ENGINE_FINISH_STOP) as soon as nothing more can follow, or at
  * an end-of-generation token (even with ignore_eos); max_tokens reached first gives ENGINE_FINISH_LENGTH.
- * Each distinct constraint is compiled once per engine; masks are cached per automaton state.
+ * Each distinct constraint is compiled once per engine; masks are cached per automaton state, and the masks
+ * a step will need that are not cached yet are computed on the constraint cache's worker thread while the
+ * forward step runs (constraint_prefetch_start / _finish around backend forward).
  */
 #ifndef NS_ENGINE_H
 #define NS_ENGINE_H
@@ -102,7 +104,8 @@ struct engine_stats {
     int64_t kv_blocks_cached;       /* now: refcount-0 blocks kept by the prefix cache (evictable) */
     int64_t kv_evictions;           /* cached blocks evicted to make room */
     int64_t rows_computed;          /* all rows run (prompt, generated, recomputed) */
-    double t_constrain;             /* seconds masking logits and advancing constraint states */
+    double t_constrain;             /* seconds masking logits and advancing constraint states (on the
+                                       engine's thread: masks computed during the forward are not in it) */
     int64_t constrain_masks;        /* masks computed (the rest came from the cache) */
     int64_t constrain_mask_hits;
 };
