@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "engine/engine.h"
@@ -37,6 +38,14 @@ struct bench {
     int32_t **prompts, *n_prompt, *n_gen;
     int n;
 };
+
+/* CPU seconds of the whole process (all threads, the mask worker included): the load-independent view. */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -75,15 +84,15 @@ static int make_prompts(struct bench *B, struct err *e)
 
 /* One run of every request at concurrency c; constrained: with the schema (and n_gen recorded), else with
  * max_tokens n_gen and ignore_eos. */
-static int run(struct bench *B, const struct constraint_spec *schema, int c, double *tok_s, struct engine_stats *st,
-               struct err *e)
+static int run(struct bench *B, const struct constraint_spec *schema, int c, double *tok_s, double *tok_cpu_s,
+               struct engine_stats *st, struct err *e)
 {
     struct engine_params p = engine_default_params();
     p.kv_blocks = 4096;
     p.max_seqs = c;
     engine *eng;
     if (engine_init(B->m, &B->be, B->v, &p, &eng, e)) return -1;
-    double t0 = clock_now();
+    double t0 = clock_now(), c0 = cpu_seconds();
     for (int i = 0; i < B->n; i++) {
         struct engine_request q = {.id = (uint64_t)i, .prompt = B->prompts[i], .n_prompt = B->n_prompt[i],
                                    .max_tokens = schema ? 400 : B->n_gen[i], .sampling = sampler_default_params(),
@@ -104,6 +113,7 @@ static int run(struct bench *B, const struct constraint_spec *schema, int c, dou
         }
     }
     *tok_s = (double)gen / (clock_now() - t0);
+    *tok_cpu_s = (double)gen / (cpu_seconds() - c0);
     engine_get_stats(eng, st);
     if (schema) printf("   (%d of %d constrained outputs complete)\n", ok, B->n);
     engine_free(eng);
@@ -158,26 +168,30 @@ int main(int argc, char **argv)
         return 1;
     }
     bench_compile(&B, &schema);
-    double con[16], unc[16], warm;
+    double con[16], unc[16], ccpu[16], ucpu[16], warm, wcpu;
     struct engine_stats sw;
-    if (run(&B, &schema, c, &warm, &sw, &e)) { /* warm-up (page cache, allocator); sets each n_gen */
+    if (run(&B, &schema, c, &warm, &wcpu, &sw, &e)) { /* warm-up (page cache, allocator); sets each n_gen */
         fprintf(stderr, "bench_constrain: %s\n", e.msg);
         return 1;
     }
-    for (int r = 0; r < rounds; r++) {
+    for (int r = 0; r < rounds; r++) { /* ABBA: odd rounds run the unconstrained one first */
         struct engine_stats sc, su;
-        if (run(&B, &schema, c, &con[r], &sc, &e) || run(&B, NULL, c, &unc[r], &su, &e)) {
+        int rc = r % 2 ? run(&B, NULL, c, &unc[r], &ucpu[r], &su, &e) || run(&B, &schema, c, &con[r], &ccpu[r], &sc, &e)
+                       : run(&B, &schema, c, &con[r], &ccpu[r], &sc, &e) || run(&B, NULL, c, &unc[r], &ucpu[r], &su, &e);
+        if (rc) {
             fprintf(stderr, "bench_constrain: %s\n", e.msg);
             return 1;
         }
-        printf("round %d: constrained %.1f tok/s (forward %.2f s, constraint %.3f s, masks %lld computed / %lld "
-               "cached), unconstrained %.1f tok/s (forward %.2f s): %.1f%%\n",
-               r + 1, con[r], sc.t_forward, sc.t_constrain, (long long)sc.constrain_masks,
-               (long long)sc.constrain_mask_hits, unc[r], su.t_forward, 100 * con[r] / unc[r]);
+        printf("round %d: constrained %.1f tok/s, %.1f tok/cpu-s (forward %.2f s, constraint %.3f s, masks %lld "
+               "computed / %lld cached); unconstrained %.1f tok/s, %.1f tok/cpu-s (forward %.2f s): %.1f%%, cpu %.1f%%\n",
+               r + 1, con[r], ccpu[r], sc.t_forward, sc.t_constrain, (long long)sc.constrain_masks,
+               (long long)sc.constrain_mask_hits, unc[r], ucpu[r], su.t_forward, 100 * con[r] / unc[r],
+               100 * ccpu[r] / ucpu[r]);
         fflush(stdout);
     }
-    double mc = median(con, rounds), mu = median(unc, rounds);
-    printf("concurrency %d, %d requests: constrained %.1f tok/s, unconstrained %.1f tok/s (medians of %d): %.1f%%\n",
-           c, B.n, mc, mu, rounds, 100 * mc / mu);
+    double mc = median(con, rounds), mu = median(unc, rounds), mcc = median(ccpu, rounds), muc = median(ucpu, rounds);
+    printf("concurrency %d, %d requests (medians of %d): constrained %.1f tok/s, %.1f tok/cpu-s; unconstrained %.1f "
+           "tok/s, %.1f tok/cpu-s: wall %.1f%%, cpu %.1f%%\n",
+           c, B.n, rounds, mc, mcc, mu, muc, 100 * mc / mu, 100 * mcc / muc);
     return 0;
 }
