@@ -4,10 +4,13 @@
  * those with repetition/presence/frequency penalties, top-k, min-p and a logit bias) give
  * identical tokens, text and finish reasons at max_seqs 1, at max_seqs 64, with a pool so small that
  * preemption happens (asserted), and with a shared prefix that hits the prefix cache (asserted) — on
- * stories260K, and on SmolLM2-135M when models/ has it. Plus: stop strings and EOS on a real vocabulary,
- * and the text of a result is the detokenized tokens. */
+ * stories260K, and on SmolLM2-135M when models/ has it. A third of the requests are constrained (a JSON
+ * schema, a choice, a regex: structured output), and with debug_checks every step replays each constrained
+ * state from its tokens. Plus: stop strings and EOS on a real vocabulary, the text of a result is the
+ * detokenized tokens, and constrained outputs are valid (JSON parses, choices exact, the pattern holds). */
 #include "engine/engine.h"
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -62,7 +65,55 @@ struct req {
     int32_t prompt[MAX_PROMPT];
     int32_t n_prompt, max_tokens;
     int sampled, ignore_eos;
+    int cons; /* 0: unconstrained, else an index into g_specs */
 };
+
+/* The constraints of the constrained requests: 1 a JSON schema, 2 a choice, 3 a regex. */
+static struct constraint_spec g_specs[4];
+static const char *const g_choices[] = {"yes", "no", "maybe later"};
+
+static int make_specs(void)
+{
+    static const char schema[] = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+                                 "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}},\"required\":[\"name\",\"n\"]}";
+    static const char choice[] = "[\"yes\",\"no\",\"maybe later\"]", regex[] = "[a-z]{1,6}( [a-z]{1,6}){0,3}[.!]";
+    struct err e;
+    if (constraint_spec_set(&g_specs[1], CONSTRAINT_JSON_SCHEMA, schema, strlen(schema), &e) ||
+        constraint_spec_set(&g_specs[2], CONSTRAINT_CHOICE, choice, strlen(choice), &e) ||
+        constraint_spec_set(&g_specs[3], CONSTRAINT_REGEX, regex, strlen(regex), &e)) {
+        fprintf(stderr, "specs: %s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_specs(void)
+{
+    for (int i = 0; i < 4; i++) constraint_spec_free(&g_specs[i]);
+}
+
+/* 1 if text is a complete output of constraint k (checked independently of the automaton). */
+static int valid_output(int k, const char *text)
+{
+    if (k == 2) {
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(text, g_choices[i])) return 1;
+        return 0;
+    }
+    if (k == 3) {
+        size_t n = strlen(text);
+        if (n < 2 || (text[n - 1] != '.' && text[n - 1] != '!')) return 0;
+        for (size_t i = 0; i + 1 < n; i++)
+            if (!(text[i] == ' ' || (text[i] >= 'a' && text[i] <= 'z'))) return 0;
+        return 1;
+    }
+    json_t *j = json_loads(text, 0, NULL);
+    const json_t *name = json_object_get(j, "name"), *num = json_object_get(j, "n");
+    int ok = json_is_object(j) && json_is_string(name) && json_string_length(name) <= 12 && json_is_integer(num) &&
+             json_integer_value(num) >= 0 && json_integer_value(num) <= 99 && json_object_size(j) == 2;
+    json_decref(j);
+    return ok;
+}
 
 struct out {
     int32_t tokens[MAX_REQ][MAX_GEN];
@@ -81,8 +132,10 @@ static void out_clear(struct out *o)
     memset(o, 0, sizeof *o);
 }
 
-/* n_greedy + n_sampled requests with prompts of lo..hi tokens (after an optional shared prefix). */
-static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int gen, int shared_prefix, uint64_t salt)
+/* n_greedy + n_sampled requests with prompts of lo..hi tokens (after an optional shared prefix); every
+ * cons_every-th one constrained (0: none), cycling through the three constraints. */
+static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int gen, int shared_prefix, uint64_t salt,
+                     int cons_every)
 {
     for (int i = 0; i < n; i++) {
         r[i].n_prompt = shared_prefix + lo + (int32_t)(mix64(salt + (uint64_t)i) % (uint64_t)(hi - lo + 1));
@@ -94,6 +147,7 @@ static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int 
         r[i].max_tokens = gen;
         r[i].sampled = i % 2;
         r[i].ignore_eos = (i / 2) % 2;
+        r[i].cons = cons_every && i % cons_every == cons_every - 1 ? 1 + (i / cons_every) % 3 : 0;
     }
     return 0;
 }
@@ -120,7 +174,7 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
     for (int i = 0; i < n; i++) {
         struct engine_request q = {.id = (uint64_t)i, .prompt = r[i].prompt, .n_prompt = r[i].n_prompt,
                                    .max_tokens = r[i].max_tokens, .sampling = sampler_default_params(),
-                                   .ignore_eos = r[i].ignore_eos};
+                                   .ignore_eos = r[i].ignore_eos, .constraint = r[i].cons ? &g_specs[r[i].cons] : NULL};
         struct logit_bias bias[2] = {{r[i].prompt[0], -2.0f}, {3 + i, 1.5f}};
         if (r[i].sampled && (i / 4) % 2 == 0) {
             q.sampling.temperature = 0.8f;
@@ -187,19 +241,28 @@ static struct out g_a, g_b;
 /* The invariance suite on one model: n requests whose prompts are a shared prefix of `shared` tokens
  * plus lo..hi unique ones, gen generated tokens. The baseline runs every request alone (max_seqs 1, no
  * prefix cache); the others must reproduce it exactly. */
-static void invariance_suite(const char *path, int n, int lo, int hi, int gen, int shared, int64_t tiny_pool)
+static void invariance_suite(const char *path, int n, int lo, int hi, int gen, int shared, int64_t tiny_pool,
+                             int cons_every)
 {
     struct loaded L;
     if (access(path, R_OK) != 0) SKIP("%s not found", path);
     CHECK(load(path, &L) == 0);
+    CHECK(make_specs() == 0);
     int32_t n_vocab = L.m->hp.n_vocab;
-    CHECK(make_reqs(g_req, n, n_vocab, lo, hi, gen, shared, 1) == 0);
+    CHECK(make_reqs(g_req, n, n_vocab, lo, hi, gen, shared, 1, cons_every) == 0);
     run(&L, g_req, n, 1, 4096, 0, &g_a);
     CHECK_MSG(g_a.ok, "max_seqs 1 run failed");
     CHECK_EQ_INT(g_a.st.prompt_tokens_cached, 0);
-    int32_t n_gen = 0;
+    int32_t n_gen = 0, n_complete = 0;
     for (int i = 0; i < n; i++) n_gen += g_a.n_tokens[i];
     CHECK(n_gen > n * gen / 4); /* not everything stopped at once */
+    for (int i = 0; i < n; i++) { /* a constrained request that stopped is a complete, valid output */
+        CHECK_MSG(g_a.finish[i] != ENGINE_FINISH_ERROR, "request %d failed", i);
+        if (!g_req[i].cons || g_a.finish[i] != ENGINE_FINISH_STOP) continue;
+        CHECK_MSG(valid_output(g_req[i].cons, g_a.text[i]), "request %d (constraint %d): '%s'", i, g_req[i].cons, g_a.text[i]);
+        n_complete++;
+    }
+    CHECK_MSG(!cons_every || n_complete > 0, "no constrained request completed");
 
     run(&L, g_req, n, 64, 4096, 0, &g_b);
     CHECK(g_b.ok);
@@ -230,12 +293,17 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
         CHECK_MSG(g_b.st.n_preemptions > 0, "no preemption with %lld blocks", (long long)tiny_pool);
         int penalized_preempted = 0; /* requests i % 8 == 5 or 7 sample with penalties */
         for (int i = 0; i < n; i++) penalized_preempted += (i % 8 == 5 || i % 8 == 7) && g_b.n_preempted[i] > 0;
-        CHECK_MSG(penalized_preempted > 0, "no request sampling with penalties was preempted");
+        int constrained_preempted = 0;
+        for (int i = 0; i < n; i++) constrained_preempted += g_req[i].cons && g_b.n_preempted[i] > 0;
+        /* (which requests a tiny pool preempts depends on the mix: all-constrained suites check only theirs) */
+        CHECK_MSG(cons_every == 1 || penalized_preempted > 0, "no request sampling with penalties was preempted");
+        CHECK_MSG(!cons_every || constrained_preempted > 0, "no constrained request was preempted");
         fprintf(stderr, "# tiny pool (%lld blocks, cache %d): %lld preemptions\n", (long long)tiny_pool, cache,
                 (long long)g_b.st.n_preemptions);
     }
     out_clear(&g_a);
     out_clear(&g_b);
+    free_specs();
     unload(&L);
 }
 
@@ -247,7 +315,7 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
 
 TEST(engine_invariance_stories260K)
 {
-    invariance_suite(test_shared("models/stories260K.gguf"), UNDER_SANITIZER ? 32 : 128, 5, 40, 24, 48, 16);
+    invariance_suite(test_shared("models/stories260K.gguf"), UNDER_SANITIZER ? 32 : 128, 5, 40, 24, 48, 16, 3);
 }
 
 /* 16 requests by default (the max_seqs 1 baseline is slow on 2 cores); NIGHTSHIFT_TEST_FULL=1 runs the
@@ -257,7 +325,15 @@ TEST(engine_invariance_smollm2)
     const char *full = getenv("NIGHTSHIFT_TEST_FULL");
     int n = full && *full == '1' ? 128 : 16;
     if (UNDER_SANITIZER && n < 128) SKIP("slow under sanitizers; the release build runs it");
-    invariance_suite("models/SmolLM2-135M-Instruct.Q4_1.gguf", n, 5, 20, 8, 32, 6);
+    invariance_suite("models/SmolLM2-135M-Instruct.Q4_1.gguf", n, 5, 20, 8, 32, 6, 0);
+}
+
+/* SmolLM2 with every request constrained (a real 49k vocabulary: masks over byte-level BPE tokens), long
+ * enough for most outputs to complete. */
+TEST(engine_invariance_smollm2_constrained)
+{
+    if (UNDER_SANITIZER) SKIP("slow under sanitizers; the release build runs it");
+    invariance_suite("models/SmolLM2-135M-Instruct.Q4_1.gguf", 16, 5, 20, 16, 32, 6, 1);
 }
 
 static int drain(engine *eng, struct engine_result *res, int max, struct err *e)
@@ -431,11 +507,77 @@ TEST(engine_peek_text_streams_prefixes)
     unload(&L);
 }
 
+/* Constrained requests on their own: outputs that complete are valid and end as soon as nothing can follow
+ * (also with ignore_eos); max_tokens mid-structure gives "length" with a prefix of a valid output; a
+ * constraint that cannot compile fails its request alone, with the message. */
+TEST(engine_constrained_outputs)
+{
+    struct loaded L;
+    struct err e;
+    CHECK(load(test_shared("models/stories260K.gguf"), &L) == 0);
+    CHECK(make_specs() == 0);
+    const char *text = "Once upon a time, there was a little girl named Lily.";
+    int32_t *ids;
+    size_t n_ids;
+    CHECK(tok_encode(L.v, text, strlen(text), 1, 0, &ids, &n_ids, &e) == 0);
+    struct engine_params p = engine_default_params();
+    p.kv_blocks = 512;
+    p.debug_checks = 1;
+    engine *eng;
+    CHECK(engine_init(L.m, &L.be, L.v, &p, &eng, &e) == 0);
+    struct constraint_spec big = {0};
+    CHECK(constraint_spec_set(&big, CONSTRAINT_REGEX, "((a{1000}){1000}){1000}", 23, &e) == 0);
+    for (int i = 0; i < 24; i++) {
+        struct engine_request q = {.id = (uint64_t)i, .prompt = ids, .n_prompt = (int32_t)n_ids, .max_tokens = 120,
+                                   .sampling = sampler_default_params(), .ignore_eos = i % 2,
+                                   .constraint = &g_specs[1 + i % 3]};
+        q.sampling.temperature = i < 3 ? 0.0f : 0.9f;
+        q.sampling.seed = 7 + (uint64_t)i;
+        if (i >= 21) q.max_tokens = 2, q.constraint = &g_specs[1]; /* cut short: a JSON object needs more */
+        CHECK(engine_add(eng, &q, &e) == 0);
+    }
+    struct engine_request bad = {.id = 99, .prompt = ids, .n_prompt = (int32_t)n_ids, .max_tokens = 8,
+                                 .sampling = sampler_default_params(), .constraint = &big};
+    CHECK(engine_add(eng, &bad, &e) == 0);
+    struct engine_result res[32];
+    int n = drain(eng, res, 32, &e), n_stop = 0;
+    CHECK_EQ_INT(n, 25);
+    for (int i = 0; i < n; i++) {
+        struct engine_result *r = &res[i];
+        if (r->id == 99) {
+            CHECK_EQ_INT(r->finish, ENGINE_FINISH_ERROR);
+            CHECK_MSG(r->error && strstr(r->error, "too large"), "%s", r->error ? r->error : "(none)");
+        } else if (r->id >= 21) {
+            CHECK_EQ_INT(r->finish, ENGINE_FINISH_LENGTH);
+            CHECK_EQ_INT(r->n_tokens, 2);
+        } else {
+            int k = 1 + (int)r->id % 3;
+            CHECK_MSG(r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH, "request %d: %d", (int)r->id, r->finish);
+            if (r->finish == ENGINE_FINISH_STOP) {
+                CHECK_MSG(valid_output(k, r->text), "request %d (constraint %d): '%s'", (int)r->id, k, r->text);
+                n_stop++;
+            }
+        }
+        engine_result_free(r);
+    }
+    CHECK_MSG(n_stop >= 12, "only %d of 21 constrained requests completed", n_stop);
+    struct engine_stats st;
+    engine_get_stats(eng, &st);
+    CHECK(st.constrain_masks > 0 && st.constrain_mask_hits > 0);
+    constraint_spec_free(&big);
+    free_specs();
+    free(ids);
+    engine_free(eng);
+    unload(&L);
+}
+
 int main(void)
 {
     RUN(engine_invariance_stories260K);
     RUN(engine_invariance_smollm2);
+    RUN(engine_invariance_smollm2_constrained);
     RUN(engine_text_eos_and_stop_strings);
     RUN(engine_peek_text_streams_prefixes);
+    RUN(engine_constrained_outputs);
     return test_summary();
 }

@@ -143,6 +143,107 @@ TEST(flags)
     genparam_free(&g);
 }
 
+/* Structured output: the request fields, their shapes and errors, one constraint per request. */
+TEST(constraint_fields)
+{
+    struct gen_params g = genparam_defaults();
+    struct err e;
+    CHECK_EQ_INT(apply(&g, "response_format", "{\"type\": \"json_object\"}", &e), 1);
+    CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_JSON_OBJECT);
+    CHECK_EQ_INT(apply(&g, "guided_regex", "\"a+\"", &e), -1); /* a second constraint in one request */
+    CHECK_STR(e.msg, "'response_format' and 'guided_regex' both constrain the output: give one of them");
+    CHECK_STR(code_of_last, "invalid_value");
+    genparam_free(&g);
+    static const char *const ok[][3] = {
+        {"response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":true,\"schema\":"
+                            "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}",
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}"},
+        {"guided_json", "{\"type\": \"string\"}", "{\"type\":\"string\"}"},
+        {"guided_json", "\"{\\\"type\\\": \\\"number\\\"}\"", "{\"type\":\"number\"}"},
+        {"guided_regex", "\"[0-9]{3}\"", "[0-9]{3}"},
+        {"guided_choice", "[\"yes\", \"no\"]", "[\"yes\",\"no\"]"},
+        {"guided_grammar", "\"root ::= \\\"a\\\"\"", "root ::= \"a\""},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        g = genparam_defaults();
+        CHECK_MSG(apply(&g, ok[i][0], ok[i][1], &e) == 1, "%s: %s", ok[i][0], e.msg);
+        CHECK_STR(g.constraint.text, ok[i][2]);
+        genparam_free(&g);
+    }
+    g = genparam_defaults();
+    CHECK_EQ_INT(apply(&g, "guided_regex", "null", &e), 1); /* not given */
+    CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_NONE);
+    CHECK_EQ_INT(apply(&g, "response_format", "{\"type\": \"text\"}", &e), 1);
+    CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_NONE);
+    genparam_free(&g);
+}
+
+TEST(constraint_errors)
+{
+    static const char *const bad[][4] = {
+        {"response_format", "\"json\"", "invalid_type", "'response_format' must be an object, got a string"},
+        {"response_format", "{\"type\": \"xml\"}", "invalid_value", "\"text\", \"json_object\" or \"json_schema\""},
+        {"response_format", "{\"type\": \"json_object\", \"extra\": 1}", "invalid_value", "unsupported field 'extra'"},
+        {"response_format", "{\"type\": \"json_schema\"}", "invalid_type", "'response_format.json_schema' must be"},
+        {"response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\"}}", "invalid_value", "needs a 'schema'"},
+        {"response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"oneOf\": []}}}", "invalid_value",
+         "unsupported JSON Schema keyword 'oneOf' at /"},
+        {"guided_json", "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}", "invalid_value",
+         "'not' at /properties/a"},
+        {"guided_json", "\"{bad\"", "invalid_value", "not JSON"},
+        {"guided_regex", "\"(a\"", "invalid_value", "'guided_regex': unclosed '('"},
+        {"guided_regex", "5", "invalid_type", "'guided_regex' must be a string"},
+        {"guided_choice", "[]", "invalid_type", "non-empty array"},
+        {"guided_choice", "[\"a\", 2]", "invalid_value", "choice 1 is not a string"},
+        {"guided_grammar", "\"start ::= \\\"a\\\"\"", "invalid_value", "no 'root' rule"},
+    };
+    struct err e;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct gen_params g = genparam_defaults();
+        CHECK_MSG(apply(&g, bad[i][0], bad[i][1], &e) == -1, "%s %s accepted", bad[i][0], bad[i][1]);
+        CHECK_MSG(code_of_last && !strcmp(code_of_last, bad[i][2]), "%s %s: code %s", bad[i][0], bad[i][1], code_of_last);
+        CHECK_MSG(strstr(e.msg, bad[i][3]), "%s %s: '%s' lacks '%s'", bad[i][0], bad[i][1], e.msg, bad[i][3]);
+        CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_NONE);
+        genparam_free(&g);
+    }
+}
+
+TEST(constraint_flags)
+{
+    struct gen_params g = genparam_defaults();
+    struct err e;
+    const struct genparam *p = genparam_find_flag("--guided-choice");
+    CHECK(p && p->type == GENPARAM_CONSTRAINT);
+    CHECK_EQ_INT(genparam_set_flag(&g, p, "--guided-choice", "yes", &e), 0);
+    CHECK_EQ_INT(genparam_set_flag(&g, p, "--guided-choice", "no \"way\"", &e), 0);
+    CHECK_STR(g.constraint.text, "[\"yes\",\"no \\\"way\\\"\"]");
+    CHECK_EQ_INT(g.constraint_field, 0); /* a default, not a request's field */
+    p = genparam_find_flag("--guided-regex");
+    CHECK(genparam_set_flag(&g, p, "--guided-regex", "a+", &e) != 0);
+    CHECK_MSG(strstr(e.msg, "another constraint was given already"), "%s", e.msg);
+    genparam_free(&g);
+    g = genparam_defaults();
+    p = genparam_find_flag("--guided-json");
+    CHECK(p && !strcmp(p->name, "response_format"));
+    CHECK_MSG(genparam_set_flag(&g, p, "--guided-json", "{\"type\":\"boolean\"}", &e) == 0, "%s", e.msg);
+    CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_JSON_SCHEMA);
+    genparam_free(&g);
+    g = genparam_defaults();
+    p = genparam_find_flag("--response-format");
+    CHECK(genparam_set_flag(&g, p, "--response-format", "{\"type\": \"json_object\"}", &e) == 0);
+    CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_JSON_OBJECT);
+    genparam_free(&g);
+    g = genparam_defaults();
+    CHECK(genparam_set_flag(&g, p, "--response-format", "{\"type\": \"json\"}", &e) != 0);
+    CHECK_MSG(!strncmp(e.msg, "--response-format: ", 19), "%s", e.msg);
+    CHECK(genparam_set_flag(&g, p, "--response-format", "{", &e) != 0);
+    CHECK_MSG(strstr(e.msg, "expects JSON"), "%s", e.msg);
+    p = genparam_find_flag("--guided-grammar");
+    CHECK(genparam_set_flag(&g, p, "--guided-grammar", "root ::= [a-z]+", &e) == 0);
+    CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_GRAMMAR);
+    genparam_free(&g);
+}
+
 TEST(settings_strings)
 {
     struct gen_params g = genparam_defaults();
@@ -225,6 +326,73 @@ TEST(key_encoding)
     genparam_free(&g);
 }
 
+/* Constraint settings and record values; a long text is shown as its sha256. */
+TEST(constraint_settings_and_record)
+{
+    struct gen_params g = genparam_defaults();
+    struct err e;
+    char buf[768];
+    CHECK_EQ_INT(apply(&g, "guided_choice", "[\"a\",\"b\"]", &e), 1);
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (p->type != GENPARAM_CONSTRAINT) continue;
+        genparam_setting(p, &g, buf, sizeof buf);
+        CHECK_STR(buf, strcmp(p->name, "guided_choice") ? "none" : "choice:[\"a\",\"b\"]");
+    }
+    json_t *j = genparam_to_json(&g);
+    CHECK(json_is_null(json_object_get(j, "guided_regex")));
+    CHECK_EQ_INT(json_array_size(json_object_get(j, "guided_choice")), 2);
+    json_decref(j);
+    genparam_free(&g);
+    g = genparam_defaults();
+    char schema[600];
+    int n = snprintf(schema, sizeof schema, "{\"type\":\"object\",\"properties\":{");
+    for (int i = 0; i < 20; i++) n += snprintf(schema + n, sizeof schema - (size_t)n, "%s\"field%d\":{\"type\":\"string\"}", i ? "," : "", i);
+    snprintf(schema + n, sizeof schema - (size_t)n, "}}");
+    CHECK_EQ_INT(apply(&g, "guided_json", schema, &e), 1);
+    genparam_setting(genparam_find_flag("--response-format"), &g, buf, sizeof buf);
+    CHECK_MSG(!strncmp(buf, "json_schema:sha256:", 19) && strlen(buf) == 19 + 64, "%s", buf);
+    j = genparam_to_json(&g);
+    json_t *rf = json_object_get(j, "response_format");
+    CHECK_STR(json_string_value(json_object_get(rf, "type")), "json_schema");
+    CHECK(json_is_object(json_object_get(json_object_get(json_object_get(rf, "json_schema"), "schema"), "properties")));
+    json_decref(j);
+    genparam_free(&g);
+}
+
+/* The constraint enters the key canonically: same constraint (however written) folds, another does not, and
+ * an unconstrained request's encoding is what it was before constraints existed (no constraint bytes). */
+TEST(constraint_key)
+{
+    struct err e;
+    struct gen_params none = genparam_defaults(), a = genparam_defaults(), b = genparam_defaults(),
+                      c = genparam_defaults(), d = genparam_defaults();
+    CHECK_EQ_INT(apply(&a, "guided_json", "{\"type\": \"integer\"}", &e), 1);
+    CHECK_EQ_INT(apply(&b, "response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\"}}}", &e), 1);
+    CHECK_EQ_INT(apply(&c, "guided_json", "{\"type\": \"number\"}", &e), 1);
+    CHECK_EQ_INT(apply(&d, "guided_regex", "\"[\\\"a\\\"]\"", &e), 1); /* the text ["a"], as a pattern */
+    CHECK_EQ_INT(apply(&none, "guided_choice", "[\"a\"]", &e), 1);                 /* ... and as a choice */
+    CHECK_STR(d.constraint.text, none.constraint.text);
+    CHECK(!same_key(&d, 1, &none, 1));
+    genparam_free(&none);
+    none = genparam_defaults();
+    CHECK(same_key(&a, 1, &b, 1));
+    CHECK(!same_key(&a, 1, &c, 1));
+    CHECK(!same_key(&a, 1, &none, 1));
+    CHECK(!same_key(&a, 1, &d, 1));
+    struct buf x = {{0}, 0};
+    genparam_key_encode(&none, 1, put, &x);
+    for (size_t i = 0; i + 4 <= x.n; i += 4) CHECK(x.b[i + 3] != 0x80 || x.b[i] > 5 || x.b[i + 1] || x.b[i + 2]);
+    size_t plain = x.n;
+    x.n = 0;
+    genparam_key_encode(&a, 1, put, &x);
+    CHECK_EQ_INT(x.n, plain + 8 + strlen("{\"type\":\"integer\"}"));
+    genparam_free(&a);
+    genparam_free(&b);
+    genparam_free(&c);
+    genparam_free(&d);
+}
+
 TEST(to_sampler)
 {
     struct gen_params g = genparam_defaults();
@@ -252,8 +420,13 @@ int main(void)
     RUN(json_fields_and_aliases);
     RUN(json_errors_keep_the_value);
     RUN(flags);
+    RUN(constraint_fields);
+    RUN(constraint_errors);
+    RUN(constraint_flags);
     RUN(settings_strings);
     RUN(key_encoding);
+    RUN(constraint_settings_and_record);
+    RUN(constraint_key);
     RUN(to_sampler);
     return test_summary();
 }

@@ -3,6 +3,8 @@
  * store next to non-empty output files is refused. */
 #include "jobs/settings.h"
 
+#include <sqlite3.h>
+
 #include "test.h"
 
 static char tmp_dir[] = "/tmp/ns_test_settings_XXXXXX";
@@ -148,6 +150,44 @@ TEST(new_store_next_to_old_outputs_is_refused)
     unlink(c.errors);
 }
 
+/* A constraint default is a setting ("KIND:TEXT"); another constraint is refused like any other setting. A
+ * store made before the constraint parameters existed (no such settings) is accepted while they are unset. */
+TEST(constraint_settings)
+{
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, tmp_path("d.db"));
+    store *st;
+    struct err e;
+    CHECK(constraint_spec_set(&c.input.defaults.constraint, CONSTRAINT_REGEX, "[a-z]+", 6, &e) == 0);
+    CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
+    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    char *v = meta(st, "default.guided_regex");
+    CHECK_STR(v, "regex:[a-z]+");
+    free(v);
+    v = meta(st, "default.response_format");
+    CHECK_STR(v, "none");
+    free(v);
+    CHECK(constraint_spec_set(&c.input.defaults.constraint, CONSTRAINT_REGEX, "[a-z]*", 6, &e) == 0);
+    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "default.guided_regex regex:[a-z]+ (now regex:[a-z]*)"), "%s", e.msg);
+    store_close(st);
+    constraint_spec_free(&c.input.defaults.constraint);
+    /* an older store: the constraint settings are missing */
+    sqlite3 *db;
+    CHECK(sqlite3_open(c.store, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "DELETE FROM meta WHERE k LIKE 'default.guided%' OR k = 'default.response_format'", NULL,
+                       NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
+    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK(constraint_spec_set(&c.input.defaults.constraint, CONSTRAINT_CHOICE, "[\"a\"]", 5, &e) == 0);
+    CHECK(settings_bind_store(st, &c, &m, &e) != 0); /* set now: a difference */
+    CHECK_MSG(strstr(e.msg, "default.guided_choice unset (now choice:[\"a\"])"), "%s", e.msg);
+    constraint_spec_free(&c.input.defaults.constraint);
+    store_close(st);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp_dir)) return 1;
@@ -155,6 +195,7 @@ int main(void)
     RUN(other_settings_are_refused_unless_force);
     RUN(chat_rendering_is_a_setting);
     RUN(new_store_next_to_old_outputs_is_refused);
+    RUN(constraint_settings);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }

@@ -259,6 +259,7 @@ int cmd_generate(int argc, char **argv)
         .stop = (const char *const *)o.gen.stop,
         .n_stop = o.gen.n_stop,
         .ignore_eos = o.gen.ignore_eos,
+        .constraint = o.gen.constraint.kind != CONSTRAINT_NONE ? &o.gen.constraint : NULL,
     };
     genparam_to_sampler(&o.gen, o.gen.seed, &r.sampling);
     double t0 = clock_now();

@@ -7,7 +7,9 @@
  * function of (the request's params, its own tokens so far, its own logits row, seed, position in the
  * generation) — see sampler.h — so the one sampler scratch is shared by every sequence and no sampling
  * state belongs to a request: queued requests hold only their params, and preemption has nothing to save
- * or rebuild (the recomputed KV is bit-identical on the CPU backend, so nothing changes).
+ * or rebuild (the recomputed KV is bit-identical on the CPU backend, so nothing changes). A constrained
+ * request's automaton state (constrain/constraint.h) is kept with it, but it too is a function of its
+ * generated tokens alone (checked by replaying them under debug_checks), so it survives preemption as is.
  * With params.debug_checks the scheduler and pool invariants (sched_check) and the sampler scratch's
  * (sampler_check) run after every step.
  */
@@ -25,6 +27,8 @@
 
 struct eng_seq {
     struct sched_seq q; /* first member: a sched_seq pointer from the scheduler is an eng_seq pointer */
+    constraint *cons;   /* structured output (acquired from eng->cc), or NULL */
+    struct constraint_state cstate; /* after the tokens generated so far */
     struct sampler_params sampling; /* logit_bias points into bias */
     struct logit_bias *bias;        /* (sampling.n_logit_bias) owned copy */
     char **stop;        /* (n_stop) owned copies */
@@ -53,6 +57,9 @@ struct engine {
     struct step_seq *step_seqs;                           /* (max_seqs) */
     float *logits;                                        /* (max_seqs, n_vocab) */
     sampler *smp;                                         /* scratch for one draw at a time */
+    constraint_cache *cc;                                 /* compiled constraints and masks (on first use) */
+    constraint **pf_cons;                                 /* (max_seqs) the step's constrained sequences ... */
+    const struct constraint_state **pf_states;            /* (max_seqs) ... and their states (mask prefetch) */
     struct eng_seq *live;                                 /* all sequences in the scheduler */
     struct engine_result *done;                           /* FIFO [done_head, n_done) */
     size_t n_done, done_head, cap_done;
@@ -143,9 +150,11 @@ fail:
     return -1;
 }
 
-static void seq_free(struct eng_seq *es)
+static void seq_free(engine *eng, struct eng_seq *es)
 {
     if (!es) return;
+    constraint_release(eng->cc, es->cons);
+    constraint_state_free(&es->cstate);
     sched_seq_release(&es->q);
     free(es->bias);
     for (int32_t i = 0; i < es->n_stop; i++) free(es->stop[i]);
@@ -169,8 +178,11 @@ void engine_free(engine *eng)
         struct eng_seq *es = eng->live;
         if (eng->s) sched_remove(eng->s, &es->q);
         live_unlink(eng, es);
-        seq_free(es);
+        seq_free(eng, es);
     }
+    constraint_cache_free(eng->cc);
+    free(eng->pf_cons);
+    free(eng->pf_states);
     for (size_t i = eng->done_head; i < eng->n_done; i++) engine_result_free(&eng->done[i]);
     free(eng->done);
     sched_free(eng->s);
@@ -258,7 +270,7 @@ static int finish_seq(engine *eng, struct eng_seq *es, enum engine_finish why, s
     r->t_finished = clock_now();
     sched_remove(eng->s, q);
     live_unlink(eng, es);
-    seq_free(es);
+    seq_free(eng, es);
     return 0;
 }
 
@@ -301,6 +313,35 @@ static void text_flush(struct eng_seq *es)
         es->text_len += tok_utf8_flush(&es->utf8, es->text + es->text_len, es->text_cap - es->text_len - 1);
 }
 
+/* Compiles (or finds compiled) r's constraint and starts es's automaton state. 1 with msg set when the
+ * request fails alone (its constraint does not compile), -1 on out of memory. */
+static int seq_constrain(engine *eng, struct eng_seq *es, const struct engine_request *r, char *msg, size_t cap,
+                         struct err *e)
+{
+    if (!r->constraint || r->constraint->kind == CONSTRAINT_NONE) return 0;
+    if (!eng->v) {
+        snprintf(msg, cap, "structured output needs the model's vocabulary");
+        return 1;
+    }
+    if (!eng->cc) {
+        eng->pf_cons = malloc((size_t)eng->p.max_seqs * sizeof *eng->pf_cons);
+        eng->pf_states = malloc((size_t)eng->p.max_seqs * sizeof *eng->pf_states);
+        if (!eng->pf_cons || !eng->pf_states) return err_set(e, "engine: out of memory");
+        if (constraint_cache_init(eng->v, eng->n_sample, 0, &eng->cc, e)) return err_prefix(e, "engine");
+    }
+    double t0 = clock_now();
+    struct err ce;
+    int rc = 0;
+    if (constraint_acquire(eng->cc, r->constraint, &es->cons, &ce)) {
+        snprintf(msg, cap, "%s", ce.msg);
+        rc = 1;
+    } else if (constraint_state_start(eng->cc, es->cons, &es->cstate, e)) {
+        rc = err_prefix(e, "engine");
+    }
+    eng->st.t_constrain += clock_now() - t0;
+    return rc;
+}
+
 int engine_add(engine *eng, const struct engine_request *r, struct err *e)
 {
     char msg[ERR_MSG_MAX + 64];
@@ -341,9 +382,14 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
         return fail_request(eng, r, se.msg, e);
     }
     if (sampler_check_params(&r->sampling, eng->n_sample, &se)) {
-        seq_free(es);
+        seq_free(eng, es);
         snprintf(msg, sizeof msg, "sampling parameters: %s", se.msg);
         return fail_request(eng, r, msg, e);
+    }
+    int crc = seq_constrain(eng, es, r, msg, sizeof msg, e);
+    if (crc) {
+        seq_free(eng, es);
+        return crc < 0 ? -1 : fail_request(eng, r, msg, e);
     }
     es->sampling = r->sampling;
     es->sampling.logit_bias = NULL;
@@ -374,7 +420,7 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     sched_add(eng->s, &es->q);
     return 0;
 oom:
-    seq_free(es);
+    seq_free(eng, es);
     return err_set(e, "engine: out of memory adding request %llu", (unsigned long long)r->id);
 }
 
@@ -431,20 +477,102 @@ static int feed_text(engine *eng, struct eng_seq *es, int32_t token)
     return 0;
 }
 
+/* Starts computing, on the constraint cache's worker, the masks that this step's constrained sequences
+ * will sample with and that the cache does not hold yet: they are computed while the forward runs. */
+static int prefetch_masks(engine *eng, const struct sched_plan *pl, struct err *e)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        struct eng_seq *es = (struct eng_seq *)pl->entries[i].seq;
+        if (!pl->entries[i].logits || !es->cons) continue;
+        eng->pf_cons[n] = es->cons;
+        eng->pf_states[n++] = &es->cstate;
+    }
+    double t0 = clock_now();
+    int rc = n ? constraint_prefetch_start(eng->cc, n, eng->pf_cons, eng->pf_states, e) : 0;
+    eng->st.t_constrain += clock_now() - t0;
+    return rc;
+}
+
+/* Finishes a running request that failed alone, with msg as its error. */
+static int fail_seq(engine *eng, struct eng_seq *es, const char *msg, struct err *e)
+{
+    char *copy = strdup(msg);
+    if (!copy) return err_set(e, "engine: out of memory");
+    text_flush(es);
+    if (finish_seq(eng, es, ENGINE_FINISH_ERROR, e)) {
+        free(copy);
+        return -1;
+    }
+    eng->done[eng->n_done - 1].error = copy;
+    return 0;
+}
+
+/* Masks es's logits row with its constraint. 1 when the request failed alone (finished: no token is
+ * allowed), -1 on error. */
+static int constrain_logits(engine *eng, struct eng_seq *es, float *logits, struct err *e)
+{
+    double t0 = clock_now();
+    const uint32_t *mask;
+    if (constraint_mask(eng->cc, es->cons, &es->cstate, &mask, e)) return err_prefix(e, "engine");
+    int32_t allowed = constraint_apply_mask(mask, logits, eng->n_sample);
+    eng->st.t_constrain += clock_now() - t0;
+    if (allowed) return 0;
+    return fail_seq(eng, es, "structured output: no token of the vocabulary can continue the output here", e) ? -1 : 1;
+}
+
+/* Advances es's constraint state by the token just drawn (allowed by the mask). */
+static int constrain_advance(engine *eng, struct eng_seq *es, int32_t tok, struct err *e)
+{
+    double t0 = clock_now();
+    int rc = constraint_advance(eng->cc, es->cons, &es->cstate, tok, e);
+    eng->st.t_constrain += clock_now() - t0;
+    if (rc > 0) return err_set(e, "engine: drew token %d that the constraint does not allow (bug)", (int)tok);
+    return rc;
+}
+
 /* Samples the next token of es from its logits row and finishes the request if it is done. */
 static int sample_one(engine *eng, struct eng_seq *es, float *logits, struct err *e)
 {
     struct sched_seq *q = &es->q;
+    if (es->cons) {
+        int rc = constrain_logits(eng, es, logits, e);
+        if (rc) return rc < 0 ? -1 : 0;
+    }
     int32_t tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, q->n_tokens - q->n_prompt, logits);
     sched_seq_append(q, tok);
     eng->st.gen_tokens++;
     if (q->n_tokens - q->n_prompt == 1) es->t_first = clock_now();
-    int eog = eng->v && !es->ignore_eos && tok_is_eog(eng->v, tok);
+    if (es->cons && constrain_advance(eng, es, tok, e)) return -1;
+    int eog = eng->v && (!es->ignore_eos || es->cons) && tok_is_eog(eng->v, tok);
     int stopped = !eog && feed_text(eng, es, tok);
+    int complete = es->cons && es->cstate.complete; /* the structure is finished: nothing can follow */
     int length = q->n_tokens - q->n_prompt >= q->max_tokens;
-    if (!eog && !stopped && !length) return 0;
+    if (!eog && !stopped && !complete && !length) return 0;
     if (!stopped) text_flush(es);
-    return finish_seq(eng, es, eog || stopped ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, e);
+    return finish_seq(eng, es, eog || stopped || complete ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, e);
+}
+
+/* Debug check: every constrained sequence's state is the one its generated tokens give from the start
+ * (what makes the state need no saving across preemption), and the constraint cache's invariant. */
+static int check_constraints(engine *eng, struct err *e)
+{
+    if (!eng->cc) return 0;
+    if (constraint_cache_check(eng->cc, e)) return -1;
+    for (struct eng_seq *es = eng->live; es; es = es->live_next) {
+        if (!es->cons) continue;
+        struct constraint_state st;
+        const struct sched_seq *q = &es->q;
+        int rc = constraint_state_start(eng->cc, es->cons, &st, e);
+        for (int32_t i = q->n_prompt; !rc && i < q->n_tokens; i++)
+            if (constraint_advance(eng->cc, es->cons, &st, q->tokens[i], e)) rc = err_set(e, "token %d refused", i);
+        if (!rc && (st.len != es->cstate.len || memcmp(st.bytes, es->cstate.bytes, st.len) ||
+                    st.accept != es->cstate.accept || st.complete != es->cstate.complete))
+            rc = err_set(e, "the state differs from the replay of its %d tokens", (int)(q->n_tokens - q->n_prompt));
+        constraint_state_free(&st);
+        if (rc) return err_prefix(e, "constraint of request %llu", (unsigned long long)q->id);
+    }
+    return 0;
 }
 
 int engine_step(engine *eng, struct err *e)
@@ -479,9 +607,18 @@ int engine_step(engine *eng, struct err *e)
         .n_logits = n_logits,
         .logit_rows = eng->logit_rows,
     };
+    if (eng->cc && prefetch_masks(eng, pl, e)) return err_prefix(e, "engine step");
     double t0 = clock_now();
-    if (eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e)) return err_prefix(e, "engine step");
+    int frc = eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e);
     eng->st.t_forward += clock_now() - t0;
+    if (eng->cc) { /* the masks computed during the forward go into the cache */
+        struct err pe;
+        double t1 = clock_now();
+        int prc = constraint_prefetch_finish(eng->cc, &pe);
+        eng->st.t_constrain += clock_now() - t1;
+        if (prc && !frc) return err_set(e, "engine step: %s", pe.msg);
+    }
+    if (frc) return err_prefix(e, "engine step");
     eng->st.rows_computed += n_rows;
     sched_commit(eng->s);
 
@@ -496,7 +633,7 @@ int engine_step(engine *eng, struct err *e)
         j++;
     }
     eng->st.n_steps++;
-    if (eng->p.debug_checks && (sched_check(eng->s, e) || sampler_check(eng->smp, e)))
+    if (eng->p.debug_checks && (sched_check(eng->s, e) || sampler_check(eng->smp, e) || check_constraints(eng, e)))
         return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;
 }
@@ -514,4 +651,10 @@ void engine_get_stats(const engine *eng, struct engine_stats *s)
     s->kv_evictions = kv_n_evictions(eng->pool);
     s->n_running = sched_n_running(eng->s);
     s->n_waiting = sched_n_waiting(eng->s);
+    if (eng->cc) {
+        struct constraint_stats cs;
+        constraint_cache_stats(eng->cc, &cs);
+        s->constrain_masks = cs.masks_computed;
+        s->constrain_mask_hits = cs.mask_hits;
+    }
 }

@@ -9,6 +9,15 @@
  * else is running, max_seqs, preemption or prefix-cache hits. Sampling is position-keyed (sampler.h): the
  * draw for a request's k-th generated token depends on (seed, k) and its own history only, so no RNG
  * stream or penalty table belongs to a request; the engine owns one O(n_vocab) sampler scratch.
+ *
+ * Structured output (constrain/constraint.h): a constrained request's logits row is masked before the draw
+ * (tokens the constraint does not allow get -inf; end-of-generation tokens only where it accepts), and its
+ * automaton state is advanced by the token drawn, so the state is a function of the tokens generated so
+ * far, like the draw. The request finishes (ENGINE_FINISH_STOP) as soon as nothing more can follow, or at
+ * an end-of-generation token (even with ignore_eos); max_tokens reached first gives ENGINE_FINISH_LENGTH.
+ * Each distinct constraint is compiled once per engine; masks are cached per automaton state, and the masks
+ * a step will need that are not cached yet are computed on the constraint cache's worker thread while the
+ * forward step runs (constraint_prefetch_start / _finish around backend forward).
  */
 #ifndef NS_ENGINE_H
 #define NS_ENGINE_H
@@ -17,6 +26,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "constrain/constraint.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -61,6 +71,8 @@ struct engine_request {
     const char *const *stop;    /* (n_stop) stop strings, copied; matched on detokenized text */
     int32_t n_stop;
     int ignore_eos;             /* 1: EOS/EOT do not stop (benchmarks) */
+    const struct constraint_spec *constraint; /* structured output, or NULL / kind NONE; compiled (or found
+                                                 compiled) by engine_add, which does not keep the pointer */
 };
 
 struct engine_result {
@@ -92,6 +104,10 @@ struct engine_stats {
     int64_t kv_blocks_cached;       /* now: refcount-0 blocks kept by the prefix cache (evictable) */
     int64_t kv_evictions;           /* cached blocks evicted to make room */
     int64_t rows_computed;          /* all rows run (prompt, generated, recomputed) */
+    double t_constrain;             /* seconds masking logits and advancing constraint states (on the
+                                       engine's thread: masks computed during the forward are not in it) */
+    int64_t constrain_masks;        /* masks computed (the rest came from the cache) */
+    int64_t constrain_mask_hits;
 };
 
 typedef struct engine engine;

@@ -33,6 +33,7 @@ void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq)
     rq->stop = (const char *const *)L->gen.stop;
     rq->n_stop = L->gen.n_stop;
     rq->ignore_eos = L->gen.ignore_eos;
+    rq->constraint = L->gen.constraint.kind != CONSTRAINT_NONE ? &L->gen.constraint : NULL;
 }
 
 /* Makes L a bad line with code and a printf-formatted message; its prompt and works are dropped. */

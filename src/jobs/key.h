@@ -21,6 +21,8 @@
  * per-request xoshiro256** stream. v2: position-keyed draws (engine/sampler.h), so seeded results differ
  * from v1's. A store records the version it was made with (jobs/job: setting "key.version") and a run
  * refuses a store of another version unless --force (old results stay unused: their keys differ).
+ * Structured output (the genparam constraint rows) did not need a new version: those rows encode nothing
+ * for an unconstrained request, whose key is what it was before (runtime/genparam.h).
  */
 #ifndef NS_JOBS_KEY_H
 #define NS_JOBS_KEY_H

@@ -70,6 +70,8 @@ static int compare_settings(store *st, const struct setting *s, int n, int *fres
     for (int k = 0; k < n && !*fresh; k++) {
         char *v = NULL;
         if (store_meta_get(st, s[k].key, &v, e) != 0) return -1;
+        /* a setting the store lacks at "none" is a parameter added since the store was made, left unset */
+        if (!v && !strcmp(s[k].value, "none")) continue;
         if (!v || strcmp(v, s[k].value)) {
             (*n_diff)++;
             if (off < cap - 200)

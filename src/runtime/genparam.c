@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/sha256.h"
+
 #define G(field) offsetof(struct gen_params, field)
 #define S(field) ((ptrdiff_t)offsetof(struct sampler_params, field))
 
@@ -46,6 +48,18 @@ const struct genparam genparam_table[] = {
      G(ignore_eos), -1, "do not stop at end-of-generation tokens"},
     {"n", "n", NULL, "--n", NULL, GENPARAM_INT, 1, GENPARAM_MAX_N, 0, 1, 1, GENPARAM_KEY_NO, G(n), -1,
      "completions per request (default 1)"},
+    /* structured output: lo..hi are the constraint kinds a row carries (constraint.h); last, see the key */
+    {"response_format", "response_format", "guided_json", "--response-format", "--guided-json",
+     GENPARAM_CONSTRAINT, CONSTRAINT_JSON_OBJECT, CONSTRAINT_JSON_SCHEMA, 0, 0, 0, GENPARAM_KEY_YES,
+     G(constraint), -1, "JSON output: '{\"type\": \"json_object\"}' or a json_schema object"},
+    {"guided_regex", "guided_regex", NULL, "--guided-regex", NULL, GENPARAM_CONSTRAINT, CONSTRAINT_REGEX,
+     CONSTRAINT_REGEX, 0, 0, 0, GENPARAM_KEY_YES, G(constraint), -1, "output matching a regular expression"},
+    {"guided_choice", "guided_choice", NULL, "--guided-choice", NULL, GENPARAM_CONSTRAINT, CONSTRAINT_CHOICE,
+     CONSTRAINT_CHOICE, 0, 0, 0, GENPARAM_KEY_YES, G(constraint), -1,
+     "output exactly one of these (repeatable)"},
+    {"guided_grammar", "guided_grammar", NULL, "--guided-grammar", NULL, GENPARAM_CONSTRAINT,
+     CONSTRAINT_GRAMMAR, CONSTRAINT_GRAMMAR, 0, 0, 0, GENPARAM_KEY_YES, G(constraint), -1,
+     "output matching a GBNF grammar (root rule)"},
 };
 const int genparam_count = (int)(sizeof genparam_table / sizeof genparam_table[0]);
 
@@ -89,6 +103,7 @@ void genparam_free(struct gen_params *g)
     if (!g) return;
     free_stop(g->stop, g->n_stop);
     free(g->logit_bias);
+    constraint_spec_free(&g->constraint);
     g->stop = NULL;
     g->logit_bias = NULL;
     g->n_stop = g->n_logit_bias = 0;
@@ -100,6 +115,7 @@ int genparam_copy(struct gen_params *dst, const struct gen_params *src, struct e
     dst->stop = NULL;
     dst->logit_bias = NULL;
     dst->n_stop = dst->n_logit_bias = 0;
+    if (constraint_spec_copy(&dst->constraint, &src->constraint, NULL)) goto oom;
     if (src->n_stop) {
         dst->stop = calloc((size_t)src->n_stop, sizeof *dst->stop);
         if (!dst->stop) goto oom;
@@ -176,6 +192,28 @@ int genparam_check(const struct gen_params *g, struct err *e)
 
 static int same(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
+/* Constraint rows carry kinds 1..CONSTRAINT_GRAMMAR, no kind in two rows, and come after every other row
+ * that enters the key (see genparam_key_encode). */
+static int check_constraint_row(int i, struct err *e)
+{
+    const struct genparam *p = &genparam_table[i];
+    int first = 0;
+    while (first < genparam_count && genparam_table[first].type != GENPARAM_CONSTRAINT)
+        first++;
+    if (p->type != GENPARAM_CONSTRAINT)
+        return i > first && p->key != GENPARAM_KEY_NO
+                   ? err_set(e, "genparam: %s enters the key after the constraint rows", p->name)
+                   : 0;
+    if (p->lo < 1 || p->hi > CONSTRAINT_GRAMMAR || p->lo > p->hi)
+        return err_set(e, "genparam: %s: bad constraint kinds", p->name);
+    for (int k = first; k < i; k++)
+        if (genparam_table[k].type == GENPARAM_CONSTRAINT && genparam_table[k].hi >= p->lo &&
+            genparam_table[k].lo <= p->hi)
+            return err_set(e, "genparam: %s and %s carry the same constraint kind", genparam_table[k].name,
+                           p->name);
+    return 0;
+}
+
 int genparam_check_table(struct err *e)
 {
     for (int i = 0; i < genparam_count; i++) {
@@ -192,6 +230,7 @@ int genparam_check_table(struct err *e)
         if (numeric && p->key == GENPARAM_KEY_SAMPLING && !in_range(p, p->off))
             return err_set(e, "genparam: %s's off value is out of range", p->name);
         if (p->sampler >= 0 && !numeric) return err_set(e, "genparam: %s maps to the sampler but is no number", p->name);
+        if (check_constraint_row(i, e)) return -1;
     }
     return 0;
 }
@@ -337,6 +376,131 @@ fail:
     return -1;
 }
 
+/* --- constraints (structured output) --- */
+
+/* Replaces g's constraint by kind k from source text[0..len) (checked by the kind's front-end). */
+static int set_constraint(struct gen_params *g, enum constraint_kind k, const char *text, size_t len,
+                          const char *field, const char **code, struct err *e)
+{
+    struct err ce;
+    struct constraint_spec s = {0};
+    if (constraint_spec_set(&s, k, text, len, &ce))
+        return bad(code, "invalid_value", e, "'%s': %s", field, ce.msg);
+    constraint_spec_free(&g->constraint);
+    g->constraint = s;
+    return 0;
+}
+
+/* Sets a JSON-schema constraint from a schema value (an object or a boolean). */
+static int set_schema(struct gen_params *g, const json_t *schema, const char *field, const char **code,
+                      struct err *e)
+{
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return bad(code, "invalid_type", e, "'%s' must be a JSON Schema object, got %s", field,
+                   json_type_name(schema));
+    char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!text) return bad(code, "invalid_value", e, "out of memory");
+    int rc = set_constraint(g, CONSTRAINT_JSON_SCHEMA, text, strlen(text), field, code, e);
+    free(text);
+    return rc;
+}
+
+/* 0 if every key of o is one of names (NULL-terminated); else an error naming the first other one. */
+static int only_keys(const json_t *o, const char *what, const char *const *names, const char **code,
+                     struct err *e)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        const char *const *n = names;
+        while (*n && strcmp(*n, k))
+            n++;
+        if (!*n) return bad(code, "invalid_value", e, "'%s' has an unsupported field '%.64s'", what, k);
+    }
+    return 0;
+}
+
+/* {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}} */
+static int json_schema_format(struct gen_params *g, const json_t *js, const char **code, struct err *e)
+{
+    static const char *const keys[] = {"name", "schema", "strict", "description", NULL};
+    if (!json_is_object(js))
+        return bad(code, "invalid_type", e, "'response_format.json_schema' must be an object, got %s",
+                   js ? json_type_name(js) : "nothing");
+    if (only_keys(js, "response_format.json_schema", keys, code, e)) return -1;
+    const json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+    if (name && !json_is_string(name))
+        return bad(code, "invalid_type", e, "'response_format.json_schema.name' must be a string");
+    if (strict && !json_is_boolean(strict))
+        return bad(code, "invalid_type", e, "'response_format.json_schema.strict' must be a boolean");
+    const json_t *schema = json_object_get(js, "schema");
+    if (!schema) return bad(code, "invalid_value", e, "'response_format.json_schema' needs a 'schema'");
+    return set_schema(g, schema, "response_format.json_schema.schema", code, e);
+}
+
+/* response_format (OpenAI), or its alias guided_json (vLLM: the schema itself, or a string holding it). */
+static int json_response_format(struct gen_params *g, const char *field, const json_t *v, const char **code,
+                                struct err *e)
+{
+    static const char *const keys[] = {"type", "json_schema", NULL};
+    if (!strcmp(field, "guided_json")) {
+        if (!json_is_string(v)) return set_schema(g, v, field, code, e);
+        json_error_t je;
+        json_t *schema = json_loadb(json_string_value(v), json_string_length(v), JSON_DECODE_ANY, &je);
+        if (!schema)
+            return bad(code, "invalid_value", e, "'guided_json' is a string but not JSON: %s", je.text);
+        int rc = set_schema(g, schema, field, code, e);
+        json_decref(schema);
+        return rc;
+    }
+    if (!json_is_object(v))
+        return bad(code, "invalid_type", e, "'response_format' must be an object, got %s", json_type_name(v));
+    if (only_keys(v, "response_format", keys, code, e)) return -1;
+    const json_t *type = json_object_get(v, "type");
+    const char *t = json_is_string(type) ? json_string_value(type) : "";
+    if (!strcmp(t, "text")) {
+        constraint_spec_free(&g->constraint);
+        return 0;
+    }
+    if (!strcmp(t, "json_object")) return set_constraint(g, CONSTRAINT_JSON_OBJECT, "", 0, field, code, e);
+    if (!strcmp(t, "json_schema")) return json_schema_format(g, json_object_get(v, "json_schema"), code, e);
+    return bad(code, "invalid_value", e,
+               "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+}
+
+static int json_constraint(const struct genparam *p, const char *field, const json_t *v, struct gen_params *g,
+                           const char **code, struct err *e)
+{
+    enum constraint_kind k = (enum constraint_kind)p->lo;
+    if (k == CONSTRAINT_JSON_OBJECT) return json_response_format(g, field, v, code, e);
+    if (k == CONSTRAINT_CHOICE) {
+        if (!json_is_array(v) || !json_array_size(v))
+            return bad(code, "invalid_type", e, "'%s' must be a non-empty array of strings", field);
+        char *text = json_dumps(v, JSON_COMPACT);
+        if (!text) return bad(code, "invalid_value", e, "out of memory");
+        int rc = set_constraint(g, k, text, strlen(text), field, code, e);
+        free(text);
+        return rc;
+    }
+    if (!json_is_string(v))
+        return bad(code, "invalid_type", e, "'%s' must be a string, got %s", field, json_type_name(v));
+    return set_constraint(g, k, json_string_value(v), json_string_length(v), field, code, e);
+}
+
+/* One constraint per request: a second constraint field is an error naming both. */
+static int apply_constraint(const struct genparam *p, const char *field, const json_t *v,
+                            struct gen_params *g, const char **code, struct err *e)
+{
+    int row = (int)(p - genparam_table);
+    if (g->constraint_field)
+        return bad(code, "invalid_value", e, "'%s' and '%s' both constrain the output: give one of them",
+                   genparam_table[g->constraint_field - 1].json, field);
+    if (json_constraint(p, field, v, g, code, e)) return -1;
+    g->constraint_field = row + 1;
+    return 0;
+}
+
 static int json_row(const struct genparam *p, const char *field, const json_t *v, struct gen_params *g,
                     const char **code, struct err *e)
 {
@@ -367,6 +531,7 @@ static int json_row(const struct genparam *p, const char *field, const json_t *v
         return 0;
     case GENPARAM_STOP: return json_stop(v, g, code, e);
     case GENPARAM_LOGIT_BIAS: return json_logit_bias(v, g, code, e);
+    case GENPARAM_CONSTRAINT: return apply_constraint(p, field, v, g, code, e);
     }
     return 0;
 }
@@ -402,6 +567,41 @@ static int flag_stop(struct gen_params *g, const char *value, struct err *e)
     return 0;
 }
 
+/* A constraint flag takes what the request field takes, as text: --response-format the JSON object,
+ * --guided-json the schema, --guided-regex the pattern, --guided-grammar the grammar; --guided-choice one
+ * choice per use. Two different constraint flags are an error. */
+static int flag_constraint(struct gen_params *g, const struct genparam *p, const char *flag,
+                           const char *value, struct err *e)
+{
+    enum constraint_kind k = (enum constraint_kind)p->lo;
+    const char *code;
+    if (g->constraint.kind != CONSTRAINT_NONE && !(k == CONSTRAINT_CHOICE && g->constraint.kind == k))
+        return err_set(e,
+                       "%s: another constraint was given already (one of --response-format, --guided-json, "
+                       "--guided-regex, --guided-choice, --guided-grammar)",
+                       flag);
+    if (k == CONSTRAINT_REGEX || k == CONSTRAINT_GRAMMAR)
+        return set_constraint(g, k, value, strlen(value), flag, &code, e);
+    json_t *v = NULL;
+    if (k == CONSTRAINT_CHOICE) {
+        v = g->constraint.kind == k ? json_loads(g->constraint.text, 0, NULL) : json_array();
+        if (!v || json_array_append_new(v, json_string(value))) {
+            json_decref(v);
+            return err_set(e, "%s: '%s' is not UTF-8 text", flag, value);
+        }
+    } else {
+        json_error_t je;
+        if (!(v = json_loads(value, JSON_DECODE_ANY, &je)))
+            return err_set(e, "%s expects JSON: %s", flag, je.text);
+    }
+    int rc = k == CONSTRAINT_CHOICE
+                 ? json_constraint(p, "guided_choice", v, g, &code, e)
+                 : json_response_format(g, same(flag, p->flag_alias) ? "guided_json" : "response_format", v,
+                                        &code, e);
+    json_decref(v);
+    return rc ? err_prefix(e, "%s", flag) : 0;
+}
+
 int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char *flag, const char *value,
                       struct err *e)
 {
@@ -433,6 +633,7 @@ int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char
     case GENPARAM_BOOL: *(int *)((char *)g + p->offset) = 1; return 0;
     case GENPARAM_STOP: return flag_stop(g, value, e);
     case GENPARAM_LOGIT_BIAS: return err_set(e, "%s: logit_bias has no flag", flag);
+    case GENPARAM_CONSTRAINT: return flag_constraint(g, p, flag, value, e);
     }
     return 0;
 }
@@ -442,7 +643,7 @@ void genparam_usage(FILE *out)
     for (int i = 0; i < genparam_count; i++) {
         const struct genparam *p = &genparam_table[i];
         if (!p->flag) continue;
-        static const char *const metavar[] = {" N", " X", "", " S", " STR", ""};
+        static const char *const metavar[] = {" N", " X", "", " S", " STR", "", " TEXT"};
         const char *alias = p->flag_alias;
         int short_alias = alias && alias[1] != '-';
         char left[64];
@@ -454,6 +655,41 @@ void genparam_usage(FILE *out)
 }
 
 /* --- settings, record --- */
+
+static int row_has(const struct genparam *p, const struct constraint_spec *c)
+{
+    return c->kind != CONSTRAINT_NONE && c->kind >= p->lo && c->kind <= p->hi;
+}
+
+/* "none", "KIND:TEXT", or "KIND:sha256:HEX" for a text over 200 bytes (settings hold at most 768). */
+static void constraint_setting(const struct genparam *p, const struct constraint_spec *c, char *buf,
+                               size_t cap)
+{
+    if (!row_has(p, c)) {
+        snprintf(buf, cap, "none");
+        return;
+    }
+    if (c->len <= 200) {
+        snprintf(buf, cap, "%s:%s", constraint_kind_name(c->kind), c->text);
+        return;
+    }
+    uint8_t d[32];
+    char hex[65];
+    sha256_buf(c->text, c->len, d);
+    sha256_hex(d, hex);
+    snprintf(buf, cap, "%s:sha256:%s", constraint_kind_name(c->kind), hex);
+}
+
+/* The run record's value: the request field as a request would give it, or null. */
+static json_t *constraint_json(const struct genparam *p, const struct constraint_spec *c)
+{
+    if (!row_has(p, c)) return json_null();
+    if (c->kind == CONSTRAINT_JSON_OBJECT) return json_pack("{s:s}", "type", "json_object");
+    if (c->kind == CONSTRAINT_REGEX || c->kind == CONSTRAINT_GRAMMAR) return json_string(c->text);
+    json_t *v = json_loads(c->text, JSON_DECODE_ANY, NULL);
+    if (c->kind == CONSTRAINT_CHOICE || !v) return v ? v : json_null();
+    return json_pack("{s:s, s:{s:o}}", "type", "json_schema", "json_schema", "schema", v);
+}
 
 void genparam_setting(const struct genparam *p, const struct gen_params *g, char *buf, size_t cap)
 {
@@ -481,6 +717,9 @@ void genparam_setting(const struct genparam *p, const struct gen_params *g, char
             off += (size_t)snprintf(buf + off, cap - off, "%s%d:%.9g", i ? "," : "", g->logit_bias[i].token,
                                     (double)g->logit_bias[i].bias);
         return;
+    case GENPARAM_CONSTRAINT:
+        constraint_setting(p, &g->constraint, buf, cap);
+        return;
     }
 }
 
@@ -505,6 +744,8 @@ static json_t *row_json(const struct genparam *p, const struct gen_params *g)
         }
         return o;
     }
+    case GENPARAM_CONSTRAINT:
+        return constraint_json(p, &g->constraint);
     }
     return json_null();
 }
@@ -564,6 +805,12 @@ void genparam_key_encode(const struct gen_params *g, uint64_t seed_used,
                 put_u32(put, w, (uint32_t)g->logit_bias[k].token);
                 put_f32(put, w, g->logit_bias[k].bias);
             }
+            break;
+        case GENPARAM_CONSTRAINT:
+            if (!row_has(p, &g->constraint)) break;
+            put_u32(put, w, 0x80000000u | (uint32_t)g->constraint.kind);
+            put_u32(put, w, (uint32_t)g->constraint.len);
+            put(w, g->constraint.text, g->constraint.len);
             break;
         }
     }

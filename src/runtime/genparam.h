@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "constrain/constraint.h"
 #include "engine/sampler.h"
 #include "util/err.h"
 
@@ -46,6 +47,10 @@ struct gen_params {
     char **stop;                   /* (n_stop) owned, NUL-terminated, 1..GENPARAM_MAX_STOP_BYTES bytes */
     int32_t n_logit_bias;
     struct logit_bias *logit_bias; /* (n_logit_bias) owned, sorted by token, unique tokens */
+    struct constraint_spec constraint; /* structured output (owned); kind NONE: unconstrained */
+    int constraint_field;          /* 1 + the row whose request field set the constraint, 0: none did (a
+                                      second constraint field in one request is an error); not a value:
+                                      it enters neither the key nor the settings */
 };
 
 enum genparam_type {
@@ -54,7 +59,9 @@ enum genparam_type {
     GENPARAM_BOOL,       /* int 0/1; a flag without a value */
     GENPARAM_SEED,       /* has_seed + uint64_t: JSON any int64 (stored as its bit pattern), flag 0..2^64-1 */
     GENPARAM_STOP,       /* string or list of strings; the flag is repeatable */
-    GENPARAM_LOGIT_BIAS  /* {"token id": bias}; no flag */
+    GENPARAM_LOGIT_BIAS, /* {"token id": bias}; no flag */
+    GENPARAM_CONSTRAINT  /* structured output (constraint.h): the row carries the constraint kinds lo..hi; the
+                            request field and flag take the row's source (see genparam.c) */
 };
 
 enum genparam_key {
@@ -84,7 +91,7 @@ extern const struct genparam genparam_table[];
 extern const int genparam_count;
 
 /* The table's defaults: max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, no penalties,
- * repeat_last_n 64, no seed, n 1, no stop strings, no logit bias, ignore_eos 0. */
+ * repeat_last_n 64, no seed, n 1, no stop strings, no logit bias, ignore_eos 0, no constraint. */
 struct gen_params genparam_defaults(void);
 /* Deep copy (dst is overwritten, not freed). */
 int genparam_copy(struct gen_params *dst, const struct gen_params *src, struct err *e);
@@ -111,15 +118,19 @@ int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char
 void genparam_usage(FILE *out);
 
 /* Store settings: the row's value as a string ("%d", "%.9g", "none" or the seed, a JSON array of stop
- * strings, "token:bias,..."). Truncated to cap. */
+ * strings, "token:bias,...", "none" or "KIND:TEXT" for a constraint of the row's kinds, with "KIND:sha256:HEX"
+ * of the text when it is longer than 200 bytes). Truncated to cap. */
 void genparam_setting(const struct genparam *p, const struct gen_params *g, char *buf, size_t cap);
 /* The run record: {"name": value, ...} over every row (seed null when not given). */
 json_t *genparam_to_json(const struct gen_params *g);
 
 /* The key: calls put(w, bytes, n) for every row that enters the key, in table order, little-endian (INT and
  * BOOL u32, FLOAT the f32 bit pattern with -0 as +0, SEED the u64 seed_used, STOP u32 count then u32 length +
- * bytes each, LOGIT_BIAS u32 count then (i32 token, f32 bias) each). Greedy requests encode
- * GENPARAM_KEY_SAMPLING rows and the seed as their off values. */
+ * bytes each, LOGIT_BIAS u32 count then (i32 token, f32 bias) each, CONSTRAINT nothing when the request's
+ * constraint is not of the row's kinds, else u32 0x80000000 | kind, u32 length and the canonical text).
+ * Greedy requests encode GENPARAM_KEY_SAMPLING rows and the seed as their off values. The constraint rows
+ * come last and encode nothing for unconstrained requests, so those keep the keys they had before
+ * constraints existed; the marker's high bit cannot be a prompt length, so no two encodings collide. */
 void genparam_key_encode(const struct gen_params *g, uint64_t seed_used,
                          void (*put)(void *w, const void *bytes, size_t n), void *w);
 
