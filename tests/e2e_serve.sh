@@ -81,6 +81,10 @@ req POST /v1/chat/completions "${H[@]}" -d '{"messages":[{"role":"system","conte
 check serve_chat 200 'd["object"] == "chat.completion" and len(d["choices"]) == 2 and d["choices"][1]["index"] == 1 and
     d["choices"][0]["message"]["role"] == "assistant" and isinstance(d["choices"][0]["message"]["content"], str)'
 
+# structured output reaches the engine through the server too
+req POST /v1/completions "${H[@]}" -d '{"prompt":"Once upon a time","max_tokens":16,"temperature":0.9,"seed":3,"guided_choice":["happy","sad"]}'
+check serve_guided_choice 200 'd["choices"][0]["text"] in ("happy", "sad") and d["choices"][0]["finish_reason"] == "stop"'
+
 # streaming: SSE lines, deltas that add up to the non-streamed text, usage, then data: [DONE]
 req POST /v1/completions "${H[@]}" -d '{"prompt":"Once upon a time","max_tokens":24,"temperature":0}'
 whole=$(json 'd["choices"][0]["text"]')

@@ -128,7 +128,9 @@ static void add_requests(server *s, struct server_req *added)
                                         .max_tokens = r->max_tokens,
                                         .stop = (const char *const *)r->gen.stop,
                                         .n_stop = r->gen.n_stop,
-                                        .ignore_eos = r->gen.ignore_eos};
+                                        .ignore_eos = r->gen.ignore_eos,
+                                        .constraint = r->gen.constraint.kind != CONSTRAINT_NONE ? &r->gen.constraint
+                                                                                                : NULL};
             genparam_to_sampler(&r->gen, ch->seed, &rq.sampling);
             int rc = map_put(&s->map, ch->engine_id, r, c);
             if (rc)
