@@ -5,7 +5,9 @@
 #
 #   bench/mpi_cpu.sh [N] [GEN] [REPS]     N requests (default 120) of short story prompts, GEN tokens each
 #                                          (default 32, greedy, EOS ignored so every run does the same work)
-# Environment: NS (an MPI build, default build-mpi/nightshift), MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf).
+# Environment: NS (an MPI build, default build-mpi/nightshift), MODEL (default models/SmolLM2-135M-Instruct.Q4_1.gguf),
+# FLAGS (more run flags, default "--max-seqs 16": every rank then runs full batches on a backlog of N >= 64;
+# with fewer requests than max_seqs x ranks, splitting them only makes every rank's batches smaller).
 set -eu
 cd "$(dirname "$0")/.."
 N=${1:-120} GEN=${2:-32} REPS=${3:-3}
@@ -30,15 +32,16 @@ PY
 one() {
     local np=$1
     rm -rf "$tmp/np$np" && mkdir -p "$tmp/np$np"
-    mpirun --oversubscribe --bind-to none -np "$np" "$NS" run "$tmp/backlog.jsonl" -m "$MODEL" --threads 1 \
-        -o "$tmp/np$np/out.jsonl" -q >"$tmp/np$np.log" 2>&1 || { echo "np $np failed: $(tail -2 "$tmp/np$np.log")"; return 1; }
-    python3 - "$np" "$tmp/np$np/out.jsonl.record.json" "$N" "$tmp/np$np/out.jsonl" <<'PY' | tee -a "$tmp/runs"
+    /usr/bin/time -o "$tmp/time" -f "%U %S" mpirun --oversubscribe --bind-to none -np "$np" "$NS" run "$tmp/backlog.jsonl" -m "$MODEL" --threads 1 \
+        ${FLAGS:---max-seqs 16} -o "$tmp/np$np/out.jsonl" -q >"$tmp/np$np.log" 2>&1 || { echo "np $np failed: $(tail -2 "$tmp/np$np.log")"; return 1; }
+    python3 - "$np" "$tmp/np$np/out.jsonl.record.json" "$N" "$tmp/np$np/out.jsonl" "$tmp/time" <<'PY' | tee -a "$tmp/runs"
 import json, sys
 np_, rec, n, out = sys.argv[1], json.load(open(sys.argv[2])), int(sys.argv[3]), sys.argv[4]
+cpu = sum(map(float, open(sys.argv[5]).read().split()))
 ids = [json.loads(l)["custom_id"] for l in open(out)]
 assert len(ids) == n and len(set(ids)) == n, "not every id exactly once"
 t = rec["time"]
-line = f"np {np_} wall {t['wall_s']:.2f} s gen_tok_s {rec['throughput']['gen_tok_s']:.0f}"
+line = f"np {np_} wall {t['wall_s']:.2f} s cpu {cpu:.2f} s gen_tok_s {rec['throughput']['gen_tok_s']:.0f}"
 d = rec.get("distributed")
 if d:
     line += f" coordinator {100 * d['coordinator_share']:.2f}% (serve {d['serve_s']:.3f} s)"
@@ -55,10 +58,14 @@ for r in $(seq 1 "$REPS"); do
 done
 python3 - "$tmp/runs" <<'PY'
 import statistics, sys
-w = {}
+w, c = {}, {}
 for l in open(sys.argv[1]):
     f = l.split()
     w.setdefault(f[1], []).append(float(f[3]))
+    c.setdefault(f[1], []).append(float(f[6]))
 m1, m2 = statistics.median(w["1"]), statistics.median(w["2"])
+c1, c2 = statistics.median(c["1"]), statistics.median(c["2"])
 print(f"median wall: np 1 {m1:.2f} s, np 2 {m2:.2f} s -> scaling {m1 / m2:.2f}x ({len(w['1'])} pairs, interleaved)")
+print(f"median cpu (all processes): np 1 {c1:.2f} s, np 2 {c2:.2f} s: the work costs {c2 / c1:.2f}x the cpu time "
+      f"split over 2 ranks; on 2 free cores the wall scaling would be about {2 * c1 / c2:.2f}x times the busy fraction")
 PY

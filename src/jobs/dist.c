@@ -239,6 +239,20 @@ int dist_share_memory(const dist *d, struct runtime *rt, struct err *e)
     return 0;
 }
 
+int64_t dist_chunk(const dist *d, const struct dist_feed *feed, int64_t held, int64_t want)
+{
+    int64_t left = (int64_t)feed->n_left;
+    if (left == 0 || want <= 0) return 0;
+    if (!d) return want < left ? want : left;
+    int64_t total = left + feed->n_held_self;
+    for (int r = 1; r < d->size; r++) total += d->w[r].handed - d->w[r].returned;
+    int64_t n = want, tail = left / (2 * d->size), even = (total + d->size - 1) / d->size - held;
+    if (tail < n) n = tail;
+    if (even < n) n = even;
+    if (left < n) n = left;
+    return n < 1 ? 1 : n;
+}
+
 int dist_env_int(const char *name)
 {
     const char *v = getenv(name);

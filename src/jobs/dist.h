@@ -12,7 +12,8 @@
  *                       planned order (sorted by length, grouped by shared prefix); or "end": no more work.
  * A worker asks while it holds at most max_seqs requests (so its engine never runs dry waiting), has at
  * most one question outstanding, and after "end" finishes what it holds, sends its results and its final.
- * Chunks shrink toward the tail (at most a 2 * n_ranks-th of what is left), so no rank holds the end up.
+ * Chunks shrink toward the tail and keep every rank near an even share (dist_chunk), so no rank holds the
+ * end up; rank 0's own engine takes its work by the same rule.
  *
  * Exactly once: a worker's result exists only in its memory and in flight until rank 0 hands it to the
  * ledger, which commits before it writes (jobs/ledger). A rank killed at any moment (MPI then ends the
@@ -84,6 +85,7 @@ int dist_work(dist *d, engine *eng, int32_t max_seqs, volatile sig_atomic_t *sto
 struct dist_feed {
     void *ctx;
     size_t n_left;     /* requests not yet handed out (to a worker or rank 0's own engine) */
+    int64_t n_held_self; /* requests in rank 0's own engine (kept current by its owner) */
     /* the next request in the planned order (n_left > 0); rq's pointers stay valid until the next call */
     void (*next)(void *ctx, struct engine_request *rq);
     /* a worker's result for request id (id as in the request); takes r's memory */
@@ -93,6 +95,11 @@ struct dist_feed {
 /* Answers what the workers sent: results go to feed->result, questions get a chunk from feed (or end when
  * feed->n_left is 0 or stopping). block: wait for one message when none is there. Returns 0 or -1. */
 int dist_serve(dist *d, struct dist_feed *feed, int stopping, int block, struct err *e);
+/* How many requests to hand a rank that holds held and wants want more: at most want, a 2 * n_ranks-th of
+ * what is left (chunks shrink toward the tail), and what brings it up to an even share of all the work not
+ * yet finished (no rank hoards a short backlog); at least 1 while any is left, 0 when none is. d NULL: one
+ * process, min(want, n_left). */
+int64_t dist_chunk(const dist *d, const struct dist_feed *feed, int64_t held, int64_t want);
 /* 1 when every worker has sent its final. */
 int dist_done(const dist *d);
 /* Serves with end until every worker's final is in (their results still go to feed). */

@@ -280,12 +280,7 @@ fail:
 static int serve_answer(dist *d, int r, int64_t want, struct dist_feed *feed, int stopping, struct err *e)
 {
     struct dist_worker *w = &d->w[r];
-    int64_t n = 0;
-    if (!stopping && feed->n_left > 0) {
-        int64_t fair = (int64_t)feed->n_left / (2 * d->size);
-        n = want < fair ? want : fair;
-        if (n < 1) n = 1;
-    }
+    int64_t n = stopping ? 0 : dist_chunk(d, feed, w->handed - w->returned, want);
     struct dist_buf b = {0};
     if (dist_buf_put_i64(&b, n) || dist_buf_put_i64(&b, n == 0)) goto oom;
     for (int64_t i = 0; i < n; i++) {

@@ -11,8 +11,9 @@
  *
  * Invariant of the engine loop: in_engine = works submitted to rank 0's own engine and not yet taken back,
  * at most 2 * max_seqs; every result taken back, from the engine or from another rank (jobs/dist), is handed
- * to the ledger at once; feed.n_left = works of the plan not yet handed out, to rank 0 or another rank. The ledger's invariants (ledger_check) are
- * checked at the end of every run, and after every commit when the engine runs with debug_checks.
+ * to the ledger at once; feed.n_left = works of the plan not yet handed out, to rank 0 or another rank.
+ * feed.n_held_self = in_engine whenever jobs/dist may look. The ledger's invariants (ledger_check) are checked
+ * at the end of every run, and after every commit when the engine runs with debug_checks.
  */
 #include "jobs/job.h"
 
@@ -205,24 +206,21 @@ static void snapshot(job *j, struct progress_snapshot *ps)
 }
 
 /* Submits the plan's next works to rank 0's own engine while fewer than limit are in it. Under MPI, rank 0
- * takes its work as the other ranks do (jobs/dist): a chunk of at most a 2 * n_ranks-th of what is left,
- * when it holds at most max_seqs. */
+ * takes its work as the other ranks do: when it holds at most max_seqs, a chunk by jobs/dist's rule
+ * (dist_chunk). */
 static int submit_works(job *j, int64_t *in_engine, struct err *e)
 {
     int32_t limit = 2 * j->m->ep.max_seqs; /* requests in the engine: max_seqs running, as many queued */
-    size_t chunk = j->feed.n_left;
-    if (j->c->dist) {
-        if (*in_engine > j->m->ep.max_seqs) return 0;
-        chunk = j->feed.n_left / (size_t)(2 * dist_size(j->c->dist));
-        if (chunk < 1) chunk = 1;
-    }
-    for (; j->feed.n_left > 0 && *in_engine < limit && chunk > 0; chunk--) {
+    if (j->c->dist && *in_engine > j->m->ep.max_seqs) return 0;
+    j->feed.n_held_self = *in_engine;
+    for (int64_t n = dist_chunk(j->c->dist, &j->feed, *in_engine, limit - *in_engine); n > 0; n--) {
         struct engine_request rq;
         feed_next(j, &rq);
         j->feed.n_left--;
         if (engine_add(j->m->eng, &rq, e) != 0) return -1;
         (*in_engine)++;
     }
+    j->feed.n_held_self = *in_engine;
     return 0;
 }
 
@@ -243,6 +241,7 @@ static int engine_idle(job *j, int64_t *in_engine, int *finished, struct err *e)
     *finished = 0;
     if (take_results(j, &taken, e) != 0) return -1; /* requests failed at engine_add */
     *in_engine -= taken;
+    j->feed.n_held_self = *in_engine;
     if (j->feed.n_left > 0 || *in_engine > 0) return 0;
     if (dist_done(j->c->dist)) {
         *finished = 1;
@@ -280,6 +279,7 @@ static int run_engine(job *j, struct err *e)
         j->sum->t_engine += t1 - t0;
         if (take_results(j, &taken, e) != 0) goto fail;
         in_engine -= taken;
+        j->feed.n_held_self = in_engine;
         if (commit_due(j, t1, e) != 0) goto fail;
         if (pg) {
             snapshot(j, &ps);
@@ -370,7 +370,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     uint32_t *order = NULL;
     size_t n_order = 0;
     int rc = -1;
-    j->feed = (struct dist_feed){j, 0, feed_next, feed_result};
+    j->feed = (struct dist_feed){.ctx = j, .next = feed_next, .result = feed_result};
     struct ledger_params lp = {m->name, c->order_input, m->ep.debug_checks, c->test_hook};
     if (ledger_init(&j->book, &lp, e) != 0) goto done;
 
