@@ -6,6 +6,7 @@
 #   make fuzz       libFuzzer targets (clang) in build-fuzz/; run them with scripts/fuzz
 #   make demo       install, build, fetch the default model, clear the example backlog
 #   make CUDA=1     also compile the CUDA backend with nvcc (sm_90 + PTX)
+#   make MPI=1      link OpenMPI (mpicc): `mpirun -np N nightshift run ...` spreads one backlog over N ranks
 #   make build/bench/NAME    bench/NAME.c linked against the library (the bench/*.sh scripts build theirs so)
 #
 # Every src/<layer>/<module>.c is part of libnightshift.a except src/cli/main.c; every tests/test_*.c is
@@ -38,7 +39,13 @@ NS_CFLAGS += -DNS_CUDA=1
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 endif
 
-.PHONY: all test asan fuzz demo deps clean check-cuda
+# MPI: the same sources through the MPI compiler wrapper; src/jobs/dist_mpi.c compiles to nothing without it.
+ifeq ($(MPI),1)
+CC       := mpicc
+NS_CFLAGS += -DNS_MPI=1
+endif
+
+.PHONY: all test asan fuzz demo deps clean check-cuda check-mpi
 all: $(BIN) $(TEST_BINS)
 
 $(BUILD)/%.o: %.c
@@ -70,6 +77,7 @@ test: deps
 	@scripts/fetch-model || echo "make test: the SmolLM2 model could not be fetched; its tests will be skipped"
 	$(MAKE) all
 	@$(MAKE) --no-print-directory check-cuda
+	@$(MAKE) --no-print-directory check-mpi
 	@tests/run $(BUILD)
 
 asan: deps
@@ -98,7 +106,13 @@ check-cuda:
 	@if command -v $(NVCC) >/dev/null 2>&1 && [ -n "$(wildcard src/*/*.cu)" ]; then \
 	  $(MAKE) CUDA=1 BUILD=build-cuda all; else echo "check-cuda: nothing to compile"; fi
 
+# The MPI build in build-mpi/ when mpicc is on PATH (scripts/install-deps mpi); tests/e2e_mpi.sh runs its
+# binary, and reports itself skipped without it.
+check-mpi:
+	@if command -v mpicc >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory MPI=1 BUILD=build-mpi build-mpi/nightshift; else echo "check-mpi: no mpicc"; fi
+
 clean:
-	rm -rf build build-asan build-fuzz build-cuda
+	rm -rf build build-asan build-fuzz build-cuda build-mpi
 
 -include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(wildcard $(BUILD)/bench/*.d)

@@ -23,6 +23,7 @@
 #include "cli/cli_opts.h"
 #include "cli/cli_util.h"
 #include "cli/engine_flags.h"
+#include "jobs/dist.h"
 #include "jobs/job.h"
 #include "jobs/store.h"
 #include "tokenizer/chat.h"
@@ -296,7 +297,7 @@ static void run_chat_template(struct run_args *A, struct job_model *m, const str
 
 /* The model's identity (sha256, cached) and the whole stack through the runtime; fills *m. 0, or -1
  * (printed). On success the caller closes rt. */
-static int run_open(struct run_args *A, struct job_model *m, struct runtime *rt)
+static int run_open(struct run_args *A, const dist *d, struct job_model *m, struct runtime *rt)
 {
     const char *model_path = A->rp.model_path;
     struct err e;
@@ -312,7 +313,9 @@ static int run_open(struct run_args *A, struct job_model *m, struct runtime *rt)
         cli_error("run", "model %s", e.msg);
         return -1;
     }
-    if (runtime_open(&A->rp, rt, &e)) {
+    struct runtime_params rp = A->rp;
+    dist_pick_resources(d, &rp);
+    if (runtime_open(&rp, rt, &e) || dist_share_memory(d, rt, &e)) {
         cli_error("run", "%s: %s", model_path, e.msg);
         return -1;
     }
@@ -401,15 +404,23 @@ int cmd_run(int argc, char **argv)
     if (A.quiet) log_set_level(LOG_WARN);
     else if (A.verbose) log_set_level(LOG_DEBUG);
     c->progress = A.quiet ? PROGRESS_QUIET : PROGRESS_AUTO;
+    struct err e;
+    dist *d = NULL;
+    if (dist_init(&argc, &argv, &d, &e)) {
+        cli_error("run", "%s", e.msg);
+        goto out;
+    }
+    if (dist_rank(d) > 0 && !A.verbose) log_set_level(LOG_WARN); /* the workers: only rank 0 reports */
     struct job_model m;
     struct runtime rt;
-    if (run_open(&A, &m, &rt)) goto out;
+    if (run_open(&A, d, &m, &rt)) goto fail_dist;
     json_t *settings = run_settings_json(&A, &m, &rt);
     c->settings = settings;
     c->argc = argc;
     c->argv = argv;
     c->version = NS_VERSION;
     c->stop = &run_stop;
+    c->dist = d;
     setup_test_hook(c);
 
     struct sigaction sa;
@@ -420,19 +431,27 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     struct job_summary s;
-    struct err e;
-    int jr = job_run(c, &m, &s, &e);
+    int jr = dist_rank(d) > 0 ? dist_work(d, rt.eng, rt.ep.max_seqs, &run_stop, c->test_hook, &e) : job_run(c, &m, &s, &e);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     runtime_close(&rt);
     json_decref(settings);
     if (jr) {
         cli_error("run", "%s", e.msg);
-        rc = 1;
+        goto fail_dist;
+    }
+    rc = 0;
+    if (dist_rank(d) > 0) {
+        dist_free(d);
         goto out;
     }
+    dist_free(d);
     if (!A.quiet) run_print_summary(c, &s);
     rc = s.interrupted ? 130 : 0;
+    goto out;
+fail_dist:
+    rc = 1;
+    if (d) dist_abort(d, 1); /* every rank ends with this one (MPI's rule), the store keeps what was committed */
 out:
     jinja_free(A.chat_jinja);
     genparam_free(&c->input.defaults);

@@ -9,9 +9,11 @@
  *                              the end, and only then writes their lines
  *   5. record  jobs/record
  *
- * Invariant of the engine loop: in_engine = works submitted and not yet taken back, at most 2 * max_seqs;
- * every result taken back is handed to the ledger at once. The ledger's invariants (ledger_check) are
- * checked at the end of every run, and after every commit when the engine runs with debug_checks.
+ * Invariant of the engine loop: in_engine = works submitted to rank 0's own engine and not yet taken back,
+ * at most 2 * max_seqs; every result taken back, from the engine or from another rank (jobs/dist), is handed
+ * to the ledger at once; feed.n_left = works of the plan not yet handed out, to rank 0 or another rank.
+ * feed.n_held_self = in_engine whenever jobs/dist may look. The ledger's invariants (ledger_check) are checked
+ * at the end of every run, and after every commit when the engine runs with debug_checks.
  */
 #include "jobs/job.h"
 
@@ -19,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <sys/resource.h>
 
 #include "jobs/ingest.h"
 #include "jobs/ledger.h"
@@ -42,6 +46,10 @@ typedef struct job {
     double t_commit_last;
     json_t *backlog_json; /* backlog facts for the record */
     json_t *repair_json;  /* what reconcile did, for the record */
+    const uint32_t *order; /* (n_order) the plan */
+    size_t n_order;
+    struct dist_feed feed; /* the plan's cursor: order[n_order - feed.n_left] is next */
+    struct dist_rank_stats self; /* rank 0's own engine's figures (MPI runs) */
 } job;
 
 struct job_config job_default_config(void)
@@ -123,40 +131,64 @@ static int plan_work(job *j, uint32_t **order, size_t *n_order, struct err *e)
 
 /* --- 4. run --- */
 
-/* Hands every result the engine has finished to the ledger, and counts it. */
-static int take_results(job *j, struct err *e)
+/* Hands one result (rank 0's own or another rank's) to the ledger, and counts it; takes r's memory. */
+static int hand_in(job *j, struct engine_result *r, struct err *e)
+{
+    int ok = r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH;
+    struct store_result sr;
+    memset(&sr, 0, sizeof sr);
+    sr.status = ok ? STORE_STATUS_DONE : STORE_STATUS_FAILED;
+    sr.finish = (int32_t)r->finish;
+    sr.text = r->text;
+    sr.text_len = r->text_len;
+    r->text = NULL;
+    sr.n_prompt = r->n_prompt;
+    sr.n_gen = r->n_tokens;
+    sr.n_cached = r->n_prompt_cached;
+    if (!ok) {
+        sr.error = r->error ? r->error : strdup(r->finish == ENGINE_FINISH_CANCELLED ? "cancelled" : "failed");
+        r->error = NULL;
+        j->n_failed_run++;
+        j->sum->work_failed++;
+    }
+    j->n_done_run++;
+    j->sum->work_computed++;
+    j->sum->prompt_tokens += r->n_prompt;
+    j->sum->prompt_tokens_cached += r->n_prompt_cached;
+    j->sum->gen_tokens += r->n_tokens;
+    if (j->n_latency < (size_t)j->n_pending_start) j->latency[j->n_latency++] = r->t_finished - r->t_added;
+    uint32_t w = (uint32_t)r->id;
+    engine_result_free(r);
+    return ledger_add_result(&j->book, w, &sr, e);
+}
+
+/* Hands every result rank 0's engine has finished to the ledger; *n_taken = how many. */
+static int take_results(job *j, int64_t *n_taken, struct err *e)
 {
     struct engine_result r;
+    *n_taken = 0;
     while (engine_take(j->m->eng, &r)) {
-        int ok = r.finish == ENGINE_FINISH_STOP || r.finish == ENGINE_FINISH_LENGTH;
-        struct store_result sr;
-        memset(&sr, 0, sizeof sr);
-        sr.status = ok ? STORE_STATUS_DONE : STORE_STATUS_FAILED;
-        sr.finish = (int32_t)r.finish;
-        sr.text = r.text;
-        sr.text_len = r.text_len;
-        r.text = NULL;
-        sr.n_prompt = r.n_prompt;
-        sr.n_gen = r.n_tokens;
-        sr.n_cached = r.n_prompt_cached;
-        if (!ok) {
-            sr.error = r.error ? r.error : strdup(r.finish == ENGINE_FINISH_CANCELLED ? "cancelled" : "failed");
-            r.error = NULL;
-            j->n_failed_run++;
-            j->sum->work_failed++;
-        }
-        j->n_done_run++;
-        j->sum->work_computed++;
-        j->sum->prompt_tokens += r.n_prompt;
-        j->sum->prompt_tokens_cached += r.n_prompt_cached;
-        j->sum->gen_tokens += r.n_tokens;
-        if (j->n_latency < (size_t)j->n_pending_start) j->latency[j->n_latency++] = r.t_finished - r.t_added;
-        uint32_t w = (uint32_t)r.id;
-        engine_result_free(&r);
-        if (ledger_add_result(&j->book, w, &sr, e) != 0) return -1;
+        struct dist_rank_stats *me = &j->self;
+        me->requests++;
+        me->prompt_tokens += r.n_prompt;
+        me->prompt_tokens_cached += r.n_prompt_cached;
+        me->gen_tokens += r.n_tokens;
+        (*n_taken)++;
+        if (hand_in(j, &r, e) != 0) return -1;
     }
     return 0;
 }
+
+/* The feed's callbacks (jobs/dist): the next work of the plan, marked queued; another rank's result. */
+static void feed_next(void *ctx, struct engine_request *rq)
+{
+    job *j = ctx;
+    uint32_t w = j->order[j->n_order - j->feed.n_left];
+    ingest_work_request(&j->book, w, rq);
+    ledger_mark_queued(&j->book, w);
+}
+
+static int feed_result(void *ctx, struct engine_result *r, struct err *e) { return hand_in(ctx, r, e); }
 
 static void snapshot(job *j, struct progress_snapshot *ps)
 {
@@ -173,27 +205,57 @@ static void snapshot(job *j, struct progress_snapshot *ps)
     ps->prefix_hit = pt ? (double)es.prompt_tokens_cached / (double)pt : 0;
 }
 
-/* Submits works from order[*next] on while fewer than limit are in the engine. */
-static int submit_works(job *j, const uint32_t *order, size_t n_order, size_t *next, int64_t *in_engine,
-                        struct err *e)
+/* Submits the plan's next works to rank 0's own engine while fewer than limit are in it. Under MPI, rank 0
+ * takes its work as the other ranks do: when it holds at most max_seqs, a chunk by jobs/dist's rule
+ * (dist_chunk). */
+static int submit_works(job *j, int64_t *in_engine, struct err *e)
 {
     int32_t limit = 2 * j->m->ep.max_seqs; /* requests in the engine: max_seqs running, as many queued */
-    while (*next < n_order && *in_engine < limit) {
-        uint32_t w = order[(*next)++];
+    if (j->c->dist && *in_engine > j->m->ep.max_seqs) return 0;
+    j->feed.n_held_self = *in_engine;
+    for (int64_t n = dist_chunk(j->c->dist, &j->feed, *in_engine, limit - *in_engine); n > 0; n--) {
         struct engine_request rq;
-        ingest_work_request(&j->book, w, &rq);
+        feed_next(j, &rq);
+        j->feed.n_left--;
         if (engine_add(j->m->eng, &rq, e) != 0) return -1;
-        ledger_mark_queued(&j->book, w);
         (*in_engine)++;
     }
+    j->feed.n_held_self = *in_engine;
     return 0;
 }
 
-static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err *e)
+/* Commits what is handed in when the commit interval has passed. */
+static int commit_due(job *j, double now, struct err *e)
+{
+    if (!ledger_n_uncommitted(&j->book) || now - j->t_commit_last < j->c->commit_interval) return 0;
+    if (ledger_commit_and_write(&j->book, e) != 0) return -1;
+    j->t_commit_last = clock_now();
+    return 0;
+}
+
+/* With rank 0's own engine idle: its failed submissions are taken back; when nothing is left for it, it
+ * waits for the other ranks (one message at a time). *finished = 1 when every rank is done. */
+static int engine_idle(job *j, int64_t *in_engine, int *finished, struct err *e)
+{
+    int64_t taken;
+    *finished = 0;
+    if (take_results(j, &taken, e) != 0) return -1; /* requests failed at engine_add */
+    *in_engine -= taken;
+    j->feed.n_held_self = *in_engine;
+    if (j->feed.n_left > 0 || *in_engine > 0) return 0;
+    if (dist_done(j->c->dist)) {
+        *finished = 1;
+        return 0;
+    }
+    if (dist_serve(j->c->dist, &j->feed, 0, 1, e) != 0) return -1;
+    return commit_due(j, clock_now(), e);
+}
+
+static int run_engine(job *j, struct err *e)
 {
     engine *eng = j->m->eng;
-    int64_t in_engine = 0;
-    size_t next = 0;
+    dist *d = j->c->dist;
+    int64_t in_engine = 0, taken;
     progress *pg = progress_init(stderr, j->c->progress, j->c->progress_interval, clock_now());
     struct progress_snapshot ps;
     j->t_commit_last = clock_now();
@@ -202,12 +264,12 @@ static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err 
             j->sum->interrupted = 1;
             break;
         }
-        if (submit_works(j, order, n_order, &next, &in_engine, e) != 0) goto fail;
-        int64_t before = j->n_done_run;
+        if (submit_works(j, &in_engine, e) != 0) goto fail;
+        if (d && dist_serve(d, &j->feed, 0, 0, e) != 0) goto fail;
         if (!engine_has_work(eng)) {
-            if (take_results(j, e) != 0) goto fail; /* requests failed at engine_add */
-            in_engine -= j->n_done_run - before;
-            if (next >= n_order) break;
+            int finished;
+            if (engine_idle(j, &in_engine, &finished, e) != 0) goto fail;
+            if (finished) break;
             continue;
         }
         double t0 = clock_now();
@@ -215,18 +277,19 @@ static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err 
         if (j->c->test_hook) j->c->test_hook("step");
         double t1 = clock_now();
         j->sum->t_engine += t1 - t0;
-        if (take_results(j, e) != 0) goto fail;
-        in_engine -= j->n_done_run - before;
-        if (ledger_n_uncommitted(&j->book) && t1 - j->t_commit_last >= j->c->commit_interval) {
-            if (ledger_commit_and_write(&j->book, e) != 0) goto fail;
-            j->t_commit_last = clock_now();
-        }
+        if (take_results(j, &taken, e) != 0) goto fail;
+        in_engine -= taken;
+        j->feed.n_held_self = in_engine;
+        if (commit_due(j, t1, e) != 0) goto fail;
         if (pg) {
             snapshot(j, &ps);
             progress_update(pg, &ps, t1);
         }
     }
-    if (take_results(j, e) != 0 || ledger_commit_and_write(&j->book, e) != 0) goto fail;
+    /* the other ranks finish what they hold (told "end" from now on); their results are committed too */
+    if (d && dist_drain(d, &j->feed, e) != 0) goto fail;
+    if (d && j->book.p.debug_checks && dist_check(d, e) != 0) goto fail;
+    if (take_results(j, &taken, e) != 0 || ledger_commit_and_write(&j->book, e) != 0) goto fail;
     if (pg) {
         snapshot(j, &ps);
         progress_finish(pg, &ps, clock_now());
@@ -256,6 +319,26 @@ static int finish_files(job *j, struct err *e)
 
 /* --- 5. record --- */
 
+/* The MPI job's figures: every rank's, and the coordinator's own cost (planning, serving the ranks, the
+ * store and the output files) as a share of the wall time. */
+static json_t *dist_json(job *j)
+{
+    struct engine_stats es;
+    engine_get_stats(j->m->eng, &es);
+    struct dist_rank_stats *me = &j->self;
+    struct rusage ru;
+    me->wall_s = j->sum->wall_s;
+    me->busy_s = j->sum->t_engine;
+    me->peak_rss_bytes = getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
+    me->kv_blocks_peak = es.kv_blocks_peak;
+    me->kv_blocks_total = es.kv_blocks_total;
+    const struct job_summary *s = j->sum;
+    double coord = s->t_plan + s->t_dist + s->t_store + s->t_output;
+    return json_pack("{s:i, s:f, s:f, s:f, s:o}", "n_ranks", dist_size(j->c->dist), "coordinator_s", coord,
+                     "coordinator_share", s->wall_s > 0 ? coord / s->wall_s : 0.0, "serve_s", s->t_dist, "ranks",
+                     dist_ranks_json(j->c->dist, me));
+}
+
 static int write_record(job *j, int64_t t_start_unix, const struct record_energy *energy, struct err *e)
 {
     struct engine_stats es;
@@ -263,6 +346,7 @@ static int write_record(job *j, int64_t t_start_unix, const struct record_energy
     struct record_run rr = {j->c, j->m, j->sum, &es, j->latency, j->n_latency, j->backlog_json, j->repair_json,
                             t_start_unix, energy};
     json_t *rec = record_build(&rr);
+    if (j->c->dist) json_object_set_new(rec, "distributed", dist_json(j));
     int rc = record_write(j->c->record, rec, e);
     json_decref(rec);
     return rc;
@@ -286,6 +370,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     uint32_t *order = NULL;
     size_t n_order = 0;
     int rc = -1;
+    j->feed = (struct dist_feed){.ctx = j, .next = feed_next, .result = feed_result};
     struct ledger_params lp = {m->name, c->order_input, m->ep.debug_checks, c->test_hook};
     if (ledger_init(&j->book, &lp, e) != 0) goto done;
 
@@ -309,7 +394,11 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
 
     /* the first commit writes what is already known (bad lines, lines done before) */
     if (ledger_commit_and_write(&j->book, e) != 0) goto done;
-    if (run_engine(j, order, n_order, e) != 0) goto done;
+    j->order = order;
+    j->n_order = n_order;
+    j->feed.n_left = n_order;
+    if (run_engine(j, e) != 0) goto done;
+    sum->t_dist = dist_serve_seconds(c->dist);
     if (finish_files(j, e) != 0) goto done;
     sum->wall_s = clock_now() - t_start;
     sum->gen_tok_s = sum->wall_s > 0 ? (double)sum->gen_tokens / sum->wall_s : 0;
@@ -317,6 +406,8 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     if (c->record && write_record(j, t_start_unix, &energy, e) != 0) goto done;
     rc = 0;
 done:
+    /* the other ranks wait for work until told end (an error ends them all: the caller aborts) */
+    if (rc == 0 && c->dist && !dist_done(c->dist) && dist_drain(c->dist, &j->feed, e) != 0) rc = -1;
     record_energy_stop(&energy);
     ledger_free(&j->book);
     free(j->latency);

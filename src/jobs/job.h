@@ -10,6 +10,10 @@
  *      exactly one transaction), and only then written to the output files (ledger_commit_and_write)
  *   4. write the run record (jobs/record)
  *
+ * Under MPI (config.dist), this runs on rank 0 only: steps 1, 2 and 4 are unchanged, and in step 3 the
+ * planned works are handed, in chunks and in planned order, to the worker ranks as well as to rank 0's own
+ * engine (jobs/dist); every result, wherever computed, goes through the same ledger commit.
+ *
  * Every backlog line ends in exactly one of the two files, once (DESIGN.md invariant 3); a result line is
  * written only after the commit that holds it (invariant 2). A kill at any point loses at most the
  * uncommitted work; the next run with the same command finishes the job.
@@ -23,6 +27,7 @@
 #include <jansson.h>
 
 #include "engine/engine.h"
+#include "jobs/dist.h"
 #include "jobs/input.h"
 #include "jobs/plan.h"
 #include "jobs/progress.h"
@@ -43,6 +48,8 @@ struct job_config {
     double progress_interval;      /* seconds between log lines when not on a terminal */
     int parse_special;             /* special-token text in completion prompts becomes those tokens */
     volatile sig_atomic_t *stop;   /* optional: set (by a signal handler) to stop after the current step */
+    dist *dist;                    /* optional: this is rank 0 of an MPI job (jobs/dist): it also hands works
+                                      to the other ranks and commits their results; NULL: one process */
     int argc;                      /* the command line, for the record */
     char **argv;
     const json_t *settings;        /* the effective flags (borrowed), copied into the record; may be NULL */
@@ -89,6 +96,7 @@ struct job_summary {
     int64_t prompt_tokens, prompt_tokens_cached, gen_tokens;
     double wall_s, gen_tok_s, prompt_tok_s;
     double t_parse, t_plan, t_store, t_output, t_engine; /* seconds by phase */
+    double t_dist;                 /* seconds serving the other MPI ranks (0 without) */
     int interrupted;               /* stopped by config.stop before finishing */
     struct output_repair_stats_pub {
         int64_t lines_rewritten, bytes_cut;
