@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,10 @@ static void run_usage(FILE *out)
             "  --retry-failed            compute failed requests again\n"
             "  --force                   reuse a store made with another model or other defaults\n"
             "  --progress-interval S     seconds between progress lines when not on a terminal (default 10)\n"
+            "  --owner NAME              who owns the run, for the record (default: the user name)\n"
+            "  --retest-after DAYS       the record says to re-measure the settings after DAYS (default 90)\n"
+            "  --sample-interval S       seconds between the record's time-series samples (default 5)\n"
+            "  --no-watchdog             do not lower --max-seqs under memory pressure or swapping\n"
             "  -q, --quiet               no progress, no summary\n"
             "  -v, --verbose             more log lines\n"
             "Engine:\n",
@@ -197,6 +202,10 @@ static int run_parse(int argc, char **argv, struct run_args *A)
         {"--durability", NULL, CLI_OPT_CHOICE, &c->durability, 0, 0, 0, run_durabilities},
         {"--commit-interval", NULL, CLI_OPT_DOUBLE, &c->commit_interval, 0, 0, 0, NULL},
         {"--progress-interval", NULL, CLI_OPT_DOUBLE, &c->progress_interval, 0, 0, 1, NULL},
+        {"--owner", NULL, CLI_OPT_STRING, &c->owner, 0, 0, 0, NULL},
+        {"--retest-after", NULL, CLI_OPT_INT32, &c->retest_after_days, 0, 36500, 0, NULL},
+        {"--sample-interval", NULL, CLI_OPT_DOUBLE, &c->sample_interval, 0, 0, 1, NULL},
+        {"--no-watchdog", NULL, CLI_OPT_SET, &c->watchdog, 0, 0, 0, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -387,6 +396,11 @@ int cmd_run(int argc, char **argv)
     c->argc = argc;
     c->argv = argv;
     c->version = NS_VERSION;
+    if (!c->owner) {
+        const char *u = getenv("USER");
+        struct passwd *pw = u && *u ? NULL : getpwuid(getuid());
+        c->owner = u && *u ? u : pw ? pw->pw_name : NULL;
+    }
     c->stop = &run_stop;
     setup_test_hook(c);
 

@@ -22,6 +22,7 @@
 
 #include "jobs/ingest.h"
 #include "jobs/ledger.h"
+#include "jobs/monitor.h"
 #include "jobs/output.h"
 #include "jobs/reconcile.h"
 #include "jobs/record.h"
@@ -42,6 +43,7 @@ typedef struct job {
     double t_commit_last;
     json_t *backlog_json; /* backlog facts for the record */
     json_t *repair_json;  /* what reconcile did, for the record */
+    struct monitor *mon;  /* the time series and the memory watchdog (jobs/monitor); NULL before the engine */
 } job;
 
 struct job_config job_default_config(void)
@@ -55,6 +57,9 @@ struct job_config job_default_config(void)
     c.progress = PROGRESS_AUTO;
     c.progress_interval = 10;
     c.parse_special = 1;
+    c.retest_after_days = 90;
+    c.sample_interval = 5;
+    c.watchdog = 1;
     return c;
 }
 
@@ -197,6 +202,12 @@ static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err 
     progress *pg = progress_init(stderr, j->c->progress, j->c->progress_interval, clock_now());
     struct progress_snapshot ps;
     j->t_commit_last = clock_now();
+    j->mon = calloc(1, sizeof *j->mon);
+    if (!j->mon) {
+        progress_free(pg);
+        return err_set(e, "out of memory");
+    }
+    monitor_start(j->mon, eng, j->c->sample_interval, j->m->ep.max_seqs, j->c->watchdog, j->t_commit_last);
     for (;;) {
         if (j->c->stop && *j->c->stop) {
             j->sum->interrupted = 1;
@@ -225,8 +236,10 @@ static int run_engine(job *j, const uint32_t *order, size_t n_order, struct err 
             snapshot(j, &ps);
             progress_update(pg, &ps, t1);
         }
+        monitor_tick(j->mon, eng, j->n_done_run, j->n_failed_run, t1);
     }
     if (take_results(j, e) != 0 || ledger_commit_and_write(&j->book, e) != 0) goto fail;
+    monitor_finish(j->mon, eng, j->n_done_run, j->n_failed_run, clock_now());
     if (pg) {
         snapshot(j, &ps);
         progress_finish(pg, &ps, clock_now());
@@ -263,6 +276,10 @@ static int write_record(job *j, int64_t t_start_unix, const struct record_energy
     struct record_run rr = {j->c, j->m, j->sum, &es, j->latency, j->n_latency, j->backlog_json, j->repair_json,
                             t_start_unix, energy};
     json_t *rec = record_build(&rr);
+    if (j->mon) {
+        json_object_set_new(rec, "timeline", monitor_timeline_json(j->mon));
+        json_object_set_new(rec, "watchdog", monitor_watchdog_json(j->mon));
+    }
     int rc = record_write(j->c->record, rec, e);
     json_decref(rec);
     return rc;
@@ -320,6 +337,7 @@ done:
     record_energy_stop(&energy);
     ledger_free(&j->book);
     free(j->latency);
+    free(j->mon);
     free(order);
     output_close(j->out[0]);
     output_close(j->out[1]);
