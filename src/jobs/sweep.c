@@ -149,10 +149,10 @@ static double nice_max(double v)
 
 /* Chart geometry: the plot area inside the margins; points are spaced evenly (concurrency doubles). */
 #define SVG_W 760
-#define SVG_H 420
+#define SVG_H 460
 #define PL 70
 #define PR 80
-#define PT 50
+#define PT 84
 #define PB 60
 
 static double px(size_t i, size_t n)
@@ -218,16 +218,24 @@ int sweep_write_svg(FILE *f, const char *title, const struct sweep_point *pts, s
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
             SVG_W, SVG_H, SVG_W, SVG_H);
-    fputs("<text x=\"20\" y=\"30\" font-size=\"17\" font-weight=\"bold\">", f);
-    svg_text(f, title);
+    /* the title's parenthesis, if any, goes on a second line */
+    const char *paren = strstr(title, " (");
+    int main_len = paren ? (int)(paren - title) : (int)strlen(title);
+    char head[512];
+    snprintf(head, sizeof head, "%.*s", main_len, title);
+    fputs("<text x=\"20\" y=\"26\" font-size=\"16\" font-weight=\"bold\">", f);
+    svg_text(f, head);
+    fputs("</text>\n<text x=\"20\" y=\"46\" font-size=\"12\" fill=\"#555\">", f);
+    svg_text(f, paren ? paren + 1 : "");
     fputs("</text>\n", f);
     svg_axes(f, pts, n, tmax, mmax);
     if (rec >= 0 && (size_t)rec < n) {
         double x = px((size_t)rec, n);
+        int last = n > 1 && (size_t)rec == n - 1; /* the label goes left of the line */
         fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#2a2\" stroke-width=\"2\" "
                    "stroke-dasharray=\"4,3\"/>\n<text x=\"%.1f\" y=\"%d\" font-size=\"13\" fill=\"#2a2\" "
-                   "text-anchor=\"middle\">knee: %d</text>\n",
-                x, x, PT, SVG_H - PB, x, PT - 6, (int)pts[rec].concurrency);
+                   "text-anchor=\"%s\">knee: %d</text>\n",
+                x, x, PT, SVG_H - PB, last ? x - 5 : x + 5, PT + 16, last ? "end" : "start", (int)pts[rec].concurrency);
     }
     svg_series(f, pts, n, 0, tmax, "#1f5fbf");
     svg_series(f, pts, n, 1, tmax, "#7aa7e8");
@@ -235,6 +243,6 @@ int sweep_write_svg(FILE *f, const char *title, const struct sweep_point *pts, s
     fprintf(f, "<g font-size=\"12\"><text x=\"%d\" y=\"%d\" fill=\"#1f5fbf\">&#9632; total tok/s</text>"
                "<text x=\"%d\" y=\"%d\" fill=\"#7aa7e8\">&#9632; generation tok/s</text>"
                "<text x=\"%d\" y=\"%d\" fill=\"#c0392b\">- - peak RSS</text></g>\n</svg>\n",
-            PL + 10, PT + 18, PL + 120, PT + 18, PL + 270, PT + 18);
+            PL, PT - 12, PL + 110, PT - 12, PL + 260, PT - 12);
     return ferror(f) ? -1 : 0;
 }
