@@ -234,15 +234,15 @@ json_t *record_histogram_json(const double *v, size_t n, int bins)
     }
     if (bins < 1) bins = 1;
     double w = hi > lo ? (hi - lo) / bins : 1.0;
-    json_t *counts = json_array();
-    for (int b = 0; b < bins; b++) {
-        int64_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            int at = (int)((v[i] - lo) / w);
-            k += (at >= bins ? bins - 1 : at) == b;
-        }
-        json_array_append_new(counts, json_integer((json_int_t)k));
+    json_int_t *k = calloc((size_t)bins, sizeof *k);
+    if (!k) return json_null();
+    for (size_t i = 0; i < n; i++) {
+        int at = (int)((v[i] - lo) / w);
+        k[at >= bins ? bins - 1 : at]++;
     }
+    json_t *counts = json_array();
+    for (int b = 0; b < bins; b++) json_array_append_new(counts, json_integer(k[b]));
+    free(k);
     return json_pack("{s:f, s:f, s:o}", "lo", lo, "width", w, "counts", counts);
 }
 

@@ -43,7 +43,7 @@ void record_energy_stop(struct record_energy *m); /* releases NVML */
 double record_percentile(double *v, size_t n, double p);
 
 /* {"lo", "width", "counts": [bins]}: v's values in bins equal bins from its minimum to its maximum (the
- * maximum in the last); new reference. O(n * bins). */
+ * maximum in the last); new reference. O(n + bins). */
 json_t *record_histogram_json(const double *v, size_t n, int bins);
 
 /* ISO 8601 UTC time ("2026-11-30T12:34:56Z") of a unix time. */

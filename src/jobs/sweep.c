@@ -7,12 +7,11 @@
 
 /* ---- sampling ---- */
 
-static const int32_t *sort_len; /* qsort has no context argument; sweep_sample is not re-entrant */
-
-static int cmp_by_len(const void *pa, const void *pb)
+static int cmp_by_len(const void *pa, const void *pb, void *ctx)
 {
+    const int32_t *len = ctx;
     size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
-    if (sort_len[a] != sort_len[b]) return sort_len[a] < sort_len[b] ? -1 : 1;
+    if (len[a] != len[b]) return len[a] < len[b] ? -1 : 1;
     return (a > b) - (a < b);
 }
 
@@ -23,8 +22,7 @@ size_t sweep_sample(const int32_t *len, size_t n, size_t k, size_t *out)
     size_t *order = malloc(n * sizeof *order);
     if (!order) return 0;
     for (size_t i = 0; i < n; i++) order[i] = i;
-    sort_len = len;
-    qsort(order, n, sizeof *order, cmp_by_len);
+    qsort_r(order, n, sizeof *order, cmp_by_len, (void *)len);
     /* stratum j is sorted positions [j n / k, (j + 1) n / k): its middle is (2j + 1) n / 2k, distinct for
      * distinct j because every stratum holds at least one position when k <= n */
     for (size_t j = 0; j < k; j++) out[j] = order[(2 * j + 1) * n / (2 * k)];
