@@ -58,6 +58,15 @@ if (cd "$e2e_tmp/cwd" && eval "\"$NS\" $cmd --quiet" >/dev/null 2>&1) && [ "$(wc
 else
     fail sweep_command_runs "$cmd"
 fi
+# token budgets: every level runs each; the command names the recommended budget
+out=$("$NS" sweep "$B" -m "$M" --sample 16 --concurrency 2,4 --max-batch-tokens 64,256 --point-seconds 0.3 \
+    --out "$e2e_tmp/mbt" 2>&1)
+if [ "$(grep -c . "$e2e_tmp/mbt.csv")" = 5 ] && echo "$out" | grep -Eq "^ +4 +256 " &&
+    echo "$out" | grep -Eq "nightshift run .* --max-seqs [24] --max-batch-tokens (64|256) "; then
+    ok sweep_token_budgets
+else
+    fail sweep_token_budgets "$out"
+fi
 expect_err sweep_bad_levels 2 "concurrency" "$NS" sweep "$B" -m "$M" --concurrency 1,x
 expect_err sweep_no_backlog 2 "no backlog" "$NS" sweep -m "$M"
 expect_err sweep_unknown_flag 2 "unknown option" "$NS" sweep "$B" --frobnicate
