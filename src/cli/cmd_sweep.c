@@ -247,7 +247,10 @@ static int read_backlog(const struct sweep_args *A, struct sweep_ctx *x, struct 
     memset(&it, 0, sizeof it);
     size_t k = 0;
     int rc;
-    while ((rc = input_next(r, &it, &e)) == 1) {
+    for (;;) {
+        input_item_free(&it); /* the previous line's */
+        memset(&it, 0, sizeof it);
+        if ((rc = input_next(r, &it, &e)) != 1) break;
         if (it.code || (keep && (k == n_keep || keep[k] != it.line))) continue;
         int32_t *ids, n_ids;
         const char *code;

@@ -138,7 +138,10 @@ static void read_prompts(const char *path, struct report_data *d)
     struct input_item it;
     memset(&it, 0, sizeof it);
     int left = d->n_samples;
-    while (left > 0 && input_next(r, &it, &e) == 1) {
+    while (left > 0) {
+        input_item_free(&it); /* the previous line's */
+        memset(&it, 0, sizeof it);
+        if (input_next(r, &it, &e) != 1) break;
         if (it.code || !it.custom_id) continue;
         for (int i = 0; i < d->n_samples; i++)
             if (!d->samples[i].prompt && !strcmp(d->samples[i].id, it.custom_id)) {
