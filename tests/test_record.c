@@ -191,6 +191,22 @@ TEST(run_record_from_its_parts)
     json_decref(r);
 }
 
+TEST(histogram)
+{
+    double v[6] = {1.0, 2.0, 2.5, 3.0, 5.0, 5.0};
+    json_t *h = record_histogram_json(v, 6, 4);
+    CHECK(json_real_value(json_object_get(h, "lo")) == 1.0);
+    CHECK(json_real_value(json_object_get(h, "width")) == 1.0);
+    const json_t *c = json_object_get(h, "counts");
+    CHECK_EQ_INT(json_array_size(c), 4);
+    long long want[4] = {1, 2, 1, 2}; /* [1,2) [2,3) [3,4) [4,5]: the maximum goes in the last */
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(json_integer_value(json_array_get(c, (size_t)i)), want[i]);
+    json_decref(h);
+    h = record_histogram_json(NULL, 0, 3);
+    CHECK_EQ_INT(json_array_size(json_object_get(h, "counts")), 3);
+    json_decref(h);
+}
+
 int main(void)
 {
     RUN(percentiles);
@@ -198,5 +214,6 @@ int main(void)
     RUN(write_is_atomic_json);
     RUN(run_record_from_its_parts);
     RUN(progress_line);
+    RUN(histogram);
     return test_summary();
 }

@@ -182,6 +182,37 @@ TEST(sched_budget_decode_first_fcfs)
     sim_free(&sm);
 }
 
+/* A lowered cap stops admissions until the running set is under it; nothing is preempted for it; raising
+ * it back admits again. */
+TEST(sched_seq_cap_lowered_and_raised)
+{
+    struct sim sm;
+    CHECK(sim_init(&sm, 256, 4, 64, 8, 0) == 0);
+    for (int i = 0; i < 16; i++) sim_add_made(&sm, 6, (uint64_t)i + 500, 20);
+    CHECK_EQ_INT(sim_step(&sm), 0);
+    CHECK_EQ_INT(sched_n_running(sm.s), 8);
+    sched_set_seq_cap(sm.s, 2);
+    CHECK_EQ_INT(sched_seq_cap(sm.s), 2);
+    int32_t peak_after = 0;
+    while (sched_n_running(sm.s) > 2) CHECK_EQ_INT(sim_step(&sm), 0);
+    for (int k = 0; k < 30; k++) {
+        CHECK_EQ_INT(sim_step(&sm), 0);
+        if (sched_n_running(sm.s) > peak_after) peak_after = sched_n_running(sm.s);
+    }
+    CHECK(peak_after <= 2);
+    CHECK_EQ_INT(sched_get_stats(sm.s)->n_preemptions, 0);
+    sched_set_seq_cap(sm.s, 100); /* clamped to max_seqs */
+    CHECK_EQ_INT(sched_seq_cap(sm.s), 8);
+    sched_set_seq_cap(sm.s, 0);
+    CHECK_EQ_INT(sched_seq_cap(sm.s), 1);
+    sched_set_seq_cap(sm.s, 8);
+    CHECK_EQ_INT(sim_step(&sm), 0);
+    CHECK(sched_n_running(sm.s) > 2);
+    CHECK_EQ_INT(sim_run(&sm, 10000), 0);
+    CHECK(sim_outputs_ok(&sm));
+    sim_free(&sm);
+}
+
 TEST(sched_chunked_prefill_catches_up)
 {
     struct sim sm;
@@ -749,6 +780,7 @@ TEST(engine_rejects_bad_params)
 int main(void)
 {
     RUN(sched_budget_decode_first_fcfs);
+    RUN(sched_seq_cap_lowered_and_raised);
     RUN(sched_chunked_prefill_catches_up);
     RUN(sched_preemption_and_resumption);
     RUN(sched_preemption_without_cache);

@@ -7,6 +7,8 @@
 #include "server/server.h"
 
 #include "test.h"
+
+static const struct job_model no_chat = {.chat = CHAT_NONE, .chat_source = "none"};
 #include "util/clock.h"
 
 static struct runtime rt, ref;
@@ -169,7 +171,7 @@ TEST(server_drain_deadline_cancels)
     struct err e;
     CHECK(server_init(&sp, &srv, &e) == 0);
     CHECK(server_openai(srv) == NULL); /* loading */
-    CHECK(server_start(srv, &rt, CHAT_NONE, "none", &e) == 0);
+    CHECK(server_start(srv, &rt, &no_chat, &e) == 0);
     server_queue *q = server_get_queue(srv);
     struct server_req *r[3];
     for (int i = 0; i < 3; i++)
@@ -194,7 +196,7 @@ int main(void)
         sp.defaults = &defaults;
         sp.model_name = "tiny";
         sp.debug_checks = 1;
-        if (server_init(&sp, &srv, &e) || server_start(srv, &rt, CHAT_NONE, "none", &e)) {
+        if (server_init(&sp, &srv, &e) || server_start(srv, &rt, &no_chat, &e)) {
             fprintf(stderr, "server: %s\n", e.msg);
             return 1;
         }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/log.h"
 
 char *cli_read_all(FILE *in, size_t *len)
 {
@@ -86,4 +87,31 @@ int cli_chat_template_compile(const gguf_file *f, jinja_template **t, enum chat_
     free(text);
     jinja_compile(tmpl.ptr, tmpl.len, t, e);
     return 1;
+}
+
+void cli_model_chat(const char *chat_name, const gguf_file *gf, jinja_template **owned, struct job_model *m)
+{
+    if (chat_name) {
+        chat_family_parse(chat_name, &m->chat);
+        m->chat_source = "flag";
+        return;
+    }
+    struct err e;
+    if (!cli_chat_template_compile(gf, owned, &m->chat, &e)) {
+        m->chat_source = "no tokenizer.chat_template in the model";
+        return;
+    }
+    m->chat_jinja = *owned;
+    if (*owned) {
+        m->chat_source = "gguf";
+        return;
+    }
+    if (m->chat != CHAT_NONE) {
+        log_warn("the model's chat template does not compile (%s); chat is rendered by nightshift's %s renderer",
+                 e.msg, chat_family_name(m->chat));
+        m->chat_source = "gguf (family renderer: the template does not compile)";
+    } else {
+        log_warn("the model's chat template does not compile (%s), nor is it one nightshift recognises", e.msg);
+        m->chat_source = "tokenizer.chat_template does not compile and is not recognised";
+    }
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "gguf/gguf.h"
+#include "jobs/job.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
 
@@ -29,5 +30,11 @@ int cli_chat_template(const gguf_file *f, enum chat_family *fam, size_t *len);
  * template (the caller frees it with jinja_free), or *t NULL and e saying why it does not compile. Returns 0
  * (*t NULL, *fam CHAT_NONE) when the file has no template. */
 int cli_chat_template_compile(const gguf_file *f, jinja_template **t, enum chat_family *fam, struct err *e);
+
+/* How a job renders chat, set in m (chat, chat_jinja, chat_source) the way `run` does it: chat_name
+ * (--chat-template NAME) wins; else the model's own tokenizer.chat_template compiled into *owned (the caller
+ * frees it with jinja_free after the job), with its family renderer as the fallback; a template that does not
+ * compile is warned about. */
+void cli_model_chat(const char *chat_name, const gguf_file *gf, jinja_template **owned, struct job_model *m);
 
 #endif

@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,10 @@ static void run_usage(FILE *out)
             "  --retry-failed            compute failed requests again\n"
             "  --force                   reuse a store made with another model or other defaults\n"
             "  --progress-interval S     seconds between progress lines when not on a terminal (default 10)\n"
+            "  --owner NAME              who owns the run, for the record (default: the user name)\n"
+            "  --retest-after DAYS       the record says to re-measure the settings after DAYS (default 90)\n"
+            "  --sample-interval S       seconds between the record's time-series samples (default 5)\n"
+            "  --no-watchdog             do not lower --max-seqs under memory pressure or swapping\n"
             "  -q, --quiet               no progress, no summary\n"
             "  -v, --verbose             more log lines\n"
             "Engine:\n",
@@ -200,6 +205,10 @@ static int run_parse(int argc, char **argv, struct run_args *A)
         {"--durability", NULL, CLI_OPT_CHOICE, &c->durability, 0, 0, 0, run_durabilities},
         {"--commit-interval", NULL, CLI_OPT_DOUBLE, &c->commit_interval, 0, 0, 0, NULL},
         {"--progress-interval", NULL, CLI_OPT_DOUBLE, &c->progress_interval, 0, 0, 1, NULL},
+        {"--owner", NULL, CLI_OPT_STRING, &c->owner, 0, 0, 0, NULL},
+        {"--retest-after", NULL, CLI_OPT_INT32, &c->retest_after_days, 0, 36500, 0, NULL},
+        {"--sample-interval", NULL, CLI_OPT_DOUBLE, &c->sample_interval, 0, 0, 1, NULL},
+        {"--no-watchdog", NULL, CLI_OPT_SET, &c->watchdog, 0, 0, 0, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -266,35 +275,6 @@ static int run_check_args(struct run_args *A)
     return 0;
 }
 
-/* How chat is rendered: by the family --chat-template names; else by the model's own template (Jinja), with
- * its family as the fallback; else by the family alone when the template does not compile (warned). */
-static void run_chat_template(struct run_args *A, struct job_model *m, const struct runtime *rt)
-{
-    if (A->chat_name) {
-        chat_family_parse(A->chat_name, &m->chat);
-        m->chat_source = "flag";
-        return;
-    }
-    struct err e;
-    if (!cli_chat_template_compile(rt->gf, &A->chat_jinja, &m->chat, &e)) {
-        m->chat_source = "no tokenizer.chat_template in the model";
-        return;
-    }
-    m->chat_jinja = A->chat_jinja;
-    if (A->chat_jinja) {
-        m->chat_source = "gguf";
-        return;
-    }
-    if (m->chat != CHAT_NONE) {
-        log_warn("the model's chat template does not compile (%s); chat is rendered by nightshift's %s renderer",
-                 e.msg, chat_family_name(m->chat));
-        m->chat_source = "gguf (family renderer: the template does not compile)";
-    } else {
-        log_warn("the model's chat template does not compile (%s), nor is it one nightshift recognises", e.msg);
-        m->chat_source = "tokenizer.chat_template does not compile and is not recognised";
-    }
-}
-
 /* The model's identity (sha256, cached) and the whole stack through the runtime; fills *m. 0, or -1
  * (printed). On success the caller closes rt. */
 static int run_open(struct run_args *A, const dist *d, struct job_model *m, struct runtime *rt)
@@ -332,7 +312,7 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
     m->backend = rt->backend_name;
     m->backend_gpu = rt->caps.gpu;
     m->threads = rt->threads;
-    run_chat_template(A, m, rt);
+    cli_model_chat(A->chat_name, rt->gf, &A->chat_jinja, m);
     return 0;
 }
 
@@ -419,6 +399,11 @@ int cmd_run(int argc, char **argv)
     c->argc = argc;
     c->argv = argv;
     c->version = NS_VERSION;
+    if (!c->owner) {
+        const char *u = getenv("USER");
+        struct passwd *pw = u && *u ? NULL : getpwuid(getuid());
+        c->owner = u && *u ? u : pw ? pw->pw_name : NULL;
+    }
     c->stop = &run_stop;
     c->dist = d;
     setup_test_hook(c);

@@ -67,6 +67,7 @@ struct serve_args {
     struct http_params hp;
     struct gen_params defaults;
     const char *chat_name, *model_name;
+    jinja_template *chat_jinja; /* the model's own chat template (owned; NULL: by family) */
     int no_special, quiet, verbose;
     int32_t port, max_queue, max_connections, idle_timeout;
     size_t max_queue_tokens, max_body, max_header;
@@ -160,26 +161,17 @@ static int serve_open(struct serve_args *A, server *srv, struct runtime *rt)
         cli_error("serve", "%s: %s", A->rp.model_path, e.msg);
         return -1;
     }
-    enum chat_family chat = CHAT_NONE;
-    const char *chat_source;
-    if (A->chat_name) {
-        chat_family_parse(A->chat_name, &chat);
-        chat_source = "flag";
-    } else {
-        size_t len;
-        if (cli_chat_template(rt->gf, &chat, &len))
-            chat_source = chat != CHAT_NONE ? "gguf" : "tokenizer.chat_template not recognised";
-        else
-            chat_source = "no tokenizer.chat_template in the model";
-    }
-    if (server_start(srv, rt, chat, chat_source, &e)) {
+    struct job_model chat = {0};
+    cli_model_chat(A->chat_name, rt->gf, &A->chat_jinja, &chat);
+    if (server_start(srv, rt, &chat, &e)) {
         cli_error("serve", "%s", e.msg);
         runtime_close(rt);
         return -1;
     }
     char desc[256];
     runtime_describe(rt, desc, sizeof desc);
-    log_info("nightshift serve: ready: %s; chat template %s (%s)", desc, chat_family_name(chat), chat_source);
+    log_info("nightshift serve: ready: %s; chat template %s (%s)", desc, chat_template_name(chat.chat, chat.chat_jinja),
+             chat.chat_source);
     return 0;
 }
 
@@ -262,6 +254,7 @@ done:
     if (srv) server_stop(srv);
     runtime_close(&rt);
     server_free(srv);
+    jinja_free(A.chat_jinja);
     if (rc == 0) log_info("nightshift serve: stopped");
 out:
     genparam_free(&A.defaults);

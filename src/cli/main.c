@@ -15,6 +15,8 @@ struct command {
 static const struct command commands[] = {
     {"run", cmd_run, "clear a backlog of prompts (resumable): run BACKLOG -m MODEL -o OUT.jsonl"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server: serve -m MODEL [--host H] [--port P] [--api-key K]"},
+    {"sweep", cmd_sweep, "find the knee of your own backlog: sweep BACKLOG -m MODEL [--sample N] [run flags]"},
+    {"report", cmd_report, "an HTML page about a run: report RECORD.json [-o report.html]"},
     {"bench", cmd_bench, "synthetic throughput benchmark over concurrency levels"},
     {"generate", cmd_generate, "complete one prompt: generate -m MODEL -p TEXT [-n N]"},
     {"info", cmd_info, "describe a GGUF model: info MODEL.gguf [--json]"},

@@ -638,6 +638,12 @@ int engine_step(engine *eng, struct err *e)
     return 0;
 }
 
+int32_t engine_set_max_seqs(engine *eng, int32_t n)
+{
+    sched_set_seq_cap(eng->s, n);
+    return sched_seq_cap(eng->s);
+}
+
 void engine_get_stats(const engine *eng, struct engine_stats *s)
 {
     *s = eng->st;

@@ -139,5 +139,8 @@ int engine_peek_text(const engine *eng, uint64_t id, const char **text, size_t *
 /* Cancels a queued or running request; its result finishes with ENGINE_FINISH_CANCELLED. 0 if found. */
 int engine_cancel(engine *eng, uint64_t id);
 void engine_get_stats(const engine *eng, struct engine_stats *s);
+/* Caps the running sequences at n from the next step on, clamped to [1, max_seqs as made]; running ones over
+ * a lowered cap finish, none is preempted for it. For a memory watchdog (jobs/job). Returns the cap set. */
+int32_t engine_set_max_seqs(engine *eng, int32_t n);
 
 #endif

@@ -24,6 +24,7 @@ struct sched {
     int32_t block_size;
     struct sched_seq **running; /* (max_seqs) sorted by arrival */
     int32_t n_running;
+    int32_t seq_cap; /* admissions stop at this many running: in [1, p.max_seqs] (sched_set_seq_cap) */
     struct sched_seq *wait_head, *wait_tail;
     int32_t n_waiting;
     int64_t next_arrival;
@@ -89,6 +90,7 @@ int sched_init(const struct sched_params *p, kv_pool *pool, sched **out, struct 
     sched *s = calloc(1, sizeof *s);
     if (!s) return err_set(e, "scheduler: out of memory");
     s->p = *p;
+    s->seq_cap = p->max_seqs;
     s->pool = pool;
     s->block_size = kv_block_size(pool);
     s->running = calloc((size_t)p->max_seqs, sizeof *s->running);
@@ -194,6 +196,13 @@ struct sched_seq *sched_find(sched *s, uint64_t id)
         if (q->id == id) return q;
     return NULL;
 }
+
+void sched_set_seq_cap(sched *s, int32_t n)
+{
+    s->seq_cap = n < 1 ? 1 : n > s->p.max_seqs ? s->p.max_seqs : n;
+}
+
+int32_t sched_seq_cap(const sched *s) { return s->seq_cap; }
 
 int32_t sched_n_running(const sched *s) { return s->n_running; }
 int32_t sched_n_waiting(const sched *s) { return s->n_waiting; }
@@ -323,7 +332,7 @@ const struct sched_plan *sched_schedule(sched *s)
 
     /* 3: admissions, strict FCFS */
     budget = s->p.max_batch_tokens - pl->n_rows;
-    while (budget > 0 && s->n_running < s->p.max_seqs && s->wait_head) {
+    while (budget > 0 && s->n_running < s->seq_cap && s->wait_head) {
         struct sched_seq *q = s->wait_head;
         if (q->preempted_step == s->stats.n_steps) break; /* not back in the step that preempted it */
         lookup_prefix(s, q);
@@ -378,6 +387,8 @@ int sched_check(const sched *s, struct err *e)
     int32_t *refs = s->ref_scratch;
     memset(refs, 0, (size_t)n_pool * sizeof *refs);
     if (s->n_running > s->p.max_seqs) return err_set(e, "sched_check: %d running > max_seqs", (int)s->n_running);
+    if (s->seq_cap < 1 || s->seq_cap > s->p.max_seqs)
+        return err_set(e, "sched_check: seq_cap %d outside [1, max_seqs %d]", (int)s->seq_cap, (int)s->p.max_seqs);
     for (int32_t i = 0; i < s->n_running; i++) {
         const struct sched_seq *q = s->running[i];
         if (q->state != SCHED_RUNNING) return err_set(e, "sched_check: running seq %llu in state %d", (unsigned long long)q->id, q->state);

@@ -103,6 +103,10 @@ const struct sched_plan *sched_schedule(sched *s);
  * filled in the prefix cache (which may swap a block id for an equal cached one). */
 void sched_commit(sched *s);
 
+/* Lowers (or raises back) the admission cap to n, clamped to [1, max_seqs]: no sequence is admitted while
+ * n or more run; sequences already running above a lowered cap are not preempted but finish. */
+void sched_set_seq_cap(sched *s, int32_t n);
+int32_t sched_seq_cap(const sched *s);
 int32_t sched_n_running(const sched *s);
 int32_t sched_n_waiting(const sched *s);
 const struct sched_stats *sched_get_stats(const sched *s);

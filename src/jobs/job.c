@@ -26,6 +26,7 @@
 
 #include "jobs/ingest.h"
 #include "jobs/ledger.h"
+#include "jobs/monitor.h"
 #include "jobs/output.h"
 #include "jobs/reconcile.h"
 #include "jobs/record.h"
@@ -50,6 +51,7 @@ typedef struct job {
     size_t n_order;
     struct dist_feed feed; /* the plan's cursor: order[n_order - feed.n_left] is next */
     struct dist_rank_stats self; /* rank 0's own engine's figures (MPI runs) */
+    struct monitor *mon;  /* the time series and the memory watchdog (jobs/monitor); NULL before the engine */
 } job;
 
 struct job_config job_default_config(void)
@@ -63,6 +65,9 @@ struct job_config job_default_config(void)
     c.progress = PROGRESS_AUTO;
     c.progress_interval = 10;
     c.parse_special = 1;
+    c.retest_after_days = 90;
+    c.sample_interval = 5;
+    c.watchdog = 1;
     return c;
 }
 
@@ -259,6 +264,12 @@ static int run_engine(job *j, struct err *e)
     progress *pg = progress_init(stderr, j->c->progress, j->c->progress_interval, clock_now());
     struct progress_snapshot ps;
     j->t_commit_last = clock_now();
+    j->mon = calloc(1, sizeof *j->mon);
+    if (!j->mon) {
+        progress_free(pg);
+        return err_set(e, "out of memory");
+    }
+    monitor_start(j->mon, eng, j->c->sample_interval, j->m->ep.max_seqs, j->c->watchdog, j->t_commit_last);
     for (;;) {
         if (j->c->stop && *j->c->stop) {
             j->sum->interrupted = 1;
@@ -285,11 +296,13 @@ static int run_engine(job *j, struct err *e)
             snapshot(j, &ps);
             progress_update(pg, &ps, t1);
         }
+        monitor_tick(j->mon, eng, j->n_done_run, j->n_failed_run, t1);
     }
     /* the other ranks finish what they hold (told "end" from now on); their results are committed too */
     if (d && dist_drain(d, &j->feed, e) != 0) goto fail;
     if (d && j->book.p.debug_checks && dist_check(d, e) != 0) goto fail;
     if (take_results(j, &taken, e) != 0 || ledger_commit_and_write(&j->book, e) != 0) goto fail;
+    monitor_finish(j->mon, eng, j->n_done_run, j->n_failed_run, clock_now());
     if (pg) {
         snapshot(j, &ps);
         progress_finish(pg, &ps, clock_now());
@@ -347,6 +360,10 @@ static int write_record(job *j, int64_t t_start_unix, const struct record_energy
                             t_start_unix, energy};
     json_t *rec = record_build(&rr);
     if (j->c->dist) json_object_set_new(rec, "distributed", dist_json(j));
+    if (j->mon) {
+        json_object_set_new(rec, "timeline", monitor_timeline_json(j->mon));
+        json_object_set_new(rec, "watchdog", monitor_watchdog_json(j->mon));
+    }
     int rc = record_write(j->c->record, rec, e);
     json_decref(rec);
     return rc;
@@ -411,6 +428,7 @@ done:
     record_energy_stop(&energy);
     ledger_free(&j->book);
     free(j->latency);
+    free(j->mon);
     free(order);
     output_close(j->out[0]);
     output_close(j->out[1]);

@@ -54,6 +54,10 @@ struct job_config {
     char **argv;
     const json_t *settings;        /* the effective flags (borrowed), copied into the record; may be NULL */
     const char *version;           /* nightshift version, for the record and the store */
+    const char *owner;             /* who runs it, for the record (NULL: none recorded) */
+    int32_t retest_after_days;     /* the record says when to re-measure the settings (default 90) */
+    double sample_interval;        /* seconds between time-series samples in the record (default 5) */
+    int watchdog;                  /* 1 (default): lower max_seqs under memory pressure (jobs/monitor) */
     /* tests only (fault injection): called after every engine "step", and at "after_commit", "mid_write"
      * (half of a batch written) and "after_write" of every commit (ledger_commit_and_write); a crash test's
      * hook kills the process at a chosen call or slows the steps down. NULL normally. */

@@ -225,6 +225,27 @@ int record_write(const char *path, const json_t *obj, struct err *e)
     return 0;
 }
 
+json_t *record_histogram_json(const double *v, size_t n, int bins)
+{
+    double lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || v[i] < lo) lo = v[i];
+        if (i == 0 || v[i] > hi) hi = v[i];
+    }
+    if (bins < 1) bins = 1;
+    double w = hi > lo ? (hi - lo) / bins : 1.0;
+    json_int_t *k = calloc((size_t)bins, sizeof *k);
+    if (!k) return json_null();
+    for (size_t i = 0; i < n; i++) {
+        int at = (int)((v[i] - lo) / w);
+        k[at >= bins ? bins - 1 : at]++;
+    }
+    json_t *counts = json_array();
+    for (int b = 0; b < bins; b++) json_array_append_new(counts, json_integer(k[b]));
+    free(k);
+    return json_pack("{s:f, s:f, s:o}", "lo", lo, "width", w, "counts", counts);
+}
+
 /* --- the run record --- */
 
 static double per_wall(double x, double wall)
@@ -254,8 +275,9 @@ static void add_performance(json_t *out, const struct record_run *r, const char 
                                   "gen_tok_s", per_wall((double)s->gen_tokens, wall), "total_tok_s",
                                   per_wall((double)(s->prompt_tokens + s->gen_tokens), wall), "requests_s",
                                   per_wall((double)s->work_computed, wall)));
-    json_object_set_new(out, "latency_s", json_pack("{s:f, s:f, s:f, s:I}", "p50", p50, "p95", p95, "max", pmax, "n",
-                                                    (json_int_t)r->n_latency));
+    json_object_set_new(out, "latency_s", json_pack("{s:f, s:f, s:f, s:I, s:o}", "p50", p50, "p95", p95, "max", pmax,
+                                                    "n", (json_int_t)r->n_latency, "histogram",
+                                                    record_histogram_json(r->latency, r->n_latency, 20)));
     json_object_set_new(out, "memory", json_pack("{s:I}", "peak_rss_bytes", (json_int_t)sysmem_peak_rss_bytes()));
     json_object_set_new(
         out, "kv",
@@ -298,6 +320,10 @@ json_t *record_build(const struct record_run *r)
     json_object_set_new(out, "nightshift", json_pack("{s:s, s:s}", "version", c->version ? c->version : "?",
                                                      "git_commit", record_git_commit()));
     json_object_set_new(out, "status", json_string(s->interrupted ? "interrupted" : "complete"));
+    char retest[32];
+    record_iso_time((int64_t)time(NULL) + (int64_t)c->retest_after_days * 86400, retest);
+    json_object_set_new(out, "owner", c->owner ? json_string(c->owner) : json_null());
+    json_object_set_new(out, "retest_after", json_pack("{s:s, s:i}", "date", retest, "days", (int)c->retest_after_days));
     json_object_set_new(out, "command", argv);
     json_object_set_new(out, "flags", c->settings ? json_deep_copy(c->settings) : json_object());
     json_object_set_new(out, "model", json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "path", m->path, "name", m->name,

@@ -42,6 +42,10 @@ void record_energy_stop(struct record_energy *m); /* releases NVML */
 /* p-th percentile (0..100, nearest rank) of v; sorts v in place. 0 for n == 0. */
 double record_percentile(double *v, size_t n, double p);
 
+/* {"lo", "width", "counts": [bins]}: v's values in bins equal bins from its minimum to its maximum (the
+ * maximum in the last); new reference. O(n + bins). */
+json_t *record_histogram_json(const double *v, size_t n, int bins);
+
 /* ISO 8601 UTC time ("2026-11-30T12:34:56Z") of a unix time. */
 void record_iso_time(int64_t unix_seconds, char out[32]);
 
@@ -64,7 +68,8 @@ struct record_run {
     const struct record_energy *energy; /* started with the run; read here */
 };
 
-/* The run record (new reference): nightshift version and git commit, status, command, flags, model,
+/* The run record (new reference): nightshift version and git commit, status, owner, retest_after (the date the
+ * settings should be re-measured: now + c->retest_after_days), command, flags, model,
  * backend, backlog, files, counts, tokens, time by phase, throughput, latency percentiles, peak memory,
  * KV pool, prefix cache, repair and energy. */
 json_t *record_build(const struct record_run *r);

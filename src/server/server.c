@@ -287,7 +287,7 @@ int server_init(const struct server_params *p, server **out, struct err *e)
     return 0;
 }
 
-int server_start(server *s, struct runtime *rt, enum chat_family chat, const char *chat_source, struct err *e)
+int server_start(server *s, struct runtime *rt, const struct job_model *chat, struct err *e)
 {
     if (!rt->eng) return err_set(e, "server: the runtime has no engine");
     s->rt = rt;
@@ -295,8 +295,9 @@ int server_start(server *s, struct runtime *rt, enum chat_family chat, const cha
                                   .name = s->p.model_name,
                                   .hp = &rt->model->hp,
                                   .vocab = rt->vocab,
-                                  .chat = chat,
-                                  .chat_source = chat_source,
+                                  .chat = chat->chat,
+                                  .chat_jinja = chat->chat_jinja,
+                                  .chat_source = chat->chat_source,
                                   .ep = rt->ep,
                                   .backend = rt->backend_name};
     s->octx = (struct openai_ctx){&s->model, s->p.defaults, s->p.parse_special};

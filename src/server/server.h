@@ -46,10 +46,10 @@ typedef struct server server;
 
 int server_init(const struct server_params *p, server **out, struct err *e);
 /* The runtime is open (rt->eng made by runtime_open; rt must outlive server_stop): starts the engine
- * thread and opens admission with limits from rt's KV pool. chat: the model's chat template (CHAT_NONE:
- * chat requests are refused), chat_source where it came from ("gguf", "flag", ...; not copied). */
-int server_start(server *s, struct runtime *rt, enum chat_family chat, const char *chat_source,
-                 struct err *e);
+ * thread and opens admission with limits from rt's KV pool. chat: how chat is rendered, its chat,
+ * chat_jinja and chat_source fields as cli_model_chat sets them (no template and CHAT_NONE: chat requests
+ * are refused); chat_jinja and chat_source are borrowed and must outlive the server. */
+int server_start(server *s, struct runtime *rt, const struct job_model *chat, struct err *e);
 server_queue *server_get_queue(server *s);
 /* What parsing needs; NULL while loading. */
 const struct openai_ctx *server_openai(server *s);

@@ -1,0 +1,666 @@
+/* nightshift sweep — measure the user's own backlog at increasing concurrency and recommend a setting.
+ *
+ *   nightshift sweep BACKLOG [-m MODEL] [--sample N] [--concurrency 1,2,4|auto] [--max-batch-tokens LIST]
+ *                    [--point-seconds S] [--out PREFIX] [run's input, generation and engine flags]
+ *
+ * 1. The backlog is read (jobs/input) and every request tokenized as `run` does (jobs/ingest's
+ *    ingest_prompt); N lines are sampled stratified by prompt length (jobs/sweep) and read again, so only
+ *    the sample's prompts are held. Nothing is written beside the backlog: no store, no output file.
+ * 2. The model and the backend are opened once (runtime); each point (concurrency c = max_seqs, and a token
+ *    budget when --max-batch-tokens lists some) gets a fresh engine. The sample, in a fixed shuffled order,
+ *    is fed so that c requests are in flight; the point's window ends after --point-seconds, or when the
+ *    sample runs out (the tail, where fewer than c run, is not measured). Tokens are the engine's counters
+ *    over the window (prompt rows computed + generated), latencies those of the requests finished in it.
+ * 3. Climbing stops when a level gains less than 5% over the best before it, when a point is over the
+ *    memory headroom (swap-out, PSI memory pressure, peak RSS past RAM - headroom), or when the next level's
+ *    KV growth, extrapolated from this one, would cross the RSS limit.
+ * 4. Output: a table, PREFIX.csv, PREFIX.json, PREFIX.svg, and the recommended `nightshift run` command.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "cli/cli_opts.h"
+#include "cli/cli_util.h"
+#include "cli/engine_flags.h"
+#include "jobs/ingest.h"
+#include "jobs/key.h"
+#include "jobs/record.h"
+#include "jobs/sweep.h"
+#include "util/clock.h"
+#include "util/mempress.h"
+#include "util/rng.h"
+#include "util/sysmem.h"
+
+#define SWEEP_MAX_LEVELS 16
+#define SWEEP_MAX_POINTS 64
+#define SWEEP_MAX_PASS 128
+
+struct sweep_args {
+    const char *backlog, *out, *chat_name;
+    struct runtime_params rp;
+    struct input_opts input;
+    int parse_special;
+    int32_t sample;
+    double point_s, psi_high;
+    int32_t levels[SWEEP_MAX_LEVELS], n_levels; /* n_levels 0: auto */
+    int32_t mbt[SWEEP_MAX_LEVELS], n_mbt;       /* n_mbt 0: the backend's default */
+    const char *pass[SWEEP_MAX_PASS];           /* run flags as typed, for the recommended command */
+    int n_pass;
+};
+
+/* One sampled request, ready for the engine. */
+struct sweep_req {
+    int32_t *ids, n_ids, max_tokens;
+    struct gen_params gen;
+    uint64_t seed;
+};
+
+struct sweep_ctx {
+    struct runtime st;
+    struct job_model jm;
+    jinja_template *chat_jinja; /* the model's own chat template (owned; NULL: by family) */
+    struct sweep_req *reqs;
+    size_t n_reqs;
+    int64_t n_lines; /* usable backlog lines */
+    uint64_t rss_limit;
+};
+
+static void sweep_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: nightshift sweep BACKLOG [-m MODEL] [options] [run flags]\n"
+            "\n"
+            "Runs a sample of BACKLOG (stratified by prompt length) through the engine at increasing concurrency,\n"
+            "stops when throughput flattens or memory headroom would be crossed, and recommends a setting as a\n"
+            "nightshift run command. Writes PREFIX.csv, PREFIX.json and PREFIX.svg; never the run's files.\n"
+            "\n"
+            "  -m, --model PATH          GGUF model (default: %s)\n"
+            "  --sample N                backlog lines to sample (default 256)\n"
+            "  --concurrency LIST|auto   levels (max_seqs) to try, e.g. 1,2,4,8 (default auto: 1, 2, 4, ... up\n"
+            "                            to half the sample)\n"
+            "  --max-batch-tokens LIST   token budgets to try at each level (default: the backend's)\n"
+            "  --point-seconds S         measuring window of each point (default 10)\n"
+            "  --psi-high PCT            memory pressure (PSI some avg10) counted as over the headroom (default 10)\n"
+            "  --out PREFIX              output files' prefix (default sweep)\n"
+            "  --format F, --chat-template NAME, --no-special, --max-line-bytes N: as for run\n"
+            "Generation defaults (as for run):\n",
+            cli_default_model());
+    genparam_usage(out);
+    fprintf(out, "Engine (--max-seqs is set by each level):\n");
+    struct runtime_params d = runtime_default_params();
+    engine_flags_usage(out, &d);
+}
+
+/* Parses a comma-separated list of integers in [lo, hi] into v (at most SWEEP_MAX_LEVELS). 0, or -1. */
+static int parse_list(const char *flag, const char *s, long lo, long hi, int32_t *v, int32_t *n)
+{
+    *n = 0;
+    for (const char *p = s;;) {
+        char tok[32];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof tok || *n == SWEEP_MAX_LEVELS) {
+            cli_error("sweep", "%s '%s': expected up to %d comma-separated integers in [%ld, %ld]", flag, s,
+                      SWEEP_MAX_LEVELS, lo, hi);
+            return -1;
+        }
+        memcpy(tok, p, len);
+        tok[len] = '\0';
+        long x;
+        if (engine_flags_parse_long("sweep", flag, tok, lo, hi, &x)) return -1;
+        v[(*n)++] = (int32_t)x;
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
+
+/* 1 when the flag (as typed, "=VALUE" ignored) is name. */
+static int flag_is(const char *arg, const char *name)
+{
+    size_t n = strlen(name);
+    return !strncmp(arg, name, n) && (arg[n] == '\0' || arg[n] == '=');
+}
+
+static const char *const sweep_formats[] = {"auto", "openai", "jsonl", "text", NULL};
+
+/* Parses argv: 0 to go on, 1 when help was printed, -1 on a bad argument (printed). */
+static int sweep_parse(int argc, char **argv, struct sweep_args *A)
+{
+    const char *conc = NULL, *mbt = NULL;
+    const struct cli_opt opts[] = {
+        {"--model", "-m", CLI_OPT_STRING, &A->rp.model_path, 0, 0, 0, NULL},
+        {"--sample", NULL, CLI_OPT_INT32, &A->sample, 1, 1 << 20, 0, NULL},
+        {"--concurrency", NULL, CLI_OPT_STRING, &conc, 0, 0, 0, NULL},
+        {"--max-batch-tokens", NULL, CLI_OPT_STRING, &mbt, 0, 0, 0, NULL},
+        {"--point-seconds", NULL, CLI_OPT_DOUBLE, &A->point_s, 0, 0, 1, NULL},
+        {"--psi-high", NULL, CLI_OPT_DOUBLE, &A->psi_high, 0, 0, 1, NULL},
+        {"--out", NULL, CLI_OPT_STRING, &A->out, 0, 0, 0, NULL},
+        {"--format", NULL, CLI_OPT_CHOICE, &A->input.format, 0, 0, 0, sweep_formats},
+        {"--chat-template", NULL, CLI_OPT_STRING, &A->chat_name, 0, 0, 0, NULL},
+        {"--no-special", NULL, CLI_OPT_SET, &A->parse_special, 0, 0, 0, NULL},
+        {"--max-line-bytes", NULL, CLI_OPT_SIZE, &A->input.max_line_bytes, 16, 4294967296.0, 0, NULL},
+    };
+    static const char *const run_own[] = {"--format", "--chat-template", "--no-special", "--max-line-bytes", NULL};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int start = i, pass = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            sweep_usage(stdout);
+            return 1;
+        }
+        int r = cli_opts_parse("sweep", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        for (int k = 0; r > 0 && run_own[k]; k++) pass |= flag_is(a, run_own[k]);
+        if (!r && (r = engine_flags_parse(&A->rp, "sweep", argc, argv, &i)) > 0) pass = !flag_is(a, "--max-seqs");
+        if (!r && (r = cli_opts_parse_gen("sweep", &A->input.defaults, argc, argv, &i)) > 0) pass = 1;
+        if (r < 0) return -1;
+        if (r > 0) {
+            for (int k = start; pass && k <= i && A->n_pass < SWEEP_MAX_PASS; k++) A->pass[A->n_pass++] = argv[k];
+            continue;
+        }
+        if (a[0] == '-' && a[1]) {
+            cli_error("sweep", "unknown option %s (see nightshift sweep --help)", a);
+            return -1;
+        }
+        if (A->backlog) {
+            cli_error("sweep", "one backlog at a time (got '%s' and '%s')", A->backlog, a);
+            return -1;
+        }
+        A->backlog = a;
+    }
+    if (conc && strcmp(conc, "auto") && parse_list("--concurrency", conc, 1, 4096, A->levels, &A->n_levels)) return -1;
+    if (mbt && parse_list("--max-batch-tokens", mbt, 1, 65536, A->mbt, &A->n_mbt)) return -1;
+    return 0;
+}
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+/* Opens the model and the backend and fills the job model that ingest_prompt reads. 0, or -1 (printed). */
+static int sweep_open(struct sweep_args *A, struct sweep_ctx *x)
+{
+    struct err e;
+    if (runtime_open_model(&A->rp, &x->st, &e) || runtime_open_backend(&x->st, &e)) {
+        cli_error("sweep", "%s: %s", A->rp.model_path, e.msg);
+        return -1;
+    }
+    struct job_model *m = &x->jm;
+    m->path = A->rp.model_path;
+    m->name = base_name(A->rp.model_path);
+    m->hp = &x->st.model->hp;
+    m->vocab = x->st.vocab;
+    m->ep = x->st.ep;
+    m->backend = x->st.backend_name;
+    m->threads = x->st.threads;
+    enum chat_family f;
+    if (A->chat_name && chat_family_parse(A->chat_name, &f)) {
+        cli_error("sweep", "--chat-template %s: expected one of %s", A->chat_name, chat_family_list());
+        return -1;
+    }
+    cli_model_chat(A->chat_name, x->st.gf, &x->chat_jinja, m);
+    return 0;
+}
+
+/* The usable lines of a backlog: prompt length and line number of each. */
+struct sweep_lines {
+    int32_t *len;
+    int64_t *line;
+    size_t n, cap;
+};
+
+/* Appends one line; 0, or -1 when out of memory. */
+static int lines_push(struct sweep_lines *L, int32_t len, int64_t line)
+{
+    if (L->n == L->cap) {
+        size_t cap = L->cap ? 2 * L->cap : 1024;
+        int32_t *a = realloc(L->len, cap * sizeof *a);
+        if (a) L->len = a;
+        int64_t *b = a ? realloc(L->line, cap * sizeof *b) : NULL;
+        if (!b) return -1;
+        L->line = b;
+        L->cap = cap;
+    }
+    L->len[L->n] = len;
+    L->line[L->n++] = line;
+    return 0;
+}
+
+/* One pass over the backlog. keep NULL: records every usable line (its prompt tokenized as run does) in
+ * *L. keep non-NULL (ascending line numbers, n_keep): tokenizes those lines into x->reqs. */
+static int read_backlog(const struct sweep_args *A, struct sweep_ctx *x, struct sweep_lines *L, const int64_t *keep,
+                        size_t n_keep)
+{
+    struct err e;
+    input_reader *r;
+    if (input_open(A->backlog, &A->input, &r, &e)) {
+        cli_error("sweep", "%s", e.msg);
+        return -1;
+    }
+    struct input_item it;
+    memset(&it, 0, sizeof it);
+    size_t k = 0;
+    int rc;
+    for (;;) {
+        input_item_free(&it); /* the previous line's */
+        memset(&it, 0, sizeof it);
+        if ((rc = input_next(r, &it, &e)) != 1) break;
+        if (it.code || (keep && (k == n_keep || keep[k] != it.line))) continue;
+        int32_t *ids, n_ids;
+        const char *code;
+        char msg[512];
+        int pr = ingest_prompt(&x->jm, A->parse_special, &it, &ids, &n_ids, NULL, &code, msg, sizeof msg, &e);
+        if (pr < 0) goto oom;
+        if (pr > 0) continue; /* a bad request: run would put it in the error file */
+        if (!keep) {
+            if (lines_push(L, n_ids, it.line)) goto oom_ids;
+            free(ids);
+        } else {
+            struct sweep_req *q = &x->reqs[x->n_reqs];
+            if (genparam_copy(&q->gen, &it.gen, &e)) goto oom_ids;
+            x->n_reqs++;
+            q->ids = ids;
+            q->n_ids = n_ids;
+            q->max_tokens = ingest_max_tokens(&x->jm, n_ids, it.gen.max_tokens);
+            uint64_t seed = it.gen.has_seed ? it.gen.seed : key_id_seed(it.custom_id ? it.custom_id : "");
+            q->seed = key_completion_seed(seed, 0);
+            k++;
+        }
+        continue;
+    oom_ids:
+        free(ids);
+        goto oom;
+    }
+    input_item_free(&it);
+    input_close(r);
+    if (rc < 0) cli_error("sweep", "%s: %s", A->backlog, e.msg);
+    return rc < 0 ? -1 : 0;
+oom:
+    input_item_free(&it);
+    input_close(r);
+    cli_error("sweep", "out of memory reading %s", A->backlog);
+    return -1;
+}
+
+static int cmp_i64(const void *pa, const void *pb)
+{
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+/* The sample: every usable line's length, the stratified pick, a second pass for its prompts, then a fixed
+ * shuffle so that every window sees the mix. 0, or -1 (printed). */
+static int sweep_load(const struct sweep_args *A, struct sweep_ctx *x)
+{
+    struct sweep_lines L = {0};
+    size_t *pick = NULL;
+    int64_t *keep = NULL;
+    if (read_backlog(A, x, &L, NULL, 0)) goto fail;
+    x->n_lines = (int64_t)L.n;
+    if (L.n == 0) {
+        cli_error("sweep", "%s has no usable request", A->backlog);
+        goto fail;
+    }
+    size_t k = (size_t)A->sample < L.n ? (size_t)A->sample : L.n;
+    pick = malloc(k * sizeof *pick);
+    keep = malloc(k * sizeof *keep);
+    x->reqs = calloc(k, sizeof *x->reqs);
+    if (!pick || !keep || !x->reqs || sweep_sample(L.len, L.n, k, pick) != k) {
+        cli_error("sweep", "out of memory sampling %zu of %zu lines", k, L.n);
+        goto fail;
+    }
+    for (size_t i = 0; i < k; i++) keep[i] = L.line[pick[i]];
+    qsort(keep, k, sizeof *keep, cmp_i64);
+    if (read_backlog(A, x, NULL, keep, k)) goto fail;
+    uint64_t rng = 1;
+    for (size_t i = x->n_reqs; i > 1; i--) {
+        size_t j = (size_t)(rng_splitmix64(&rng) % i);
+        struct sweep_req t = x->reqs[i - 1];
+        x->reqs[i - 1] = x->reqs[j];
+        x->reqs[j] = t;
+    }
+    free(L.len), free(L.line), free(pick), free(keep);
+    return 0;
+fail:
+    free(L.len), free(L.line), free(pick), free(keep);
+    return -1;
+}
+
+/* Adds sample request i to eng as id i. */
+static int add_req(engine *eng, const struct sweep_req *q, uint64_t i, struct err *e)
+{
+    struct engine_request r = {.id = i, .prompt = q->ids, .n_prompt = q->n_ids, .max_tokens = q->max_tokens,
+                               .stop = (const char *const *)q->gen.stop, .n_stop = q->gen.n_stop,
+                               .ignore_eos = q->gen.ignore_eos};
+    genparam_to_sampler(&q->gen, q->seed, &r.sampling);
+    return engine_add(eng, &r, e);
+}
+
+/* The measuring loop of one point on a fresh engine eng: keeps c requests in flight; fills the counters of
+ * p that the loop sees (latencies into lat, n_lat). */
+static int feed_point(const struct sweep_args *A, struct sweep_ctx *x, engine *eng, struct sweep_point *p, double *lat,
+                      size_t *n_lat, struct err *e)
+{
+    size_t next = 0, in_flight = 0;
+    int32_t c = p->concurrency;
+    double t0 = clock_now();
+    for (;;) {
+        while (in_flight < (size_t)c && next < x->n_reqs) {
+            if (add_req(eng, &x->reqs[next], next, e)) return -1;
+            next++, in_flight++;
+        }
+        p->wall_s = clock_now() - t0;
+        /* the window ends at the time limit, or where the tail begins (the sample has run out) */
+        if (p->wall_s >= A->point_s || in_flight == 0 || (in_flight < (size_t)c && p->requests)) return 0;
+        if (engine_step(eng, e)) return -1;
+        struct engine_result res;
+        while (engine_take(eng, &res)) {
+            in_flight--;
+            p->requests++;
+            if (res.finish == ENGINE_FINISH_ERROR) {
+                if (!p->failed) cli_error("sweep", "a request failed: %s", res.error);
+                p->failed++;
+            }
+            lat[(*n_lat)++] = res.t_finished - res.t_added;
+            engine_result_free(&res);
+        }
+    }
+}
+
+/* Runs one point: p->concurrency and p->max_batch_tokens set by the caller. 0, or -1 (printed). */
+static int run_point(const struct sweep_args *A, struct sweep_ctx *x, struct sweep_point *p)
+{
+    struct err e;
+    struct engine_params ep = x->st.ep;
+    ep.max_seqs = p->concurrency;
+    ep.max_batch_tokens = p->max_batch_tokens;
+    engine *eng = NULL;
+    double *lat = malloc(x->n_reqs * sizeof *lat);
+    size_t n_lat = 0;
+    if (!lat) {
+        cli_error("sweep", "out of memory");
+        return -1;
+    }
+    struct mempress_sample m0, m1;
+    struct record_energy en;
+    if (runtime_new_engine(&x->st, &ep, &eng, &e)) goto fail;
+    sysmem_reset_peak_rss();
+    mempress_read(NULL, &m0);
+    record_energy_start(&en, x->st.caps.gpu);
+    if (feed_point(A, x, eng, p, lat, &n_lat, &e)) goto fail;
+    double cpu_j, gpu_j;
+    record_energy_read(&en, &cpu_j, &gpu_j);
+    record_energy_stop(&en);
+    p->energy_j = cpu_j < 0 && gpu_j < 0 ? -1 : (cpu_j > 0 ? cpu_j : 0) + (gpu_j > 0 ? gpu_j : 0);
+    mempress_read(NULL, &m1);
+    struct engine_stats s;
+    engine_get_stats(eng, &s);
+    p->prompt_tokens = s.prompt_tokens_computed;
+    p->gen_tokens = s.gen_tokens;
+    p->preemptions = s.n_preemptions;
+    p->kv_blocks_peak = s.kv_blocks_peak;
+    p->kv_blocks_total = s.kv_blocks_total;
+    p->peak_rss = sysmem_peak_rss_bytes();
+    p->p50_s = record_percentile(lat, n_lat, 50);
+    p->p95_s = record_percentile(lat, n_lat, 95);
+    p->psi_some_avg10 = m1.some_avg10;
+    p->pswpin = m0.pswpin >= 0 && m1.pswpin >= 0 ? m1.pswpin - m0.pswpin : -1;
+    p->pswpout = m0.pswpout >= 0 && m1.pswpout >= 0 ? m1.pswpout - m0.pswpout : -1;
+    p->over_headroom = p->pswpout > 64 || (p->psi_some_avg10 >= A->psi_high) ||
+                       (x->rss_limit && p->peak_rss > x->rss_limit);
+    engine_free(eng);
+    free(lat);
+    return 0;
+fail:
+    cli_error("sweep", "concurrency %d: %s", (int)p->concurrency, e.msg);
+    engine_free(eng);
+    free(lat);
+    return -1;
+}
+
+static double mib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0);
+}
+
+/* Sizes the KV pool once for every point: the memory budget, capped at what the largest level can use; and
+ * the RSS limit (RAM this process may use minus the headroom). 0, or -1 (printed). */
+static int sweep_plan(const struct sweep_args *A, struct sweep_ctx *x, int32_t max_level)
+{
+    struct err e;
+    if (runtime_plan_kv(&x->st, A->rp.kv_memory, UINT64_MAX, &e)) {
+        cli_error("sweep", "%s", e.msg);
+        return -1;
+    }
+    int32_t blk = x->st.ep.kv_block;
+    int64_t per_req = 1;
+    for (size_t i = 0; i < x->n_reqs; i++) {
+        int64_t b = ((int64_t)x->reqs[i].n_ids + x->reqs[i].max_tokens + blk - 1) / blk;
+        if (b > per_req) per_req = b;
+    }
+    int64_t budget = x->st.budget.kv_blocks, useful = per_req * max_level;
+    if (budget < per_req) {
+        cli_error("sweep", "the KV budget holds %lld tokens, but the longest sampled request needs %lld",
+                  (long long)budget * blk, (long long)per_req * blk);
+        return -1;
+    }
+    x->st.ep.kv_blocks = budget < useful ? budget : useful;
+    struct sysmem_info mi;
+    if (!x->st.caps.gpu && sysmem_read(&mi, &e) == 0) {
+        uint64_t ram = sysmem_ram(&mi);
+        uint64_t head = A->rp.headroom != RUNTIME_AUTO ? A->rp.headroom : sysmem_default_headroom(&mi);
+        x->rss_limit = ram > head ? ram - head : 0;
+    }
+    return 0;
+}
+
+static void print_header(void)
+{
+    printf("%5s %6s %9s %9s %6s %8s %8s %9s %11s %7s %6s %6s\n", "conc", "mbt", "gen t/s", "total t/s", "cost",
+           "p50 s", "p95 s", "RSS MiB", "KV peak", "preempt", "PSI", "swap");
+}
+
+static void print_point(const struct sweep_point *p)
+{
+    char kv[32], psi[16], swp[16];
+    snprintf(kv, sizeof kv, "%lld/%lld", (long long)p->kv_blocks_peak, (long long)p->kv_blocks_total);
+    snprintf(psi, sizeof psi, p->psi_some_avg10 < 0 ? "-" : "%.1f", p->psi_some_avg10);
+    snprintf(swp, sizeof swp, p->pswpout < 0 ? "-" : "%lld", (long long)(p->pswpin + p->pswpout));
+    printf("%5d %6d %9.1f %9.1f %6.2f %8.2f %8.2f %9.1f %11s %7lld %6s %6s%s\n", (int)p->concurrency,
+           (int)p->max_batch_tokens, p->gen_tok_s, p->total_tok_s, p->rel_cost, p->p50_s, p->p95_s, mib(p->peak_rss),
+           kv, (long long)p->preemptions, psi, swp, p->over_headroom ? "  over headroom" : "");
+    fflush(stdout);
+}
+
+/* 1 when the next level (next_c) would cross the RSS limit: this level's KV use grown in proportion. */
+static int next_would_cross(const struct sweep_ctx *x, const struct sweep_point *p, int32_t next_c)
+{
+    if (!x->rss_limit) return 0;
+    uint64_t per_block = model_kv_bytes_per_token(&x->st.model->hp, x->st.ep.kv_type) * (uint64_t)x->st.ep.kv_block;
+    double kv = (double)p->kv_blocks_peak * (double)per_block;
+    return (double)p->peak_rss + kv * ((double)next_c / p->concurrency - 1.0) > (double)x->rss_limit;
+}
+
+/* The levels: given, or 1, 2, 4, ... up to half the sample (at least 1). */
+static int32_t make_levels(const struct sweep_args *A, const struct sweep_ctx *x, int32_t *lv)
+{
+    if (A->n_levels) {
+        memcpy(lv, A->levels, (size_t)A->n_levels * sizeof *lv);
+        return A->n_levels;
+    }
+    int32_t n = 0, top = (int32_t)(x->n_reqs / 2 > 1 ? x->n_reqs / 2 : 1);
+    for (int32_t c = 1; c <= top && c <= 4096 && n < SWEEP_MAX_LEVELS; c *= 2) lv[n++] = c;
+    return n;
+}
+
+/* Runs the levels (each with every token budget) until the stop rule; *n_pts points. 0, or -1. */
+static int sweep_climb(const struct sweep_args *A, struct sweep_ctx *x, const int32_t *lv, int32_t n_lv,
+                       struct sweep_point *pts, size_t *n_pts)
+{
+    struct sweep_point level_best[SWEEP_MAX_LEVELS];
+    int32_t n_mbt = A->n_mbt ? A->n_mbt : 1;
+    print_header();
+    for (int32_t l = 0; l < n_lv; l++) {
+        int b = -1;
+        for (int32_t t = 0; t < n_mbt && *n_pts < SWEEP_MAX_POINTS; t++) {
+            struct sweep_point *p = &pts[*n_pts];
+            memset(p, 0, sizeof *p);
+            p->concurrency = lv[l];
+            p->max_batch_tokens = A->n_mbt ? A->mbt[t] : x->st.ep.max_batch_tokens;
+            if (run_point(A, x, p)) return -1;
+            sweep_rates(p, *n_pts ? &pts[0] : NULL);
+            print_point(p);
+            if (b < 0 || p->total_tok_s > pts[b].total_tok_s) b = (int)*n_pts;
+            (*n_pts)++;
+        }
+        level_best[l] = pts[b];
+        if (sweep_should_stop(level_best, (size_t)l + 1)) {
+            printf("stopping: %s\n", sweep_usable(&pts[b]) ? "throughput has flattened" : "over the memory headroom");
+            return 0;
+        }
+        if (l + 1 < n_lv && next_would_cross(x, &pts[b], lv[l + 1])) {
+            printf("stopping: concurrency %d would cross the memory headroom\n", (int)lv[l + 1]);
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Appends s to buf (cap bytes), single-quoted for a POSIX shell when it has anything but plain characters. */
+static void append_arg(char *buf, size_t cap, const char *s)
+{
+    size_t n = strlen(buf);
+    int plain = *s != '\0' && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=:,+-@%") ==
+                                  strlen(s);
+    n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, n ? " " : "");
+    if (plain) {
+        snprintf(buf + n, n < cap ? cap - n : 0, "%s", s);
+        return;
+    }
+    n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "'");
+    for (; *s && n + 5 < cap; s++) n += (size_t)snprintf(buf + n, cap - n, *s == '\'' ? "'\\''" : "%c", *s);
+    snprintf(buf + n, n < cap ? cap - n : 0, "'");
+}
+
+/* The `nightshift run` command that uses point p, into buf. */
+static void recommend_command(const struct sweep_args *A, const struct sweep_point *p, char *buf, size_t cap)
+{
+    char num[32], outp[4096];
+    buf[0] = '\0';
+    const char *lead[] = {"nightshift", "run", A->backlog, "-m", A->rp.model_path, "--max-seqs"};
+    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++) append_arg(buf, cap, lead[i]);
+    snprintf(num, sizeof num, "%d", (int)p->concurrency);
+    append_arg(buf, cap, num);
+    if (A->n_mbt) {
+        append_arg(buf, cap, "--max-batch-tokens");
+        snprintf(num, sizeof num, "%d", (int)p->max_batch_tokens);
+        append_arg(buf, cap, num);
+    }
+    for (int i = 0; i < A->n_pass; i++) append_arg(buf, cap, A->pass[i]);
+    const char *b = base_name(A->backlog), *dot = strrchr(b, '.');
+    snprintf(outp, sizeof outp, "%.*s.results.jsonl", (int)(dot && dot != b ? dot - b : (long)strlen(b)), b);
+    append_arg(buf, cap, "-o");
+    append_arg(buf, cap, outp);
+}
+
+/* Writes PREFIX.csv, PREFIX.json and PREFIX.svg. 0, or -1 (printed). */
+static int sweep_write_files(const struct sweep_args *A, const struct sweep_ctx *x, const struct sweep_point *pts,
+                             size_t n, int rec, const char *cmd)
+{
+    char path[4096], title[512];
+    struct err e;
+    snprintf(path, sizeof path, "%s.csv", A->out);
+    FILE *f = fopen(path, "w");
+    int bad = !f || sweep_write_csv(f, pts, n);
+    if (f && fclose(f)) bad = 1;
+    if (bad) goto fail;
+    snprintf(title, sizeof title, "nightshift sweep: %s on %s (%s, %zu of %lld requests)", base_name(A->backlog),
+             base_name(A->rp.model_path), x->st.backend_name, x->n_reqs, (long long)x->n_lines);
+    snprintf(path, sizeof path, "%s.svg", A->out);
+    f = fopen(path, "w");
+    bad = !f || sweep_write_svg(f, title, pts, n, rec);
+    if (f && fclose(f)) bad = 1;
+    if (bad) goto fail;
+    json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o, s:i, s:s?}", "backlog", A->backlog, "model",
+                          A->rp.model_path, "backend", x->st.backend_name, "threads", x->st.threads, "sampled",
+                          (json_int_t)x->n_reqs, "usable_lines", (json_int_t)x->n_lines, "points",
+                          sweep_points_json(pts, n), "recommended", rec, "command", rec >= 0 ? cmd : NULL);
+    snprintf(path, sizeof path, "%s.json", A->out);
+    if (!o || record_write(path, o, &e)) {
+        json_decref(o);
+        goto fail;
+    }
+    json_decref(o);
+    return 0;
+fail:
+    cli_error("sweep", "cannot write %s", path);
+    return -1;
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    struct sweep_args A;
+    memset(&A, 0, sizeof A);
+    A.rp = runtime_default_params();
+    A.input = input_default_opts();
+    struct gen_params defaults = genparam_defaults();
+    A.input.defaults = defaults;
+    A.parse_special = 1;
+    A.sample = 256;
+    A.point_s = 10;
+    A.psi_high = 10;
+    A.out = "sweep";
+    int rc = sweep_parse(argc, argv, &A);
+    if (rc) {
+        genparam_free(&A.input.defaults);
+        return rc > 0 ? 0 : 2;
+    }
+    struct err e;
+    if (!A.backlog || genparam_check(&A.input.defaults, &e)) {
+        cli_error("sweep", "%s", A.backlog ? e.msg : "no backlog given (usage: nightshift sweep BACKLOG -m MODEL)");
+        genparam_free(&A.input.defaults);
+        return 2;
+    }
+    if (!A.rp.model_path) A.rp.model_path = cli_default_model();
+    struct sweep_ctx x;
+    memset(&x, 0, sizeof x);
+    struct sweep_point pts[SWEEP_MAX_POINTS];
+    size_t n_pts = 0;
+    int32_t lv[SWEEP_MAX_LEVELS];
+    rc = 1;
+    double t0 = clock_now();
+    if (sweep_open(&A, &x) || sweep_load(&A, &x)) goto out;
+    int32_t n_lv = make_levels(&A, &x, lv), max_lv = 1;
+    for (int32_t i = 0; i < n_lv; i++) max_lv = lv[i] > max_lv ? lv[i] : max_lv;
+    if (sweep_plan(&A, &x, max_lv)) goto out;
+    char desc[256];
+    runtime_describe(&x.st, desc, sizeof desc);
+    printf("nightshift sweep: %zu of %lld requests of %s (stratified by prompt length); %s; %.0f s per point\n",
+           x.n_reqs, (long long)x.n_lines, A.backlog, desc, A.point_s);
+    if (sweep_climb(&A, &x, lv, n_lv, pts, &n_pts)) goto out;
+    int best, rec = sweep_recommend(pts, n_pts, &best);
+    char cmd[8192];
+    if (rec >= 0) recommend_command(&A, &pts[rec], cmd, sizeof cmd);
+    if (sweep_write_files(&A, &x, pts, n_pts, rec, cmd)) goto out;
+    if (rec < 0) {
+        printf("no point kept the memory headroom without failures: nothing to recommend\n");
+    } else {
+        printf("best: concurrency %d, %.1f tok/s; recommended: concurrency %d, %.1f tok/s (%.0f%% of the best)\n",
+               (int)pts[best].concurrency, pts[best].total_tok_s, (int)pts[rec].concurrency, pts[rec].total_tok_s,
+               100.0 * pts[rec].total_tok_s / pts[best].total_tok_s);
+        printf("  %s\n", cmd);
+    }
+    printf("wrote %s.csv, %s.json, %s.svg (%.1f s)\n", A.out, A.out, A.out, clock_now() - t0);
+    rc = rec >= 0 ? 0 : 1;
+out:
+    for (size_t i = 0; i < x.n_reqs; i++) free(x.reqs[i].ids), genparam_free(&x.reqs[i].gen);
+    free(x.reqs);
+    jinja_free(x.chat_jinja);
+    runtime_close(&x.st);
+    genparam_free(&A.input.defaults);
+    return rc;
+}

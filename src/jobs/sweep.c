@@ -1,0 +1,246 @@
+/* sweep — see sweep.h. */
+#include "jobs/sweep.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- sampling ---- */
+
+static int cmp_by_len(const void *pa, const void *pb, void *ctx)
+{
+    const int32_t *len = ctx;
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    if (len[a] != len[b]) return len[a] < len[b] ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+size_t sweep_sample(const int32_t *len, size_t n, size_t k, size_t *out)
+{
+    if (k > n) k = n;
+    if (k == 0) return 0;
+    size_t *order = malloc(n * sizeof *order);
+    if (!order) return 0;
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    qsort_r(order, n, sizeof *order, cmp_by_len, (void *)len);
+    /* stratum j is sorted positions [j n / k, (j + 1) n / k): its middle is (2j + 1) n / 2k, distinct for
+     * distinct j because every stratum holds at least one position when k <= n */
+    for (size_t j = 0; j < k; j++) out[j] = order[(2 * j + 1) * n / (2 * k)];
+    free(order);
+    return k;
+}
+
+/* ---- the points ---- */
+
+void sweep_rates(struct sweep_point *p, const struct sweep_point *base)
+{
+    double w = p->wall_s > 0 ? p->wall_s : 1e-9;
+    p->gen_tok_s = (double)p->gen_tokens / w;
+    p->total_tok_s = (double)(p->prompt_tokens + p->gen_tokens) / w;
+    /* cost per token is machine time per token: 1 / throughput */
+    p->rel_cost = base && p->total_tok_s > 0 ? base->total_tok_s / p->total_tok_s : 1.0;
+}
+
+int sweep_usable(const struct sweep_point *p)
+{
+    return p->failed == 0 && !p->over_headroom && p->total_tok_s > 0;
+}
+
+int sweep_should_stop(const struct sweep_point *pts, size_t n)
+{
+    const struct sweep_point *last = &pts[n - 1];
+    if (!sweep_usable(last)) return 1;
+    double best = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (sweep_usable(&pts[i]) && pts[i].total_tok_s > best) best = pts[i].total_tok_s;
+    return n >= 2 && last->total_tok_s < best * (1.0 + SWEEP_FLAT);
+}
+
+/* 1 when a is a smaller setting than b: fewer sequences, then a smaller token budget. */
+static int smaller_setting(const struct sweep_point *a, const struct sweep_point *b)
+{
+    if (a->concurrency != b->concurrency) return a->concurrency < b->concurrency;
+    return a->max_batch_tokens < b->max_batch_tokens;
+}
+
+int sweep_recommend(const struct sweep_point *pts, size_t n, int *best)
+{
+    int b = -1;
+    for (size_t i = 0; i < n; i++)
+        if (sweep_usable(&pts[i]) && (b < 0 || pts[i].total_tok_s > pts[b].total_tok_s)) b = (int)i;
+    if (best) *best = b;
+    if (b < 0) return -1;
+    int rec = b;
+    for (size_t i = 0; i < n; i++)
+        if (sweep_usable(&pts[i]) && pts[i].total_tok_s >= pts[b].total_tok_s * (1.0 - SWEEP_WITHIN) &&
+            smaller_setting(&pts[i], &pts[rec]))
+            rec = (int)i;
+    return rec;
+}
+
+/* ---- files ---- */
+
+static double mib(uint64_t b)
+{
+    return (double)b / (1024.0 * 1024.0);
+}
+
+int sweep_write_csv(FILE *f, const struct sweep_point *pts, size_t n)
+{
+    fprintf(f, "concurrency,max_batch_tokens,requests,failed,gen_tok_s,total_tok_s,rel_cost,p50_s,p95_s,peak_rss_mib,"
+               "kv_blocks_peak,kv_blocks_total,preemptions,psi_some_avg10,pswpin,pswpout,energy_j,over_headroom\n");
+    for (size_t i = 0; i < n; i++) {
+        const struct sweep_point *p = &pts[i];
+        fprintf(f, "%d,%d,%d,%d,%.2f,%.2f,%.4f,%.4f,%.4f,%.1f,%lld,%lld,%lld,%.2f,%lld,%lld,%.2f,%d\n", (int)p->concurrency,
+                (int)p->max_batch_tokens, (int)p->requests, (int)p->failed, p->gen_tok_s, p->total_tok_s, p->rel_cost,
+                p->p50_s, p->p95_s, mib(p->peak_rss), (long long)p->kv_blocks_peak, (long long)p->kv_blocks_total,
+                (long long)p->preemptions, p->psi_some_avg10, (long long)p->pswpin, (long long)p->pswpout, p->energy_j,
+                p->over_headroom);
+    }
+    return ferror(f) ? -1 : 0;
+}
+
+json_t *sweep_points_json(const struct sweep_point *pts, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) {
+        const struct sweep_point *p = &pts[i];
+        json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:b}",
+                              "concurrency", (int)p->concurrency, "max_batch_tokens", (int)p->max_batch_tokens,
+                              "requests", (int)p->requests, "failed", (int)p->failed, "gen_tok_s", p->gen_tok_s,
+                              "total_tok_s", p->total_tok_s, "rel_cost", p->rel_cost, "latency_p50_s", p->p50_s,
+                              "latency_p95_s", p->p95_s, "peak_rss_bytes", (json_int_t)p->peak_rss, "kv_blocks_peak",
+                              (json_int_t)p->kv_blocks_peak, "kv_blocks_total", (json_int_t)p->kv_blocks_total,
+                              "preemptions", (json_int_t)p->preemptions, "psi_some_avg10", p->psi_some_avg10, "pswpin",
+                              (json_int_t)p->pswpin, "pswpout", (json_int_t)p->pswpout, "energy_j", p->energy_j,
+                              "over_headroom", p->over_headroom);
+        if (!o || json_array_append_new(a, o)) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* Writes s with the five XML specials escaped. */
+static void svg_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&apos;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+/* A round axis maximum at or above v (1, 2, 5 x 10^k). */
+static double nice_max(double v)
+{
+    if (!(v > 0)) return 1;
+    double m = pow(10, floor(log10(v)));
+    return v <= m ? m : v <= 2 * m ? 2 * m : v <= 5 * m ? 5 * m : 10 * m;
+}
+
+/* Chart geometry: the plot area inside the margins; points are spaced evenly (concurrency doubles). */
+#define SVG_W 760
+#define SVG_H 460
+#define PL 70
+#define PR 80
+#define PT 84
+#define PB 60
+
+static double px(size_t i, size_t n)
+{
+    return PL + (n > 1 ? (double)i * (SVG_W - PL - PR) / (double)(n - 1) : (SVG_W - PL - PR) / 2.0);
+}
+
+static double py(double v, double vmax)
+{
+    return SVG_H - PB - v / vmax * (SVG_H - PT - PB);
+}
+
+/* One series as a polyline with dots; which: 0 total tok/s, 1 gen tok/s, 2 peak RSS MiB. */
+static void svg_series(FILE *f, const struct sweep_point *pts, size_t n, int which, double vmax, const char *color)
+{
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2.5\"%s points=\"", color,
+            which == 2 ? " stroke-dasharray=\"6,4\"" : "");
+    for (size_t i = 0; i < n; i++) {
+        double v = which == 0 ? pts[i].total_tok_s : which == 1 ? pts[i].gen_tok_s : mib(pts[i].peak_rss);
+        fprintf(f, "%.1f,%.1f ", px(i, n), py(v, vmax));
+    }
+    fputs("\"/>\n", f);
+    for (size_t i = 0; i < n; i++) {
+        double v = which == 0 ? pts[i].total_tok_s : which == 1 ? pts[i].gen_tok_s : mib(pts[i].peak_rss);
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", px(i, n), py(v, vmax), color);
+    }
+}
+
+static void svg_axes(FILE *f, const struct sweep_point *pts, size_t n, double tmax, double mmax)
+{
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#888\"/>\n", PL, PT,
+            SVG_W - PL - PR, SVG_H - PT - PB);
+    for (int k = 0; k <= 4; k++) {
+        double y = py(tmax * k / 4, tmax);
+        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PL, SVG_W - PR, y, y);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">%g</text>\n", PL - 6, y + 4, tmax * k / 4);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" fill=\"#a33\">%g</text>\n", SVG_W - PR + 6, y + 4, mmax * k / 4);
+    }
+    for (size_t i = 0; i < n; i++) {
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">%d", px(i, n), SVG_H - PB + 18,
+                (int)pts[i].concurrency);
+        if (i && pts[i].max_batch_tokens != pts[0].max_batch_tokens) fprintf(f, "/%d", (int)pts[i].max_batch_tokens);
+        fputs("</text>\n", f);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">concurrency (max_seqs)</text>\n",
+            (SVG_W - PR + PL) / 2, SVG_H - 20);
+    fprintf(f, "<text x=\"18\" y=\"%d\" font-size=\"13\" transform=\"rotate(-90 18 %d)\" text-anchor=\"middle\">tok/s</text>\n",
+            SVG_H / 2, SVG_H / 2);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" fill=\"#a33\" transform=\"rotate(90 %d %d)\" "
+               "text-anchor=\"middle\">peak RSS (MiB)</text>\n",
+            SVG_W - 20, SVG_H / 2, SVG_W - 20, SVG_H / 2);
+}
+
+int sweep_write_svg(FILE *f, const char *title, const struct sweep_point *pts, size_t n, int rec)
+{
+    double tmax = 0, mmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pts[i].total_tok_s > tmax) tmax = pts[i].total_tok_s;
+        if (mib(pts[i].peak_rss) > mmax) mmax = mib(pts[i].peak_rss);
+    }
+    tmax = nice_max(tmax);
+    mmax = nice_max(mmax);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            SVG_W, SVG_H, SVG_W, SVG_H);
+    /* the title's parenthesis, if any, goes on a second line */
+    const char *paren = strstr(title, " (");
+    int main_len = paren ? (int)(paren - title) : (int)strlen(title);
+    char head[512];
+    snprintf(head, sizeof head, "%.*s", main_len, title);
+    fputs("<text x=\"20\" y=\"26\" font-size=\"16\" font-weight=\"bold\">", f);
+    svg_text(f, head);
+    fputs("</text>\n<text x=\"20\" y=\"46\" font-size=\"12\" fill=\"#555\">", f);
+    svg_text(f, paren ? paren + 1 : "");
+    fputs("</text>\n", f);
+    svg_axes(f, pts, n, tmax, mmax);
+    if (rec >= 0 && (size_t)rec < n) {
+        double x = px((size_t)rec, n);
+        int last = n > 1 && (size_t)rec == n - 1; /* the label goes left of the line */
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#2a2\" stroke-width=\"2\" "
+                   "stroke-dasharray=\"4,3\"/>\n<text x=\"%.1f\" y=\"%d\" font-size=\"13\" fill=\"#2a2\" "
+                   "text-anchor=\"%s\">knee: %d</text>\n",
+                x, x, PT, SVG_H - PB, last ? x - 5 : x + 5, PT + 16, last ? "end" : "start", (int)pts[rec].concurrency);
+    }
+    svg_series(f, pts, n, 0, tmax, "#1f5fbf");
+    svg_series(f, pts, n, 1, tmax, "#7aa7e8");
+    svg_series(f, pts, n, 2, mmax, "#c0392b");
+    fprintf(f, "<g font-size=\"12\"><text x=\"%d\" y=\"%d\" fill=\"#1f5fbf\">&#9632; total tok/s</text>"
+               "<text x=\"%d\" y=\"%d\" fill=\"#7aa7e8\">&#9632; generation tok/s</text>"
+               "<text x=\"%d\" y=\"%d\" fill=\"#c0392b\">- - peak RSS</text></g>\n</svg>\n",
+            PL, PT - 12, PL + 110, PT - 12, PL + 260, PT - 12);
+    return ferror(f) ? -1 : 0;
+}
