@@ -13,10 +13,10 @@ TEST(draft_cost_fit)
     struct draft_cost c;
     draft_cost_init(&c);
     CHECK(draft_cost_knee(&c) == DRAFT_PRIOR_KNEE); /* no data */
-    /* rows that never vary say nothing about the slope */
+    /* rows that never vary say nothing about the slope: the prior stands */
     for (int i = 0; i < 100; i++) draft_cost_add(&c, 64, 0.1);
-    CHECK(draft_cost_knee(&c) == DRAFT_PRIOR_KNEE);
-    /* T = 4 ms + 1.5 ms per row over rows 1..9 and 200: knee 2.67 */
+    CHECK(fabs(draft_cost_knee(&c) - DRAFT_PRIOR_KNEE) < 1e-9);
+    /* T = 4 ms + 1.5 ms per row over rows 1..9 and 200: knee 2.67 (the prior pulls a little) */
     draft_cost_init(&c);
     for (int i = 0; i < 400; i++) {
         int32_t rows = i % 10 == 9 ? 200 : 1 + i % 9;
@@ -25,16 +25,24 @@ TEST(draft_cost_fit)
         CHECK(draft_check(&c, NULL, &e) == 0);
     }
     double knee = draft_cost_knee(&c);
-    CHECK_MSG(fabs(knee - 4.0 / 1.5) < 0.05, "knee %g", knee);
+    fprintf(stderr, "# fitted knee %.3f (true 2.667, prior %.1f)\n", knee, DRAFT_PRIOR_KNEE);
+    CHECK_MSG(fabs(knee - 4.0 / 1.5) < 0.25, "knee %g", knee);
     CHECK(fabs(draft_cost_share(&c, 1) - 1 / (1 + knee)) < 1e-12);
     CHECK(draft_cost_share(&c, 64) > 0.95);
     CHECK(draft_cost_share(&c, 2) < draft_cost_share(&c, 4));
     /* the fit forgets: the same machine turned compute-bound (no fixed part) */
     for (int i = 0; i < 2000; i++) draft_cost_add(&c, 1 + i % 9, 0.002 * (1 + i % 9));
-    CHECK_MSG(draft_cost_knee(&c) < 0.05, "knee %g", draft_cost_knee(&c));
+    fprintf(stderr, "# compute-bound: knee %.3f\n", draft_cost_knee(&c));
+    CHECK_MSG(draft_cost_knee(&c) < 1.0, "knee %g", draft_cost_knee(&c));
+    /* a step 10x slower than the fit (another process ran) moves it little */
+    draft_cost_init(&c);
+    for (int i = 0; i < 200; i++) draft_cost_add(&c, 1 + i % 9, 0.004 + 0.0015 * (1 + i % 9));
+    knee = draft_cost_knee(&c);
+    draft_cost_add(&c, 2, 0.2);
+    CHECK_MSG(fabs(draft_cost_knee(&c) - knee) < 0.25, "knee %g -> %g", knee, draft_cost_knee(&c));
     /* slopes that say rows are free are noise: back to the prior */
     draft_cost_init(&c);
-    for (int i = 0; i < 100; i++) draft_cost_add(&c, 1 + i % 9, 0.01 - 0.0001 * (i % 9));
+    for (int i = 0; i < 100; i++) draft_cost_add(&c, 1 + i % 9, 0.01 - 0.001 * (i % 9));
     CHECK(draft_cost_knee(&c) == DRAFT_PRIOR_KNEE);
     /* bad observations are ignored */
     draft_cost_add(&c, 5, NAN);
@@ -62,29 +70,44 @@ TEST(draft_seq_acceptance)
     CHECK(draft_check(NULL, &s, &e) != 0);
 }
 
+/* draft_len in a step of `rows` rows, each worth a token. */
+static int32_t len_at(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, int32_t max)
+{
+    double value = rows;
+    int32_t d = draft_len(c, s, rows, &value, max);
+    return fabs(value - rows - draft_expected(s, d)) < 1e-9 ? d : -1; /* the value grew by what it drafted */
+}
+
 TEST(draft_len_rule)
 {
     struct draft_cost c;
     struct draft_seq hi, mid, lo;
-    draft_cost_init(&c); /* prior knee 4: share(r) = r / (r + 4) */
+    draft_cost_init(&c); /* prior knee 4: the bar is E / (R + 4) */
     hi.hits = 99, hi.misses = 1;   /* p 0.99 */
     mid.hits = 8, mid.misses = 2;  /* p 0.8 */
     lo.hits = 1, lo.misses = 9;    /* p 0.1 */
-    /* one row (decode at concurrency 1): share 0.2, 0.33, 0.43, 0.5, 0.56, 0.6, 0.64, 0.67 ... */
-    CHECK_EQ_INT(draft_len(&c, &hi, 1, 8), 8);
-    CHECK_EQ_INT(draft_len(&c, &mid, 1, 8), 3); /* 0.8 > 0.2, 0.64 > 0.33, 0.51 > 0.43, 0.41 < 0.5 */
-    CHECK_EQ_INT(draft_len(&c, &lo, 1, 8), 0);
-    CHECK_EQ_INT(draft_len(&c, &hi, 1, 3), 3); /* at most max */
-    CHECK_EQ_INT(draft_len(&c, &hi, 1, 0), 0);
-    /* many rows (compute-bound): share(64) = 0.94, share(400) = 0.99 */
-    CHECK_EQ_INT(draft_len(&c, &mid, 64, 8), 0);
-    CHECK_EQ_INT(draft_len(&c, &hi, 64, 8), 5); /* 0.99^5 = 0.951 > share(68) = 0.944; 0.99^6 < share(69) */
-    CHECK_EQ_INT(draft_len(&c, &hi, 400, 8), 0);
+    /* one row (decode at concurrency 1) */
+    CHECK_EQ_INT(len_at(&c, &hi, 1, 8), 8);
+    CHECK_EQ_INT(len_at(&c, &mid, 1, 8), 4); /* 0.8 * 5 > 1, .64 * 6 > 1.8, .51 * 7 > 2.44, .41 * 8 > 2.95, .33 * 9 < 3.36 */
+    CHECK_EQ_INT(len_at(&c, &lo, 1, 8), 0);  /* 0.1 * 5 < 1 */
+    CHECK_EQ_INT(len_at(&c, &hi, 1, 3), 3);  /* at most max */
+    CHECK_EQ_INT(len_at(&c, &hi, 1, 0), 0);
+    /* many rows (compute-bound): the bar nears 1 */
+    CHECK_EQ_INT(len_at(&c, &mid, 64, 8), 0);
+    CHECK_EQ_INT(len_at(&c, &hi, 64, 8), 5); /* .99^5 * 72 = 68.5 > 68.85 - .95; .99^6 * 73 < 68.85 */
+    CHECK_EQ_INT(len_at(&c, &hi, 400, 8), 0);
     /* monotone: more rows never draft more, higher acceptance never drafts less */
     for (int32_t r = 1; r < 200; r++) {
-        CHECK(draft_len(&c, &hi, r + 1, 8) <= draft_len(&c, &hi, r, 8));
-        CHECK(draft_len(&c, &mid, r, 8) <= draft_len(&c, &hi, r, 8));
+        CHECK(len_at(&c, &hi, r + 1, 8) <= len_at(&c, &hi, r, 8));
+        CHECK(len_at(&c, &mid, r, 8) <= len_at(&c, &hi, r, 8));
+        CHECK(len_at(&c, &lo, r, 8) >= 0);
     }
+    /* a step already holding drafts (E < R) takes more than one holding only sure rows */
+    double value = 8;
+    CHECK_EQ_INT(draft_len(&c, &mid, 8, &value, 8), 1);
+    value = 4;
+    CHECK_EQ_INT(draft_len(&c, &mid, 8, &value, 8), 4);
+    CHECK(fabs(draft_expected(&mid, 2) - (0.8 + 0.64)) < 1e-6);
 }
 
 int main(void)

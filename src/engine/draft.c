@@ -9,8 +9,6 @@
 #include <math.h>
 
 #define DRAFT_SEQ_DECAY 0.85f /* per observed token: a sequence's last ~7 tokens count most */
-#define DRAFT_FIT_MIN_W 8.0   /* weighted steps before the fit is trusted */
-#define DRAFT_FIT_MIN_VAR 0.25 /* weighted variance of rows (rows^2) before the fit is trusted */
 #define DRAFT_KNEE_MAX 1e6
 
 void draft_cost_init(struct draft_cost *c)
@@ -18,11 +16,36 @@ void draft_cost_init(struct draft_cost *c)
     *c = (struct draft_cost){0};
 }
 
+/* The least-squares line through the observations and the prior (slope, intercept); 0 when it has none. */
+static int cost_fit(const struct draft_cost *c, double *slope, double *t0)
+{
+    if (c->w <= 0 || c->sy <= 0) return 0;
+    double mx = c->sx / c->w, my = c->sy / c->w;
+    /* the prior: DRAFT_PRIOR_W pseudo-steps, half at 1 row and half at 1 + 2 * knee rows, on the line
+     * s * (knee + R) through the observations' mean */
+    double k = DRAFT_PRIOR_KNEE, s = my / (k + mx), half = DRAFT_PRIOR_W / 2;
+    double xa = 1, xb = 1 + 2 * k, ya = s * (k + xa), yb = s * (k + xb);
+    double w = c->w + DRAFT_PRIOR_W, sx = c->sx + half * (xa + xb), sy = c->sy + half * (ya + yb);
+    double sxx = c->sxx + half * (xa * xa + xb * xb), sxy = c->sxy + half * (xa * ya + xb * yb);
+    mx = sx / w;
+    my = sy / w;
+    double vxx = sxx / w - mx * mx, cxy = sxy / w - mx * my;
+    if (!(vxx > 0)) return 0;
+    *slope = cxy / vxx;
+    *t0 = my - *slope * mx;
+    return 1;
+}
+
 void draft_cost_add(struct draft_cost *c, int32_t rows, double seconds)
 {
     static const double decay = 0.98923; /* 2^(-1/DRAFT_COST_HALF_LIFE) */
     if (rows < 1 || !(seconds >= 0) || !isfinite(seconds)) return;
-    double x = rows;
+    double x = rows, slope, t0;
+    if (c->w >= DRAFT_PRIOR_W && cost_fit(c, &slope, &t0)) {
+        double fit = t0 + slope * x;
+        if (fit > 0 && seconds > fit * DRAFT_CLIP) seconds = fit * DRAFT_CLIP;
+        if (fit > 0 && seconds < fit / DRAFT_CLIP) seconds = fit / DRAFT_CLIP;
+    }
     c->w = c->w * decay + 1;
     c->sx = c->sx * decay + x;
     c->sy = c->sy * decay + seconds;
@@ -32,15 +55,11 @@ void draft_cost_add(struct draft_cost *c, int32_t rows, double seconds)
 
 double draft_cost_knee(const struct draft_cost *c)
 {
-    if (c->w < DRAFT_FIT_MIN_W) return DRAFT_PRIOR_KNEE;
-    double mx = c->sx / c->w, my = c->sy / c->w;
-    double vxx = c->sxx / c->w - mx * mx, cxy = c->sxy / c->w - mx * my;
-    if (vxx < DRAFT_FIT_MIN_VAR) return DRAFT_PRIOR_KNEE;
-    double slope = cxy / vxx, t0 = my - slope * mx;
-    if (!(slope > 0)) return DRAFT_PRIOR_KNEE; /* rows that cost nothing: noise, not a measurement */
-    if (t0 <= 0) return 0;                     /* no fixed part: every row is paid in full */
+    double slope, t0;
+    if (!cost_fit(c, &slope, &t0)) return DRAFT_PRIOR_KNEE;
+    if (!(slope > 0)) return DRAFT_PRIOR_KNEE; /* noise: rows are never free */
     double knee = t0 / slope;
-    return knee < DRAFT_KNEE_MAX ? knee : DRAFT_KNEE_MAX;
+    return knee < DRAFT_KNEE_MIN ? DRAFT_KNEE_MIN : knee > DRAFT_KNEE_MAX ? DRAFT_KNEE_MAX : knee;
 }
 
 double draft_cost_share(const struct draft_cost *c, int32_t rows)
@@ -70,17 +89,24 @@ double draft_seq_p(const struct draft_seq *s)
     return (double)s->hits / ((double)s->hits + (double)s->misses);
 }
 
-int32_t draft_len(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, int32_t max)
+int32_t draft_len(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, double *value, int32_t max)
 {
     double knee = draft_cost_knee(c), p = draft_seq_p(s), pk = 1.0;
     int32_t d = 0;
     while (d < max) {
-        double r = (double)rows + d;
         pk *= p;
-        if (pk <= r / (r + knee)) break;
+        if (pk * ((double)rows + d + knee) <= *value) break; /* pk <= E / (R + knee) */
+        *value += pk;
         d++;
     }
     return d;
+}
+
+double draft_expected(const struct draft_seq *s, int32_t d)
+{
+    double p = draft_seq_p(s), pk = 1.0, sum = 0;
+    for (int32_t k = 0; k < d; k++) sum += pk *= p;
+    return sum;
 }
 
 int draft_check(const struct draft_cost *c, const struct draft_seq *s, struct err *e)

@@ -3,21 +3,26 @@
  *
  * Cost: a step of R rows takes about T(R) = t0 + c * R seconds: t0 the part every step pays whatever its rows
  * (reading the weights, launching work), c the cost of a row. draft_cost fits t0 and c to the forward times
- * the engine observes (least squares, exponentially forgetting: the last ~DRAFT_COST_HALF_LIFE steps count
- * most); until the data pin the fit down it assumes t0 = knee * c for the prior knee DRAFT_PRIOR_KNEE.
+ * of the steps the engine observes (the engine gives it steps whose rows all sample, the steps drafts join):
+ * least squares, exponentially forgetting (the last ~DRAFT_COST_HALF_LIFE steps count most), regularized by
+ * DRAFT_PRIOR_W pseudo-steps on the prior line t0 = DRAFT_PRIOR_KNEE * c (scaled to the observed times), so
+ * that steps of one size, which say nothing about the slope, leave the prior; a time more than
+ * DRAFT_CLIP times off the current fit counts as that bound (a step slowed by another process does not
+ * turn the fit over).
  *
- * Value: a step of R rows yields R rows of work in T(R). One more row (a draft token) costs c and is worth a
- * row of work when it is accepted, which it is with probability P. So it pays iff P * T(R) / R > c, i.e.
- *     P > share(R) = c * R / T(R) = R / (R + knee),        knee = t0 / c.
- * Few rows (decode at low concurrency, weight-bound): share is small and long drafts pay; many rows
- * (compute-bound): share -> 1 and only near-certain drafts pay, so at high concurrency lookup drafts little
- * or nothing and costs (almost) nothing.
+ * Value: a step of R rows that yields E tokens of work (a prompt row or a sampled token: 1 each; a draft row:
+ * the chance it is accepted) runs at E / T(R). One more row (a draft token) costs c and yields P, the chance
+ * it is accepted. It raises the step's rate iff P / c > E / T(R), i.e.
+ *     P > bar(R, E) = c * E / T(R) = E / (R + knee),        knee = t0 / c.
+ * Before any draft E = R and the bar is R / (R + knee): few rows (decode at low concurrency, weight-bound)
+ * make it low and long drafts pay; many rows (compute-bound) push it to 1, so at high concurrency lookup
+ * drafts little or nothing and costs (almost) nothing.
  *
  * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
  * prior); the d-th token of a draft is accepted with probability p^d (all before it must be). So a sequence
- * drafts the largest d <= max with p^k > share(R + k - 1) for every k <= d. The engine also scores the next
- * proposed token that it did not verify against the token actually sampled (free information), so a
- * sequence that stopped drafting notices when its proposals become right again.
+ * drafts while the next token's p^d clears the bar, R and E growing with each row it adds. The engine also
+ * scores the next proposed token that it did not verify against the token actually sampled (free
+ * information), so a sequence that stopped drafting notices when its proposals become right again.
  */
 #ifndef NS_ENGINE_DRAFT_H
 #define NS_ENGINE_DRAFT_H
@@ -26,8 +31,11 @@
 
 #include "util/err.h"
 
-#define DRAFT_PRIOR_KNEE 4.0    /* t0 / c assumed before the fit has data (rows) */
+#define DRAFT_PRIOR_KNEE 4.0    /* t0 / c assumed before the fit has data (rows; about a CPU's) */
+#define DRAFT_PRIOR_W 16.0      /* weight of the prior, in steps */
 #define DRAFT_COST_HALF_LIFE 64 /* steps */
+#define DRAFT_CLIP 2.0          /* observations are clipped to [fit / DRAFT_CLIP, fit * DRAFT_CLIP] */
+#define DRAFT_KNEE_MIN 0.25     /* the fit never claims a step has no fixed part at all */
 
 /* Exponentially weighted sums of (rows, seconds) per step. */
 struct draft_cost {
@@ -42,7 +50,7 @@ struct draft_seq {
 void draft_cost_init(struct draft_cost *c);
 /* Adds one step: rows run, seconds in the forward pass. */
 void draft_cost_add(struct draft_cost *c, int32_t rows, double seconds);
-/* t0 / c from the fit (DRAFT_PRIOR_KNEE while the data cannot tell: few steps or rows that hardly vary). */
+/* t0 / c from the fit, in [DRAFT_KNEE_MIN, 1e6] (DRAFT_PRIOR_KNEE with no data). */
 double draft_cost_knee(const struct draft_cost *c);
 /* share(rows) = rows / (rows + knee), in (0, 1]. */
 double draft_cost_share(const struct draft_cost *c, int32_t rows);
@@ -53,9 +61,13 @@ void draft_seq_observe(struct draft_seq *s, int32_t hits, int missed);
 /* Estimated probability that the next draft token is accepted. */
 double draft_seq_p(const struct draft_seq *s);
 
-/* Draft tokens worth verifying for a sequence with acceptance s in a step that has `rows` rows so far:
- * the rule at the top of this file, at most max (>= 0). */
-int32_t draft_len(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, int32_t max);
+/* Draft tokens worth verifying for a sequence with acceptance s in a step that has `rows` rows so far
+ * yielding *value tokens (E above): the rule at the top of this file, at most max (>= 0). Adds the drafts'
+ * expected tokens to *value. */
+int32_t draft_len(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, double *value, int32_t max);
+
+/* Expected accepted tokens of a d-token draft: p + p^2 + ... + p^d. */
+double draft_expected(const struct draft_seq *s, int32_t d);
 
 /* Debug check: sums finite and consistent (w >= 0, sxx >= 0, ...), counts positive. */
 int draft_check(const struct draft_cost *c, const struct draft_seq *s, struct err *e);

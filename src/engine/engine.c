@@ -492,10 +492,12 @@ static int32_t propose(engine *eng, struct eng_seq *es)
 }
 
 /* Adds draft rows to the plan's entries that sample (oldest first): each sequence's proposal, cut to what
- * draft_len finds worth verifying in a step of the rows planned so far. */
+ * draft_len finds worth verifying in a step of the rows planned so far (value: the tokens they yield, a
+ * planned row 1, a draft row its chance of acceptance). */
 static void plan_drafts(engine *eng, const struct sched_plan *pl)
 {
     int32_t n_logits = 0;
+    double value = pl->n_rows;
     for (int32_t i = 0; i < pl->n_entries; i++) n_logits += pl->entries[i].logits;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
@@ -504,10 +506,12 @@ static void plan_drafts(engine *eng, const struct sched_plan *pl)
         if (!en->logits) continue;
         int32_t n_prop = propose(eng, es);
         if (n_prop == 0) continue;
-        int32_t k = eng->p.lookup_adaptive ? draft_len(&eng->cost, &es->acc, pl->n_rows, n_prop) : n_prop;
+        double before = value;
+        int32_t k = eng->p.lookup_adaptive ? draft_len(&eng->cost, &es->acc, pl->n_rows, &value, n_prop) : n_prop;
         k = reserve_logits(eng, n_logits + k) - n_logits;
         int32_t got = k > 0 ? sched_draft(eng->s, i, eng->draft, k) : 0;
         n_logits += got;
+        value = before + draft_expected(&es->acc, got);
         eng->verdicts[i].shadow = got < n_prop ? eng->draft[got] : -1;
     }
 }
@@ -608,7 +612,7 @@ int engine_step(engine *eng, struct err *e)
     double dt = clock_now() - t0;
     eng->st.t_forward += dt;
     eng->st.rows_computed += batch.n_rows;
-    if (eng->p.lookup > 0) draft_cost_add(&eng->cost, batch.n_rows, dt);
+    if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_cost_add(&eng->cost, batch.n_rows, dt);
 
     /* verify, then commit only what the sequences keep */
     int32_t n_entries = pl->n_entries;
