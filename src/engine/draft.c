@@ -8,7 +8,9 @@
 
 #include <math.h>
 
-#define DRAFT_SEQ_DECAY 0.85f /* per observed token: a sequence's last ~7 tokens count most */
+#define DRAFT_SEQ_DECAY 0.93f /* per observed token: a sequence's last ~14 tokens count most */
+#define DRAFT_SEQ_DOUBT 0.5   /* misses added to every estimate: a streak of hits is partly luck (drafting on
+                                 the estimate selects the lucky streaks), so p stays below 0.97 */
 #define DRAFT_KNEE_MAX 1e6
 
 void draft_cost_init(struct draft_cost *c)
@@ -86,12 +88,12 @@ void draft_seq_observe(struct draft_seq *s, int32_t hits, int missed)
 
 double draft_seq_p(const struct draft_seq *s)
 {
-    return (double)s->hits / ((double)s->hits + (double)s->misses);
+    return (double)s->hits / ((double)s->hits + (double)s->misses + DRAFT_SEQ_DOUBT);
 }
 
-int32_t draft_len(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, double *value, int32_t max)
+int32_t draft_len(double knee, const struct draft_seq *s, int32_t rows, double *value, int32_t max)
 {
-    double knee = draft_cost_knee(c), p = draft_seq_p(s), pk = 1.0;
+    double p = draft_seq_p(s), pk = 1.0;
     int32_t d = 0;
     while (d < max) {
         pk *= p;

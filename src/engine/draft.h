@@ -19,7 +19,9 @@
  * drafts little or nothing and costs (almost) nothing.
  *
  * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
- * prior); the d-th token of a draft is accepted with probability p^d (all before it must be). So a sequence
+ * prior, and half a miss of doubt in every estimate: drafting when the estimate is high picks the lucky
+ * streaks, whose next tokens are accepted less often than the streak says); the d-th token of a draft is
+ * accepted with probability p^d (all before it must be). So a sequence
  * drafts while the next token's p^d clears the bar, R and E growing with each row it adds. The engine also
  * scores the next proposed token that it did not verify against the token actually sampled (free
  * information), so a sequence that stopped drafting notices when its proposals become right again.
@@ -62,9 +64,9 @@ void draft_seq_observe(struct draft_seq *s, int32_t hits, int missed);
 double draft_seq_p(const struct draft_seq *s);
 
 /* Draft tokens worth verifying for a sequence with acceptance s in a step that has `rows` rows so far
- * yielding *value tokens (E above): the rule at the top of this file, at most max (>= 0). Adds the drafts'
- * expected tokens to *value. */
-int32_t draft_len(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, double *value, int32_t max);
+ * yielding *value tokens (E above), with knee = draft_cost_knee(): the rule at the top of this file, at most
+ * max (>= 0). Adds the drafts' expected tokens to *value. */
+int32_t draft_len(double knee, const struct draft_seq *s, int32_t rows, double *value, int32_t max);
 
 /* Expected accepted tokens of a d-token draft: p + p^2 + ... + p^d. */
 double draft_expected(const struct draft_seq *s, int32_t d);

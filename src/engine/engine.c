@@ -31,6 +31,10 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+#define ENG_PROBE_EVERY 8        /* steps between probes of a sequence that does not draft (wants_proposal) */
+#define ENG_PROBE_MAX 128        /* ... at most, after probes that missed at once */
+#define ENG_MAX_DRAFT_LOGITS 128 /* draft rows with logits per step, beyond max_seqs (reserve_logits) */
+
 struct eng_seq {
     struct sched_seq q; /* first member: a sched_seq pointer from the scheduler is an eng_seq pointer */
     struct sampler_params sampling; /* logit_bias points into bias */
@@ -45,12 +49,15 @@ struct eng_seq {
     double t_added, t_first;
     lookup *ix;             /* n-gram index of its tokens (lookup on; built at its first proposal) */
     struct draft_seq acc;   /* how often its drafts are accepted */
+    int32_t probe_in;       /* steps until its next probe (a proposal only scored, not verified) */
+    int32_t probe_every;    /* ENG_PROBE_EVERY, doubled (to ENG_PROBE_MAX) each time a probe misses at once */
+    int32_t *shadow;        /* (lookup) proposed tokens it did not verify, scored against the tokens it draws */
+    int32_t n_shadow, i_shadow; /* shadow[i_shadow .. n_shadow) are still to be scored */
     struct eng_seq *live_prev, *live_next;
 };
 
 /* What a step gives a sequence that samples in it. */
 struct eng_verdict {
-    int32_t shadow; /* the first proposed token it did not verify (-1: none), scored against the token drawn */
     int32_t n_keep; /* tokens it takes: its accepted drafts, then the token drawn after them, cut at its end */
     int32_t last;   /* the last of those (the others are already in its tokens, as draft rows) */
     int finish;     /* -1: it goes on; else the enum engine_finish it ends with */
@@ -70,7 +77,7 @@ struct engine {
     int32_t *row_tokens, *row_pos, *row_seq, *logit_rows; /* (max_batch_tokens) */
     struct step_seq *step_seqs;                           /* (max_seqs) */
     float *logits;                                        /* (cap_logits, n_vocab) */
-    int32_t cap_logits;   /* max_seqs, grown (up to max_batch_tokens) when drafts need more logit rows */
+    int32_t cap_logits;   /* max_seqs, grown when drafts need more logit rows (reserve_logits) */
     struct eng_verdict *verdicts;                         /* (max_seqs) per plan entry */
     int32_t *draft;                                       /* (lookup) a proposal */
     struct draft_cost cost;                               /* forward seconds against rows */
@@ -183,6 +190,7 @@ static void seq_free(struct eng_seq *es)
     free(es->stop);
     free(es->text);
     lookup_free(es->ix);
+    free(es->shadow);
     free(es);
 }
 
@@ -402,6 +410,8 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     if (text_reserve(es, 64)) goto oom;
     es->ignore_eos = r->ignore_eos;
     draft_seq_init(&es->acc);
+    es->probe_in = 1;
+    es->probe_every = ENG_PROBE_EVERY;
     es->t_added = clock_now();
     es->live_next = eng->live;
     if (eng->live) eng->live->live_prev = es;
@@ -468,12 +478,16 @@ static int take_token(engine *eng, struct eng_seq *es, int32_t tok, int32_t n_ge
     return eog || stopped ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH;
 }
 
-/* Room for n logit rows (grown up to max_batch_tokens); the rows there are, when it cannot grow. */
+/* Room for n logit rows; the rows there are when it cannot grow (out of memory, or at its cap: draft rows
+ * beyond ENG_MAX_DRAFT_LOGITS in one step are not worth (n_vocab floats) of host memory each; steps that
+ * large are compute-bound, where drafts hardly pay). */
 static int32_t reserve_logits(engine *eng, int32_t n)
 {
     if (n <= eng->cap_logits) return n;
-    int32_t cap = eng->cap_logits * 2 > n ? eng->cap_logits * 2 : n;
-    if (cap > eng->p.max_batch_tokens) cap = eng->p.max_batch_tokens;
+    int32_t cap = eng->cap_logits * 2 > n ? eng->cap_logits * 2 : n, most = eng->p.max_seqs + ENG_MAX_DRAFT_LOGITS;
+    if (most > eng->p.max_batch_tokens) most = eng->p.max_batch_tokens;
+    if (cap > most) cap = most;
+    if (cap <= eng->cap_logits) return eng->cap_logits;
     float *l = realloc(eng->logits, (size_t)cap * (size_t)eng->n_vocab * sizeof *l);
     if (!l) return eng->cap_logits;
     eng->logits = l;
@@ -487,8 +501,22 @@ static int32_t propose(engine *eng, struct eng_seq *es)
 {
     struct sched_seq *q = &es->q;
     if (!es->ix && !(es->ix = lookup_new())) return 0;
+    if (!es->shadow && !(es->shadow = malloc((size_t)eng->p.lookup * sizeof *es->shadow))) return 0;
     if (lookup_update(es->ix, q->tokens, q->n_tokens)) return 0;
     return lookup_propose(es->ix, q->tokens, q->n_tokens, eng->p.lookup, eng->draft, NULL);
+}
+
+/* 1 if es proposes a draft this step: always when every proposal is verified; else when even one draft
+ * token could pay; else, while no shadow is being scored, when its probe is due (that proposal is only
+ * scored against the tokens it draws, keeping its acceptance current at no cost in rows). Probes back off
+ * while their first token misses: proposing means bringing the sequence's index up to date, whose cache
+ * misses add up over many sequences and cheap steps. */
+static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t rows, double value)
+{
+    if (!eng->p.lookup_adaptive || draft_len(knee, &es->acc, rows, &value, 1) > 0) return 1;
+    if (es->i_shadow < es->n_shadow || --es->probe_in > 0) return 0;
+    es->probe_in = es->probe_every;
+    return 1;
 }
 
 /* Adds draft rows to the plan's entries that sample (oldest first): each sequence's proposal, cut to what
@@ -497,23 +525,37 @@ static int32_t propose(engine *eng, struct eng_seq *es)
 static void plan_drafts(engine *eng, const struct sched_plan *pl)
 {
     int32_t n_logits = 0;
-    double value = pl->n_rows;
+    double value = pl->n_rows, knee = draft_cost_knee(&eng->cost);
     for (int32_t i = 0; i < pl->n_entries; i++) n_logits += pl->entries[i].logits;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         struct eng_seq *es = (struct eng_seq *)en->seq;
-        eng->verdicts[i].shadow = -1;
-        if (!en->logits) continue;
+        if (!en->logits || !wants_proposal(eng, es, knee, pl->n_rows, value)) continue;
         int32_t n_prop = propose(eng, es);
+        es->i_shadow = es->n_shadow = 0;
         if (n_prop == 0) continue;
         double before = value;
-        int32_t k = eng->p.lookup_adaptive ? draft_len(&eng->cost, &es->acc, pl->n_rows, &value, n_prop) : n_prop;
+        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows, &value, n_prop) : n_prop;
         k = reserve_logits(eng, n_logits + k) - n_logits;
         int32_t got = k > 0 ? sched_draft(eng->s, i, eng->draft, k) : 0;
         n_logits += got;
         value = before + draft_expected(&es->acc, got);
-        eng->verdicts[i].shadow = got < n_prop ? eng->draft[got] : -1;
+        es->n_shadow = n_prop - got; /* what follows the verified drafts */
+        memcpy(es->shadow, eng->draft + got, (size_t)es->n_shadow * sizeof *es->shadow);
     }
+}
+
+/* Scores the shadow against tok, the token the sequence drew after its verified drafts (a rejected draft
+ * drops the shadow: it followed tokens the sequence does not have). A match is an accepted draft token
+ * that cost no row; a mismatch a rejected one, and the end of the shadow. */
+static void score_shadow(struct eng_seq *es, int32_t tok, int rejected)
+{
+    if (es->i_shadow == es->n_shadow) return;
+    int hit = !rejected && es->shadow[es->i_shadow] == tok;
+    if (!rejected) draft_seq_observe(&es->acc, hit, !hit);
+    if (es->i_shadow == 0)
+        es->probe_every = hit ? ENG_PROBE_EVERY : es->probe_every * 2 > ENG_PROBE_MAX ? ENG_PROBE_MAX : es->probe_every * 2;
+    es->i_shadow = hit ? es->i_shadow + 1 : es->n_shadow;
 }
 
 /* The step batch of the plan: every entry's rows in order; logits for the rows that sample (a sequence's
@@ -568,7 +610,7 @@ static void verify_entry(engine *eng, const struct sched_entry *en, float *logit
         eng->st.draft_accepted += a;
         draft_seq_observe(&es->acc, a, a < en->n_draft);
     }
-    if (a == en->n_draft && v->shadow >= 0) draft_seq_observe(&es->acc, tok == v->shadow, tok != v->shadow);
+    score_shadow(es, tok, a < en->n_draft);
     v->finish = -1;
     for (int32_t d = 0; d <= a && v->finish < 0; d++) {
         v->last = d < a ? draft[d] : tok;

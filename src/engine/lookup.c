@@ -13,7 +13,6 @@
 #include "engine/lookup.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #define LOOKUP_EMPTY (-1)
 #define LOOKUP_CAP0 64u
@@ -72,22 +71,35 @@ int32_t lookup_n_indexed(const lookup *ix)
     return ix->n_indexed;
 }
 
+static int gram_equal(const int32_t *a, const int32_t *b, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (a[k] != b[k]) return 0;
+    return 1;
+}
+
 /* The slot holding gram (n tokens), or the empty slot where it would go. */
 static uint32_t table_find(const struct lookup_table *t, const int32_t *tokens, const int32_t *gram, int n)
 {
     uint32_t mask = t->cap - 1, i = (uint32_t)gram_hash(gram, n) & mask;
     for (;;) {
         int32_t p = t->slot[i];
-        if (p == LOOKUP_EMPTY || !memcmp(tokens + p - n, gram, (size_t)n * sizeof *gram)) return i;
+        if (p == LOOKUP_EMPTY || gram_equal(tokens + p - n, gram, n)) return i;
         i = (i + 1) & mask;
     }
 }
 
-/* Doubles the table and re-inserts its entries (each n-gram is in it once). */
-static int table_grow(struct lookup_table *t, const int32_t *tokens, int n)
+/* Grows the table to hold `need` entries at half load (a power of two) and re-inserts its entries (each
+ * n-gram is in it once). */
+static int table_grow(struct lookup_table *t, const int32_t *tokens, int n, uint32_t need)
 {
     struct lookup_table g;
-    if (t->cap > UINT32_MAX / 4 || table_init(&g, t->cap * 2)) return -1;
+    uint32_t cap = t->cap;
+    while (cap / 2 < need) {
+        if (cap > UINT32_MAX / 4) return -1;
+        cap *= 2;
+    }
+    if (table_init(&g, cap)) return -1;
     for (uint32_t i = 0; i < t->cap; i++) {
         int32_t p = t->slot[i];
         if (p == LOOKUP_EMPTY) continue;
@@ -101,10 +113,16 @@ static int table_grow(struct lookup_table *t, const int32_t *tokens, int n)
 
 int lookup_update(lookup *ix, const int32_t *tokens, int32_t n_tokens)
 {
+    /* room for every new token at once (a prompt is indexed in one call): one rehash, not one per doubling */
+    uint32_t add = n_tokens > ix->n_indexed ? (uint32_t)(n_tokens - ix->n_indexed) : 0;
+    for (int n = 1; n <= LOOKUP_MAX_N && add > 1; n++) {
+        struct lookup_table *t = &ix->t[n - 1];
+        if ((t->n + add) * 2 > t->cap && add < UINT32_MAX / 4 && table_grow(t, tokens, n, t->n + add)) return -1;
+    }
     for (int32_t p = ix->n_indexed; p < n_tokens; p++) {
         for (int n = 1; n <= LOOKUP_MAX_N && n <= p; n++) {
             struct lookup_table *t = &ix->t[n - 1];
-            if ((t->n + 1) * 2 > t->cap && table_grow(t, tokens, n)) return -1;
+            if ((t->n + 1) * 2 > t->cap && table_grow(t, tokens, n, t->n + 1)) return -1;
             uint32_t i = table_find(t, tokens, tokens + p - n, n);
             if (t->slot[i] == LOOKUP_EMPTY) t->n++;
             t->slot[i] = p; /* p is the most recent occurrence */
