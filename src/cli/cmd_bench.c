@@ -318,6 +318,41 @@ static int cmp_rate(const void *pa, const void *pb)
     return (a > b) - (a < b);
 }
 
+/* Reports a level once its runs (lr, o->reps of them) are in: sorts them, prints the median run's row (and
+ * the range of total tok/s) unless --json, and appends its JSON object to levels_json. */
+static void report_level(const struct bench_opts *o, const struct engine_params *ep, struct bench_level *lr,
+                         json_t *levels_json)
+{
+    qsort(lr, (size_t)o->reps, sizeof *lr, cmp_rate);
+    const struct bench_level lv = lr[(o->reps - 1) / 2];
+    json_t *rates = json_array();
+    for (int32_t k = 0; k < o->reps; k++) json_array_append_new(rates, json_real(level_rate(&lr[k])));
+    double w = lv.wall > 0 ? lv.wall : 1e-9;
+    double pr = (double)lv.prompt_tokens / w, gr = (double)lv.gen_tokens / w;
+    int64_t peak_tokens = lv.peak_blocks * ep->kv_block;
+    double dr = lv.t_decode > 0 ? (double)lv.decode_tokens / lv.t_decode : 0;
+    if (!o->json) {
+        printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld", (int)lv.concurrency,
+               (int)lv.requests, pr, gr, pr + gr, lv.wall, dr, (long long)peak_tokens,
+               100.0 * (double)lv.peak_blocks / (double)ep->kv_blocks, mib(lv.peak_rss), (long long)lv.prompt_cached,
+               (long long)lv.preemptions);
+        if (ep->lookup > 0) printf(" %8.2f %9.1f%%", tokens_per_step(&lv), 100.0 * acceptance(&lv));
+        if (o->reps > 1) printf("  %.1f-%.1f", level_rate(&lr[0]), level_rate(&lr[o->reps - 1]));
+        printf("\n");
+        fflush(stdout);
+    }
+    json_t *lj = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}",
+                           "concurrency", lv.concurrency, "requests", lv.requests, "failed", lv.failed, "prompt_tok_s", pr,
+                           "gen_tok_s", gr, "total_tok_s", pr + gr, "wall_s", lv.wall, "decode_tok_s", dr, "prompt_tokens",
+                           (json_int_t)lv.prompt_tokens, "prompt_tokens_computed", (json_int_t)lv.prompt_computed,
+                           "prompt_tokens_cached", (json_int_t)lv.prompt_cached, "gen_tokens", (json_int_t)lv.gen_tokens,
+                           "steps", (json_int_t)lv.steps, "preemptions", (json_int_t)lv.preemptions, "peak_kv_tokens",
+                           (json_int_t)peak_tokens, "peak_rss_bytes", (json_int_t)lv.peak_rss, "forward_s", lv.t_forward);
+    json_object_set_new(lj, "total_tok_s_runs", rates);
+    json_object_update_new(lj, lookup_json(&lv));
+    json_array_append_new(levels_json, lj);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o;
@@ -441,35 +476,7 @@ int cmd_bench(int argc, char **argv)
             goto done;
         }
         if (r + 1 < o.reps) continue;
-        qsort(lr, (size_t)o.reps, sizeof *lr, cmp_rate);
-        const struct bench_level lv = lr[(o.reps - 1) / 2];
-        json_t *rates = json_array();
-        for (int32_t k = 0; k < o.reps; k++) json_array_append_new(rates, json_real(level_rate(&lr[k])));
-        double w = lv.wall > 0 ? lv.wall : 1e-9;
-        double pr = (double)lv.prompt_tokens / w, gr = (double)lv.gen_tokens / w;
-        int64_t peak_tokens = lv.peak_blocks * ep.kv_block;
-        double dr = lv.t_decode > 0 ? (double)lv.decode_tokens / lv.t_decode : 0;
-        if (!o.json) {
-            printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld", (int)c, (int)lv.requests, pr,
-                   gr, pr + gr, lv.wall, dr, (long long)peak_tokens, 100.0 * (double)lv.peak_blocks / (double)ep.kv_blocks,
-                   mib(lv.peak_rss), (long long)lv.prompt_cached, (long long)lv.preemptions);
-            if (ep.lookup > 0) printf(" %8.2f %9.1f%%", tokens_per_step(&lv), 100.0 * acceptance(&lv));
-            if (o.reps > 1) printf("  %.1f-%.1f", level_rate(&lr[0]), level_rate(&lr[o.reps - 1]));
-            printf("\n");
-            fflush(stdout);
-        }
-        json_array_append_new(
-            levels_json,
-            json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "concurrency", c,
-                      "requests", lv.requests, "failed", lv.failed, "prompt_tok_s", pr, "gen_tok_s", gr, "total_tok_s", pr + gr,
-                      "wall_s", lv.wall, "decode_tok_s", dr, "prompt_tokens", (json_int_t)lv.prompt_tokens, "prompt_tokens_computed",
-                      (json_int_t)lv.prompt_computed, "prompt_tokens_cached", (json_int_t)lv.prompt_cached, "gen_tokens",
-                      (json_int_t)lv.gen_tokens, "steps", (json_int_t)lv.steps, "preemptions", (json_int_t)lv.preemptions,
-                      "peak_kv_tokens", (json_int_t)peak_tokens, "peak_rss_bytes", (json_int_t)lv.peak_rss, "forward_s",
-                      lv.t_forward));
-        json_t *lj = json_array_get(levels_json, json_array_size(levels_json) - 1);
-        json_object_set_new(lj, "total_tok_s_runs", rates);
-        json_object_update_new(lj, lookup_json(&lv));
+        report_level(&o, &ep, lr, levels_json);
         for (int32_t k = 0; k < o.reps; k++)
             if (lr[k].failed) rc = 1;
     }
