@@ -60,7 +60,7 @@ then ok bench_shared_prefix; else fail bench_shared_prefix "$json / $json2"; fi
 
 # the copy workload (chat-less model: plain prompts) with prompt lookup: same tokens generated with it off;
 # the table and the JSON give tokens per step and the draft acceptance
-json=$("$NS" bench -m "$M" --workload copy --prompt-len 24 --gen-len 16 --concurrency 1,2 --requests 2 --json 2>/dev/null)
+json=$("$NS" bench -m "$M" --workload copy --prompt-len 24 --gen-len 16 --concurrency 1,2 --requests 2 --lookup 0 --json 2>/dev/null)
 json2=$("$NS" bench -m "$M" --workload copy --prompt-len 24 --gen-len 16 --concurrency 1,2 --requests 2 --lookup 4 --lookup-always --json 2>/dev/null)
 table=$("$NS" bench -m "$M" --workload copy --prompt-len 24 --gen-len 16 --concurrency 1 --requests 2 --lookup 4 2>&1)
 if python3 - "$json" "$json2" <<'EOF'

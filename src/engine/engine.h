@@ -35,7 +35,7 @@
  * [1, 4096]; lookup in [0, ENGINE_MAX_LOOKUP]. max_seqs above max_batch_tokens is lowered to
  * max_batch_tokens (every running sequence must be able to decode in one step). */
 #define ENGINE_MAX_LOOKUP 64
-#define ENGINE_DEFAULT_LOOKUP 0
+#define ENGINE_DEFAULT_LOOKUP 8
 struct engine_params {
     int32_t kv_block;         /* tokens per KV block (default 16) */
     int64_t kv_blocks;        /* pool size in blocks; computed by the caller from a memory budget
