@@ -936,6 +936,13 @@ TEST(engine_rejects_bad_params)
     p.max_batch_tokens = 1 << 20;
     CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) != 0);
     CHECK(strstr(e.msg, "max_batch_tokens") != NULL);
+    p.max_batch_tokens = 512;
+    p.lookup = ENGINE_MAX_LOOKUP + 1;
+    CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) != 0);
+    CHECK(strstr(e.msg, "lookup") != NULL);
+    p.lookup = -1;
+    CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) != 0);
+    p.lookup = ENGINE_MAX_LOOKUP;
     /* max_seqs above max_batch_tokens is lowered, not an error */
     p.max_batch_tokens = 8;
     CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) == 0);
