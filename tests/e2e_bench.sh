@@ -71,6 +71,23 @@ for l in d["levels"]:
     assert l["requests"] == 3 and len(l["total_tok_s_runs"]) == 2 and l["gen_tokens"] == 9, l
 EOF
 then ok bench_flag_equals_value; else fail bench_flag_equals_value "$json $(cat "$e2e_tmp/err")"; fi
+# the copy workload (chat-less model: plain prompts) with prompt lookup: same tokens generated with it off;
+# the table and the JSON give tokens per step and the draft acceptance
+json=$("$NS" bench -m "$M" --workload copy --prompt-len 24 --gen-len 16 --concurrency 1,2 --requests 2 --lookup 0 --json 2>/dev/null)
+json2=$("$NS" bench -m "$M" --workload copy --prompt-len 24 --gen-len 16 --concurrency 1,2 --requests 2 --lookup 4 --lookup-always --json 2>/dev/null)
+table=$("$NS" bench -m "$M" --workload copy --prompt-len 24 --gen-len 16 --concurrency 1 --requests 2 --lookup 4 2>&1)
+if python3 - "$json" "$json2" <<'EOF'
+import json, sys
+a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert a["workload"] == "copy" and a["lookup"] == 0 and b["lookup"] == 4 and not b["lookup_adaptive"], (a, b)
+for la, lb in zip(a["levels"], b["levels"]):
+    assert la["gen_tokens"] == lb["gen_tokens"] and la["prompt_tokens"] == lb["prompt_tokens"] > 2 * 24, (la, lb)
+    assert la["tokens_per_step"] == 1.0 and la["draft_tokens"] == 0, la
+    assert lb["draft_tokens"] > 0 and 0 <= lb["draft_acceptance"] <= 1 and lb["seq_steps"] > 0, lb
+EOF
+then ok bench_copy_lookup_json; else fail bench_copy_lookup_json "$json / $json2"; fi
+if echo "$table" | grep -q "copy workload" && echo "$table" | grep -q "tok/step draft acc" &&
+    echo "$table" | grep -Eq "^ +1 +2 .* [0-9.]+%$"; then ok bench_copy_lookup_table; else fail bench_copy_lookup_table "$table"; fi
 
 # bad flags: exit 2 with a message that names the problem
 base=("$NS" bench -m "$M" --prompt-len 8 --gen-len 4 --concurrency 1)
@@ -96,6 +113,9 @@ expect_err bench_reps_equals_bad 2 "--reps expects an integer in \\[1, 1000\\], 
 expect_err bench_concurrency_equals_bad 2 "--concurrency" "${base[@]}" --concurrency=4,x
 expect_err bench_seed_bad 2 "--seed expects a non-negative integer" "${base[@]}" --seed=-1
 expect_err bench_json_with_value 2 "--json takes no value" "${base[@]}" --json=1
+expect_err bench_workload_unknown 2 "expected random or copy" "${base[@]}" --workload json
+expect_err bench_copy_shared_prefix 2 "random workload only" "${base[@]}" --workload copy --shared-prefix 8
+expect_err bench_lookup_range 2 "--lookup" "${base[@]}" --lookup 65
 
 expect_err bench_missing_model 1 "nope.gguf" "$NS" bench -m "$e2e_tmp/nope.gguf" --concurrency 1
 

@@ -190,4 +190,20 @@ got=$(jq_py 'd={o["custom_id"]: (o["response"]["body"]["usage"]["completion_toke
 [ "$got" = "40 length 1 stop" ] && ok run_line_ignore_eos || fail run_line_ignore_eos "tokens and finish of a, b: $got"
 grep -q '"max_tokens": 40' "$T/ie.out.record.json" && ok run_record_generation_table || fail run_record_generation_table "$(grep -o '"generation": {[^}]*}' "$T/ie.out.record.json")"
 
+# --- prompt lookup: the same results greedy and sampled; the record counts the drafts ---
+printf 'Once upon a time\nThe little dog\nOnce upon a time there was a girl. Once upon a time there was a\n' >"$T/lk.txt"
+lk_same=1
+for sampling in "--temperature 0" "--temperature 0.9 --top-p 0.9 --repeat-penalty 1.1"; do
+    rm -f "$T"/lk[01].out*
+    # shellcheck disable=SC2086
+    $NS run "$T/lk.txt" -o "$T/lk0.out" "${base[@]}" --max-tokens 48 $sampling --lookup 0 2>/dev/null
+    # shellcheck disable=SC2086
+    $NS run "$T/lk.txt" -o "$T/lk1.out" "${base[@]}" --max-tokens 48 $sampling --lookup 6 --lookup-always 2>/dev/null
+    [ -s "$T/lk0.out" ] && [ "$(texts "$T/lk0.out")" = "$(texts "$T/lk1.out")" ] || { lk_same=0; echo "# differs: $sampling"; }
+done
+[ $lk_same = 1 ] && ok run_lookup_same_results || fail run_lookup_same_results "see above"
+got=$(jq_py 'r=json.load(open(sys.argv[1]))["lookup"]; print(r["max_draft"], r["draft_tokens"] > 0, r["tokens_per_step"] >= 1)' "$T/lk1.out.record.json")
+off=$(jq_py 'r=json.load(open(sys.argv[1]))["lookup"]; print(r["max_draft"], r["draft_tokens"], r["tokens_per_step"])' "$T/lk0.out.record.json")
+[ "$got" = "6 True True" ] && [ "$off" = "0 0 1.0" ] && ok run_record_lookup || fail run_record_lookup "on: $got, off: $off"
+
 exit $E2E_FAILED

@@ -3,11 +3,13 @@
  * Batch invariance (DESIGN.md invariant 1): the same requests (half greedy, half seeded sampling, half of
  * those with repetition/presence/frequency penalties, top-k, min-p and a logit bias) give
  * identical tokens, text and finish reasons at max_seqs 1, at max_seqs 64, with a pool so small that
- * preemption happens (asserted), and with a shared prefix that hits the prefix cache (asserted) — on
- * stories260K, and on SmolLM2-135M when models/ has it. A third of the requests are constrained (a JSON
- * schema, a choice, a regex: structured output), and with debug_checks every step replays each constrained
- * state from its tokens. Plus: stop strings and EOS on a real vocabulary, the text of a result is the
- * detokenized tokens, and constrained outputs are valid (JSON parses, choices exact, the pattern holds). */
+ * preemption happens (asserted), and with a shared prefix that hits the prefix cache (asserted), each
+ * also with prompt-lookup decoding on (drafts verified and accepted: asserted) — on stories260K, and on
+ * SmolLM2-135M when models/ has it. A third of the requests are constrained (a JSON schema, a choice, a
+ * regex: structured output), and with debug_checks every step replays each constrained state from its
+ * tokens. Plus: stop strings and EOS on a real vocabulary, with and without lookup, and ending inside an
+ * accepted draft (SmolLM2 copying its prompt); the text of a result is the detokenized tokens; constrained
+ * outputs are valid (JSON parses, choices exact, the pattern holds). */
 #include "engine/engine.h"
 
 #include <jansson.h>
@@ -59,13 +61,14 @@ static uint64_t mix64(uint64_t x)
 
 #define MAX_REQ 128
 #define MAX_PROMPT 128
-#define MAX_GEN 32
+#define MAX_GEN 64
 
 struct req {
     int32_t prompt[MAX_PROMPT];
     int32_t n_prompt, max_tokens;
     int sampled, ignore_eos;
     int cons; /* 0: unconstrained, else an index into g_specs */
+    const char *stop; /* one stop string, or NULL */
 };
 
 /* The constraints of the constrained requests: 1 a JSON schema, 2 a choice, 3 a regex. */
@@ -133,7 +136,9 @@ static void out_clear(struct out *o)
 }
 
 /* n_greedy + n_sampled requests with prompts of lo..hi tokens (after an optional shared prefix); every
- * cons_every-th one constrained (0: none), cycling through the three constraints. */
+ * cons_every-th one constrained (0: none), cycling through the three constraints. Every third prompt repeats
+ * its unique part with a period of 5 tokens (models continue such a pattern: prompt lookup's drafts get
+ * accepted). */
 static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int gen, int shared_prefix, uint64_t salt,
                      int cons_every)
 {
@@ -141,7 +146,8 @@ static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int 
         r[i].n_prompt = shared_prefix + lo + (int32_t)(mix64(salt + (uint64_t)i) % (uint64_t)(hi - lo + 1));
         if (r[i].n_prompt > MAX_PROMPT) return -1;
         for (int32_t k = 0; k < r[i].n_prompt; k++) {
-            uint64_t h = k < shared_prefix ? mix64(salt * 31 + (uint64_t)k) : mix64(salt + (uint64_t)i * 7919 + (uint64_t)k * 104729);
+            int32_t kk = k >= shared_prefix + 5 && i % 3 == 0 ? shared_prefix + (k - shared_prefix) % 4 : k;
+            uint64_t h = kk < shared_prefix ? mix64(salt * 31 + (uint64_t)kk) : mix64(salt + (uint64_t)i * 7919 + (uint64_t)kk * 104729);
             r[i].prompt[k] = 3 + (int32_t)(h % (uint64_t)(n_vocab - 3)); /* skip the control ids 0..2 */
         }
         r[i].max_tokens = gen;
@@ -153,6 +159,8 @@ static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int 
 }
 
 static int32_t g_max_batch_tokens = 512;
+static int32_t g_lookup = 0;       /* prompt lookup: draft tokens (0 = off) */
+static int g_lookup_adaptive = 0;  /* 0: verify every proposed token (drafts are certain to run) */
 
 static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, int64_t kv_blocks, int prefix_cache,
                 struct out *o)
@@ -164,6 +172,8 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
     p.kv_blocks = kv_blocks;
     p.max_seqs = max_seqs;
     p.prefix_cache = prefix_cache;
+    p.lookup = g_lookup;
+    p.lookup_adaptive = g_lookup_adaptive;
     p.debug_checks = 1;
     engine *eng;
     if (engine_init(L->m, &L->be, L->v, &p, &eng, &e)) {
@@ -174,7 +184,8 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
     for (int i = 0; i < n; i++) {
         struct engine_request q = {.id = (uint64_t)i, .prompt = r[i].prompt, .n_prompt = r[i].n_prompt,
                                    .max_tokens = r[i].max_tokens, .sampling = sampler_default_params(),
-                                   .ignore_eos = r[i].ignore_eos, .constraint = r[i].cons ? &g_specs[r[i].cons] : NULL};
+                                   .ignore_eos = r[i].ignore_eos, .constraint = r[i].cons ? &g_specs[r[i].cons] : NULL,
+                                   .stop = &r[i].stop, .n_stop = r[i].stop != NULL};
         struct logit_bias bias[2] = {{r[i].prompt[0], -2.0f}, {3 + i, 1.5f}};
         if (r[i].sampled && (i / 4) % 2 == 0) {
             q.sampling.temperature = 0.8f;
@@ -270,14 +281,38 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
     CHECK_MSG(d == 0, "max_seqs 64 differs from max_seqs 1 at request %d", d - 1);
     fprintf(stderr, "# %s: %d requests: max_seqs 1 %.2fs, max_seqs 64 %.2fs\n", path, n, g_a.wall, g_b.wall);
 
+    /* prompt lookup: every proposed draft verified, at max_seqs 1 and 64; then adaptive */
+    const int32_t seqs[3] = {1, 64, 64};
+    for (int k = 0; k < 3; k++) {
+        g_lookup = k == 0 ? 3 : 8;
+        g_lookup_adaptive = k == 2;
+        run(&L, g_req, n, seqs[k], 4096, 0, &g_b);
+        CHECK(g_b.ok);
+        d = compare(&g_a, &g_b, n);
+        CHECK_MSG(d == 0, "lookup %d (max_seqs %d, adaptive %d) differs at request %d", g_lookup, seqs[k], k == 2, d - 1);
+        const struct engine_stats *st = &g_b.st;
+        CHECK_EQ_INT(st->gen_tokens, g_a.st.gen_tokens);
+        if (k < 2 && cons_every != 1) /* constrained sequences draft nothing */
+            CHECK_MSG(st->draft_accepted > 0 && st->draft_accepted < st->draft_tokens, "%lld of %lld draft tokens accepted",
+                      (long long)st->draft_accepted, (long long)st->draft_tokens);
+        fprintf(stderr, "# lookup %d, max_seqs %d, adaptive %d: %lld/%lld draft tokens accepted, %.2f tokens/step\n",
+                g_lookup, seqs[k], k == 2, (long long)st->draft_accepted, (long long)st->draft_tokens,
+                (double)st->gen_tokens / (double)st->seq_steps);
+    }
+    g_lookup = 0;
+    g_lookup_adaptive = 0;
+
     /* with the prefix cache, in steps of 64 rows (requests admitted in the same step as the first compute
-     * the prefix side by side; later ones hit it) */
+     * the prefix side by side; later ones hit it); with lookup (drafts share the 64 rows) */
     g_max_batch_tokens = 64;
+    g_lookup = 4;
     run(&L, g_req, n, 64, 4096, 1, &g_b);
     g_max_batch_tokens = 512;
+    g_lookup = 0;
     CHECK(g_b.ok);
+    CHECK(cons_every == 1 || g_b.st.draft_tokens > 0); /* constrained sequences draft nothing */
     d = compare(&g_a, &g_b, n);
-    CHECK_MSG(d == 0, "max_seqs 64 with prefix cache differs at request %d", d - 1);
+    CHECK_MSG(d == 0, "max_seqs 64 with prefix cache and lookup differs at request %d", d - 1);
     CHECK_MSG(g_b.st.prompt_tokens_cached >= (int64_t)(n - 4) * (shared / 16) * 16, "cached only %lld",
               (long long)g_b.st.prompt_tokens_cached);
     CHECK(g_b.st.prompt_tokens_computed < g_a.st.prompt_tokens_computed);
@@ -285,11 +320,14 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
             (long long)g_b.st.prompt_tokens_computed, (long long)g_a.st.prompt_tokens_computed,
             (long long)g_b.st.prompt_tokens_cached);
 
-    for (int cache = 0; cache < 2; cache++) {
-        run(&L, g_req, n, 64, tiny_pool, cache, &g_b);
+    for (int cache = 0; cache < 3; cache++) { /* 2: prefix cache and lookup */
+        g_lookup = cache == 2 ? 6 : 0;
+        run(&L, g_req, n, 64, tiny_pool, cache > 0, &g_b);
+        g_lookup = 0;
         CHECK(g_b.ok);
         d = compare(&g_a, &g_b, n);
-        CHECK_MSG(d == 0, "tiny pool (prefix cache %d) differs at request %d", cache, d - 1);
+        CHECK_MSG(d == 0, "tiny pool (prefix cache %d, lookup %d) differs at request %d", cache > 0, cache == 2, d - 1);
+        if (cache == 2) CHECK(cons_every == 1 || g_b.st.draft_accepted > 0);
         CHECK_MSG(g_b.st.n_preemptions > 0, "no preemption with %lld blocks", (long long)tiny_pool);
         int penalized_preempted = 0; /* requests i % 8 == 5 or 7 sample with penalties */
         for (int i = 0; i < n; i++) penalized_preempted += (i % 8 == 5 || i % 8 == 7) && g_b.n_preempted[i] > 0;
@@ -336,6 +374,95 @@ TEST(engine_invariance_smollm2_constrained)
     invariance_suite("models/SmolLM2-135M-Instruct.Q4_1.gguf", 16, 5, 20, 16, 32, 6, 1);
 }
 
+/* SmolLM2 asked to repeat a passage (its chat template): it copies, so drafts from the prompt are long and
+ * mostly accepted. Requests end by EOS (inside a draft: the prompt's passage is followed by <|im_end|>), by
+ * a stop string from the middle of the passage, by max_tokens mid-copy, or sample (seeded, penalties).
+ * With lookup on they give what they give with it off, at max_seqs 1 and 16, with preemption and prefix
+ * hits; and some request ended inside an accepted draft (tokens verified but dropped). Under sanitizers:
+ * the EOS and stop-string requests, at max_seqs 1 and with preemption. */
+static const char *const g_passages[4] = {
+    "The old lighthouse keeper walked along the rocky shore every morning, counting the boats that came back "
+    "from the sea.",
+    "Our meeting moves to Thursday at ten. Please bring the budget report, the list of open orders and your "
+    "questions about the new supplier.",
+    "Mix two cups of flour with one spoon of sugar, add warm water slowly, and knead the dough until it is "
+    "smooth and soft.",
+    "The train to the northern valley leaves at noon from platform four, and the return train arrives just "
+    "after seven in the evening.",
+};
+
+static int copy_prompt(const tok_vocab *v, const char *passage, struct req *r)
+{
+    char text[1024];
+    struct err e;
+    snprintf(text, sizeof text,
+             "<|im_start|>user\nRepeat the following text exactly:\n\n%s<|im_end|>\n<|im_start|>assistant\n", passage);
+    int32_t *ids;
+    size_t n;
+    if (tok_encode(v, text, strlen(text), tok_add_bos(v), 1, &ids, &n, &e) || n > MAX_PROMPT) return -1;
+    memcpy(r->prompt, ids, n * sizeof *ids);
+    r->n_prompt = (int32_t)n;
+    free(ids);
+    return 0;
+}
+
+TEST(engine_lookup_copy_smollm2)
+{
+    const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    struct loaded L;
+    if (access(path, R_OK) != 0) SKIP("%s not found", path);
+    CHECK(load(path, &L) == 0);
+    static const char *const stops[4] = {"boats", "list", "knead", "four"};
+    int n = UNDER_SANITIZER ? 8 : 16; /* sanitizers: the EOS and stop-string requests, two configs */
+    for (int i = 0; i < n; i++) {
+        struct req *r = &g_req[i];
+        memset(r, 0, sizeof *r);
+        CHECK(copy_prompt(L.v, g_passages[i % 4], r) == 0);
+        int kind = i / 4; /* 0: to EOS, 1: a stop string, 2: max_tokens mid-copy, 3: seeded sampling */
+        r->max_tokens = kind == 2 ? 13 : MAX_GEN;
+        r->stop = kind == 1 ? stops[i % 4] : NULL;
+        r->sampled = kind == 3;
+    }
+    run(&L, g_req, n, 1, 4096, 0, &g_a);
+    CHECK(g_a.ok);
+    int eos = 0, stopped = 0;
+    for (int i = 0; i < n; i++) {
+        if (i / 4 == 0) eos += g_a.finish[i] == ENGINE_FINISH_STOP && g_a.n_tokens[i] < MAX_GEN;
+        if (i / 4 == 1) stopped += g_a.finish[i] == ENGINE_FINISH_STOP && !strstr(g_a.text[i], g_req[i].stop);
+    }
+    CHECK_MSG(eos >= 3 && stopped >= 3, "%d copies ended by EOS, %d by their stop string", eos, stopped);
+    struct { int32_t max_seqs; int64_t blocks; int cache, adaptive; } cfg[5] = {
+        {1, 4096, 0, 0}, {16, 4096, 1, 0}, {16, 12, 1, 0}, {16, 4096, 1, 1}, {1, 4096, 0, 1}};
+    for (int c = 0; c < 5; c++) {
+        if (UNDER_SANITIZER && c != 0 && c != 2) continue;
+        g_lookup = 8;
+        g_lookup_adaptive = cfg[c].adaptive;
+        run(&L, g_req, n, cfg[c].max_seqs, cfg[c].blocks, cfg[c].cache, &g_b);
+        g_lookup = 0;
+        g_lookup_adaptive = 0;
+        CHECK(g_b.ok);
+        int d = compare(&g_a, &g_b, n);
+        CHECK_MSG(d == 0, "config %d: lookup changed request %d", c, d - 1);
+        const struct engine_stats *st = &g_b.st;
+        fprintf(stderr, "# copy, config %d: %lld/%lld draft tokens accepted, %.2f tokens/step, %lld preemptions, %lld cached\n", c,
+                (long long)st->draft_accepted, (long long)st->draft_tokens, (double)st->gen_tokens / (double)st->seq_steps,
+                (long long)st->n_preemptions, (long long)st->prompt_tokens_cached);
+        /* how much the adaptive rule drafts depends on the step times it measures; one sequence alone
+         * (a step of one row) drafts once its proposals prove right */
+        if (cfg[c].adaptive && cfg[c].max_seqs == 1) CHECK(st->draft_accepted > 0);
+        if (cfg[c].adaptive) continue;
+        CHECK(st->draft_accepted * 5 > st->draft_tokens);
+        CHECK_MSG(st->seq_steps * 10 < g_a.st.seq_steps * 7, "steps %lld vs %lld without lookup (gen %lld vs %lld)", (long long)st->seq_steps, (long long)g_a.st.seq_steps, (long long)st->gen_tokens, (long long)g_a.st.gen_tokens);
+        /* a request ended inside an accepted draft: it verified more tokens than it kept */
+        CHECK(st->draft_accepted + st->seq_steps > st->gen_tokens);
+        if (c == 2) CHECK(st->n_preemptions > 0);
+        if (c == 1) CHECK(st->prompt_tokens_cached > 0);
+    }
+    out_clear(&g_a);
+    out_clear(&g_b);
+    unload(&L);
+}
+
 static int drain(engine *eng, struct engine_result *res, int max, struct err *e)
 {
     int n = 0;
@@ -345,8 +472,9 @@ static int drain(engine *eng, struct engine_result *res, int max, struct err *e)
     return n;
 }
 
-/* Text is the detokenized tokens; EOS ends a request unless ignore_eos; stop strings cut the text. */
-TEST(engine_text_eos_and_stop_strings)
+/* Text is the detokenized tokens; EOS ends a request unless ignore_eos; stop strings cut the text; with
+ * lookup drafts (every proposal verified) as without. */
+static void text_eos_and_stop_strings(int32_t lookup)
 {
     struct loaded L;
     struct err e;
@@ -358,6 +486,8 @@ TEST(engine_text_eos_and_stop_strings)
     struct engine_params p = engine_default_params();
     p.kv_blocks = 256;
     p.debug_checks = 1;
+    p.lookup = lookup;
+    p.lookup_adaptive = 0;
     engine *eng;
     CHECK(engine_init(L.m, &L.be, L.v, &p, &eng, &e) == 0);
     struct engine_request q = {.id = 1, .prompt = ids, .n_prompt = (int32_t)n_ids, .max_tokens = 80,
@@ -429,6 +559,9 @@ TEST(engine_text_eos_and_stop_strings)
     }
     engine_result_free(&full);
     free(ids);
+    struct engine_stats st;
+    engine_get_stats(eng, &st);
+    if (lookup) CHECK(st.draft_accepted > 0);
     engine_free(eng);
     unload(&L);
 }
@@ -571,12 +704,24 @@ TEST(engine_constrained_outputs)
     unload(&L);
 }
 
+TEST(engine_text_eos_and_stop_strings)
+{
+    text_eos_and_stop_strings(0);
+}
+
+TEST(engine_text_eos_and_stop_strings_lookup)
+{
+    text_eos_and_stop_strings(6);
+}
+
 int main(void)
 {
     RUN(engine_invariance_stories260K);
     RUN(engine_invariance_smollm2);
     RUN(engine_invariance_smollm2_constrained);
+    RUN(engine_lookup_copy_smollm2);
     RUN(engine_text_eos_and_stop_strings);
+    RUN(engine_text_eos_and_stop_strings_lookup);
     RUN(engine_peek_text_streams_prefixes);
     RUN(engine_constrained_outputs);
     return test_summary();

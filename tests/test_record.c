@@ -64,12 +64,19 @@ TEST(write_is_atomic_json)
 
 TEST(progress_line)
 {
-    struct progress_snapshot s = {25, 100, 2, 1000, 500, 0.43, 0.12};
+    struct progress_snapshot s = {25, 100, 2, 1000, 500, 0.43, 0.12, 0, 0, 0};
     char buf[256];
     progress_format(buf, sizeof buf, &s, 1523.4, 812.2, 192);
     CHECK_STR(buf, "run 25/100 25.0% | prompt 1523 tok/s | gen 812 tok/s | ETA 3m12s | KV 43% | prefix hit 12% | failed 2");
     progress_format(buf, sizeof buf, &s, 0, 0, 7300);
     CHECK(strstr(buf, "ETA 2h01m") != NULL);
+    s.lookup = 1;
+    s.draft_acceptance = 0.814;
+    s.tokens_per_step = 3.42;
+    progress_format(buf, sizeof buf, &s, 1523.4, 812.2, 192);
+    CHECK_STR(buf, "run 25/100 25.0% | prompt 1523 tok/s | gen 812 tok/s | ETA 3m12s | KV 43% | prefix hit 12% | failed 2 "
+                   "| lookup 81% acc, 3.4 tok/step");
+    s.lookup = 0;
 
     /* log mode: one line per interval, not more */
     char *mem = NULL;
@@ -155,6 +162,11 @@ TEST(run_record_from_its_parts)
     es.kv_blocks_peak = 25;
     es.prompt_tokens_computed = 150;
     es.prompt_tokens_cached = 50;
+    es.gen_tokens = 100;
+    es.seq_steps = 40;
+    es.n_drafts = 10;
+    es.draft_tokens = 40;
+    es.draft_accepted = 30;
     double lat[] = {3, 1, 2};
     json_t *backlog = json_pack("{s:s}", "format", "openai");
     struct record_energy en;
@@ -186,6 +198,10 @@ TEST(run_record_from_its_parts)
     CHECK_EQ_INT(get_int(r, "kv", "capacity_tokens"), 1600);
     CHECK(get_real(r, "kv", "peak_use") == 0.25);
     CHECK(get_real(r, "prefix_cache", "hit_rate") == 0.25);
+    CHECK_EQ_INT(get_int(r, "lookup", "draft_tokens"), 40);
+    CHECK(get_real(r, "lookup", "acceptance_rate") == 0.75);
+    CHECK(get_real(r, "lookup", "mean_accepted_length") == 3.0);
+    CHECK(get_real(r, "lookup", "tokens_per_step") == 2.5);
     CHECK(json_is_null(json_object_get(r, "repair")));
     CHECK(json_object_get(r, "energy") != NULL);
     json_decref(r);

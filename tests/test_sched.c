@@ -318,6 +318,128 @@ TEST(sched_oldest_preempts_until_it_fits)
     sim_free(&sm);
 }
 
+/* Drafts at the scheduler: every step, each sequence that samples gets a draft of up to `k` tokens whose
+ * first `good` are its true continuation (next_token_of) and the rest wrong; the "sampler" accepts the
+ * true prefix. Rejected rows must leave no trace: outputs stay what next_token_of says, the invariants
+ * hold, drafts never preempt or evict, and no cached block holds a rejected draft token. */
+struct wrong_draft {
+    int seq;
+    int32_t pos, token;
+};
+
+static struct wrong_draft g_wrong[20000];
+static int g_n_wrong;
+
+static int sim_step_drafts(struct sim *sm, uint64_t salt)
+{
+    struct err e;
+    const struct sched_plan *pl = sched_schedule(sm->s);
+    int64_t preempt = sched_get_stats(sm->s)->n_preemptions, evict = kv_n_evictions(sm->pool);
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        const struct sched_entry *en = &pl->entries[i];
+        if (!en->logits) continue;
+        struct sched_seq *q = en->seq;
+        uint64_t h = mix64(salt + (uint64_t)sm->steps * 131 + (uint64_t)q->id);
+        int32_t k = (int32_t)(h % 7), good = (int32_t)((h >> 8) % 8);
+        int32_t t[400], d[8];
+        memcpy(t, q->tokens, (size_t)q->n_tokens * sizeof *t);
+        for (int32_t m = 0; m < k; m++) {
+            int32_t truth = next_token_of(t, q->n_tokens + m, 1000);
+            d[m] = t[q->n_tokens + m] = m < good ? truth : 1000 + (truth + 1) % 1000; /* wrong: outside 0..999 */
+        }
+        int32_t rows_before = pl->n_rows;
+        int32_t got = sched_draft(sm->s, i, d, k);
+        if (got < 0 || got > k || en->n_draft != got || pl->n_rows != rows_before + got) return __LINE__;
+        if (pl->n_rows > sm->max_batch) return __LINE__;
+        int32_t a = got < good ? got : good;
+        for (int32_t m = a; m < got; m++)
+            if (g_n_wrong < 20000) g_wrong[g_n_wrong++] = (struct wrong_draft){(int)q->id, q->n_tokens + m, d[m]};
+        sched_accept(sm->s, i, a);
+    }
+    if (sched_get_stats(sm->s)->n_preemptions != preempt || kv_n_evictions(sm->pool) != evict) return __LINE__;
+    sched_commit(sm->s);
+    sm->steps++;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        const struct sched_entry *en = &pl->entries[i];
+        if (!en->logits) continue;
+        struct sched_seq *q = en->seq;
+        if (q->n_computed != q->n_tokens) return __LINE__;
+        sched_seq_append(q, next_token_of(q->tokens, q->n_tokens, 1000));
+        if (q->n_tokens - q->n_prompt == q->max_tokens) {
+            sched_remove(sm->s, q);
+            sm->done[q->id] = 1;
+        }
+    }
+    if (sched_check(sm->s, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return __LINE__;
+    }
+    return 0;
+}
+
+/* 1 if the chain of seq's true full blocks up to block `upto` (exclusive) is cached, with t as the tokens;
+ * *parent is the last block (references taken are dropped again). */
+static int chain_cached(struct sim *sm, const int32_t *t, int32_t upto, int32_t *parent)
+{
+    int32_t B = kv_block_size(sm->pool), ids[64];
+    *parent = KV_NONE;
+    for (int32_t b = 0; b < upto; b++) {
+        int32_t id = kv_lookup(sm->pool, *parent, t + (size_t)b * (size_t)B);
+        if (id == KV_NONE) {
+            for (int32_t j = b - 1; j >= 0; j--) kv_unref(sm->pool, ids[j]);
+            return 0;
+        }
+        ids[b] = *parent = id;
+    }
+    for (int32_t j = upto - 1; j >= 0; j--) kv_unref(sm->pool, ids[j]);
+    return 1;
+}
+
+TEST(sched_drafts_commit_accepted_rows_only)
+{
+    for (int cfg = 0; cfg < 3; cfg++) {
+        struct sim sm;
+        /* roomy pool (nothing evicted: the cache can be inspected), small blocks; then tight pools */
+        int32_t blocks = cfg == 0 ? 512 : cfg == 1 ? 40 : 14, max_batch = cfg == 2 ? 9 : 32;
+        CHECK(sim_init(&sm, blocks, 4, max_batch, 6, 1) == 0);
+        g_n_wrong = 0;
+        for (int i = 0; i < 10; i++) sim_add_made(&sm, 5 + (i * 7) % 30, (uint64_t)(900 + i), 10 + i % 9);
+        int64_t steps = 0;
+        while (sched_n_running(sm.s) + sched_n_waiting(sm.s) > 0 && steps++ < 10000) {
+            int line = sim_step_drafts(&sm, (uint64_t)cfg * 1000003);
+            CHECK_MSG(line == 0, "config %d: failed at test line %d", cfg, line);
+        }
+        CHECK(sim_outputs_ok(&sm));
+        CHECK_EQ_INT(kv_n_used(sm.pool), 0);
+        CHECK_MSG(g_n_wrong > (cfg == 0 ? 20 : 5), "config %d: %d rejected draft rows", cfg, g_n_wrong);
+        if (cfg == 0) {
+            CHECK_EQ_INT(kv_n_evictions(sm.pool), 0);
+            int32_t B = 4;
+            for (int i = 0; i < sm.n; i++) {
+                const struct sched_seq *q = &sm.seqs[i];
+                int32_t parent, full = (q->n_tokens - 1) / B; /* the last token's KV is never computed */
+                CHECK_MSG(chain_cached(&sm, q->tokens, full, &parent), "seq %d: accepted rows not all cached", i);
+            }
+            /* a block holding a rejected draft token is nowhere in the cache */
+            int checked = 0;
+            for (int w = 0; w < g_n_wrong; w++) {
+                const struct sched_seq *q = &sm.seqs[g_wrong[w].seq];
+                int32_t b = g_wrong[w].pos / B, parent, t[400];
+                if ((b + 1) * B > q->n_tokens - 1) continue;
+                memcpy(t, q->tokens, (size_t)q->n_tokens * sizeof *t);
+                t[g_wrong[w].pos] = g_wrong[w].token;
+                CHECK(chain_cached(&sm, t, b, &parent));
+                CHECK_EQ_INT(kv_lookup(sm.pool, parent, t + (size_t)b * (size_t)B), KV_NONE);
+                checked++;
+            }
+            CHECK(checked > 10);
+        } else {
+            CHECK(sched_get_stats(sm.s)->n_preemptions > 0 || cfg == 1);
+        }
+        sim_free(&sm);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* engine over a fake backend                                                                        */
 
@@ -342,6 +464,19 @@ static uint64_t fake_hash_tokens(const int32_t *t, int32_t n)
 static void fake_logits(uint64_t h, float *out)
 {
     for (int v = 0; v < FAKE_VOCAB; v++) out[v] = (float)(mix64(h + (uint64_t)v) >> 40) * (8.0f / 16777216.0f);
+}
+
+/* 1: the fake model mostly copies (the token FAKE_PERIOD back gets +16 at 3 of 4 positions), so prompt
+ * lookup's drafts are often right and sometimes wrong; 0: pure hash logits. */
+static int g_fake_copy;
+#define FAKE_PERIOD 6
+
+/* The logits after tokens t[0 .. n) (the model the fake backend and the references share). */
+static void fake_row_logits(const int32_t *t, int32_t n, float *out)
+{
+    uint64_t h = fake_hash_tokens(t, n);
+    fake_logits(h, out);
+    if (g_fake_copy && n > FAKE_PERIOD && (h >> 60) % 4 != 0) out[t[n - FAKE_PERIOD]] += 16.0f;
 }
 
 static int fake_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum kv_type t, struct err *e)
@@ -409,7 +544,7 @@ static int fake_forward(void *ctx, const struct step_batch *b, float *logits, st
             }
             buf[p] = f->store[(size_t)blk * B + p % B];
         }
-        fake_logits(fake_hash_tokens(buf, pos + 1), logits + (size_t)k * FAKE_VOCAB);
+        fake_row_logits(buf, pos + 1, logits + (size_t)k * FAKE_VOCAB);
     }
     free(buf);
     return 0;
@@ -448,7 +583,7 @@ static void reference_greedy(const struct fake_req *r, int32_t *out)
     int32_t n = r->n_prompt;
     float lg[FAKE_VOCAB];
     for (int32_t g = 0; g < r->max_tokens; g++) {
-        fake_logits(fake_hash_tokens(t, n), lg);
+        fake_row_logits(t, n, lg);
         int32_t best = 0;
         for (int v = 1; v < FAKE_VOCAB; v++)
             if (lg[v] > lg[best]) best = v;
@@ -482,7 +617,7 @@ static void reference_sampled(const struct fake_req *r, int i, int32_t *out)
     float lg[FAKE_VOCAB];
     if (sampler_init(FAKE_VOCAB, &smp, NULL)) return;
     for (int32_t g = 0; g < r->max_tokens; g++) {
-        fake_logits(fake_hash_tokens(t, r->n_prompt + g), lg);
+        fake_row_logits(t, r->n_prompt + g, lg);
         out[g] = t[r->n_prompt + g] = sampler_sample(smp, &sp, t, r->n_prompt, g, lg);
     }
     sampler_free(smp);
@@ -501,6 +636,8 @@ static struct model fake_model(int32_t n_ctx_train)
 struct run_cfg {
     int32_t kv_blocks, kv_block, max_seqs, max_batch_tokens;
     int prefix_cache;
+    int32_t lookup;      /* draft tokens (0 = off) */
+    int lookup_adaptive; /* 0: verify every proposed token */
 };
 
 struct run_out {
@@ -523,6 +660,8 @@ static void run_engine(const struct fake_req *reqs, int n, const struct run_cfg 
     p.max_seqs = c->max_seqs;
     p.max_batch_tokens = c->max_batch_tokens;
     p.prefix_cache = c->prefix_cache;
+    p.lookup = c->lookup;
+    p.lookup_adaptive = c->lookup_adaptive;
     p.debug_checks = 1;
     memset(out, 0, sizeof *out);
     engine *eng;
@@ -638,6 +777,64 @@ TEST(engine_fake_invariance_greedy_and_sampled)
         CHECK_MSG(g_other.st.prompt_tokens_cached >= 36 * (n - 2), "cached %lld", (long long)g_other.st.prompt_tokens_cached);
         CHECK(g_other.st.prompt_tokens_computed < g_base.st.prompt_tokens_computed / 2);
     }
+}
+
+/* Prompt lookup over the fake backend with a model that mostly copies: drafts verified as extra rows give
+ * exactly the tokens of the reference (greedy, and seeded sampling with penalties), at any concurrency,
+ * with the row budget cutting drafts, with preemption and with prefix-cache hits; the fake reads every
+ * row's history back through the block tables, so KV left behind by a rejected draft row, or a block
+ * registered with one, would change the logits. */
+TEST(engine_fake_lookup_invariance)
+{
+    g_fake_copy = 1;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        int n = 40;
+        invariance(sampled);
+        CHECK_MSG(g_base.ok, "baseline (sampled=%d) failed or differs from the reference", sampled);
+        struct run_cfg cfgs[] = {
+            {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 1, .lookup = 4},
+            {.kv_blocks = 1024, .kv_block = 16, .max_seqs = 7, .max_batch_tokens = 13, .prefix_cache = 1, .lookup = 8},
+            {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .prefix_cache = 0, .lookup = 1},
+            {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 1, .lookup = 6},
+            {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 0, .lookup = 3},
+            {.kv_blocks = 9, .kv_block = 8, .max_seqs = 16, .max_batch_tokens = 32, .prefix_cache = 1, .lookup = 8},
+            {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .lookup = 8, .lookup_adaptive = 1},
+            {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 1, .lookup = 8,
+             .lookup_adaptive = 1},
+        };
+        for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+            run_engine(g_reqs, n, &cfgs[c], &g_other);
+            const struct engine_stats *st = &g_other.st;
+            CHECK_MSG(g_other.ok, "config %zu (sampled=%d) did not finish", c, sampled);
+            CHECK_MSG(same_outputs(&g_base, &g_other, n), "config %zu (sampled=%d) changed outputs", c, sampled);
+            if (c == 3 || c == 4 || c == 5) CHECK_MSG(st->n_preemptions > 0, "config %zu: no preemption", c);
+            CHECK_EQ_INT(st->kv_blocks_used, 0);
+            CHECK_EQ_INT(st->gen_tokens, g_base.st.gen_tokens);
+            if (cfgs[c].lookup_adaptive) continue;
+            /* drafts were verified, some accepted and some not, and they saved steps */
+            CHECK_MSG(st->draft_tokens > 0 && st->draft_accepted > 0 && st->draft_accepted < st->draft_tokens,
+                      "config %zu: %lld draft tokens, %lld accepted", c, (long long)st->draft_tokens,
+                      (long long)st->draft_accepted);
+            CHECK(st->n_drafts > 0 && st->n_drafts <= st->seq_steps);
+            CHECK(st->seq_steps < g_base.st.seq_steps);
+            CHECK(st->rows_computed > st->prompt_tokens_computed + st->gen_tokens - st->seq_steps);
+            fprintf(stderr, "# config %zu (sampled %d): %lld drafts, %lld/%lld tokens accepted, %lld seq-steps (base %lld)\n",
+                    c, sampled, (long long)st->n_drafts, (long long)st->draft_accepted, (long long)st->draft_tokens,
+                    (long long)st->seq_steps, (long long)g_base.st.seq_steps);
+        }
+        /* shared prefix: cache hits with lookup on, same outputs as without either */
+        make_reqs(g_reqs, n, 37, sampled);
+        struct run_cfg nocache = {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .prefix_cache = 0};
+        struct run_cfg cache = {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 16, .max_batch_tokens = 64, .prefix_cache = 1,
+                                .lookup = 5};
+        run_engine(g_reqs, n, &nocache, &g_base);
+        run_engine(g_reqs, n, &cache, &g_other);
+        CHECK(g_base.ok && g_other.ok);
+        CHECK(same_outputs(&g_base, &g_other, n));
+        CHECK_MSG(g_other.st.prompt_tokens_cached >= 36 * (n - 2), "cached %lld", (long long)g_other.st.prompt_tokens_cached);
+        CHECK(g_other.st.draft_accepted > 0);
+    }
+    g_fake_copy = 0;
 }
 
 TEST(engine_fake_too_large_fails_alone)
@@ -770,6 +967,13 @@ TEST(engine_rejects_bad_params)
     p.max_batch_tokens = 1 << 20;
     CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) != 0);
     CHECK(strstr(e.msg, "max_batch_tokens") != NULL);
+    p.max_batch_tokens = 512;
+    p.lookup = ENGINE_MAX_LOOKUP + 1;
+    CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) != 0);
+    CHECK(strstr(e.msg, "lookup") != NULL);
+    p.lookup = -1;
+    CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) != 0);
+    p.lookup = ENGINE_MAX_LOOKUP;
     /* max_seqs above max_batch_tokens is lowered, not an error */
     p.max_batch_tokens = 8;
     CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) == 0);
@@ -787,7 +991,9 @@ int main(void)
     RUN(sched_prefix_hits);
     RUN(sched_no_starvation);
     RUN(sched_oldest_preempts_until_it_fits);
+    RUN(sched_drafts_commit_accepted_rows_only);
     RUN(engine_fake_invariance_greedy_and_sampled);
+    RUN(engine_fake_lookup_invariance);
     RUN(engine_fake_too_large_fails_alone);
     RUN(engine_fake_cancel);
     RUN(engine_rejects_bad_params);

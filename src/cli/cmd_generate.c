@@ -220,6 +220,14 @@ static void gen_print(const struct gen_opts *o, const struct runtime *rt, const 
     fprintf(stderr, "generate: prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens, decode %.2f tok/s\n",
             (int)res->n_prompt, t1 - t0, (t1 - t0) > 0 ? res->n_prompt / (t1 - t0) : 0.0, (int)n_gen,
             (t2 - t1) > 0 && n_decode > 0 ? n_decode / (t2 - t1) : 0.0);
+    if (rt->ep.lookup > 0 && rt->eng) {
+        struct engine_stats st;
+        engine_get_stats(rt->eng, &st);
+        fprintf(stderr, "generate: lookup %d: %lld of %lld draft tokens accepted (%.0f%%), %.2f tokens per step\n",
+                (int)rt->ep.lookup, (long long)st.draft_accepted, (long long)st.draft_tokens,
+                st.draft_tokens ? 100.0 * (double)st.draft_accepted / (double)st.draft_tokens : 0.0,
+                st.seq_steps ? (double)st.gen_tokens / (double)st.seq_steps : 0.0);
+    }
 }
 
 int cmd_generate(int argc, char **argv)

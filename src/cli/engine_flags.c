@@ -22,8 +22,13 @@ void engine_flags_usage(FILE *out, const struct runtime_params *d)
             "  --kv-block N            tokens per KV block, a power of two (default %d)\n"
             "  --max-batch-tokens N    rows per engine step (default: the backend's, cpu 512)\n"
             "  --max-seqs N            sequences running at once (default %d)\n"
-            "  --no-prefix-cache       do not reuse KV of shared prompt prefixes\n",
-            backend_list(), model_kv_type_name(d->kv_type), (int)d->kv_block, (int)d->max_seqs);
+            "  --no-prefix-cache       do not reuse KV of shared prompt prefixes\n"
+            "  --lookup N              prompt-lookup decoding: verify up to N draft tokens copied from the prompt\n"
+            "                          and output per sequence and step; same results, fewer steps (0 = off,\n"
+            "                          default %d)\n"
+            "  --lookup-always         verify all N draft tokens proposed, however often they are rejected and\n"
+            "                          however busy the step (measuring acceptance; default: as many as pay off)\n",
+            backend_list(), model_kv_type_name(d->kv_type), (int)d->kv_block, (int)d->max_seqs, (int)d->lookup);
 }
 
 int engine_flags_parse_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
@@ -82,6 +87,9 @@ static int engine_flags_value(struct runtime_params *p, const char *cmd, const c
     } else if (!strcmp(a, "--max-seqs")) {
         if (engine_flags_parse_long(cmd, a, v, 1, 4096, &n)) return -1;
         p->max_seqs = (int32_t)n;
+    } else if (!strcmp(a, "--lookup")) {
+        if (engine_flags_parse_long(cmd, a, v, 0, ENGINE_MAX_LOOKUP, &n)) return -1;
+        p->lookup = (int32_t)n;
     }
     return 0;
 }
@@ -103,9 +111,13 @@ int engine_flags_parse(struct runtime_params *p, const char *cmd, int argc, char
         p->prefix_cache = 0;
         return 1;
     }
+    if (!strcmp(a, "--lookup-always")) {
+        p->lookup_adaptive = 0;
+        return 1;
+    }
     static const char *const with_value[] = {"--backend",  "--device",   "--threads",  "-t",
                                              "--kv-memory", "--headroom", "--kv-type",  "--kv-block",
-                                             "--max-batch-tokens", "--max-seqs", NULL};
+                                             "--max-batch-tokens", "--max-seqs", "--lookup", NULL};
     int known = 0;
     for (const char *const *w = with_value; *w; w++) known |= !strcmp(a, *w);
     if (!known) return 0;
@@ -125,9 +137,9 @@ static json_t *engine_flags_size(uint64_t bytes, const char *none)
 
 json_t *engine_flags_json(const struct runtime_params *p)
 {
-    return json_pack("{s:s, s:i, s:i, s:o, s:o, s:s, s:i, s:i, s:i, s:b}", "backend", p->backend ? p->backend : "auto",
+    return json_pack("{s:s, s:i, s:i, s:o, s:o, s:s, s:i, s:i, s:i, s:b, s:i, s:b}", "backend", p->backend ? p->backend : "auto",
                      "device", p->device, "threads", p->threads, "kv_memory", engine_flags_size(p->kv_memory, "auto"),
                      "headroom", engine_flags_size(p->headroom, "default"), "kv_type", model_kv_type_name(p->kv_type),
                      "kv_block", p->kv_block, "max_batch_tokens", p->max_batch_tokens, "max_seqs", p->max_seqs,
-                     "prefix_cache", p->prefix_cache);
+                     "prefix_cache", p->prefix_cache, "lookup", p->lookup, "lookup_adaptive", p->lookup_adaptive);
 }

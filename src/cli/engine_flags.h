@@ -13,6 +13,8 @@
  *   --max-batch-tokens N  rows per engine step (default: the backend's)
  *   --max-seqs N          running sequences at once (default 64)
  *   --no-prefix-cache     turn the prefix cache off
+ *   --lookup N            prompt-lookup decoding: up to N draft tokens per sequence and step, 0 = off
+ *   --lookup-always       verify every draft token proposed (no adaptive cut; for measuring acceptance)
  */
 #ifndef NS_CLI_ENGINE_FLAGS_H
 #define NS_CLI_ENGINE_FLAGS_H

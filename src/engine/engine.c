@@ -10,6 +10,12 @@
  * or rebuild (the recomputed KV is bit-identical on the CPU backend, so nothing changes). A constrained
  * request's automaton state (constrain/constraint.h) is kept with it, but it too is a function of its
  * generated tokens alone (checked by replaying them under debug_checks), so it survives preemption as is.
+ * Drafts (prompt lookup) follow from the same property: a step samples every position of a sequence's
+ * rows in order, each from its own logits row with the history before it, and stops at the first draft
+ * token the sampler disagrees with; everything before that is what the step-by-step run would have drawn,
+ * and nothing after it is kept (rejected rows are never committed: sched_accept/sched_commit). The end of a
+ * request (EOS, a stop string, max_tokens) is decided token by token in the same order, so a request that
+ * ends inside an accepted draft drops the tokens after its end, as if they had never been drawn.
  * With params.debug_checks the scheduler and pool invariants (sched_check) and the sampler scratch's
  * (sampler_check) run after every step.
  */
@@ -19,11 +25,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/draft.h"
 #include "engine/kvpool.h"
+#include "engine/lookup.h"
 #include "engine/sched.h"
 #include "engine/stop.h"
 #include "util/clock.h"
 #include "util/log.h"
+
+#define ENG_PROBE_EVERY 8        /* steps between probes of a sequence that does not draft (wants_proposal) */
+#define ENG_PROBE_MAX 128        /* ... at most, after probes that missed at once */
+#define ENG_MAX_DRAFT_LOGITS 128 /* draft rows with logits per step, beyond max_seqs (reserve_logits) */
 
 struct eng_seq {
     struct sched_seq q; /* first member: a sched_seq pointer from the scheduler is an eng_seq pointer */
@@ -39,7 +51,21 @@ struct eng_seq {
     size_t text_len, text_cap;
     struct tok_utf8 utf8;
     double t_added, t_first;
+    lookup *ix;             /* n-gram index of its tokens (lookup on; built at its first proposal) */
+    struct draft_seq acc;   /* how often its drafts are accepted */
+    int32_t probe_in;       /* steps until its next probe (a proposal only scored, not verified) */
+    int32_t probe_every;    /* ENG_PROBE_EVERY, doubled (to ENG_PROBE_MAX) each time a probe misses at once */
+    int32_t *shadow;        /* (lookup) proposed tokens it did not verify, scored against the tokens it draws */
+    int32_t n_shadow, i_shadow; /* shadow[i_shadow .. n_shadow) are still to be scored */
     struct eng_seq *live_prev, *live_next;
+};
+
+/* What a step gives a sequence that samples in it. */
+struct eng_verdict {
+    int32_t n_keep; /* tokens it takes: its accepted drafts, then the token drawn after them, cut at its end */
+    int32_t last;   /* the last of those (the others are already in its tokens, as draft rows) */
+    int finish;     /* -1: it goes on; else the enum engine_finish it ends with */
+    int failed;     /* 1: its constraint allows no token: it fails alone after the commit, taking nothing */
 };
 
 struct engine {
@@ -55,7 +81,11 @@ struct engine {
     /* step batch buffers */
     int32_t *row_tokens, *row_pos, *row_seq, *logit_rows; /* (max_batch_tokens) */
     struct step_seq *step_seqs;                           /* (max_seqs) */
-    float *logits;                                        /* (max_seqs, n_vocab) */
+    float *logits;                                        /* (cap_logits, n_vocab) */
+    int32_t cap_logits;   /* max_seqs, grown when drafts need more logit rows (reserve_logits) */
+    struct eng_verdict *verdicts;                         /* (max_seqs) per plan entry */
+    int32_t *draft;                                       /* (lookup) a proposal */
+    struct draft_cost cost;                               /* forward seconds against rows */
     sampler *smp;                                         /* scratch for one draw at a time */
     constraint_cache *cc;                                 /* compiled constraints and masks (on first use) */
     constraint **pf_cons;                                 /* (max_seqs) the step's constrained sequences ... */
@@ -75,6 +105,8 @@ struct engine_params engine_default_params(void)
         .max_batch_tokens = 512,
         .max_seqs = 64,
         .prefix_cache = 1,
+        .lookup = ENGINE_DEFAULT_LOOKUP,
+        .lookup_adaptive = 1,
         .debug_checks = 0,
     };
 }
@@ -105,6 +137,8 @@ static int check_params(const struct engine_params *p, struct err *e)
     if (p->max_seqs < 1 || p->max_seqs > 4096) return err_set(e, "max_seqs %d: must be in [1, 4096]", (int)p->max_seqs);
     if (p->kv_type != KV_TYPE_F32 && p->kv_type != KV_TYPE_F16 && p->kv_type != KV_TYPE_Q8_0)
         return err_set(e, "unknown KV type %d", (int)p->kv_type);
+    if (p->lookup < 0 || p->lookup > ENGINE_MAX_LOOKUP)
+        return err_set(e, "lookup %d: must be in [0, %d]", (int)p->lookup, ENGINE_MAX_LOOKUP);
     return 0;
 }
 
@@ -130,7 +164,12 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->logit_rows = malloc((size_t)R * sizeof(int32_t));
     eng->step_seqs = malloc((size_t)S * sizeof *eng->step_seqs);
     eng->logits = malloc((size_t)S * (size_t)eng->n_vocab * sizeof(float));
-    if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits) {
+    eng->cap_logits = S;
+    eng->verdicts = malloc((size_t)S * sizeof *eng->verdicts);
+    eng->draft = malloc((size_t)(eng->p.lookup > 0 ? eng->p.lookup : 1) * sizeof *eng->draft);
+    draft_cost_init(&eng->cost);
+    if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits ||
+        !eng->verdicts || !eng->draft) {
         err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
         goto fail;
     }
@@ -160,6 +199,8 @@ static void seq_free(engine *eng, struct eng_seq *es)
     for (int32_t i = 0; i < es->n_stop; i++) free(es->stop[i]);
     free(es->stop);
     free(es->text);
+    lookup_free(es->ix);
+    free(es->shadow);
     free(es);
 }
 
@@ -193,6 +234,8 @@ void engine_free(engine *eng)
     free(eng->logit_rows);
     free(eng->step_seqs);
     free(eng->logits);
+    free(eng->verdicts);
+    free(eng->draft);
     sampler_free(eng->smp);
     free(eng);
 }
@@ -413,6 +456,9 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     }
     if (text_reserve(es, 64)) goto oom;
     es->ignore_eos = r->ignore_eos;
+    draft_seq_init(&es->acc);
+    es->probe_in = 1;
+    es->probe_every = ENG_PROBE_EVERY;
     es->t_added = clock_now();
     es->live_next = eng->live;
     if (eng->live) eng->live->live_prev = es;
@@ -508,8 +554,8 @@ static int fail_seq(engine *eng, struct eng_seq *es, const char *msg, struct err
     return 0;
 }
 
-/* Masks es's logits row with its constraint. 1 when the request failed alone (finished: no token is
- * allowed), -1 on error. */
+/* Masks es's logits row with its constraint: 0, or 1 when no token is allowed (the request then fails alone,
+ * after the step's commit), -1 on error. */
 static int constrain_logits(engine *eng, struct eng_seq *es, float *logits, struct err *e)
 {
     double t0 = clock_now();
@@ -517,8 +563,7 @@ static int constrain_logits(engine *eng, struct eng_seq *es, float *logits, stru
     if (constraint_mask(eng->cc, es->cons, &es->cstate, &mask, e)) return err_prefix(e, "engine");
     int32_t allowed = constraint_apply_mask(mask, logits, eng->n_sample);
     eng->st.t_constrain += clock_now() - t0;
-    if (allowed) return 0;
-    return fail_seq(eng, es, "structured output: no token of the vocabulary can continue the output here", e) ? -1 : 1;
+    return allowed ? 0 : 1;
 }
 
 /* Advances es's constraint state by the token just drawn (allowed by the mask). */
@@ -529,28 +574,6 @@ static int constrain_advance(engine *eng, struct eng_seq *es, int32_t tok, struc
     eng->st.t_constrain += clock_now() - t0;
     if (rc > 0) return err_set(e, "engine: drew token %d that the constraint does not allow (bug)", (int)tok);
     return rc;
-}
-
-/* Samples the next token of es from its logits row and finishes the request if it is done. */
-static int sample_one(engine *eng, struct eng_seq *es, float *logits, struct err *e)
-{
-    struct sched_seq *q = &es->q;
-    if (es->cons) {
-        int rc = constrain_logits(eng, es, logits, e);
-        if (rc) return rc < 0 ? -1 : 0;
-    }
-    int32_t tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, q->n_tokens - q->n_prompt, logits);
-    sched_seq_append(q, tok);
-    eng->st.gen_tokens++;
-    if (q->n_tokens - q->n_prompt == 1) es->t_first = clock_now();
-    if (es->cons && constrain_advance(eng, es, tok, e)) return -1;
-    int eog = eng->v && (!es->ignore_eos || es->cons) && tok_is_eog(eng->v, tok);
-    int stopped = !eog && feed_text(eng, es, tok);
-    int complete = es->cons && es->cstate.complete; /* the structure is finished: nothing can follow */
-    int length = q->n_tokens - q->n_prompt >= q->max_tokens;
-    if (!eog && !stopped && !complete && !length) return 0;
-    if (!stopped) text_flush(es);
-    return finish_seq(eng, es, eog || stopped || complete ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH, e);
 }
 
 /* Debug check: every constrained sequence's state is the one its generated tokens give from the start
@@ -575,13 +598,106 @@ static int check_constraints(engine *eng, struct err *e)
     return 0;
 }
 
-int engine_step(engine *eng, struct err *e)
+/* Takes tok as the request's n_gen-th generated token: its text, then whether the request ends there.
+ * Returns -1 if it goes on, else the enum engine_finish it ends with (its text then complete). */
+static int take_token(engine *eng, struct eng_seq *es, int32_t tok, int32_t n_gen)
 {
-    if (!eng->live) return 0;
-    const struct sched_plan *pl = sched_schedule(eng->s);
-    if (pl->n_entries == 0)
-        return err_set(e, "engine: the scheduler planned nothing with %d running and %d waiting (bug)",
-                       (int)sched_n_running(eng->s), (int)sched_n_waiting(eng->s));
+    /* a constrained request ends at an end-of-generation token (allowed only where it is complete) even
+     * with ignore_eos, and as soon as its structure is finished (nothing can follow) */
+    int eog = eng->v && (!es->ignore_eos || es->cons) && tok_is_eog(eng->v, tok);
+    int stopped = !eog && feed_text(eng, es, tok);
+    int complete = es->cons && es->cstate.complete;
+    int length = n_gen >= es->q.max_tokens;
+    if (!eog && !stopped && !complete && !length) return -1;
+    if (!stopped) text_flush(es);
+    return eog || stopped || complete ? ENGINE_FINISH_STOP : ENGINE_FINISH_LENGTH;
+}
+
+/* Room for n logit rows; the rows there are when it cannot grow (out of memory, or at its cap: draft rows
+ * beyond ENG_MAX_DRAFT_LOGITS in one step are not worth (n_vocab floats) of host memory each; steps that
+ * large are compute-bound, where drafts hardly pay). */
+static int32_t reserve_logits(engine *eng, int32_t n)
+{
+    if (n <= eng->cap_logits) return n;
+    int32_t cap = eng->cap_logits * 2 > n ? eng->cap_logits * 2 : n, most = eng->p.max_seqs + ENG_MAX_DRAFT_LOGITS;
+    if (most > eng->p.max_batch_tokens) most = eng->p.max_batch_tokens;
+    if (cap > most) cap = most;
+    if (cap <= eng->cap_logits) return eng->cap_logits;
+    float *l = realloc(eng->logits, (size_t)cap * (size_t)eng->n_vocab * sizeof *l);
+    if (!l) return eng->cap_logits;
+    eng->logits = l;
+    eng->cap_logits = cap;
+    return n < cap ? n : cap;
+}
+
+/* Proposes a draft for es into eng->draft (lookup tokens at most): the tokens that followed the last
+ * earlier occurrence of its last 1-3 tokens. Returns how many (0: none, or out of memory for the index). */
+static int32_t propose(engine *eng, struct eng_seq *es)
+{
+    struct sched_seq *q = &es->q;
+    if (!es->ix && !(es->ix = lookup_new())) return 0;
+    if (!es->shadow && !(es->shadow = malloc((size_t)eng->p.lookup * sizeof *es->shadow))) return 0;
+    if (lookup_update(es->ix, q->tokens, q->n_tokens)) return 0;
+    return lookup_propose(es->ix, q->tokens, q->n_tokens, eng->p.lookup, eng->draft, NULL);
+}
+
+/* 1 if es proposes a draft this step: always when every proposal is verified; else when even one draft
+ * token could pay; else, while no shadow is being scored, when its probe is due (that proposal is only
+ * scored against the tokens it draws, keeping its acceptance current at no cost in rows). Probes back off
+ * while their first token misses: proposing means bringing the sequence's index up to date, whose cache
+ * misses add up over many sequences and cheap steps. */
+static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t rows, double value)
+{
+    if (!eng->p.lookup_adaptive || draft_len(knee, &es->acc, rows, &value, 1) > 0) return 1;
+    if (es->i_shadow < es->n_shadow || --es->probe_in > 0) return 0;
+    es->probe_in = es->probe_every;
+    return 1;
+}
+
+/* Adds draft rows to the plan's entries that sample (oldest first): each sequence's proposal, cut to what
+ * draft_len finds worth verifying in a step of the rows planned so far (value: the tokens they yield, a
+ * planned row 1, a draft row its chance of acceptance). */
+static void plan_drafts(engine *eng, const struct sched_plan *pl)
+{
+    int32_t n_logits = 0;
+    double value = pl->n_rows, knee = draft_cost_knee(&eng->cost);
+    for (int32_t i = 0; i < pl->n_entries; i++) n_logits += pl->entries[i].logits;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        const struct sched_entry *en = &pl->entries[i];
+        struct eng_seq *es = (struct eng_seq *)en->seq;
+        /* a constrained sequence drafts nothing: each draft row would need its own position's mask */
+        if (!en->logits || es->cons || !wants_proposal(eng, es, knee, pl->n_rows, value)) continue;
+        int32_t n_prop = propose(eng, es);
+        es->i_shadow = es->n_shadow = 0;
+        if (n_prop == 0) continue;
+        double before = value;
+        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows, &value, n_prop) : n_prop;
+        k = reserve_logits(eng, n_logits + k) - n_logits;
+        int32_t got = k > 0 ? sched_draft(eng->s, i, eng->draft, k) : 0;
+        n_logits += got;
+        value = before + draft_expected(&es->acc, got);
+        es->n_shadow = n_prop - got; /* what follows the verified drafts */
+        memcpy(es->shadow, eng->draft + got, (size_t)es->n_shadow * sizeof *es->shadow);
+    }
+}
+
+/* Scores the shadow against tok, the token the sequence drew after its verified drafts (a rejected draft
+ * drops the shadow: it followed tokens the sequence does not have). A match is an accepted draft token
+ * that cost no row; a mismatch a rejected one, and the end of the shadow. */
+static void score_shadow(struct eng_seq *es, int32_t tok, int rejected)
+{
+    if (es->i_shadow == es->n_shadow) return;
+    int hit = !rejected && es->shadow[es->i_shadow] == tok;
+    if (!rejected) draft_seq_observe(&es->acc, hit, !hit);
+    if (es->i_shadow == 0)
+        es->probe_every = hit ? ENG_PROBE_EVERY : es->probe_every * 2 > ENG_PROBE_MAX ? ENG_PROBE_MAX : es->probe_every * 2;
+    es->i_shadow = hit ? es->i_shadow + 1 : es->n_shadow;
+}
+
+/* The step batch of the plan: every entry's rows in order; logits for the rows that sample (a sequence's
+ * last token and its draft rows). */
+static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
+{
     int32_t n_rows = 0, n_logits = 0;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
@@ -589,15 +705,15 @@ int engine_step(engine *eng, struct err *e)
         eng->step_seqs[i] = (struct step_seq){.block_table = q->blocks, .n_blocks = q->n_blocks};
         for (int32_t k = 0; k < en->n_rows; k++) {
             int32_t pos = en->pos0 + k;
-            eng->row_tokens[n_rows] = q->tokens[pos];
+            eng->row_tokens[n_rows] = q->tokens[pos]; /* draft tokens follow the sequence's own */
             eng->row_pos[n_rows] = pos;
             eng->row_seq[n_rows] = i;
             if (pos < q->n_prompt) eng->st.prompt_tokens_computed++;
+            if (en->logits && k >= en->n_rows - 1 - en->n_draft) eng->logit_rows[n_logits++] = n_rows;
             n_rows++;
         }
-        if (en->logits) eng->logit_rows[n_logits++] = n_rows - 1;
     }
-    struct step_batch batch = {
+    return (struct step_batch){
         .n_rows = n_rows,
         .tokens = eng->row_tokens,
         .pos = eng->row_pos,
@@ -607,10 +723,90 @@ int engine_step(engine *eng, struct err *e)
         .n_logits = n_logits,
         .logit_rows = eng->logit_rows,
     };
+}
+
+/* Samples entry en's positions in order from its logits rows (1 + n_draft of them): the token after the
+ * sequence's last, then one more after each draft token the sampler drew too. Fills v with what the
+ * sequence keeps: the accepted drafts and the token drawn after them, cut where the request ends. */
+static int verify_entry(engine *eng, const struct sched_entry *en, float *logits, struct eng_verdict *v,
+                        struct err *e)
+{
+    struct eng_seq *es = (struct eng_seq *)en->seq;
+    struct sched_seq *q = &es->q;
+    const int32_t *draft = q->tokens + q->n_tokens;
+    int32_t g0 = q->n_tokens - q->n_prompt, a = 0, tok;
+    v->failed = 0;
+    if (es->cons) { /* constrained sequences verify no drafts (plan_drafts): one masked draw */
+        int rc = constrain_logits(eng, es, logits, e);
+        if (rc < 0) return -1;
+        if (rc > 0) { /* no token can continue: it fails alone after the commit, taking nothing */
+            v->failed = 1;
+            v->n_keep = 1;
+            return 0;
+        }
+    }
+    for (;;) { /* history: the prompt, the generated tokens, the drafts accepted so far */
+        tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a, logits + (size_t)a * (size_t)eng->n_vocab);
+        if (a == en->n_draft || tok != draft[a]) break;
+        a++;
+    }
+    eng->st.seq_steps++;
+    if (en->n_draft > 0) {
+        eng->st.n_drafts++;
+        eng->st.draft_tokens += en->n_draft;
+        eng->st.draft_accepted += a;
+        draft_seq_observe(&es->acc, a, a < en->n_draft);
+    }
+    score_shadow(es, tok, a < en->n_draft);
+    if (es->cons && constrain_advance(eng, es, tok, e)) return -1;
+    v->finish = -1;
+    for (int32_t d = 0; d <= a && v->finish < 0; d++) {
+        v->last = d < a ? draft[d] : tok;
+        v->n_keep = d + 1;
+        v->finish = take_token(eng, es, v->last, g0 + d + 1);
+    }
+    return 0;
+}
+
+/* After the commit: appends the token drawn after the accepted drafts (those are tokens already) and
+ * finishes the request if it ended. */
+static int settle_entry(engine *eng, const struct sched_entry *en, const struct eng_verdict *v, struct err *e)
+{
+    struct eng_seq *es = (struct eng_seq *)en->seq;
+    if (v->failed) return fail_seq(eng, es, "structured output: no token of the vocabulary can continue the output here", e);
+    sched_seq_append(&es->q, v->last);
+    eng->st.gen_tokens += v->n_keep;
+    if (es->t_first == 0) es->t_first = clock_now();
+    return v->finish < 0 ? 0 : finish_seq(eng, es, (enum engine_finish)v->finish, e);
+}
+
+/* Debug checks after a step: scheduler and pool, sampler scratch, constraint states, step cost, every index
+ * and acceptance. */
+static int check_step(engine *eng, struct err *e)
+{
+    if (sched_check(eng->s, e) || sampler_check(eng->smp, e) || check_constraints(eng, e) ||
+        draft_check(&eng->cost, NULL, e))
+        return -1;
+    for (const struct eng_seq *es = eng->live; es; es = es->live_next)
+        if ((es->ix && lookup_check(es->ix, es->q.tokens, e)) || draft_check(NULL, &es->acc, e))
+            return err_prefix(e, "request %llu", (unsigned long long)es->q.id);
+    return 0;
+}
+
+int engine_step(engine *eng, struct err *e)
+{
+    if (!eng->live) return 0;
+    const struct sched_plan *pl = sched_schedule(eng->s);
+    if (pl->n_entries == 0)
+        return err_set(e, "engine: the scheduler planned nothing with %d running and %d waiting (bug)",
+                       (int)sched_n_running(eng->s), (int)sched_n_waiting(eng->s));
+    if (eng->p.lookup > 0) plan_drafts(eng, pl);
+    struct step_batch batch = build_batch(eng, pl);
     if (eng->cc && prefetch_masks(eng, pl, e)) return err_prefix(e, "engine step");
     double t0 = clock_now();
     int frc = eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e);
-    eng->st.t_forward += clock_now() - t0;
+    double dt = clock_now() - t0;
+    eng->st.t_forward += dt;
     if (eng->cc) { /* the masks computed during the forward go into the cache */
         struct err pe;
         double t1 = clock_now();
@@ -619,22 +815,24 @@ int engine_step(engine *eng, struct err *e)
         if (prc && !frc) return err_set(e, "engine step: %s", pe.msg);
     }
     if (frc) return err_prefix(e, "engine step");
-    eng->st.rows_computed += n_rows;
-    sched_commit(eng->s);
-
-    /* Sampling may finish (and free) sequences; the plan's pointers are not used after their entry. */
-    int32_t j = 0;
+    eng->st.rows_computed += batch.n_rows;
+    if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_cost_add(&eng->cost, batch.n_rows, dt);
+    /* verify, then commit only what the sequences keep */
     int32_t n_entries = pl->n_entries;
     const struct sched_entry *ents = pl->entries;
-    for (int32_t i = 0; i < n_entries; i++) {
+    for (int32_t i = 0, j = 0; i < n_entries; i++) {
         if (!ents[i].logits) continue;
-        struct eng_seq *es = (struct eng_seq *)ents[i].seq;
-        if (sample_one(eng, es, eng->logits + (size_t)j * (size_t)eng->n_vocab, e)) return -1;
-        j++;
+        if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, &eng->verdicts[i], e))
+            return err_prefix(e, "engine step");
+        j += 1 + ents[i].n_draft;
+        sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);
     }
+    sched_commit(eng->s);
+    /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. */
+    for (int32_t i = 0; i < n_entries; i++)
+        if (ents[i].logits && settle_entry(eng, &ents[i], &eng->verdicts[i], e)) return -1;
     eng->st.n_steps++;
-    if (eng->p.debug_checks && (sched_check(eng->s, e) || sampler_check(eng->smp, e) || check_constraints(eng, e)))
-        return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
+    if (eng->p.debug_checks && check_step(eng, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;
 }
 

@@ -18,6 +18,13 @@
  * Each distinct constraint is compiled once per engine; masks are cached per automaton state, and the masks
  * a step will need that are not cached yet are computed on the constraint cache's worker thread while the
  * forward step runs (constraint_prefetch_start / _finish around backend forward).
+ * Prompt-lookup decoding (params.lookup > 0): a sequence about to sample may propose up to `lookup` draft
+ * tokens, copied from where its last 1-3 tokens occurred before in its prompt or output (lookup.h), and
+ * verify them as extra rows of the same step: the sampler draws at each position as it would have without
+ * drafts, and the sequence keeps the drafts it agrees with plus the first token it draws differently. So
+ * results are the same with lookup on or off, bit for bit on the CPU backend; only the number of steps
+ * changes. How many drafts a sequence verifies is decided per step (draft.h): none when the step is
+ * compute-bound or its drafts are seldom accepted.
  */
 #ifndef NS_ENGINE_H
 #define NS_ENGINE_H
@@ -34,8 +41,10 @@
 
 /* Valid values (engine_init rejects others with a message): kv_block a power of two in [1, 1024];
  * kv_blocks >= 1 and kv_blocks * kv_block <= 2^31 - 1; max_batch_tokens in [1, 65536]; max_seqs in
- * [1, 4096]. max_seqs above max_batch_tokens is lowered to max_batch_tokens (every running sequence must
- * be able to decode in one step). */
+ * [1, 4096]; lookup in [0, ENGINE_MAX_LOOKUP]. max_seqs above max_batch_tokens is lowered to
+ * max_batch_tokens (every running sequence must be able to decode in one step). */
+#define ENGINE_MAX_LOOKUP 64
+#define ENGINE_DEFAULT_LOOKUP 8
 struct engine_params {
     int32_t kv_block;         /* tokens per KV block (default 16) */
     int64_t kv_blocks;        /* pool size in blocks; computed by the caller from a memory budget
@@ -45,6 +54,10 @@ struct engine_params {
                                  backend_caps.default_max_batch_tokens) */
     int32_t max_seqs;         /* running sequences at once (default 64) */
     int prefix_cache;         /* 1 = on (default) */
+    int32_t lookup;           /* prompt-lookup decoding: draft tokens a sequence may verify per step, 0 = off
+                                 (default ENGINE_DEFAULT_LOOKUP) */
+    int lookup_adaptive;      /* 1 (default): verify as many as pay off (draft.h); 0: every token proposed
+                                 (measuring acceptance against the draft length; tests) */
     int debug_checks;         /* 1: run the pool and scheduler invariant checks after every step (tests;
                                  O(kv_blocks * kv_block) per step). Default 0. */
 };
@@ -103,7 +116,13 @@ struct engine_stats {
     double t_forward;               /* seconds inside backend forward */
     int64_t kv_blocks_cached;       /* now: refcount-0 blocks kept by the prefix cache (evictable) */
     int64_t kv_evictions;           /* cached blocks evicted to make room */
-    int64_t rows_computed;          /* all rows run (prompt, generated, recomputed) */
+    int64_t rows_computed;          /* all rows run (prompt, generated, recomputed, drafts) */
+    int64_t seq_steps;              /* times a sequence sampled in a step (it took 1 + accepted drafts tokens):
+                                       gen_tokens / seq_steps is the tokens a sequence gains per step */
+    int64_t draft_tokens;           /* draft tokens verified (prompt lookup: rows after a sequence's tokens) */
+    int64_t draft_accepted;         /* of those, accepted by the sampler (acceptance rate = / draft_tokens) */
+    int64_t n_drafts;               /* sequence-steps that verified a draft (mean accepted length =
+                                       draft_accepted / n_drafts) */
     double t_constrain;             /* seconds masking logits and advancing constraint states (on the
                                        engine's thread: masks computed during the forward are not in it) */
     int64_t constrain_masks;        /* masks computed (the rest came from the cache) */

@@ -5,7 +5,8 @@
  *    queue holds sequences in state WAITING, sorted by arrival (preempted ones go back in their place);
  *  - a waiting sequence holds no blocks and has n_computed 0;
  *  - a running sequence has n_computed <= n_tokens, blocks covering at least n_computed tokens and at most
- *    n_tokens (rounded up to a block), and n_registered * block_size <= n_computed;
+ *    n_tokens (rounded up to a block), and n_registered * block_size <= n_computed (between sched_draft
+ *    and sched_commit, blocks also cover the draft rows; the commit releases those of rejected rows);
  *  - blocks[0 .. n_registered) are cached, each registered under the previous one (the first under
  *    KV_NONE): the table spells a verified chain of the sequence's tokens;
  *  - every other block of a table is held by that table alone (refcount 1, not cached): a sequence writes
@@ -271,6 +272,12 @@ static void plan_add(sched *s, struct sched_seq *q, int32_t n_rows)
     pl->n_rows += n_rows;
 }
 
+static void note_peak(sched *s)
+{
+    int64_t used = kv_n_used(s->pool);
+    if (used > s->stats.blocks_peak) s->stats.blocks_peak = used;
+}
+
 /* Schedules up to `want` rows of running sequence q, shrinking the chunk to the blocks available and
  * preempting the newest running sequences when not even one row fits. Returns 0 if q itself was
  * preempted. */
@@ -354,18 +361,63 @@ const struct sched_plan *sched_schedule(sched *s)
         budget -= n;
     }
 
-    int64_t used = kv_n_used(s->pool);
-    if (used > s->stats.blocks_peak) s->stats.blocks_peak = used;
+    note_peak(s);
     return pl;
+}
+
+int32_t sched_draft(sched *s, int32_t i, const int32_t *draft, int32_t n)
+{
+    struct sched_plan *pl = &s->plan;
+    assert(i >= 0 && i < pl->n_entries);
+    struct sched_entry *en = &pl->entries[i];
+    struct sched_seq *q = en->seq;
+    assert(en->logits && en->n_draft == 0 && en->pos0 + en->n_rows == q->n_tokens);
+    int32_t room = q->n_prompt + q->max_tokens - 1 - q->n_tokens;
+    int32_t rows_left = s->p.max_batch_tokens - pl->n_rows;
+    if (n > room) n = room;
+    if (n > rows_left) n = rows_left;
+    /* blocks: the ones the sequence holds, then free ones only */
+    int32_t fit = rows_that_fit(s, q, kv_n_free(s->pool)) - en->n_rows;
+    if (n > fit) n = fit;
+    if (n <= 0) return 0;
+    int ok = grow(s, q, en->n_rows + n);
+    assert(ok);
+    (void)ok;
+    memcpy(q->tokens + q->n_tokens, draft, (size_t)n * sizeof *draft);
+    en->n_rows += n;
+    en->n_draft = n;
+    en->n_accepted = 0;
+    pl->n_rows += n;
+    note_peak(s);
+    return n;
+}
+
+void sched_accept(sched *s, int32_t i, int32_t n_accepted)
+{
+    assert(i >= 0 && i < s->plan.n_entries);
+    struct sched_entry *en = &s->plan.entries[i];
+    assert(n_accepted >= 0 && n_accepted <= en->n_draft);
+    en->n_accepted = n_accepted;
+}
+
+/* Releases the blocks past those that n_computed needs (they held rejected draft rows only). */
+static void trim_blocks(sched *s, struct sched_seq *q)
+{
+    int32_t keep = ceil_div(q->n_computed, s->block_size);
+    assert(keep >= q->n_registered);
+    while (q->n_blocks > keep) kv_unref(s->pool, q->blocks[--q->n_blocks]);
 }
 
 void sched_commit(sched *s)
 {
     struct sched_plan *pl = &s->plan;
     for (int32_t i = 0; i < pl->n_entries; i++) {
-        struct sched_seq *q = pl->entries[i].seq;
-        assert(q->n_computed == pl->entries[i].pos0);
-        q->n_computed += pl->entries[i].n_rows;
+        const struct sched_entry *en = &pl->entries[i];
+        struct sched_seq *q = en->seq;
+        assert(q->n_computed == en->pos0);
+        q->n_computed += en->n_rows - en->n_draft + en->n_accepted;
+        q->n_tokens += en->n_accepted;
+        if (en->n_accepted < en->n_draft) trim_blocks(s, q);
         if (!s->p.prefix_cache) continue;
         while ((int64_t)(q->n_registered + 1) * s->block_size <= q->n_computed) {
             int32_t k = q->n_registered;

@@ -16,6 +16,8 @@
  * released (full blocks stay in the prefix cache), it goes back to the waiting queue in arrival order and
  * later recomputes prompt + generated tokens. The oldest sequence can always preempt all others, and the
  * caller only adds sequences that fit the pool alone, so every sequence finishes (no starvation).
+ * After planning, the caller may add draft rows (prompt-lookup decoding) to entries with logits
+ * (sched_draft): they only use rows and free blocks nobody else wanted, so they change none of the above.
  */
 #ifndef NS_ENGINE_SCHED_H
 #define NS_ENGINE_SCHED_H
@@ -61,11 +63,15 @@ void sched_seq_release(struct sched_seq *q);
 void sched_seq_append(struct sched_seq *q, int32_t token);
 
 /* One entry of a plan: rows for positions [pos0, pos0 + n_rows) of seq; logits = 1 when the chunk reaches
- * the end of the sequence's tokens (its last row's logits give the next token). */
+ * the end of the sequence's tokens (its last row's logits give the next token). An entry with logits may
+ * carry draft rows (sched_draft): its last n_draft rows are at positions n_tokens .. n_tokens + n_draft - 1,
+ * tokens proposed after the sequence's own, and every one of them needs logits too (the 1 + n_draft last
+ * rows). n_accepted of them (a prefix, set by sched_accept) become the sequence's tokens at sched_commit. */
 struct sched_entry {
     struct sched_seq *seq;
     int32_t pos0, n_rows;
     int logits;
+    int32_t n_draft, n_accepted;
 };
 
 struct sched_plan {
@@ -99,8 +105,21 @@ struct sched_seq *sched_find(sched *s, uint64_t id);
 /* Plans the next step (allocating blocks and preempting as needed). The plan is owned by the scheduler
  * and valid until the next sched_schedule. An empty plan means there is nothing to run. */
 const struct sched_plan *sched_schedule(sched *s);
-/* After the forward step of the last plan: advances n_computed of every entry and registers the blocks it
- * filled in the prefix cache (which may swap a block id for an equal cached one). */
+/* Adds up to n draft rows to entry i of the last plan (an entry with logits and no draft yet): draft[0..n)
+ * is written after the sequence's tokens (q->tokens[n_tokens ..]) and run like tokens, but is not part of
+ * the sequence until sched_accept keeps some. Drafts are optional rows: they take what is left of
+ * max_batch_tokens, stay within the sequence's room (n_tokens + n_draft <= n_prompt + max_tokens - 1: the
+ * token after the last draft must still fit), and take blocks from the free list only (never evicting a
+ * cached block, never preempting). Returns the rows added (0..n). */
+int32_t sched_draft(sched *s, int32_t i, const int32_t *draft, int32_t n);
+/* Keeps the first n_accepted (<= n_draft) draft rows of entry i at the next sched_commit; the others are
+ * rejected (the default): their KV slots are given up, no copy. */
+void sched_accept(sched *s, int32_t i, int32_t n_accepted);
+/* After the forward step of the last plan: advances n_computed of every entry over its rows, its accepted
+ * draft rows included (which become tokens: n_tokens grows by n_accepted) and its rejected ones excluded,
+ * releases the blocks that only rejected rows used, and registers the blocks it filled in the prefix cache
+ * (which may swap a block id for an equal cached one). A rejected draft token never reaches the cache: a
+ * block is registered only when committed rows fill it. */
 void sched_commit(sched *s);
 
 /* Lowers (or raises back) the admission cap to n, clamped to [1, max_seqs]: no sequence is admitted while

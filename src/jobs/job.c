@@ -208,6 +208,9 @@ static void snapshot(job *j, struct progress_snapshot *ps)
     ps->kv_use = es.kv_blocks_total ? (double)es.kv_blocks_used / (double)es.kv_blocks_total : 0;
     int64_t pt = es.prompt_tokens_computed + es.prompt_tokens_cached;
     ps->prefix_hit = pt ? (double)es.prompt_tokens_cached / (double)pt : 0;
+    ps->lookup = j->m->ep.lookup > 0;
+    ps->draft_acceptance = es.draft_tokens ? (double)es.draft_accepted / (double)es.draft_tokens : 0;
+    ps->tokens_per_step = es.seq_steps ? (double)es.gen_tokens / (double)es.seq_steps : 1.0;
 }
 
 /* Submits the plan's next works to rank 0's own engine while fewer than limit are in it. Under MPI, rank 0

@@ -55,11 +55,14 @@ void progress_format(char *buf, size_t cap, const struct progress_snapshot *s, d
     char eta[32];
     fmt_duration(eta, sizeof eta, eta_seconds);
     double pct = s->total > 0 ? 100.0 * (double)s->done / (double)s->total : 100.0;
-    snprintf(buf, cap,
-             "run %lld/%lld %.1f%% | prompt %.0f tok/s | gen %.0f tok/s | ETA %s | KV %.0f%% | prefix hit %.0f%% | "
-             "failed %lld",
-             (long long)s->done, (long long)s->total, pct, prompt_rate, gen_rate, eta, 100.0 * s->kv_use,
-             100.0 * s->prefix_hit, (long long)s->failed);
+    int n = snprintf(buf, cap,
+                     "run %lld/%lld %.1f%% | prompt %.0f tok/s | gen %.0f tok/s | ETA %s | KV %.0f%% | prefix hit %.0f%% | "
+                     "failed %lld",
+                     (long long)s->done, (long long)s->total, pct, prompt_rate, gen_rate, eta, 100.0 * s->kv_use,
+                     100.0 * s->prefix_hit, (long long)s->failed);
+    if (s->lookup && n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " | lookup %.0f%% acc, %.1f tok/step", 100.0 * s->draft_acceptance,
+                 s->tokens_per_step);
 }
 
 static void draw(progress *p, const struct progress_snapshot *s, double now, int final)

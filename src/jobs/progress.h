@@ -5,6 +5,9 @@
  *
  *   run 1234/5000 24.7% | prompt 1523 tok/s | gen 812 tok/s | ETA 3m12s | KV 43% | prefix hit 12% | failed 2
  *
+ * With prompt-lookup decoding on, it ends "| lookup 81% acc, 3.4 tok/step" (draft tokens accepted, tokens
+ * a sequence gains per step, over the run so far).
+ *
  * Token rates are over the last few seconds (exponentially smoothed); the ETA is from the average request
  * rate since the start.
  */
@@ -20,6 +23,9 @@ struct progress_snapshot {
     int64_t gen_tokens;          /* generated tokens so far */
     double kv_use;               /* fraction of KV blocks in use now, [0, 1] */
     double prefix_hit;           /* prompt tokens served from the prefix cache / prompt tokens, [0, 1] */
+    int lookup;                  /* prompt lookup on: the two figures below are shown */
+    double draft_acceptance;     /* draft tokens accepted / verified, [0, 1] */
+    double tokens_per_step;      /* generated tokens / sequence-steps (1 without drafts) */
 };
 
 enum progress_mode { PROGRESS_AUTO, PROGRESS_TTY, PROGRESS_LOG, PROGRESS_QUIET };

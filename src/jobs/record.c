@@ -253,6 +253,18 @@ static double per_wall(double x, double wall)
     return wall > 0 ? x / wall : 0.0;
 }
 
+/* Prompt-lookup decoding: its setting, the drafts verified and accepted, and the tokens a sequence gained
+ * per step it sampled in (1.0 without lookup). */
+static json_t *lookup_json(const struct job_model *m, const struct engine_stats *es)
+{
+    return json_pack("{s:i, s:b, s:I, s:I, s:I, s:f, s:f, s:f}", "max_draft", m->ep.lookup, "adaptive",
+                     m->ep.lookup_adaptive, "drafts", (json_int_t)es->n_drafts, "draft_tokens",
+                     (json_int_t)es->draft_tokens, "draft_accepted", (json_int_t)es->draft_accepted, "acceptance_rate",
+                     es->draft_tokens ? (double)es->draft_accepted / (double)es->draft_tokens : 0.0,
+                     "mean_accepted_length", es->n_drafts ? (double)es->draft_accepted / (double)es->n_drafts : 0.0,
+                     "tokens_per_step", es->seq_steps ? (double)es->gen_tokens / (double)es->seq_steps : 0.0);
+}
+
 /* When the run started and ended (ISO times) and where its time went, how fast it was, latency, memory, KV
  * pool and prefix cache. */
 static void add_performance(json_t *out, const struct record_run *r, const char *t_start, const char *t_end)
@@ -289,6 +301,7 @@ static void add_performance(json_t *out, const struct record_run *r, const char 
     json_object_set_new(out, "prefix_cache", json_pack("{s:b, s:f, s:I}", "enabled", m->ep.prefix_cache, "hit_rate",
                                                        pt ? (double)es->prompt_tokens_cached / (double)pt : 0.0,
                                                        "cached_tokens", (json_int_t)es->prompt_tokens_cached));
+    json_object_set_new(out, "lookup", lookup_json(m, es));
 }
 
 /* Joules since the meters started, or "unavailable" when no meter can be read. */

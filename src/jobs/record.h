@@ -71,7 +71,7 @@ struct record_run {
 /* The run record (new reference): nightshift version and git commit, status, owner, retest_after (the date the
  * settings should be re-measured: now + c->retest_after_days), command, flags, model,
  * backend, backlog, files, counts, tokens, time by phase, throughput, latency percentiles, peak memory,
- * KV pool, prefix cache, repair and energy. */
+ * KV pool, prefix cache, prompt lookup (drafts, acceptance, tokens per step), repair and energy. */
 json_t *record_build(const struct record_run *r);
 
 #endif

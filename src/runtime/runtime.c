@@ -25,6 +25,8 @@ struct runtime_params runtime_default_params(void)
         .max_batch_tokens = 0,
         .max_seqs = 64,
         .prefix_cache = 1,
+        .lookup = ENGINE_DEFAULT_LOOKUP,
+        .lookup_adaptive = 1,
         .debug_checks = 0,
     };
 }
@@ -99,6 +101,8 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
     rt->ep.kv_block = p->kv_block;
     rt->ep.max_seqs = p->max_seqs;
     rt->ep.prefix_cache = p->prefix_cache;
+    rt->ep.lookup = p->lookup;
+    rt->ep.lookup_adaptive = p->lookup_adaptive;
     rt->ep.debug_checks = p->debug_checks;
     if (p->max_batch_tokens > 0) rt->ep.max_batch_tokens = p->max_batch_tokens;
     else if (rt->caps.default_max_batch_tokens > 0) rt->ep.max_batch_tokens = rt->caps.default_max_batch_tokens;

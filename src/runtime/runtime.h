@@ -54,6 +54,9 @@ struct runtime_params {
     int32_t max_batch_tokens; /* rows per engine step; 0 (default): the backend's */
     int32_t max_seqs;         /* running sequences at once (default 64) */
     int prefix_cache;         /* 1 (default): reuse the KV of shared prompt prefixes */
+    int32_t lookup;           /* prompt-lookup decoding: draft tokens per sequence and step, 0 = off (default
+                                 ENGINE_DEFAULT_LOOKUP; engine.h) */
+    int lookup_adaptive;      /* 1 (default): as many as pay off; 0: every token proposed (measurements) */
     int debug_checks;         /* 1: the engine checks its invariants after every step (tests); default 0 */
 };
 

@@ -1,0 +1,77 @@
+/* draft — how many draft tokens (prompt lookup, lookup.h) a sequence verifies in this step: worth it only
+ * while the rows are cheap and the drafts are likely right.
+ *
+ * Cost: a step of R rows takes about T(R) = t0 + c * R seconds: t0 the part every step pays whatever its rows
+ * (reading the weights, launching work), c the cost of a row. draft_cost fits t0 and c to the forward times
+ * of the steps the engine observes (the engine gives it steps whose rows all sample, the steps drafts join):
+ * least squares, exponentially forgetting (the last ~DRAFT_COST_HALF_LIFE steps count most), regularized by
+ * DRAFT_PRIOR_W pseudo-steps on the prior line t0 = DRAFT_PRIOR_KNEE * c (scaled to the observed times), so
+ * that steps of one size, which say nothing about the slope, leave the prior; a time more than
+ * DRAFT_CLIP times off the current fit counts as that bound (a step slowed by another process does not
+ * turn the fit over).
+ *
+ * Value: a step of R rows that yields E tokens of work (a prompt row or a sampled token: 1 each; a draft row:
+ * the chance it is accepted) runs at E / T(R). One more row (a draft token) costs c and yields P, the chance
+ * it is accepted. It raises the step's rate iff P / c > E / T(R), i.e.
+ *     P > bar(R, E) = c * E / T(R) = E / (R + knee),        knee = t0 / c.
+ * Before any draft E = R and the bar is R / (R + knee): few rows (decode at low concurrency, weight-bound)
+ * make it low and long drafts pay; many rows (compute-bound) push it to 1, so at high concurrency lookup
+ * drafts little or nothing and costs (almost) nothing.
+ *
+ * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
+ * prior, and half a miss of doubt in every estimate: drafting when the estimate is high picks the lucky
+ * streaks, whose next tokens are accepted less often than the streak says); the d-th token of a draft is
+ * accepted with probability p^d (all before it must be). So a sequence
+ * drafts while the next token's p^d clears the bar, R and E growing with each row it adds. The engine also
+ * scores the next proposed token that it did not verify against the token actually sampled (free
+ * information), so a sequence that stopped drafting notices when its proposals become right again.
+ */
+#ifndef NS_ENGINE_DRAFT_H
+#define NS_ENGINE_DRAFT_H
+
+#include <stdint.h>
+
+#include "util/err.h"
+
+#define DRAFT_PRIOR_KNEE 4.0    /* t0 / c assumed before the fit has data (rows; about a CPU's) */
+#define DRAFT_PRIOR_W 16.0      /* weight of the prior, in steps */
+#define DRAFT_COST_HALF_LIFE 64 /* steps */
+#define DRAFT_CLIP 2.0          /* observations are clipped to [fit / DRAFT_CLIP, fit * DRAFT_CLIP] */
+#define DRAFT_KNEE_MIN 0.25     /* the fit never claims a step has no fixed part at all */
+
+/* Exponentially weighted sums of (rows, seconds) per step. */
+struct draft_cost {
+    double w, sx, sy, sxx, sxy;
+};
+
+/* Decayed counts of draft tokens accepted (hits) and rejected (misses), prior included. */
+struct draft_seq {
+    float hits, misses;
+};
+
+void draft_cost_init(struct draft_cost *c);
+/* Adds one step: rows run, seconds in the forward pass. */
+void draft_cost_add(struct draft_cost *c, int32_t rows, double seconds);
+/* t0 / c from the fit, in [DRAFT_KNEE_MIN, 1e6] (DRAFT_PRIOR_KNEE with no data). */
+double draft_cost_knee(const struct draft_cost *c);
+/* share(rows) = rows / (rows + knee), in (0, 1]. */
+double draft_cost_share(const struct draft_cost *c, int32_t rows);
+
+void draft_seq_init(struct draft_seq *s);
+/* Records hits accepted tokens, then a miss (rejected: 1, or 0 when every verified token was accepted). */
+void draft_seq_observe(struct draft_seq *s, int32_t hits, int missed);
+/* Estimated probability that the next draft token is accepted. */
+double draft_seq_p(const struct draft_seq *s);
+
+/* Draft tokens worth verifying for a sequence with acceptance s in a step that has `rows` rows so far
+ * yielding *value tokens (E above), with knee = draft_cost_knee(): the rule at the top of this file, at most
+ * max (>= 0). Adds the drafts' expected tokens to *value. */
+int32_t draft_len(double knee, const struct draft_seq *s, int32_t rows, double *value, int32_t max);
+
+/* Expected accepted tokens of a d-token draft: p + p^2 + ... + p^d. */
+double draft_expected(const struct draft_seq *s, int32_t d);
+
+/* Debug check: sums finite and consistent (w >= 0, sxx >= 0, ...), counts positive. */
+int draft_check(const struct draft_cost *c, const struct draft_seq *s, struct err *e);
+
+#endif

@@ -1,0 +1,122 @@
+/* test_draft — the draft-length rule: the step cost fit finds t0 / c from step times, the share of a step
+ * that its rows cost grows with the rows, and the draft length follows acceptance and step size. */
+#include "engine/draft.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include "test.h"
+
+TEST(draft_cost_fit)
+{
+    struct err e;
+    struct draft_cost c;
+    draft_cost_init(&c);
+    CHECK(draft_cost_knee(&c) == DRAFT_PRIOR_KNEE); /* no data */
+    /* rows that never vary say nothing about the slope: the prior stands */
+    for (int i = 0; i < 100; i++) draft_cost_add(&c, 64, 0.1);
+    CHECK(fabs(draft_cost_knee(&c) - DRAFT_PRIOR_KNEE) < 1e-9);
+    /* T = 4 ms + 1.5 ms per row over rows 1..9 and 200: knee 2.67 (the prior pulls a little) */
+    draft_cost_init(&c);
+    for (int i = 0; i < 400; i++) {
+        int32_t rows = i % 10 == 9 ? 200 : 1 + i % 9;
+        double noise = (i % 3 - 1) * 1e-5;
+        draft_cost_add(&c, rows, 0.004 + 0.0015 * rows + noise);
+        CHECK(draft_check(&c, NULL, &e) == 0);
+    }
+    double knee = draft_cost_knee(&c);
+    fprintf(stderr, "# fitted knee %.3f (true 2.667, prior %.1f)\n", knee, DRAFT_PRIOR_KNEE);
+    CHECK_MSG(fabs(knee - 4.0 / 1.5) < 0.25, "knee %g", knee);
+    CHECK(fabs(draft_cost_share(&c, 1) - 1 / (1 + knee)) < 1e-12);
+    CHECK(draft_cost_share(&c, 64) > 0.95);
+    CHECK(draft_cost_share(&c, 2) < draft_cost_share(&c, 4));
+    /* the fit forgets: the same machine turned compute-bound (no fixed part) */
+    for (int i = 0; i < 2000; i++) draft_cost_add(&c, 1 + i % 9, 0.002 * (1 + i % 9));
+    fprintf(stderr, "# compute-bound: knee %.3f\n", draft_cost_knee(&c));
+    CHECK_MSG(draft_cost_knee(&c) < 1.0, "knee %g", draft_cost_knee(&c));
+    /* a step 10x slower than the fit (another process ran) moves it little */
+    draft_cost_init(&c);
+    for (int i = 0; i < 200; i++) draft_cost_add(&c, 1 + i % 9, 0.004 + 0.0015 * (1 + i % 9));
+    knee = draft_cost_knee(&c);
+    draft_cost_add(&c, 2, 0.2);
+    CHECK_MSG(fabs(draft_cost_knee(&c) - knee) < 0.25, "knee %g -> %g", knee, draft_cost_knee(&c));
+    /* slopes that say rows are free are noise: back to the prior */
+    draft_cost_init(&c);
+    for (int i = 0; i < 100; i++) draft_cost_add(&c, 1 + i % 9, 0.01 - 0.001 * (i % 9));
+    CHECK(draft_cost_knee(&c) == DRAFT_PRIOR_KNEE);
+    /* bad observations are ignored */
+    draft_cost_add(&c, 5, NAN);
+    draft_cost_add(&c, 0, 1.0);
+    CHECK(draft_check(&c, NULL, &e) == 0);
+}
+
+TEST(draft_seq_acceptance)
+{
+    struct err e;
+    struct draft_seq s;
+    draft_seq_init(&s);
+    CHECK(fabs(draft_seq_p(&s) - 0.4) < 1e-6); /* 1 hit, 1 miss, half a miss of doubt */
+    draft_seq_observe(&s, 8, 0);
+    double p8 = draft_seq_p(&s);
+    CHECK_MSG(p8 > 0.85, "p %g", p8);
+    draft_seq_observe(&s, 0, 1);
+    CHECK(draft_seq_p(&s) < p8);
+    for (int i = 0; i < 40; i++) draft_seq_observe(&s, 0, 1);
+    CHECK_MSG(draft_seq_p(&s) < 0.05, "p %g", draft_seq_p(&s));
+    CHECK(draft_check(NULL, &s, &e) == 0); /* counts stay positive */
+    for (int i = 0; i < 10; i++) draft_seq_observe(&s, 3, 0);
+    CHECK_MSG(draft_seq_p(&s) > 0.85, "p %g", draft_seq_p(&s)); /* recent tokens count most */
+    for (int i = 0; i < 1000; i++) draft_seq_observe(&s, 1, 0);
+    CHECK_MSG(draft_seq_p(&s) < 0.97, "p %g", draft_seq_p(&s)); /* a streak never makes it certain */
+    s.hits = 0;
+    CHECK(draft_check(NULL, &s, &e) != 0);
+}
+
+/* draft_len in a step of `rows` rows, each worth a token. */
+static int32_t len_at(const struct draft_cost *c, const struct draft_seq *s, int32_t rows, int32_t max)
+{
+    double value = rows;
+    int32_t d = draft_len(draft_cost_knee(c), s, rows, &value, max);
+    return fabs(value - rows - draft_expected(s, d)) < 1e-9 ? d : -1; /* the value grew by what it drafted */
+}
+
+TEST(draft_len_rule)
+{
+    struct draft_cost c;
+    struct draft_seq hi, mid, lo;
+    draft_cost_init(&c); /* prior knee 4: the bar is E / (R + 4) */
+    hi.hits = 99, hi.misses = 1;   /* p 0.985 */
+    mid.hits = 8, mid.misses = 2;  /* p 0.762 */
+    lo.hits = 1, lo.misses = 9;    /* p 0.095 */
+    /* one row (decode at concurrency 1) */
+    CHECK_EQ_INT(len_at(&c, &hi, 1, 8), 8);
+    CHECK_EQ_INT(len_at(&c, &mid, 1, 8), 3); /* .76 * 5 > 1, .58 * 6 > 1.76, .44 * 7 > 2.34, .34 * 8 < 2.79 */
+    CHECK_EQ_INT(len_at(&c, &lo, 1, 8), 0);  /* .095 * 5 < 1 */
+    CHECK_EQ_INT(len_at(&c, &hi, 1, 3), 3);  /* at most max */
+    CHECK_EQ_INT(len_at(&c, &hi, 1, 0), 0);
+    /* many rows (compute-bound): the bar nears 1 */
+    CHECK_EQ_INT(len_at(&c, &mid, 64, 8), 0);
+    CHECK_EQ_INT(len_at(&c, &hi, 64, 8), 3); /* .985 * 68 > 64, .970 * 69 > 64.98, .956 * 70 > 65.95, .941 * 71 < 66.91 */
+    CHECK_EQ_INT(len_at(&c, &hi, 400, 8), 0);
+    /* monotone: more rows never draft more, higher acceptance never drafts less */
+    for (int32_t r = 1; r < 200; r++) {
+        CHECK(len_at(&c, &hi, r + 1, 8) <= len_at(&c, &hi, r, 8));
+        CHECK(len_at(&c, &mid, r, 8) <= len_at(&c, &hi, r, 8));
+        CHECK(len_at(&c, &lo, r, 8) >= 0);
+    }
+    /* a step already holding drafts (E < R) takes more than one holding only sure rows */
+    double value = 8;
+    CHECK_EQ_INT(draft_len(draft_cost_knee(&c), &mid, 8, &value, 8), 1);
+    value = 4;
+    CHECK_EQ_INT(draft_len(draft_cost_knee(&c), &mid, 8, &value, 8), 3);
+    double p = 8 / 10.5;
+    CHECK(fabs(draft_expected(&mid, 2) - (p + p * p)) < 1e-6);
+}
+
+int main(void)
+{
+    RUN(draft_cost_fit);
+    RUN(draft_seq_acceptance);
+    RUN(draft_len_rule);
+    return test_summary();
+}
