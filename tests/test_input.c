@@ -391,6 +391,81 @@ TEST(parse_body_like_a_line)
     genparam_free(&d);
 }
 
+/* A first line over --max-line-bytes still counts as JSON when it starts with '{': the next lines are
+ * requests, not plain-text prompts holding raw JSON. */
+TEST(long_first_line_keeps_json)
+{
+    size_t big = 64u << 10;
+    char *s = malloc(big + 200);
+    size_t off = (size_t)sprintf(s, "{\"id\":\"big\",\"prompt\":\"");
+    memset(s + off, 'x', big);
+    off += big;
+    off += (size_t)sprintf(s + off, "\"}\n{\"id\":\"b\",\"prompt\":\"two\"}\n");
+    const char *p = write_tmp("longfirst.jsonl", s, off);
+    free(s);
+    struct input_opts o = input_default_opts();
+    o.max_line_bytes = 4096;
+    struct input_item it[4];
+    enum input_format fmt;
+    int n = read_all(p, &o, it, 4, &fmt);
+    CHECK_EQ_INT(n, 2);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_JSONL);
+    CHECK_STR(it[0].code, "line_too_long");
+    CHECK_MSG(!it[1].code, "%s: %s", it[1].code, it[1].message);
+    CHECK_STR(it[1].custom_id, "b");
+    CHECK_STR(it[1].prompt, "two");
+    free_all(it, n);
+}
+
+/* Binary files are refused with a message, in every format; a text file with a few Latin-1 bytes reads,
+ * its bad line being a bad line. */
+TEST(binary_files_are_refused)
+{
+    unsigned char bin[4096];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof bin; i++) {
+        x = x * 1664525u + 1013904223u;
+        bin[i] = (unsigned char)(x >> 24);
+        if (bin[i] == 0) bin[i] = 1; /* no NUL: only the invalid UTF-8 gives it away */
+    }
+    const char *p = write_tmp("random.bin", (const char *)bin, sizeof bin);
+    enum input_format fmts[] = {INPUT_FORMAT_AUTO, INPUT_FORMAT_TEXT, INPUT_FORMAT_JSONL};
+    for (int k = 0; k < 3; k++) {
+        struct input_opts o = input_default_opts();
+        o.format = fmts[k];
+        input_reader *r = NULL;
+        struct err e = {{0}};
+        struct input_item it;
+        int rc = input_open(p, &o, &r, &e);
+        if (rc == 0) {
+            rc = input_next(r, &it, &e) < 0 ? -1 : 0;
+            if (rc == 0) input_item_free(&it);
+            input_close(r);
+        }
+        CHECK_MSG(rc != 0, "format %d: a random binary file was read", k);
+        CHECK_MSG(strstr(e.msg, "not a text backlog") && strstr(e.msg, "random.bin"), "%s", e.msg);
+    }
+    const char nul[] = "hello\nwor\0ld\n";
+    p = write_tmp("nul.txt", nul, sizeof nul - 1);
+    struct input_opts o = input_default_opts();
+    input_reader *r = NULL;
+    struct err e = {{0}};
+    CHECK(input_open(p, &o, &r, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "NUL byte (at byte 9)"), "%s", e.msg);
+    const char u16[] = "\xff\xfeh\0i\0\n\0";
+    p = write_tmp("u16.txt", u16, sizeof u16 - 1);
+    CHECK(input_open(p, &o, &r, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "UTF-16"), "%s", e.msg);
+    const char latin1[] = "caf\xe9 au lait\nsecond line\nthird line, plain\n";
+    p = write_tmp("latin1.txt", latin1, sizeof latin1 - 1);
+    struct input_item it[4];
+    int n = read_all(p, &o, it, 4, NULL);
+    CHECK_EQ_INT(n, 3);
+    CHECK_STR(it[0].code, "invalid_utf8");
+    CHECK(!it[1].code && !it[2].code);
+    free_all(it, n);
+}
+
 int main(void)
 {
     log_set_level(LOG_QUIET);
@@ -405,6 +480,8 @@ int main(void)
     RUN(nan_message_only_for_nan_tokens);
     RUN(utf8_bom_is_dropped);
     RUN(parse_body_like_a_line);
+    RUN(long_first_line_keeps_json);
+    RUN(binary_files_are_refused);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }

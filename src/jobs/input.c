@@ -131,6 +131,8 @@ struct input_reader {
     int eof;
     char *line; /* (line_cap) at most max_line_bytes + 1 */
     size_t line_len, line_cap;
+    unsigned char lead; /* first byte of the current line that is not a space, tab or CR (0: none yet) */
+    int sniffed;        /* the first block was checked for being text (sniff_text) */
     int64_t n_lines, n_blank;
     uint64_t n_bytes;
     sha256_ctx *sha;
@@ -179,11 +181,48 @@ struct input_opts input_default_opts(void)
     return o;
 }
 
+/* Refuses a file that is not text before any line of it becomes a request: a UTF-16/32 byte order mark,
+ * a NUL byte, or more than 1/8 of the first block not UTF-8 text (invalid sequences, or control bytes other
+ * than tab, newline, CR, FF and VT). A file with a few bad bytes (Latin-1 accents) still reads: its lines
+ * with them are bad lines. p: the first block (n bytes, at most RBUF_BYTES; the whole file when smaller). */
+static int sniff_text(const input_reader *r, const unsigned char *p, size_t n, struct err *e)
+{
+    if (n >= 2 && ((p[0] == 0xff && p[1] == 0xfe) || (p[0] == 0xfe && p[1] == 0xff)))
+        return err_set(e, "%s starts with a UTF-16 byte order mark; nightshift reads UTF-8 backlogs (convert it, e.g. "
+                          "iconv -f UTF-16 -t UTF-8)", r->path);
+    const unsigned char *nul = memchr(p, 0, n);
+    if (nul)
+        return err_set(e, "%s is not a text backlog: it holds a NUL byte (at byte %zu); is it a binary file?", r->path,
+                       (size_t)(nul - p));
+    size_t bad = 0, i = 0, end = n > UTF8_MAX_SEQ ? n - UTF8_MAX_SEQ : 0; /* a sequence cut by the block end is fine */
+    while (i < end) {
+        size_t k = utf8_seq_len(p + i, n - i);
+        if (k == 0) k = 1, bad++;
+        else if (k == 1 && ((p[i] < 0x20 && !strchr("\t\n\r\f\v", p[i])) || p[i] == 0x7f)) bad++;
+        i += k;
+    }
+    if (bad * 8 > n)
+        return err_set(e, "%s is not a text backlog: %zu of its first %zu bytes are not UTF-8 text; is it a binary "
+                          "file?", r->path, bad, n);
+    return 0;
+}
+
+/* Remembers the first byte of the line that is not blank, in a chunk of it (first: the chunk starts the
+ * file, where a UTF-8 byte order mark is skipped). */
+static void note_lead(input_reader *r, const char *p, size_t n, int first)
+{
+    if (r->lead) return;
+    size_t i = first && n >= 3 && !memcmp(p, "\xef\xbb\xbf", 3) ? 3 : 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r')) i++;
+    if (i < n) r->lead = (unsigned char)p[i];
+}
+
 /* Reads one physical line (without '\n' and a trailing '\r'). Returns 1 with a line, 0 at EOF, -1 on error.
  * *too_long: the line had more than max_line_bytes bytes (its content is not kept). */
 static int read_line(input_reader *r, int *too_long, struct err *e)
 {
     r->line_len = 0;
+    r->lead = 0;
     *too_long = 0;
     int got_any = 0;
     for (;;) {
@@ -195,6 +234,10 @@ static int read_line(input_reader *r, int *too_long, struct err *e)
                 r->eof = 1;
                 break;
             }
+            if (!r->sniffed) {
+                r->sniffed = 1;
+                if (sniff_text(r, (const unsigned char *)r->rbuf, n, e) != 0) return -1;
+            }
             sha256_update(r->sha, r->rbuf, n);
             r->n_bytes += n;
             r->rlen = n;
@@ -205,6 +248,7 @@ static int read_line(input_reader *r, int *too_long, struct err *e)
         size_t avail = r->rlen - r->rpos;
         char *nl = memchr(start, '\n', avail);
         size_t take = nl ? (size_t)(nl - start) : avail;
+        note_lead(r, start, take, r->n_lines == 0 && r->n_bytes == r->rlen && r->rpos == 0);
         if (!*too_long) {
             /* one byte of slack for a '\r' that will be stripped */
             if (r->line_len + take > r->o.max_line_bytes + 1) {
@@ -269,8 +313,9 @@ static int detect_format(input_reader *r, struct err *e)
         int rc = read_line(r, &too_long, e);
         if (rc < 0) return -1;
         if (rc == 0) break;
-        if (too_long) {
+        if (too_long) { /* its content is gone, but how it starts still says what it is */
             n_seen++;
+            n_json += r->lead == '{';
             continue;
         }
         if (is_blank(r->line, r->line_len)) continue;

@@ -68,7 +68,10 @@ struct input_opts input_default_opts(void);
 typedef struct input_reader input_reader;
 
 /* Opens the backlog and, for AUTO, detects its format from the first 32 non-blank lines (a majority that
- * start with '{' means JSON; JSON with "custom_id" or "body" means openai). */
+ * start with '{' means JSON, a line over max_line_bytes included; JSON with "custom_id" or "body" means
+ * openai). A file that is not UTF-8 text is refused, in any format, when its first block is read: a UTF-16
+ * byte order mark, a NUL byte, or more than 1/8 of the first 64 KiB invalid UTF-8 or control bytes (a
+ * binary file would otherwise become thousands of bad lines and random-byte prompts). */
 int input_open(const char *path, const struct input_opts *o, input_reader **out, struct err *e);
 void input_close(input_reader *r);
 enum input_format input_get_format(const input_reader *r);
