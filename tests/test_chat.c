@@ -112,6 +112,16 @@ TEST(render_errors)
     CHECK_MSG(strstr(e.msg, "tool") && strstr(e.msg, "message 1"), "%.300s", e.msg);
     static const struct chat_msg only_sys[] = {{"system", "S"}};
     CHECK(chat_render(CHAT_LLAMA2, only_sys, 1, "<s>", "</s>", &out, &e) != 0);
+    /* two system messages in a row: the families that fold the system text into the next user turn refuse
+     * them (found by fuzz_chat: the first was dropped without a word) */
+    static const struct chat_msg two_sys[] = {{"system", "A"}, {"system", "B"}, {"user", "Hi"}};
+    enum chat_family folding[] = {CHAT_LLAMA2, CHAT_MISTRAL, CHAT_GEMMA};
+    for (int k = 0; k < 3; k++) {
+        CHECK(chat_render(folding[k], two_sys, 3, "<s>", "</s>", &out, &e) != 0 && out == NULL);
+        CHECK_MSG(strstr(e.msg, "two system messages") && strstr(e.msg, "message 1"), "%.300s", e.msg);
+    }
+    CHECK(chat_render(CHAT_CHATML, two_sys, 3, "", "", &out, &e) == 0 && strstr(out, "A") && strstr(out, "B"));
+    free(out);
     CHECK(chat_render(CHAT_NONE, conv, 1, "", "", &out, &e) != 0);
     CHECK_MSG(strstr(e.msg, "chatml, llama2"), "%.300s", e.msg);
 }

@@ -142,6 +142,7 @@ struct chat_prompt {
     enum chat_family f;
     const char *bos, *eos;
     const char *pending_sys; /* llama2/mistral/gemma: system text waiting for the next user turn */
+    size_t second_sys;       /* 1 + the index of a system message that came while one was pending, or 0 */
     struct chat_buf b;
 };
 
@@ -167,6 +168,7 @@ static void chat_put_turn(struct chat_prompt *cr, size_t i, enum chat_role r, co
         break;
     case CHAT_LLAMA2:
         if (r == ROLE_SYSTEM) {
+            if (cr->pending_sys && !cr->second_sys) cr->second_sys = i + 1; /* would replace the first */
             cr->pending_sys = c;
         } else if (r == ROLE_USER) {
             cb_put(b, cr->bos);
@@ -188,6 +190,7 @@ static void chat_put_turn(struct chat_prompt *cr, size_t i, enum chat_role r, co
     case CHAT_MISTRAL:
         if (i == 0) cb_put(b, cr->bos);
         if (r == ROLE_SYSTEM) {
+            if (cr->pending_sys && !cr->second_sys) cr->second_sys = i + 1; /* would replace the first */
             cr->pending_sys = c;
         } else if (r == ROLE_USER) {
             cb_put(b, "[INST] ");
@@ -216,6 +219,7 @@ static void chat_put_turn(struct chat_prompt *cr, size_t i, enum chat_role r, co
     case CHAT_GEMMA:
         if (i == 0) cb_put(b, cr->bos);
         if (r == ROLE_SYSTEM) {
+            if (cr->pending_sys && !cr->second_sys) cr->second_sys = i + 1; /* would replace the first */
             cr->pending_sys = c;
             break;
         }
@@ -267,6 +271,11 @@ int chat_render(enum chat_family f, const struct chat_msg *msgs, size_t n_msgs, 
         enum chat_role r;
         chat_role(&msgs[i], &r);
         chat_put_turn(&cr, i, r, msgs[i].role, msgs[i].content);
+    }
+    if (cr.second_sys) { /* folding both into the next user turn would invent a format; dropping one loses it */
+        free(cr.b.p);
+        return err_set(e, "chat: %s has no place for two system messages without a user message between them "
+                          "(message %zu)", chat_family_name(f), cr.second_sys - 1);
     }
     if (cr.pending_sys) { /* a trailing system message with no user turn after it */
         free(cr.b.p);
