@@ -271,6 +271,10 @@ static int run_check_args(struct run_args *A)
                 return -1;
             }
     }
+    if (job_check_paths(c, &e)) {
+        cli_error("run", "%s", e.msg);
+        return -1;
+    }
     if (!A->rp.model_path) A->rp.model_path = cli_default_model();
     return 0;
 }

@@ -20,7 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sys/resource.h>
 
@@ -71,6 +74,40 @@ struct job_config job_default_config(void)
     return c;
 }
 
+/* --- 0. paths --- */
+
+/* One path the run writes: see job_check_paths. */
+static int check_path(const char *flag, const char *path, struct err *e)
+{
+    struct stat st;
+    if (!path || !*path) return err_set(e, "%s: an empty path", flag);
+    size_t n = strlen(path);
+    if (path[n - 1] == '/' || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+        return err_set(e, "%s %s: is a directory; give a file path (e.g. %s%sresults.jsonl)", flag, path, path,
+                       path[n - 1] == '/' ? "" : "/");
+    if (stat(path, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) return err_set(e, "%s %s: not a regular file", flag, path);
+        if (access(path, W_OK) != 0) return err_set(e, "%s %s: cannot write it: %s", flag, path, strerror(errno));
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &st) != 0) return err_set(e, "%s %s: its directory %s: %s", flag, path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return err_set(e, "%s %s: %s is not a directory", flag, path, dir);
+    if (access(dir, W_OK) != 0)
+        return err_set(e, "%s %s: cannot create files in %s: %s", flag, path, dir, strerror(errno));
+    return 0;
+}
+
+int job_check_paths(const struct job_config *c, struct err *e)
+{
+    if (check_path("-o", c->output, e) || check_path("--errors", c->errors, e) || check_path("--store", c->store, e))
+        return -1;
+    return c->record ? check_path("--record", c->record, e) : 0;
+}
+
 /* --- 1. read --- */
 
 static int read_backlog(job *j, struct err *e)
@@ -91,11 +128,11 @@ static int read_backlog(job *j, struct err *e)
 static int open_store(job *j, struct err *e)
 {
     const struct job_config *c = j->c;
+    const char *paths[2] = {c->output, c->errors};
+    for (int f = 0; f < 2; f++) /* first: their locks say whether another run writes them */
+        if (output_open(paths[f], &j->out[f], e) != 0) return -1;
     if (store_open(c->store, c->durability, &j->st, e) != 0) return -1;
     if (settings_bind_store(j->st, c, j->m, e) != 0) return -1;
-    const char *paths[2] = {c->output, c->errors};
-    for (int f = 0; f < 2; f++)
-        if (output_open(paths[f], &j->out[f], e) != 0) return -1;
     j->book.st = j->st;
     j->book.out[0] = j->out[0];
     j->book.out[1] = j->out[1];
@@ -392,7 +429,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     int rc = -1;
     j->feed = (struct dist_feed){.ctx = j, .next = feed_next, .result = feed_result};
     struct ledger_params lp = {m->name, c->order_input, m->ep.debug_checks, c->test_hook};
-    if (ledger_init(&j->book, &lp, e) != 0) goto done;
+    if (job_check_paths(c, e) != 0 || ledger_init(&j->book, &lp, e) != 0) goto done;
 
     if (read_backlog(j, e) != 0) goto done;
     if (sum->interrupted) {

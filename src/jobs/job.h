@@ -107,8 +107,17 @@ struct job_summary {
     } repaired;
 };
 
-/* Runs the job. Returns 0 when every line has ended in one of the files (or the run was interrupted
- * through config.stop: summary.interrupted), -1 with an error otherwise (nothing committed is lost). */
+/* Checks the paths the run will write before any work starts: the output, errors, store and record paths
+ * (record may be NULL) must each be a regular file or not exist yet, in a directory that exists and can be
+ * written to (the record is written through a temporary file beside it); a file that exists must be
+ * writable. The message names the flag and the path ("-o out/: is a directory; give a file path"). Creates
+ * nothing. */
+int job_check_paths(const struct job_config *c, struct err *e);
+
+/* Runs the job (job_check_paths first). Returns 0 when every line has ended in one of the files (or the run
+ * was interrupted through config.stop: summary.interrupted), -1 with an error otherwise (nothing committed
+ * is lost). The output files are locked (jobs/output) before the store is opened: two runs cannot write the
+ * same file, whichever store they use. */
 int job_run(const struct job_config *c, const struct job_model *m, struct job_summary *s, struct err *e);
 
 #endif

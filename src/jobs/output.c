@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -215,6 +216,11 @@ int output_open(const char *path, output_file **out, struct err *e)
     f->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (!f->path || f->fd < 0) {
         err_set(e, "%s: %s", path, f->path ? strerror(errno) : "out of memory");
+        output_close(f);
+        return -1;
+    }
+    if (flock(f->fd, LOCK_EX | LOCK_NB) != 0) {
+        err_set(e, "%s: the file is being written by another nightshift process", path);
         output_close(f);
         return -1;
     }

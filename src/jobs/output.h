@@ -59,7 +59,8 @@ void output_error_line(struct output_buf *b, const char *custom_id, int64_t line
 
 typedef struct output_file output_file;
 
-/* Opens (creating) a file for repair and appending. */
+/* Opens (creating) a file for repair and appending, and locks it (an exclusive flock, held until
+ * output_close): a file another process holds is refused ("being written by another nightshift process"). */
 int output_open(const char *path, output_file **out, struct err *e);
 void output_close(output_file *f);
 
