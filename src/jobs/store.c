@@ -43,12 +43,13 @@ static int sql_fail(store *s, struct err *e, const char *what, int rc, const cha
             return sql_fail(s, e, (what), rc_, __FILE__, __LINE__);                                     \
     } while (0)
 
-static int exec(store *s, const char *sql, struct err *e)
+/* Runs sql (no rows); a failure names what was being done ("what"), not the SQL text. */
+static int exec(store *s, const char *what, const char *sql, struct err *e)
 {
     char *msg = NULL;
     int rc = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
-        err_set(e, "%s: %s: %s", s->path, sql, msg ? msg : sqlite3_errstr(rc));
+        err_set(e, "%s: %s: %s", s->path, what, msg ? msg : sqlite3_errstr(rc));
         sqlite3_free(msg);
         return -1;
     }
@@ -98,10 +99,11 @@ int store_open(const char *path, enum store_durability d, store **out, struct er
     }
     sqlite3_extended_result_codes(s->db, 1);
     /* A file that is not a database fails here with "file is not a database". */
-    if (exec(s, "PRAGMA journal_mode=WAL", e) != 0) goto fail;
-    if (exec(s, d == STORE_DURABILITY_FULL ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", e) != 0)
+    if (exec(s, "opening it in WAL mode", "PRAGMA journal_mode=WAL", e) != 0) goto fail;
+    const char *sync = d == STORE_DURABILITY_FULL ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL";
+    if (exec(s, "setting its durability", sync, e) != 0)
         goto fail;
-    if (exec(s, "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=8192;"
+    if (exec(s, "creating its tables", "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=8192;"
                 "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);"
                 "CREATE TABLE IF NOT EXISTS results(id INTEGER PRIMARY KEY, key BLOB NOT NULL,"
                 " status INTEGER NOT NULL, finish INTEGER NOT NULL, text BLOB NOT NULL, n_prompt INTEGER NOT NULL,"
@@ -264,7 +266,7 @@ int store_foreach_status(store *s, store_status_fn cb, void *user, struct err *e
 
 int store_delete_failed(store *s, int64_t *n, struct err *e)
 {
-    if (exec(s, "DELETE FROM results WHERE status = 2", e) != 0) return -1;
+    if (exec(s, "deleting the failed results", "DELETE FROM results WHERE status = 2", e) != 0) return -1;
     *n = sqlite3_changes64(s->db);
     return 0;
 }
