@@ -2,7 +2,7 @@
 # Paths and signals of `nightshift run` (issue 13): every path the run writes is checked before any work
 # starts (a directory, a missing directory), refused with a message naming the flag and leaving nothing
 # behind; an output file is locked like the store (two runs with the same -o and different stores cannot
-# both write it).
+# both write it); SIGTERM stops a run cleanly with exit status 143 (SIGINT: 130).
 . tests/lib.sh
 model=$SHARED/models/stories260K.gguf
 if [ ! -f "$model" ]; then skip run_paths "no $model"; exit 0; fi
@@ -36,5 +36,22 @@ rc=$?
 ids=$(python3 -c 'import json,sys; print(" ".join(sorted(json.loads(l)["custom_id"] for l in open(sys.argv[1]))))' "$T/two.out")
 [ $rc = 0 ] && [ "$ids" = "1 2 3" ] && [ ! -s "$T/two.out.errors.jsonl" ] && ok run_first_writer_intact ||
     fail run_first_writer_intact "rc=$rc ids=$ids $(tail -1 "$T/a.log")"
+
+# --- SIGTERM: a clean stop, exit 143; SIGINT stays 130; the rerun finishes ---
+for sig in TERM INT; do
+    rm -f "$T/sig.out"*
+    NIGHTSHIFT_TEST_STEP_DELAY_US=300000 $NS run "$T/s.txt" -o "$T/sig.out" "${base[@]}" --max-tokens 30 >"$T/sig.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do [ -e "$T/sig.out.nightshift.db" ] && break; sleep 0.05; done
+    sleep 0.5
+    kill -$sig $pid
+    wait $pid
+    rc=$?
+    want=$([ $sig = TERM ] && echo 143 || echo 130)
+    $NS run "$T/s.txt" -o "$T/sig.out" "${base[@]}" --max-tokens 30 >/dev/null 2>&1
+    n=$(wc -l <"$T/sig.out")
+    [ $rc = $want ] && [ "$n" = 3 ] && [ "$($NS run --check-store "$T/sig.out.nightshift.db")" = ok ] &&
+        ok run_sig${sig,,}_exit_$want || fail run_sig${sig,,}_exit_$want "rc=$rc lines=$n $(tail -1 "$T/sig.log")"
+done
 
 exit $E2E_FAILED

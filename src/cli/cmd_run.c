@@ -5,7 +5,7 @@
  *
  * Kill it at any moment and run the same command again: finished work is skipped, the output files are
  * repaired from the store, nothing is lost or written twice. SIGINT/SIGTERM stop it cleanly after the
- * current engine step (a second SIGINT kills at once).
+ * current engine step (a second signal kills at once); the exit status is then 130 / 143.
  *
  * Hidden: `nightshift run --check-store DB` runs PRAGMA integrity_check and the store's own invariant
  * check, prints "ok" (exit 0) or the problems (exit 1). Used by the crash test.
@@ -77,11 +77,13 @@ static void run_usage(FILE *out)
     engine_flags_usage(out, &d);
 }
 
-static volatile sig_atomic_t run_stop;
+static volatile sig_atomic_t run_stop, run_signal;
 
+/* SIGINT / SIGTERM: stop after the current engine step; the exit status says which (130 / 143, 128 + the
+ * signal, as a shell reports a process killed by it). */
 static void on_signal(int sig)
 {
-    (void)sig;
+    run_signal = sig;
     run_stop = 1;
 }
 
@@ -436,7 +438,7 @@ int cmd_run(int argc, char **argv)
     }
     dist_free(d);
     if (!A.quiet) run_print_summary(c, &s);
-    rc = s.interrupted ? 130 : 0;
+    rc = s.interrupted ? 128 + (run_signal ? (int)run_signal : SIGINT) : 0;
     goto out;
 fail_dist:
     rc = 1;
