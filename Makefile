@@ -3,7 +3,7 @@
 #   make            build build/nightshift (release, -O2, AVX2/FMA)
 #   make test       install missing Debian packages, build, run every test (ends "N passed, N failed")
 #   make asan       the same tests on an ASan+UBSan build (build-asan/)
-#   make fuzz       libFuzzer targets (clang) in build-fuzz/; run them with scripts/fuzz
+#   make fuzz       libFuzzer targets (clang) in build-fuzz/bin; run them with scripts/fuzz (all of them: no argument)
 #   make demo       install, build, fetch the default model, clear the example backlog
 #   make CUDA=1     also compile the CUDA backend with nvcc (sm_90 + PTX)
 #   make MPI=1      link OpenMPI (mpicc): `mpirun -np N nightshift run ...` spreads one backlog over N ranks
@@ -45,7 +45,7 @@ CC       := mpicc
 NS_CFLAGS += -DNS_MPI=1
 endif
 
-.PHONY: all test asan fuzz demo deps clean check-cuda check-mpi
+.PHONY: all test asan fuzz fuzz-bins demo deps clean check-cuda check-mpi
 all: $(BIN) $(TEST_BINS)
 
 $(BUILD)/%.o: %.c
@@ -84,17 +84,23 @@ asan: deps
 	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" all
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run build-asan
 
-# libFuzzer needs clang; the library is rebuilt with coverage instrumentation.
+# libFuzzer needs clang; the library is rebuilt with coverage instrumentation. `make fuzz-bins` builds the
+# targets without installing anything (tests/e2e_fuzz.sh uses it when clang can link libFuzzer).
 FUZZ_SRCS = $(wildcard fuzz/fuzz_*.c)
+FUZZ_BINS = $(FUZZ_SRCS:fuzz/%.c=build-fuzz/bin/%)
+FUZZ_FLAGS = -std=c11 -D_GNU_SOURCE -g -O1 $(ARCH) -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz:
 	@scripts/install-deps fuzz
-	$(MAKE) BUILD=build-fuzz CC=clang OPT=-O1 \
+	@$(MAKE) --no-print-directory fuzz-bins
+
+fuzz-bins:
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT=-O1 \
 	  SANITIZE="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all" build-fuzz/libnightshift.a
+	@$(MAKE) --no-print-directory $(FUZZ_BINS)
+
+build-fuzz/bin/%: fuzz/%.c build-fuzz/libnightshift.a
 	@mkdir -p build-fuzz/bin
-	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  echo "clang $$f -> build-fuzz/bin/$$n"; \
-	  clang -std=c11 -D_GNU_SOURCE -g -O1 $(ARCH) -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	    $$f build-fuzz/libnightshift.a -o build-fuzz/bin/$$n $(LDLIBS) || exit 1; done
+	clang $(FUZZ_FLAGS) $< build-fuzz/libnightshift.a -o $@ $(LDLIBS)
 
 demo:
 	@scripts/install-deps

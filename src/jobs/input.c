@@ -566,6 +566,7 @@ static int take_id(input_reader *r, struct input_item *it, const char *id, struc
     it->custom_id = strdup(id);
     if (!it->custom_id) return set_bad(b, "invalid_value", "out of memory");
     int64_t at = strset_find(&r->ids, id);
+    if (at >= 0 && r->ids.val[at] == it->line) return 0; /* read again (input_reread): its own id */
     if (at >= 0)
         return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id, (long long)r->ids.val[at]);
     if (strset_add(&r->ids, id, it->line) != 0) return set_bad(b, "invalid_value", "out of memory");
