@@ -17,10 +17,10 @@
  */
 #include "jobs/job.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
