@@ -27,8 +27,8 @@ static void check_item(input_reader *r, const struct input_item *it)
 {
     struct err e;
     if (it->code) {
-        REQUIRE(it->code[0]); /* a code is a lower-case word: invalid_json, line_too_long, ... */
-        for (const char *c = it->code; *c; c++) REQUIRE((*c >= 'a' && *c <= 'z') || *c == '_');
+        REQUIRE(it->code[0]); /* a code is a lower-case word: invalid_json, invalid_utf8, ... */
+        for (const char *c = it->code; *c; c++) REQUIRE((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_');
         REQUIRE(it->message && it->message[0]);
     } else {
         REQUIRE(it->custom_id && it->custom_id[0]);
