@@ -62,6 +62,12 @@ struct backend_caps {
     int gpu;                          /* 1: runs on a GPU (a run records the GPU's energy, where readable) */
 };
 
+/* Checks a step batch against the contract above for a pool of n_blocks blocks of block_size tokens,
+ * positions below max_pos and token ids below n_vocab: every backend's forward calls it first, so a bad
+ * batch is an error naming the row, sequence or block, never an out-of-bounds access. O(rows + blocks). */
+int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_blocks, int32_t block_size, int64_t max_pos,
+                        struct err *e);
+
 /* Calls on one backend are not thread-safe: one at a time (the backend runs its own threads inside). */
 struct backend_ops {
     const char *name;

@@ -594,38 +594,7 @@ static uint64_t cuda_scratch_bytes(void *ctx, int32_t max_rows)
 
 static int cuda_check_batch(const struct cuda_ctx *c, const struct step_batch *b, struct err *e)
 {
-    const struct model_hparams *hp = &c->m->hp;
-    const int64_t max_pos = (int64_t)c->n_blocks * c->block_size;
-    if (b->n_rows < 1) return err_set(e, "step batch: no rows");
-    if (b->n_seqs < 1) return err_set(e, "step batch: no sequences");
-    if (b->n_logits < 0 || b->n_logits > b->n_rows)
-        return err_set(e, "step batch: n_logits %d out of range", (int)b->n_logits);
-    for (int32_t i = 0; i < b->n_seqs; i++) {
-        const struct step_seq *sq = &b->seqs[i];
-        if (sq->n_blocks < 0 || (sq->n_blocks > 0 && !sq->block_table))
-            return err_set(e, "step batch: sequence %d has a bad block table", (int)i);
-        for (int32_t j = 0; j < sq->n_blocks; j++)
-            if (sq->block_table[j] < 0 || sq->block_table[j] >= c->n_blocks)
-                return err_set(e, "step batch: sequence %d block %d is id %d, pool has %d blocks", (int)i, (int)j,
-                               (int)sq->block_table[j], (int)c->n_blocks);
-    }
-    for (int32_t r = 0; r < b->n_rows; r++) {
-        if (b->tokens[r] < 0 || b->tokens[r] >= hp->n_vocab)
-            return err_set(e, "step batch: row %d token %d is outside the vocabulary (%d)", (int)r, (int)b->tokens[r],
-                           (int)hp->n_vocab);
-        if (b->seq[r] < 0 || b->seq[r] >= b->n_seqs)
-            return err_set(e, "step batch: row %d sequence index %d out of range", (int)r, (int)b->seq[r]);
-        const struct step_seq *sq = &b->seqs[b->seq[r]];
-        if (b->pos[r] < 0 || b->pos[r] >= max_pos || b->pos[r] / c->block_size >= sq->n_blocks)
-            return err_set(e, "step batch: row %d position %d is not covered by its block table (%d blocks of %d)",
-                           (int)r, (int)b->pos[r], (int)sq->n_blocks, (int)c->block_size);
-    }
-    for (int32_t i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_rows ||
-            (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1]))
-            return err_set(e, "step batch: logit_rows[%d] = %d is not a strictly increasing row index", (int)i,
-                           (int)b->logit_rows[i]);
-    return 0;
+    return backend_check_batch(b, c->m->hp.n_vocab, c->n_blocks, c->block_size, (int64_t)c->n_blocks * c->block_size, e);
 }
 
 static size_t cuda_align4(size_t n)

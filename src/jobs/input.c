@@ -393,19 +393,6 @@ static int set_bad(struct bad *b, const char *code, const char *fmt, ...)
     return -1;
 }
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
 
 static char *dup_json_string(const json_t *s, size_t *len)
 {
@@ -420,7 +407,7 @@ static char *dup_json_string(const json_t *s, size_t *len)
 
 static int parse_messages(const json_t *v, struct input_item *it, struct bad *b)
 {
-    if (!json_is_array(v)) return set_bad(b, "invalid_type", "'messages' must be an array, got %s", json_type_name(v));
+    if (!json_is_array(v)) return set_bad(b, "invalid_type", "'messages' must be an array, got %s", genparam_json_type(v));
     size_t n = json_array_size(v);
     if (n == 0) return set_bad(b, "invalid_value", "'messages' is empty");
     it->msgs = calloc(n, sizeof *it->msgs);
@@ -428,7 +415,7 @@ static int parse_messages(const json_t *v, struct input_item *it, struct bad *b)
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(v, i);
         if (!json_is_object(m))
-            return set_bad(b, "invalid_type", "messages[%zu] must be an object, got %s", i, json_type_name(m));
+            return set_bad(b, "invalid_type", "messages[%zu] must be an object, got %s", i, genparam_json_type(m));
         const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         if (!json_is_string(role)) return set_bad(b, "invalid_type", "messages[%zu].role must be a string", i);
         const char *r = json_string_value(role);
@@ -500,7 +487,7 @@ static int parse_prompt(const json_t *v, struct input_item *it, struct bad *b)
         }
         it->n_prompt_ids = (int32_t)n;
     } else {
-        return set_bad(b, "invalid_type", "'prompt' must be a string or an array of token ids, got %s", json_type_name(v));
+        return set_bad(b, "invalid_type", "'prompt' must be a string or an array of token ids, got %s", genparam_json_type(v));
     }
     it->kind = INPUT_KIND_COMPLETION;
     return 0;
@@ -543,7 +530,7 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
         }
         if (!strcmp(k, "model")) {
             if (json_is_null(v)) continue;
-            if (!json_is_string(v)) return set_bad(b, "invalid_type", "'model' must be a string, got %s", json_type_name(v));
+            if (!json_is_string(v)) return set_bad(b, "invalid_type", "'model' must be a string, got %s", genparam_json_type(v));
             free(it->model);
             it->model = dup_json_string(v, NULL);
             continue;
@@ -587,7 +574,7 @@ static int read_id(input_reader *r, const json_t *v, const char *name, int allow
         id = num;
     } else {
         return set_bad(b, "invalid_type", "'%s' must be a string%s, got %s", name, allow_int ? " or an integer" : "",
-                       json_type_name(v));
+                       genparam_json_type(v));
     }
     if (!*id) return set_bad(b, "missing_id", "'%s' is empty", name);
     if (strlen(id) > INPUT_MAX_ID_BYTES)
@@ -624,7 +611,7 @@ static int load_object(const char *bytes, size_t len, const char *what, json_t *
         return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr.text, jerr.column);
     }
     if (!json_is_object(*root)) {
-        set_bad(b, "invalid_type", "%s must be a JSON object, got %s", what, json_type_name(*root));
+        set_bad(b, "invalid_type", "%s must be a JSON object, got %s", what, genparam_json_type(*root));
         json_decref(*root);
         *root = NULL;
         return -1;
@@ -667,7 +654,7 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             goto done;
         }
         if (!json_is_object(body)) {
-            set_bad(b, "invalid_type", "'body' must be an object, got %s", json_type_name(body));
+            set_bad(b, "invalid_type", "'body' must be an object, got %s", genparam_json_type(body));
             goto done;
         }
         static const char *const none[] = {NULL};

@@ -237,7 +237,7 @@ int genparam_check_table(struct err *e)
 
 /* --- request JSON --- */
 
-static const char *json_type_name(const json_t *v)
+const char *genparam_json_type(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -266,7 +266,7 @@ static int bad(const char **code, const char *c, struct err *e, const char *fmt,
 
 static int json_double(const json_t *v, const char *name, double *out, const char **code, struct err *e)
 {
-    if (!json_is_number(v)) return bad(code, "invalid_type", e, "'%s' must be a number, got %s", name, json_type_name(v));
+    if (!json_is_number(v)) return bad(code, "invalid_type", e, "'%s' must be a number, got %s", name, genparam_json_type(v));
     double d = json_number_value(v);
     if (!isfinite(d)) return bad(code, "invalid_value", e, "'%s' must be a finite number", name);
     *out = d;
@@ -286,7 +286,7 @@ static int json_int_in(const json_t *v, const char *name, long long lo, long lon
             return bad(code, "invalid_type", e, "'%s' must be an integer, got %g", name, d);
         x = (long long)d;
     } else {
-        return bad(code, "invalid_type", e, "'%s' must be an integer, got %s", name, json_type_name(v));
+        return bad(code, "invalid_type", e, "'%s' must be an integer, got %s", name, genparam_json_type(v));
     }
     if (x < lo || x > hi) return bad(code, "invalid_value", e, "'%s' must be in [%lld, %lld], got %lld", name, lo, hi, x);
     *out = x;
@@ -298,7 +298,7 @@ static int json_stop(const json_t *v, struct gen_params *g, const char **code, s
     size_t n = 1;
     if (json_is_array(v)) n = json_array_size(v);
     else if (!json_is_string(v))
-        return bad(code, "invalid_type", e, "'stop' must be a string or an array of strings, got %s", json_type_name(v));
+        return bad(code, "invalid_type", e, "'stop' must be a string or an array of strings, got %s", genparam_json_type(v));
     if (n > GENPARAM_MAX_STOP)
         return bad(code, "invalid_value", e, "'stop' holds %zu strings, at most %d", n, GENPARAM_MAX_STOP);
     char **stop = n ? calloc(n, sizeof *stop) : NULL;
@@ -349,7 +349,7 @@ static int json_bias_entry(const char *k, const json_t *val, struct logit_bias *
 static int json_logit_bias(const json_t *v, struct gen_params *g, const char **code, struct err *e)
 {
     if (!json_is_object(v))
-        return bad(code, "invalid_type", e, "'logit_bias' must be an object, got %s", json_type_name(v));
+        return bad(code, "invalid_type", e, "'logit_bias' must be an object, got %s", genparam_json_type(v));
     size_t n = json_object_size(v), i = 0;
     if (n > GENPARAM_MAX_LOGIT_BIAS)
         return bad(code, "invalid_value", e, "'logit_bias' has %zu entries, at most %d", n, GENPARAM_MAX_LOGIT_BIAS);
@@ -397,7 +397,7 @@ static int set_schema(struct gen_params *g, const json_t *schema, const char *fi
 {
     if (!json_is_object(schema) && !json_is_boolean(schema))
         return bad(code, "invalid_type", e, "'%s' must be a JSON Schema object, got %s", field,
-                   json_type_name(schema));
+                   genparam_json_type(schema));
     char *text = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!text) return bad(code, "invalid_value", e, "out of memory");
     int rc = set_constraint(g, CONSTRAINT_JSON_SCHEMA, text, strlen(text), field, code, e);
@@ -427,7 +427,7 @@ static int json_schema_format(struct gen_params *g, const json_t *js, const char
     static const char *const keys[] = {"name", "schema", "strict", "description", NULL};
     if (!json_is_object(js))
         return bad(code, "invalid_type", e, "'response_format.json_schema' must be an object, got %s",
-                   js ? json_type_name(js) : "nothing");
+                   js ? genparam_json_type(js) : "nothing");
     if (only_keys(js, "response_format.json_schema", keys, code, e)) return -1;
     const json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
     if (name && !json_is_string(name))
@@ -455,7 +455,7 @@ static int json_response_format(struct gen_params *g, const char *field, const j
         return rc;
     }
     if (!json_is_object(v))
-        return bad(code, "invalid_type", e, "'response_format' must be an object, got %s", json_type_name(v));
+        return bad(code, "invalid_type", e, "'response_format' must be an object, got %s", genparam_json_type(v));
     if (only_keys(v, "response_format", keys, code, e)) return -1;
     const json_t *type = json_object_get(v, "type");
     const char *t = json_is_string(type) ? json_string_value(type) : "";
@@ -484,7 +484,7 @@ static int json_constraint(const struct genparam *p, const char *field, const js
         return rc;
     }
     if (!json_is_string(v))
-        return bad(code, "invalid_type", e, "'%s' must be a string, got %s", field, json_type_name(v));
+        return bad(code, "invalid_type", e, "'%s' must be a string, got %s", field, genparam_json_type(v));
     return set_constraint(g, k, json_string_value(v), json_string_length(v), field, code, e);
 }
 
@@ -521,7 +521,7 @@ static int json_row(const struct genparam *p, const char *field, const json_t *v
         return 0;
     case GENPARAM_BOOL:
         if (!json_is_boolean(v))
-            return bad(code, "invalid_type", e, "'%s' must be a boolean, got %s", field, json_type_name(v));
+            return bad(code, "invalid_type", e, "'%s' must be a boolean, got %s", field, genparam_json_type(v));
         *(int *)((char *)g + p->offset) = json_is_true(v);
         return 0;
     case GENPARAM_SEED:

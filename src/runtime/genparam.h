@@ -108,6 +108,10 @@ int genparam_check_table(struct err *e);
 int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v, const char **code,
                         struct err *e);
 
+/* "an object", "an array", "a string", "an integer", "a number", "a boolean" or "null": a JSON value's type as
+ * the request error messages name it. */
+const char *genparam_json_type(const json_t *v);
+
 /* CLI. The row whose flag or alias is `flag`, or NULL. A BOOL row takes no value. */
 const struct genparam *genparam_find_flag(const char *flag);
 /* Applies a flag's value (NULL for BOOL): numbers must parse completely ("--top-k expects an integer,
