@@ -249,6 +249,12 @@ static int compare(const struct out *a, const struct out *b, int n)
 static struct req g_req[MAX_REQ];
 static struct out g_a, g_b;
 
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_SANITIZER 1 /* forward steps are ~10x slower: smaller suites */
+#else
+#define UNDER_SANITIZER 0
+#endif
+
 /* The invariance suite on one model: n requests whose prompts are a shared prefix of `shared` tokens
  * plus lo..hi unique ones, gen generated tokens. The baseline runs every request alone (max_seqs 1, no
  * prefix cache); the others must reproduce it exactly. */
@@ -292,7 +298,9 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
         CHECK_MSG(d == 0, "lookup %d (max_seqs %d, adaptive %d) differs at request %d", g_lookup, seqs[k], k == 2, d - 1);
         const struct engine_stats *st = &g_b.st;
         CHECK_EQ_INT(st->gen_tokens, g_a.st.gen_tokens);
-        if (k < 2 && cons_every != 1) /* constrained sequences draft nothing */
+        /* drafts are accepted somewhere (constrained sequences draft nothing; the 32 requests of a sanitizer
+         * build are too few to promise an accepted draft on stories260K, so only its outputs are compared) */
+        if (k < 2 && cons_every != 1 && !UNDER_SANITIZER)
             CHECK_MSG(st->draft_accepted > 0 && st->draft_accepted < st->draft_tokens, "%lld of %lld draft tokens accepted",
                       (long long)st->draft_accepted, (long long)st->draft_tokens);
         fprintf(stderr, "# lookup %d, max_seqs %d, adaptive %d: %lld/%lld draft tokens accepted, %.2f tokens/step\n",
@@ -344,12 +352,6 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
     free_specs();
     unload(&L);
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_SANITIZER 1 /* forward steps are ~10x slower: smaller suites */
-#else
-#define UNDER_SANITIZER 0
-#endif
 
 TEST(engine_invariance_stories260K)
 {
@@ -408,6 +410,8 @@ static int copy_prompt(const tok_vocab *v, const char *passage, struct req *r)
 
 TEST(engine_lookup_copy_smollm2)
 {
+    g_lookup = 0; /* whatever an earlier test left: the reference run is without lookup */
+    g_lookup_adaptive = 0;
     const char *path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
     struct loaded L;
     if (access(path, R_OK) != 0) SKIP("%s not found", path);
