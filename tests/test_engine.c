@@ -335,7 +335,7 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
         CHECK(g_b.ok);
         d = compare(&g_a, &g_b, n);
         CHECK_MSG(d == 0, "tiny pool (prefix cache %d, lookup %d) differs at request %d", cache > 0, cache == 2, d - 1);
-        if (cache == 2) CHECK(cons_every == 1 || g_b.st.draft_accepted > 0);
+        if (cache == 2) CHECK(cons_every == 1 || UNDER_SANITIZER || g_b.st.draft_accepted > 0);
         CHECK_MSG(g_b.st.n_preemptions > 0, "no preemption with %lld blocks", (long long)tiny_pool);
         int penalized_preempted = 0; /* requests i % 8 == 5 or 7 sample with penalties */
         for (int i = 0; i < n; i++) penalized_preempted += (i % 8 == 5 || i % 8 == 7) && g_b.n_preempted[i] > 0;
