@@ -43,6 +43,7 @@ int main(void)
 #else
 
 #include "backend/backend.h"
+#include "engine/sampler.h"
 #include "backend/cuda.h"
 #include "backend/cuda_harness.h"
 #include "engine/engine.h"
@@ -194,6 +195,50 @@ TEST(kernel_swiglu)
     }
     free(gu);
     free(out);
+    free(ref);
+}
+
+/* The sample op's greedy draws against the host sampler's edits and argmax on the same logits: equal ids,
+ * with ties (values on a 1/4 grid), NaN, -inf rows, edits that move the maximum, host rows (-1). */
+TEST(kernel_sample_greedy)
+{
+    struct err e;
+    const int32_t n = 41, nv = 129001, n_ids = nv - 7;
+    float *l = xmalloc((size_t)n * nv * 4), *ref = xmalloc((size_t)n * nv * 4);
+    struct sample_row rows[41];
+    static struct logit_edit ed[41][64];
+    int32_t tok[41];
+    for (int32_t r = 0; r < n; r++) {
+        float *x = l + (size_t)r * nv;
+        fill(x, (size_t)nv, 8.0f);
+        if (r % 3 == 0)
+            for (int32_t t = 0; t < nv; t++) x[t] = floorf(x[t] * 4.0f) / 4.0f; /* many ties at the top */
+        if (r == 1) x[nv - 3] = 1e30f;                                           /* beyond n_ids: never drawn */
+        if (r == 2) x[5] = x[77] = NAN;
+        if (r == 4)
+            for (int32_t t = 0; t < nv; t++) x[t] = t % 9 ? -INFINITY : NAN;
+        if (r == 5)
+            for (int32_t t = 0; t < nv; t++) x[t] = -INFINITY;
+        int32_t ne = r % 4 == 1 ? 0 : (int32_t)(g_rng % 64);
+        for (int32_t k = 0; k < ne; k++) { /* distinct tokens: a stride through the ids */
+            ed[r][k] = (struct logit_edit){(int32_t)((k * 2003 + r) % n_ids), frand(1.0f) > 0.0f ? frand(6.0f) : 0.0f,
+                                           k % 3 ? 1.3f : 1.0f, k % 2 ? 0.0f : 0.4f + 0.1f * (float)k};
+        }
+        rows[r] = (struct sample_row){r % 7 == 6 ? SAMPLE_HOST : SAMPLE_GREEDY, ne, ed[r]};
+    }
+    memcpy(ref, l, (size_t)n * nv * 4);
+    CHECK_MSG(cuda_harness_sample_greedy(l, n, nv, n_ids, rows, tok, &e) == 0, "%s", e.msg);
+    int moved = 0;
+    for (int32_t r = 0; r < n; r++) {
+        float *x = ref + (size_t)r * nv;
+        int32_t before = sampler_argmax(x, n_ids);
+        sampler_apply_edits(rows[r].edits, rows[r].n_edits, x);
+        int32_t want = rows[r].mode == SAMPLE_GREEDY ? sampler_argmax(x, n_ids) : -1;
+        moved += want >= 0 && want != before;
+        CHECK_MSG(tok[r] == want, "row %d: device %d, host %d", (int)r, (int)tok[r], (int)want);
+    }
+    CHECK_MSG(moved > 3, "the edits moved the argmax of only %d rows", moved);
+    free(l);
     free(ref);
 }
 
@@ -1034,6 +1079,7 @@ int main(void)
     RUN_SEL(kernel_rmsnorm);
     RUN_SEL(kernel_swiglu);
     RUN_SEL(kernel_gemm);
+    RUN_SEL(kernel_sample_greedy);
     RUN_SEL(kernel_qkv);
     RUN_SEL(kernel_attention);
     RUN_SEL(kernel_attention_tc);

@@ -158,6 +158,87 @@ static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int 
     return 0;
 }
 
+/* ---- a backend that draws greedy rows itself (the op sample), around the CPU backend: its own arithmetic
+ * for the edits and the argmax (backend.h's contract), and it declines every third greedy row (sending its
+ * logits to the host instead), as a backend may. */
+struct drawer {
+    struct backend inner;
+    float *logits; /* (cap, n_vocab) the last step's logit rows */
+    int32_t cap, n_vocab, n_logits;
+    int64_t drawn, declined;
+};
+
+static int drawer_load(void *ctx, const struct model *m, struct err *e)
+{
+    struct drawer *d = ctx;
+    d->n_vocab = m->hp.n_vocab;
+    return d->inner.ops->load(d->inner.ctx, m, e);
+}
+
+static int drawer_kv_alloc(void *ctx, int32_t n, int32_t bs, enum kv_type t, struct err *e)
+{
+    struct drawer *d = ctx;
+    return d->inner.ops->kv_alloc(d->inner.ctx, n, bs, t, e);
+}
+
+static int drawer_forward(void *ctx, const struct step_batch *b, float *logits, struct err *e)
+{
+    struct drawer *d = ctx;
+    if (logits) return err_set(e, "drawer: forward with host logits (the engine should keep them here)");
+    if (b->n_logits > d->cap) {
+        free(d->logits);
+        d->cap = b->n_logits;
+        if (!(d->logits = malloc((size_t)d->cap * (size_t)d->n_vocab * sizeof(float)))) return err_set(e, "drawer: oom");
+    }
+    d->n_logits = b->n_logits;
+    return d->inner.ops->forward(d->inner.ctx, b, d->logits, e);
+}
+
+static int drawer_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
+                         struct err *e)
+{
+    struct drawer *d = ctx;
+    if (n != d->n_logits) return err_set(e, "drawer: %d rows to resolve, the step had %d", (int)n, (int)d->n_logits);
+    for (int32_t i = 0; i < n; i++) {
+        float *l = d->logits + (size_t)i * (size_t)d->n_vocab;
+        if (rows[i].mode != SAMPLE_GREEDY || (d->drawn + d->declined) % 3 == 2) {
+            d->declined += rows[i].mode == SAMPLE_GREEDY;
+            memcpy(logits + (size_t)i * (size_t)d->n_vocab, l, (size_t)d->n_vocab * sizeof(float));
+            tokens[i] = -1;
+            continue;
+        }
+        for (int32_t k = 0; k < rows[i].n_edits; k++) {
+            const struct logit_edit *ed = &rows[i].edits[k];
+            float x = l[ed->token] + ed->add;
+            if (ed->rep != 1.0f) x = x > 0.0f ? x / ed->rep : x * ed->rep;
+            l[ed->token] = x - ed->sub;
+        }
+        int32_t best = 0;
+        for (int32_t t = 1; t < n_ids; t++)
+            if (l[t] > l[best]) best = t;
+        tokens[i] = best;
+        d->drawn++;
+    }
+    return 0;
+}
+
+static uint64_t drawer_scratch_bytes(void *ctx, int32_t max_rows)
+{
+    struct drawer *d = ctx;
+    return d->inner.ops->scratch_bytes(d->inner.ctx, max_rows);
+}
+
+static void drawer_free(void *ctx)
+{
+    (void)ctx;
+}
+
+static const struct backend_ops drawer_ops = {.name = "drawer", .load = drawer_load, .kv_alloc = drawer_kv_alloc,
+                                              .forward = drawer_forward, .scratch_bytes = drawer_scratch_bytes,
+                                              .free = drawer_free, .sample = drawer_sample};
+static struct drawer g_drawer;
+static int g_draw = 0; /* 1: run() goes through the drawer */
+
 static int32_t g_max_batch_tokens = 512;
 static int32_t g_lookup = 0;       /* prompt lookup: draft tokens (0 = off) */
 static int g_lookup_adaptive = 0;  /* 0: verify every proposed token (drafts are certain to run) */
@@ -175,8 +256,11 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
     p.lookup = g_lookup;
     p.lookup_adaptive = g_lookup_adaptive;
     p.debug_checks = 1;
+    struct backend drawer = {&drawer_ops, &g_drawer};
+    g_drawer.inner = L->be;
+    g_drawer.n_vocab = L->m->hp.n_vocab;
     engine *eng;
-    if (engine_init(L->m, &L->be, L->v, &p, &eng, &e)) {
+    if (engine_init(L->m, g_draw ? &drawer : &L->be, L->v, &p, &eng, &e)) {
         fprintf(stderr, "engine_init: %s\n", e.msg);
         return;
     }
@@ -187,7 +271,15 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
                                    .ignore_eos = r[i].ignore_eos, .constraint = r[i].cons ? &g_specs[r[i].cons] : NULL,
                                    .stop = &r[i].stop, .n_stop = r[i].stop != NULL};
         struct logit_bias bias[2] = {{r[i].prompt[0], -2.0f}, {3 + i, 1.5f}};
-        if (r[i].sampled && (i / 4) % 2 == 0) {
+        if (!r[i].sampled && i % 4 == 2) { /* greedy after a bias and every penalty (drawn by the drawer too) */
+            q.sampling.repeat_penalty = 1.2f;
+            q.sampling.repeat_last_n = 32;
+            q.sampling.presence_penalty = 0.3f;
+            q.sampling.frequency_penalty = 0.2f;
+            bias[1].bias = 6.0f; /* strong enough to change greedy picks */
+            q.sampling.logit_bias = bias;
+            q.sampling.n_logit_bias = 2;
+        } else if (r[i].sampled && (i / 4) % 2 == 0) {
             q.sampling.temperature = 0.8f;
             q.sampling.top_p = 0.95f;
             q.sampling.repeat_penalty = 1.1f;
@@ -309,6 +401,22 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
     }
     g_lookup = 0;
     g_lookup_adaptive = 0;
+
+    /* greedy rows drawn by the backend (and some declined), with lookup's drafts: the same outputs */
+    g_draw = 1;
+    g_lookup = 4;
+    g_drawer.drawn = g_drawer.declined = 0;
+    run(&L, g_req, n, 64, 4096, 0, &g_b);
+    g_draw = 0;
+    g_lookup = 0;
+    CHECK(g_b.ok);
+    d = compare(&g_a, &g_b, n);
+    CHECK_MSG(d == 0, "greedy rows drawn by the backend differ at request %d", d - 1);
+    CHECK_MSG(cons_every == 1 || (g_drawer.drawn > 0 && g_drawer.declined > 0), "drawn %lld, declined %lld",
+              (long long)g_drawer.drawn, (long long)g_drawer.declined);
+    free(g_drawer.logits);
+    g_drawer.logits = NULL;
+    g_drawer.cap = 0;
 
     /* with the prefix cache, in steps of 64 rows (requests admitted in the same step as the first compute
      * the prefix side by side; later ones hit it); with lookup (drafts share the 64 rows) */

@@ -40,6 +40,28 @@ struct step_batch {
     const int32_t *logit_rows; /* (n_logits) strictly increasing row indices whose logits are wanted */
 };
 
+/* Sampling on the backend (the optional op `sample`): after a forward that kept its logits (logits NULL), each
+ * logit row is either drawn where it lies or copied to the host. A drawn row is greedy: its logits are edited,
+ * then the token is their argmax over ids [0, n_ids) by sampler_argmax's rule (the lowest id on ties, NaN never
+ * wins, 0 when no logit beats -inf) — so a backend's draw equals the host sampler's on the same logits. */
+struct logit_edit {
+    int32_t token;
+    float add; /* logit bias, added first when not 0 */
+    float rep; /* repetition penalty, 1: none: l > 0 ? l / rep : l * rep */
+    float sub; /* then subtracted: presence + frequency * count (0: none) */
+};
+
+enum sample_mode {
+    SAMPLE_HOST,   /* copy the row's logits, unedited, to the host */
+    SAMPLE_GREEDY, /* edit, then argmax where the logits are */
+};
+
+struct sample_row {
+    enum sample_mode mode;
+    int32_t n_edits;
+    const struct logit_edit *edits; /* (n_edits) distinct tokens below n_ids */
+};
+
 /* What a backend's memory holds: the memory its weights, KV pool and scratch live in (host RAM for cpu,
  * device memory for a GPU backend). */
 struct backend_memory {
@@ -76,7 +98,8 @@ struct backend_ops {
     /* (Re)allocates the KV pool: n_blocks blocks of block_size tokens of type t. Invalidates all KV. */
     int (*kv_alloc)(void *ctx, int32_t n_blocks, int32_t block_size, enum kv_type t, struct err *e);
     /* Runs one step; writes logits (n_logits, n_vocab) in logit_rows order. Invariant (CPU): a row's logits
-     * are bit-identical whatever else is in the batch. */
+     * are bit-identical whatever else is in the batch. logits NULL (only where the op sample exists): the
+     * logits stay in backend memory for sample. */
     int (*forward)(void *ctx, const struct step_batch *b, float *logits, struct err *e);
     /* Bytes of scratch memory the backend needs for a step of up to max_rows rows (for memory budgeting). */
     uint64_t (*scratch_bytes)(void *ctx, int32_t max_rows);
@@ -92,6 +115,12 @@ struct backend_ops {
     int (*memory)(void *ctx, struct backend_memory *out, struct err *e);
     /* Fills out; callable right after init. Required like memory. */
     void (*caps)(void *ctx, struct backend_caps *out);
+    /* (optional) Resolves the logit rows of the last forward, which was called with logits NULL (so the
+     * logits stayed in backend memory): rows (n = that step's n_logits, in logit_rows order). tokens[i] is
+     * row i's token when the backend drew it (SAMPLE_GREEDY rows; a backend may decline any), else -1 and
+     * row i's unedited logits are at logits + i * n_vocab. Callable once per such forward. */
+    int (*sample)(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
+                  struct err *e);
 };
 
 struct backend {

@@ -69,6 +69,12 @@ struct cuda_layer {
     struct cuda_matrix qkv, wo, gate_up, down;
 };
 
+/* A pinned host buffer and its device twin, for uploads and small downloads (grow, never shrink). */
+struct cuda_io {
+    size_t cap; /* bytes of each */
+    int32_t *h, *d;
+};
+
 struct cuda_ctx {
     int device;
     char device_name[256];
@@ -106,8 +112,10 @@ struct cuda_ctx {
     int32_t cap_logits;
     float *logits_d; /* (cap_logits, n_vocab) */
     float *logits_h; /* pinned, same shape */
-    size_t cap_batch; /* bytes of batch_h / batch_d */
-    int32_t *batch_h, *batch_d;
+    struct cuda_io batch;  /* the step batch (cuda_upload_batch) */
+    struct cuda_io sample; /* the sample op's rows and edits up, tokens down */
+    int pending;           /* 1: a forward's work is enqueued and not yet waited for (cuda_finish) */
+    int32_t kept_logits;   /* logit rows a forward with logits NULL left on the device for sample */
 
     struct cuda_step_times last;
     /* profile (backend_cuda_profile_enable) */
@@ -176,17 +184,35 @@ static void cuda_free_ptr(void **p)
     *p = NULL;
 }
 
+static void cuda_io_free(struct cuda_io *io)
+{
+    cuda_free_ptr((void **)&io->d);
+    if (io->h) cudaFreeHost(io->h);
+    io->h = NULL;
+    io->cap = 0;
+}
+
+/* Room for bytes in io (half as much again when it grows). */
+static int cuda_io_reserve(struct cuda_io *io, size_t bytes, struct err *e)
+{
+    if (bytes <= io->cap) return 0;
+    bytes += bytes / 2;
+    cuda_io_free(io);
+    CU_TRY(cudaMalloc(&io->d, bytes));
+    CU_TRY(cudaMallocHost(&io->h, bytes));
+    io->cap = bytes;
+    return 0;
+}
+
 static void cuda_free_scratch(struct cuda_ctx *c)
 {
     cuda_free_ptr(&c->scratch);
     cuda_free_ptr((void **)&c->logits_d);
     if (c->logits_h) cudaFreeHost(c->logits_h);
     c->logits_h = NULL;
-    cuda_free_ptr((void **)&c->batch_d);
-    if (c->batch_h) cudaFreeHost(c->batch_h);
-    c->batch_h = NULL;
+    cuda_io_free(&c->batch);
+    cuda_io_free(&c->sample);
     c->cap_rows = c->cap_logits = 0;
-    c->cap_batch = 0;
 }
 
 /* Bytes of the step scratch for `rows` rows; carves the buffers when base is not NULL. */
@@ -232,20 +258,6 @@ static int cuda_reserve(struct cuda_ctx *c, int32_t rows, int32_t n_logits, stru
         CU_TRY(cudaMallocHost(&c->logits_h, n));
         c->cap_logits = n_logits;
     }
-    return 0;
-}
-
-static int cuda_reserve_batch(struct cuda_ctx *c, size_t bytes, struct err *e)
-{
-    if (bytes <= c->cap_batch) return 0;
-    bytes += bytes / 2;
-    cuda_free_ptr((void **)&c->batch_d);
-    if (c->batch_h) cudaFreeHost(c->batch_h);
-    c->batch_h = NULL;
-    c->cap_batch = 0;
-    CU_TRY(cudaMalloc(&c->batch_d, bytes));
-    CU_TRY(cudaMallocHost(&c->batch_h, bytes));
-    c->cap_batch = bytes;
     return 0;
 }
 
@@ -622,8 +634,8 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
     off[7] = off[6] + cuda_align4((size_t)R);             /* split_rows */
     off[8] = off[7] + cuda_align4((size_t)R);             /* items */
     off[9] = off[8] + 4 * max_items;
-    if (cuda_reserve_batch(c, off[9] * sizeof(int32_t), e)) return -1;
-    int32_t *h = c->batch_h;
+    if (cuda_io_reserve(&c->batch, off[9] * sizeof(int32_t), e)) return -1;
+    int32_t *h = c->batch.h;
     memcpy(h + off[0], b->tokens, (size_t)R * 4);
     memcpy(h + off[1], b->pos, (size_t)R * 4);
     memcpy(h + off[2], b->seq, (size_t)R * 4);
@@ -640,8 +652,8 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
         cuda_attn_plan(R, b->pos, b->seq, cuda_attn_rows(group, c->attn), c->max_parts,
                        (struct cuda_attn_item *)(h + off[8]), h + off[6], h + off[7], &n_parts, &n_split, &max_rows);
     const size_t used = off[8] + 4 * (size_t)n_items;
-    CU_TRY(cudaMemcpyAsync(c->batch_d, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
-    const int32_t *d = c->batch_d;
+    CU_TRY(cudaMemcpyAsync(c->batch.d, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
+    const int32_t *d = c->batch.d;
     *bd = (struct cuda_batch_dev){R, d + off[0], d + off[1], d + off[2], d + off[4], d + off[5], d + off[6], d + off[3],
                                   (const struct cuda_attn_item *)(d + off[8]), (int32_t)n_items, d + off[7], n_split,
                                   max_rows};
@@ -726,22 +738,51 @@ static void cuda_prof_collect(struct cuda_ctx *c)
     c->n_marks = 0;
 }
 
+/* Waits for the enqueued step (and its logits or draws) and takes its times; logit_bytes: what came to the
+ * host. */
+static int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e)
+{
+    CU_TRY(cudaEventRecord(c->ev_copied, c->st));
+    CU_TRY(cudaStreamSynchronize(c->st));
+    c->pending = 0;
+    cuda_prof_collect(c);
+    float step_ms = 0.0f, copy_ms = 0.0f;
+    CU_TRY(cudaEventElapsedTime(&step_ms, c->ev_start, c->ev_copied));
+    CU_TRY(cudaEventElapsedTime(&copy_ms, c->ev_head, c->ev_copied));
+    c->last = (struct cuda_step_times){step_ms, copy_ms, 0.0, logit_bytes};
+    return 0;
+}
+
+/* Copies rows [i0, i1) of logits_d to the pinned logits_h (async). */
+static int cuda_copy_logit_rows(struct cuda_ctx *c, int32_t i0, int32_t i1, struct err *e)
+{
+    const size_t row = (size_t)c->m->hp.n_vocab * sizeof(float);
+    if (i1 <= i0) return 0;
+    CU_TRY(cudaMemcpyAsync((char *)c->logits_h + (size_t)i0 * row, (const char *)c->logits_d + (size_t)i0 * row,
+                           (size_t)(i1 - i0) * row, cudaMemcpyDeviceToHost, c->st));
+    return 0;
+}
+
+/* Enqueues the step; with logits, waits for it and copies the logit rows there; without (the op sample
+ * follows), returns with the step in flight and its logits kept on the device. */
 static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, struct err *e)
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     if (!c->m) return err_set(e, "cuda backend: forward before load");
     if (!c->k_cache) return err_set(e, "cuda backend: forward before kv_alloc");
     CU_TRY(cudaSetDevice(c->device));
+    if (c->pending && cuda_finish(c, 0, e)) return -1; /* a kept step nobody sampled: its buffers are ours again */
     if (cuda_check_batch(c, b, e) || cuda_reserve(c, b->n_rows, b->n_logits, e)) return -1;
     const struct model_hparams *hp = &c->m->hp;
     struct cuda_batch_dev bd;
     CU_TRY(cudaEventRecord(c->ev_start, c->st));
     c->n_marks = 0;
+    c->pending = 1;
+    c->kept_logits = 0;
     if (c->prof_on) CU_TRY(cudaEventRecord(c->prof_ev[0], c->st));
     if (cuda_upload_batch(c, b, &bd, e)) return -1;
     cuda_mark(c, CUDA_PROF_UPLOAD);
     if (cuda_run_layers(c, &bd, e)) return -1;
-    const size_t n_logit_bytes = (size_t)b->n_logits * (size_t)hp->n_vocab * sizeof(float);
     if (b->n_logits > 0) {
         /* the last residual add, the output norm and the head, for the logit rows only */
         if (cuda_launch_rmsnorm(c->st, c->x, c->tmp, c->output_norm, bd.logit_rows, b->n_logits, hp->n_embd,
@@ -749,21 +790,92 @@ static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, st
             cuda_gemm(c, &c->output, c->act, b->n_logits, c->logits_d, e))
             return err_prefix(e, "output head");
         cuda_mark(c, CUDA_PROF_HEAD);
-        CU_TRY(cudaEventRecord(c->ev_head, c->st));
-        CU_TRY(cudaMemcpyAsync(c->logits_h, c->logits_d, n_logit_bytes, cudaMemcpyDeviceToHost, c->st));
-        cuda_mark(c, CUDA_PROF_COPY);
-    } else {
-        CU_TRY(cudaEventRecord(c->ev_head, c->st));
     }
-    CU_TRY(cudaEventRecord(c->ev_copied, c->st));
-    CU_TRY(cudaStreamSynchronize(c->st));
-    cuda_prof_collect(c);
+    CU_TRY(cudaEventRecord(c->ev_head, c->st));
+    if (!logits) {
+        c->kept_logits = b->n_logits;
+        return 0;
+    }
+    const size_t n_logit_bytes = (size_t)b->n_logits * (size_t)hp->n_vocab * sizeof(float);
+    if (b->n_logits > 0 && cuda_copy_logit_rows(c, 0, b->n_logits, e)) return -1;
+    cuda_mark(c, CUDA_PROF_COPY);
+    if (cuda_finish(c, n_logit_bytes, e)) return -1;
     const double t0 = cuda_now();
     if (b->n_logits > 0) memcpy(logits, c->logits_h, n_logit_bytes);
-    float step_ms = 0.0f, copy_ms = 0.0f;
-    CU_TRY(cudaEventElapsedTime(&step_ms, c->ev_start, c->ev_copied));
-    CU_TRY(cudaEventElapsedTime(&copy_ms, c->ev_head, c->ev_copied));
-    c->last = (struct cuda_step_times){step_ms, copy_ms, (cuda_now() - t0) * 1e3, n_logit_bytes};
+    c->last.logits_host_ms = (cuda_now() - t0) * 1e3;
+    return 0;
+}
+
+/* NIGHTSHIFT_CUDA_SAMPLING=host: the sample op declines every row (their logits go to the host), to measure
+ * what drawing on the device saves. Read once. */
+static int cuda_sampling_declined(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *s = getenv("NIGHTSHIFT_CUDA_SAMPLING");
+        v = s && !strcmp(s, "host");
+    }
+    return v;
+}
+
+/* Packs the sample op's rows (mode, first edit, edit count) and edits into the pinned buffer after n tokens'
+ * room, uploads them (async); *edits_off: where the edits start (int32 units). */
+static int cuda_upload_draws(struct cuda_ctx *c, const struct sample_row *rows, int32_t n, size_t *edits_off,
+                             struct err *e)
+{
+    const int decline = cuda_sampling_declined();
+    size_t n_edits = 0;
+    for (int32_t i = 0; i < n; i++) n_edits += rows[i].mode == SAMPLE_GREEDY ? (size_t)rows[i].n_edits : 0;
+    const size_t rows_off = cuda_align4((size_t)n), ed_off = rows_off + cuda_align4(3 * (size_t)n);
+    if (cuda_io_reserve(&c->sample, (ed_off + 4 * n_edits) * sizeof(int32_t), e)) return -1;
+    int32_t *h = c->sample.h;
+    size_t k = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const int greedy = rows[i].mode == SAMPLE_GREEDY && !decline;
+        h[rows_off + 3 * (size_t)i] = greedy;
+        h[rows_off + 3 * (size_t)i + 1] = (int32_t)k;
+        h[rows_off + 3 * (size_t)i + 2] = greedy ? rows[i].n_edits : 0;
+        if (greedy && rows[i].n_edits > 0) {
+            memcpy(h + ed_off + 4 * k, rows[i].edits, (size_t)rows[i].n_edits * sizeof(struct logit_edit));
+            k += (size_t)rows[i].n_edits;
+        }
+    }
+    CU_TRY(cudaMemcpyAsync(c->sample.d + rows_off, h + rows_off, (ed_off - rows_off + 4 * k) * sizeof(int32_t),
+                           cudaMemcpyHostToDevice, c->st));
+    *edits_off = ed_off;
+    return 0;
+}
+
+static int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
+                       struct err *e)
+{
+    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+    if (!c->pending || n != c->kept_logits)
+        return err_set(e, "cuda backend: sample of %d rows without a forward that kept as many logit rows", (int)n);
+    const int32_t n_vocab = c->m->hp.n_vocab;
+    size_t ed_off = 0;
+    if (n_ids < 1 || n_ids > n_vocab) return err_set(e, "cuda backend: sample over %d ids of %d", (int)n_ids, (int)n_vocab);
+    if (cuda_upload_draws(c, rows, n, &ed_off, e) ||
+        cuda_launch_sample_greedy(c->st, c->logits_d, n_vocab, n_ids, c->sample.d + cuda_align4((size_t)n),
+                                  c->sample.d + ed_off, n, c->sample.d, e))
+        return -1;
+    CU_TRY(cudaMemcpyAsync(c->sample.h, c->sample.d, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+    int32_t n_host = 0;
+    const int32_t *mode = c->sample.h + cuda_align4((size_t)n);
+    for (int32_t i = 0, j; i < n; i = j) { /* the rows not drawn, in runs */
+        for (j = i; j < n && !mode[3 * (size_t)j] == !mode[3 * (size_t)i]; j++) {}
+        if (!mode[3 * (size_t)i] && cuda_copy_logit_rows(c, i, j, e)) return -1;
+        n_host += mode[3 * (size_t)i] ? 0 : j - i;
+    }
+    cuda_mark(c, CUDA_PROF_COPY);
+    if (cuda_finish(c, (uint64_t)n_host * (uint64_t)n_vocab * 4 + (uint64_t)n * 4, e)) return -1;
+    const double t0 = cuda_now();
+    for (int32_t i = 0; i < n; i++) {
+        tokens[i] = c->sample.h[i];
+        if (tokens[i] < 0)
+            memcpy(logits + (size_t)i * n_vocab, c->logits_h + (size_t)i * n_vocab, (size_t)n_vocab * sizeof(float));
+    }
+    c->last.logits_host_ms = (cuda_now() - t0) * 1e3;
     return 0;
 }
 
@@ -819,7 +931,7 @@ static void cuda_free(void *ctx)
 
 static const struct backend_ops cuda_ops = {
     "cuda", cuda_load, cuda_kv_alloc, cuda_forward, cuda_scratch_bytes, cuda_free, cuda_check,
-    cuda_weight_copy_bytes, cuda_memory, cuda_caps,
+    cuda_weight_copy_bytes, cuda_memory, cuda_caps, cuda_sample,
 };
 
 static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)

@@ -149,6 +149,12 @@ int cuda_launch_attn_combine(cudaStream_t st, const struct cuda_attn_geom *g, co
                              const float *part_acc, const float *part_ml, void *out, enum cuda_act out_type,
                              struct err *e);
 /* out (n_rows, n_ff) as out_type = silu(gu[:, :n_ff]) * gu[:, n_ff:]; gu (n_rows, 2 n_ff) f32. */
+/* The greedy draws of the sample op (backend.h): for each of n logit rows of logits (n, n_vocab), in place,
+ * rows[3i..3i+2] = (mode, first edit, edit count): a SAMPLE_GREEDY row gets its edits (edits: struct
+ * logit_edit, 16 bytes each), then tokens[i] = its argmax over [0, n_ids) by sampler_argmax's rule (lowest
+ * id on ties, NaN never wins, 0 when nothing beats -inf); other rows get tokens[i] = -1. One block a row. */
+int cuda_launch_sample_greedy(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids, const int32_t *rows,
+                              const void *edits, int32_t n, int32_t *tokens, struct err *e);
 int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t n_ff, void *out,
                        enum cuda_act out_type, struct err *e);
 /* Raises the attention kernels' shared-memory limit (once per process and device; idempotent). */

@@ -83,6 +83,11 @@ struct engine {
     struct step_seq *step_seqs;                           /* (max_seqs) */
     float *logits;                                        /* (cap_logits, n_vocab) */
     int32_t cap_logits;   /* max_seqs, grown when drafts need more logit rows (reserve_logits) */
+    /* draws on the backend (its op sample; engine_params.device_sampling) */
+    struct sample_row *srows;                             /* (max_logits) how each logit row is resolved */
+    int32_t *drawn;                                       /* (max_logits) its token, or -1: logits on the host */
+    struct logit_edit *edits;                             /* (cap_edits) the srows' edits */
+    size_t cap_edits;
     struct eng_verdict *verdicts;                         /* (max_seqs) per plan entry */
     int32_t *draft;                                       /* (lookup) a proposal */
     struct draft_cost cost;                               /* forward seconds against rows */
@@ -107,6 +112,7 @@ struct engine_params engine_default_params(void)
         .prefix_cache = 1,
         .lookup = ENGINE_DEFAULT_LOOKUP,
         .lookup_adaptive = 1,
+        .device_sampling = 1,
         .debug_checks = 0,
     };
 }
@@ -142,6 +148,13 @@ static int check_params(const struct engine_params *p, struct err *e)
     return 0;
 }
 
+/* The most logit rows a step can have: one per sequence, and ENG_MAX_DRAFT_LOGITS draft rows (reserve_logits). */
+static int32_t max_logits(const engine *eng)
+{
+    int32_t most = eng->p.max_seqs + ENG_MAX_DRAFT_LOGITS;
+    return most < eng->p.max_batch_tokens ? most : eng->p.max_batch_tokens;
+}
+
 int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, const struct engine_params *p,
                 engine **out, struct err *e)
 {
@@ -166,10 +179,13 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->logits = malloc((size_t)S * (size_t)eng->n_vocab * sizeof(float));
     eng->cap_logits = S;
     eng->verdicts = malloc((size_t)S * sizeof *eng->verdicts);
+    int32_t L = max_logits(eng);
+    eng->srows = malloc((size_t)L * sizeof *eng->srows);
+    eng->drawn = malloc((size_t)L * sizeof *eng->drawn);
     eng->draft = malloc((size_t)(eng->p.lookup > 0 ? eng->p.lookup : 1) * sizeof *eng->draft);
     draft_cost_init(&eng->cost);
     if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits ||
-        !eng->verdicts || !eng->draft) {
+        !eng->verdicts || !eng->draft || !eng->srows || !eng->drawn) {
         err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
         goto fail;
     }
@@ -236,6 +252,9 @@ void engine_free(engine *eng)
     free(eng->logits);
     free(eng->verdicts);
     free(eng->draft);
+    free(eng->srows);
+    free(eng->drawn);
+    free(eng->edits);
     sampler_free(eng->smp);
     free(eng);
 }
@@ -619,8 +638,7 @@ static int take_token(engine *eng, struct eng_seq *es, int32_t tok, int32_t n_ge
 static int32_t reserve_logits(engine *eng, int32_t n)
 {
     if (n <= eng->cap_logits) return n;
-    int32_t cap = eng->cap_logits * 2 > n ? eng->cap_logits * 2 : n, most = eng->p.max_seqs + ENG_MAX_DRAFT_LOGITS;
-    if (most > eng->p.max_batch_tokens) most = eng->p.max_batch_tokens;
+    int32_t cap = eng->cap_logits * 2 > n ? eng->cap_logits * 2 : n, most = max_logits(eng);
     if (cap > most) cap = most;
     if (cap <= eng->cap_logits) return eng->cap_logits;
     float *l = realloc(eng->logits, (size_t)cap * (size_t)eng->n_vocab * sizeof *l);
@@ -725,11 +743,12 @@ static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
     };
 }
 
-/* Samples entry en's positions in order from its logits rows (1 + n_draft of them): the token after the
- * sequence's last, then one more after each draft token the sampler drew too. Fills v with what the
+/* Samples entry en's positions in order from its logits rows (1 + n_draft of them; a row's token is drawn[a]
+ * when the backend drew it): the token after the sequence's last, then one more after each draft token the
+ * sampler drew too. Fills v with what the
  * sequence keeps: the accepted drafts and the token drawn after them, cut where the request ends. */
-static int verify_entry(engine *eng, const struct sched_entry *en, float *logits, struct eng_verdict *v,
-                        struct err *e)
+static int verify_entry(engine *eng, const struct sched_entry *en, float *logits, const int32_t *drawn,
+                        struct eng_verdict *v, struct err *e)
 {
     struct eng_seq *es = (struct eng_seq *)en->seq;
     struct sched_seq *q = &es->q;
@@ -746,7 +765,10 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
         }
     }
     for (;;) { /* history: the prompt, the generated tokens, the drafts accepted so far */
-        tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a, logits + (size_t)a * (size_t)eng->n_vocab);
+        tok = drawn[a] >= 0 ? drawn[a]
+                            : sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a,
+                                             logits + (size_t)a * (size_t)eng->n_vocab);
+        if (tok < 0) return err_set(e, "engine: out of memory for the sampler's edits");
         if (a == en->n_draft || tok != draft[a]) break;
         a++;
     }
@@ -780,6 +802,50 @@ static int settle_entry(engine *eng, const struct sched_entry *en, const struct 
     return v->finish < 0 ? 0 : finish_seq(eng, es, (enum engine_finish)v->finish, e);
 }
 
+/* A host draw for each of the step's n logit rows. */
+static int no_draws(engine *eng, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) eng->drawn[i] = -1;
+    return 0;
+}
+
+/* How the backend resolves each logit row of the plan: greedy rows of unconstrained sequences are drawn there,
+ * after their bias and penalties (sampler_edits, with the history up to the row: drafts before it included);
+ * the others come back as logits. Then the backend's sample op fills eng->drawn (and eng->logits). */
+static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_logits, struct err *e)
+{
+    size_t need = 0;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        const struct eng_seq *es = (const struct eng_seq *)pl->entries[i].seq;
+        if (pl->entries[i].logits)
+            for (int32_t a = 0; a <= pl->entries[i].n_draft; a++)
+                need += (size_t)sampler_max_edits(&es->sampling, es->q.n_prompt, es->q.n_tokens - es->q.n_prompt + a);
+    }
+    if (need > eng->cap_edits) {
+        struct logit_edit *ed = realloc(eng->edits, need * sizeof *ed);
+        if (!ed) return err_set(e, "engine: out of memory for %zu logit edits", need);
+        eng->edits = ed;
+        eng->cap_edits = need;
+    }
+    size_t used = 0;
+    for (int32_t i = 0, j = 0; i < pl->n_entries; i++) {
+        const struct sched_entry *en = &pl->entries[i];
+        const struct eng_seq *es = (const struct eng_seq *)en->seq;
+        if (!en->logits) continue;
+        for (int32_t a = 0; a <= en->n_draft; a++, j++) {
+            struct sample_row *r = &eng->srows[j];
+            *r = (struct sample_row){.mode = SAMPLE_HOST};
+            if (es->sampling.temperature > 0.0f || es->cons) continue;
+            r->mode = SAMPLE_GREEDY;
+            r->edits = eng->edits + used;
+            r->n_edits = sampler_edits(eng->smp, &es->sampling, es->q.tokens, es->q.n_prompt,
+                                       es->q.n_tokens - es->q.n_prompt + a, eng->edits + used);
+            used += (size_t)r->n_edits;
+        }
+    }
+    return eng->b->ops->sample(eng->b->ctx, eng->srows, n_logits, eng->n_sample, eng->drawn, eng->logits, e);
+}
+
 /* Debug checks after a step: scheduler and pool, sampler scratch, constraint states, step cost, every index
  * and acceptance. */
 static int check_step(engine *eng, struct err *e)
@@ -804,7 +870,9 @@ int engine_step(engine *eng, struct err *e)
     struct step_batch batch = build_batch(eng, pl);
     if (eng->cc && prefetch_masks(eng, pl, e)) return err_prefix(e, "engine step");
     double t0 = clock_now();
-    int frc = eng->b->ops->forward(eng->b->ctx, &batch, eng->logits, e);
+    const int on_backend = eng->p.device_sampling && eng->b->ops->sample;
+    int frc = eng->b->ops->forward(eng->b->ctx, &batch, on_backend ? NULL : eng->logits, e);
+    if (!frc && batch.n_logits > 0) frc = on_backend ? draw_on_backend(eng, pl, batch.n_logits, e) : no_draws(eng, batch.n_logits);
     double dt = clock_now() - t0;
     eng->st.t_forward += dt;
     if (eng->cc) { /* the masks computed during the forward go into the cache */
@@ -822,7 +890,7 @@ int engine_step(engine *eng, struct err *e)
     const struct sched_entry *ents = pl->entries;
     for (int32_t i = 0, j = 0; i < n_entries; i++) {
         if (!ents[i].logits) continue;
-        if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, &eng->verdicts[i], e))
+        if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, eng->drawn + j, &eng->verdicts[i], e))
             return err_prefix(e, "engine step");
         j += 1 + ents[i].n_draft;
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);

@@ -58,6 +58,8 @@ struct engine_params {
                                  (default ENGINE_DEFAULT_LOOKUP) */
     int lookup_adaptive;      /* 1 (default): verify as many as pay off (draft.h); 0: every token proposed
                                  (measuring acceptance against the draft length; tests) */
+    int device_sampling;      /* 1 (default): where the backend can draw (its op sample), greedy rows are drawn
+                                 there and only their tokens come back; 0: every logit row comes to the host */
     int debug_checks;         /* 1: run the pool and scheduler invariant checks after every step (tests;
                                  O(kv_blocks * kv_block) per step). Default 0. */
 };

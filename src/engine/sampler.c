@@ -25,8 +25,10 @@ struct sampler_cand {
 
 struct sampler {
     int32_t n_vocab;
-    int32_t *count;            /* (n_vocab) all 0 between calls */
+    int32_t *count;            /* (n_vocab) all 0 between calls; during sampler_edits, a token's edit index + 1 */
     struct sampler_cand *cand; /* (n_vocab) */
+    struct logit_edit *edits;  /* (cap_edits) sampler_sample's edits */
+    int32_t cap_edits;
 };
 
 struct sampler_params sampler_default_params(void)
@@ -99,6 +101,7 @@ void sampler_free(sampler *s)
     if (!s) return;
     free(s->count);
     free(s->cand);
+    free(s->edits);
     free(s);
 }
 
@@ -165,52 +168,74 @@ static void sampler_top_k(struct sampler_cand *c, int32_t n, int32_t k)
     qsort(c, (size_t)k, sizeof *c, sampler_cmp_cand);
 }
 
-/* Repetition penalty over the distinct tokens of hist (n): the count table marks the ones already done,
- * then is cleared again. O(n). */
-static void sampler_repeat_penalty(sampler *s, float penalty, const int32_t *hist, int32_t n, float *logits)
+int32_t sampler_max_edits(const struct sampler_params *p, int32_t n_prompt, int32_t pos)
 {
-    for (int32_t i = 0; i < n; i++) {
-        int32_t t = hist[i];
-        if (t < 0 || t >= s->n_vocab || s->count[t]) continue;
-        s->count[t] = 1;
-        logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
-    }
-    for (int32_t i = 0; i < n; i++)
-        if (hist[i] >= 0 && hist[i] < s->n_vocab) s->count[hist[i]] = 0;
+    int32_t n_hist = n_prompt + pos, w = n_hist < p->repeat_last_n ? n_hist : p->repeat_last_n;
+    return p->n_logit_bias + w + pos;
 }
 
-/* Presence/frequency penalties from the counts of the generated tokens gen (n): counted into the table,
- * applied once per distinct token as its entry is cleared. O(n). */
-static void sampler_count_penalties(sampler *s, const struct sampler_params *p, const int32_t *gen, int32_t n,
-                                    float *logits)
+/* The edit of token t in out[0..*n): found through the count table (index + 1), else appended. */
+static struct logit_edit *sampler_edit_of(sampler *s, int32_t t, struct logit_edit *out, int32_t *n)
 {
-    for (int32_t i = 0; i < n; i++)
-        if (gen[i] >= 0 && gen[i] < s->n_vocab) s->count[gen[i]]++;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t t = gen[i];
-        if (t < 0 || t >= s->n_vocab || !s->count[t]) continue;
-        logits[t] -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
-        s->count[t] = 0;
+    if (!s->count[t]) {
+        out[*n] = (struct logit_edit){t, 0.0f, 1.0f, 0.0f};
+        s->count[t] = ++*n;
     }
+    return &out[s->count[t] - 1];
 }
 
-static void sampler_apply_penalties(sampler *s, const struct sampler_params *p, const int32_t *tokens,
-                                    int32_t n_prompt, int32_t pos, float *logits)
+int32_t sampler_edits(sampler *s, const struct sampler_params *p, const int32_t *tokens, int32_t n_prompt,
+                      int32_t pos, struct logit_edit *out)
 {
-    for (int32_t i = 0; i < p->n_logit_bias; i++) logits[p->logit_bias[i].token] += p->logit_bias[i].bias;
-    int32_t n_hist = n_prompt + pos;
+    int32_t n = 0, n_hist = n_prompt + pos;
+    for (int32_t i = 0; i < p->n_logit_bias; i++) sampler_edit_of(s, p->logit_bias[i].token, out, &n)->add += p->logit_bias[i].bias;
     if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0) {
         int32_t w = n_hist < p->repeat_last_n ? n_hist : p->repeat_last_n;
-        sampler_repeat_penalty(s, p->repeat_penalty, tokens + n_hist - w, w, logits);
+        for (int32_t i = n_hist - w; i < n_hist; i++)
+            if (tokens[i] >= 0 && tokens[i] < s->n_vocab) sampler_edit_of(s, tokens[i], out, &n)->rep = p->repeat_penalty;
     }
-    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f)
-        sampler_count_penalties(s, p, tokens + n_prompt, pos, logits);
+    int counting = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if (counting) /* the generated tokens' counts go into sub, then become their penalties */
+        for (int32_t i = n_prompt; i < n_hist; i++)
+            if (tokens[i] >= 0 && tokens[i] < s->n_vocab) sampler_edit_of(s, tokens[i], out, &n)->sub += 1.0f;
+    for (int32_t i = 0; i < n; i++) {
+        if (counting && out[i].sub > 0.0f) out[i].sub = p->presence_penalty + p->frequency_penalty * out[i].sub;
+        s->count[out[i].token] = 0;
+    }
+    return n;
+}
+
+void sampler_apply_edits(const struct logit_edit *ed, int32_t n, float *logits)
+{
+    for (int32_t i = 0; i < n; i++) {
+        float l = logits[ed[i].token];
+        if (ed[i].add != 0.0f) l += ed[i].add;
+        if (ed[i].rep != 1.0f) l = l > 0.0f ? l / ed[i].rep : l * ed[i].rep;
+        if (ed[i].sub != 0.0f) l -= ed[i].sub;
+        logits[ed[i].token] = l;
+    }
+}
+
+/* Applies the bias and penalties of the draw at pos to logits, through the edits (the same ones a backend
+ * applies when it draws). */
+static int sampler_apply_penalties(sampler *s, const struct sampler_params *p, const int32_t *tokens,
+                                   int32_t n_prompt, int32_t pos, float *logits)
+{
+    int32_t need = sampler_max_edits(p, n_prompt, pos);
+    if (need > s->cap_edits) {
+        struct logit_edit *ed = realloc(s->edits, (size_t)need * sizeof *ed);
+        if (!ed) return -1;
+        s->edits = ed;
+        s->cap_edits = need;
+    }
+    sampler_apply_edits(s->edits, sampler_edits(s, p, tokens, n_prompt, pos, s->edits), logits);
+    return 0;
 }
 
 int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t *tokens, int32_t n_prompt,
                        int32_t pos, float *logits)
 {
-    sampler_apply_penalties(s, p, tokens, n_prompt, pos, logits);
+    if (sampler_apply_penalties(s, p, tokens, n_prompt, pos, logits)) return -1;
     if (p->temperature <= 0.0f) return sampler_argmax(logits, s->n_vocab);
 
     /* candidates: every token with a finite logit, in id order */

@@ -6,11 +6,14 @@
  * rejected (prompt-lookup decoding) leaves nothing to undo, and a GPU can draw on the device from the
  * same inputs. The penalties are recomputed from the history at every draw (O(window + generated)).
  *
- * Order of operations (documented, fixed): logit bias -> repetition penalty (llama.cpp style: divide
- * positive / multiply negative logits of the distinct tokens among the last repeat_last_n tokens of
- * prompt + generated) -> presence/frequency penalties (OpenAI: logit -= presence + frequency * count, for
- * each distinct generated token) -> if temperature <= 0: argmax (lowest id on ties) -> top-k -> softmax
- * (logits / temp) -> top-p -> min-p -> draw with sampler_uniform(seed, pos).
+ * Order of operations (documented, fixed): logit bias (a token's biases summed first, when it is listed
+ * twice) -> repetition penalty (llama.cpp style: divide positive / multiply negative logits of the distinct
+ * tokens among the last repeat_last_n tokens of prompt + generated) -> presence/frequency penalties (OpenAI:
+ * logit -= presence + frequency * count, for each distinct generated token) -> if temperature <= 0: argmax
+ * (lowest id on ties) -> top-k -> softmax (logits / temp) -> top-p -> min-p -> draw with
+ * sampler_uniform(seed, pos). The first three are per-token edits (backend.h's struct logit_edit, built by
+ * sampler_edits), so a backend that draws greedy rows where the logits lie applies exactly what this
+ * sampler applies.
  *
  * The draw (the contract a GPU backend implements bit for bit): pos is the index of the token within the
  * generation (0 for the first generated token), and
@@ -30,6 +33,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "util/err.h"
 
 struct logit_bias {
@@ -71,9 +75,18 @@ void sampler_free(sampler *s);
 /* Samples the token at generation position pos of a request with params p (checked by
  * sampler_check_params) from logits (n_vocab), which are modified in place. tokens (n_prompt + pos) is
  * the request's history: its prompt, then the pos tokens generated before this one; ids outside
- * [0, n_vocab) are ignored by the penalties. */
+ * [0, n_vocab) are ignored by the penalties. Returns -1 only when out of memory (for the edits). */
 int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t *tokens, int32_t n_prompt,
                        int32_t pos, float *logits);
+
+/* The bias and penalties of the draw at pos (arguments as for sampler_sample) as edits, one per distinct
+ * token they touch; returns their count, at most sampler_max_edits(p, n_prompt, pos), which out must hold.
+ * O(that bound). */
+int32_t sampler_edits(sampler *s, const struct sampler_params *p, const int32_t *tokens, int32_t n_prompt,
+                      int32_t pos, struct logit_edit *out);
+int32_t sampler_max_edits(const struct sampler_params *p, int32_t n_prompt, int32_t pos);
+/* Applies n edits to logits (the arithmetic of struct logit_edit). */
+void sampler_apply_edits(const struct logit_edit *ed, int32_t n, float *logits);
 
 /* Index of the largest value; the lowest index on ties; NaN never wins (0 if all are -inf/NaN). */
 int32_t sampler_argmax(const float *logits, int32_t n);
