@@ -178,24 +178,28 @@ TEST(kernel_rmsnorm)
 TEST(kernel_swiglu)
 {
     struct err e;
-    const int32_t rows = 5, nff = 1000 + 3;
-    float *gu = xmalloc((size_t)rows * 2 * nff * 4), *out = xmalloc((size_t)rows * nff * 4);
-    double *ref = xmalloc((size_t)rows * nff * 8);
-    fill(gu, (size_t)rows * 2 * nff, 6.0f);
-    for (int r = 0; r < rows; r++)
-        for (int i = 0; i < nff; i++) {
-            double g = gu[(size_t)r * 2 * nff + i], u = gu[(size_t)r * 2 * nff + nff + i];
-            ref[(size_t)r * nff + i] = g / (1.0 + exp(-g)) * u;
+    const int32_t rows = 5, nffs[2] = {1000 + 3, 1024}; /* scalar and 16-byte loads */
+    for (int ni = 0; ni < 2; ni++) {
+        const int32_t nff = nffs[ni];
+        float *gu = xmalloc((size_t)rows * 2 * nff * 4), *out = xmalloc((size_t)rows * nff * 4);
+        double *ref = xmalloc((size_t)rows * nff * 8);
+        fill(gu, (size_t)rows * 2 * nff, 6.0f);
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < nff; i++) {
+                double g = gu[(size_t)r * 2 * nff + i], u = gu[(size_t)r * 2 * nff + nff + i];
+                ref[(size_t)r * nff + i] = g / (1.0 + exp(-g)) * u;
+            }
+        for (int bf = 0; bf < 2; bf++) {
+            memset(out, 0xFF, (size_t)rows * nff * 4);
+            CHECK_MSG(cuda_harness_swiglu(gu, rows, nff, bf, out, &e) == 0, "%s", e.msg);
+            double wv = worst(out, ref, (size_t)rows * nff, bf ? 1.0 / 256 : 1e-5, 1e-6);
+            fprintf(stderr, "# swiglu n_ff %d bf16 %d: worst %.3g of tolerance\n", (int)nff, bf, wv);
+            CHECK(wv <= 1.0);
         }
-    for (int bf = 0; bf < 2; bf++) {
-        CHECK_MSG(cuda_harness_swiglu(gu, rows, nff, bf, out, &e) == 0, "%s", e.msg);
-        double wv = worst(out, ref, (size_t)rows * nff, bf ? 1.0 / 256 : 1e-5, 1e-6);
-        fprintf(stderr, "# swiglu bf16 %d: worst %.3g of tolerance\n", bf, wv);
-        CHECK(wv <= 1.0);
+        free(gu);
+        free(out);
+        free(ref);
     }
-    free(gu);
-    free(out);
-    free(ref);
 }
 
 /* The sample op's greedy draws against the host sampler's edits and argmax on the same logits: equal ids,

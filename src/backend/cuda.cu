@@ -656,7 +656,7 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
     const int32_t *d = c->batch.d;
     *bd = (struct cuda_batch_dev){R, d + off[0], d + off[1], d + off[2], d + off[4], d + off[5], d + off[6], d + off[3],
                                   (const struct cuda_attn_item *)(d + off[8]), (int32_t)n_items, d + off[7], n_split,
-                                  max_rows};
+                                  max_rows, (int32_t)n_parts};
     return 0;
 }
 

@@ -353,6 +353,112 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
     }
 }
 
+/* ---------------------------------------------------------------- split items, a warp each */
+
+/* Issues the copies of tile [t0, t0 + CUDA_TC_TILE) of K and V by one warp (zeros from t_end on). */
+template <int HD>
+__device__ __forceinline__ void cuda_tc_issue_warp(const __half *kb, const __half *vb, const int32_t *bt, int32_t bs,
+                                                   int64_t blk_stride, int32_t t0, int32_t t_end, __half *ks, __half *vs)
+{
+    constexpr int CPR = HD / 8, N = CUDA_TC_TILE * CPR / 32, KS = cuda_tc_layout<HD>::KS;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+        const int i = lane + 32 * j, t = i / CPR, c = i % CPR;
+        const int32_t p = t0 + t;
+        const bool in = p < t_end;
+        const int64_t off = in ? (int64_t)bt[p / bs] * blk_stride + (int64_t)(p % bs) * HD + c * 8 : 0;
+        cuda_tc_cp16(ks + t * KS + c * 8, kb + off, in ? 16 : 0);
+        cuda_tc_cp16(vs + t * KS + c * 8, vb + off, in ? 16 : 0);
+    }
+}
+
+/* Decode: split items (one row, one chunk, group <= 16 queries) a warp each, CUDA_TC_WARPS items a block, each
+ * warp with its own K/V stage: the block kernel gives a split item one warp of compute and one tile in flight
+ * per block; this gives every warp both (4x the loads in flight at the same shared memory per block). A
+ * warp's queries are the item's j = 0 .. 15 (rows g and g + 8 of its m16 tile) and it runs the same tiles
+ * through the same cuda_tc_tile and writes the same partials as the block kernel's warp 0: the same bits. */
+template <int HD, int LDM>
+__global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
+    cuda_k_attn_tc_split(const cuda_attn_args a, int32_t first, int32_t n)
+{
+    using LY = cuda_tc_layout<HD>;
+    constexpr int NK = HD / 16, ND = HD / 8;
+    extern __shared__ float4 sm4[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+    const int32_t k = (int32_t)blockIdx.x * CUDA_TC_WARPS + warp;
+    if (k >= n) return; /* warp-uniform; the warps never synchronize with each other */
+    __half *ks = (__half *)sm4 + (size_t)warp * 2 * LY::STAGE, *vs = ks + LY::STAGE;
+    const cuda_attn_item it = a.b.items[first + k];
+    const int32_t nh = a.g.n_head, nkv = a.g.n_head_kv, group = nh / nkv, kvh = blockIdx.y, bs = a.g.block_size;
+    const int32_t pos = a.b.pos[it.row0];
+    int32_t qj[2], qp[2];
+    uint32_t qf[NK][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        qj[h] = (lane >> 2) + 8 * h;
+        qp[h] = qj[h] < group ? pos : -1;
+        const float *q = a.qkv + (int64_t)it.row0 * a.qkv_stride + (int64_t)(kvh * group + qj[h] % group) * HD + 2 * tq;
+#pragma unroll
+        for (int kk = 0; kk < NK; kk++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const float2 x = qp[h] >= 0 ? *(const float2 *)(q + 16 * kk + 8 * c) : make_float2(0.0f, 0.0f);
+                qf[kk][h + 2 * c] =
+                    cuda_tc_pack(__float2half_rn(__fmul_rn(x.x, a.scale)), __float2half_rn(__fmul_rn(x.y, a.scale)));
+            }
+    }
+    const int32_t *bt = a.b.bt + a.b.bt_off[a.b.seq[it.row0]];
+    const __half *kb = (const __half *)a.k + (int64_t)kvh * bs * HD, *vb = (const __half *)a.v + (int64_t)kvh * bs * HD;
+    const int64_t blk_stride = (int64_t)nkv * bs * HD;
+    const int32_t t_begin = it.chunk * CUDA_ATT_CHUNK, t_end = min(t_begin + CUDA_ATT_CHUNK, pos + 1);
+    float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int dn = 0; dn < ND; dn++)
+        acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+    for (int32_t t0 = t_begin; t0 < t_end; t0 += CUDA_TC_TILE) {
+        cuda_tc_issue_warp<HD>(kb, vb, bt, bs, blk_stride, t0, t_end, ks, vs);
+        cuda_tc_cp_commit();
+        cuda_tc_cp_wait<0>();
+        __syncwarp(); /* every lane's copies are visible to the warp */
+        cuda_tc_tile<HD, LDM>(ks, vs, qf, qp, t0, acc, m, l);
+        __syncwarp(); /* the warp is done with the stage before it is refilled */
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (qp[h] < 0) continue;
+        const int64_t slot = ((int64_t)a.b.part_off[it.row0] + it.chunk) * nh + kvh * group + qj[h];
+        if (tq == 0) {
+            a.part_ml[slot * 2] = m[h];
+            a.part_ml[slot * 2 + 1] = l[h];
+        }
+#pragma unroll
+        for (int dn = 0; dn < ND; dn++)
+            *(float2 *)(a.part_acc + slot * HD + 8 * dn + 2 * tq) = make_float2(acc[dn][2 * h], acc[dn][2 * h + 1]);
+    }
+}
+
+/* Shared memory of a split block: CUDA_TC_WARPS stages of K and V. */
+template <int HD> static constexpr size_t cuda_tc_split_bytes()
+{
+    return (size_t)CUDA_TC_WARPS * 2 * cuda_tc_layout<HD>::STAGE * sizeof(__half);
+}
+
+typedef void (*cuda_tc_split_fn)(const cuda_attn_args, int32_t, int32_t);
+
+static cuda_tc_split_fn cuda_tc_split_pick(int32_t hd, int ldm, size_t *bytes)
+{
+    if (hd == 64) {
+        *bytes = cuda_tc_split_bytes<64>();
+        return ldm ? cuda_k_attn_tc_split<64, 1> : cuda_k_attn_tc_split<64, 0>;
+    }
+    if (hd == 128) {
+        *bytes = cuda_tc_split_bytes<128>();
+        return ldm ? cuda_k_attn_tc_split<128, 1> : cuda_k_attn_tc_split<128, 0>;
+    }
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- launch and choice */
 
 typedef void (*cuda_tc_fn)(const cuda_attn_args);
@@ -384,7 +490,13 @@ int cuda_attn_tc_init(struct err *e)
             for (int ob = 0; ob < 2; ob++) {
                 size_t bytes = 0;
                 cuda_tc_fn fn = cuda_tc_pick(hd, ldm, ob, &bytes);
+                /* the largest carveout: 3 blocks of ~70 KB per multiprocessor */
                 CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+                CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+                if (ob) continue;
+                cuda_tc_split_fn sf = cuda_tc_split_pick(hd, ldm, &bytes);
+                CU_TRY(cudaFuncSetAttribute(sf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+                CU_TRY(cudaFuncSetAttribute(sf, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
             }
     return 0;
 }
@@ -392,11 +504,22 @@ int cuda_attn_tc_init(struct err *e)
 int cuda_launch_attn_tc(cudaStream_t st, const cuda_attn_args &a, int32_t n_items, int out_bf16,
                         struct err *e)
 {
-    size_t bytes = 0;
-    cuda_tc_fn fn = cuda_tc_pick(a.g.head_dim, a.g.attn == CUDA_ATTN_TC, out_bf16, &bytes);
-    if (!fn) return err_set(e, "cuda backend: no tensor-core attention for head_dim %d", (int)a.g.head_dim);
-    fn<<<dim3((unsigned)n_items, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, bytes, st>>>(a);
-    CU_LAUNCHED();
+    size_t bytes = 0, split_bytes = 0;
+    const int ldm = a.g.attn == CUDA_ATTN_TC;
+    cuda_tc_fn fn = cuda_tc_pick(a.g.head_dim, ldm, out_bf16, &bytes);
+    cuda_tc_split_fn sf = cuda_tc_split_pick(a.g.head_dim, ldm, &split_bytes);
+    if (!fn || !sf) return err_set(e, "cuda backend: no tensor-core attention for head_dim %d", (int)a.g.head_dim);
+    /* split items by the warp kernel where a warp holds a row's queries (group <= 16) */
+    const int32_t n_split = a.g.n_head / a.g.n_head_kv <= 16 ? a.b.n_split_items : 0, n_whole = n_items - n_split;
+    if (n_whole > 0) {
+        fn<<<dim3((unsigned)n_whole, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, bytes, st>>>(a);
+        CU_LAUNCHED();
+    }
+    if (n_split > 0) {
+        const unsigned blocks = (unsigned)((n_split + CUDA_TC_WARPS - 1) / CUDA_TC_WARPS);
+        sf<<<dim3(blocks, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, split_bytes, st>>>(a, n_whole, n_split);
+        CU_LAUNCHED();
+    }
     return 0;
 }
 

@@ -305,7 +305,7 @@ static int cuda_hx_batch(struct cuda_hx *x, const struct cuda_harness_attn *a, i
             goto out;
         *bd = {R, NULL, (const int32_t *)dpos, (const int32_t *)dseq, (const int32_t *)doff, (const int32_t *)dbt,
                (const int32_t *)dpo, NULL, (const struct cuda_attn_item *)dit, (int32_t)n_items,
-               (const int32_t *)dsr, n_split, max_rows};
+               (const int32_t *)dsr, n_split, max_rows, split == 1 ? (int32_t)n_parts : 0};
         rc = 0;
     }
 out:

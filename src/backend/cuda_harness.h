@@ -60,7 +60,8 @@ int cuda_harness_qkv(const struct cuda_harness_attn *h, float *qkv, const float 
                      const float *k_norm, const float *cs, float *k_pool, float *v_pool, struct err *e);
 /* Attention (and the combine) over k_pool / v_pool (converted to the KV type): out (n_rows, n_head
  * head_dim) as BF16 (out_bf16) or F32. split: 0 = no item split; 1 = the backend's plan (decode rows
- * split into chunks); *n_split_rows (may be NULL) says how many rows were split. */
+ * split into chunks, the split items by their own kernel where there is one); 2 = the same plan, every item
+ * by the item kernel; *n_split_rows (may be NULL) says how many rows were split. */
 int cuda_harness_attn(const struct cuda_harness_attn *h, const float *qkv, const float *k_pool, const float *v_pool,
                       int split, int out_bf16, float *out, int32_t *n_split_rows, struct err *e);
 

@@ -548,13 +548,14 @@ int64_t cuda_attn_max_items(int32_t n_rows, int64_t max_parts)
     return (int64_t)n_rows + max_parts;
 }
 
-/* Longest items first (whole items by their positions, split items by a chunk), then by row and chunk:
- * the long ones start early instead of trailing the grid. The order never changes the arithmetic. */
+/* Whole items first, longest first (by their positions), then the split items (a launch of their own
+ * where the kernel has one), each by row and chunk: the long ones start early instead of trailing the grid.
+ * The order never changes the arithmetic. */
 static int cuda_attn_item_cmp(const void *pa, const void *pb)
 {
     const struct cuda_attn_item *a = (const struct cuda_attn_item *)pa, *b = (const struct cuda_attn_item *)pb;
-    const int32_t ca = a->split ? CUDA_ATT_CHUNK : a->chunk, cb = b->split ? CUDA_ATT_CHUNK : b->chunk;
-    if (ca != cb) return ca > cb ? -1 : 1;
+    if (a->split != b->split) return a->split ? 1 : -1;
+    if (!a->split && a->chunk != b->chunk) return a->chunk > b->chunk ? -1 : 1;
     if (a->row0 != b->row0) return a->row0 < b->row0 ? -1 : 1;
     return (a->chunk > b->chunk) - (a->chunk < b->chunk);
 }
@@ -590,25 +591,42 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
 
 /* ---------------------------------------------------------------- SwiGLU */
 
-template <typename T>
-__global__ void cuda_k_swiglu(const float *gu, int32_t n_ff, int64_t total, T *out)
+/* out[r][k] = silu(g) * u for g = gu[r][k], u = gu[r][n_ff + k]: a row per blockIdx.y (striding by gridDim.y),
+ * VEC consecutive k per thread (16-byte loads when VEC = 4: n_ff % 4 == 0). */
+template <typename T, int VEC>
+__global__ void cuda_k_swiglu(const float *gu, int32_t n_rows, int32_t n_ff, T *out)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / n_ff, k = i % n_ff;
-        const float g = gu[r * 2 * n_ff + k], u = gu[r * 2 * n_ff + n_ff + k];
-        out[i] = cuda_from_f32<T>(__fmul_rn(g / (1.0f + expf(-g)), u));
+    const int32_t k = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+    if (k >= n_ff) return;
+    for (int32_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
+        const float *g = gu + (int64_t)r * 2 * n_ff + k, *u = g + n_ff;
+        float gv[VEC], uv[VEC];
+        if (VEC == 4) {
+            *(float4 *)gv = *(const float4 *)g;
+            *(float4 *)uv = *(const float4 *)u;
+        } else {
+#pragma unroll
+            for (int i = 0; i < VEC; i++) gv[i] = g[i], uv[i] = u[i];
+        }
+#pragma unroll
+        for (int i = 0; i < VEC; i++)
+            out[(int64_t)r * n_ff + k + i] = cuda_from_f32<T>(__fmul_rn(gv[i] / (1.0f + expf(-gv[i])), uv[i]));
     }
 }
 
 int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t n_ff, void *out,
                        enum cuda_act out_type, struct err *e)
 {
-    const int64_t total = (int64_t)n_rows * n_ff;
-    if (total < 1) return 0;
-    int64_t blocks = (total + 255) / 256;
-    if (blocks > 65536) blocks = 65536;
-    if (out_type == CUDA_ACT_BF16) cuda_k_swiglu<<<(unsigned)blocks, 256, 0, st>>>(gu, n_ff, total, (__nv_bfloat16 *)out);
-    else cuda_k_swiglu<<<(unsigned)blocks, 256, 0, st>>>(gu, n_ff, total, (float *)out);
+    if (n_rows < 1 || n_ff < 1) return 0;
+    const int vec = n_ff % 4 == 0 ? 4 : 1, threads = 256;
+    const dim3 grid((unsigned)((n_ff / vec + threads - 1) / threads), (unsigned)(n_rows < 65535 ? n_rows : 65535));
+    if (out_type == CUDA_ACT_BF16) {
+        if (vec == 4) cuda_k_swiglu<__nv_bfloat16, 4><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (__nv_bfloat16 *)out);
+        else cuda_k_swiglu<__nv_bfloat16, 1><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (__nv_bfloat16 *)out);
+    } else {
+        if (vec == 4) cuda_k_swiglu<float, 4><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (float *)out);
+        else cuda_k_swiglu<float, 1><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (float *)out);
+    }
     CU_LAUNCHED();
     return 0;
 }
