@@ -135,10 +135,23 @@ TEST(kernel_rope_table)
     CHECK(w <= 1e-6);
 }
 
+static void rmsnorm_case(int32_t n);
+
+/* Row lengths: not a multiple of 4 (the scalar kernel), 4096 (16-byte accesses, one float4 a thread), 576 (a
+ * partly idle last warp), 8192 (two float4s a thread). */
 TEST(kernel_rmsnorm)
 {
+    for (int ni = 0; ni < 4; ni++) {
+        const int32_t lens[4] = {4096 + 37, 4096, 576, 8192};
+        rmsnorm_case(lens[ni]);
+        if (test_cur_failed) return;
+    }
+}
+
+static void rmsnorm_case(int32_t n)
+{
     struct err e;
-    const int32_t n = 4096 + 37, nx = 6, n_out = 3;
+    const int32_t nx = 6, n_out = 3;
     const int32_t rows[3] = {5, 0, 3};
     float *x = xmalloc((size_t)nx * n * 4), *x0 = xmalloc((size_t)nx * n * 4), *add = xmalloc((size_t)nx * n * 4);
     float *w = xmalloc((size_t)n * 4), *out = xmalloc((size_t)nx * n * 4);
@@ -164,7 +177,7 @@ TEST(kernel_rmsnorm)
             for (int k = 0; k < n; k++) ref[(size_t)i * n + k] = (double)x[(size_t)r * n + k] * sc * w[k];
         }
         double wv = worst(out, ref, (size_t)no * n, bf ? 1.0 / 256 : 1e-5, 1e-6);
-        fprintf(stderr, "# rmsnorm add %d bf16 %d: worst %.3g of tolerance\n", with_add, bf, wv);
+        fprintf(stderr, "# rmsnorm n %d add %d bf16 %d: worst %.3g of tolerance\n", (int)n, with_add, bf, wv);
         CHECK_MSG(wv <= 1.0, "add %d bf16 %d: %.3g of tolerance", with_add, bf, wv);
     }
     free(x);
@@ -498,16 +511,18 @@ static int att_rows_same(const struct att_case *c, const int32_t *rows, int n, c
  * head_dim 64 and 128, GQA groups 1, 4 and 8, blocks of 16 and 32; sequences: a prefill of 77 rows from
  * 0 (not a multiple of the 32-position tile, several items), a decode row at 700 (6 chunks, split), 40
  * prefill rows 370..409 (across a chunk boundary), 21 prefill rows after a 2-block prefix shared with the
- * first sequence (the prefix cache), a decode row at 5. */
+ * first sequence (the prefix cache), a decode row at 5, a decode row with two drafts at 254..256 (a split
+ * item of three rows, across a chunk boundary). */
 TEST(kernel_attention_tc)
 {
     struct err e;
-    const struct att_shape shapes[] = {{8, 8, 64, 16}, {16, 4, 128, 16}, {16, 2, 128, 32}, {8, 2, 64, 16}};
+    const struct att_shape shapes[] = {{8, 8, 64, 16}, {16, 4, 128, 16}, {16, 2, 128, 32}, {8, 2, 64, 16},
+                                       {16, 1, 64, 16}}; /* the last: group 16, both m-row halves of a decode warp */
     static struct att_case c;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct att_shape *sh = &shapes[si];
-        const int32_t first[5] = {0, 700, 370, 2 * sh->bs, 5}, n[5] = {77, 1, 40, 21, 1};
-        att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, KV_TYPE_F16, 5, first, n);
+        const int32_t first[6] = {0, 700, 370, 2 * sh->bs, 5, 254}, n[6] = {77, 1, 40, 21, 1, 3};
+        att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, KV_TYPE_F16, 6, first, n);
         att_case_share(&c, 3, 0, 2);
         c.h.kernel = 1;
         const size_t pool = cuda_harness_pool_floats(&c.h), w = (size_t)(sh->n_head + 2 * sh->n_kv) * sh->hd;
@@ -534,7 +549,7 @@ TEST(kernel_attention_tc)
         fprintf(stderr, "# tc verdict: ldmatrix %s, plain loads %s\n", wv <= 1.0 ? "ok" : "bad", wl <= 1.0 ? "ok" : "bad");
         CHECK_MSG(wv <= 1.0, "hd %d group %d: %.3g of tolerance", (int)sh->hd, (int)(sh->n_head / sh->n_kv), wv);
         CHECK_MSG(wl <= 1.0, "hd %d group %d plain loads: %.3g of tolerance", (int)sh->hd, (int)(sh->n_head / sh->n_kv), wl);
-        CHECK(n_split >= 1);
+        CHECK(n_split >= 4); /* the decode rows at 700 and 5, and the three at 254..256 */
         CHECK_MSG(memcmp(o0, o1, n_out * 4) == 0, "hd %d: split items differ from whole items", (int)sh->hd);
         CHECK_MSG(memcmp(o1, o2, n_out * 4) == 0, "hd %d: plain shared loads differ from ldmatrix", (int)sh->hd);
         size_t bad = 0;
@@ -550,6 +565,9 @@ TEST(kernel_attention_tc)
         rows[0] = 77; /* the decode row alone, split and not */
         d = att_rows_same(&c, rows, 1, qkv, kp, vp, 1, 1, o0) + att_rows_same(&c, rows, 1, qkv, kp, vp, 1, 0, o0);
         CHECK_MSG(d == 0, "hd %d: the decode row alone differs from the same row in a mixed batch", (int)sh->hd);
+        for (int i = 0; i < 3; i++) rows[i] = 140 + i; /* the decode row with its drafts alone, split and not */
+        d = att_rows_same(&c, rows, 3, qkv, kp, vp, 1, 1, o0) + att_rows_same(&c, rows, 3, qkv, kp, vp, 1, 0, o0);
+        CHECK_MSG(d == 0, "hd %d: %d of the drafted decode rows alone differ from the mixed batch", (int)sh->hd, d);
         for (int i = 0; i < 21; i++) rows[i] = 118 + i; /* seq 3 (shared prefix) first, then seq 2 */
         for (int i = 0; i < 40; i++) rows[21 + i] = 78 + i;
         d = att_rows_same(&c, rows, 61, qkv, kp, vp, 2, 1, o0);

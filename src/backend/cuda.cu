@@ -647,16 +647,16 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
         k += (size_t)b->seqs[i].n_blocks;
     }
     int64_t n_parts = 0;
-    int32_t n_split = 0, max_rows = 1;
+    int32_t n_split = 0, max_rows = 1, n_lone = 0;
     const int64_t n_items =
         cuda_attn_plan(R, b->pos, b->seq, cuda_attn_rows(group, c->attn), c->max_parts,
-                       (struct cuda_attn_item *)(h + off[8]), h + off[6], h + off[7], &n_parts, &n_split, &max_rows);
+                       (struct cuda_attn_item *)(h + off[8]), h + off[6], h + off[7], &n_parts, &n_split, &max_rows, &n_lone);
     const size_t used = off[8] + 4 * (size_t)n_items;
     CU_TRY(cudaMemcpyAsync(c->batch.d, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
     const int32_t *d = c->batch.d;
     *bd = (struct cuda_batch_dev){R, d + off[0], d + off[1], d + off[2], d + off[4], d + off[5], d + off[6], d + off[3],
                                   (const struct cuda_attn_item *)(d + off[8]), (int32_t)n_items, d + off[7], n_split,
-                                  max_rows, (int32_t)n_parts};
+                                  max_rows, n_lone};
     return 0;
 }
 

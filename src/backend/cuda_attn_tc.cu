@@ -134,8 +134,10 @@ __device__ __forceinline__ void cuda_tc_issue(const __half *kb, const __half *vb
 
 /* One tile for one warp: S = Q K^T, mask, online softmax update of (m, l), acc = acc * alpha + P V.
  * qp: the positions of the lane's m-rows g and g + 8 (-1: no query). LDM: K/V fragments by ldmatrix
- * (else plain shared loads of the same elements). */
-template <int HD, int LDM>
+ * (else plain shared loads of the same elements). H = 1: the warp has no query in m-rows 8..15 (qp[1] < 0
+ * in every lane): their softmax is skipped and their probabilities are zeros (rows 0..7 come out the same:
+ * an mma's element depends on its own row of A only; acc[.][2..3] are then meaningless). */
+template <int HD, int LDM, int H>
 __device__ __forceinline__ void
 cuda_tc_tile(const __half *kt, const __half *vt, const uint32_t (&qf)[HD / 16][4], const int32_t (&qp)[2],
              int32_t t0, float (&acc)[HD / 8][4], float (&m)[2], float (&l)[2])
@@ -166,10 +168,13 @@ cuda_tc_tile(const __half *kt, const __half *vt, const uint32_t (&qf)[HD / 16][4
             cuda_tc_mma(s[nt + 1], qf[kk], b[2], b[3]);
         }
     /* s[nt][2h + e]: m-row g + 8h, position t0 + 8nt + 2tq + e */
-    float alpha[2];
+    float alpha[2] = {1.0f, 1.0f};
     __half ph[NT][4];
+    if (H == 1)
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
+        for (int nt = 0; nt < NT; nt++) ph[nt][2] = ph[nt][3] = __float2half_rn(0.0f);
+#pragma unroll
+    for (int h = 0; h < H; h++) {
         float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -201,8 +206,10 @@ cuda_tc_tile(const __half *kt, const __half *vt, const uint32_t (&qf)[HD / 16][4
     for (int dn = 0; dn < ND; dn++) {
         acc[dn][0] = __fmul_rn(acc[dn][0], alpha[0]);
         acc[dn][1] = __fmul_rn(acc[dn][1], alpha[0]);
-        acc[dn][2] = __fmul_rn(acc[dn][2], alpha[1]);
-        acc[dn][3] = __fmul_rn(acc[dn][3], alpha[1]);
+        if (H == 2) {
+            acc[dn][2] = __fmul_rn(acc[dn][2], alpha[1]);
+            acc[dn][3] = __fmul_rn(acc[dn][3], alpha[1]);
+        }
     }
 #pragma unroll
     for (int ks = 0; ks < NT / 2; ks++) { /* k16 step over positions 16ks .. 16ks + 15 */
@@ -304,14 +311,14 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
             l[0] = l[1] = 0.0f;
         }
         if (t0 <= wpos) /* warp-uniform; a tile past every query of the warp would be a no-op */
-            cuda_tc_tile<HD, LDM>(kst + (ti & 1) * LY::STAGE, vst + (ti & 1) * LY::STAGE, qf, qp, t0, acc, m,
+            cuda_tc_tile<HD, LDM, 2>(kst + (ti & 1) * LY::STAGE, vst + (ti & 1) * LY::STAGE, qf, qp, t0, acc, m,
                                   l);
         const int32_t c = t0 / CUDA_ATT_CHUNK;
         if (((t0 + CUDA_TC_TILE) % CUDA_ATT_CHUNK == 0 || ti + 1 == n_tiles) && c * CUDA_ATT_CHUNK <= wpos) {
 #pragma unroll
             for (int h = 0; h < 2; h++) { /* the chunk ends: write (split) or merge (whole) its states */
-                if (it.split) {
-                    if (qp[h] < 0) continue;
+                if (it.split) { /* rows with positions in the chunk only (a split item of several rows) */
+                    if (qp[h] < c * CUDA_ATT_CHUNK) continue;
                     const int64_t slot = ((int64_t)a.b.part_off[it.row0 + qj[h] / group] + c) * nh +
                                          kvh * group + qj[h] % group;
                     if (tq == 0) {
@@ -355,19 +362,21 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
 
 /* ---------------------------------------------------------------- split items, a warp each */
 
-/* Issues the copies of tile [t0, t0 + CUDA_TC_TILE) of K and V by one warp (zeros from t_end on). */
+/* Issues the copies of tile [t0, t0 + CUDA_TC_TILE) of K and V by one warp (zeros from t_end on); blocks of
+ * 1 << bs_log2 positions. */
 template <int HD>
-__device__ __forceinline__ void cuda_tc_issue_warp(const __half *kb, const __half *vb, const int32_t *bt, int32_t bs,
+__device__ __forceinline__ void cuda_tc_issue_warp(const __half *kb, const __half *vb, const int32_t *bt, int32_t bs_log2,
                                                    int64_t blk_stride, int32_t t0, int32_t t_end, __half *ks, __half *vs)
 {
     constexpr int CPR = HD / 8, N = CUDA_TC_TILE * CPR / 32, KS = cuda_tc_layout<HD>::KS;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, c = lane % CPR;
+    const int32_t mask = (1 << bs_log2) - 1;
 #pragma unroll
     for (int j = 0; j < N; j++) {
-        const int i = lane + 32 * j, t = i / CPR, c = i % CPR;
+        const int t = (lane + 32 * j) / CPR;
         const int32_t p = t0 + t;
         const bool in = p < t_end;
-        const int64_t off = in ? (int64_t)bt[p / bs] * blk_stride + (int64_t)(p % bs) * HD + c * 8 : 0;
+        const int64_t off = in ? (int64_t)bt[p >> bs_log2] * blk_stride + (int64_t)(p & mask) * HD + c * 8 : 0;
         cuda_tc_cp16(ks + t * KS + c * 8, kb + off, in ? 16 : 0);
         cuda_tc_cp16(vs + t * KS + c * 8, vb + off, in ? 16 : 0);
     }
@@ -378,7 +387,7 @@ __device__ __forceinline__ void cuda_tc_issue_warp(const __half *kb, const __hal
  * per block; this gives every warp both (4x the loads in flight at the same shared memory per block). A
  * warp's queries are the item's j = 0 .. 15 (rows g and g + 8 of its m16 tile) and it runs the same tiles
  * through the same cuda_tc_tile and writes the same partials as the block kernel's warp 0: the same bits. */
-template <int HD, int LDM>
+template <int HD, int LDM, int H>
 __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
     cuda_k_attn_tc_split(const cuda_attn_args a, int32_t first, int32_t n)
 {
@@ -412,20 +421,21 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
     const __half *kb = (const __half *)a.k + (int64_t)kvh * bs * HD, *vb = (const __half *)a.v + (int64_t)kvh * bs * HD;
     const int64_t blk_stride = (int64_t)nkv * bs * HD;
     const int32_t t_begin = it.chunk * CUDA_ATT_CHUNK, t_end = min(t_begin + CUDA_ATT_CHUNK, pos + 1);
+    const int32_t bs_log2 = __ffs(bs) - 1; /* block sizes are powers of two */
     float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int dn = 0; dn < ND; dn++)
         acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
     for (int32_t t0 = t_begin; t0 < t_end; t0 += CUDA_TC_TILE) {
-        cuda_tc_issue_warp<HD>(kb, vb, bt, bs, blk_stride, t0, t_end, ks, vs);
+        cuda_tc_issue_warp<HD>(kb, vb, bt, bs_log2, blk_stride, t0, t_end, ks, vs);
         cuda_tc_cp_commit();
         cuda_tc_cp_wait<0>();
         __syncwarp(); /* every lane's copies are visible to the warp */
-        cuda_tc_tile<HD, LDM>(ks, vs, qf, qp, t0, acc, m, l);
+        cuda_tc_tile<HD, LDM, H>(ks, vs, qf, qp, t0, acc, m, l);
         __syncwarp(); /* the warp is done with the stage before it is refilled */
     }
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < H; h++) {
         if (qp[h] < 0) continue;
         const int64_t slot = ((int64_t)a.b.part_off[it.row0] + it.chunk) * nh + kvh * group + qj[h];
         if (tq == 0) {
@@ -446,15 +456,22 @@ template <int HD> static constexpr size_t cuda_tc_split_bytes()
 
 typedef void (*cuda_tc_split_fn)(const cuda_attn_args, int32_t, int32_t);
 
-static cuda_tc_split_fn cuda_tc_split_pick(int32_t hd, int ldm, size_t *bytes)
+template <int HD> static cuda_tc_split_fn cuda_tc_split_pick2(int ldm, int h)
+{
+    if (h == 1) return ldm ? cuda_k_attn_tc_split<HD, 1, 1> : cuda_k_attn_tc_split<HD, 0, 1>;
+    return ldm ? cuda_k_attn_tc_split<HD, 1, 2> : cuda_k_attn_tc_split<HD, 0, 2>;
+}
+
+/* The split kernel for (head_dim, ldmatrix or not, m-row halves with queries: 1 when group <= 8). */
+static cuda_tc_split_fn cuda_tc_split_pick(int32_t hd, int ldm, int h, size_t *bytes)
 {
     if (hd == 64) {
         *bytes = cuda_tc_split_bytes<64>();
-        return ldm ? cuda_k_attn_tc_split<64, 1> : cuda_k_attn_tc_split<64, 0>;
+        return cuda_tc_split_pick2<64>(ldm, h);
     }
     if (hd == 128) {
         *bytes = cuda_tc_split_bytes<128>();
-        return ldm ? cuda_k_attn_tc_split<128, 1> : cuda_k_attn_tc_split<128, 0>;
+        return cuda_tc_split_pick2<128>(ldm, h);
     }
     return NULL;
 }
@@ -485,18 +502,18 @@ static cuda_tc_fn cuda_tc_pick(int32_t hd, int ldm, int out_bf16, size_t *bytes)
 
 int cuda_attn_tc_init(struct err *e)
 {
+    /* the largest carveout: 3 blocks of ~70 KB per multiprocessor */
+    const int carve = cudaSharedmemCarveoutMaxShared;
     for (int32_t hd = 64; hd <= 128; hd *= 2)
         for (int ldm = 0; ldm < 2; ldm++)
-            for (int ob = 0; ob < 2; ob++) {
+            for (int k = 0; k < 2; k++) { /* k: the output type of the block kernel, the m-row halves - 1 of the split */
                 size_t bytes = 0;
-                cuda_tc_fn fn = cuda_tc_pick(hd, ldm, ob, &bytes);
-                /* the largest carveout: 3 blocks of ~70 KB per multiprocessor */
+                cuda_tc_fn fn = cuda_tc_pick(hd, ldm, k, &bytes);
                 CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-                CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-                if (ob) continue;
-                cuda_tc_split_fn sf = cuda_tc_split_pick(hd, ldm, &bytes);
+                CU_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, carve));
+                cuda_tc_split_fn sf = cuda_tc_split_pick(hd, ldm, 1 + k, &bytes);
                 CU_TRY(cudaFuncSetAttribute(sf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-                CU_TRY(cudaFuncSetAttribute(sf, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+                CU_TRY(cudaFuncSetAttribute(sf, cudaFuncAttributePreferredSharedMemoryCarveout, carve));
             }
     return 0;
 }
@@ -507,10 +524,11 @@ int cuda_launch_attn_tc(cudaStream_t st, const cuda_attn_args &a, int32_t n_item
     size_t bytes = 0, split_bytes = 0;
     const int ldm = a.g.attn == CUDA_ATTN_TC;
     cuda_tc_fn fn = cuda_tc_pick(a.g.head_dim, ldm, out_bf16, &bytes);
-    cuda_tc_split_fn sf = cuda_tc_split_pick(a.g.head_dim, ldm, &split_bytes);
+    const int32_t group = a.g.n_head / a.g.n_head_kv;
+    cuda_tc_split_fn sf = cuda_tc_split_pick(a.g.head_dim, ldm, group <= 8 ? 1 : 2, &split_bytes);
     if (!fn || !sf) return err_set(e, "cuda backend: no tensor-core attention for head_dim %d", (int)a.g.head_dim);
     /* split items by the warp kernel where a warp holds a row's queries (group <= 16) */
-    const int32_t n_split = a.g.n_head / a.g.n_head_kv <= 16 ? a.b.n_split_items : 0, n_whole = n_items - n_split;
+    const int32_t n_split = group <= 16 ? a.b.n_split_items : 0, n_whole = n_items - n_split;
     if (n_whole > 0) {
         fn<<<dim3((unsigned)n_whole, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, bytes, st>>>(a);
         CU_LAUNCHED();

@@ -285,7 +285,7 @@ static int cuda_hx_batch(struct cuda_hx *x, const struct cuda_harness_attn *a, i
         (struct cuda_attn_item *)malloc((size_t)cuda_attn_max_items(R, max_parts) * sizeof *items);
     int32_t *part_off = (int32_t *)malloc((size_t)R * 4), *split_rows = (int32_t *)malloc((size_t)R * 4);
     int64_t n_parts = 0;
-    int32_t n_split = 0, max_rows = 1;
+    int32_t n_split = 0, max_rows = 1, n_lone = 0;
     void *dpos, *dseq, *doff, *dbt, *dpo, *dsr, *dit;
     int rc = -1;
     if (!items || !part_off || !split_rows) {
@@ -295,7 +295,7 @@ static int cuda_hx_batch(struct cuda_hx *x, const struct cuda_harness_attn *a, i
     {
         const int32_t per = cuda_attn_rows(a->n_head / a->n_head_kv, (enum cuda_attn_kernel)a->kernel);
         const int64_t n_items = cuda_attn_plan(R, a->pos, a->seq, per, max_parts, items, part_off, split_rows,
-                                               &n_parts, &n_split, &max_rows);
+                                               &n_parts, &n_split, &max_rows, &n_lone);
         if (cuda_hx_upload(x, a->pos, (size_t)R * 4, &dpos, e) || cuda_hx_upload(x, a->seq, (size_t)R * 4, &dseq, e) ||
             cuda_hx_upload(x, a->bt_off, (size_t)a->n_seqs * 4, &doff, e) ||
             cuda_hx_upload(x, a->bt, (size_t)a->n_bt * 4, &dbt, e) ||
@@ -305,7 +305,7 @@ static int cuda_hx_batch(struct cuda_hx *x, const struct cuda_harness_attn *a, i
             goto out;
         *bd = {R, NULL, (const int32_t *)dpos, (const int32_t *)dseq, (const int32_t *)doff, (const int32_t *)dbt,
                (const int32_t *)dpo, NULL, (const struct cuda_attn_item *)dit, (int32_t)n_items,
-               (const int32_t *)dsr, n_split, max_rows, split == 1 ? (int32_t)n_parts : 0};
+               (const int32_t *)dsr, n_split, max_rows, split == 1 ? n_lone : 0};
         rc = 0;
     }
 out:

@@ -119,14 +119,79 @@ __global__ void cuda_k_rmsnorm(float *x, const float *add, const float *w, const
         out[i_out * n + i] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(xr[i], scale), w[i]));
 }
 
+#define CUDA_NORM4_MAX 4 /* float4s per thread of cuda_k_rmsnorm4 at most (n <= 16384 at 1024 threads) */
+
+/* cuda_k_rmsnorm for n % 4 == 0 with 16-byte accesses: thread t owns the float4s t, t + blockDim, ... (J of
+ * them, in registers between the two passes); its partial sum runs over its elements in index order, then
+ * the same butterfly and warp order (a function of n alone, like the block size). */
+template <typename T, int J>
+__global__ void cuda_k_rmsnorm4(float *x, const float *add, const float *w, const int32_t *rows, int32_t n, float eps,
+                                T *out)
+{
+    __shared__ double part[32];
+    const int64_t i_out = blockIdx.x, r = rows ? rows[i_out] : i_out;
+    float4 *xr = (float4 *)(x + r * n);
+    const int32_t n4 = n / 4;
+    float4 v[J];
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) break;
+        v[j] = xr[i];
+        if (add) {
+            const float4 a = ((const float4 *)(add + r * n))[i];
+            v[j] = make_float4(__fadd_rn(v[j].x, a.x), __fadd_rn(v[j].y, a.y), __fadd_rn(v[j].z, a.z), __fadd_rn(v[j].w, a.w));
+            xr[i] = v[j];
+        }
+        ss += (double)v[j].x * (double)v[j].x;
+        ss += (double)v[j].y * (double)v[j].y;
+        ss += (double)v[j].z * (double)v[j].z;
+        ss += (double)v[j].w * (double)v[j].w;
+    }
+    ss = cuda_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    double total = 0.0;
+    for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
+    const float scale = 1.0f / sqrtf((float)(total / (double)n) + eps);
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) break;
+        const float4 wv = ((const float4 *)w)[i];
+        T *o = out + i_out * n + 4 * i;
+        o[0] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].x, scale), wv.x));
+        o[1] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].y, scale), wv.y));
+        o[2] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].z, scale), wv.z));
+        o[3] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].w, scale), wv.w));
+    }
+}
+
+template <typename T>
+static void cuda_rmsnorm4(cudaStream_t st, int32_t n_out, int threads, int j, float *x, const float *add, const float *w,
+                          const int32_t *rows, int32_t n, float eps, T *out)
+{
+    if (j == 1) cuda_k_rmsnorm4<T, 1><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, out);
+    else if (j == 2) cuda_k_rmsnorm4<T, 2><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, out);
+    else cuda_k_rmsnorm4<T, CUDA_NORM4_MAX><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, out);
+}
+
 int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float *w, const int32_t *rows,
                         int32_t n_out, int32_t n, float eps, void *out, enum cuda_act out_type, struct err *e)
 {
     if (n_out < 1) return 0;
-    const int threads = cuda_norm_threads(n);
-    if (out_type == CUDA_ACT_BF16)
-        cuda_k_rmsnorm<<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, (__nv_bfloat16 *)out);
-    else cuda_k_rmsnorm<<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, (float *)out);
+    const int bf = out_type == CUDA_ACT_BF16;
+    if (n % 4 == 0 && n <= 4 * 1024 * CUDA_NORM4_MAX) { /* 16-byte rows (every row start is: n % 4 == 0) */
+        const int32_t n4 = n / 4;
+        const int threads = n4 <= 1024 ? (n4 + 31) / 32 * 32 : 1024, j = (n4 + threads - 1) / threads;
+        if (bf) cuda_rmsnorm4(st, n_out, threads, j, x, add, w, rows, n, eps, (__nv_bfloat16 *)out);
+        else cuda_rmsnorm4(st, n_out, threads, j, x, add, w, rows, n, eps, (float *)out);
+    } else {
+        const int threads = cuda_norm_threads(n);
+        if (bf) cuda_k_rmsnorm<<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, (__nv_bfloat16 *)out);
+        else cuda_k_rmsnorm<<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, (float *)out);
+    }
     CU_LAUNCHED();
     return 0;
 }
@@ -548,13 +613,20 @@ int64_t cuda_attn_max_items(int32_t n_rows, int64_t max_parts)
     return (int64_t)n_rows + max_parts;
 }
 
-/* Whole items first, longest first (by their positions), then the split items (a launch of their own
- * where the kernel has one), each by row and chunk: the long ones start early instead of trailing the grid.
- * The order never changes the arithmetic. */
+/* The launch group of an item: whole items (0), split items of several rows (1; by the item kernel), split lone
+ * rows (2; by the split kernel where there is one). */
+static int cuda_attn_item_class(const struct cuda_attn_item *a)
+{
+    return !a->split ? 0 : a->n_rows > 1 ? 1 : 2;
+}
+
+/* By launch group; whole items longest first (by their positions), so the long ones start early instead of
+ * trailing the grid; then by row and chunk. The order never changes the arithmetic. */
 static int cuda_attn_item_cmp(const void *pa, const void *pb)
 {
     const struct cuda_attn_item *a = (const struct cuda_attn_item *)pa, *b = (const struct cuda_attn_item *)pb;
-    if (a->split != b->split) return a->split ? 1 : -1;
+    const int ka = cuda_attn_item_class(a), kb = cuda_attn_item_class(b);
+    if (ka != kb) return ka < kb ? -1 : 1;
     if (!a->split && a->chunk != b->chunk) return a->chunk > b->chunk ? -1 : 1;
     if (a->row0 != b->row0) return a->row0 < b->row0 ? -1 : 1;
     return (a->chunk > b->chunk) - (a->chunk < b->chunk);
@@ -562,21 +634,28 @@ static int cuda_attn_item_cmp(const void *pa, const void *pb)
 
 int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,
                        struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
-                       int32_t *n_split_rows, int32_t *max_item_rows)
+                       int32_t *n_split_rows, int32_t *max_item_rows, int32_t *n_lone_items)
 {
-    int64_t n = 0, parts = 0;
+    int64_t n = 0, parts = 0, lone = 0;
     int32_t ns = 0, mr = 1;
     for (int32_t r = 0; r < n_rows;) {
         int32_t end = r + 1, last = pos[r];
         while (end < n_rows && seq[end] == seq[r] && end - r < per) last = last > pos[end] ? last : pos[end], end++;
         for (int32_t k = r; k < end; k++) part_off[k] = -1;
         if (end - r > mr) mr = end - r;
-        const int64_t nc = pos[r] / CUDA_ATT_CHUNK + 1;
-        if (end - r == 1 && nc > 1 && parts + nc <= max_parts) { /* a lone row (decode): one item per chunk */
-            part_off[r] = (int32_t)parts;
-            split_rows[ns++] = r;
-            for (int64_t c = 0; c < nc; c++) items[n++] = (struct cuda_attn_item){r, 1, (int32_t)c, 1};
-            parts += nc;
+        const int64_t nc = last / CUDA_ATT_CHUNK + 1;
+        const int alone = r == 0 || seq[r - 1] != seq[r], whole_seq = alone && (end == n_rows || seq[end] != seq[r]);
+        int64_t need = 0;
+        for (int32_t k = r; k < end; k++) need += pos[k] / CUDA_ATT_CHUNK + 1;
+        /* a sequence whose rows of the step are one item (decode, with or without drafts): one item per chunk */
+        if (whole_seq && nc > 1 && parts + need <= max_parts) {
+            for (int32_t k = r; k < end; k++) {
+                part_off[k] = (int32_t)parts;
+                split_rows[ns++] = k;
+                parts += pos[k] / CUDA_ATT_CHUNK + 1;
+            }
+            for (int64_t c = 0; c < nc; c++) items[n++] = (struct cuda_attn_item){r, end - r, (int32_t)c, 1};
+            lone += end - r == 1 ? nc : 0;
         } else {
             items[n++] = (struct cuda_attn_item){r, end - r, last + 1, 0};
         }
@@ -586,6 +665,7 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
     *n_parts = parts;
     *n_split_rows = ns;
     *max_item_rows = mr;
+    *n_lone_items = (int32_t)lone;
     return n;
 }
 

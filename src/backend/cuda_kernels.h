@@ -75,8 +75,8 @@ struct cuda_batch_dev {
     const int32_t *split_rows; /* (n_split_rows) rows whose output cuda_launch_attn_combine writes */
     int32_t n_split_rows;
     int32_t max_item_rows; /* rows of the largest item (picks the kernel instance) */
-    int32_t n_split_items; /* the last n_split_items items are the split ones (cuda_attn_plan puts them last);
-                              0: run every item by the item kernel (the same bits, one launch) */
+    int32_t n_split_items; /* the last n_split_items items are split lone rows (cuda_attn_plan puts them last),
+                              for the split kernel; 0: every item by the item kernel (the same bits) */
 };
 
 /* Geometry of the model's attention and of one layer of the KV pool ([block][kv head][slot][head_dim],
@@ -110,12 +110,14 @@ int32_t cuda_attn_rows(int32_t group, enum cuda_attn_kernel k);
 
 /* Plans the attention items of a batch (host). rows: n_rows positions pos and sequences seq (rows of a
  * sequence contiguous); per: rows per item at most (cuda_attn_rows). items must hold cuda_attn_max_items()
- * and come out longest first, the split items last (their count is *n_parts); part_off (n_rows) and split_rows (n_rows) are filled; max_parts bounds the
+ * and come out in launch groups: whole items (longest first), split items of several rows, split items of one
+ * row (*n_lone_items of them, last). A sequence whose rows of the step fit one item (decode, drafts included)
+ * is split into its chunks when it has more than one; part_off (n_rows) and split_rows (n_rows) are filled; max_parts bounds the
  * partial slots (sum over split rows of pos / CUDA_ATT_CHUNK + 1): rows that would pass it are not split.
  * Returns the number of items; *n_parts, *n_split_rows and *max_item_rows (rows of the largest item) out. */
 int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,
                        struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
-                       int32_t *n_split_rows, int32_t *max_item_rows);
+                       int32_t *n_split_rows, int32_t *max_item_rows, int32_t *n_lone_items);
 /* Items cuda_attn_plan can produce for n_rows rows and max_parts partial slots, at most. */
 int64_t cuda_attn_max_items(int32_t n_rows, int64_t max_parts);
 
