@@ -215,48 +215,82 @@ TEST(kernel_swiglu)
     }
 }
 
-/* The sample op's greedy draws against the host sampler's edits and argmax on the same logits: equal ids,
- * with ties (values on a 1/4 grid), NaN, -inf rows, edits that move the maximum, host rows (-1). */
-TEST(kernel_sample_greedy)
+/* The sample op's draws against the host sampler (sampler_apply_edits, then sampler_argmax or sampler_draw) on
+ * the same logits. Greedy rows: always the same token (ties on a 1/4 grid, NaN, -inf rows, edits that move
+ * the maximum). Sampled rows (every filter: temperature alone, min-p, top-k, top-k + top-p, top-p alone over
+ * peaked logits, ties): the same token but where u lands within a sum's rounding of a boundary (none expected
+ * in these rows; at most 1 of 100 allowed); rows whose candidates do not fit (a flat top-p nucleus, top-k 5000)
+ * are declined, and their logits come back edited exactly as the host edits them. */
+TEST(kernel_sample)
 {
     struct err e;
-    const int32_t n = 41, nv = 129001, n_ids = nv - 7;
-    float *l = xmalloc((size_t)n * nv * 4), *ref = xmalloc((size_t)n * nv * 4);
-    struct sample_row rows[41];
-    static struct logit_edit ed[41][64];
-    int32_t tok[41];
-    for (int32_t r = 0; r < n; r++) {
+    enum { N = 128, NS = 10 };
+    const int32_t nv = 32000 + 7, n_ids = nv - 5;
+    /* {temperature, top_k, top_p, min_p, logit scale, quantized} */
+    const float cases[NS][6] = {{0, 0, 1, 0, 8, 1},      {1.0f, 0, 1, 0, 8, 0},     {0.7f, 0, 1, 0.05f, 8, 0},
+                                {0.8f, 40, 1, 0, 8, 0},  {0.8f, 40, 0.9f, 0, 8, 1}, {1.0f, 0, 0.95f, 0, 30, 0},
+                                {1.0f, 0, 0.9f, 0, 1, 0}, {1.0f, 5000, 1, 0, 8, 0}, {0.9f, 10, 0.8f, 0.1f, 8, 1},
+                                {1.3f, 0, 1, 0.2f, 4, 1}};
+    float *l = xmalloc((size_t)N * nv * 4), *ref = xmalloc((size_t)N * nv * 4), *got = xmalloc((size_t)N * nv * 4);
+    static struct sample_row rows[N];
+    static struct logit_edit ed[N][16];
+    int32_t tok[N];
+    sampler *smp;
+    CHECK(sampler_init(n_ids, &smp, &e) == 0);
+    for (int32_t r = 0; r < N; r++) {
+        const float *c = cases[r % NS];
         float *x = l + (size_t)r * nv;
-        fill(x, (size_t)nv, 8.0f);
-        if (r % 3 == 0)
-            for (int32_t t = 0; t < nv; t++) x[t] = floorf(x[t] * 4.0f) / 4.0f; /* many ties at the top */
-        if (r == 1) x[nv - 3] = 1e30f;                                           /* beyond n_ids: never drawn */
-        if (r == 2) x[5] = x[77] = NAN;
-        if (r == 4)
+        fill(x, (size_t)nv, c[4]);
+        if (c[5])
+            for (int32_t t = 0; t < nv; t++) x[t] = floorf(x[t] * 4.0f) / 4.0f;
+        if (r == 2 * NS) x[5] = x[77] = NAN;
+        if (r == 3 * NS)
             for (int32_t t = 0; t < nv; t++) x[t] = t % 9 ? -INFINITY : NAN;
-        if (r == 5)
-            for (int32_t t = 0; t < nv; t++) x[t] = -INFINITY;
-        int32_t ne = r % 4 == 1 ? 0 : (int32_t)(g_rng % 64);
-        for (int32_t k = 0; k < ne; k++) { /* distinct tokens: a stride through the ids */
-            ed[r][k] = (struct logit_edit){(int32_t)((k * 2003 + r) % n_ids), frand(1.0f) > 0.0f ? frand(6.0f) : 0.0f,
-                                           k % 3 ? 1.3f : 1.0f, k % 2 ? 0.0f : 0.4f + 0.1f * (float)k};
-        }
-        rows[r] = (struct sample_row){r % 7 == 6 ? SAMPLE_HOST : SAMPLE_GREEDY, ne, ed[r]};
+        const int32_t ne = r % 3 == 0 ? 0 : 16;
+        for (int32_t k = 0; k < ne; k++)
+            ed[r][k] = (struct logit_edit){(int32_t)((k * 2003 + r) % n_ids), k % 2 ? frand(6.0f) : 0.0f,
+                                           k % 3 ? 1.3f : 1.0f, k % 4 ? 0.0f : 0.5f};
+        rows[r] = (struct sample_row){c[0] > 0 ? SAMPLE_DRAW : SAMPLE_GREEDY, ne, ed[r], c[0], c[2], c[3],
+                                      0.5f + frand(0.5f), (int32_t)c[1]};
+        if (r % 17 == 16) rows[r].mode = SAMPLE_HOST;
     }
-    memcpy(ref, l, (size_t)n * nv * 4);
-    CHECK_MSG(cuda_harness_sample_greedy(l, n, nv, n_ids, rows, tok, &e) == 0, "%s", e.msg);
-    int moved = 0;
-    for (int32_t r = 0; r < n; r++) {
+    memcpy(ref, l, (size_t)N * nv * 4);
+    CHECK_MSG(cuda_harness_sample(l, N, nv, n_ids, rows, tok, got, &e) == 0, "%s", e.msg);
+    int differ = 0, declined = 0, drawn = 0;
+    for (int32_t r = 0; r < N; r++) {
         float *x = ref + (size_t)r * nv;
-        int32_t before = sampler_argmax(x, n_ids);
+        if (rows[r].mode == SAMPLE_HOST) {
+            CHECK_MSG(tok[r] == -1, "row %d: a host row drew %d", (int)r, (int)tok[r]);
+            continue;
+        }
         sampler_apply_edits(rows[r].edits, rows[r].n_edits, x);
-        int32_t want = rows[r].mode == SAMPLE_GREEDY ? sampler_argmax(x, n_ids) : -1;
-        moved += want >= 0 && want != before;
-        CHECK_MSG(tok[r] == want, "row %d: device %d, host %d", (int)r, (int)tok[r], (int)want);
+        if (tok[r] < 0) { /* declined: edited logits for the host */
+            declined++;
+            CHECK_MSG(rows[r].mode == SAMPLE_DRAW, "row %d: a greedy row was declined", (int)r);
+            CHECK_MSG(memcmp(x, got + (size_t)r * nv, (size_t)n_ids * 4) == 0, "row %d: declined logits not edited", (int)r);
+            continue;
+        }
+        struct sampler_params p = sampler_default_params();
+        p.temperature = rows[r].temperature;
+        p.top_k = rows[r].top_k;
+        p.top_p = rows[r].top_p;
+        p.min_p = rows[r].min_p;
+        const int32_t want = sampler_draw(smp, &p, rows[r].u, x);
+        drawn++;
+        if (tok[r] != want) {
+            differ++;
+            fprintf(stderr, "# sample row %d (case %d): device %d, host %d\n", (int)r, (int)(r % NS), (int)tok[r], (int)want);
+        }
+        CHECK_MSG(rows[r].mode == SAMPLE_DRAW || tok[r] == want, "greedy row %d: device %d, host %d", (int)r, (int)tok[r],
+                  (int)want);
     }
-    CHECK_MSG(moved > 3, "the edits moved the argmax of only %d rows", moved);
+    fprintf(stderr, "# sample: %d rows drawn, %d declined, %d differ from the host\n", drawn, declined, differ);
+    CHECK_MSG(declined >= 2 * (N / NS) - 2 && declined <= 2 * (N / NS) + 2, "%d rows declined", declined);
+    CHECK_MSG(differ * 100 <= drawn, "%d of %d drawn rows differ", differ, drawn);
+    sampler_free(smp);
     free(l);
     free(ref);
+    free(got);
 }
 
 TEST(kernel_gemm)
@@ -973,7 +1007,32 @@ struct gen_req {
     int32_t got[256], n_got;
 };
 
-/* Runs greedy requests through an engine on be; fills got. */
+static int g_mixed = 0;           /* run_engine: 1 = requests with penalties and sampling filters (below) */
+static int g_device_sampling = 1; /* run_engine: engine_params.device_sampling */
+
+/* The sampling of request i when g_mixed: every other one sampled (plain temperature, min-p, top-k, top-k +
+ * top-p, top-p alone, by turns); every third with a repetition penalty and a bias; else greedy. */
+static struct sampler_params mixed_params(int i, struct logit_bias *bias)
+{
+    struct sampler_params sp = sampler_default_params();
+    if (i % 3 == 0) {
+        sp.repeat_penalty = 1.3f;
+        sp.presence_penalty = 0.2f;
+        *bias = (struct logit_bias){3 + i, 2.0f};
+        sp.logit_bias = bias;
+        sp.n_logit_bias = 1;
+    }
+    if (i % 2 == 0) return sp;
+    sp.temperature = 0.8f;
+    sp.seed = 1000 + (uint64_t)i;
+    const int k = (i / 2) % 5;
+    sp.min_p = k == 1 ? 0.05f : 0.0f;
+    sp.top_k = k == 2 || k == 3 ? 40 : 0;
+    sp.top_p = k == 3 ? 0.9f : k == 4 ? 0.95f : 1.0f;
+    return sp;
+}
+
+/* Runs requests (greedy; g_mixed: mixed_params) through an engine on be; fills got. */
 static int run_engine(struct loaded *L, struct backend *be, struct gen_req *r, int n, int32_t max_seqs, struct err *e)
 {
     struct engine_params p = engine_default_params();
@@ -981,11 +1040,14 @@ static int run_engine(struct loaded *L, struct backend *be, struct gen_req *r, i
     p.max_seqs = max_seqs;
     p.max_batch_tokens = 512;
     p.debug_checks = 1;
+    p.device_sampling = g_device_sampling;
     engine *eng;
     if (engine_init(L->m, be, L->v, &p, &eng, e)) return -1;
     for (int i = 0; i < n; i++) {
+        struct logit_bias bias;
         struct engine_request q = {.id = (uint64_t)i, .prompt = r[i].prompt, .n_prompt = r[i].n_prompt,
-                                   .max_tokens = r[i].max_tokens, .sampling = sampler_default_params(),
+                                   .max_tokens = r[i].max_tokens,
+                                   .sampling = g_mixed ? mixed_params(i, &bias) : sampler_default_params(),
                                    .ignore_eos = 1};
         if (engine_add(eng, &q, e)) goto fail;
     }
@@ -1081,6 +1143,47 @@ TEST(engine_concurrency_1_vs_64)
     CHECK_MSG(differ == 0, "%d of %d requests differ", differ, N);
 }
 
+/* Draws on the device (greedy with a bias and penalties, and sampled with every filter) against the same
+ * engine drawing every row on the host from the same logits (device_sampling 0): the same tokens, but where a
+ * draw's uniform falls within a sum's rounding of a boundary (see cuda_sample.cu; then that request goes its
+ * own way): at most 2 of 64 requests may differ, none of the greedy ones. */
+TEST(engine_device_sampling)
+{
+    struct err e;
+    struct loaded L;
+    const char *path = test_shared("models/stories260K.gguf");
+    if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
+    CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
+    enum { N = 64 };
+    static struct gen_req a[N], b[N];
+    uint64_t s = 99;
+    for (int i = 0; i < N; i++) {
+        a[i].n_prompt = 4 + (int32_t)(rng_splitmix64(&s) % 60);
+        for (int32_t k = 0; k < a[i].n_prompt; k++) a[i].prompt[k] = 3 + (int32_t)(rng_splitmix64(&s) % (uint64_t)(L.m->hp.n_vocab - 3));
+        a[i].max_tokens = 48;
+        b[i] = a[i];
+    }
+    struct backend be;
+    g_mixed = 1;
+    int ok = backend_cuda_init(&be, NULL, &e) == 0 && be.ops->load(be.ctx, L.m, &e) == 0 &&
+             run_engine(&L, &be, a, N, 64, &e) == 0;
+    g_device_sampling = 0;
+    ok = ok && run_engine(&L, &be, b, N, 64, &e) == 0;
+    g_device_sampling = 1;
+    g_mixed = 0;
+    backend_free(&be);
+    unload_model(&L);
+    CHECK_MSG(ok, "%s", e.msg);
+    int differ = 0, greedy_differ = 0;
+    for (int i = 0; i < N; i++) {
+        const int d = a[i].n_got != b[i].n_got || memcmp(a[i].got, b[i].got, (size_t)a[i].n_got * 4) != 0;
+        differ += d;
+        greedy_differ += d && i % 2 == 0;
+    }
+    fprintf(stderr, "# device vs host draws: %d of %d requests differ (%d greedy)\n", differ, N, greedy_differ);
+    CHECK_MSG(greedy_differ == 0 && differ <= 2, "%d of %d requests differ, %d of them greedy", differ, N, greedy_differ);
+}
+
 /* TEST_CUDA_ONLY=prefix runs only the tests whose names start with it (e.g. "kernel_" under
  * compute-sanitizer). */
 #define RUN_SEL(name)                                                                                     \
@@ -1101,7 +1204,7 @@ int main(void)
     RUN_SEL(kernel_rmsnorm);
     RUN_SEL(kernel_swiglu);
     RUN_SEL(kernel_gemm);
-    RUN_SEL(kernel_sample_greedy);
+    RUN_SEL(kernel_sample);
     RUN_SEL(kernel_qkv);
     RUN_SEL(kernel_attention);
     RUN_SEL(kernel_attention_tc);
@@ -1110,6 +1213,7 @@ int main(void)
     RUN_SEL(step_deterministic);
     RUN_SEL(engine_golden_stories260K);
     RUN_SEL(engine_concurrency_1_vs_64);
+    RUN_SEL(engine_device_sampling);
     return test_summary();
 }
 

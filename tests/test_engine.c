@@ -159,10 +159,11 @@ static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int 
 }
 
 /* ---- a backend that draws greedy rows itself (the op sample), around the CPU backend: its own arithmetic
- * for the edits and the argmax (backend.h's contract), and it declines every third greedy row (sending its
- * logits to the host instead), as a backend may. */
+ * for the edits and the argmax (backend.h's contract), sampler_draw for sampled rows, and it declines every
+ * third row it could draw (sending its edited logits to the host instead), as a backend may. */
 struct drawer {
     struct backend inner;
+    sampler *smp;  /* (n_ids) for the sampled rows it draws */
     float *logits; /* (cap, n_vocab) the last step's logit rows */
     int32_t cap, n_vocab, n_logits;
     int64_t drawn, declined;
@@ -201,22 +202,32 @@ static int drawer_sample(void *ctx, const struct sample_row *rows, int32_t n, in
     if (n != d->n_logits) return err_set(e, "drawer: %d rows to resolve, the step had %d", (int)n, (int)d->n_logits);
     for (int32_t i = 0; i < n; i++) {
         float *l = d->logits + (size_t)i * (size_t)d->n_vocab;
-        if (rows[i].mode != SAMPLE_GREEDY || (d->drawn + d->declined) % 3 == 2) {
-            d->declined += rows[i].mode == SAMPLE_GREEDY;
+        tokens[i] = -1;
+        if (rows[i].mode != SAMPLE_HOST)
+            for (int32_t k = 0; k < rows[i].n_edits; k++) {
+                const struct logit_edit *ed = &rows[i].edits[k];
+                float x = l[ed->token] + ed->add;
+                if (ed->rep != 1.0f) x = x > 0.0f ? x / ed->rep : x * ed->rep;
+                l[ed->token] = x - ed->sub;
+            }
+        if (rows[i].mode == SAMPLE_HOST || (d->drawn + d->declined) % 3 == 2) { /* declined: edited logits back */
+            d->declined += rows[i].mode != SAMPLE_HOST;
             memcpy(logits + (size_t)i * (size_t)d->n_vocab, l, (size_t)d->n_vocab * sizeof(float));
-            tokens[i] = -1;
             continue;
         }
-        for (int32_t k = 0; k < rows[i].n_edits; k++) {
-            const struct logit_edit *ed = &rows[i].edits[k];
-            float x = l[ed->token] + ed->add;
-            if (ed->rep != 1.0f) x = x > 0.0f ? x / ed->rep : x * ed->rep;
-            l[ed->token] = x - ed->sub;
+        if (rows[i].mode == SAMPLE_GREEDY) {
+            int32_t best = 0;
+            for (int32_t t = 1; t < n_ids; t++)
+                if (l[t] > l[best]) best = t;
+            tokens[i] = best;
+        } else { /* the host sampler's steps after the edits, from the row's filters and uniform */
+            struct sampler_params p = sampler_default_params();
+            p.temperature = rows[i].temperature;
+            p.top_k = rows[i].top_k;
+            p.top_p = rows[i].top_p;
+            p.min_p = rows[i].min_p;
+            tokens[i] = sampler_draw(d->smp, &p, rows[i].u, l);
         }
-        int32_t best = 0;
-        for (int32_t t = 1; t < n_ids; t++)
-            if (l[t] > l[best]) best = t;
-        tokens[i] = best;
         d->drawn++;
     }
     return 0;
@@ -259,6 +270,11 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
     struct backend drawer = {&drawer_ops, &g_drawer};
     g_drawer.inner = L->be;
     g_drawer.n_vocab = L->m->hp.n_vocab;
+    if (g_draw && !g_drawer.smp && sampler_init(tok_n_vocab(L->v) < L->m->hp.n_vocab ? tok_n_vocab(L->v) : L->m->hp.n_vocab,
+                                               &g_drawer.smp, &e)) {
+        fprintf(stderr, "drawer: %s\n", e.msg);
+        return;
+    }
     engine *eng;
     if (engine_init(L->m, g_draw ? &drawer : &L->be, L->v, &p, &eng, &e)) {
         fprintf(stderr, "engine_init: %s\n", e.msg);
@@ -402,7 +418,7 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
     g_lookup = 0;
     g_lookup_adaptive = 0;
 
-    /* greedy rows drawn by the backend (and some declined), with lookup's drafts: the same outputs */
+    /* rows drawn by the backend (greedy and sampled; some declined), with lookup's drafts: the same outputs */
     g_draw = 1;
     g_lookup = 4;
     g_drawer.drawn = g_drawer.declined = 0;
@@ -411,11 +427,13 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
     g_lookup = 0;
     CHECK(g_b.ok);
     d = compare(&g_a, &g_b, n);
-    CHECK_MSG(d == 0, "greedy rows drawn by the backend differ at request %d", d - 1);
+    CHECK_MSG(d == 0, "rows drawn by the backend differ at request %d", d - 1);
     CHECK_MSG(cons_every == 1 || (g_drawer.drawn > 0 && g_drawer.declined > 0), "drawn %lld, declined %lld",
               (long long)g_drawer.drawn, (long long)g_drawer.declined);
     free(g_drawer.logits);
+    sampler_free(g_drawer.smp);
     g_drawer.logits = NULL;
+    g_drawer.smp = NULL;
     g_drawer.cap = 0;
 
     /* with the prefix cache, in steps of 64 rows (requests admitted in the same step as the first compute

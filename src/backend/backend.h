@@ -41,9 +41,12 @@ struct step_batch {
 };
 
 /* Sampling on the backend (the optional op `sample`): after a forward that kept its logits (logits NULL), each
- * logit row is either drawn where it lies or copied to the host. A drawn row is greedy: its logits are edited,
- * then the token is their argmax over ids [0, n_ids) by sampler_argmax's rule (the lowest id on ties, NaN never
- * wins, 0 when no logit beats -inf) — so a backend's draw equals the host sampler's on the same logits. */
+ * logit row is either drawn where it lies or copied to the host. A row's logits are first edited (its bias and
+ * penalties, struct logit_edit); then a greedy row's token is their argmax over ids [0, n_ids) by
+ * sampler_argmax's rule (the lowest id on ties, NaN never wins, 0 when no logit beats -inf) — so a backend's
+ * greedy draw equals the host sampler's on the same logits; a drawn row (temperature > 0) follows
+ * sampler_draw's steps with the row's filters and uniform u (equal to the host's draw but for the rounding of
+ * sums, where u falls within it of a boundary between two tokens). */
 struct logit_edit {
     int32_t token;
     float add; /* logit bias, added first when not 0 */
@@ -54,12 +57,15 @@ struct logit_edit {
 enum sample_mode {
     SAMPLE_HOST,   /* copy the row's logits, unedited, to the host */
     SAMPLE_GREEDY, /* edit, then argmax where the logits are */
+    SAMPLE_DRAW,   /* edit, then sampler_draw's steps with the filters and u below */
 };
 
 struct sample_row {
     enum sample_mode mode;
     int32_t n_edits;
     const struct logit_edit *edits; /* (n_edits) distinct tokens below n_ids */
+    float temperature, top_p, min_p, u; /* SAMPLE_DRAW: the request's filters, u = sampler_uniform(seed, pos) */
+    int32_t top_k;
 };
 
 /* What a backend's memory holds: the memory its weights, KV pool and scratch live in (host RAM for cpu,
@@ -117,8 +123,9 @@ struct backend_ops {
     void (*caps)(void *ctx, struct backend_caps *out);
     /* (optional) Resolves the logit rows of the last forward, which was called with logits NULL (so the
      * logits stayed in backend memory): rows (n = that step's n_logits, in logit_rows order). tokens[i] is
-     * row i's token when the backend drew it (SAMPLE_GREEDY rows; a backend may decline any), else -1 and
-     * row i's unedited logits are at logits + i * n_vocab. Callable once per such forward. */
+     * row i's token when the backend drew it (SAMPLE_GREEDY and SAMPLE_DRAW rows; a backend may decline any),
+     * else -1 and row i's logits are at logits + i * n_vocab: unedited for a SAMPLE_HOST row, with its edits
+     * applied for a declined one. Callable once per such forward. */
     int (*sample)(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
                   struct err *e);
 };

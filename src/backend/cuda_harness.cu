@@ -182,12 +182,12 @@ fail:
     return -1;
 }
 
-extern "C" int cuda_harness_sample_greedy(const float *logits, int32_t n, int32_t n_vocab, int32_t n_ids,
-                                          const struct sample_row *rows, int32_t *tokens, struct err *e)
+extern "C" int cuda_harness_sample(const float *logits, int32_t n, int32_t n_vocab, int32_t n_ids,
+                                   const struct sample_row *rows, int32_t *tokens, float *edited, struct err *e)
 {
     struct cuda_hx h;
     void *dl, *drows, *ded, *dtok;
-    int32_t *hrows = (int32_t *)malloc((size_t)n * 3 * sizeof(int32_t));
+    struct cuda_draw_row *hrows = (struct cuda_draw_row *)malloc((size_t)n * sizeof *hrows);
     size_t n_ed = 0;
     for (int32_t i = 0; i < n; i++) n_ed += (size_t)rows[i].n_edits;
     struct logit_edit *hed = (struct logit_edit *)malloc((n_ed ? n_ed : 1) * sizeof *hed);
@@ -198,20 +198,21 @@ extern "C" int cuda_harness_sample_greedy(const float *logits, int32_t n, int32_
     }
     size_t k = 0;
     for (int32_t i = 0; i < n; i++) {
-        hrows[3 * i] = rows[i].mode == SAMPLE_GREEDY;
-        hrows[3 * i + 1] = (int32_t)k;
-        hrows[3 * i + 2] = rows[i].n_edits;
-        memcpy(hed + k, rows[i].edits, (size_t)rows[i].n_edits * sizeof *hed);
-        k += (size_t)rows[i].n_edits;
+        const struct sample_row *r = &rows[i];
+        const int32_t mode = r->mode == SAMPLE_HOST ? CUDA_DRAW_COPY : r->mode == SAMPLE_GREEDY ? CUDA_DRAW_GREEDY : CUDA_DRAW_SAMPLE;
+        hrows[i] = (struct cuda_draw_row){mode, (int32_t)k, r->n_edits, r->top_k, r->temperature, r->top_p, r->min_p, r->u};
+        memcpy(hed + k, r->edits, (size_t)r->n_edits * sizeof *hed);
+        k += (size_t)r->n_edits;
     }
     if (cuda_hx_begin(&h, e)) goto fail;
     HX(cuda_hx_upload(&h, logits, (size_t)n * n_vocab * 4, &dl, e));
-    HX(cuda_hx_upload(&h, hrows, (size_t)n * 3 * 4, &drows, e));
+    HX(cuda_hx_upload(&h, hrows, (size_t)n * sizeof *hrows, &drows, e));
     HX(cuda_hx_upload(&h, hed, (n_ed ? n_ed : 1) * sizeof *hed, &ded, e));
     HX(cuda_hx_alloc(&h, (size_t)n * 4, &dtok, e));
-    HX(cuda_launch_sample_greedy(h.st, (float *)dl, n_vocab, n_ids, (const int32_t *)drows, ded, n, (int32_t *)dtok, e));
+    HX(cuda_launch_sample(h.st, (float *)dl, n_vocab, n_ids, (const struct cuda_draw_row *)drows, ded, n, (int32_t *)dtok, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dtok, 0, (size_t)n, (float *)(void *)tokens, e)); /* 4-byte copy: ids as they are */
+    if (edited) HX(cuda_hx_download(dl, 0, (size_t)n * n_vocab, edited, e));
     cuda_hx_free(&h);
     free(hrows);
     free(hed);

@@ -560,7 +560,7 @@ int cuda_kernels_init(struct err *e)
                 for (int ob = 0; ob < 2; ob++)
                     CU_TRY(cudaFuncSetAttribute(cuda_attn_pick(hd, qw, kv, ob),
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    return cuda_attn_tc_init(e);
+    return cuda_attn_tc_init(e) || cuda_sample_init(e) ? -1 : 0;
 }
 
 int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
@@ -707,87 +707,6 @@ int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t
         if (vec == 4) cuda_k_swiglu<float, 4><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (float *)out);
         else cuda_k_swiglu<float, 1><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (float *)out);
     }
-    CU_LAUNCHED();
-    return 0;
-}
-
-/* ---------------------------------------------------------------- greedy draws */
-
-#define CUDA_SAMPLE_THREADS 1024
-
-struct cuda_edit { /* backend.h's struct logit_edit */
-    int32_t token;
-    float add, rep, sub;
-};
-
-/* (v, id) ranks before (bv, bid): a larger value, or the same value at a lower id. */
-__device__ __forceinline__ bool cuda_argmax_better(float v, int32_t id, float bv, int32_t bid)
-{
-    return v > bv || (v == bv && id < bid);
-}
-
-__global__ void cuda_k_sample_greedy(float *logits, int32_t n_vocab, int32_t n_ids, const int32_t *rows,
-                                     const cuda_edit *edits, int32_t *tokens)
-{
-    __shared__ float sv[CUDA_SAMPLE_THREADS / 32];
-    __shared__ int32_t sid[CUDA_SAMPLE_THREADS / 32];
-    const int32_t r = blockIdx.x, mode = rows[3 * r], e0 = rows[3 * r + 1], ne = rows[3 * r + 2];
-    if (mode != 1) { /* SAMPLE_GREEDY */
-        if (threadIdx.x == 0) tokens[r] = -1;
-        return;
-    }
-    float *l = logits + (size_t)r * (size_t)n_vocab;
-    for (int32_t k = threadIdx.x; k < ne; k += blockDim.x) { /* distinct tokens: no two threads meet */
-        const cuda_edit ed = edits[e0 + k];
-        float x = l[ed.token];
-        if (ed.add != 0.0f) x = __fadd_rn(x, ed.add);
-        if (ed.rep != 1.0f) x = x > 0.0f ? __fdiv_rn(x, ed.rep) : __fmul_rn(x, ed.rep);
-        if (ed.sub != 0.0f) x = __fsub_rn(x, ed.sub);
-        l[ed.token] = x;
-    }
-    __syncthreads();
-    float bv = -INFINITY; /* strict > in id order: each thread keeps its lowest id among ties; NaN never wins */
-    int32_t bid = INT32_MAX;
-    for (int32_t t = threadIdx.x; t < n_ids; t += blockDim.x) {
-        const float v = l[t];
-        if (v > bv) {
-            bv = v;
-            bid = t;
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int32_t oid = __shfl_xor_sync(0xffffffffu, bid, o);
-        if (cuda_argmax_better(ov, oid, bv, bid)) {
-            bv = ov;
-            bid = oid;
-        }
-    }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) {
-        sv[warp] = bv;
-        sid[warp] = bid;
-    }
-    __syncthreads();
-    if (warp != 0) return;
-    bv = lane < (int)(blockDim.x >> 5) ? sv[lane] : -INFINITY;
-    bid = lane < (int)(blockDim.x >> 5) ? sid[lane] : INT32_MAX;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int32_t oid = __shfl_xor_sync(0xffffffffu, bid, o);
-        if (cuda_argmax_better(ov, oid, bv, bid)) {
-            bv = ov;
-            bid = oid;
-        }
-    }
-    if (lane == 0) tokens[r] = bid == INT32_MAX ? 0 : bid;
-}
-
-int cuda_launch_sample_greedy(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids, const int32_t *rows,
-                              const void *edits, int32_t n, int32_t *tokens, struct err *e)
-{
-    if (n < 1) return 0;
-    cuda_k_sample_greedy<<<n, CUDA_SAMPLE_THREADS, 0, st>>>(logits, n_vocab, n_ids, rows, (const cuda_edit *)edits, tokens);
     CU_LAUNCHED();
     return 0;
 }

@@ -153,12 +153,24 @@ int cuda_launch_attn_combine(cudaStream_t st, const struct cuda_attn_geom *g, co
                              const float *part_acc, const float *part_ml, void *out, enum cuda_act out_type,
                              struct err *e);
 /* out (n_rows, n_ff) as out_type = silu(gu[:, :n_ff]) * gu[:, n_ff:]; gu (n_rows, 2 n_ff) f32. */
-/* The greedy draws of the sample op (backend.h): for each of n logit rows of logits (n, n_vocab), in place,
- * rows[3i..3i+2] = (mode, first edit, edit count): a SAMPLE_GREEDY row gets its edits (edits: struct
- * logit_edit, 16 bytes each), then tokens[i] = its argmax over [0, n_ids) by sampler_argmax's rule (lowest
- * id on ties, NaN never wins, 0 when nothing beats -inf); other rows get tokens[i] = -1. One block a row. */
-int cuda_launch_sample_greedy(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids, const int32_t *rows,
-                              const void *edits, int32_t n, int32_t *tokens, struct err *e);
+/* The sample op's rows as the kernel reads them (cuda_sample.cu): mode, edits (struct logit_edit, 16 bytes
+ * each: edits[edit0 .. edit0 + n_edits)), and a sampled row's filters and uniform. */
+enum cuda_draw_mode {
+    CUDA_DRAW_COPY = 0,   /* unedited logits to the host */
+    CUDA_DRAW_GREEDY = 1, /* edit, argmax */
+    CUDA_DRAW_SAMPLE = 2, /* edit, sampler_draw's steps */
+    CUDA_DRAW_EDIT = 3,   /* edit, then to the host (a declined row) */
+};
+struct cuda_draw_row {
+    int32_t mode, edit0, n_edits, top_k;
+    float temperature, top_p, min_p, u;
+};
+/* The draws of n logit rows of logits (n, n_vocab), in place: tokens[i] = row i's token over ids [0, n_ids),
+ * or -1 for a row whose logits go to the host (unedited for CUDA_DRAW_COPY, edited otherwise). One block a
+ * row; cuda_sample.cu says how each draw follows the host sampler. */
+int cuda_launch_sample(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids, const struct cuda_draw_row *rows,
+                       const void *edits, int32_t n, int32_t *tokens, struct err *e);
+int cuda_sample_init(struct err *e);
 int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t n_ff, void *out,
                        enum cuda_act out_type, struct err *e);
 /* Raises the attention kernels' shared-memory limit (once per process and device; idempotent). */

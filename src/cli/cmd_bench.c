@@ -45,6 +45,7 @@ struct bench_opts {
     int32_t levels[BENCH_MAX_LEVELS];
     int n_levels;
     uint64_t seed;
+    struct sampler_params sampling; /* every request's (its seed: the request's index) */
     int json;
     enum bench_workload_kind workload;
     struct runtime_params rp;
@@ -68,8 +69,8 @@ static void bench_usage(FILE *out)
     fprintf(out,
             "usage: nightshift bench [-m MODEL] [options]\n"
             "\n"
-            "Synthetic requests (random token ids, greedy, EOS ignored) through the real scheduler, once per\n"
-            "concurrency level; reports prompt, generation and total tok/s, wall time, peak KV use and peak RSS.\n"
+            "Synthetic requests (random token ids, greedy unless --temperature, EOS ignored) through the real\n"
+            "scheduler, once per concurrency level; reports prompt, generation and total tok/s, wall time, peak KV use and peak RSS.\n"
             "\n"
             "  -m, --model PATH        GGUF model (default: %s)\n"
             "  --workload W            random (default): random token ids, EOS ignored; copy: chat prompts asking\n"
@@ -82,6 +83,9 @@ static void bench_usage(FILE *out)
             "  --reps R                runs per level, levels taking turns; reports the median run and the\n"
             "                          range of total tok/s (default 1)\n"
             "  --seed S                seed of the random prompts (default 1)\n"
+            "  --temperature T         sample at temperature T (default 0: greedy); each request seeded by its\n"
+            "                          index\n"
+            "  --top-k K, --top-p P, --min-p P   the sampling filters (default off)\n"
             "  --json                  one JSON object on stdout instead of the table\n"
             "Engine (--max-seqs is set by each concurrency level):\n",
             cli_default_model());
@@ -127,6 +131,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     o->levels[0] = 1, o->levels[1] = 4, o->levels[2] = 16, o->levels[3] = 64;
     o->n_levels = 4;
     o->rp = runtime_default_params();
+    o->sampling = sampler_default_params();
+    double temperature = 0.0, top_p = 1.0, min_p = 0.0; /* into o->sampling after the loop */
     const char *concurrency = NULL; /* the list, parsed after the loop */
     const struct cli_opt opts[] = {
         {"--model", "-m", CLI_OPT_STRING, &o->model, 0, 0, 0, NULL},
@@ -139,6 +145,10 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"--seed", NULL, CLI_OPT_U64, &o->seed, 0, 0, 0, NULL},
         {"--json", NULL, CLI_OPT_SET, &o->json, 1, 0, 0, NULL},
         {"--workload", NULL, CLI_OPT_CHOICE, &o->workload, 0, 0, 0, bench_workloads},
+        {"--temperature", NULL, CLI_OPT_DOUBLE, &temperature, 0, 0, 0, NULL},
+        {"--top-k", NULL, CLI_OPT_INT32, &o->sampling.top_k, 0, 1 << 30, 0, NULL},
+        {"--top-p", NULL, CLI_OPT_DOUBLE, &top_p, 0, 0, 1, NULL},
+        {"--min-p", NULL, CLI_OPT_DOUBLE, &min_p, 0, 0, 0, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -155,6 +165,14 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         }
     }
     if (concurrency && bench_parse_levels(concurrency, o)) return 2;
+    o->sampling.temperature = (float)temperature;
+    o->sampling.top_p = (float)top_p;
+    o->sampling.min_p = (float)min_p;
+    struct err e;
+    if (sampler_check_params(&o->sampling, 1, &e)) {
+        cli_error("bench", "%s", e.msg);
+        return 2;
+    }
     if (!o->model) o->model = cli_default_model();
     return 0;
 }
@@ -166,7 +184,8 @@ static int32_t level_requests(const struct bench_opts *o, int32_t c)
 
 /* Runs the first n requests of w at max_seqs c on a fresh engine. */
 static int run_level(struct runtime *rt, const struct engine_params *base, int32_t c, int32_t n,
-                     const struct bench_workload *w, int32_t gen_len, struct bench_level *lv, struct err *e)
+                     const struct bench_workload *w, int32_t gen_len, const struct sampler_params *sp,
+                     struct bench_level *lv, struct err *e)
 {
     struct engine_params p = *base;
     p.max_seqs = c;
@@ -179,8 +198,9 @@ static int run_level(struct runtime *rt, const struct engine_params *base, int32
     double t0 = clock_now();
     for (int32_t i = 0; i < n; i++) {
         struct engine_request r = {.id = (uint64_t)i, .prompt = w->ids + (size_t)i * (size_t)w->stride,
-                                   .n_prompt = w->len[i], .max_tokens = gen_len, .sampling = sampler_default_params(),
+                                   .n_prompt = w->len[i], .max_tokens = gen_len, .sampling = *sp,
                                    .ignore_eos = w->ignore_eos};
+        r.sampling.seed = (uint64_t)i;
         if (engine_add(eng, &r, e)) goto fail;
     }
     for (;;) {
@@ -250,16 +270,20 @@ static int make_workload(const struct bench_opts *o, const struct runtime *st, i
 static void describe_requests(FILE *f, const struct bench_opts *o, const struct bench_workload *w,
                               const struct engine_params *ep)
 {
-    char lookup[64] = "";
+    char lookup[64] = "", draw[96] = "greedy";
+    const struct sampler_params *sp = &o->sampling;
     if (ep->lookup > 0) snprintf(lookup, sizeof lookup, "; lookup %d%s", (int)ep->lookup, ep->lookup_adaptive ? "" : " (always)");
+    if (sp->temperature > 0.0f)
+        snprintf(draw, sizeof draw, "sampled at temperature %g (top-k %d, top-p %g, min-p %g)", (double)sp->temperature,
+                 (int)sp->top_k, (double)sp->top_p, (double)sp->min_p);
     if (w->kind == BENCH_WORKLOAD_RANDOM) {
-        fprintf(f, "requests: %lld prompt tokens (%d shared) + %d generated, greedy, EOS ignored", (long long)w->stride,
-                (int)o->shared_prefix, (int)o->gen_len);
+        fprintf(f, "requests: %lld prompt tokens (%d shared) + %d generated, %s, EOS ignored", (long long)w->stride,
+                (int)o->shared_prefix, (int)o->gen_len, draw);
     } else {
         int32_t lo = w->stride;
         for (int32_t i = 0; i < w->n; i++) lo = w->len[i] < lo ? w->len[i] : lo;
-        fprintf(f, "requests: copy workload, prompts of %d-%d tokens (mean %.0f) + up to %d generated, greedy, to EOS",
-                (int)lo, (int)w->stride, (double)w->total / (double)w->n, (int)o->gen_len);
+        fprintf(f, "requests: copy workload, prompts of %d-%d tokens (mean %.0f) + up to %d generated, %s, to EOS",
+                (int)lo, (int)w->stride, (double)w->total / (double)w->n, (int)o->gen_len, draw);
     }
     fprintf(f, "; max_batch_tokens %d%s%s\n", (int)ep->max_batch_tokens, ep->prefix_cache ? "" : ", prefix cache off", lookup);
 }
@@ -437,7 +461,7 @@ static int bench_run_levels(const struct bench_opts *o, struct bench_ctx *b, jso
     struct bench_workload one = b->work; /* one short request */
     int32_t wn = b->work.len[0] < 8 ? b->work.len[0] : 8;
     one.len = &wn;
-    if (run_level(&b->st, &b->ep, 1, 1, &one, o->gen_len < 4 ? o->gen_len : 4, &warm, &e)) {
+    if (run_level(&b->st, &b->ep, 1, 1, &one, o->gen_len < 4 ? o->gen_len : 4, &o->sampling, &warm, &e)) {
         cli_error("bench", "%s", e.msg);
         return -1;
     }
@@ -455,7 +479,7 @@ static int bench_run_levels(const struct bench_opts *o, struct bench_ctx *b, jso
         for (int l = 0; l < o->n_levels; l++) {
             int32_t c = o->levels[l];
             struct bench_level *lr = runs + (size_t)l * (size_t)o->reps;
-            if (run_level(&b->st, &b->ep, c, level_requests(o, c), &b->work, o->gen_len, &lr[r], &e)) {
+            if (run_level(&b->st, &b->ep, c, level_requests(o, c), &b->work, o->gen_len, &o->sampling, &lr[r], &e)) {
                 cli_error("bench", "concurrency %d: %s", (int)c, e.msg);
                 rc = -1;
                 goto done;

@@ -744,11 +744,11 @@ static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
 }
 
 /* Samples entry en's positions in order from its logits rows (1 + n_draft of them; a row's token is drawn[a]
- * when the backend drew it): the token after the sequence's last, then one more after each draft token the
+ * when the backend drew it, else its logits are there, edited unless how[a] is SAMPLE_HOST): the token after the sequence's last, then one more after each draft token the
  * sampler drew too. Fills v with what the
  * sequence keeps: the accepted drafts and the token drawn after them, cut where the request ends. */
 static int verify_entry(engine *eng, const struct sched_entry *en, float *logits, const int32_t *drawn,
-                        struct eng_verdict *v, struct err *e)
+                        const struct sample_row *how, struct eng_verdict *v, struct err *e)
 {
     struct eng_seq *es = (struct eng_seq *)en->seq;
     struct sched_seq *q = &es->q;
@@ -765,9 +765,10 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
         }
     }
     for (;;) { /* history: the prompt, the generated tokens, the drafts accepted so far */
-        tok = drawn[a] >= 0 ? drawn[a]
-                            : sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a,
-                                             logits + (size_t)a * (size_t)eng->n_vocab);
+        float *row = logits + (size_t)a * (size_t)eng->n_vocab;
+        if (drawn[a] >= 0) tok = drawn[a];
+        else if (how[a].mode == SAMPLE_HOST) tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a, row);
+        else tok = sampler_draw(eng->smp, &es->sampling, how[a].u, row); /* declined: edited already */
         if (tok < 0) return err_set(e, "engine: out of memory for the sampler's edits");
         if (a == en->n_draft || tok != draft[a]) break;
         a++;
@@ -805,13 +806,17 @@ static int settle_entry(engine *eng, const struct sched_entry *en, const struct 
 /* A host draw for each of the step's n logit rows. */
 static int no_draws(engine *eng, int32_t n)
 {
-    for (int32_t i = 0; i < n; i++) eng->drawn[i] = -1;
+    for (int32_t i = 0; i < n; i++) {
+        eng->drawn[i] = -1;
+        eng->srows[i].mode = SAMPLE_HOST;
+    }
     return 0;
 }
 
-/* How the backend resolves each logit row of the plan: greedy rows of unconstrained sequences are drawn there,
- * after their bias and penalties (sampler_edits, with the history up to the row: drafts before it included);
- * the others come back as logits. Then the backend's sample op fills eng->drawn (and eng->logits). */
+/* How the backend resolves each logit row of the plan: rows of unconstrained sequences are drawn there (greedy,
+ * or sampled with the request's filters and the draw's uniform), after their bias and penalties (sampler_edits,
+ * with the history up to the row: drafts before it included); a constrained sequence's rows come back as
+ * logits (its mask is applied here). Then the backend's sample op fills eng->drawn (and eng->logits). */
 static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_logits, struct err *e)
 {
     size_t need = 0;
@@ -834,12 +839,18 @@ static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_l
         if (!en->logits) continue;
         for (int32_t a = 0; a <= en->n_draft; a++, j++) {
             struct sample_row *r = &eng->srows[j];
+            const struct sampler_params *sp = &es->sampling;
+            const int32_t pos = es->q.n_tokens - es->q.n_prompt + a;
             *r = (struct sample_row){.mode = SAMPLE_HOST};
-            if (es->sampling.temperature > 0.0f || es->cons) continue;
-            r->mode = SAMPLE_GREEDY;
+            if (es->cons) continue;
+            r->mode = sp->temperature > 0.0f ? SAMPLE_DRAW : SAMPLE_GREEDY;
             r->edits = eng->edits + used;
-            r->n_edits = sampler_edits(eng->smp, &es->sampling, es->q.tokens, es->q.n_prompt,
-                                       es->q.n_tokens - es->q.n_prompt + a, eng->edits + used);
+            r->n_edits = sampler_edits(eng->smp, sp, es->q.tokens, es->q.n_prompt, pos, eng->edits + used);
+            r->temperature = sp->temperature;
+            r->top_k = sp->top_k;
+            r->top_p = sp->top_p;
+            r->min_p = sp->min_p;
+            r->u = sampler_uniform(sp->seed, pos);
             used += (size_t)r->n_edits;
         }
     }
@@ -890,7 +901,8 @@ int engine_step(engine *eng, struct err *e)
     const struct sched_entry *ents = pl->entries;
     for (int32_t i = 0, j = 0; i < n_entries; i++) {
         if (!ents[i].logits) continue;
-        if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, eng->drawn + j, &eng->verdicts[i], e))
+        if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, eng->drawn + j, eng->srows + j,
+                         &eng->verdicts[i], e))
             return err_prefix(e, "engine step");
         j += 1 + ents[i].n_draft;
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);

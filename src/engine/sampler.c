@@ -154,18 +154,45 @@ static void sampler_sift_down(struct sampler_cand *c, int32_t k, int32_t j)
     }
 }
 
-/* Keeps the k best candidates of c[0..n) in c[0..k), sorted best first. O(n log k) with a heap whose
- * root is the worst kept candidate. */
+/* Moves the k best candidates of c[0..n) to c[0..k), sorted best first (c stays a permutation: the others are
+ * in c[k..n)). O(n log k) with a heap whose root is the worst kept candidate. */
 static void sampler_top_k(struct sampler_cand *c, int32_t n, int32_t k)
 {
     /* build a heap of c[0..k) with the worst at the root */
     for (int32_t i = k / 2 - 1; i >= 0; i--) sampler_sift_down(c, k, i);
     for (int32_t i = k; i < n; i++) {
         if (!sampler_better(&c[i], &c[0])) continue;
+        struct sampler_cand t = c[0];
         c[0] = c[i];
+        c[i] = t;
         sampler_sift_down(c, k, 0);
     }
     qsort(c, (size_t)k, sizeof *c, sampler_cmp_cand);
+}
+
+/* Top-p without top-k: the best candidates of c[0..n), sorted best first, enough of them to hold the nucleus
+ * (their softmax terms reach top_p of the total): the best 256, then 4x as many while they fall short (a heap
+ * pass each, O(n log k), instead of sorting all n). *total_all: the total over all n candidates, summed in id
+ * order. Returns how many it kept. */
+static int32_t sampler_nucleus(struct sampler_cand *c, int32_t n, const struct sampler_params *p, double *total_all)
+{
+    float mx = c[0].logit;
+    for (int32_t i = 1; i < n; i++)
+        if (c[i].logit > mx) mx = c[i].logit;
+    double total = 0.0;
+    for (int32_t i = 0; i < n; i++) total += expf((c[i].logit - mx) / p->temperature);
+    *total_all = total;
+    const double want = (double)p->top_p * total;
+    for (int32_t k = 256;; k *= 4) {
+        if (k >= n) {
+            qsort(c, (size_t)n, sizeof *c, sampler_cmp_cand);
+            return n;
+        }
+        sampler_top_k(c, n, k); /* c[0..k) the k best, sorted; the rest of c[0..n) the others */
+        double cum = 0.0;
+        for (int32_t i = 0; i < k; i++)
+            if ((cum += expf((c[i].logit - mx) / p->temperature)) >= want) return k;
+    }
 }
 
 int32_t sampler_max_edits(const struct sampler_params *p, int32_t n_prompt, int32_t pos)
@@ -236,8 +263,12 @@ int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t
                        int32_t pos, float *logits)
 {
     if (sampler_apply_penalties(s, p, tokens, n_prompt, pos, logits)) return -1;
-    if (p->temperature <= 0.0f) return sampler_argmax(logits, s->n_vocab);
+    return sampler_draw(s, p, sampler_uniform(p->seed, pos), logits);
+}
 
+int32_t sampler_draw(sampler *s, const struct sampler_params *p, float u, float *logits)
+{
+    if (p->temperature <= 0.0f) return sampler_argmax(logits, s->n_vocab);
     /* candidates: every token with a finite logit, in id order */
     struct sampler_cand *c = s->cand;
     int32_t n = 0;
@@ -245,12 +276,13 @@ int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t
         if (isfinite(logits[i])) c[n++] = (struct sampler_cand){i, logits[i]};
     if (n == 0) return sampler_argmax(logits, s->n_vocab);
     int sorted = 0;
+    double total_all = -1.0; /* top-p alone: the total over every candidate, in id order */
     if (p->top_k > 0 && p->top_k < n) {
         sampler_top_k(c, n, p->top_k);
         n = p->top_k;
         sorted = 1;
     } else if (p->top_p < 1.0f) {
-        qsort(c, (size_t)n, sizeof *c, sampler_cmp_cand);
+        n = sampler_nucleus(c, n, p, &total_all);
         sorted = 1;
     }
     /* softmax(logit / T), unnormalized: exp((l - max) / T) */
@@ -262,6 +294,7 @@ int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t
         c[i].logit = expf((c[i].logit - mx) / p->temperature);
         total += c[i].logit;
     }
+    if (total_all >= 0.0) total = total_all;
     if (p->top_p < 1.0f && sorted) {
         double cum = 0.0, want = (double)p->top_p * total;
         int32_t keep = n;
@@ -288,10 +321,10 @@ int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t
             }
         n = m;
     }
-    double u = (double)sampler_uniform(p->seed, pos) * total, cum = 0.0;
+    double target = (double)u * total, cum = 0.0;
     for (int32_t i = 0; i < n; i++) {
         cum += c[i].logit;
-        if (u < cum) return c[i].id;
+        if (target < cum) return c[i].id;
     }
     return c[n - 1].id;
 }

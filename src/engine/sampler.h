@@ -79,6 +79,10 @@ void sampler_free(sampler *s);
 int32_t sampler_sample(sampler *s, const struct sampler_params *p, const int32_t *tokens, int32_t n_prompt,
                        int32_t pos, float *logits);
 
+/* sampler_sample after the edits: argmax when p->temperature <= 0, else top-k -> softmax -> top-p -> min-p ->
+ * the walk with the uniform u (sampler_uniform(p->seed, pos)). logits (n_vocab, edited) are modified. */
+int32_t sampler_draw(sampler *s, const struct sampler_params *p, float u, float *logits);
+
 /* The bias and penalties of the draw at pos (arguments as for sampler_sample) as edits, one per distinct
  * token they touch; returns their count, at most sampler_max_edits(p, n_prompt, pos), which out must hold.
  * O(that bound). */
