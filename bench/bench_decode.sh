@@ -38,6 +38,7 @@ echo "== matmul kernel alone (8192 x 2048, 1 thread; compute, weights mostly in 
 for ty in 8 3; do for r in 1 4 16; do build/bench/bench_matmul $r 1 $ty; done; done
 
 l1b=$tmp/llama-1b-q8_0.gguf
-[ -f "$l1b" ] || build/nightshift synth --shape llama-1b --type q8_0 -o "$l1b"
+# --n-vocab 0: the built-in 589-token vocabulary, as in the NOTES.md numbers (not Llama 3's 128,256)
+[ -f "$l1b" ] || build/nightshift synth --shape llama-1b --type q8_0 --n-vocab 0 -o "$l1b"
 echo "== llama-1b q8_0 (synthetic):"
 build/bench/bench_decode "$l1b" -s 1,16 -n 8 -p 32 $( [ "$threads" != 0 ] && echo "-t $threads" ) --bw "$bw"

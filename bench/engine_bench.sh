@@ -19,7 +19,8 @@ if [ "$what" = scaling ] || [ "$what" = all ]; then
 fi
 
 if [ "$what" = llama1b ] || [ "$what" = all ]; then
-    [ -f "$L1B" ] || "$NS" synth --shape llama-1b --type q8_0 -o "$L1B"
+    # --n-vocab 0: the built-in 589-token vocabulary, as in the NOTES.md numbers (not Llama 3's 128,256)
+    [ -f "$L1B" ] || "$NS" synth --shape llama-1b --type q8_0 --n-vocab 0 -o "$L1B"
     # one request alone vs 16 at once (one wave each); generation rate = weights read once per step
     "$NS" bench -m "$L1B" --prompt-len 32 --gen-len 32 --concurrency 1 --requests 2
     "$NS" bench -m "$L1B" --prompt-len 32 --gen-len 32 --concurrency 16 --requests 16

@@ -1,10 +1,10 @@
 #!/bin/bash
 # bench/gpu_attn.sh — one device call for the tensor-core attention: test_cuda, compute-sanitizer memcheck
-# of its kernel test, synth llama-8b bf16 (vocab 102,400), bench_cuda and `nightshift bench` at c64 with
+# of its kernel test, synth llama-8b bf16 (vocab 102,400 padded to 128,256), bench_cuda and `nightshift bench` at c64 with
 # the new kernel (tc-lds or cores if the test found the ldmatrix path or both wrong), then bench_cuda with
 # the CUDA-core kernel (NIGHTSHIFT_CUDA_ATTN=cores) for comparison if time remains. Budget: 385 s.
 # Runs from a carried folder tmp/cuda holding nightshift, test_cuda, bench_cuda (built here with
-# `make CUDA=1 BUILD=build-cuda all build-cuda/bench/bench_cuda`), lib/ and shared/ as for gpu_e2e.sh.
+# `make CUDA=1 BUILD=build-cuda all build-cuda/bench/bench_cuda`), lib/ and shared/ as for gpu.sh (which replaced gpu_e2e.sh).
 # Usage (device): bash bench/gpu_attn.sh  (logs under $OUT)
 set -u
 D=tmp/cuda

@@ -4,7 +4,8 @@
 #
 #   1. installs OpenMPI if mpicc is missing (scripts/install-deps mpi; root) and builds with CUDA=1 MPI=1
 #      into build-cuda-mpi/ (or uses NS=path/to/nightshift if given: a binary built that way)
-#   2. synth llama-8b bf16 (vocabulary VOCAB, default the deepseek-llm one under ../shared or $SHARED)
+#   2. synth llama-8b bf16 (vocabulary VOCAB, default the deepseek-llm one under ../shared or $SHARED,
+#      padded to Llama 3's 128,256 tokens by synth)
 #   3. writes N (default 4000) requests of PROMPT (1024) random token ids each, GEN (300) tokens, greedy, EOS
 #      ignored: every request costs the same, so the scaling is the engine's and the protocol's alone
 #   4. mpirun -np 1, then -np 2 (--backend cuda; rank r takes GPU r), each from a fresh output

@@ -54,6 +54,35 @@ else
     skip synth_with_vocab "no $vocab"
 fi
 
+# vocabulary size: the real shapes have their real token rows (padded with control tokens); reported before
+# the file is written, so an unwritable path shows it without writing gigabytes
+expect_err synth_llama8b_real_vocab 1 "n_vocab 128256 (127667 padding)" \
+    "$NS" synth --shape llama-8b --type q4_0 -o "$e2e_tmp/no/such/dir/x.gguf"
+expect_err synth_qwen27b_real_vocab 1 "n_vocab 152064 " "$NS" synth --shape qwen2-7b --type q4_0 -o "$e2e_tmp/no/x.gguf"
+expect_err synth_n_vocab_0_unpadded 1 "n_vocab 589 (0 padding)" \
+    "$NS" synth --shape llama-8b --type q4_0 --n-vocab 0 -o "$e2e_tmp/no/x.gguf"
+expect_err synth_tiny_own_vocab 0 "n_vocab 589 (0 padding)" "$NS" synth --shape tiny --type q4_0 -o "$e2e_tmp/t.gguf"
+if [ -f "$SHARED/testdata/vocab/ggml-vocab-deepseek-llm.gguf" ]; then
+    expect_err synth_llama8b_pads_file_vocab 1 "n_vocab 128256 (25856 padding)" "$NS" synth --shape llama-8b \
+        --type q4_0 --vocab "$SHARED/testdata/vocab/ggml-vocab-deepseek-llm.gguf" -o "$e2e_tmp/no/x.gguf"
+else
+    skip synth_llama8b_pads_file_vocab "no ggml-vocab-deepseek-llm.gguf"
+fi
+expect_err synth_n_vocab_too_small 1 "--n-vocab 100 is less than the vocabulary's 589 tokens" \
+    "$NS" synth --shape tiny --type f32 --n-vocab 100 -o "$e2e_tmp/x.gguf"
+expect_err synth_n_vocab_bad 2 "--n-vocab expects an integer in \[0, 16777216\], got '-5'" \
+    "$NS" synth --shape tiny --type f32 --n-vocab -5 -o "$e2e_tmp/x.gguf"
+
+# a padded model at Llama 3's vocabulary size runs through bench (CPU): every request completes
+"$NS" synth --shape tiny --type bf16 --n-vocab 128256 -o "$e2e_tmp/p.gguf" 2>/dev/null
+if "$NS" bench -m "$e2e_tmp/p.gguf" --backend cpu -t 1 --prompt-len 32 --gen-len 8 --concurrency 1,4 --json \
+    >"$e2e_tmp/bench.json" 2>"$e2e_tmp/err" &&
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [(l["requests"], l["failed"], l["gen_tokens"]) for l in d["levels"]] == [(2, 0, 16), (8, 0, 64)], d["levels"]' "$e2e_tmp/bench.json" 2>>"$e2e_tmp/err"; then
+    ok synth_padded_vocab_benches
+else
+    fail synth_padded_vocab_benches "$(tail -3 "$e2e_tmp/err")"
+fi
+
 "$NS" synth --help >/dev/null 2>&1 && ok synth_help || fail synth_help "--help did not exit 0"
 expect_err synth_bad_shape 2 "unknown shape 'nope'" "$NS" synth --shape nope --type f32 -o "$e2e_tmp/x.gguf"
 expect_err synth_unknown_flag 2 "unknown flag '--bogus'" "$NS" synth --shape tiny --type f32 -o "$e2e_tmp/x.gguf" --bogus 1

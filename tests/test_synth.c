@@ -1,5 +1,7 @@
 /* test_synth — `nightshift synth` (called in-process): every shape detail a loader relies on, value
- * statistics of every type, determinism from the seed, --vocab, and usage errors. */
+ * statistics of every type, determinism from the seed, --vocab, --n-vocab padding (built-in SentencePiece
+ * and file BPE / SentencePiece vocabularies: the tokenizer encodes as without padding and never produces a
+ * padding id), and usage errors. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 #include "gguf/quant.h"
 #include "model/model.h"
 #include "test.h"
+#include "tokenizer/tok.h"
 
 /* cmd_synth reports through cli_error, which lives in main.c (not in the library): keep the last message. */
 static char last_error[1024];
@@ -32,6 +35,19 @@ static int synth(const char *shape, const char *type, const char *out, const cha
         argv[argc++] = "--seed";
         argv[argc++] = (char *)seed;
     }
+    if (vocab) {
+        argv[argc++] = "--vocab";
+        argv[argc++] = (char *)vocab;
+    }
+    return cmd_synth(argc, argv);
+}
+
+/* synth with --n-vocab N (n_vocab a decimal string) and an optional --vocab */
+static int synth_n(const char *shape, const char *out, const char *vocab, const char *n_vocab)
+{
+    char *argv[12] = {"synth", "--shape",   (char *)shape, "--type",       "f32",
+                      "-o",    (char *)out, "--n-vocab",   (char *)n_vocab};
+    int argc = 9;
     if (vocab) {
         argv[argc++] = "--vocab";
         argv[argc++] = (char *)vocab;
@@ -379,6 +395,176 @@ TEST(vocab_from_file)
     gguf_close(f);
 }
 
+/* The tokenizer of a file (the file is closed again). */
+static tok_vocab *load_tok(const char *path)
+{
+    gguf_file *f;
+    tok_vocab *t = NULL;
+    struct err e;
+    if (gguf_open(path, &f, &e)) return NULL;
+    if (tok_load(f, &t, &e)) printf("  tok_load %s: %s\n", path, e.msg);
+    gguf_close(f);
+    return t;
+}
+
+/* Padded (file p, n tokens, the first n0 its vocabulary's) against unpadded (file u): token rows, vocab_size
+ * and the token list; padding entries are control tokens "<|reserved_ID|>"; texts encode to the same ids
+ * (none a padding id) and decode back; a padding text is that token only with special tokens parsed. */
+static int check_padded(const char *p, const char *u, uint64_t n, uint64_t n0, int tied)
+{
+    static const char *const texts[] = {"Once upon a time, there was a little girl named Lily.",
+                                        "Hello world! 12345 x_y <|not|> tabs\tand\nlines",
+                                        "caf\xc3\xa9 na\xc3\xafve \xe2\x98\x83 \xe4\xb8\xad\xe6\x96\x87"};
+    gguf_file *f;
+    struct err e;
+    int ok = 0;
+    if (gguf_open(p, &f, &e)) return 0;
+    const char *head = tied ? "token_embd.weight" : "output.weight";
+    if (get_int(f, "llama.vocab_size") == (int64_t)n &&
+        tensor_is(f, "token_embd.weight", GGUF_DTYPE_F32, 64, n) &&
+        tensor_is(f, head, GGUF_DTYPE_F32, 64, n) &&
+        gguf_kv_arr_n(f, (uint64_t)gguf_find_kv(f, "tokenizer.ggml.tokens")) == n)
+        ok = 1;
+    gguf_close(f);
+    if (!ok) return 0;
+    tok_vocab *tp = load_tok(p), *tu = load_tok(u);
+    ok = tp && tu && tok_n_vocab(tp) == (int32_t)n && tok_n_vocab(tu) == (int32_t)n0;
+    for (uint64_t id = n0; ok && id < n; id += 1 + (n - n0) / 7) {
+        char want[48];
+        snprintf(want, sizeof want, "<|reserved_%llu|>", (unsigned long long)id);
+        ok = tok_token_type(tp, (int32_t)id) == 3 && !strcmp(tok_piece(tp, (int32_t)id), want) &&
+             tok_find_piece(tp, want, strlen(want)) == (int32_t)id;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        ok = ok && !tok_encode(tp, want, strlen(want), 0, 1, &ids, &n_ids, &e) && n_ids == 1 &&
+             ids[0] == (int32_t)id;
+        free(ids);
+        if (!ok) printf("  padding token %llu\n", (unsigned long long)id);
+    }
+    for (size_t k = 0; ok && k < sizeof texts / sizeof texts[0]; k++) {
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0, nd = 0;
+        char *dec = NULL;
+        size_t len = strlen(texts[k]);
+        ok = !tok_encode(tp, texts[k], len, 1, 1, &a, &na, &e) &&
+             !tok_encode(tu, texts[k], len, 1, 1, &b, &nb, &e) && na == nb && !memcmp(a, b, na * sizeof *a) &&
+             !tok_decode(tp, a, na, &dec, &nd, &e) && nd == len && !memcmp(dec, texts[k], len);
+        for (size_t i = 0; ok && i < na; i++)
+            ok = a[i] >= 0 && (uint64_t)a[i] < n0;
+        if (!ok)
+            printf("  text %zu: %zu ids padded, %zu unpadded, decoded '%s'\n", k, na, nb, dec ? dec : "");
+        free(a);
+        free(b);
+        free(dec);
+    }
+    tok_free(tp);
+    tok_free(tu);
+    return ok;
+}
+
+TEST(n_vocab_pads_builtin)
+{
+    const char *p = tmp("p.gguf"), *u = tmp("u.gguf"), *q = tmp("q.gguf");
+    CHECK_EQ_INT(synth_n("tiny", p, NULL, "4096"), 0);
+    CHECK_EQ_INT(synth_n("tiny", u, NULL, "0"), 0);
+    gguf_file *f;
+    struct err e;
+    CHECK_MSG(gguf_open(u, &f, &e) == 0, "%.900s", e.msg);
+    uint64_t n0 = (uint64_t)get_int(f, "llama.vocab_size");
+    gguf_close(f);
+    CHECK(n0 > 500 && n0 < 4096);
+    CHECK(check_padded(p, u, 4096, n0, 0));
+    /* a function of the arguments: the same again is the same bytes, another --n-vocab other bytes, and
+     * --n-vocab of the vocabulary's own size is no padding */
+    CHECK_EQ_INT(synth_n("tiny", q, NULL, "4096"), 0);
+    size_t np = 0, nq = 0;
+    char *dp = test_read_file(p, &np), *dq = test_read_file(q, &nq);
+    int same = dp && dq && np == nq && !memcmp(dp, dq, np);
+    free(dp);
+    free(dq);
+    CHECK(same);
+    char own[24];
+    snprintf(own, sizeof own, "%llu", (unsigned long long)n0);
+    CHECK_EQ_INT(synth_n("tiny", q, NULL, own), 0);
+    dp = test_read_file(u, &np);
+    dq = test_read_file(q, &nq);
+    same = dp && dq && np == nq && !memcmp(dp, dq, np);
+    free(dp);
+    free(dq);
+    CHECK(same);
+    /* padding only adds */
+    CHECK_EQ_INT(synth_n("tiny", q, NULL, "100"), 1);
+    CHECK(strstr(last_error, "--n-vocab 100 is less than the vocabulary's"));
+}
+
+TEST(n_vocab_pads_file_vocab)
+{
+    static const struct {
+        const char *vocab, *shape, *n;
+        int tied;
+    } cases[] = {{"testdata/vocab/ggml-vocab-gpt-2.gguf", "tiny-tied", "50304", 1},
+                 {"testdata/vocab/ggml-vocab-llama-spm.gguf", "tiny", "32768", 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *vocab = test_shared(cases[k].vocab);
+        if (access(vocab, R_OK) != 0) SKIP("no %s", cases[k].vocab);
+        const char *p = tmp("p.gguf"), *u = tmp("u.gguf");
+        CHECK_EQ_INT(synth_n(cases[k].shape, p, vocab, cases[k].n), 0);
+        CHECK_EQ_INT(synth_n(cases[k].shape, u, vocab, "0"), 0);
+        gguf_file *f;
+        struct err e;
+        CHECK_MSG(gguf_open(vocab, &f, &e) == 0, "%.900s", e.msg);
+        uint64_t n0 = gguf_kv_arr_n(f, (uint64_t)gguf_find_kv(f, "tokenizer.ggml.tokens"));
+        gguf_close(f);
+        CHECK_MSG(check_padded(p, u, strtoull(cases[k].n, NULL, 10), n0, cases[k].tied), "%s",
+                  cases[k].vocab);
+    }
+}
+
+/* A vocabulary file of the given tokens (SentencePiece model, no scores, no token types). */
+static int write_vocab(const char *path, const char *const *tokens, uint64_t n)
+{
+    struct gguf_str s[8];
+    for (uint64_t i = 0; i < n; i++)
+        s[i] = (struct gguf_str){tokens[i], strlen(tokens[i])};
+    struct err e;
+    gguf_writer *w = gguf_writer_init();
+    int rc = !w || gguf_writer_set_str(w, "tokenizer.ggml.model", "llama", 5, &e) ||
+             gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", s, n, &e) ||
+             gguf_writer_write(w, path, NULL, NULL, &e);
+    gguf_writer_free(w);
+    return rc ? -1 : 0;
+}
+
+TEST(n_vocab_file_without_types)
+{
+    static const char *const toks[] = {"<unk>",
+                                       "<s>",
+                                       "</s>",
+                                       "\xe2\x96\x81"
+                                       "a",
+                                       "b",
+                                       "<|reserved_7|>"};
+    const char *v = tmp("v.gguf"), *p = tmp("p.gguf");
+    CHECK_EQ_INT(write_vocab(v, toks, 5), 0);
+    CHECK_EQ_INT(synth_n("tiny", p, v, "9"), 0);
+    gguf_file *f;
+    struct err e;
+    CHECK_MSG(gguf_open(p, &f, &e) == 0, "%.900s", e.msg);
+    int64_t k = gguf_find_kv(f, "tokenizer.ggml.token_type");
+    CHECK(k >= 0 && gguf_kv_arr_type(f, (uint64_t)k) == GGUF_VTYPE_INT32 &&
+          gguf_kv_arr_n(f, (uint64_t)k) == 9);
+    const int32_t *ty = gguf_kv_arr_data(f, (uint64_t)k);
+    int32_t want[9] = {1, 1, 1, 1, 1, 3, 3, 3, 3};
+    CHECK(!memcmp(ty, want, sizeof want));
+    CHECK(gguf_find_kv(f, "tokenizer.ggml.scores") < 0);
+    gguf_close(f);
+    /* a vocabulary token with a padding token's name is refused (it would be a duplicate piece) */
+    CHECK_EQ_INT(write_vocab(v, toks, 6), 0);
+    CHECK_EQ_INT(synth_n("tiny", p, v, "8"), 1);
+    CHECK_MSG(strstr(last_error, "'<|reserved_7|>'"), "%s", last_error);
+    CHECK_EQ_INT(synth_n("tiny", p, v, "7"), 0); /* ids 6 only: no clash */
+}
+
 TEST(usage_errors)
 {
     char *help[] = {"synth", "--help"};
@@ -419,8 +605,12 @@ int main(void)
     RUN(deterministic_from_seed);
     RUN(qwen2_tiny_and_tied);
     RUN(vocab_from_file);
+    RUN(n_vocab_pads_builtin);
+    RUN(n_vocab_pads_file_vocab);
+    RUN(n_vocab_file_without_types);
     RUN(usage_errors);
-    const char *names[] = {"tiny.gguf", "a.gguf", "b.gguf", "c.gguf", "q.gguf", "v.gguf", "x.gguf"};
+    const char *names[] = {"tiny.gguf", "a.gguf", "b.gguf", "c.gguf", "q.gguf",
+                           "v.gguf",    "x.gguf", "p.gguf", "u.gguf"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(tmp(names[i]));
     rmdir(tmpdir);

@@ -1,10 +1,10 @@
 /* nightshift synth — writes a GGUF with random weights in the shape of a real model, for benchmarks and
  * tests without downloading multi-GB files.
  *
- *   nightshift synth --shape NAME --type T -o FILE [--vocab VOCAB.gguf] [--seed S]
+ *   nightshift synth --shape NAME --type T -o FILE [--vocab VOCAB.gguf] [--n-vocab N] [--seed S]
  *
- * Invariant: the output is a function of (shape, type, vocab file, seed) alone. Each tensor's values come
- * from its own util/rng stream (xoshiro256**), seeded from (seed, tensor index), and are generated in
+ * Invariant: the output is a function of (shape, type, vocab file, n_vocab, seed) alone. Each tensor's values
+ * come from its own util/rng stream (xoshiro256**), seeded from (seed, tensor index), and are generated in
  * row order, so the bytes do not depend on how the writer chunks the data. Memory is bounded: tensor data
  * is produced by the writer's fill callback one chunk (<= 16 MiB) at a time, plus one row of floats.
  *
@@ -12,6 +12,15 @@
  * product with a unit-variance input keeps unit variance); norm weights exactly 1.0; biases uniform in
  * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type, except
  * that the K-quant mixes give some matrices another type (synth_tensor_type).
+ *
+ * Vocabulary size: the shapes of real models have their real number of token rows (llama-1b and llama-8b
+ * 128,256 as Llama 3; qwen2-7b 152,064 as Qwen2's embedding), so the embedding and the output head cost
+ * what they cost in the real model whatever the vocabulary; the tiny shapes have the vocabulary's own.
+ * --n-vocab N sets it (0: the vocabulary's own); a vocabulary larger than the shape's count is kept whole.
+ * The token list (built-in or --vocab's) is padded to n_vocab with control tokens "<|reserved_ID|>" (type
+ * 3, score 0, ID = their id): encoding text never produces them, as no merge or piece leads to them (only
+ * their literal text with special tokens parsed does, as for any control token). Without padding the
+ * tokenizer metadata is the --vocab file's, byte for byte.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,17 +42,20 @@ struct synth_shape {
     float rope_base, norm_eps;
     int tied;     /* output.weight absent: the head reuses token_embd.weight */
     int qkv_bias; /* attn_q/k/v.bias (qwen2) */
+    uint32_t n_vocab; /* the real model's token rows (the vocabulary is padded up to them), or 0 */
 };
 
 static const struct synth_shape shapes[] = {
-    {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0},
-    {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0},
-    {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1},
+    {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0},
+    {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0, 0},
+    {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1, 0},
     /* rows of whole K-quant super-blocks (256), and enough layers for the mixes' per-layer choices */
-    {"tiny-256", "llama", "synth-tiny-256", 256, 8, 4, 2, 512, 512, 10000.0f, 1e-5f, 0, 0},
-    {"llama-1b", "llama", "synth-Llama-3.2-1B", 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0},
-    {"llama-8b", "llama", "synth-Llama-3.1-8B", 4096, 32, 32, 8, 14336, 131072, 500000.0f, 1e-5f, 0, 0},
-    {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1},
+    {"tiny-256", "llama", "synth-tiny-256", 256, 8, 4, 2, 512, 512, 10000.0f, 1e-5f, 0, 0, 0},
+    {"llama-1b", "llama", "synth-Llama-3.2-1B", 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0,
+     128256},
+    {"llama-8b", "llama", "synth-Llama-3.1-8B", 4096, 32, 32, 8, 14336, 131072, 500000.0f, 1e-5f, 0, 0,
+     128256},
+    {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1, 152064},
 };
 
 /* K-quant mixes: which tensors get more bits than the base type (see synth_tensor_type). */
@@ -153,14 +165,44 @@ static const char *const vocab_pieces[] = {
     "ent", "and", "her", "ter", "tion", "ly", "ther", "ould", "ight", "own", "ay", "ow",
 };
 
+/* A token list being built: the built-in one or --vocab's, then padded (vocab_pad). Texts are views into
+ * pool (built-in pieces), pad_text (the padding) or the --vocab file's mapping (open until the output is
+ * written). has_scores / has_types: whether tokenizer.ggml.scores / token_type get written (always for the
+ * built-in list; for --vocab, when the file has them, and types whenever there is padding to mark). */
 struct vocab {
     struct gguf_str *tokens;
     float *scores;
     int32_t *types;
     uint64_t n, cap;
-    char *pool; /* backing bytes of token texts (SYNTH_VOCAB_POOL, never reallocated) */
+    uint64_t n_pad; /* the last n_pad tokens are padding (vocab_pad) */
+    int has_scores, has_types;
+    int types_u32; /* the file's token_type is an array of UINT32 (else INT32): written back the same way */
+    char *pool;    /* backing bytes of built-in token texts (SYNTH_VOCAB_POOL, never reallocated) */
     size_t pool_n, pool_cap;
+    char *pad_text; /* backing bytes of the padding's texts, SYNTH_PAD_BYTES per token */
 };
+
+#define SYNTH_VOCAB_POOL 32768     /* bytes of token text: fixed, so views into the pool never move */
+#define SYNTH_MAX_VOCAB (1u << 24) /* --n-vocab's limit, far above any real vocabulary (~256k) */
+#define SYNTH_PAD_BYTES 24         /* "<|reserved_16777215|>" and its NUL */
+
+/* Room for n tokens in each array; -1 on out-of-memory. */
+static int vocab_reserve(struct vocab *v, uint64_t n)
+{
+    if (n <= v->cap) return 0;
+    uint64_t cap = v->cap ? v->cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    struct gguf_str *t = realloc(v->tokens, cap * sizeof *t);
+    if (t) v->tokens = t;
+    float *sc = realloc(v->scores, cap * sizeof *sc);
+    if (sc) v->scores = sc;
+    int32_t *ty = realloc(v->types, cap * sizeof *ty);
+    if (ty) v->types = ty;
+    if (!t || !sc || !ty) return -1;
+    v->cap = cap;
+    return 0;
+}
 
 static int vocab_has(const struct vocab *v, const char *s, size_t len)
 {
@@ -169,23 +211,11 @@ static int vocab_has(const struct vocab *v, const char *s, size_t len)
     return 0;
 }
 
-#define SYNTH_VOCAB_POOL 32768 /* bytes of token text: fixed, so views into the pool never move */
-
 /* Appends a token unless present; -1 on out-of-memory or a full pool. */
 static int vocab_add(struct vocab *v, const char *s, size_t len, float score, int32_t type)
 {
     if (vocab_has(v, s, len)) return 0;
-    if (v->n == v->cap) {
-        uint64_t cap = v->cap ? v->cap * 2 : 1024;
-        struct gguf_str *t = realloc(v->tokens, cap * sizeof *t);
-        if (t) v->tokens = t;
-        float *sc = realloc(v->scores, cap * sizeof *sc);
-        if (sc) v->scores = sc;
-        int32_t *ty = realloc(v->types, cap * sizeof *ty);
-        if (ty) v->types = ty;
-        if (!t || !sc || !ty) return -1;
-        v->cap = cap;
-    }
+    if (vocab_reserve(v, v->n + 1)) return -1;
     if (!v->pool && !(v->pool = malloc(v->pool_cap = SYNTH_VOCAB_POOL))) return -1;
     if (len > v->pool_cap - v->pool_n) return -1; /* the built-in vocabulary is far smaller */
     memcpy(v->pool + v->pool_n, s, len);
@@ -205,6 +235,7 @@ static int vocab_builtin(struct vocab *v)
 {
     char buf[64];
     int rc = 0;
+    v->has_scores = v->has_types = 1;
     rc |= vocab_add(v, "<unk>", 5, 0.0f, 2);
     rc |= vocab_add(v, "<s>", 3, 0.0f, 3);
     rc |= vocab_add(v, "</s>", 4, 0.0f, 3);
@@ -239,6 +270,92 @@ static void vocab_free(struct vocab *v)
     free(v->scores);
     free(v->types);
     free(v->pool);
+    free(v->pad_text);
+}
+
+/* Copies the n 4-byte elements of array `key` of f (element type a or b) into dst and sets *has (0 when
+ * the key is absent) and *type; an array of another type or length is an error naming path and key. */
+static int vocab_load_arr4(const gguf_file *f, const char *path, const char *key, enum gguf_vtype a,
+                           enum gguf_vtype b, uint64_t n, void *dst, int *has, enum gguf_vtype *type,
+                           struct err *e)
+{
+    int64_t k = gguf_find_kv(f, key);
+    *has = 0;
+    if (k < 0) return 0;
+    enum gguf_vtype t = gguf_kv_arr_type(f, (uint64_t)k);
+    if (gguf_kv_type(f, (uint64_t)k) != GGUF_VTYPE_ARRAY || (t != a && t != b) ||
+        gguf_kv_arr_n(f, (uint64_t)k) != n)
+        return err_set(e, "%s: %s is not an array of %llu %s", path, key, (unsigned long long)n,
+                       gguf_vtype_name(a));
+    memcpy(dst, gguf_kv_arr_data(f, (uint64_t)k), n * 4);
+    *has = 1;
+    *type = t;
+    return 0;
+}
+
+/* The token list of a --vocab file: texts as views into its mapping, and its scores and token types when
+ * it has them (float32; int32 or uint32; as many as the tokens). */
+static int vocab_load_file(struct vocab *v, const gguf_file *f, const char *path, struct err *e)
+{
+    int64_t k = gguf_find_kv(f, "tokenizer.ggml.tokens");
+    if (k < 0 || gguf_kv_arr_type(f, (uint64_t)k) != GGUF_VTYPE_STRING || gguf_kv_arr_n(f, (uint64_t)k) == 0)
+        return err_set(e, "%s: no tokenizer.ggml.tokens string array", path);
+    uint64_t n = gguf_kv_arr_n(f, (uint64_t)k);
+    if (n > SYNTH_MAX_VOCAB) return err_set(e, "%s: %llu tokens is too many", path, (unsigned long long)n);
+    if (vocab_reserve(v, n)) return err_set(e, "out of memory (%llu tokens)", (unsigned long long)n);
+    for (uint64_t i = 0; i < n; i++)
+        v->tokens[i] = gguf_kv_arr_str(f, (uint64_t)k, i);
+    v->n = n;
+    enum gguf_vtype t;
+    if (vocab_load_arr4(f, path, "tokenizer.ggml.scores", GGUF_VTYPE_FLOAT32, GGUF_VTYPE_FLOAT32, n,
+                        v->scores, &v->has_scores, &t, e) ||
+        vocab_load_arr4(f, path, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, GGUF_VTYPE_UINT32, n,
+                        v->types, &v->has_types, &t, e))
+        return -1;
+    v->types_u32 = v->has_types && t == GGUF_VTYPE_UINT32;
+    return 0;
+}
+
+/* The text of padding token id, "<|reserved_ID|>", into buf (SYNTH_PAD_BYTES); returns its length. */
+static size_t vocab_pad_text(uint64_t id, char *buf)
+{
+    return (size_t)snprintf(buf, SYNTH_PAD_BYTES, "<|reserved_%llu|>", (unsigned long long)id);
+}
+
+/* Pads the token list to n (<= SYNTH_MAX_VOCAB) tokens: ids v->n .. n-1 become control tokens (type 3,
+ * score 0) with the texts vocab_pad_text gives, which refuses to run when one of those texts is already a
+ * token (a duplicate piece would make the old id unreachable). Token types get written from now on:
+ * normal for a file's tokens that had none, as a loader reads a list without types. */
+static int vocab_pad(struct vocab *v, uint64_t n, struct err *e)
+{
+    uint64_t n0 = v->n;
+    char buf[SYNTH_PAD_BYTES];
+    if (n <= n0) return 0;
+    for (uint64_t i = 0; i < n0; i++) {
+        const struct gguf_str *t = &v->tokens[i];
+        if (t->len < 14 || t->len >= SYNTH_PAD_BYTES || memcmp(t->ptr, "<|reserved_", 11)) continue;
+        uint64_t id = 0; /* the digits after the prefix: fewer than SYNTH_PAD_BYTES, so no overflow */
+        for (size_t j = 11; j < t->len && t->ptr[j] >= '0' && t->ptr[j] <= '9'; j++)
+            id = id * 10 + (uint64_t)(t->ptr[j] - '0');
+        if (id >= n0 && id < n && vocab_pad_text(id, buf) == t->len && !memcmp(buf, t->ptr, t->len))
+            return err_set(e, "token %llu of the vocabulary is '%s', the name of padding token %llu",
+                           (unsigned long long)i, buf, (unsigned long long)id);
+    }
+    if (vocab_reserve(v, n) || !(v->pad_text = malloc((n - n0) * SYNTH_PAD_BYTES)))
+        return err_set(e, "out of memory (padding to %llu tokens)", (unsigned long long)n);
+    if (!v->has_types)
+        for (uint64_t i = 0; i < n0; i++)
+            v->types[i] = 1;
+    v->has_types = 1;
+    for (uint64_t id = n0; id < n; id++) {
+        char *p = v->pad_text + (id - n0) * SYNTH_PAD_BYTES;
+        v->tokens[id] = (struct gguf_str){p, vocab_pad_text(id, p)};
+        v->scores[id] = 0.0f;
+        v->types[id] = 3;
+    }
+    v->n = n;
+    v->n_pad = n - n0;
+    return 0;
 }
 
 static int vocab_write(gguf_writer *w, const struct vocab *v, struct err *e)
@@ -254,6 +371,34 @@ static int vocab_write(gguf_writer *w, const struct vocab *v, struct err *e)
         gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", 1, e) ||
         gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0, e))
         return -1;
+    return 0;
+}
+
+/* The tokenizer.* metadata of a --vocab file: every key copied in order, except the token list, scores and
+ * types, which come from v (the file's own bytes when nothing was padded); token types are added after
+ * the other keys when the file has none and v has them (padding). */
+static int vocab_write_file(gguf_writer *w, const gguf_file *f, const struct vocab *v, struct err *e)
+{
+    int types_done = 0;
+    for (uint64_t i = 0; i < gguf_n_kv(f); i++) {
+        const char *key = gguf_kv_key(f, i);
+        int rc = 0;
+        if (strncmp(key, "tokenizer.", 10) != 0) continue;
+        if (!strcmp(key, "tokenizer.ggml.tokens")) {
+            rc = gguf_writer_set_arr_str(w, key, v->tokens, v->n, e);
+        } else if (!strcmp(key, "tokenizer.ggml.scores")) {
+            rc = gguf_writer_set_arr(w, key, GGUF_VTYPE_FLOAT32, v->scores, v->n, e);
+        } else if (!strcmp(key, "tokenizer.ggml.token_type")) {
+            rc = gguf_writer_set_arr(w, key, v->types_u32 ? GGUF_VTYPE_UINT32 : GGUF_VTYPE_INT32, v->types,
+                                     v->n, e);
+            types_done = 1;
+        } else {
+            rc = gguf_writer_copy_kv_at(w, f, i, e);
+        }
+        if (rc) return -1;
+    }
+    if (v->has_types && !types_done)
+        return gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, v->types, v->n, e);
     return 0;
 }
 
@@ -391,12 +536,16 @@ static int synth_metadata(gguf_writer *w, const struct synth_shape *s, uint32_t 
 
 static void synth_usage(FILE *out)
 {
-    fprintf(out, "usage: nightshift synth --shape NAME --type T -o FILE [--vocab VOCAB.gguf] [--seed S]\n\n"
+    fprintf(out, "usage: nightshift synth --shape NAME --type T -o FILE [--vocab VOCAB.gguf] [--n-vocab N]\n"
+                 "                        [--seed S]\n\n"
                  "Writes a GGUF v3 file with deterministic random weights in the shape of a real model.\n\n"
                  "  --shape NAME   ");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         fprintf(out, "%s%s", i ? ", " : "", shapes[i].name);
-    fprintf(out, "\n  --type T       ");
+    fprintf(out, "\n                 (token rows of the real models:");
+    for (size_t i = 0, k = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (shapes[i].n_vocab) fprintf(out, "%s %s %u", k++ ? "," : "", shapes[i].name, shapes[i].n_vocab);
+    fprintf(out, ";\n                 the other shapes: as many as the vocabulary has)\n  --type T       ");
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         fprintf(out, "%s%s", i ? ", " : "", types[i].name);
     fprintf(out,
@@ -404,19 +553,55 @@ static void synth_usage(FILE *out)
             "                 K-quant mixes give some tensors more bits, as llama.cpp's do)\n"
             "  -o FILE        output path\n"
             "  --vocab FILE   copy tokenizer.* metadata from this GGUF (default: a built-in byte-fallback\n"
-            "                 SentencePiece vocabulary of ~500 tokens)\n"
+            "                 SentencePiece vocabulary of 589 tokens)\n"
+            "  --n-vocab N    token rows of token_embd and output (default: the shape's real count, or the\n"
+            "                 vocabulary's when that is larger; 0: the vocabulary's own). Rows beyond the\n"
+            "                 vocabulary's tokens get unused control tokens <|reserved_ID|>, which encoding\n"
+            "                 text never produces (only their literal text with special tokens parsed)\n"
             "  --seed S       random seed (default 1); same arguments + seed = identical bytes\n");
+}
+
+/* The number of token rows (see the top of the file): --n-vocab when given (flag >= 0; 0: the vocabulary's
+ * own n_tokens), else the shape's real count or n_tokens when that is larger. Padding only adds tokens:
+ * --n-vocab below n_tokens is an error. */
+static int synth_n_vocab(const struct synth_shape *s, int32_t flag, uint64_t n_tokens, uint64_t *out,
+                         struct err *e)
+{
+    if (flag > 0 && (uint64_t)flag < n_tokens)
+        return err_set(e, "--n-vocab %d is less than the vocabulary's %llu tokens (padding only adds tokens)",
+                       (int)flag, (unsigned long long)n_tokens);
+    if (flag >= 0)
+        *out = flag ? (uint64_t)flag : n_tokens;
+    else
+        *out = s->n_vocab > n_tokens ? s->n_vocab : n_tokens;
+    return 0;
+}
+
+/* The token list to write: vocab_path's (opened into *vf, which must stay open: the texts are views into
+ * it) or the built-in one, padded to synth_n_vocab's count. */
+static int synth_vocab(const struct synth_shape *s, const char *vocab_path, int32_t n_vocab_flag,
+                       gguf_file **vf, struct vocab *v, struct err *e)
+{
+    if (vocab_path) {
+        if (gguf_open(vocab_path, vf, e) || vocab_load_file(v, *vf, vocab_path, e)) return -1;
+    } else if (vocab_builtin(v)) {
+        return err_set(e, "out of memory");
+    }
+    uint64_t n = 0;
+    return synth_n_vocab(s, n_vocab_flag, v->n, &n, e) || vocab_pad(v, n, e) ? -1 : 0;
 }
 
 int cmd_synth(int argc, char **argv)
 {
     const char *shape_name = NULL, *type_name = NULL, *out_path = NULL, *vocab_path = NULL;
     uint64_t seed = 1;
+    int32_t n_vocab_flag = -1;
     const struct cli_opt opts[] = {
         {"--shape", NULL, CLI_OPT_STRING, &shape_name, 0, 0, 0, NULL},
         {"--type", NULL, CLI_OPT_STRING, &type_name, 0, 0, 0, NULL},
         {"--output", "-o", CLI_OPT_STRING, &out_path, 0, 0, 0, NULL},
         {"--vocab", NULL, CLI_OPT_STRING, &vocab_path, 0, 0, 0, NULL},
+        {"--n-vocab", NULL, CLI_OPT_INT32, &n_vocab_flag, 0, SYNTH_MAX_VOCAB, 0, NULL},
         {"--seed", NULL, CLI_OPT_U64, &seed, 0, 0, 0, NULL},
     };
     for (int i = 1; i < argc; i++) {
@@ -460,32 +645,13 @@ int cmd_synth(int argc, char **argv)
         cli_error("synth", "out of memory");
         return 1;
     }
-    uint64_t n_vocab;
-    if (vocab_path) {
-        if (gguf_open(vocab_path, &vf, &e)) goto fail;
-        int64_t k = gguf_find_kv(vf, "tokenizer.ggml.tokens");
-        if (k < 0 || gguf_kv_arr_type(vf, (uint64_t)k) != GGUF_VTYPE_STRING ||
-            gguf_kv_arr_n(vf, (uint64_t)k) == 0) {
-            err_set(&e, "%s: no tokenizer.ggml.tokens string array", vocab_path);
-            goto fail;
-        }
-        n_vocab = gguf_kv_arr_n(vf, (uint64_t)k);
-        if (n_vocab > UINT32_MAX) {
-            err_set(&e, "%s: %llu tokens is too many", vocab_path, (unsigned long long)n_vocab);
-            goto fail;
-        }
-    } else {
-        if (vocab_builtin(&vocab)) {
-            err_set(&e, "out of memory");
-            goto fail;
-        }
-        n_vocab = vocab.n;
-    }
+    if (synth_vocab(shape, vocab_path, n_vocab_flag, &vf, &vocab, &e)) goto fail;
+    uint64_t n_vocab = vocab.n;
     enum gguf_dtype wt = types[ti].dtype;
     if (synth_metadata(w, shape, types[ti].file_type, n_vocab,
                        wt != GGUF_DTYPE_F32 && wt != GGUF_DTYPE_F16 && wt != GGUF_DTYPE_BF16, &e))
         goto fail;
-    if (vf ? gguf_writer_copy_kv(w, vf, "tokenizer.", &e) : vocab_write(w, &vocab, &e)) goto fail;
+    if (vf ? vocab_write_file(w, vf, &vocab, &e) : vocab_write(w, &vocab, &e)) goto fail;
 
     ts = calloc(3 + 12 * (size_t)shape->n_layer, sizeof *ts);
     if (!ts) {
@@ -498,9 +664,9 @@ int cmd_synth(int argc, char **argv)
         total += gguf_row_bytes(ts[i].dtype, ts[i].ne[0]) * ts[i].ne[1];
     }
     sf = (struct synth_fill){ts, seed, UINT64_MAX, {{0}}, NULL, 0};
-    log_info("synth: %s %s, %u layers, n_vocab %llu, %llu tensors, %.1f MiB of weights -> %s", shape->name,
-             types[ti].name, shape->n_layer, (unsigned long long)n_vocab, (unsigned long long)n_t,
-             (double)total / (1 << 20), out_path);
+    log_info("synth: %s %s, %u layers, n_vocab %llu (%llu padding), %llu tensors, %.1f MiB of weights -> %s",
+             shape->name, types[ti].name, shape->n_layer, (unsigned long long)n_vocab,
+             (unsigned long long)vocab.n_pad, (unsigned long long)n_t, (double)total / (1 << 20), out_path);
     if (gguf_writer_write(w, out_path, synth_fill_cb, &sf, &e)) goto fail;
     rc = 0;
 fail:
