@@ -597,19 +597,53 @@ static int is_nonfinite_token(const char *line, size_t len, const json_error_t *
     return !strncasecmp(t, "nan", 3) || !strncasecmp(t, "inf", 3);
 }
 
-/* Parses bytes that must hold one JSON object (what: "a line", "the body") into *root (NULL on failure). */
-static int load_object(const char *bytes, size_t len, const char *what, json_t **root, struct bad *b)
+/* 1 if jansson refused the bytes for a number alone: an integer or a real too big for it ("too big integer",
+ * "real number overflow"), or a NaN / Infinity token. */
+static int is_number_error(const char *bytes, size_t len, const json_error_t *jerr)
 {
-    json_error_t jerr;
-    *root = json_loadb(bytes, len, JSON_REJECT_DUPLICATES, &jerr);
+    return strstr(jerr->text, "too big") || strstr(jerr->text, "overflow") || is_nonfinite_token(bytes, len, jerr);
+}
+
+/* The path of the first string in v that holds a NUL byte (a \u0000 escape) into path (cap bytes), or 0
+ * when none does. Recursion depth is bounded by jansson's parser depth limit. */
+static int find_nul(const json_t *v, char *path, size_t cap)
+{
+    if (json_is_string(v)) return strlen(json_string_value(v)) != json_string_length(v);
+    size_t at = strlen(path);
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            snprintf(path + at, cap - at, "[%zu]", i);
+            if (find_nul(json_array_get(v, i), path, cap)) return 1;
+        }
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x)
+        {
+            snprintf(path + at, cap - at, "%s%.40s", at ? "." : "", k);
+            if (find_nul(x, path, cap)) return 1;
+        }
+    }
+    path[at] = '\0';
+    return 0;
+}
+
+/* Parses bytes that must hold one JSON object (what: "a line", "the body") into *root (NULL on failure).
+ * A string holding a NUL byte is parsed (so that the rest of the object, a line's id, can still be read)
+ * and then refused by naming it; *jerr is jansson's error when the bytes are not JSON (text "" else). */
+static int load_object(const char *bytes, size_t len, const char *what, json_t **root, json_error_t *jerr,
+                       struct bad *b)
+{
+    *root = json_loadb(bytes, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, jerr);
     if (!*root) {
         /* name the common non-JSON numbers plainly */
-        if (is_nonfinite_token(bytes, len, &jerr))
-            return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr.column);
-        if (strstr(jerr.text, "overflow"))
-            return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr.column, jerr.text);
-        return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr.text, jerr.column);
+        if (is_nonfinite_token(bytes, len, jerr))
+            return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr->column);
+        if (is_number_error(bytes, len, jerr))
+            return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr->column, jerr->text);
+        return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr->text, jerr->column);
     }
+    jerr->text[0] = '\0';
     if (!json_is_object(*root)) {
         set_bad(b, "invalid_type", "%s must be a JSON object, got %s", what, genparam_json_type(*root));
         json_decref(*root);
@@ -619,13 +653,71 @@ static int load_object(const char *bytes, size_t len, const char *what, json_t *
     return 0;
 }
 
+/* Refuses an object with a NUL byte in any string (after its id was read: the bad line keeps it). */
+static int refuse_nul(const json_t *root, struct bad *b)
+{
+    char path[256] = "";
+    if (find_nul(root, path, sizeof path)) return set_bad(b, "invalid_value", "'%s' holds a NUL character (\\u0000)", path);
+    return 0;
+}
+
+/* The id of a line's object: "custom_id" (openai), or "id" or else "custom_id" (jsonl, integers allowed). */
+static int read_line_id(input_reader *r, const json_t *root, struct input_item *it, struct bad *b)
+{
+    if (r->format == INPUT_FORMAT_OPENAI) return read_id(r, json_object_get(root, "custom_id"), "custom_id", 0, it, b);
+    const json_t *id = json_object_get(root, "id");
+    if (!id && json_object_get(root, "custom_id"))
+        return read_id(r, json_object_get(root, "custom_id"), "custom_id", 1, it, b);
+    return read_id(r, id, "id", 1, it, b);
+}
+
+static int is_token_char(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '+' || c == '-' ||
+           c == '.';
+}
+
+/* A line that is JSON but for out-of-range numbers (or NaN / Infinity tokens) still has an id: each bad token
+ * is blanked out of a copy (it becomes "[]", which no id can be) until the copy parses, and the id is read
+ * from that into *it (registered as any other id). At most 16 tokens; no id when the copy never parses. */
+static void salvage_id(input_reader *r, const json_error_t *first, struct input_item *it)
+{
+    size_t len = r->line_len;
+    char *copy = malloc(len + 1);
+    if (!copy) return;
+    memcpy(copy, r->line, len + 1);
+    json_error_t jerr = *first;
+    for (int k = 0; k < 16 && is_number_error(copy, len, &jerr); k++) {
+        if (jerr.position < 0 || (size_t)jerr.position > len) break;
+        size_t start = (size_t)jerr.position, end = start;
+        while (start > 0 && is_token_char(copy[start - 1])) start--;
+        while (end < len && is_token_char(copy[end])) end++;
+        if (end - start < 2) break;
+        memset(copy + start, ' ', end - start);
+        copy[start] = '[';
+        copy[start + 1] = ']';
+        json_t *root = json_loadb(copy, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        if (root) {
+            struct bad ignored;
+            if (json_is_object(root)) read_line_id(r, root, it, &ignored);
+            json_decref(root);
+            break;
+        }
+    }
+    free(copy);
+}
+
 static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
 {
     json_t *root;
-    if (load_object(r->line, r->line_len, "a line", &root, b)) return -1;
+    json_error_t jerr;
+    if (load_object(r->line, r->line_len, "a line", &root, &jerr, b)) {
+        if (is_number_error(r->line, r->line_len, &jerr)) salvage_id(r, &jerr, it); /* the rest is JSON */
+        return -1;
+    }
     int rc = -1;
+    if (read_line_id(r, root, it, b) != 0 || refuse_nul(root, b) != 0) goto done;
     if (r->format == INPUT_FORMAT_OPENAI) {
-        if (read_id(r, json_object_get(root, "custom_id"), "custom_id", 0, it, b) != 0) goto done;
         const json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
         const json_t *body = json_object_get(root, "body");
         const char *k;
@@ -668,13 +760,6 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             goto done;
         }
     } else {
-        const json_t *id = json_object_get(root, "id");
-        const char *idname = "id";
-        if (!id && json_object_get(root, "custom_id")) {
-            id = json_object_get(root, "custom_id");
-            idname = "custom_id";
-        }
-        if (read_id(r, id, idname, 1, it, b) != 0) goto done;
         static const char *const skip[] = {"id", "custom_id", NULL};
         if (parse_request_fields(r, root, "", skip, it, b) != 0) goto done;
     }
@@ -765,7 +850,8 @@ int input_parse_body(const char *bytes, size_t len, const struct gen_params *def
         set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
         goto bad;
     }
-    if (load_object(bytes, len, "the body", root, &b)) goto bad;
+    json_error_t jerr;
+    if (load_object(bytes, len, "the body", root, &jerr, &b) || refuse_nul(*root, &b)) goto bad;
     if (parse_request_fields(NULL, *root, "", skip ? skip : none, it, &b) != 0) goto bad;
     if (want == INPUT_KIND_CHAT && it->kind != INPUT_KIND_CHAT) {
         set_bad(&b, "invalid_value", "/v1/chat/completions needs 'messages'");

@@ -10,8 +10,10 @@
  * Lines are read with a bounded reader: a line over max_line_bytes is never held in memory (the rest of
  * it is skipped up to the newline) and becomes a bad line. Every other problem with a line — not JSON,
  * invalid UTF-8, a missing or duplicate id, a wrong type, a NaN/inf or out-of-range value, a missing prompt —
- * also becomes a bad line with a code and a message; reading continues. Checks that need the model (prompt
- * length against the context, token ids against the vocabulary) are the caller's.
+ * also becomes a bad line with a code and a message; reading continues. A line that is JSON but for an
+ * out-of-range number (1e400, a seed of 2^64) or a NaN / Infinity token, or whose strings hold a NUL byte
+ * (a \u0000 escape), keeps its id in the bad line. Checks that need the model (prompt length against the
+ * context, token ids against the vocabulary) are the caller's.
  *
  * Memory: one line buffer of max_line_bytes, plus the set of ids seen so far (for duplicates): O(ids).
  */
