@@ -225,6 +225,30 @@ static int tokenize_line(struct reader *rd, struct ledger_line *L, struct input_
     return 0;
 }
 
+/* Asks the run's engine whether it would take line L's requests (they differ only in their seeds), with
+ * its own arithmetic (engine_check_request): a request it would fail at once (prompt + max_tokens over the
+ * whole KV pool: "request_too_large"; parameters the sampler refuses) makes L a bad line now, so that no
+ * line read as good fails for good in the engine, to be retried in vain by --retry-failed. No engine (unit
+ * tests): nothing to ask. */
+static void check_with_engine(const struct reader *rd, struct ledger_line *L)
+{
+    if (!rd->m->eng) return;
+    struct engine_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.prompt = L->prompt;
+    rq.n_prompt = L->n_prompt;
+    rq.max_tokens = ingest_max_tokens(rd->m, L->n_prompt, L->gen.max_tokens);
+    genparam_to_sampler(&L->gen, 0, &rq.sampling);
+    rq.stop = (const char *const *)L->gen.stop;
+    rq.n_stop = L->gen.n_stop;
+    rq.ignore_eos = L->gen.ignore_eos;
+    rq.constraint = L->gen.constraint.kind != CONSTRAINT_NONE ? &L->gen.constraint : NULL;
+    char msg[512];
+    enum engine_request_check c = engine_check_request(rd->m->eng, &rq, msg, sizeof msg);
+    if (c != ENGINE_REQUEST_OK)
+        make_bad(L, c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value", "%s", msg);
+}
+
 /* The keys of line li's completions, folded into works by the ledger. */
 static int add_line_works(struct reader *rd, uint32_t li, struct err *e)
 {
@@ -280,6 +304,7 @@ static int add_item(struct reader *rd, struct input_item *it, int64_t *first_cha
         if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !rd->m->chat_jinja && !*first_chat_line)
             *first_chat_line = it->line;
         if (tokenize_line(rd, L, it, e) != 0) return -1;
+        if (!L->bad && L->prompt) check_with_engine(rd, L);
         if (!L->bad && L->prompt && add_line_works(rd, li, e) != 0) return -1;
     }
     if (L->bad) rd->st->bad_lines++;

@@ -8,7 +8,10 @@
  *
  * A line's completions: n (from the line or the defaults), completion i seeded with
  * key_completion_seed(seed, i) where seed is the line's seed or key_id_seed(custom_id); max_tokens is
- * clamped so that prompt + max_tokens fits the model's context. Every line gets a digest of what its output
+ * clamped so that prompt + max_tokens fits the model's context. A line the run's engine would refuse at
+ * once (engine_check_request: prompt + max_tokens over the whole KV pool, code "request_too_large"; sampling
+ * parameters it refuses) is a bad line here, so that a line read as good never fails for good in the
+ * engine. Every line gets a digest of what its output
  * bytes are built from (its id, kind, model name and keys; or its id and error), so that a resumed run can
  * tell whether a stored line row still belongs to it.
  */
