@@ -164,6 +164,16 @@ assert r["energy"] == "unavailable" or r["energy"]["joules"] >= 0
 assert r["time"]["start"].endswith("Z") and r["time"]["wall_s"] > 0
 ' "$T/oa.out.record.json" && ok run_record_fields || fail run_record_fields "$(head -c 400 "$T/oa.out.record.json")"
 
+# --- memory is a budget: a --kv-memory larger than the machine has is capped with a warning, and the
+# backlog's book is counted in the budget (the record shows both) ---
+$NS run "$T/s.txt" -o "$T/km.out" "${base[@]}" --kv-memory 100T 2>"$T/km.log" >/dev/null || fail run_kv_memory_capped "$(tail -2 "$T/km.log")"
+grep -q "is more than the cpu backend has for the KV cache: capped" "$T/km.log" && jq_py '
+r = json.load(open(sys.argv[1]))
+b = r["flags"]["kv_budget"]
+assert b["capped"] and b["kv_bytes"] == b["kv_free"] < 100 << 40, b
+assert b["backlog"] > 0 and r["memory"]["backlog_bytes"] > 0, b
+' "$T/km.out.record.json" && ok run_kv_memory_capped || fail run_kv_memory_capped "$(grep -o '"kv_budget": {[^}]*}' "$T/km.out.record.json"); $(tail -1 "$T/km.log")"
+
 # --- refuses to write over the backlog ---
 if $NS run "$T/s.txt" -o "$T/s.txt" "${base[@]}" 2>/dev/null; then fail run_protects_backlog "overwrote"; else
     ok run_protects_backlog; fi
