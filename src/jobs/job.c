@@ -121,8 +121,30 @@ static int check_path(const char *flag, const char *path, struct err *e)
     return 0;
 }
 
+/* The backlog: a regular file (see job_check_paths). */
+static int check_backlog(const char *path, struct err *e)
+{
+    static const char why[] = "a backlog must be a regular file: the run reads its lines again by offset, and a "
+                              "resumed run reads it again";
+    struct stat st;
+    if (!path || !*path) return err_set(e, "no backlog given");
+    if (!strcmp(path, "-"))
+        return err_set(e, "backlog -: reading the backlog from standard input is not supported yet (%s); save it "
+                          "to a file first (e.g. ... > backlog.jsonl)", why);
+    if (stat(path, &st) != 0) return err_set(e, "backlog %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) return 0;
+    const char *what = S_ISDIR(st.st_mode)                         ? "a directory"
+                       : S_ISFIFO(st.st_mode)                      ? "a pipe"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISSOCK(st.st_mode)                      ? "a socket"
+                                                                   : "not a regular file";
+    return err_set(e, "backlog %s: is %s; %s (a stream is not supported yet: save it to a file first)", path, what,
+                   why);
+}
+
 int job_check_paths(const struct job_config *c, struct err *e)
 {
+    if (check_backlog(c->backlog, e) != 0) return -1;
     if (check_path("-o", c->output, e) || check_path("--errors", c->errors, e) || check_path("--store", c->store, e))
         return -1;
     return c->record ? check_path("--record", c->record, e) : 0;
