@@ -5,7 +5,8 @@
  * else 4096); the rest is the backlog file (written to a memfd). For any file: input_open either refuses it
  * with a message (a binary file) or every non-blank line yields one item, in increasing line order; a bad
  * item has a known code and a message; a request has an id, a prompt and parameters that pass
- * genparam_check and the sampler's own check (what the reader accepts, the engine accepts).
+ * genparam_check and the sampler's own check (what the reader accepts, the engine accepts); and reading the
+ * line again at its offset (input_reread) gives the same item (code, id, prompt length).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include "engine/sampler.h"
 #include "jobs/input.h"
+#include "jobs/ledger.h"
 #include "util/log.h"
 
 #define REQUIRE(c)                                                                                           \
@@ -23,12 +25,16 @@
         if (!(c)) __builtin_trap();                                                                          \
     } while (0)
 
+static int same_str(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
 static void check_item(input_reader *r, const struct input_item *it)
 {
     struct err e;
     if (it->code) {
-        REQUIRE(it->code[0]); /* a code is a lower-case word: invalid_json, invalid_utf8, ... */
-        for (const char *c = it->code; *c; c++) REQUIRE((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_');
+        REQUIRE(ledger_code_index(it->code) >= 0); /* one the ledger can keep */
         REQUIRE(it->message && it->message[0]);
     } else {
         REQUIRE(it->custom_id && it->custom_id[0]);
@@ -38,7 +44,11 @@ static void check_item(input_reader *r, const struct input_item *it)
         genparam_to_sampler(&it->gen, 1, &sp);
         REQUIRE(sampler_check_params(&sp, INT32_MAX, &e) == 0);
     }
-    (void)r;
+    struct input_item again;
+    REQUIRE(input_reread(r, it->off, it->line, &again, &e) == 0);
+    REQUIRE(same_str(again.code, it->code) && same_str(again.custom_id, it->custom_id));
+    REQUIRE(again.prompt_len == it->prompt_len && again.n_prompt_ids == it->n_prompt_ids && again.n_msgs == it->n_msgs);
+    input_item_free(&again);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -71,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t last = 0;
     int rc;
     while ((rc = input_next(r, &it, &e)) == 1) {
-        REQUIRE(it.line > last);
+        REQUIRE(it.line > last && it.off >= 0 && (uint64_t)it.off < size);
         last = it.line;
         check_item(r, &it);
         input_item_free(&it);

@@ -135,16 +135,18 @@ $NS run "$T/s.txt" -o "$T/v.out" -m "$model" --threads 1 --kv-memory 16M "${samp
     grep -q "0 computed now, 3 already done" "$T/log" && ok run_key_version_then_resumes ||
     fail run_key_version_then_resumes "$(grep computed "$T/log")"
 
-# --- a request that can never fit fails alone; --retry-failed with a bigger pool computes it ---
+# --- a request that can never fit the KV pool is refused when the backlog is read (request_too_large), not
+# stored as an engine failure: a run with a bigger pool computes it, without --retry-failed ---
 python3 -c 'print("{\"id\":\"big\",\"prompt\":\"%s\",\"max_tokens\":8}" % ("the dog ran " * 60)); print("{\"id\":\"small\",\"prompt\":\"Hi\",\"max_tokens\":4}")' >"$T/f.jsonl"
 $NS run "$T/f.jsonl" -o "$T/f.out" -m "$model" --threads 1 --kv-memory 40K --kv-block 16 -q --temperature 0 2>"$T/log" ||
-    fail run_engine_error "$(tail -2 "$T/log")"
-grep -q '"engine_error"' "$T/f.out.errors.jsonl" && [ "$(wc -l <"$T/f.out")" = 1 ] && ok run_engine_error_alone ||
-    fail run_engine_error_alone "$(cat "$T/f.out.errors.jsonl")"
-$NS run "$T/f.jsonl" -o "$T/f.out" -m "$model" --threads 1 --kv-memory 16M -q --temperature 0 --retry-failed 2>"$T/log" ||
-    fail run_retry_failed "$(tail -2 "$T/log")"
-[ "$(wc -l <"$T/f.out")" = 2 ] && [ ! -s "$T/f.out.errors.jsonl" ] && ok run_retry_failed ||
-    fail run_retry_failed "results $(wc -l <"$T/f.out"), errors: $(cat "$T/f.out.errors.jsonl")"
+    fail run_too_large "$(tail -2 "$T/log")"
+grep -q '"request_too_large"' "$T/f.out.errors.jsonl" && grep -q '"custom_id":"big"' "$T/f.out.errors.jsonl" &&
+    ! grep -q '"engine_error"' "$T/f.out.errors.jsonl" && [ "$(wc -l <"$T/f.out")" = 1 ] &&
+    ok run_too_large_refused_at_read_time || fail run_too_large_refused_at_read_time "$(cat "$T/f.out.errors.jsonl")"
+$NS run "$T/f.jsonl" -o "$T/f.out" -m "$model" --threads 1 --kv-memory 16M -q --temperature 0 2>"$T/log" ||
+    fail run_bigger_pool "$(tail -2 "$T/log")"
+[ "$(wc -l <"$T/f.out")" = 2 ] && [ ! -s "$T/f.out.errors.jsonl" ] && ok run_bigger_pool_computes_it ||
+    fail run_bigger_pool_computes_it "results $(wc -l <"$T/f.out"), errors: $(cat "$T/f.out.errors.jsonl")"
 
 # --- the record ---
 jq_py '
@@ -161,6 +163,16 @@ assert r["memory"]["peak_rss_bytes"] > 0 and r["kv"]["capacity_tokens"] > 0
 assert r["energy"] == "unavailable" or r["energy"]["joules"] >= 0
 assert r["time"]["start"].endswith("Z") and r["time"]["wall_s"] > 0
 ' "$T/oa.out.record.json" && ok run_record_fields || fail run_record_fields "$(head -c 400 "$T/oa.out.record.json")"
+
+# --- memory is a budget: a --kv-memory larger than the machine has is capped with a warning, and the
+# backlog's book is counted in the budget (the record shows both) ---
+$NS run "$T/s.txt" -o "$T/km.out" "${base[@]}" --kv-memory 100T 2>"$T/km.log" >/dev/null || fail run_kv_memory_capped "$(tail -2 "$T/km.log")"
+grep -q "is more than the cpu backend has for the KV cache: capped" "$T/km.log" && jq_py '
+r = json.load(open(sys.argv[1]))
+b = r["flags"]["kv_budget"]
+assert b["capped"] and b["kv_bytes"] == b["kv_free"] < 100 << 40, b
+assert b["backlog"] > 0 and r["memory"]["backlog_bytes"] > 0, b
+' "$T/km.out.record.json" && ok run_kv_memory_capped || fail run_kv_memory_capped "$(grep -o '"kv_budget": {[^}]*}' "$T/km.out.record.json"); $(tail -1 "$T/km.log")"
 
 # --- refuses to write over the backlog ---
 if $NS run "$T/s.txt" -o "$T/s.txt" "${base[@]}" 2>/dev/null; then fail run_protects_backlog "overwrote"; else

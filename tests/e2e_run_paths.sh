@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Paths and signals of `nightshift run` (issue 13): every path the run writes is checked before any work
+# Paths and signals of `nightshift run` (issue 13): the backlog must be a regular file (a pipe, stdin, a
+# device, a directory are refused, saying why); every path the run writes is checked before any work
 # starts (a directory, a missing directory), refused with a message naming the flag and leaving nothing
 # behind; an output file is locked like the store (two runs with the same -o and different stores cannot
 # both write it); SIGTERM stops a run cleanly with exit status 143 (SIGINT: 130).
@@ -23,6 +24,17 @@ expect_err run_store_is_a_directory 2 "\-\-store $T/d: is a directory" $NS run "
 expect_err run_record_dir_missing 2 "\-\-record $T/nope/r.json: its directory $T/nope" $NS run "$T/s.txt" -o "$T/e.out" --record "$T/nope/r.json" "${base[@]}"
 [ ! -e "$T/e.out" ] && [ ! -e "$T/e.out.nightshift.db" ] && ok run_bad_paths_leave_nothing ||
     fail run_bad_paths_leave_nothing "$(ls "$T")"
+
+# --- a backlog that is not a regular file is refused before work, saying what is supported: a pipe, standard
+# input ("-"), a device, a directory; a missing one names the path ---
+expect_err run_backlog_pipe 2 "is a pipe; a backlog must be a regular file" $NS run <(cat "$T/s.txt") -o "$T/p.out" "${base[@]}"
+expect_err run_backlog_stdin 2 "backlog -: reading the backlog from standard input is not supported yet" \
+    $NS run - -o "$T/p.out" "${base[@]}" <"$T/s.txt"
+expect_err run_backlog_device 2 "backlog /dev/null: is a device" $NS run /dev/null -o "$T/p.out" "${base[@]}"
+expect_err run_backlog_directory 2 "backlog $T/d: is a directory" $NS run "$T/d" -o "$T/p.out" "${base[@]}"
+expect_err run_backlog_missing 2 "backlog $T/nope.txt: No such file" $NS run "$T/nope.txt" -o "$T/p.out" "${base[@]}"
+[ ! -e "$T/p.out" ] && [ ! -e "$T/p.out.nightshift.db" ] && ok run_bad_backlog_leaves_nothing ||
+    fail run_bad_backlog_leaves_nothing "$(ls "$T")"
 
 # --- two runs, the same -o, different stores: the second is refused while the first writes ---
 NIGHTSHIFT_TEST_STEP_DELAY_US=200000 $NS run "$T/s.txt" -o "$T/two.out" --store "$T/a.db" "${base[@]}" >"$T/a.log" 2>&1 &

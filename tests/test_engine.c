@@ -844,6 +844,56 @@ TEST(engine_text_eos_and_stop_strings_lookup)
     text_eos_and_stop_strings(6);
 }
 
+/* engine_check_request says what engine_add does with a request before it enters the scheduler: OK for one
+ * that runs, or the kind and the very message of the error result engine_add gives at once. */
+TEST(engine_check_request_agrees_with_engine_add)
+{
+    struct loaded L;
+    struct err e;
+    CHECK(load(test_shared("models/stories260K.gguf"), &L) == 0);
+    struct engine_params p = engine_default_params();
+    p.kv_blocks = 4; /* 64 tokens */
+    p.debug_checks = 1;
+    engine *eng;
+    CHECK(engine_init(L.m, &L.be, L.v, &p, &eng, &e) == 0);
+    int32_t prompt[] = {1, 403, 407, 2000000};
+    struct logit_bias far = {.token = 1 << 20, .bias = 1.0f};
+    struct engine_request base = {.prompt = prompt, .n_prompt = 3, .max_tokens = 4, .sampling = sampler_default_params()};
+    struct engine_request rq[7];
+    for (int i = 0; i < 7; i++) rq[i] = base, rq[i].id = (uint64_t)i;
+    rq[1].max_tokens = 62;  /* 3 + 62 - 1 = 64 tokens: 4 blocks, the whole pool */
+    rq[2].max_tokens = 63;  /* 5 blocks: more than the pool */
+    rq[3].max_tokens = 0;
+    rq[4].n_prompt = 4;     /* a token outside the vocabulary */
+    rq[5].sampling.top_p = 0.0f;
+    rq[6].sampling.n_logit_bias = 1, rq[6].sampling.logit_bias = &far;
+    const enum engine_request_check want[] = {ENGINE_REQUEST_OK,      ENGINE_REQUEST_OK,      ENGINE_REQUEST_TOO_LARGE,
+                                              ENGINE_REQUEST_INVALID, ENGINE_REQUEST_INVALID, ENGINE_REQUEST_INVALID,
+                                              ENGINE_REQUEST_INVALID};
+    char msg[7][512];
+    for (int i = 0; i < 7; i++) {
+        CHECK_MSG(engine_check_request(eng, &rq[i], msg[i], sizeof msg[i]) == want[i], "request %d: %s", i, msg[i]);
+        CHECK(engine_add(eng, &rq[i], &e) == 0);
+    }
+    CHECK(strstr(msg[2], "KV blocks") != NULL);
+    struct engine_result res[8];
+    int n = drain(eng, res, 8, &e);
+    CHECK_EQ_INT(n, 7);
+    for (int k = 0; k < n; k++) {
+        int i = (int)res[k].id;
+        if (want[i] == ENGINE_REQUEST_OK) {
+            CHECK_MSG(res[k].finish != ENGINE_FINISH_ERROR, "request %d: %s", i, res[k].error);
+        } else {
+            CHECK_EQ_INT(res[k].finish, ENGINE_FINISH_ERROR);
+            CHECK_MSG(res[k].error && !strcmp(res[k].error, msg[i]), "request %d: engine_add says '%s', the check '%s'",
+                      i, res[k].error ? res[k].error : "", msg[i]);
+        }
+        engine_result_free(&res[k]);
+    }
+    engine_free(eng);
+    unload(&L);
+}
+
 int main(void)
 {
     RUN(engine_invariance_stories260K);
@@ -854,5 +904,6 @@ int main(void)
     RUN(engine_text_eos_and_stop_strings_lookup);
     RUN(engine_peek_text_streams_prefixes);
     RUN(engine_constrained_outputs);
+    RUN(engine_check_request_agrees_with_engine_add);
     return test_summary();
 }

@@ -1,7 +1,8 @@
 /* Tests for jobs/ingest on the stories260K vocabulary (context cut to 64 tokens): lines and bad lines, folding
  * of equal keys, n completions, max_tokens clamped to the context, every work's key equal to the key of the
- * engine request that runs it, chat rendering (by family and by the model's own template), chat input without a
- * template, digests, interruption. */
+ * engine request that runs it (read again from the backlog), chat rendering (by family and by the model's own
+ * template), chat input without a template, digests, duplicate ids through the id table, a backlog changed
+ * under the run, interruption. */
 #include "jobs/ingest.h"
 
 #include "gguf/gguf.h"
@@ -35,42 +36,69 @@ static void setup(struct job_config *c, struct job_model *m, const char *backlog
     m->ep = engine_default_params();
 }
 
+static ingest_source *src; /* of the last ingest() */
+
 static int ingest(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
                   json_t **backlog, struct err *e)
 {
     struct ledger_params p = {m->name, 0, 1, NULL};
+    ingest_source_close(src);
+    src = NULL;
     if (ledger_init(l, &p, e) != 0) return -1;
-    return ingest_backlog(c, m, l, st, backlog, e);
+    return ingest_backlog(c, m, l, st, backlog, &src, e);
 }
 
-/* Work w's key equals the key of the parameters the request ingest_work_request makes for it runs with. */
+/* Work w's key equals the key of the parameters the request ingest_work_request makes for it runs with, and
+ * the book's key is its first PLAN_KEY_BYTES. */
 static int key_of_request_matches(const ledger *l, const struct job_model *m, uint32_t w)
 {
-    const struct ledger_line *L = &l->lines[l->works[w].owner];
-    uint32_t index = 0;
-    while ((int32_t)index < L->n && L->works[index] != w) index++;
-    struct engine_request rq;
-    ingest_work_request(l, w, &rq);
-    struct gen_params g = L->gen;
-    g.max_tokens = rq.max_tokens;
-    struct sampler_params sp;
-    genparam_to_sampler(&g, rq.sampling.seed, &sp);
-    const struct sampler_params *q = &rq.sampling;
-    if (sp.temperature != q->temperature || sp.top_k != q->top_k || sp.top_p != q->top_p || sp.min_p != q->min_p ||
-        sp.repeat_penalty != q->repeat_penalty || sp.repeat_last_n != q->repeat_last_n ||
-        sp.presence_penalty != q->presence_penalty || sp.frequency_penalty != q->frequency_penalty ||
-        sp.n_logit_bias != q->n_logit_bias || sp.logit_bias != q->logit_bias || rq.ignore_eos != g.ignore_eos ||
-        rq.n_stop != g.n_stop)
-        return 0;
-    struct key_params kp = {m->sha256, (uint32_t)m->ep.kv_type, &g, rq.sampling.seed, rq.prompt, rq.n_prompt, index};
-    uint8_t key[32];
+    struct ingest_request ir;
     struct err e;
-    return rq.id == w && key_compute(&kp, key, &e) == 0 && !memcmp(key, plan_keymap_key(l->keys, w), 32);
+    if (ingest_work_request(src, w, &ir, &e) != 0) {
+        fprintf(stderr, "work %u: %s\n", w, e.msg);
+        return 0;
+    }
+    const struct engine_request *rq = &ir.rq;
+    struct gen_params g = ir.it.gen;
+    g.max_tokens = rq->max_tokens;
+    struct sampler_params sp;
+    genparam_to_sampler(&g, rq->sampling.seed, &sp);
+    const struct sampler_params *q = &rq->sampling;
+    int ok = sp.temperature == q->temperature && sp.top_k == q->top_k && sp.top_p == q->top_p && sp.min_p == q->min_p &&
+             sp.repeat_penalty == q->repeat_penalty && sp.repeat_last_n == q->repeat_last_n &&
+             sp.presence_penalty == q->presence_penalty && sp.frequency_penalty == q->frequency_penalty &&
+             sp.n_logit_bias == q->n_logit_bias && sp.logit_bias == q->logit_bias && rq->ignore_eos == g.ignore_eos &&
+             rq->n_stop == g.n_stop;
+    struct key_params kp = {m->sha256, (uint32_t)m->ep.kv_type, &g, rq->sampling.seed, rq->prompt, rq->n_prompt,
+                            l->works[w].index};
+    uint8_t key[32];
+    ok = ok && rq->id == w && key_compute(&kp, key, &e) == 0 && !memcmp(key, ir.key, 32) &&
+         !memcmp(key, plan_keymap_key(l->keys, w), PLAN_KEY_BYTES);
+    ingest_request_free(&ir);
+    return ok;
 }
 
 static const char *bad_code(const ledger *l, size_t i)
 {
-    return l->lines[i].bad ? l->lines[i].code : "ok";
+    return l->lines[i].bad ? ledger_codes[l->lines[i].code] : "ok";
+}
+
+/* A line's message (read again). */
+static const char *message_of(const ledger *l, uint32_t li)
+{
+    struct ledger_line_info info;
+    static struct err e;
+    if (ingest_line_info(src, l, li, &info, &e) != 0) return e.msg;
+    return info.message ? info.message : "";
+}
+
+/* The request of work w (read again); 0 ok. */
+static int request_of_work(uint32_t w, struct ingest_request *ir)
+{
+    struct err e;
+    if (ingest_work_request(src, w, ir, &e) == 0) return 0;
+    fprintf(stderr, "work %u: %s\n", w, e.msg);
+    return -1;
 }
 
 TEST(lines_works_and_folding)
@@ -100,23 +128,29 @@ TEST(lines_works_and_folding)
     CHECK_EQ_INT(l.n_lines, 7);
     CHECK_EQ_INT(st.bad_lines, 3);
     CHECK_STR(bad_code(&l, 3), "invalid_value"); /* token id outside the vocabulary */
-    CHECK(strstr(l.lines[3].message, "99999") != NULL);
+    CHECK_MSG(strstr(message_of(&l, 3), "99999") != NULL, "%s", message_of(&l, 3));
     CHECK_STR(bad_code(&l, 4), "invalid_json");
     CHECK_STR(bad_code(&l, 5), "prompt_too_long");
     CHECK_EQ_INT(l.lines[2].no, 4); /* the blank line is no line */
     /* a and b fold (greedy: the seed is not part of the key); c has 3 works; f 1 */
     CHECK_EQ_INT(st.folded_duplicates, 1);
     CHECK_EQ_INT(l.n_works, 5);
-    CHECK_EQ_INT(l.lines[1].works[0], l.lines[0].works[0]);
+    CHECK_EQ_INT(ledger_line_work(&l, &l.lines[1], 0), ledger_line_work(&l, &l.lines[0], 0));
     CHECK_EQ_INT(l.lines[2].n, 3);
-    CHECK(l.lines[2].works[0] != l.lines[2].works[1] && l.lines[2].works[1] != l.lines[2].works[2]);
-    const struct ledger_work *W = &l.works[l.lines[2].works[1]];
-    CHECK(W->seed == key_completion_seed(key_id_seed("c"), 1));
-    const struct ledger_line *F = &l.lines[6];
-    CHECK_EQ_INT(l.works[F->works[0]].max_tokens, 64 - F->n_prompt); /* clamped to the context */
+    uint32_t c0 = ledger_line_work(&l, &l.lines[2], 0), c1 = ledger_line_work(&l, &l.lines[2], 1),
+             c2 = ledger_line_work(&l, &l.lines[2], 2);
+    CHECK(c0 != c1 && c1 != c2);
+    struct ingest_request ir;
+    CHECK(request_of_work(c1, &ir) == 0);
+    CHECK(ir.rq.sampling.seed == key_completion_seed(key_id_seed("c"), 1));
+    ingest_request_free(&ir);
+    CHECK(request_of_work(ledger_line_work(&l, &l.lines[6], 0), &ir) == 0);
+    CHECK_EQ_INT(ir.rq.max_tokens, 64 - ir.rq.n_prompt); /* clamped to the context */
+    CHECK_EQ_INT(l.works[ledger_line_work(&l, &l.lines[6], 0)].plan.n_prompt, ir.rq.n_prompt);
+    ingest_request_free(&ir);
     for (uint32_t w = 0; w < l.n_works; w++) CHECK_MSG(key_of_request_matches(&l, &m, w), "work %u", w);
     for (size_t i = 0; i < l.n_lines; i++)
-        for (size_t k = 0; k < i; k++) CHECK(memcmp(l.lines[i].digest, l.lines[k].digest, 32) != 0);
+        for (size_t k = 0; k < i; k++) CHECK(l.lines[i].digest != l.lines[k].digest);
     CHECK_STR(json_string_value(json_object_get(facts, "format")), "jsonl");
     CHECK_EQ_INT(json_integer_value(json_object_get(facts, "lines")), 8);
     CHECK_EQ_INT(json_integer_value(json_object_get(facts, "blank_lines")), 1);
@@ -147,8 +181,11 @@ TEST(chat_lines_are_rendered_with_the_template)
     CHECK(chat_render(CHAT_CHATML, &msg, 1, bos, eos, &rendered, &e) == 0);
     int add_bos = tok_add_bos(vocab) && strncmp(rendered, bos, strlen(bos)) != 0;
     CHECK(tok_encode(vocab, rendered, strlen(rendered), add_bos, 1, &ids, &n_ids, &e) == 0);
-    CHECK_EQ_INT(l.lines[0].n_prompt, (int32_t)n_ids);
-    CHECK(!memcmp(l.lines[0].prompt, ids, n_ids * sizeof *ids));
+    struct ingest_request ir;
+    CHECK(request_of_work(ledger_line_work(&l, &l.lines[0], 0), &ir) == 0);
+    CHECK_EQ_INT(ir.rq.n_prompt, (int32_t)n_ids);
+    CHECK(!memcmp(ir.rq.prompt, ids, n_ids * sizeof *ids));
+    ingest_request_free(&ir);
     CHECK_EQ_INT(l.lines[0].kind, INPUT_KIND_CHAT);
     free(rendered);
     free(ids);
@@ -163,15 +200,20 @@ TEST(chat_lines_are_rendered_with_the_template)
     ledger_free(&l);
 }
 
-/* Tokens of text as a run makes them from a rendering (parse_special on); 1 when they are L's prompt. */
-static int prompt_is(const struct ledger_line *L, const char *text, int add_bos)
+/* Tokens of text as a run makes them from a rendering (parse_special on); 1 when they are the prompt of
+ * line li (read again). */
+static int prompt_is(const ledger *l, uint32_t li, const char *text, int add_bos)
 {
     int32_t *ids = NULL;
     size_t n = 0;
     struct err e;
-    int same = tok_encode(vocab, text, strlen(text), add_bos, 1, &ids, &n, &e) == 0 && L->prompt &&
-               L->n_prompt == (int32_t)n && !memcmp(L->prompt, ids, n * sizeof *ids);
+    struct ingest_request ir;
+    const struct ledger_line *L = &l->lines[li];
+    if (L->bad || request_of_work(ledger_line_work(l, L, 0), &ir) != 0) return 0;
+    int same = tok_encode(vocab, text, strlen(text), add_bos, 1, &ids, &n, &e) == 0 && ir.rq.n_prompt == (int32_t)n &&
+               !memcmp(ir.rq.prompt, ids, n * sizeof *ids);
     free(ids);
+    ingest_request_free(&ir);
     return same;
 }
 
@@ -208,11 +250,10 @@ TEST(chat_lines_with_the_models_own_template)
     char want[256], *family = NULL;
     snprintf(want, sizeof want, "%s<user>Hi<assistant>", bos);
     struct chat_msg boom = {"user", "boom"};
-    int ok = rc == 0 && l.n_lines == 3 && prompt_is(&l.lines[0], want, 0) && l.lines[1].bad &&
-             !strcmp(l.lines[1].code, "chat_template") &&
-             strstr(l.lines[1].message, "roles must alternate") &&
+    int ok = rc == 0 && l.n_lines == 3 && prompt_is(&l, 0, want, 0) && l.lines[1].bad &&
+             !strcmp(bad_code(&l, 1), "chat_template") && strstr(message_of(&l, 1), "roles must alternate") &&
              chat_render(CHAT_CHATML, &boom, 1, bos, eos, &family, &e) == 0 &&
-             prompt_is(&l.lines[2], family, tok_add_bos(vocab)) && st.bad_lines == 1;
+             prompt_is(&l, 2, family, tok_add_bos(vocab)) && st.bad_lines == 1;
     free(family);
     if (rc == 0) ledger_free(&l);
     /* without a family renderer to fall back to, the line the template fails on is a bad line */
@@ -220,8 +261,8 @@ TEST(chat_lines_with_the_models_own_template)
     rc = ingest(&c, &m, &l, &st, &facts, &e);
     json_decref(facts);
     int ok2 = rc == 0 && l.n_lines == 3 && !l.lines[0].bad && l.lines[2].bad &&
-              strstr(l.lines[2].message, "the model's chat template failed") &&
-              strstr(l.lines[2].message, "'nothing' is undefined");
+              strstr(message_of(&l, 2), "the model's chat template failed") &&
+              strstr(message_of(&l, 2), "'nothing' is undefined");
     if (rc == 0) ledger_free(&l);
     jinja_free(t);
     CHECK_MSG(ok, "rc %d: %s", rc, rc ? e.msg : "a line is not as expected");
@@ -244,14 +285,14 @@ TEST(digests_follow_what_the_line_is_built_from)
     json_decref(facts);
     CHECK(ingest(&c, &m, &l2, &st, &facts, &e) == 0);
     json_decref(facts);
-    CHECK(!memcmp(l1.lines[0].digest, l2.lines[0].digest, 32)); /* deterministic */
+    CHECK(l1.lines[0].digest == l2.lines[0].digest); /* deterministic */
     m.name = "other";
     c.input.defaults.max_tokens = 9;
     CHECK(ingest(&c, &m, &l3, &st, &facts, &e) == 0);
     json_decref(facts);
-    CHECK(memcmp(l1.lines[0].digest, l3.lines[0].digest, 32) != 0);
+    CHECK(l1.lines[0].digest != l3.lines[0].digest);
     CHECK(l3.lines[2].bad);
-    CHECK(!memcmp(l1.lines[2].digest, l3.lines[2].digest, 32)); /* a bad line: only its id and error */
+    CHECK(l1.lines[2].digest == l3.lines[2].digest); /* a bad line: only its id and error */
     ledger_free(&l1);
     ledger_free(&l2);
     ledger_free(&l3);
@@ -334,6 +375,72 @@ TEST(prompt_of_one_request)
     free(ids);
 }
 
+/* Duplicate ids are found through the id table (hashes, the earlier line read again to compare), with the
+ * same message when the line is read again; the text format needs no table at all. */
+TEST(duplicate_ids_through_the_id_table)
+{
+    if (!vocab) SKIP("no stories260K model");
+    const char *text = "{\"id\":\"x\",\"prompt\":\"Once\"}\n{\"id\":\"y\",\"prompt\":\"Lily\"}\n"
+                       "{\"id\":\"x\",\"prompt\":\"again\"}\n{\"id\":5,\"prompt\":\"num\"}\n{\"id\":\"5\",\"prompt\":\"str\"}\n";
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, write_tmp("dup.jsonl", text));
+    ledger l;
+    struct ingest_stats st;
+    json_t *facts;
+    struct err e;
+    CHECK_MSG(ingest(&c, &m, &l, &st, &facts, &e) == 0, "%s", e.msg);
+    json_decref(facts);
+    CHECK_EQ_INT(st.bad_lines, 2);
+    CHECK_STR(bad_code(&l, 2), "duplicate_id");
+    CHECK_MSG(strstr(message_of(&l, 2), "first on line 1"), "%s", message_of(&l, 2));
+    CHECK_STR(bad_code(&l, 4), "duplicate_id"); /* the integer id 5 is the id "5" */
+    CHECK_MSG(strstr(message_of(&l, 4), "first on line 4"), "%s", message_of(&l, 4));
+    CHECK_STR(bad_code(&l, 0), "ok");
+    struct ledger_line_info info;
+    CHECK(ingest_line_info(src, &l, 0, &info, &e) == 0);
+    CHECK_STR(info.custom_id, "x"); /* read again: its own id is no duplicate */
+    CHECK(ingest_source_bytes(src) > 0);
+    ledger_free(&l);
+
+    setup(&c, &m, write_tmp("dup.txt", "one\ntwo\none\n"));
+    CHECK_MSG(ingest(&c, &m, &l, &st, &facts, &e) == 0, "%s", e.msg);
+    json_decref(facts);
+    CHECK_EQ_INT(st.bad_lines, 0);
+    CHECK_EQ_INT(ingest_source_bytes(src), 0); /* text: a line's id is its number */
+    ledger_free(&l);
+}
+
+/* What the run computes from a line later is what it read: a backlog changed in place under the run is
+ * refused (the key of a work, the id of a line), never run or written as something else. */
+TEST(a_backlog_changed_under_the_run_is_refused)
+{
+    if (!vocab) SKIP("no stories260K model");
+    const char *text = "{\"id\":\"a\",\"prompt\":\"Once upon\"}\n{\"id\":\"b\",\"prompt\":\"Lily\"}\n";
+    struct job_config c;
+    struct job_model m;
+    const char *path = write_tmp("change.jsonl", text);
+    setup(&c, &m, path);
+    ledger l;
+    struct ingest_stats st;
+    json_t *facts;
+    struct err e;
+    CHECK_MSG(ingest(&c, &m, &l, &st, &facts, &e) == 0, "%s", e.msg);
+    json_decref(facts);
+    struct ingest_request ir;
+    CHECK(request_of_work(0, &ir) == 0);
+    ingest_request_free(&ir);
+    FILE *f = fopen(path, "r+"); /* same lengths, other bytes */
+    CHECK(f && fputs("{\"id\":\"a\",\"prompt\":\"Once UPON\"}\n{\"id\":\"c\",\"prompt\":\"Lily\"}\n", f) >= 0);
+    fclose(f);
+    CHECK(ingest_work_request(src, 0, &ir, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "line 1 changed") && strstr(e.msg, "key"), "%s", e.msg);
+    struct ledger_line_info info;
+    CHECK(ingest_line_info(src, &l, 1, &info, &e) == 0);
+    CHECK_STR(info.custom_id, "c"); /* the id reads back changed: the ledger's digest check refuses it */
+    ledger_free(&l);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp_dir)) return 1;
@@ -351,6 +458,9 @@ int main(void)
     RUN(digests_follow_what_the_line_is_built_from);
     RUN(a_stop_request_interrupts_reading);
     RUN(prompt_of_one_request);
+    RUN(duplicate_ids_through_the_id_table);
+    RUN(a_backlog_changed_under_the_run_is_refused);
+    ingest_source_close(src);
     tok_free(vocab);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();

@@ -380,6 +380,8 @@ TEST(parse_body_like_a_line)
         {"{\"prompt\":\"x\",\"temperature\":NaN}", INPUT_KIND_COMPLETION, "invalid_value", "NaN and Infinity"},
         {"{\"prompt\":\"x\",\"prompt\":\"y\"}", INPUT_KIND_COMPLETION, "invalid_json", "duplicate"},
         {"{\"max_tokens\":3}", INPUT_KIND_COMPLETION, "missing_prompt", "no 'prompt' or 'messages'"},
+        {"{\"prompt\":\"a\\u0000b\"}", INPUT_KIND_COMPLETION, "invalid_value", "'prompt' holds a NUL character"},
+        {"{\"prompt\":\"x\",\"seed\":18446744073709551616}", INPUT_KIND_COMPLETION, "invalid_value", "out of range"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK(input_parse_body(bad[i].body, strlen(bad[i].body), &d, bad[i].want, skip, &it, &root, &e) == 0);
@@ -466,6 +468,61 @@ TEST(binary_files_are_refused)
     free_all(it, n);
 }
 
+/* A line that is JSON but for an out-of-range number (1e400, a seed of 2^64), a NaN / Infinity token or a
+ * \\u0000 escape is a bad line that keeps its id (and the id counts for duplicates); an id that is itself the
+ * bad token or holds a NUL is no id. In both JSON formats. */
+TEST(bad_numbers_keep_their_id)
+{
+    const char *s =
+        "{\"custom_id\":\"s64\",\"body\":{\"prompt\":\"x\",\"seed\":18446744073709551616}}\n"   /* 1 */
+        "{\"custom_id\":\"big\",\"body\":{\"prompt\":\"x\",\"top_p\":1e400,\"x\":[-1e999]}}\n" /* 2 */
+        "{\"custom_id\":\"nul\",\"body\":{\"prompt\":\"a\\u0000b\"}}\n"                           /* 3 */
+        "{\"custom_id\":\"nan\",\"body\":{\"prompt\":\"x\",\"temperature\":-Infinity}}\n"        /* 4 */
+        "{\"custom_id\":\"i\\u0000d\",\"body\":{\"prompt\":\"x\"}}\n"                              /* 5 */
+        "{\"custom_id\":\"big\",\"body\":{\"prompt\":\"again\"}}\n"                                /* 6 dup */
+        "{\"custom_id\":\"role\",\"body\":{\"messages\":[{\"role\":\"user\\u0000x\",\"content\":\"x\"}]}}\n"
+        "{\"custom_id\":\"p\",\"body\":{\"prompt\":\"x\",\"top_p\":1e-300}}\n"                  /* 8 */
+        "{\"custom_id\":1e400,\"body\":{\"prompt\":\"x\"}}\n";                                    /* 9 */
+    const char *p = write_tmp("numbers.jsonl", s, strlen(s));
+    struct input_opts o = input_default_opts();
+    struct input_item it[9];
+    enum input_format fmt;
+    int n = read_all(p, &o, it, 9, &fmt);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_OPENAI);
+    CHECK_EQ_INT(n, 9);
+    if (n != 9) return;
+    const char *ids[] = {"s64", "big", "nul", "nan", NULL, "big", "role", "p", NULL};
+    const char *codes[] = {"invalid_value", "invalid_value", "invalid_value", "invalid_value", "invalid_value",
+                           "duplicate_id",  "invalid_value", "invalid_value", "invalid_value"};
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(it[i].code && !strcmp(it[i].code, codes[i]), "line %d: %s: %s", i + 1, it[i].code ? it[i].code : "ok",
+                  it[i].message ? it[i].message : "");
+        if (ids[i])
+            CHECK_MSG(it[i].custom_id && !strcmp(it[i].custom_id, ids[i]), "line %d: id %s", i + 1,
+                      it[i].custom_id ? it[i].custom_id : "(none)");
+        else
+            CHECK_MSG(!it[i].custom_id, "line %d: id %s", i + 1, it[i].custom_id);
+    }
+    CHECK_MSG(strstr(it[0].message, "out of range"), "%s", it[0].message);
+    CHECK_MSG(strstr(it[2].message, "body.prompt") && strstr(it[2].message, "NUL"), "%s", it[2].message);
+    CHECK(strstr(it[3].message, "NaN and Infinity"));
+    CHECK_MSG(strstr(it[5].message, "first on line 2"), "%s", it[5].message);
+    CHECK_MSG(strstr(it[6].message, "role"), "%s", it[6].message);
+    CHECK_MSG(strstr(it[7].message, "top_p"), "%s", it[7].message);
+    free_all(it, n);
+
+    const char *j = "{\"id\":7,\"prompt\":\"x\",\"seed\":-18446744073709551616}\n"
+                    "{\"prompt\":\"\\u0000\",\"id\":\"z\"}\n";
+    p = write_tmp("numbers2.jsonl", j, strlen(j));
+    n = read_all(p, &o, it, 9, &fmt);
+    CHECK_EQ_INT(fmt, INPUT_FORMAT_JSONL);
+    CHECK_EQ_INT(n, 2);
+    if (n != 2) return;
+    CHECK_MSG(it[0].code && it[0].custom_id && !strcmp(it[0].custom_id, "7"), "%s", it[0].message);
+    CHECK_MSG(it[1].code && it[1].custom_id && !strcmp(it[1].custom_id, "z"), "%s", it[1].message);
+    free_all(it, n);
+}
+
 int main(void)
 {
     log_set_level(LOG_QUIET);
@@ -482,6 +539,7 @@ int main(void)
     RUN(parse_body_like_a_line);
     RUN(long_first_line_keeps_json);
     RUN(binary_files_are_refused);
+    RUN(bad_numbers_keep_their_id);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }

@@ -45,6 +45,8 @@ static const char *tmp_path(const char *name)
 static volatile sig_atomic_t stop_flag;
 static int steps_before_stop; /* 0: never stop */
 static int n_steps;
+static int64_t kv_blocks = 128; /* the engine's pool for the next run_job */
+static const char *backlog_name = "backlog.jsonl";
 
 static void hook(const char *point)
 {
@@ -60,7 +62,7 @@ static int run_job(const char *prefix, int order_input, struct job_summary *s, s
     snprintf(db, sizeof db, "%s.db", tmp_path(prefix));
     snprintf(rec, sizeof rec, "%s.record.json", tmp_path(prefix));
     struct job_config c = job_default_config();
-    c.backlog = tmp_path("backlog.jsonl");
+    c.backlog = tmp_path(backlog_name);
     c.output = out;
     c.errors = err_path;
     c.store = db;
@@ -85,7 +87,7 @@ static int run_job(const char *prefix, int order_input, struct job_summary *s, s
     m.backend = "cpu";
     m.threads = 1;
     m.ep = engine_default_params();
-    m.ep.kv_blocks = 128;
+    m.ep.kv_blocks = kv_blocks;
     m.ep.max_seqs = 3;
     m.ep.debug_checks = 1;
     if (engine_init(stack.m, &stack.be, stack.v, &m.ep, &m.eng, e) != 0) return -1;
@@ -188,6 +190,45 @@ TEST(stopped_and_started_again_in_input_order)
     free(text);
 }
 
+/* A line the engine would refuse whatever happens (prompt + max_tokens over the whole KV pool) is a bad line
+ * when the backlog is read ("request_too_large"), not an engine error stored as a failed key that
+ * --retry-failed would retry in vain; a run with a pool that fits computes it (its error line is replaced). */
+TEST(too_large_for_the_pool_is_refused_at_read_time)
+{
+    if (!stack.loaded) SKIP("no stories260K model");
+    const char *backlog = "{\"id\":\"small\",\"prompt\":\"Once upon a time\",\"max_tokens\":4}\n"
+                          "{\"id\":\"big\",\"prompt\":\"Once upon a time\",\"max_tokens\":100,\"ignore_eos\":true}\n";
+    CHECK(test_write_file(tmp_path("pool.jsonl"), backlog, strlen(backlog)) == 0);
+    backlog_name = "pool.jsonl";
+    kv_blocks = 4; /* 64 tokens */
+    struct job_summary s;
+    struct err e;
+    int rc = run_job("pool", 0, &s, &e);
+    kv_blocks = 128;
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    CHECK_EQ_INT(s.lines_ok, 1);
+    CHECK_EQ_INT(s.input_errors, 1);
+    CHECK_EQ_INT(s.engine_errors, 0);
+    CHECK_EQ_INT(s.work_computed, 1);
+    char *err_text = test_read_file(tmp_path("pool.err"), NULL);
+    CHECK(err_text);
+    CHECK_MSG(err_text && strstr(err_text, "\"request_too_large\"") && strstr(err_text, "\"big\"") &&
+                  strstr(err_text, "KV blocks"),
+              "%s", err_text ? err_text : "");
+    free(err_text);
+    rc = run_job("pool", 0, &s, &e); /* a pool that fits: the line runs now, without --retry-failed */
+    backlog_name = "backlog.jsonl";
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    CHECK_EQ_INT(s.lines_ok, 2);
+    CHECK_EQ_INT(s.lines_failed, 0);
+    CHECK_EQ_INT(s.input_errors, 0);
+    CHECK_EQ_INT(s.work_computed, 1);
+    CHECK_EQ_INT(s.work_skipped_done, 1);
+    err_text = test_read_file(tmp_path("pool.err"), NULL);
+    CHECK(err_text && !*err_text);
+    free(err_text);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp_dir)) return 1;
@@ -206,6 +247,7 @@ int main(void)
     if (load_stack() != 0) stack.loaded = 0;
     RUN(run_and_resume);
     RUN(stopped_and_started_again_in_input_order);
+    RUN(too_large_for_the_pool_is_refused_at_read_time);
     if (stack.loaded) {
         backend_free(&stack.be);
         tok_free(stack.v);

@@ -65,6 +65,25 @@ static void hook(const char *point)
     }
 }
 
+/* line_info of the test's books: line number no has id "r<no>" (or the one in changed_id, when set); a bad
+ * line has no id and the message "not JSON". */
+static char info_id[32];
+static int64_t changed_no;
+
+static int test_info(void *user, const ledger *l, uint32_t li, struct ledger_line_info *out, struct err *e)
+{
+    (void)user, (void)e;
+    const struct ledger_line *L = &l->lines[li];
+    memset(out, 0, sizeof *out);
+    if (L->bad) {
+        out->message = "not JSON";
+        return 0;
+    }
+    snprintf(info_id, sizeof info_id, "r%u%s", L->no, (int64_t)L->no == changed_no ? "x" : "");
+    out->custom_id = info_id;
+    return 0;
+}
+
 static int book_open(struct book *b, const char *prefix, int order_input)
 {
     struct err e;
@@ -82,6 +101,7 @@ static int book_open(struct book *b, const char *prefix, int order_input)
     b->l.st = b->st;
     b->l.out[0] = b->out[0];
     b->l.out[1] = b->out[1];
+    b->l.line_info = test_info;
     seen.db = b->db;
     seen.b = b;
     seen.n_calls = 0;
@@ -102,6 +122,7 @@ static void fake_key(uint8_t key[32], int k)
     memset(key, 0, 32);
     key[0] = (uint8_t)k;
     key[1] = 0x5a;
+    key[31] = (uint8_t)(k * 3 + 1);
 }
 
 /* Line number no with id "r<no>" and n completions whose keys are fake_key(keys[i]); 0 ok. */
@@ -109,26 +130,19 @@ static int add_line(ledger *l, int64_t no, int n, const int *keys)
 {
     struct err e;
     uint32_t li;
-    if (ledger_add_line(l, &li, &e)) return -1;
-    struct ledger_line *L = &l->lines[li];
+    if (ledger_add_line(l, no, no * 100, n, &li, &e)) return -1;
+    uint8_t full[8][32];
+    for (int k = 0; k < n; k++) {
+        int folded;
+        fake_key(full[k], keys[k]);
+        int32_t prompt[] = {1, 2, (int32_t)no};
+        if (ledger_add_work(l, li, k, full[k], plan_item_of(prompt, 3, 16), &folded, &e)) return -1;
+    }
     char id[32];
     snprintf(id, sizeof id, "r%lld", (long long)no);
-    L->no = no;
-    L->custom_id = strdup(id);
-    L->kind = INPUT_KIND_COMPLETION;
-    L->gen = genparam_defaults();
-    L->prompt = malloc(3 * sizeof *L->prompt);
-    L->prompt[0] = 1, L->prompt[1] = 2, L->prompt[2] = (int32_t)no;
-    L->n_prompt = 3;
-    L->n = n;
-    L->works = malloc((size_t)n * sizeof *L->works);
-    L->digest[0] = (uint8_t)no;
-    for (int k = 0; k < n; k++) {
-        uint8_t key[32];
-        int folded;
-        fake_key(key, keys[k]);
-        if (ledger_add_work(l, li, k, key, 16, 7, &folded, &e)) return -1;
-    }
+    uint8_t digest[32];
+    ledger_digest_request(id, INPUT_KIND_COMPLETION, "tiny", n, (const uint8_t(*)[32])full, digest);
+    l->lines[li].digest = ledger_digest_head(digest);
     return 0;
 }
 
@@ -136,14 +150,17 @@ static int add_bad_line(ledger *l, int64_t no)
 {
     struct err e;
     uint32_t li;
-    if (ledger_add_line(l, &li, &e)) return -1;
-    struct ledger_line *L = &l->lines[li];
-    L->no = no;
-    L->bad = 1;
-    L->code = "invalid_json";
-    L->message = strdup("not JSON");
-    L->digest[0] = (uint8_t)no;
+    if (ledger_add_line(l, no, no * 100, 0, &li, &e)) return -1;
+    ledger_set_bad(l, li, "invalid_json");
+    uint8_t digest[32];
+    ledger_digest_bad(NULL, "invalid_json", "not JSON", digest);
+    l->lines[li].digest = ledger_digest_head(digest);
     return 0;
+}
+
+static uint32_t work_of(const ledger *l, size_t li, int k)
+{
+    return ledger_line_work(l, &l->lines[li], k);
 }
 
 /* Hands in a result for the work of key k: done with text, or failed with text NULL. */
@@ -162,6 +179,7 @@ static int add_result(ledger *l, int k, const char *text)
     r.error = text ? NULL : strdup("can never fit");
     r.n_prompt = 3;
     r.n_gen = 2;
+    memcpy(r.key, key, 32);
     struct err e;
     return ledger_add_result(l, (uint32_t)w, &r, &e);
 }
@@ -188,9 +206,13 @@ TEST(folding_and_refs)
     int k1[] = {1}, k2[] = {2, 3}, k3[] = {1};
     CHECK(add_line(&b.l, 1, 1, k1) == 0 && add_line(&b.l, 2, 2, k2) == 0 && add_line(&b.l, 3, 1, k3) == 0);
     CHECK_EQ_INT(b.l.n_works, 3);
-    CHECK_EQ_INT(b.l.lines[2].works[0], b.l.lines[0].works[0]); /* folded */
-    CHECK_EQ_INT(b.l.works[b.l.lines[0].works[0]].owner, 0);
-    CHECK_EQ_INT(b.l.n_refs, 4);
+    CHECK_EQ_INT(work_of(&b.l, 2, 0), work_of(&b.l, 0, 0)); /* folded */
+    CHECK_EQ_INT(b.l.works[work_of(&b.l, 0, 0)].owner, 0);
+    CHECK_EQ_INT(b.l.works[work_of(&b.l, 1, 1)].index, 1);
+    CHECK_EQ_INT(b.l.n_refs, 1); /* only the line that folded: owners are not refs */
+    CHECK_EQ_INT(b.l.refs[0].line, 2);
+    CHECK_EQ_INT(ledger_find_line(&b.l, 2), 1);
+    CHECK_EQ_INT(ledger_find_line(&b.l, 7), -1);
     struct err e;
     CHECK_MSG(ledger_check(&b.l, &e) == 0, "%s", e.msg);
     book_close(&b);
@@ -231,7 +253,7 @@ TEST(lines_reach_the_file_only_after_their_commit)
 
     char ids[256];
     file_ids(b.paths[0], ids, sizeof ids);
-    CHECK_STR(ids, "r4 r1"); /* as completed: a work credits the lines that need it newest first */
+    CHECK_STR(ids, "r1 r4"); /* as completed: a work credits its owner, then the lines that folded into it */
     file_ids(b.paths[1], ids, sizeof ids);
     CHECK_STR(ids, "null r2");
     char *text = test_read_file(b.paths[0], NULL);
@@ -256,8 +278,8 @@ TEST(a_failed_commit_writes_and_stores_nothing)
     int ka[] = {1}, kb[] = {2};
     CHECK(add_line(&b.l, 1, 1, ka) == 0 && add_line(&b.l, 2, 1, kb) == 0);
     /* work 1 claims a result row that the store does not have */
-    ledger_mark_stored(&b.l, b.l.lines[0].works[0], STORE_STATUS_DONE, 999);
-    CHECK(ledger_credit_lines(&b.l, b.l.lines[0].works[0], 1, &e) == 0);
+    ledger_mark_stored(&b.l, work_of(&b.l, 0, 0), STORE_STATUS_DONE, 999);
+    CHECK(ledger_credit_lines(&b.l, work_of(&b.l, 0, 0), 1, &e) == 0);
     CHECK(add_result(&b.l, 2, "fine") == 0);
     CHECK(ledger_commit_and_write(&b.l, &e) != 0);
     CHECK_MSG(strstr(e.msg, "missing") != NULL, "%s", e.msg);
@@ -310,17 +332,48 @@ TEST(a_line_across_two_commits_reads_back_its_first_result)
     book_close(&b);
 }
 
-TEST(idle_prompts_are_dropped)
+/* A line whose id (or anything its bytes are built from) is not what was read fails the commit, which
+ * then writes nothing. */
+TEST(a_changed_line_is_refused)
 {
     struct book b;
-    CHECK(book_open(&b, "idle", 0) == 0);
-    int k1[] = {1}, k2[] = {2}, k3[] = {1};
-    CHECK(add_line(&b.l, 1, 1, k1) == 0 && add_line(&b.l, 2, 1, k2) == 0 && add_line(&b.l, 3, 1, k3) == 0);
-    ledger_mark_stored(&b.l, b.l.lines[1].works[0], STORE_STATUS_DONE, 5);
-    ledger_drop_idle_prompts(&b.l);
-    CHECK(b.l.lines[0].prompt != NULL); /* owns a pending work */
-    CHECK(b.l.lines[1].prompt == NULL); /* its work is done */
-    CHECK(b.l.lines[2].prompt == NULL); /* its work is owned by line 1 */
+    struct err e;
+    CHECK(book_open(&b, "changed", 0) == 0);
+    int k1[] = {1};
+    CHECK(add_line(&b.l, 1, 1, k1) == 0);
+    CHECK(add_result(&b.l, 1, "one") == 0);
+    changed_no = 1;
+    int rc = ledger_commit_and_write(&b.l, &e);
+    changed_no = 0;
+    CHECK(rc != 0);
+    CHECK_MSG(strstr(e.msg, "backlog line 1 changed"), "%s", e.msg);
+    CHECK_EQ_INT(output_size(b.out[0]), 0);
+    CHECK_EQ_INT(store_n_results(b.st, STORE_STATUS_DONE), 0);
+    book_close(&b);
+}
+
+/* The book keeps no text: a one-completion line costs a fixed ~100 bytes whatever its id or prompt. */
+TEST(bytes_per_line_are_fixed_and_small)
+{
+    struct book b;
+    CHECK(book_open(&b, "bytes", 0) == 0);
+    enum { N = 200000 };
+    struct err e;
+    for (int i = 0; i < N; i++) {
+        uint32_t li;
+        uint8_t key[32] = {0};
+        memcpy(key, &i, sizeof i);
+        key[4] = 0x77;
+        key[8] = (uint8_t)(i * 7);
+        int folded;
+        int32_t prompt[] = {i, i + 1};
+        CHECK(ledger_add_line(&b.l, i + 1, (int64_t)i * 10, 1, &li, &e) == 0);
+        CHECK(ledger_add_work(&b.l, li, 0, key, plan_item_of(prompt, 2, 16), &folded, &e) == 0 && !folded);
+    }
+    double per_line = (double)ledger_bytes(&b.l) / N;
+    CHECK_MSG(per_line <= 100.0, "%.1f bytes a line", per_line);
+    CHECK_MSG(ledger_bytes_per_line(1) <= 100, "%zu", ledger_bytes_per_line(1));
+    CHECK(per_line <= (double)ledger_bytes_per_line(1));
     book_close(&b);
 }
 
@@ -333,13 +386,20 @@ TEST(check_catches_corrupted_states)
     int k1[] = {1}, k2[] = {2}, k3[] = {3, 4};
     CHECK(add_line(&b.l, 1, 1, k1) == 0 && add_line(&b.l, 2, 1, k2) == 0 && add_line(&b.l, 3, 2, k3) == 0);
     CHECK(add_bad_line(&b.l, 4) == 0);
+    CHECK(add_line(&b.l, 5, 1, k1) == 0); /* folds into line 1's work */
     CHECK(ledger_queue_line(&b.l, 3, &e) == 0);
     CHECK(add_result(&b.l, 1, "one") == 0 && add_result(&b.l, 3, "three") == 0);
     CHECK_MSG(ledger_commit_and_write(&b.l, &e) == 0, "%s", e.msg);
     CHECK_MSG(ledger_check(&b.l, &e) == 0, "%s", e.msg);
     ledger *l = &b.l;
-    struct ledger_line *L1 = &l->lines[0], *L3 = &l->lines[2];
-    struct ledger_work *W2 = &l->works[l->lines[1].works[0]];
+    struct ledger_line *L1 = &l->lines[0], *L3 = &l->lines[2], *L5 = &l->lines[4];
+    struct ledger_work *W2 = &l->works[work_of(l, 1, 0)];
+    CHECK_EQ_INT(L5->state, LEDGER_LINE_READY); /* held: line 2 is not done */
+    CHECK_EQ_INT(l->n_held, 2);                 /* lines 4 (bad) and 5 */
+
+    L5->state = LEDGER_LINE_SCHEDULED; /* held but not READY */
+    CHECK(ledger_check(l, &e) != 0 && strstr(e.msg, "held"));
+    L5->state = LEDGER_LINE_READY;
 
     l->out_end[0]++; /* a byte the lines do not account for */
     CHECK(ledger_check(l, &e) != 0 && strstr(e.msg, "out_end"));
@@ -384,7 +444,8 @@ int main(void)
     RUN(a_failed_commit_writes_and_stores_nothing);
     RUN(order_input_waits_for_earlier_lines);
     RUN(a_line_across_two_commits_reads_back_its_first_result);
-    RUN(idle_prompts_are_dropped);
+    RUN(a_changed_line_is_refused);
+    RUN(bytes_per_line_are_fixed_and_small);
     RUN(check_catches_corrupted_states);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();

@@ -1,4 +1,5 @@
-/* Tests for jobs/plan: keymap folding, ordering by length with prefix groups, permutation invariant. */
+/* Tests for jobs/plan: keymap folding on key prefixes, ordering by length with prefix groups from plan items,
+ * a subset of indices through a stride, permutation invariant. */
 #include "jobs/plan.h"
 #include "test.h"
 
@@ -11,23 +12,35 @@ TEST(keymap_folds_and_grows)
     for (int i = 0; i < 5000; i++) {
         memset(k, 0, 32);
         memcpy(k, &i, sizeof i);
-        k[31] = (uint8_t)i;
+        k[15] = (uint8_t)i;
         CHECK_EQ_INT(plan_keymap_put(m, k, &added), i);
         CHECK(added);
     }
     for (int i = 0; i < 5000; i += 7) {
         memset(k, 0, 32);
         memcpy(k, &i, sizeof i);
-        k[31] = (uint8_t)i;
+        k[15] = (uint8_t)i;
+        k[31] = 0xaa; /* bytes past PLAN_KEY_BYTES do not count */
         CHECK_EQ_INT(plan_keymap_put(m, k, &added), i);
         CHECK(!added);
         CHECK_EQ_INT(plan_keymap_find(m, k), i);
-        CHECK(!memcmp(plan_keymap_key(m, i), k, 32));
+        CHECK(!memcmp(plan_keymap_key(m, i), k, PLAN_KEY_BYTES));
     }
-    k[30] = 1;
+    k[15] = 1; /* the keymap tells keys apart by their first PLAN_KEY_BYTES bytes */
     CHECK_EQ_INT(plan_keymap_find(m, k), -1);
+    CHECK(plan_keymap_bytes(m) >= 5000 * (PLAN_KEY_BYTES + 4));
     CHECK_EQ_INT(plan_keymap_size(m), 5000);
     plan_keymap_free(m);
+}
+
+/* Plan items of prompts for blocks of kv_block tokens. */
+static void items_of(const int32_t *const *prompts, const int32_t *lens, size_t n, int32_t kv_block,
+                     struct plan_item *items, uint32_t *order)
+{
+    for (size_t i = 0; i < n; i++) {
+        items[i] = plan_item_of(prompts[i], lens[i], kv_block);
+        order[i] = (uint32_t)i;
+    }
 }
 
 TEST(order_by_length_and_groups)
@@ -39,10 +52,14 @@ TEST(order_by_length_and_groups)
     int32_t other[] = {1, 2, 3, 4, 5, 6, 7};
     int32_t short1[] = {1, 2};
     int32_t short2[] = {1};
-    struct plan_item items[] = {{shared_a, 6}, {other, 7}, {short1, 2}, {shared_b, 10}, {short2, 1}, {shared_c, 5}};
+    const int32_t *prompts[] = {shared_a, other, short1, shared_b, short2, shared_c};
+    const int32_t lens[] = {6, 7, 2, 10, 1, 5};
+    struct plan_item items[6];
     uint32_t order[6];
     struct err e;
-    CHECK(plan_order(items, 6, 4, PLAN_SORT_ASCENDING, order, &e) == 0);
+    items_of(prompts, lens, 6, 4, items, order);
+    CHECK(items[2].group == 0 && items[0].group == items[3].group && items[0].group != items[1].group);
+    CHECK(plan_order(items, sizeof items[0], order, 6, PLAN_SORT_ASCENDING, &e) == 0);
     CHECK(plan_check_order(order, 6) == 0);
     /* groups by mean length: short (1.5), shared (7), other (7: tie broken by group hash) */
     CHECK_EQ_INT(order[0], 4);
@@ -53,27 +70,32 @@ TEST(order_by_length_and_groups)
     CHECK(pos[5] + 1 == pos[0] && pos[0] + 1 == pos[3]);
     CHECK(pos[1] == 2 || pos[1] == 5);
 
-    CHECK(plan_order(items, 6, 4, PLAN_SORT_DESCENDING, order, &e) == 0);
+    items_of(prompts, lens, 6, 4, items, order);
+    CHECK(plan_order(items, sizeof items[0], order, 6, PLAN_SORT_DESCENDING, &e) == 0);
     CHECK(plan_check_order(order, 6) == 0);
     CHECK_EQ_INT(order[5], 4);
     CHECK_EQ_INT(order[4], 2);
     for (int i = 0; i < 6; i++) pos[order[i]] = i;
     CHECK(pos[3] + 1 == pos[0] && pos[0] + 1 == pos[5]);
 
-    CHECK(plan_order(items, 6, 4, PLAN_SORT_INPUT, order, &e) == 0);
+    items_of(prompts, lens, 6, 4, items, order);
+    CHECK(plan_order(items, sizeof items[0], order, 6, PLAN_SORT_INPUT, &e) == 0);
     for (uint32_t i = 0; i < 6; i++) CHECK_EQ_INT(order[i], i);
 }
 
 TEST(identical_prompts_adjacent)
 {
-    int32_t a[] = {5, 6, 7}, b[] = {5, 6, 8}, c[] = {5, 6, 7};
-    struct plan_item items[] = {{a, 3}, {b, 3}, {c, 3}};
-    uint32_t order[3];
+    int32_t a[] = {5, 6, 7}, b[] = {5, 6, 8}, c[] = {5, 6, 7}, d[] = {5, 6, 9};
+    const int32_t *prompts[] = {a, b, c, d};
+    const int32_t lens[] = {3, 3, 3, 3};
+    struct plan_item items[4];
+    uint32_t order[4];
     struct err e;
-    CHECK(plan_order(items, 3, 16, PLAN_SORT_ASCENDING, order, &e) == 0);
-    CHECK_EQ_INT(order[0], 0);
-    CHECK_EQ_INT(order[1], 2);
-    CHECK_EQ_INT(order[2], 1);
+    items_of(prompts, lens, 4, 16, items, order);
+    CHECK(plan_order(items, sizeof items[0], order, 4, PLAN_SORT_ASCENDING, &e) == 0);
+    int pos[4];
+    for (int i = 0; i < 4; i++) pos[order[i]] = i;
+    CHECK(pos[0] + 1 == pos[2]); /* a before c: equal hashes fall back to the index */
 }
 
 TEST(large_permutation)
@@ -86,38 +108,35 @@ TEST(large_permutation)
     for (int i = 0; i < N; i++) {
         int n = 1 + (int)((s = s * 1103515245 + 12345) >> 16) % 8;
         for (int k = 0; k < n; k++) toks[i][k] = (int32_t)((s = s * 1103515245 + 12345) >> 16) % 3;
-        items[i].prompt = toks[i];
-        items[i].n_prompt = n;
+        items[i] = plan_item_of(toks[i], n, 4);
+        order[i] = (uint32_t)i;
     }
     struct err e;
-    CHECK(plan_order(items, N, 4, PLAN_SORT_DESCENDING, order, &e) == 0);
+    CHECK(plan_order(items, sizeof items[0], order, N, PLAN_SORT_DESCENDING, &e) == 0);
     CHECK(plan_check_order(order, N) == 0);
     uint32_t bad[3] = {0, 0, 1};
     CHECK(plan_check_order(bad, 3) != 0);
 }
 
-/* Only pending works (non-NULL prompt) are ordered, in the order plan_order gives their prompts. */
-TEST(pending_works_only)
+/* A subset of the indices is ordered (the pending works of a run), items found through a stride. */
+TEST(subset_with_stride)
 {
+    struct row {
+        uint64_t other;
+        struct plan_item plan;
+    } rows[6];
     int32_t a[] = {5, 5, 5, 5, 1}, b[] = {1, 2}, c[] = {5, 5, 5, 5, 2, 3, 4}, d[] = {7};
-    struct plan_item items[] = {{a, 5}, {NULL, 0}, {b, 2}, {NULL, 0}, {c, 7}, {d, 1}};
-    struct plan_item sub[] = {{a, 5}, {b, 2}, {c, 7}, {d, 1}};
-    uint32_t sub_work[] = {0, 2, 4, 5};
+    const int32_t *prompts[] = {a, d, b, d, c, d};
+    const int32_t lens[] = {5, 1, 2, 1, 7, 1};
+    for (int i = 0; i < 6; i++) rows[i].plan = plan_item_of(prompts[i], lens[i], 4);
+    uint32_t order[] = {0, 2, 4, 5};
     struct err e;
-    for (int sort = PLAN_SORT_ASCENDING; sort <= PLAN_SORT_INPUT; sort++) {
-        uint32_t *order, want[4];
-        size_t n;
-        CHECK(plan_order_pending(items, 6, 4, (enum plan_sort)sort, &order, &n, &e) == 0);
-        CHECK(plan_order(sub, 4, 4, (enum plan_sort)sort, want, &e) == 0);
-        CHECK_EQ_INT(n, 4);
-        for (int i = 0; i < 4; i++) CHECK_EQ_INT(order[i], sub_work[want[i]]);
-        free(order);
-    }
-    uint32_t *order;
-    size_t n = 9;
-    CHECK(plan_order_pending(items + 1, 1, 4, PLAN_SORT_ASCENDING, &order, &n, &e) == 0);
-    CHECK(order != NULL && n == 0);
-    free(order);
+    CHECK(plan_order(&rows[0].plan, sizeof rows[0], order, 4, PLAN_SORT_ASCENDING, &e) == 0);
+    /* short ones first (group 0: d, b by length), then the group of a and c by length */
+    CHECK_EQ_INT(order[0], 5);
+    CHECK_EQ_INT(order[1], 2);
+    CHECK_EQ_INT(order[2], 0);
+    CHECK_EQ_INT(order[3], 4);
 }
 
 int main(void)
@@ -126,6 +145,6 @@ int main(void)
     RUN(order_by_length_and_groups);
     RUN(identical_prompts_adjacent);
     RUN(large_permutation);
-    RUN(pending_works_only);
+    RUN(subset_with_stride);
     return test_summary();
 }

@@ -32,35 +32,43 @@ static void fake_key(uint8_t key[32], int k)
     key[1] = 0xa5;
 }
 
+/* line_info of the test's books: line no has id "r<no>"; a bad line's message is "bad". */
+static char info_id[32];
+
+static int test_info(void *user, const ledger *l, uint32_t li, struct ledger_line_info *out, struct err *e)
+{
+    (void)user, (void)e;
+    const struct ledger_line *L = &l->lines[li];
+    memset(out, 0, sizeof *out);
+    snprintf(info_id, sizeof info_id, "r%u", L->no);
+    out->custom_id = info_id;
+    out->message = L->bad ? "bad" : NULL;
+    return 0;
+}
+
 static int add_spec(ledger *l, const struct spec *s)
 {
     struct err e;
     uint32_t li;
-    if (ledger_add_line(l, &li, &e)) return -1;
-    struct ledger_line *L = &l->lines[li];
     char id[32];
+    uint8_t keys[2][32], digest[32];
     snprintf(id, sizeof id, "r%lld", (long long)s->no);
-    L->no = s->no;
-    L->custom_id = strdup(id);
-    /* the digest stands for what the line's bytes are built from: its keys */
-    L->digest[0] = (uint8_t)s->no;
-    L->digest[1] = (uint8_t)s->keys[0];
+    if (ledger_add_line(l, s->no, s->no * 10, s->bad ? 0 : s->n, &li, &e)) return -1;
     if (s->bad) {
-        L->bad = 1;
-        L->code = "invalid_value";
-        L->message = strdup("bad");
-        L->digest[2] = 0xbd;
+        ledger_set_bad(l, li, "invalid_value");
+        ledger_digest_bad(id, "invalid_value", "bad", digest);
+        l->lines[li].digest = ledger_digest_head(digest);
         return 0;
     }
-    L->gen = genparam_defaults();
-    L->n = s->n;
-    L->works = malloc((size_t)s->n * sizeof *L->works);
     for (int k = 0; k < s->n; k++) {
-        uint8_t key[32];
         int folded;
-        fake_key(key, s->keys[k]);
-        if (ledger_add_work(l, li, k, key, 8, 1, &folded, &e)) return -1;
+        int32_t prompt[] = {(int32_t)s->keys[k]};
+        fake_key(keys[k], s->keys[k]);
+        if (ledger_add_work(l, li, k, keys[k], plan_item_of(prompt, 1, 8), &folded, &e)) return -1;
     }
+    /* the digest stands for what the line's bytes are built from: its id and keys */
+    ledger_digest_request(id, INPUT_KIND_COMPLETION, "tiny", s->n, (const uint8_t(*)[32])keys, digest);
+    l->lines[li].digest = ledger_digest_head(digest);
     return 0;
 }
 
@@ -80,6 +88,7 @@ static int book_open(struct book *b, const struct spec *specs, int n, int order_
     b->l.st = b->st;
     b->l.out[0] = b->out[0];
     b->l.out[1] = b->out[1];
+    b->l.line_info = test_info;
     return 0;
 }
 
@@ -110,6 +119,7 @@ static int add_result(ledger *l, int k, const char *text)
     r.text = strdup(text ? text : "");
     r.text_len = text ? strlen(text) : 0;
     r.error = text ? NULL : strdup("failed");
+    memcpy(r.key, key, 32);
     struct err e;
     return ledger_add_result(l, (uint32_t)w, &r, &e);
 }
@@ -209,7 +219,7 @@ TEST(rows_of_changed_or_vanished_lines_are_dropped)
     CHECK(got && strstr(got, "\"custom_id\":\"r1\"") && !strstr(got, "r9"));
     free(got);
     CHECK_EQ_INT(b.l.lines[1].state, LEDGER_LINE_WAITING);
-    CHECK_EQ_INT(b.l.works[b.l.lines[1].works[0]].state, LEDGER_WORK_PENDING);
+    CHECK_EQ_INT(b.l.works[ledger_line_work(&b.l, &b.l.lines[1], 0)].state, LEDGER_WORK_PENDING);
     CHECK(store_check(b.st, &e) == 0);
     CHECK_MSG(ledger_check(&b.l, &e) == 0, "%s", e.msg);
     book_close(&b);
@@ -239,7 +249,7 @@ TEST(retry_failed_runs_failed_keys_again)
     CHECK_EQ_INT(rs.works_stored, 1);
     CHECK_EQ_INT(rs.stale_rows, 1);
     CHECK_EQ_INT(count_lines(out_path[1]), 0);
-    CHECK_EQ_INT(b.l.works[b.l.lines[1].works[0]].state, LEDGER_WORK_PENDING);
+    CHECK_EQ_INT(b.l.works[ledger_line_work(&b.l, &b.l.lines[1], 0)].state, LEDGER_WORK_PENDING);
     CHECK_MSG(ledger_check(&b.l, &e) == 0, "%s", e.msg);
     json_t *j = reconcile_stats_json(&rs);
     CHECK_EQ_INT(json_integer_value(json_object_get(j, "failed_keys_requeued")), 1);

@@ -171,7 +171,7 @@ TEST(run_record_from_its_parts)
     json_t *backlog = json_pack("{s:s}", "format", "openai");
     struct record_energy en;
     record_energy_start(&en, 0);
-    struct record_run rr = {&c, &m, &s, &es, lat, 3, backlog, NULL, 0, &en};
+    struct record_run rr = {&c, &m, &s, &es, lat, 3, 3, backlog, NULL, 0, &en, 4096};
     json_t *r = record_build(&rr);
     record_energy_stop(&en);
     json_decref(flags);
@@ -195,6 +195,7 @@ TEST(run_record_from_its_parts)
     CHECK(get_real(r, "time", "store_and_plan_fraction") == 0.25);
     CHECK(get_real(r, "throughput", "gen_tok_s") == 50.0);
     CHECK(get_real(r, "latency_s", "p50") == 2.0 && get_real(r, "latency_s", "max") == 3.0);
+    CHECK_EQ_INT(get_int(r, "memory", "backlog_bytes"), 4096);
     CHECK_EQ_INT(get_int(r, "kv", "capacity_tokens"), 1600);
     CHECK(get_real(r, "kv", "peak_use") == 0.25);
     CHECK(get_real(r, "prefix_cache", "hit_rate") == 0.25);

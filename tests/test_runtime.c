@@ -50,8 +50,9 @@ TEST(runtime_explicit_budget)
     int ok = checked && rt.eng && rt.backend_name && !strcmp(rt.backend_name, "cpu") && rt.threads == 2;
     const struct runtime_budget *b = &rt.budget;
     int64_t want_blocks = engine_kv_blocks_for_budget(&rt.model->hp, KV_TYPE_F16, 16, 1 << 20);
-    ok = ok && !b->automatic && b->kv_bytes == (1u << 20) && b->kv_blocks == want_blocks && want_blocks > 0 &&
-         b->kv_tokens == want_blocks * 16 && rt.ep.kv_blocks == want_blocks && b->available == 0;
+    ok = ok && !b->automatic && !b->capped && b->kv_bytes == (1u << 20) && b->kv_blocks == want_blocks &&
+         want_blocks > 0 && b->kv_tokens == want_blocks * 16 && rt.ep.kv_blocks == want_blocks && b->available > 0 &&
+         b->kv_free >= b->kv_bytes; /* a given budget is measured against the machine too */
     int32_t n = 0;
     int ran = run_one(rt.eng, &n, &e) == 0 && n == 6;
     char desc[256];
@@ -91,6 +92,30 @@ TEST(runtime_auto_budget)
     uint64_t useful = model_kv_bytes_per_token(&hp, KV_TYPE_F16) * (uint64_t)hp.n_ctx_train * 3 * 2;
     CHECK_EQ_INT(b.kv_bytes, b.kv_free < useful ? b.kv_free : useful);
     CHECK_EQ_INT(b.kv_blocks, engine_kv_blocks_for_budget(&hp, KV_TYPE_F16, 16, b.kv_bytes));
+}
+
+/* A given --kv-memory larger than what the machine has for the KV cache is capped there (never accepted as
+ * it is), and what the caller reserves (a run's backlog book) comes out of the budget first. */
+TEST(runtime_explicit_budget_too_large_is_capped)
+{
+    NEED_MODEL();
+    struct runtime_params p = runtime_default_params();
+    p.model_path = model_path();
+    p.threads = 1;
+    p.kv_memory = 1ull << 50; /* a petabyte */
+    p.reserve = 64ull << 20;
+    p.max_seqs = 2;
+    struct runtime rt;
+    struct err e;
+    CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    const struct runtime_budget b = rt.budget;
+    int checked = runtime_check(&rt, &e) == 0;
+    runtime_close(&rt);
+    CHECK_MSG(checked, "%.900s", e.msg);
+    CHECK(!b.automatic && b.capped);
+    CHECK_EQ_INT(b.reserve, 64ull << 20);
+    CHECK(b.kv_bytes == b.kv_free && b.kv_free < (1ull << 50));
+    CHECK_EQ_INT(b.kv_free, b.available - b.weights - b.scratch - b.headroom - b.reserve);
 }
 
 TEST(runtime_auto_budget_nothing_left)
@@ -260,6 +285,7 @@ int main(void)
 {
     RUN(runtime_explicit_budget);
     RUN(runtime_auto_budget);
+    RUN(runtime_explicit_budget_too_large_is_capped);
     RUN(runtime_auto_budget_nothing_left);
     RUN(runtime_max_batch_tokens_from_caps);
     RUN(runtime_staged_engines);

@@ -25,6 +25,7 @@
 #include "cli/cli_util.h"
 #include "cli/engine_flags.h"
 #include "jobs/dist.h"
+#include "jobs/ingest.h"
 #include "jobs/job.h"
 #include "jobs/store.h"
 #include "tokenizer/chat.h"
@@ -146,12 +147,12 @@ static int check_store(const char *path)
 static json_t *budget_json(const struct runtime *rt)
 {
     const struct runtime_budget *b = &rt->budget;
-    json_t *o = json_pack("{s:s, s:b, s:I, s:I}", "backend", rt->backend_name, "automatic", b->automatic,
-                          "kv_bytes", (json_int_t)b->kv_bytes, "kv_tokens", (json_int_t)b->kv_tokens);
-    if (o && b->automatic) {
-        const char *keys[] = {"memory_total", "memory_available", "weights", "scratch", "headroom", "kv_free"};
-        const uint64_t vals[] = {b->total, b->available, b->weights, b->scratch, b->headroom, b->kv_free};
-        for (int i = 0; i < 6; i++) json_object_set_new(o, keys[i], json_integer((json_int_t)vals[i]));
+    json_t *o = json_pack("{s:s, s:b, s:b, s:I, s:I}", "backend", rt->backend_name, "automatic", b->automatic,
+                          "capped", b->capped, "kv_bytes", (json_int_t)b->kv_bytes, "kv_tokens", (json_int_t)b->kv_tokens);
+    if (o) {
+        const char *keys[] = {"memory_total", "memory_available", "weights", "scratch", "headroom", "backlog", "kv_free"};
+        const uint64_t vals[] = {b->total, b->available, b->weights, b->scratch, b->headroom, b->reserve, b->kv_free};
+        for (int i = 0; i < 7; i++) json_object_set_new(o, keys[i], json_integer((json_int_t)vals[i]));
     }
     return o;
 }
@@ -301,6 +302,11 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
     }
     struct runtime_params rp = A->rp;
     dist_pick_resources(d, &rp);
+    /* the backlog's book is part of the memory budget (rank 0 holds it): counted before the KV pool is sized */
+    if (dist_rank(d) == 0 && ingest_estimate_bytes(A->c.backlog, A->c.input.defaults.n, &rp.reserve, &e)) {
+        cli_error("run", "backlog %s", e.msg);
+        return -1;
+    }
     if (runtime_open(&rp, rt, &e) || dist_share_memory(d, rt, &e)) {
         cli_error("run", "%s: %s", model_path, e.msg);
         return -1;

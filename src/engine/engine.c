@@ -942,3 +942,46 @@ void engine_get_stats(const engine *eng, struct engine_stats *s)
         s->constrain_mask_hits = cs.mask_hits;
     }
 }
+
+/* ---- checking a request without adding it ---- */
+
+/* The same tests and messages as engine_add's refusals before a request enters the scheduler (kept beside
+ * them: a change to one is a change to the other; tests/test_engine.c compares the two). */
+enum engine_request_check engine_check_request(const engine *eng, const struct engine_request *r, char *msg,
+                                               size_t cap)
+{
+    const struct model_hparams *hp = &eng->m->hp;
+    struct err se;
+    msg[0] = '\0';
+    if (r->n_prompt < 1 || !r->prompt) return snprintf(msg, cap, "empty prompt"), ENGINE_REQUEST_INVALID;
+    if (r->max_tokens < 1)
+        return snprintf(msg, cap, "max_tokens %d: must be at least 1", (int)r->max_tokens), ENGINE_REQUEST_INVALID;
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= eng->n_vocab)
+            return snprintf(msg, cap, "prompt token %d (at %d) is outside the vocabulary (%d tokens)",
+                            (int)r->prompt[i], (int)i, (int)eng->n_vocab),
+                   ENGINE_REQUEST_INVALID;
+    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
+    if (hp->n_ctx_train > 0 && total > hp->n_ctx_train)
+        return snprintf(msg, cap, "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model context of %d tokens",
+                        (int)r->n_prompt, (int)r->max_tokens, (long long)total, (int)hp->n_ctx_train),
+               ENGINE_REQUEST_TOO_LARGE;
+    int64_t need_blocks = (total - 1 + eng->p.kv_block - 1) / eng->p.kv_block;
+    if (need_blocks > eng->p.kv_blocks)
+        return snprintf(msg, cap,
+                        "prompt (%d tokens) + max_tokens (%d) needs %lld KV blocks but the whole pool has %lld (%lld "
+                        "tokens): raise the KV memory budget or lower max_tokens",
+                        (int)r->n_prompt, (int)r->max_tokens, (long long)need_blocks, (long long)eng->p.kv_blocks,
+                        (long long)eng->p.kv_blocks * eng->p.kv_block),
+               ENGINE_REQUEST_TOO_LARGE;
+    if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
+        return snprintf(msg, cap, "bad stop string list"), ENGINE_REQUEST_INVALID;
+    if (total > INT32_MAX / 2) /* sched_seq_init's bound */
+        return snprintf(msg, cap, "prompt + max_tokens too large (%lld tokens)", (long long)total),
+               ENGINE_REQUEST_TOO_LARGE;
+    if (sampler_check_params(&r->sampling, eng->n_sample, &se))
+        return snprintf(msg, cap, "sampling parameters: %s", se.msg), ENGINE_REQUEST_INVALID;
+    if (r->constraint && r->constraint->kind != CONSTRAINT_NONE && !eng->v)
+        return snprintf(msg, cap, "structured output needs the model's vocabulary"), ENGINE_REQUEST_INVALID;
+    return ENGINE_REQUEST_OK;
+}

@@ -141,6 +141,17 @@ void engine_free(engine *eng);
 /* Queues a request (everything is copied). A request that can never fit (prompt + max_tokens over the
  * context or the whole pool) is not an error here: it finishes with ENGINE_FINISH_ERROR and a message. */
 int engine_add(engine *eng, const struct engine_request *r, struct err *e);
+
+/* What engine_add would say about r, without queueing it: ENGINE_REQUEST_OK, or why it would finish r with
+ * ENGINE_FINISH_ERROR at once (msg, cap bytes: the message its result would carry). TOO_LARGE: prompt +
+ * max_tokens over the model's context or the whole KV pool (no run of this engine can compute it);
+ * INVALID: anything else (an empty prompt, a token outside the vocabulary, sampling parameters the sampler
+ * refuses). Callers that read requests up front (jobs/ingest) refuse them with the engine's own arithmetic,
+ * so that no request they accept fails for good here. A constraint that does not compile is not checked
+ * (compiling is engine_add's work). O(n_prompt). */
+enum engine_request_check { ENGINE_REQUEST_OK, ENGINE_REQUEST_INVALID, ENGINE_REQUEST_TOO_LARGE };
+enum engine_request_check engine_check_request(const engine *eng, const struct engine_request *r, char *msg,
+                                               size_t cap);
 /* Runs one step (no-op if there is no work): plans rows (allocating blocks, preempting), runs the backend
  * forward, samples the sequences whose rows reached their last token, and moves finished requests to the
  * results. Fails only on a backend error, out of memory, or (debug_checks) a broken invariant; after a

@@ -86,8 +86,9 @@ struct dist_feed {
     void *ctx;
     size_t n_left;     /* requests not yet handed out (to a worker or rank 0's own engine) */
     int64_t n_held_self; /* requests in rank 0's own engine (kept current by its owner) */
-    /* the next request in the planned order (n_left > 0); rq's pointers stay valid until the next call */
-    void (*next)(void *ctx, struct engine_request *rq);
+    /* the next request in the planned order (n_left > 0); rq's pointers stay valid until the next call.
+     * Fails (-1 with e set) when it cannot be made (the backlog line it is read from changed, I/O) */
+    int (*next)(void *ctx, struct engine_request *rq, struct err *e);
     /* a worker's result for request id (id as in the request); takes r's memory */
     int (*result)(void *ctx, struct engine_result *r, struct err *e);
 };

@@ -285,7 +285,10 @@ static int serve_answer(dist *d, int r, int64_t want, struct dist_feed *feed, in
     if (dist_buf_put_i64(&b, n) || dist_buf_put_i64(&b, n == 0)) goto oom;
     for (int64_t i = 0; i < n; i++) {
         struct engine_request rq;
-        feed->next(feed->ctx, &rq);
+        if (feed->next(feed->ctx, &rq, e) != 0) {
+            dist_buf_free(&b);
+            return -1;
+        }
         feed->n_left--;
         if (dist_pack_request(&b, &rq) != 0) goto oom;
     }

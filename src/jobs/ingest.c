@@ -1,89 +1,82 @@
-/* ingest — see ingest.h. */
+/* ingest — see ingest.h.
+ *
+ * One function prepares a line from what jobs/input read (prepare_line: render, tokenize, check against the
+ * model and the engine); it runs when the backlog is read and again whenever a line is read again, so what
+ * the run computes from a line later is what it computed when it read it, or the run stops (a key or a
+ * digest that differs: the backlog changed).
+ *
+ * Invariant of the id table: for every distinct id of the JSON lines read so far, one slot holds the index
+ * (+ 1) of the first line with that id and the id's hash (open addressing on the hash, load <= 3/4).
+ */
 #include "jobs/ingest.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+
+#include <xxhash.h>
 
 #include "jobs/key.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "util/sha256.h"
 
-/* What reading one backlog needs besides the current line. */
-struct reader {
+_Static_assert(GENPARAM_MAX_N <= LEDGER_MAX_N, "a line's completions fit the book's count");
+
+struct id_slot {
+    uint32_t line1; /* index of the first line with the id, + 1; 0: empty */
+    uint32_t hash;  /* the id's hash (its low bits place the slot) */
+};
+
+struct ingest_source {
     const struct job_config *c;
     const struct job_model *m;
     ledger *l;
-    struct ingest_stats *st;
+    input_reader *r;
     struct ingest_fallback fb; /* chat lines the model's template failed on (rendered by family) */
     int64_t fallback_line;     /* the first such line */
+    /* duplicate ids (openai, jsonl) */
+    struct id_slot *ids;       /* (id_cap) */
+    size_t id_cap, n_ids;
+    uint64_t id_seed;          /* random per run: a crafted backlog cannot aim ids at one probe chain */
+    int rereading;             /* lines are read again: the table only answers, it does not grow */
+    /* ingest_line_info's strings */
+    struct input_item info_item;
+    char *info_message;
 };
 
-void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq)
+/* A line as prepared from what jobs/input read: a request (its prompt) or a bad line. */
+struct prepared {
+    struct input_item it; /* as read (owned) */
+    int32_t *prompt;      /* (n_prompt) rendered and tokenized; owned */
+    int32_t n_prompt;
+    const char *code;     /* bad line: static string; NULL for a request */
+    char message[1024];
+    int no_template;      /* chat input for a model without a chat template */
+};
+
+static void prepared_free(struct prepared *p)
 {
-    const struct ledger_work *W = &l->works[w];
-    const struct ledger_line *L = &l->lines[W->owner];
-    memset(rq, 0, sizeof *rq);
-    rq->id = w;
-    rq->prompt = L->prompt;
-    rq->n_prompt = L->n_prompt;
-    rq->max_tokens = W->max_tokens;
-    genparam_to_sampler(&L->gen, W->seed, &rq->sampling);
-    rq->stop = (const char *const *)L->gen.stop;
-    rq->n_stop = L->gen.n_stop;
-    rq->ignore_eos = L->gen.ignore_eos;
-    rq->constraint = L->gen.constraint.kind != CONSTRAINT_NONE ? &L->gen.constraint : NULL;
+    input_item_free(&p->it);
+    free(p->prompt);
+    memset(p, 0, sizeof *p);
 }
 
-/* Makes L a bad line with code and a printf-formatted message; its prompt and works are dropped. */
-static void make_bad(struct ledger_line *L, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void make_bad(struct ledger_line *L, const char *code, const char *fmt, ...)
+/* Makes p a bad line with code and a printf-formatted message; its prompt is dropped. */
+static void make_bad(struct prepared *p, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void make_bad(struct prepared *p, const char *code, const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(p->message, sizeof p->message, fmt, ap);
     va_end(ap);
-    L->bad = 1;
-    L->code = code;
-    free(L->message);
-    L->message = strdup(msg);
-    free(L->prompt);
-    L->prompt = NULL;
-    free(L->works);
-    L->works = NULL;
-    L->n = 0;
-}
-
-static void digest_line(const struct reader *rd, struct ledger_line *L)
-{
-    sha256_ctx *c = sha256_init();
-    if (!c) {
-        memset(L->digest, 0, 32);
-        return;
-    }
-    const char *id = L->custom_id ? L->custom_id : "";
-    if (L->bad) {
-        static const char tag[] = "nightshift-bad-v1";
-        sha256_update(c, tag, sizeof tag);
-        sha256_update(c, id, strlen(id) + 1);
-        sha256_update(c, L->code, strlen(L->code) + 1);
-        sha256_update(c, L->message ? L->message : "", L->message ? strlen(L->message) : 0);
-    } else {
-        static const char tag[] = "nightshift-line-v1";
-        sha256_update(c, tag, sizeof tag);
-        sha256_update(c, id, strlen(id) + 1);
-        uint8_t kind = L->kind;
-        sha256_update(c, &kind, 1);
-        const char *model = L->model ? L->model : rd->m->name;
-        sha256_update(c, model, strlen(model) + 1);
-        uint32_t n = (uint32_t)L->n;
-        sha256_update(c, &n, 4);
-        for (int32_t k = 0; k < L->n; k++) sha256_update(c, plan_keymap_key(rd->l->keys, L->works[k]), 32);
-    }
-    sha256_final(c, L->digest);
+    p->code = code;
+    free(p->prompt);
+    p->prompt = NULL;
+    p->n_prompt = 0;
 }
 
 /* A bad request's code and message (into msg, cap bytes); returns 1. */
@@ -205,85 +198,184 @@ int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t m
     return (int64_t)n_prompt + max_tokens > n_ctx ? n_ctx - n_prompt : max_tokens;
 }
 
-/* Renders / tokenizes the prompt of it into L->prompt and checks it against the model. A problem makes L a
- * bad line; chat input for a model without a template leaves L without a prompt (the caller reports it). */
-static int tokenize_line(struct reader *rd, struct ledger_line *L, struct input_item *it, struct err *e)
+/* --- preparing a line --- */
+
+/* The engine request of a line's completion with the given seed: its item (parameters) and prompt; the
+ * pointers point into them. */
+static void request_of(const ingest_source *s, const struct input_item *it, const int32_t *prompt, int32_t n_prompt,
+                       uint64_t seed, struct engine_request *rq)
 {
-    if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !rd->m->chat_jinja) return 0;
+    const struct gen_params *g = &it->gen;
+    memset(rq, 0, sizeof *rq);
+    rq->prompt = prompt;
+    rq->n_prompt = n_prompt;
+    rq->max_tokens = ingest_max_tokens(s->m, n_prompt, g->max_tokens);
+    genparam_to_sampler(g, seed, &rq->sampling);
+    rq->stop = (const char *const *)g->stop;
+    rq->n_stop = g->n_stop;
+    rq->ignore_eos = g->ignore_eos;
+    rq->constraint = g->constraint.kind != CONSTRAINT_NONE ? &g->constraint : NULL;
+}
+
+/* Asks the run's engine whether it would take p's requests (they differ only in their seeds), with its own
+ * arithmetic (engine_check_request): a request it would fail at once (prompt + max_tokens over the whole KV
+ * pool: "request_too_large"; parameters the sampler refuses) makes p bad now, so that no line read as good
+ * fails for good in the engine, to be retried in vain by --retry-failed. No engine (unit tests): nothing
+ * to ask. */
+static void check_with_engine(const ingest_source *s, struct prepared *p)
+{
+    if (!s->m->eng) return;
+    struct engine_request rq;
+    request_of(s, &p->it, p->prompt, p->n_prompt, 0, &rq);
+    char msg[512];
+    enum engine_request_check c = engine_check_request(s->m->eng, &rq, msg, sizeof msg);
+    if (c != ENGINE_REQUEST_OK)
+        make_bad(p, c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value", "%s", msg);
+}
+
+/* Makes p's prompt (ingest_prompt: rendered, tokenized, checked against the model) and asks the engine; a
+ * problem makes p bad. Chat input for a model without a chat template sets no_template (the caller reports
+ * it). fb: the template fallbacks to count (NULL when a line is read again). */
+static int prepare_line(ingest_source *s, struct prepared *p, struct ingest_fallback *fb, struct err *e)
+{
+    struct input_item *it = &p->it;
+    const struct job_model *m = s->m;
+    if (it->code) {
+        make_bad(p, it->code, "%s", it->message ? it->message : "");
+        return 0;
+    }
+    p->no_template = it->kind == INPUT_KIND_CHAT && m->chat == CHAT_NONE && !m->chat_jinja;
     const char *code;
     char msg[1024];
-    /* the line's gen (moved into L) holds its logit bias */
-    struct input_item view = *it;
-    view.gen = L->gen;
-    int64_t fallbacks = rd->fb.n;
-    int rc = ingest_prompt(rd->m, rd->c->parse_special, &view, &L->prompt, &L->n_prompt, &rd->fb, &code, msg, sizeof msg,
-                           e);
-    if (fallbacks == 0 && rd->fb.n > 0) rd->fallback_line = L->no;
-    it->prompt_ids = view.prompt_ids;
+    int rc = ingest_prompt(m, s->c->parse_special, it, &p->prompt, &p->n_prompt, fb, &code, msg, sizeof msg, e);
     if (rc < 0) return -1;
-    if (rc > 0) make_bad(L, code, "%s", msg);
+    if (rc > 0) make_bad(p, code, "%s", msg);
+    else check_with_engine(s, p);
     return 0;
 }
 
-/* The keys of line li's completions, folded into works by the ledger. */
-static int add_line_works(struct reader *rd, uint32_t li, struct err *e)
+/* The key and seed of completion k of request p. */
+static int completion_key(const ingest_source *s, const struct prepared *p, int32_t k, uint8_t key[32],
+                          uint64_t *seed, struct err *e)
 {
-    struct ledger_line *L = &rd->l->lines[li];
-    int32_t max_tokens = ingest_max_tokens(rd->m, L->n_prompt, L->gen.max_tokens); /* >= 1 here */
-    uint64_t base = L->gen.has_seed ? L->gen.seed : key_id_seed(L->custom_id);
-    L->n = L->gen.n;
-    L->works = malloc((size_t)L->n * sizeof *L->works);
-    if (!L->works) return err_set(e, "out of memory");
-    struct gen_params run = L->gen; /* what the completions run with (shallow: stop and logit_bias borrowed) */
-    run.max_tokens = max_tokens;
-    for (int32_t i = 0; i < L->n; i++) {
-        uint64_t seed = key_completion_seed(base, (uint32_t)i);
-        struct key_params kp;
-        memset(&kp, 0, sizeof kp);
-        kp.model_sha256 = rd->m->sha256;
-        kp.kv_type = (uint32_t)rd->m->ep.kv_type;
-        kp.gen = &run;
-        kp.seed = seed;
-        kp.prompt = L->prompt;
-        kp.n_prompt = L->n_prompt;
-        kp.index = (uint32_t)i;
-        uint8_t key[32];
-        int folded;
-        if (key_compute(&kp, key, e) != 0) return -1;
-        if (ledger_add_work(rd->l, li, i, key, max_tokens, seed, &folded, e) != 0) return -1;
-        rd->st->folded_duplicates += folded;
+    const struct gen_params *g = &p->it.gen;
+    uint64_t base = g->has_seed ? g->seed : key_id_seed(p->it.custom_id);
+    *seed = key_completion_seed(base, (uint32_t)k);
+    struct gen_params run = *g; /* what the completions run with (shallow: stop and logit_bias borrowed) */
+    run.max_tokens = ingest_max_tokens(s->m, p->n_prompt, g->max_tokens);
+    struct key_params kp;
+    memset(&kp, 0, sizeof kp);
+    kp.model_sha256 = s->m->sha256;
+    kp.kv_type = (uint32_t)s->m->ep.kv_type;
+    kp.gen = &run;
+    kp.seed = *seed;
+    kp.prompt = p->prompt;
+    kp.n_prompt = p->n_prompt;
+    kp.index = (uint32_t)k;
+    return key_compute(&kp, key, e);
+}
+
+/* Reads line L again (and prepares it, when prepare). */
+static int reread_line(ingest_source *s, const struct ledger_line *L, int prepare, struct prepared *p, struct err *e)
+{
+    memset(p, 0, sizeof *p);
+    s->rereading = 1;
+    int rc = input_reread(s->r, L->off, L->no, &p->it, e);
+    if (rc == 0 && prepare) rc = prepare_line(s, p, NULL, e);
+    s->rereading = 0;
+    return rc;
+}
+
+static int changed(const struct ledger_line *L, const char *what, struct err *e)
+{
+    return err_set(e, "backlog line %u changed since this run read it (%s); run again to start from the backlog as "
+                      "it is now", L->no, what);
+}
+
+/* --- duplicate ids --- */
+
+static uint32_t id_hash_of(const ingest_source *s, const char *id)
+{
+    return (uint32_t)XXH3_64bits_withSeed(id, strlen(id), s->id_seed);
+}
+
+static int id_table_grow(ingest_source *s)
+{
+    size_t cap = s->id_cap ? s->id_cap * 2 : 1024;
+    struct id_slot *t = calloc(cap, sizeof *t);
+    if (!t) return -1;
+    for (size_t i = 0; i < s->id_cap; i++) {
+        if (!s->ids[i].line1) continue;
+        size_t j = s->ids[i].hash & (cap - 1);
+        while (t[j].line1) j = (j + 1) & (cap - 1);
+        t[j] = s->ids[i];
     }
+    free(s->ids);
+    s->ids = t;
+    s->id_cap = cap;
     return 0;
 }
 
-/* Adds the line read into *it to the ledger (taking what it keeps from *it). *first_chat_line is set to
- * the line's number when it is chat input that the model cannot render. */
-static int add_item(struct reader *rd, struct input_item *it, int64_t *first_chat_line, struct err *e)
+/* jobs/input's id_seen: the first line with this id, compared exactly (by reading its id again) when the
+ * hashes match; a new id is recorded as the id of the line being read (the next index in the book). */
+static int id_seen(void *user, const char *id, int64_t line, int64_t *first_line)
 {
+    ingest_source *s = user;
+    uint32_t h = id_hash_of(s, id);
+    for (size_t j = s->id_cap ? h & (s->id_cap - 1) : 0; s->id_cap && s->ids[j].line1; j = (j + 1) & (s->id_cap - 1)) {
+        if (s->ids[j].hash != h) continue;
+        const struct ledger_line *F = &s->l->lines[s->ids[j].line1 - 1];
+        if ((int64_t)F->no == line) return 0; /* read again: its own id */
+        char *fid = NULL;
+        struct err e;
+        if (input_reread_id(s->r, F->off, F->no, &fid, &e) != 0) return -1;
+        int same = fid && !strcmp(fid, id);
+        free(fid);
+        if (same) {
+            *first_line = F->no;
+            return 1;
+        }
+    }
+    if (s->rereading) return 0;
+    if ((s->n_ids + 1) * 4 > s->id_cap * 3 && id_table_grow(s) != 0) return -1;
+    size_t j = h & (s->id_cap - 1);
+    while (s->ids[j].line1) j = (j + 1) & (s->id_cap - 1);
+    s->ids[j] = (struct id_slot){(uint32_t)s->l->n_lines + 1, h};
+    s->n_ids++;
+    return 0;
+}
+
+/* --- reading the backlog --- */
+
+/* Adds the line p to the ledger: a bad line, or a request with its works (keys folded by the ledger). */
+static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *st, struct err *e)
+{
+    ledger *l = s->l;
     uint32_t li;
-    if (ledger_add_line(rd->l, &li, e) != 0) return -1;
-    struct ledger_line *L = &rd->l->lines[li];
-    L->no = it->line;
-    L->custom_id = it->custom_id;
-    it->custom_id = NULL;
-    if (it->code) {
-        L->bad = 1;
-        L->code = it->code;
-        L->message = it->message;
-        it->message = NULL;
+    uint8_t digest[32];
+    const struct input_item *it = &p->it;
+    int32_t n = p->code ? 0 : it->gen.n;
+    if (ledger_add_line(l, it->line, it->off, n, &li, e) != 0) return -1;
+    if (p->code) {
+        if (ledger_code_index(p->code) < 0) return err_set(e, "ingest: unknown bad-line code %s (bug)", p->code);
+        ledger_set_bad(l, li, p->code);
+        ledger_digest_bad(it->custom_id, p->code, p->message, digest);
+        st->bad_lines++;
     } else {
-        L->kind = (uint8_t)it->kind;
-        L->model = it->model;
-        it->model = NULL;
-        L->gen = it->gen;
-        memset(&it->gen, 0, sizeof it->gen);
-        if (it->kind == INPUT_KIND_CHAT && rd->m->chat == CHAT_NONE && !rd->m->chat_jinja && !*first_chat_line)
-            *first_chat_line = it->line;
-        if (tokenize_line(rd, L, it, e) != 0) return -1;
-        if (!L->bad && L->prompt && add_line_works(rd, li, e) != 0) return -1;
+        uint8_t keys[LEDGER_MAX_N][32];
+        struct plan_item plan = plan_item_of(p->prompt, p->n_prompt, s->m->ep.kv_block);
+        for (int32_t k = 0; k < n; k++) {
+            uint64_t seed;
+            int folded;
+            if (completion_key(s, p, k, keys[k], &seed, e) != 0) return -1;
+            if (ledger_add_work(l, li, k, keys[k], plan, &folded, e) != 0) return -1;
+            st->folded_duplicates += folded;
+        }
+        l->lines[li].kind = (uint8_t)it->kind;
+        ledger_digest_request(it->custom_id, it->kind, it->model ? it->model : s->m->name, n,
+                              (const uint8_t(*)[32])keys, digest);
     }
-    if (L->bad) rd->st->bad_lines++;
-    digest_line(rd, L);
+    l->lines[li].digest = ledger_digest_head(digest);
     return 0;
 }
 
@@ -299,47 +391,186 @@ static json_t *backlog_json(const char *path, const input_reader *r)
                      input_n_unknown_fields(r));
 }
 
-int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
-                   json_t **backlog, struct err *e)
+static ingest_source *source_init(const struct job_config *c, const struct job_model *m, ledger *l)
 {
-    struct reader rd = {c, m, l, st, {0, ""}, 0};
-    memset(st, 0, sizeof *st);
-    *backlog = NULL;
-    input_reader *r = NULL;
-    struct input_item it;
-    memset(&it, 0, sizeof it);
-    if (input_open(c->backlog, &c->input, &r, e) != 0) return -1;
-    log_info("%s: %s format", c->backlog, input_format_name(input_get_format(r)));
-    int64_t first_chat_line = 0;
+    ingest_source *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->c = c;
+    s->m = m;
+    s->l = l;
+    if (getrandom(&s->id_seed, sizeof s->id_seed, GRND_NONBLOCK) != (ssize_t)sizeof s->id_seed)
+        s->id_seed = (uint64_t)(clock_now() * 1e9) ^ (uint64_t)(uintptr_t)s; /* no entropy yet: still varies */
+    return s;
+}
+
+/* Reads every line of s's backlog into the ledger (interrupted by *c->stop). *first_chat_line: the first chat
+ * line the model cannot render. */
+static int read_lines(ingest_source *s, struct ingest_stats *st, int64_t *first_chat_line, struct err *e)
+{
+    const struct job_config *c = s->c;
+    struct prepared p;
+    memset(&p, 0, sizeof p);
     for (;;) {
         if (c->stop && *c->stop) { /* interrupted while reading: nothing was stored yet */
             st->interrupted = 1;
-            break;
+            return 0;
         }
-        int rc = input_next(r, &it, e);
-        if (rc < 0) goto fail;
-        if (rc == 0) break;
-        if (add_item(&rd, &it, &first_chat_line, e) != 0) {
-            err_prefix(e, "backlog line %lld", (long long)it.line);
-            goto fail;
+        int rc = input_next(s->r, &p.it, e);
+        if (rc < 0) return -1;
+        if (rc == 0) return 0;
+        int64_t fallbacks = s->fb.n;
+        if (prepare_line(s, &p, &s->fb, e) != 0 || add_line(s, &p, st, e) != 0) {
+            err_prefix(e, "backlog line %lld", (long long)p.it.line);
+            prepared_free(&p);
+            return -1;
         }
-        input_item_free(&it);
+        if (fallbacks == 0 && s->fb.n > 0) s->fallback_line = p.it.line;
+        if (p.no_template && !*first_chat_line) *first_chat_line = p.it.line;
+        prepared_free(&p);
     }
+}
+
+int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
+                   json_t **backlog, ingest_source **src, struct err *e)
+{
+    memset(st, 0, sizeof *st);
+    *backlog = NULL;
+    *src = NULL;
+    ingest_source *s = source_init(c, m, l);
+    if (!s) return err_set(e, "out of memory");
+    struct input_opts o = c->input;
+    o.id_seen = id_seen;
+    o.id_user = s;
+    if (input_open(c->backlog, &o, &s->r, e) != 0) goto fail;
+    log_info("%s: %s format", c->backlog, input_format_name(input_get_format(s->r)));
+    int64_t first_chat_line = 0;
+    if (read_lines(s, st, &first_chat_line, e) != 0) goto fail;
     if (first_chat_line) {
         err_set(e, "%s line %lld has chat messages, but the model has no chat template nightshift recognises (%s); "
                    "pass --chat-template NAME with one of: %s",
                 c->backlog, (long long)first_chat_line, m->chat_source, chat_family_list());
         goto fail;
     }
-    if (rd.fb.n)
+    if (s->fb.n)
         log_warn("%lld chat line(s) rendered by nightshift's %s renderer: the model's template failed on them "
                  "(first: line %lld: %s)",
-                 (long long)rd.fb.n, chat_family_name(m->chat), (long long)rd.fallback_line, rd.fb.msg);
-    *backlog = backlog_json(c->backlog, r);
-    input_close(r);
+                 (long long)s->fb.n, chat_family_name(m->chat), (long long)s->fallback_line, s->fb.msg);
+    *backlog = backlog_json(c->backlog, s->r);
+    l->line_info = ingest_line_info;
+    l->info_user = s;
+    *src = s;
     return 0;
 fail:
-    input_item_free(&it);
-    input_close(r);
+    ingest_source_close(s);
     return -1;
+}
+
+int ingest_estimate_bytes(const char *path, int32_t n, uint64_t *bytes, struct err *e)
+{
+    *bytes = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, "%s: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 20 };
+    char *buf = malloc(CHUNK);
+    if (!buf) {
+        fclose(f);
+        return err_set(e, "out of memory");
+    }
+    uint64_t lines = 0;
+    size_t got;
+    char last = '\n';
+    while ((got = fread(buf, 1, CHUNK, f)) > 0) {
+        for (const char *p = buf, *end = buf + got; (p = memchr(p, '\n', (size_t)(end - p))); p++) lines++;
+        last = buf[got - 1];
+    }
+    int failed = ferror(f);
+    free(buf);
+    fclose(f);
+    if (failed) return err_set(e, "%s: read: %s", path, strerror(errno));
+    lines += last != '\n'; /* a last line without a newline */
+    *bytes = lines * (ledger_bytes_per_line(n) + INGEST_BYTES_PER_LINE);
+    return 0;
+}
+
+void ingest_source_close(ingest_source *s)
+{
+    if (!s) return;
+    input_close(s->r);
+    free(s->ids);
+    input_item_free(&s->info_item);
+    free(s->info_message);
+    free(s);
+}
+
+size_t ingest_source_bytes(const ingest_source *s)
+{
+    return s ? s->id_cap * sizeof *s->ids : 0;
+}
+
+/* --- reading lines again --- */
+
+int ingest_work_request(ingest_source *s, uint32_t w, struct ingest_request *out, struct err *e)
+{
+    const ledger *l = s->l;
+    const struct ledger_work *W = &l->works[w];
+    const struct ledger_line *L = &l->lines[W->owner];
+    struct prepared p;
+    uint64_t seed;
+    memset(out, 0, sizeof *out);
+    if (reread_line(s, L, 1, &p, e) != 0) goto fail;
+    if (p.code) {
+        changed(L, "it is a bad line now", e);
+        goto fail;
+    }
+    if (completion_key(s, &p, W->index, out->key, &seed, e) != 0) goto fail;
+    if (memcmp(out->key, plan_keymap_key(l->keys, w), PLAN_KEY_BYTES)) {
+        changed(L, "its request's key differs", e);
+        goto fail;
+    }
+    out->it = p.it; /* moved: the request points into *out */
+    out->prompt = p.prompt;
+    request_of(s, &out->it, out->prompt, p.n_prompt, seed, &out->rq);
+    out->rq.id = w;
+    return 0;
+fail:
+    prepared_free(&p);
+    return -1;
+}
+
+void ingest_request_free(struct ingest_request *r)
+{
+    input_item_free(&r->it);
+    free(r->prompt);
+    memset(r, 0, sizeof *r);
+}
+
+int ingest_line_info(void *user, const ledger *l, uint32_t li, struct ledger_line_info *out, struct err *e)
+{
+    ingest_source *s = user;
+    const struct ledger_line *L = &l->lines[li];
+    struct prepared p;
+    memset(out, 0, sizeof *out);
+    input_item_free(&s->info_item);
+    free(s->info_message);
+    s->info_message = NULL;
+    if (reread_line(s, L, L->bad, &p, e) != 0) {
+        prepared_free(&p);
+        return -1;
+    }
+    int other = L->bad ? !p.code || strcmp(p.code, ledger_codes[L->code]) : p.it.code != NULL;
+    if (other) {
+        prepared_free(&p);
+        return changed(L, "it is another kind of line now", e);
+    }
+    if (L->bad && !(s->info_message = strdup(p.message))) {
+        prepared_free(&p);
+        return err_set(e, "out of memory");
+    }
+    s->info_item = p.it;
+    memset(&p.it, 0, sizeof p.it);
+    prepared_free(&p);
+    out->custom_id = s->info_item.custom_id;
+    out->model = s->info_item.model;
+    out->message = s->info_message;
+    return 0;
 }

@@ -8,9 +8,20 @@
  *
  * A line's completions: n (from the line or the defaults), completion i seeded with
  * key_completion_seed(seed, i) where seed is the line's seed or key_id_seed(custom_id); max_tokens is
- * clamped so that prompt + max_tokens fits the model's context. Every line gets a digest of what its output
- * bytes are built from (its id, kind, model name and keys; or its id and error), so that a resumed run can
- * tell whether a stored line row still belongs to it.
+ * clamped so that prompt + max_tokens fits the model's context. A line the run's engine would refuse at
+ * once (engine_check_request: prompt + max_tokens over the whole KV pool, code "request_too_large"; sampling
+ * parameters it refuses) is a bad line here, so that a line read as good never fails for good in the
+ * engine. Every line gets a digest of what its output bytes are built from (its id, kind, model name and
+ * keys; or its id and error: ledger_digest_*), so that a resumed run can tell whether a stored line row still
+ * belongs to it.
+ *
+ * The book keeps no text (jobs/ledger.h, "Memory"): what ingest read is read again from the backlog when it
+ * is needed, by the same code, through the source ingest_backlog returns: a work's prompt and parameters
+ * when it is submitted (ingest_work_request; its key is computed again and must be the one in the book) and
+ * a line's id, model and message when its bytes are built (the ledger's line_info). Duplicate ids are found
+ * with a table of (hash of the id, first line) slots; equal hashes are compared by reading the earlier
+ * line's id again. A backlog changed in place during the run is detected (a key or a digest that no longer
+ * matches) and fails the run instead of writing something else than was read.
  */
 #ifndef NS_JOBS_INGEST_H
 #define NS_JOBS_INGEST_H
@@ -30,11 +41,41 @@ struct ingest_stats {
     int interrupted;           /* *c->stop was set: reading stopped early */
 };
 
-/* Reads c->backlog into l (empty, made by ledger_init). Stops early with st->interrupted when *c->stop is
- * set. *backlog = facts about the file for the record (path, sha256, format, lines, blank lines, bytes,
- * unknown fields; a new reference), NULL on failure. */
+/* What the book of a backlog will hold, for the memory budget before the run (runtime_params.reserve):
+ * its lines (counted: one pass over the file, O(bytes) at memchr speed) at ledger_bytes_per_line(n) plus the
+ * id table and the plan's scratch (INGEST_BYTES_PER_LINE). n: the default completions per line (lines that
+ * ask for more cost more). */
+#define INGEST_BYTES_PER_LINE 32
+int ingest_estimate_bytes(const char *path, int32_t n, uint64_t *bytes, struct err *e);
+
+/* What reads the backlog's lines again during the run. */
+typedef struct ingest_source ingest_source;
+
+/* Reads c->backlog into l (empty, made by ledger_init) and sets l's line_info. Stops early with
+ * st->interrupted when *c->stop is set. *backlog = facts about the file for the record (path, sha256,
+ * format, lines, blank lines, bytes, unknown fields; a new reference), NULL on failure. *src = the source
+ * (c, m and l must outlive it; close it with ingest_source_close after the last commit), NULL on failure. */
 int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
-                   json_t **backlog, struct err *e);
+                   json_t **backlog, ingest_source **src, struct err *e);
+void ingest_source_close(ingest_source *src);
+/* Bytes the source holds (the id table), for the record. */
+size_t ingest_source_bytes(const ingest_source *src);
+
+/* The engine request that runs work w, read again from its owner line: rq (id = w; its pointers point into
+ * this struct; the engine copies what it keeps) and the work's full key (checked against the book's). Free
+ * with ingest_request_free. Fails when the line reads back otherwise than it did (the backlog changed). */
+struct ingest_request {
+    struct engine_request rq;
+    uint8_t key[32];
+    struct input_item it;  /* the owner line as read again (parameters, stop strings, constraint) */
+    int32_t *prompt;       /* (rq.n_prompt) */
+};
+int ingest_work_request(ingest_source *src, uint32_t w, struct ingest_request *out, struct err *e);
+void ingest_request_free(struct ingest_request *r);
+
+/* The ledger's line_info (user = the source): line li's id and model, and a bad line's message, read again
+ * (valid until the next call). Fails when the line is another kind of line now. */
+int ingest_line_info(void *src, const ledger *l, uint32_t li, struct ledger_line_info *out, struct err *e);
 
 /* What a request's prompt becomes, exactly as for a backlog line: chat messages rendered with m->chat and
  * tokenized (special tokens parsed), a text prompt tokenized (BOS as the vocabulary says; special-token text
@@ -58,9 +99,5 @@ int ingest_prompt(const struct job_model *m, int parse_special, struct input_ite
                   struct err *e);
 /* max_tokens clamped so that n_prompt + max_tokens fits the model's context (n_prompt below the context). */
 int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t max_tokens);
-
-/* The engine request that runs work w: its owner line's prompt and parameters, id = w. Points into l (the
- * engine copies what it keeps). The same parameters went into w's key. */
-void ingest_work_request(const ledger *l, uint32_t w, struct engine_request *rq);
 
 #endif

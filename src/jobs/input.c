@@ -1,9 +1,10 @@
 /* input — see input.h.
  *
  * Invariant: the line buffer never holds more than max_line_bytes bytes; every non-blank physical line
- * yields exactly one item (request or bad line), in file order; an id read from any line (good or bad)
- * is in the id set, so a later line with the same id is a duplicate; each unknown field name is warned
- * about once.
+ * yields exactly one item (request or bad line), in file order, with its byte offset; an id read from any
+ * JSON line (good or bad) is in the id set (or was told to id_seen), so a later line with the same id is a
+ * duplicate; each unknown field name is warned about once. A line read again (input_reread) is parsed by the
+ * same code from the same bytes, so it yields the same item while the file is unchanged.
  */
 #include "jobs/input.h"
 
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <xxhash.h>
@@ -133,6 +135,11 @@ struct input_reader {
     size_t line_len, line_cap;
     unsigned char lead; /* first byte of the current line that is not a space, tab or CR (0: none yet) */
     int sniffed;        /* the first block was checked for being text (sniff_text) */
+    int64_t line_off;   /* byte offset of the current line */
+    char *reline[2];    /* (max_line_bytes + 8) input_reread's buffers: an id_seen callback may read an
+                           earlier line's id while a line read again is being parsed */
+    int depth;          /* input_reread calls in progress */
+    int no_ids;         /* reading an id for input_reread_id: no duplicate check */
     int64_t n_lines, n_blank;
     uint64_t n_bytes;
     sha256_ctx *sha;
@@ -223,6 +230,7 @@ static int read_line(input_reader *r, int *too_long, struct err *e)
 {
     r->line_len = 0;
     r->lead = 0;
+    r->line_off = (int64_t)r->n_bytes - (int64_t)(r->rlen - r->rpos);
     *too_long = 0;
     int got_any = 0;
     for (;;) {
@@ -370,6 +378,8 @@ void input_close(input_reader *r)
     free(r->path);
     free(r->rbuf);
     free(r->line);
+    free(r->reline[0]);
+    free(r->reline[1]);
     strset_free(&r->ids);
     strset_free(&r->warned);
     free(r);
@@ -547,11 +557,19 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
     return messages ? parse_messages(messages, it, b) : parse_prompt(prompt, it, b);
 }
 
-/* Registers the id; a duplicate is a bad line. */
+/* Registers the id (in the reader's own set, or through the id_seen callback); a duplicate is a bad line. */
 static int take_id(input_reader *r, struct input_item *it, const char *id, struct bad *b)
 {
     it->custom_id = strdup(id);
     if (!it->custom_id) return set_bad(b, "invalid_value", "out of memory");
+    if (r->no_ids) return 0;
+    if (r->o.id_seen) {
+        int64_t first;
+        int seen = r->o.id_seen(r->o.id_user, id, it->line, &first);
+        if (seen < 0) return set_bad(b, "invalid_value", "out of memory");
+        if (seen) return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id, (long long)first);
+        return 0;
+    }
     int64_t at = strset_find(&r->ids, id);
     if (at >= 0 && r->ids.val[at] == it->line) return 0; /* read again (input_reread): its own id */
     if (at >= 0)
@@ -597,19 +615,53 @@ static int is_nonfinite_token(const char *line, size_t len, const json_error_t *
     return !strncasecmp(t, "nan", 3) || !strncasecmp(t, "inf", 3);
 }
 
-/* Parses bytes that must hold one JSON object (what: "a line", "the body") into *root (NULL on failure). */
-static int load_object(const char *bytes, size_t len, const char *what, json_t **root, struct bad *b)
+/* 1 if jansson refused the bytes for a number alone: an integer or a real too big for it ("too big integer",
+ * "real number overflow"), or a NaN / Infinity token. */
+static int is_number_error(const char *bytes, size_t len, const json_error_t *jerr)
 {
-    json_error_t jerr;
-    *root = json_loadb(bytes, len, JSON_REJECT_DUPLICATES, &jerr);
+    return strstr(jerr->text, "too big") || strstr(jerr->text, "overflow") || is_nonfinite_token(bytes, len, jerr);
+}
+
+/* The path of the first string in v that holds a NUL byte (a \u0000 escape) into path (cap bytes), or 0
+ * when none does. Recursion depth is bounded by jansson's parser depth limit. */
+static int find_nul(const json_t *v, char *path, size_t cap)
+{
+    if (json_is_string(v)) return strlen(json_string_value(v)) != json_string_length(v);
+    size_t at = strlen(path);
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            snprintf(path + at, cap - at, "[%zu]", i);
+            if (find_nul(json_array_get(v, i), path, cap)) return 1;
+        }
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x)
+        {
+            snprintf(path + at, cap - at, "%s%.40s", at ? "." : "", k);
+            if (find_nul(x, path, cap)) return 1;
+        }
+    }
+    path[at] = '\0';
+    return 0;
+}
+
+/* Parses bytes that must hold one JSON object (what: "a line", "the body") into *root (NULL on failure).
+ * A string holding a NUL byte is parsed (so that the rest of the object, a line's id, can still be read)
+ * and then refused by naming it; *jerr is jansson's error when the bytes are not JSON (text "" else). */
+static int load_object(const char *bytes, size_t len, const char *what, json_t **root, json_error_t *jerr,
+                       struct bad *b)
+{
+    *root = json_loadb(bytes, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, jerr);
     if (!*root) {
         /* name the common non-JSON numbers plainly */
-        if (is_nonfinite_token(bytes, len, &jerr))
-            return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr.column);
-        if (strstr(jerr.text, "overflow"))
-            return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr.column, jerr.text);
-        return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr.text, jerr.column);
+        if (is_nonfinite_token(bytes, len, jerr))
+            return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr->column);
+        if (is_number_error(bytes, len, jerr))
+            return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr->column, jerr->text);
+        return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr->text, jerr->column);
     }
+    jerr->text[0] = '\0';
     if (!json_is_object(*root)) {
         set_bad(b, "invalid_type", "%s must be a JSON object, got %s", what, genparam_json_type(*root));
         json_decref(*root);
@@ -619,13 +671,71 @@ static int load_object(const char *bytes, size_t len, const char *what, json_t *
     return 0;
 }
 
+/* Refuses an object with a NUL byte in any string (after its id was read: the bad line keeps it). */
+static int refuse_nul(const json_t *root, struct bad *b)
+{
+    char path[256] = "";
+    if (find_nul(root, path, sizeof path)) return set_bad(b, "invalid_value", "'%s' holds a NUL character (\\u0000)", path);
+    return 0;
+}
+
+/* The id of a line's object: "custom_id" (openai), or "id" or else "custom_id" (jsonl, integers allowed). */
+static int read_line_id(input_reader *r, const json_t *root, struct input_item *it, struct bad *b)
+{
+    if (r->format == INPUT_FORMAT_OPENAI) return read_id(r, json_object_get(root, "custom_id"), "custom_id", 0, it, b);
+    const json_t *id = json_object_get(root, "id");
+    if (!id && json_object_get(root, "custom_id"))
+        return read_id(r, json_object_get(root, "custom_id"), "custom_id", 1, it, b);
+    return read_id(r, id, "id", 1, it, b);
+}
+
+static int is_token_char(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '+' || c == '-' ||
+           c == '.';
+}
+
+/* A line that is JSON but for out-of-range numbers (or NaN / Infinity tokens) still has an id: each bad token
+ * is blanked out of a copy (it becomes "[]", which no id can be) until the copy parses, and the id is read
+ * from that into *it (registered as any other id). At most 16 tokens; no id when the copy never parses. */
+static void salvage_id(input_reader *r, const json_error_t *first, struct input_item *it)
+{
+    size_t len = r->line_len;
+    char *copy = malloc(len + 1);
+    if (!copy) return;
+    memcpy(copy, r->line, len + 1);
+    json_error_t jerr = *first;
+    for (int k = 0; k < 16 && is_number_error(copy, len, &jerr); k++) {
+        if (jerr.position < 0 || (size_t)jerr.position > len) break;
+        size_t start = (size_t)jerr.position, end = start;
+        while (start > 0 && is_token_char(copy[start - 1])) start--;
+        while (end < len && is_token_char(copy[end])) end++;
+        if (end - start < 2) break;
+        memset(copy + start, ' ', end - start);
+        copy[start] = '[';
+        copy[start + 1] = ']';
+        json_t *root = json_loadb(copy, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+        if (root) {
+            struct bad ignored;
+            if (json_is_object(root)) read_line_id(r, root, it, &ignored);
+            json_decref(root);
+            break;
+        }
+    }
+    free(copy);
+}
+
 static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
 {
     json_t *root;
-    if (load_object(r->line, r->line_len, "a line", &root, b)) return -1;
+    json_error_t jerr;
+    if (load_object(r->line, r->line_len, "a line", &root, &jerr, b)) {
+        if (is_number_error(r->line, r->line_len, &jerr)) salvage_id(r, &jerr, it); /* the rest is JSON */
+        return -1;
+    }
     int rc = -1;
+    if (read_line_id(r, root, it, b) != 0 || refuse_nul(root, b) != 0) goto done;
     if (r->format == INPUT_FORMAT_OPENAI) {
-        if (read_id(r, json_object_get(root, "custom_id"), "custom_id", 0, it, b) != 0) goto done;
         const json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
         const json_t *body = json_object_get(root, "body");
         const char *k;
@@ -668,13 +778,6 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             goto done;
         }
     } else {
-        const json_t *id = json_object_get(root, "id");
-        const char *idname = "id";
-        if (!id && json_object_get(root, "custom_id")) {
-            id = json_object_get(root, "custom_id");
-            idname = "custom_id";
-        }
-        if (read_id(r, id, idname, 1, it, b) != 0) goto done;
         static const char *const skip[] = {"id", "custom_id", NULL};
         if (parse_request_fields(r, root, "", skip, it, b) != 0) goto done;
     }
@@ -688,7 +791,8 @@ done:
  * message. */
 static int to_bad_item(struct input_item *it, const struct bad *b, struct err *e)
 {
-    struct input_item keep = {.line = it->line, .custom_id = it->custom_id, .code = b->code, .model = it->model};
+    struct input_item keep = {
+        .line = it->line, .off = it->off, .custom_id = it->custom_id, .code = b->code, .model = it->model};
     it->custom_id = NULL;
     it->model = NULL;
     input_item_free(it);
@@ -696,6 +800,43 @@ static int to_bad_item(struct input_item *it, const struct bad *b, struct err *e
     it->message = strdup(b->msg);
     if (!it->message) return err_set(e, "out of memory");
     return 0;
+}
+
+/* Parses the line in r->line (line it->line, at byte it->off) into *it: a request or a bad line. Returns 1, or
+ * -1 when out of memory. */
+static int parse_line(input_reader *r, struct input_item *it, int too_long, struct err *e)
+{
+    struct bad b = {0};
+    if (too_long) {
+        set_bad(&b, "line_too_long", "line is over --max-line-bytes (%zu bytes)", r->o.max_line_bytes);
+        goto bad_line;
+    }
+    if (genparam_copy(&it->gen, &r->o.defaults, e) != 0) return -1;
+    size_t bad_at;
+    if (!utf8_valid(r->line, r->line_len, &bad_at)) {
+        set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
+        goto bad_line;
+    }
+    if (r->format == INPUT_FORMAT_TEXT) {
+        if (memchr(r->line, '\0', r->line_len)) {
+            set_bad(&b, "invalid_value", "the line contains a NUL byte");
+            goto bad_line;
+        }
+        char num[32];
+        snprintf(num, sizeof num, "%lld", (long long)it->line);
+        it->custom_id = strdup(num); /* line numbers are unique: no id set */
+        it->kind = INPUT_KIND_COMPLETION;
+        it->prompt = malloc(r->line_len + 1);
+        if (!it->custom_id || !it->prompt) return err_set(e, "out of memory");
+        memcpy(it->prompt, r->line, r->line_len + 1);
+        it->prompt_len = r->line_len;
+        return 1;
+    }
+    if (parse_json_line(r, it, &b) != 0) goto bad_line;
+    return 1;
+bad_line:
+    if (to_bad_item(it, &b, e) != 0) return -1;
+    return 1;
 }
 
 int input_next(input_reader *r, struct input_item *it, struct err *e)
@@ -713,43 +854,97 @@ int input_next(input_reader *r, struct input_item *it, struct err *e)
             }
             return 0;
         }
-        struct bad b = {0};
         it->line = r->n_lines;
-        if (too_long) {
-            set_bad(&b, "line_too_long", "line is over --max-line-bytes (%zu bytes)", r->o.max_line_bytes);
-            goto bad_line;
-        }
-        if (is_blank(r->line, r->line_len)) {
+        it->off = r->line_off;
+        if (!too_long && is_blank(r->line, r->line_len)) {
             r->n_blank++;
             continue;
         }
-        if (genparam_copy(&it->gen, &r->o.defaults, e) != 0) return -1;
-        size_t bad_at;
-        if (!utf8_valid(r->line, r->line_len, &bad_at)) {
-            set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
-            goto bad_line;
-        }
-        if (r->format == INPUT_FORMAT_TEXT) {
-            if (memchr(r->line, '\0', r->line_len)) {
-                set_bad(&b, "invalid_value", "the line contains a NUL byte");
-                goto bad_line;
-            }
-            char num[32];
-            snprintf(num, sizeof num, "%lld", (long long)it->line);
-            if (take_id(r, it, num, &b) != 0) goto bad_line;
-            it->kind = INPUT_KIND_COMPLETION;
-            it->prompt = malloc(r->line_len + 1);
-            if (!it->prompt) return err_set(e, "out of memory");
-            memcpy(it->prompt, r->line, r->line_len + 1);
-            it->prompt_len = r->line_len;
-            return 1;
-        }
-        if (parse_json_line(r, it, &b) != 0) goto bad_line;
-        return 1;
-    bad_line:
-        if (to_bad_item(it, &b, e) != 0) return -1;
-        return 1;
+        return parse_line(r, it, too_long, e);
     }
+}
+
+/* Reads the physical line at byte off into buf (max_line_bytes + 8 bytes) as read_line reads it: a UTF-8
+ * byte order mark at offset 0 and a trailing CR dropped; *len, and *too_long when it has more than
+ * max_line_bytes bytes. O(line) (pread: the sequential reader is not disturbed). */
+static int reread_bytes(input_reader *r, int64_t off, char *buf, size_t *len, int *too_long, struct err *e)
+{
+    size_t max = r->o.max_line_bytes, cap = max + 8, n = 0, chunk = 512;
+    *too_long = 0;
+    for (;;) {
+        size_t want = cap - 1 - n < chunk ? cap - 1 - n : chunk; /* lines are short: read little, then more */
+        chunk *= 2;
+        ssize_t got = pread(fileno(r->f), buf + n, want, (off_t)(off + (int64_t)n));
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            return err_set(e, "%s: read at byte %lld: %s", r->path, (long long)off, strerror(errno));
+        }
+        char *nl = memchr(buf + n, '\n', (size_t)got);
+        n += (size_t)got;
+        if (nl) {
+            n = (size_t)(nl - buf);
+            break;
+        }
+        if (got == 0) break;
+        if (n > max + 1) { /* as read_line: more than max_line_bytes + 1 bytes before the newline */
+            *too_long = 1;
+            return 0;
+        }
+    }
+    if (n > max + 1) {
+        *too_long = 1;
+        return 0;
+    }
+    if (off == 0 && n >= 3 && !memcmp(buf, "\xef\xbb\xbf", 3)) {
+        memmove(buf, buf + 3, n - 3);
+        n -= 3;
+    }
+    if (n && buf[n - 1] == '\r') n--;
+    if (n > max) *too_long = 1;
+    buf[n] = '\0';
+    *len = n;
+    return 0;
+}
+
+int input_reread(input_reader *r, int64_t off, int64_t line, struct input_item *it, struct err *e)
+{
+    memset(it, 0, sizeof *it);
+    it->line = line;
+    it->off = off;
+    size_t len = 0, cap = r->o.max_line_bytes + 8;
+    int too_long, d = r->depth;
+    if (off < 0) return err_set(e, "%s: line %lld has no offset (bug)", r->path, (long long)line);
+    if (d >= 2) return err_set(e, "input: input_reread nested too deep (bug)");
+    if (!r->reline[d] && !(r->reline[d] = malloc(cap))) return err_set(e, "out of memory");
+    if (reread_bytes(r, off, r->reline[d], &len, &too_long, e) != 0) return -1;
+    if (!too_long && is_blank(r->reline[d], len))
+        return err_set(e, "%s: line %lld (byte %lld) is blank now: the backlog changed", r->path, (long long)line,
+                       (long long)off);
+    char *saved = r->line;
+    size_t saved_len = r->line_len;
+    r->line = r->reline[d];
+    r->line_len = len;
+    r->depth++;
+    int rc = parse_line(r, it, too_long, e);
+    r->depth--;
+    r->line = saved;
+    r->line_len = saved_len;
+    return rc < 0 ? -1 : 0;
+}
+
+int input_reread_id(input_reader *r, int64_t off, int64_t line, char **id, struct err *e)
+{
+    struct input_item it;
+    int saved = r->no_ids;
+    r->no_ids = 1;
+    int rc = input_reread(r, off, line, &it, e);
+    r->no_ids = saved;
+    *id = NULL;
+    if (rc != 0) return -1;
+    *id = it.custom_id;
+    it.custom_id = NULL;
+    input_item_free(&it);
+    return 0;
 }
 
 int input_parse_body(const char *bytes, size_t len, const struct gen_params *defaults, enum input_kind want,
@@ -765,7 +960,8 @@ int input_parse_body(const char *bytes, size_t len, const struct gen_params *def
         set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
         goto bad;
     }
-    if (load_object(bytes, len, "the body", root, &b)) goto bad;
+    json_error_t jerr;
+    if (load_object(bytes, len, "the body", root, &jerr, &b) || refuse_nul(*root, &b)) goto bad;
     if (parse_request_fields(NULL, *root, "", skip ? skip : none, it, &b) != 0) goto bad;
     if (want == INPUT_KIND_CHAT && it->kind != INPUT_KIND_CHAT) {
         set_bad(&b, "invalid_value", "/v1/chat/completions needs 'messages'");

@@ -10,10 +10,16 @@
  * Lines are read with a bounded reader: a line over max_line_bytes is never held in memory (the rest of
  * it is skipped up to the newline) and becomes a bad line. Every other problem with a line — not JSON,
  * invalid UTF-8, a missing or duplicate id, a wrong type, a NaN/inf or out-of-range value, a missing prompt —
- * also becomes a bad line with a code and a message; reading continues. Checks that need the model (prompt
- * length against the context, token ids against the vocabulary) are the caller's.
+ * also becomes a bad line with a code and a message; reading continues. A line that is JSON but for an
+ * out-of-range number (1e400, a seed of 2^64) or a NaN / Infinity token, or whose strings hold a NUL byte
+ * (a \u0000 escape), keeps its id in the bad line. Checks that need the model (prompt length against the
+ * context, token ids against the vocabulary) are the caller's.
  *
- * Memory: one line buffer of max_line_bytes, plus the set of ids seen so far (for duplicates): O(ids).
+ * Every line has its byte offset (input_item.off): input_reread reads it again from there and parses it the
+ * same way, so a caller need not keep what a line holds (jobs/ingest keeps offsets, not text).
+ *
+ * Memory: one line buffer of max_line_bytes (two more once input_reread is used), plus the set of ids seen
+ * so far (for duplicates; O(ids)) unless the caller keeps it (input_opts.id_seen).
  */
 #ifndef NS_JOBS_INPUT_H
 #define NS_JOBS_INPUT_H
@@ -38,9 +44,11 @@ struct input_msg {
 
 struct input_item {
     int64_t line;         /* 1-based line number in the file */
+    int64_t off;          /* byte offset of the line in the file (input_reread reads it again from there) */
     char *custom_id;      /* NULL only for a bad line without a readable id */
     /* bad line: code is non-NULL ("invalid_json", "invalid_utf8", "line_too_long", "missing_id",
-     * "duplicate_id", "invalid_type", "invalid_value", "missing_prompt", "unsupported_request") */
+     * "duplicate_id", "invalid_type", "invalid_value", "missing_prompt", "unsupported_request"; a server
+     * body also "unknown_field") */
     const char *code;
     char *message;
     /* request (code == NULL) */
@@ -61,6 +69,12 @@ struct input_opts {
     enum input_format format; /* AUTO to detect */
     size_t max_line_bytes;    /* default 1 MiB */
     struct gen_params defaults; /* borrowed; copied into each item */
+    /* Duplicate ids (openai and jsonl; a text line's id is its number, unique by construction). NULL
+     * (default): the reader keeps every id in a set of its own (O(ids) memory). Else called for every id
+     * read: returns 1 with *first_line when an earlier line (a smaller number) has the same id, 0 when none
+     * has (the id is then this line's), -1 when it cannot tell (out of memory). */
+    int (*id_seen)(void *user, const char *id, int64_t line, int64_t *first_line);
+    void *id_user;
 };
 
 struct input_opts input_default_opts(void);
@@ -81,6 +95,15 @@ int input_format_parse(const char *name, enum input_format *out); /* -1 if unkno
 /* Reads the next non-blank line into *it (request or bad line). Returns 1, 0 at end of file, -1 on an I/O
  * error. *it is overwritten; the caller frees it with input_item_free. */
 int input_next(input_reader *r, struct input_item *it, struct err *e);
+
+/* Reads the line numbered `line` at byte off again (an item's line and off) and parses it as input_next
+ * did: the same request or bad line, as long as the file has not changed (ids go through the same duplicate
+ * check, so id_seen must answer "not a duplicate" for the line's own id). Blank now: an error. Does not
+ * disturb input_next. O(line). */
+int input_reread(input_reader *r, int64_t off, int64_t line, struct input_item *it, struct err *e);
+/* The id of the line at off as input_reread reads it (*id malloc'd, NULL for none), without the duplicate
+ * check: for an id_seen callback comparing with an earlier line. */
+int input_reread_id(input_reader *r, int64_t off, int64_t line, char **id, struct err *e);
 
 /* One request body from elsewhere than a backlog (a server's POST body): bytes that must be one JSON object
  * with "prompt" or "messages", "model" and generation fields, read with the rules and messages of a

@@ -4,7 +4,8 @@
  *   2. store   jobs/settings   the store is bound to this run's settings
  *              jobs/reconcile  ledger, store and output files made to agree; what is done is skipped
  *   3. plan    jobs/plan       the pending works in submission order
- *   4. run     run_engine      works fed to the engine; its results handed to the ledger, which commits
+ *   4. run     run_engine      works fed to the engine (each read again from the backlog by offset:
+ *                              jobs/ingest); its results handed to the ledger, which commits
  *                              them (ledger_commit_and_write) at most every commit_interval seconds and at
  *                              the end, and only then writes their lines
  *   5. record  jobs/record
@@ -12,8 +13,11 @@
  * Invariant of the engine loop: in_engine = works submitted to rank 0's own engine and not yet taken back,
  * at most 2 * max_seqs; every result taken back, from the engine or from another rank (jobs/dist), is handed
  * to the ledger at once; feed.n_left = works of the plan not yet handed out, to rank 0 or another rank.
- * feed.n_held_self = in_engine whenever jobs/dist may look. The ledger's invariants (ledger_check) are checked
- * at the end of every run, and after every commit when the engine runs with debug_checks.
+ * feed.n_held_self = in_engine whenever jobs/dist may look. Every work handed out and not yet back holds one
+ * entry of the flight table (its engine request id is the entry's index): the work and its full key, which
+ * the book does not keep (jobs/ledger.h, "Memory"); so the table is as long as the most works ever out. The
+ * ledger's invariants (ledger_check) are checked at the end of every run, and after every commit when the
+ * engine runs with debug_checks.
  */
 #include "jobs/job.h"
 
@@ -37,16 +41,32 @@
 #include "util/clock.h"
 #include "util/log.h"
 
+enum { JOB_LATENCY_SAMPLES = 1 << 16 };
+
+/* A work handed out (to rank 0's engine or another rank) and not yet back. */
+struct flight {
+    uint32_t work;
+    uint8_t key[32]; /* its full key: the result is stored under it */
+};
+
 typedef struct job {
     const struct job_config *c;
     const struct job_model *m;
     struct job_summary *sum;
     ledger book;
+    ingest_source *src;   /* owned: reads lines again (prompts when submitted, ids when lines are built) */
     store *st;            /* owned; the ledger borrows it */
     output_file *out[2];  /* owned, by enum store_file; the ledger borrows them */
     int64_t n_pending_start, n_done_run, n_failed_run;
-    double *latency;      /* (n_pending_start) seconds from engine_add to the result, per finished work */
+    struct flight *flight; /* (cap_flight) by engine request id */
+    uint32_t *free_flight; /* (n_free) unused entries of flight */
+    size_t cap_flight, n_free;
+    struct ingest_request cur; /* the request feed_next made last (jobs/dist reads it until the next call) */
+    double *latency;      /* (JOB_LATENCY_SAMPLES) seconds from engine_add to the result: a uniform sample of
+                             every finished work's (reservoir sampling), so memory stays fixed */
     size_t n_latency;
+    int64_t n_latency_seen;
+    uint64_t latency_rng;
     double t_commit_last;
     json_t *backlog_json; /* backlog facts for the record */
     json_t *repair_json;  /* what reconcile did, for the record */
@@ -101,8 +121,30 @@ static int check_path(const char *flag, const char *path, struct err *e)
     return 0;
 }
 
+/* The backlog: a regular file (see job_check_paths). */
+static int check_backlog(const char *path, struct err *e)
+{
+    static const char why[] = "a backlog must be a regular file: the run reads its lines again by offset, and a "
+                              "resumed run reads it again";
+    struct stat st;
+    if (!path || !*path) return err_set(e, "no backlog given");
+    if (!strcmp(path, "-"))
+        return err_set(e, "backlog -: reading the backlog from standard input is not supported yet (%s); save it "
+                          "to a file first (e.g. ... > backlog.jsonl)", why);
+    if (stat(path, &st) != 0) return err_set(e, "backlog %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) return 0;
+    const char *what = S_ISDIR(st.st_mode)                         ? "a directory"
+                       : S_ISFIFO(st.st_mode)                      ? "a pipe"
+                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                       : S_ISSOCK(st.st_mode)                      ? "a socket"
+                                                                   : "not a regular file";
+    return err_set(e, "backlog %s: is %s; %s (a stream is not supported yet: save it to a file first)", path, what,
+                   why);
+}
+
 int job_check_paths(const struct job_config *c, struct err *e)
 {
+    if (check_backlog(c->backlog, e) != 0) return -1;
     if (check_path("-o", c->output, e) || check_path("--errors", c->errors, e) || check_path("--store", c->store, e))
         return -1;
     return c->record ? check_path("--record", c->record, e) : 0;
@@ -113,7 +155,7 @@ int job_check_paths(const struct job_config *c, struct err *e)
 static int read_backlog(job *j, struct err *e)
 {
     struct ingest_stats st;
-    if (ingest_backlog(j->c, j->m, &j->book, &st, &j->backlog_json, e) != 0) return -1;
+    if (ingest_backlog(j->c, j->m, &j->book, &st, &j->backlog_json, &j->src, e) != 0) return -1;
     j->sum->lines = (int64_t)j->book.n_lines;
     j->sum->work_total = (int64_t)j->book.n_works;
     j->sum->input_errors = st.bad_lines;
@@ -150,25 +192,58 @@ static int open_store(job *j, struct err *e)
 
 /* --- 3. plan --- */
 
-/* The pending works in submission order (jobs/plan); prompts that no pending work needs are freed. */
+/* The pending works in submission order (jobs/plan, from the works' plan summaries), and the latency
+ * sample. */
 static int plan_work(job *j, uint32_t **order, size_t *n_order, struct err *e)
 {
     const ledger *l = &j->book;
-    struct plan_item *items = calloc(l->n_works ? l->n_works : 1, sizeof *items);
-    if (!items) return err_set(e, "out of memory");
-    for (size_t w = 0; w < l->n_works; w++) {
-        if (l->works[w].state != LEDGER_WORK_PENDING) continue;
-        const struct ledger_line *L = &l->lines[l->works[w].owner];
-        items[w] = (struct plan_item){L->prompt, L->n_prompt};
-    }
-    int rc = plan_order_pending(items, l->n_works, j->m->ep.kv_block, j->c->sort, order, n_order, e);
-    free(items);
-    if (rc != 0) return -1;
-    ledger_drop_idle_prompts(&j->book);
-    j->n_pending_start = (int64_t)*n_order;
-    j->latency = malloc((*n_order ? *n_order : 1) * sizeof *j->latency);
+    size_t m = 0;
+    for (size_t w = 0; w < l->n_works; w++) m += l->works[w].state == LEDGER_WORK_PENDING;
+    *order = malloc((m ? m : 1) * sizeof **order);
+    if (!*order) return err_set(e, "out of memory");
+    *n_order = 0;
+    for (size_t w = 0; w < l->n_works; w++)
+        if (l->works[w].state == LEDGER_WORK_PENDING) (*order)[(*n_order)++] = (uint32_t)w;
+    if (m && plan_order(&l->works[0].plan, sizeof l->works[0], *order, m, j->c->sort, e) != 0) return -1;
+    j->n_pending_start = (int64_t)m;
+    j->latency = malloc(JOB_LATENCY_SAMPLES * sizeof *j->latency);
     if (!j->latency) return err_set(e, "out of memory");
+    j->latency_rng = 0x9e3779b97f4a7c15ull;
     return 0;
+}
+
+/* Keeps a uniform sample of the latencies (reservoir sampling on a fixed xorshift stream). */
+static void note_latency(job *j, double seconds)
+{
+    int64_t i = j->n_latency_seen++;
+    if (j->n_latency < JOB_LATENCY_SAMPLES) {
+        j->latency[j->n_latency++] = seconds;
+        return;
+    }
+    uint64_t x = j->latency_rng;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    j->latency_rng = x;
+    uint64_t k = x % (uint64_t)(i + 1);
+    if (k < JOB_LATENCY_SAMPLES) j->latency[k] = seconds;
+}
+
+/* An unused flight entry (the table grows as more works are out at once); UINT32_MAX when out of memory. */
+static uint32_t flight_take(job *j)
+{
+    if (!j->n_free) {
+        size_t cap = j->cap_flight ? 2 * j->cap_flight : 256;
+        struct flight *f = realloc(j->flight, cap * sizeof *f);
+        if (f) j->flight = f;
+        uint32_t *fr = f ? realloc(j->free_flight, cap * sizeof *fr) : NULL;
+        if (!fr) return UINT32_MAX;
+        j->free_flight = fr;
+        for (size_t i = cap; i > j->cap_flight; i--) {
+            j->flight[i - 1].work = UINT32_MAX; /* free */
+            j->free_flight[j->n_free++] = (uint32_t)(i - 1);
+        }
+        j->cap_flight = cap;
+    }
+    return j->free_flight[--j->n_free];
 }
 
 /* --- 4. run --- */
@@ -176,6 +251,10 @@ static int plan_work(job *j, uint32_t **order, size_t *n_order, struct err *e)
 /* Hands one result (rank 0's own or another rank's) to the ledger, and counts it; takes r's memory. */
 static int hand_in(job *j, struct engine_result *r, struct err *e)
 {
+    if (r->id >= j->cap_flight || j->flight[r->id].work == UINT32_MAX) {
+        engine_result_free(r);
+        return err_set(e, "a result for unknown request %llu (bug)", (unsigned long long)r->id);
+    }
     int ok = r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH;
     struct store_result sr;
     memset(&sr, 0, sizeof sr);
@@ -198,8 +277,12 @@ static int hand_in(job *j, struct engine_result *r, struct err *e)
     j->sum->prompt_tokens += r->n_prompt;
     j->sum->prompt_tokens_cached += r->n_prompt_cached;
     j->sum->gen_tokens += r->n_tokens;
-    if (j->n_latency < (size_t)j->n_pending_start) j->latency[j->n_latency++] = r->t_finished - r->t_added;
-    uint32_t w = (uint32_t)r->id;
+    note_latency(j, r->t_finished - r->t_added);
+    struct flight *f = &j->flight[r->id];
+    uint32_t w = f->work;
+    memcpy(sr.key, f->key, 32);
+    f->work = UINT32_MAX;
+    j->free_flight[j->n_free++] = (uint32_t)r->id;
     engine_result_free(r);
     return ledger_add_result(&j->book, w, &sr, e);
 }
@@ -221,13 +304,22 @@ static int take_results(job *j, int64_t *n_taken, struct err *e)
     return 0;
 }
 
-/* The feed's callbacks (jobs/dist): the next work of the plan, marked queued; another rank's result. */
-static void feed_next(void *ctx, struct engine_request *rq)
+/* The feed's callbacks (jobs/dist): the next work of the plan, read again from the backlog and marked
+ * queued, under a flight entry (the request's id); another rank's result. */
+static int feed_next(void *ctx, struct engine_request *rq, struct err *e)
 {
     job *j = ctx;
     uint32_t w = j->order[j->n_order - j->feed.n_left];
-    ingest_work_request(&j->book, w, rq);
+    ingest_request_free(&j->cur);
+    if (ingest_work_request(j->src, w, &j->cur, e) != 0) return -1;
+    uint32_t slot = flight_take(j);
+    if (slot == UINT32_MAX) return err_set(e, "out of memory");
+    j->flight[slot].work = w;
+    memcpy(j->flight[slot].key, j->cur.key, 32);
+    *rq = j->cur.rq;
+    rq->id = slot;
     ledger_mark_queued(&j->book, w);
+    return 0;
 }
 
 static int feed_result(void *ctx, struct engine_result *r, struct err *e) { return hand_in(ctx, r, e); }
@@ -260,7 +352,7 @@ static int submit_works(job *j, int64_t *in_engine, struct err *e)
     j->feed.n_held_self = *in_engine;
     for (int64_t n = dist_chunk(j->c->dist, &j->feed, *in_engine, limit - *in_engine); n > 0; n--) {
         struct engine_request rq;
-        feed_next(j, &rq);
+        if (feed_next(j, &rq, e) != 0) return -1;
         j->feed.n_left--;
         if (engine_add(j->m->eng, &rq, e) != 0) return -1;
         (*in_engine)++;
@@ -396,8 +488,8 @@ static int write_record(job *j, int64_t t_start_unix, const struct record_energy
 {
     struct engine_stats es;
     engine_get_stats(j->m->eng, &es);
-    struct record_run rr = {j->c, j->m, j->sum, &es, j->latency, j->n_latency, j->backlog_json, j->repair_json,
-                            t_start_unix, energy};
+    struct record_run rr = {j->c, j->m, j->sum, &es, j->latency, j->n_latency, j->n_latency_seen, j->backlog_json,
+                            j->repair_json, t_start_unix, energy, ledger_bytes(&j->book) + ingest_source_bytes(j->src)};
     json_t *rec = record_build(&rr);
     if (j->c->dist) json_object_set_new(rec, "distributed", dist_json(j));
     if (j->mon) {
@@ -467,6 +559,10 @@ done:
     if (rc == 0 && c->dist && !dist_done(c->dist) && dist_drain(c->dist, &j->feed, e) != 0) rc = -1;
     record_energy_stop(&energy);
     ledger_free(&j->book);
+    ingest_request_free(&j->cur);
+    ingest_source_close(j->src);
+    free(j->flight);
+    free(j->free_flight);
     free(j->latency);
     free(j->mon);
     free(order);

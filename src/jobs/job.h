@@ -107,11 +107,13 @@ struct job_summary {
     } repaired;
 };
 
-/* Checks the paths the run will write before any work starts: the output, errors, store and record paths
- * (record may be NULL) must each be a regular file or not exist yet, in a directory that exists and can be
- * written to (the record is written through a temporary file beside it); a file that exists must be
- * writable. The message names the flag and the path ("-o out/: is a directory; give a file path"). Creates
- * nothing. */
+/* Checks the paths before any work starts. The backlog must be a regular file (a pipe, a device, a directory
+ * or "-" for standard input is refused, saying so: its lines are read again by offset during the run and
+ * the whole file again by a resumed run; a stream would first have to be saved to a file). The output,
+ * errors, store and record paths (record may be NULL) must each be a regular file or not exist yet, in a
+ * directory that exists and can be written to (the record is written through a temporary file beside it);
+ * a file that exists must be writable. The message names the flag and the path ("-o out/: is a directory;
+ * give a file path"). Creates nothing. */
 int job_check_paths(const struct job_config *c, struct err *e);
 
 /* Runs the job (job_check_paths first). Returns 0 when every line has ended in one of the files (or the run

@@ -1,8 +1,9 @@
-/* ledger — see ledger.h for the states and the invariants (ledger_check).
+/* ledger — see ledger.h for the states, the memory and the invariants (ledger_check).
  *
- * Inside a commit: results are stored first (each gets its row id and, through `slot`, is found by the
- * lines built in the same commit without a store read), then the finished lines are built and their rows
- * stored, then the transaction commits, then the write buffers go to the files. Lines built from results
+ * Inside a commit: results are stored first (each gets its row id; `fin` is then sorted by work, so the
+ * lines built in the same commit find them without a store read), then the finished lines are built (their
+ * ids, models and messages read again through line_info, their digests checked against the book) and their
+ * rows stored, then the transaction commits, then the write buffers go to the files. Lines built from results
  * of earlier commits read them back from the store (store_get_result, by row id).
  */
 #include "jobs/ledger.h"
@@ -14,11 +15,30 @@
 
 #include "engine/engine.h"
 #include "util/clock.h"
+#include "util/sha256.h"
 
 struct ledger_finished {
     uint32_t work;
     struct store_result r; /* text and error owned (malloc'd) */
 };
+
+struct ledger_held {
+    uint32_t line;
+    int64_t row;           /* its row in the store (no offset yet) */
+    char *text;            /* (lines[line].len) owned */
+};
+
+const char *const ledger_codes[] = {"invalid_json",   "invalid_utf8",    "line_too_long",       "missing_id",
+                                    "duplicate_id",   "invalid_type",    "invalid_value",       "missing_prompt",
+                                    "unsupported_request", "chat_template", "prompt_too_long", "request_too_large",
+                                    "unknown_field", NULL};
+
+int ledger_code_index(const char *code)
+{
+    for (int i = 0; code && ledger_codes[i]; i++)
+        if (!strcmp(code, ledger_codes[i])) return i;
+    return -1;
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -32,22 +52,59 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static void line_free(struct ledger_line *L)
-{
-    free(L->custom_id);
-    free(L->model);
-    free(L->message);
-    genparam_free(&L->gen);
-    free(L->prompt);
-    free(L->works);
-    free(L->text);
-}
-
 static void free_result(struct store_result *r)
 {
     free((char *)r->text);
     free((char *)r->error);
 }
+
+/* --- digests --- */
+
+void ledger_digest_bad(const char *custom_id, const char *code, const char *message, uint8_t out[32])
+{
+    sha256_ctx *c = sha256_init();
+    if (!c) {
+        memset(out, 0, 32);
+        return;
+    }
+    static const char tag[] = "nightshift-bad-v1";
+    const char *id = custom_id ? custom_id : "";
+    sha256_update(c, tag, sizeof tag);
+    sha256_update(c, id, strlen(id) + 1);
+    sha256_update(c, code, strlen(code) + 1);
+    sha256_update(c, message ? message : "", message ? strlen(message) : 0);
+    sha256_final(c, out);
+}
+
+void ledger_digest_request(const char *custom_id, int kind, const char *model, int32_t n, const uint8_t (*keys)[32],
+                           uint8_t out[32])
+{
+    sha256_ctx *c = sha256_init();
+    if (!c) {
+        memset(out, 0, 32);
+        return;
+    }
+    static const char tag[] = "nightshift-line-v1";
+    const char *id = custom_id ? custom_id : "";
+    sha256_update(c, tag, sizeof tag);
+    sha256_update(c, id, strlen(id) + 1);
+    uint8_t k = (uint8_t)kind;
+    sha256_update(c, &k, 1);
+    sha256_update(c, model, strlen(model) + 1);
+    uint32_t nn = (uint32_t)n;
+    sha256_update(c, &nn, 4);
+    for (int32_t i = 0; i < n; i++) sha256_update(c, keys[i], 32);
+    sha256_final(c, out);
+}
+
+uint64_t ledger_digest_head(const uint8_t digest[32])
+{
+    uint64_t h;
+    memcpy(&h, digest, 8);
+    return h;
+}
+
+/* --- the book --- */
 
 int ledger_init(ledger *l, const struct ledger_params *p, struct err *e)
 {
@@ -62,11 +119,12 @@ void ledger_free(ledger *l)
 {
     for (size_t i = 0; i < l->n_fin; i++) free_result(&l->fin[i].r);
     free(l->fin);
-    for (size_t i = 0; i < l->n_lines; i++) line_free(&l->lines[i]);
+    for (size_t i = 0; i < l->n_held; i++) free(l->held[i].text);
+    free(l->held);
     free(l->lines);
     free(l->works);
+    free(l->multi);
     free(l->refs);
-    free(l->slot);
     free(l->ready);
     output_buf_free(&l->wbuf[0]);
     output_buf_free(&l->wbuf[1]);
@@ -74,42 +132,106 @@ void ledger_free(ledger *l)
     memset(l, 0, sizeof *l);
 }
 
+size_t ledger_bytes(const ledger *l)
+{
+    /* arrays count what is in use: the rest of their capacity is address space no page of which is touched */
+    return l->n_lines * sizeof *l->lines + l->n_works * sizeof *l->works + l->n_multi * sizeof *l->multi +
+           l->n_refs * sizeof *l->refs + l->cap_fin * sizeof *l->fin + l->cap_ready * sizeof *l->ready +
+           l->cap_held * sizeof *l->held + (l->keys ? plan_keymap_bytes(l->keys) : 0);
+}
+
+/* The sizes the memory budget is built on (ledger.h, "Memory"). */
+_Static_assert(sizeof(struct ledger_line) == 40, "a ledger line is 40 bytes");
+_Static_assert(sizeof(struct ledger_work) == 32, "a ledger work is 32 bytes");
+
+size_t ledger_bytes_per_line(int32_t n)
+{
+    /* keymap slots: 4 bytes each, at most 8/3 per key (load 3/8 right after it doubles) */
+    size_t per_work = sizeof(struct ledger_work) + PLAN_KEY_BYTES + 11;
+    return sizeof(struct ledger_line) + (size_t)n * per_work + (n > 1 ? (size_t)n * sizeof(uint32_t) : 0);
+}
+
 /* --- filling the book --- */
 
-int ledger_add_line(ledger *l, uint32_t *li, struct err *e)
+int ledger_add_line(ledger *l, int64_t no, int64_t off, int32_t n, uint32_t *li, struct err *e)
 {
     if (l->n_lines >= UINT32_MAX) return err_set(e, "more than %u backlog lines", UINT32_MAX - 1);
+    if (no < 1 || no > UINT32_MAX) return err_set(e, "backlog line number %lld is past %u", (long long)no, UINT32_MAX);
+    if (n < 0 || n > LEDGER_MAX_N) return err_set(e, "%d completions for one line (at most %d)", (int)n, LEDGER_MAX_N);
+    if (l->n_lines && (int64_t)l->lines[l->n_lines - 1].no >= no)
+        return err_set(e, "ledger: line %lld added after line %u (bug)", (long long)no, l->lines[l->n_lines - 1].no);
     if (grow((void **)&l->lines, &l->cap_lines, l->n_lines + 1, sizeof *l->lines)) return err_set(e, "out of memory");
+    uint32_t works = LEDGER_NO_REF;
+    if (n > 1) {
+        if (l->n_multi + (size_t)n > UINT32_MAX) return err_set(e, "more than %u completions", UINT32_MAX);
+        if (grow((void **)&l->multi, &l->cap_multi, l->n_multi + (size_t)n, sizeof *l->multi))
+            return err_set(e, "out of memory");
+        works = (uint32_t)l->n_multi;
+        for (int32_t k = 0; k < n; k++) l->multi[l->n_multi++] = LEDGER_NO_REF;
+    }
     *li = (uint32_t)l->n_lines++;
-    memset(&l->lines[*li], 0, sizeof l->lines[*li]);
-    l->lines[*li].state = LEDGER_LINE_WAITING;
+    struct ledger_line *L = &l->lines[*li];
+    memset(L, 0, sizeof *L);
+    L->off = off;
+    L->no = (uint32_t)no;
+    L->n = (uint8_t)n;
+    L->works = works;
+    L->state = LEDGER_LINE_WAITING;
     return 0;
 }
 
-int ledger_add_work(ledger *l, uint32_t li, int32_t k, const uint8_t key[32], int32_t max_tokens, uint64_t seed,
-                    int *folded, struct err *e)
+void ledger_set_bad(ledger *l, uint32_t li, const char *code)
+{
+    struct ledger_line *L = &l->lines[li];
+    int c = ledger_code_index(code);
+    L->bad = 1;
+    L->code = (uint8_t)(c >= 0 ? c : ledger_code_index("invalid_value"));
+    L->n = 0;
+}
+
+uint32_t ledger_line_work(const ledger *l, const struct ledger_line *L, int32_t k)
+{
+    return L->n == 1 ? L->works : l->multi[L->works + (uint32_t)k];
+}
+
+int ledger_add_work(ledger *l, uint32_t li, int32_t k, const uint8_t key[32], struct plan_item plan, int *folded,
+                    struct err *e)
 {
     int added;
     int64_t w = plan_keymap_put(l->keys, key, &added);
-    if (w < 0) return err_set(e, "out of memory");
+    if (w < 0) return err_set(e, "out of memory (or more than %u unique requests)", UINT32_MAX - 1);
     if (added) {
         if (grow((void **)&l->works, &l->cap_works, (size_t)w + 1, sizeof *l->works))
             return err_set(e, "out of memory");
         struct ledger_work *W = &l->works[w];
         memset(W, 0, sizeof *W);
+        W->plan = plan;
         W->owner = li;
         W->ref_head = LEDGER_NO_REF;
-        W->max_tokens = max_tokens;
-        W->seed = seed;
+        W->index = (uint8_t)k;
         W->state = LEDGER_WORK_PENDING;
         l->n_works = (size_t)w + 1;
+    } else {
+        if (grow((void **)&l->refs, &l->cap_refs, l->n_refs + 1, sizeof *l->refs)) return err_set(e, "out of memory");
+        l->refs[l->n_refs] = (struct ledger_ref){li, l->works[w].ref_head};
+        l->works[w].ref_head = (uint32_t)l->n_refs++;
     }
     *folded = !added;
-    if (grow((void **)&l->refs, &l->cap_refs, l->n_refs + 1, sizeof *l->refs)) return err_set(e, "out of memory");
-    l->refs[l->n_refs] = (struct ledger_ref){li, l->works[w].ref_head};
-    l->works[w].ref_head = (uint32_t)l->n_refs++;
-    l->lines[li].works[k] = (uint32_t)w;
+    struct ledger_line *L = &l->lines[li];
+    if (L->n == 1) L->works = (uint32_t)w;
+    else l->multi[L->works + (uint32_t)k] = (uint32_t)w;
     return 0;
+}
+
+int64_t ledger_find_line(const ledger *l, int64_t no)
+{
+    size_t lo = 0, hi = l->n_lines;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((int64_t)l->lines[mid].no < no) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < l->n_lines && (int64_t)l->lines[lo].no == no ? (int64_t)lo : -1;
 }
 
 /* --- states --- */
@@ -134,31 +256,23 @@ int ledger_queue_line(ledger *l, uint32_t li, struct err *e)
     return 0;
 }
 
-int ledger_credit_lines(ledger *l, uint32_t w, int queue, struct err *e)
+static int credit_line(ledger *l, uint32_t li, int done, int queue, struct err *e)
 {
-    const struct ledger_work *W = &l->works[w];
-    for (uint32_t r = W->ref_head; r != LEDGER_NO_REF; r = l->refs[r].next) {
-        uint32_t li = l->refs[r].line;
-        struct ledger_line *L = &l->lines[li];
-        if (W->state == LEDGER_WORK_DONE) L->n_done++;
-        else L->n_failed++;
-        if (queue && L->n_done + L->n_failed == L->n && ledger_queue_line(l, li, e) != 0) return -1;
-    }
+    struct ledger_line *L = &l->lines[li];
+    if (done) L->n_done++;
+    else L->n_failed++;
+    if (queue && L->n_done + L->n_failed == L->n) return ledger_queue_line(l, li, e);
     return 0;
 }
 
-void ledger_drop_idle_prompts(ledger *l)
+int ledger_credit_lines(ledger *l, uint32_t w, int queue, struct err *e)
 {
-    uint8_t *needed = calloc(l->n_lines ? l->n_lines : 1, 1);
-    if (!needed) return; /* the prompts stay: only memory is lost */
-    for (size_t w = 0; w < l->n_works; w++)
-        if (l->works[w].state == LEDGER_WORK_PENDING) needed[l->works[w].owner] = 1;
-    for (size_t i = 0; i < l->n_lines; i++)
-        if (!needed[i]) {
-            free(l->lines[i].prompt);
-            l->lines[i].prompt = NULL;
-        }
-    free(needed);
+    const struct ledger_work *W = &l->works[w];
+    int done = W->state == LEDGER_WORK_DONE;
+    if (credit_line(l, W->owner, done, queue, e) != 0) return -1;
+    for (uint32_t r = W->ref_head; r != LEDGER_NO_REF; r = l->refs[r].next)
+        if (credit_line(l, l->refs[r].line, done, queue, e) != 0) return -1;
+    return 0;
 }
 
 void ledger_mark_queued(ledger *l, uint32_t w)
@@ -187,26 +301,47 @@ static const char *finish_name(int32_t f)
     return f == ENGINE_FINISH_LENGTH ? "length" : "stop";
 }
 
+static int cmp_fin(const void *a, const void *b)
+{
+    uint32_t x = ((const struct ledger_finished *)a)->work, y = ((const struct ledger_finished *)b)->work;
+    return (x > y) - (x < y);
+}
+
 /* The result of work w: from the current commit or from the store (then *owned is set: free it). */
 static int get_result(ledger *l, uint32_t w, struct store_result *r, int *owned, struct err *e)
 {
     *owned = 0;
-    struct ledger_finished *f = w < l->n_slot ? l->slot[w] : NULL;
+    struct ledger_finished probe = {.work = w};
+    const struct ledger_finished *f = l->n_fin ? bsearch(&probe, l->fin, l->n_fin, sizeof *l->fin, cmp_fin) : NULL;
     if (f) {
         *r = f->r;
         return 0;
     }
     int found;
     if (store_get_result(l->st, l->works[w].result_id, r, &found, e) != 0) return -1;
-    if (!found) return err_set(e, "store: the result of a finished key is missing (backlog line %lld)",
-                               (long long)l->lines[l->works[w].owner].no);
+    if (!found) return err_set(e, "store: the result of a finished key is missing (backlog line %u)",
+                               l->lines[l->works[w].owner].no);
     *owned = 1;
     return 0;
 }
 
+/* A line built: its bytes (malloc'd) and the digest of what they are built from. */
+struct built {
+    char *text;
+    size_t len;
+    uint8_t digest[32];
+};
+
+static int changed(const struct ledger_line *L, struct err *e)
+{
+    return err_set(e, "backlog line %u changed since this run read it (its id, model or message is not what was "
+                      "read); run again to start from the backlog as it is now",
+                   L->no);
+}
+
 /* Appends the line of L's results rs (n entries) to b: a result line, or an error line when one failed. */
-static void put_result_line(const ledger *l, struct ledger_line *L, const struct store_result *rs,
-                            struct output_choice *ch, struct output_buf *b)
+static void put_result_line(const ledger *l, struct ledger_line *L, const struct ledger_line_info *info,
+                            const struct store_result *rs, struct output_choice *ch, struct output_buf *b)
 {
     int32_t failed = -1;
     int64_t gen = 0, created = 0;
@@ -220,104 +355,155 @@ static void put_result_line(const ledger *l, struct ledger_line *L, const struct
         char msg[1200];
         snprintf(msg, sizeof msg, "%s%s", L->n > 1 ? "a completion failed: " : "",
                  rs[failed].error ? rs[failed].error : "failed");
-        output_error_line(b, L->custom_id, L->no, "engine_error", msg);
+        output_error_line(b, info->custom_id, L->no, "engine_error", msg);
         L->file = STORE_FILE_ERRORS;
     } else {
-        struct output_ok o = {L->custom_id, L->kind == INPUT_KIND_CHAT, L->model ? L->model : l->p.model_name, created,
-                              plan_keymap_key(l->keys, L->works[0]), ch, L->n, L->n_prompt, gen};
+        struct output_ok o = {info->custom_id, L->kind == INPUT_KIND_CHAT, info->model ? info->model : l->p.model_name,
+                              created, rs[0].key, ch, L->n, rs[0].n_prompt, gen};
         output_ok_line(b, &o);
         L->file = STORE_FILE_OUTPUT;
     }
 }
 
-/* Builds the bytes of finished line L into L->text and sets L->file. */
-static int build_line(ledger *l, struct ledger_line *L, struct err *e)
+/* The bytes of request line L from its results; the digest from their keys. */
+static int build_request_line(ledger *l, struct ledger_line *L, const struct ledger_line_info *info,
+                              struct output_buf *b, uint8_t digest[32], struct err *e)
 {
+    size_t n = L->n;
+    struct store_result *rs = calloc(n, sizeof *rs);
+    int *owned = calloc(n, sizeof *owned);
+    struct output_choice *ch = calloc(n, sizeof *ch);
+    uint8_t (*keys)[32] = calloc(n, sizeof *keys);
+    int rc = 0;
+    size_t k_loaded = 0;
+    if (!rs || !owned || !ch || !keys) rc = err_set(e, "out of memory");
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        rc = get_result(l, ledger_line_work(l, L, (int32_t)k), &rs[k], &owned[k], e);
+        if (rc == 0) {
+            k_loaded = k + 1;
+            memcpy(keys[k], rs[k].key, 32);
+        }
+    }
+    if (rc == 0) {
+        ledger_digest_request(info->custom_id, L->kind, info->model ? info->model : l->p.model_name, L->n,
+                              (const uint8_t(*)[32])keys, digest);
+        put_result_line(l, L, info, rs, ch, b);
+    }
+    for (size_t k = 0; k < k_loaded; k++)
+        if (owned[k]) free_result(&rs[k]);
+    free(rs);
+    free(owned);
+    free(ch);
+    free(keys);
+    return rc;
+}
+
+/* Builds the bytes of finished line li and sets its file and length. */
+static int build_line(ledger *l, uint32_t li, struct built *out, struct err *e)
+{
+    struct ledger_line *L = &l->lines[li];
     struct output_buf b = {0};
+    struct ledger_line_info info = {0};
+    memset(out, 0, sizeof *out);
+    if (!l->line_info) return err_set(e, "ledger: no line_info to build backlog line %u (bug)", L->no);
+    if (l->line_info(l->info_user, l, li, &info, e) != 0) return -1;
     if (L->bad) {
-        output_error_line(&b, L->custom_id, L->no, L->code, L->message ? L->message : "");
+        const char *code = ledger_codes[L->code], *msg = info.message ? info.message : "";
+        ledger_digest_bad(info.custom_id, code, msg, out->digest);
+        output_error_line(&b, info.custom_id, L->no, code, msg);
         L->file = STORE_FILE_ERRORS;
-    } else {
-        struct store_result *rs = calloc((size_t)L->n, sizeof *rs);
-        int *owned = calloc((size_t)L->n, sizeof *owned);
-        struct output_choice *ch = calloc((size_t)L->n, sizeof *ch);
-        int rc = 0, k_loaded = 0;
-        if (!rs || !owned || !ch) rc = err_set(e, "out of memory");
-        for (int32_t k = 0; k < L->n && rc == 0; k++) {
-            rc = get_result(l, L->works[k], &rs[k], &owned[k], e);
-            if (rc == 0) k_loaded = k + 1;
-        }
-        if (rc == 0) put_result_line(l, L, rs, ch, &b);
-        for (int k = 0; k < k_loaded; k++)
-            if (owned[k]) free_result(&rs[k]);
-        free(rs);
-        free(owned);
-        free(ch);
-        if (rc != 0) {
-            output_buf_free(&b);
-            return -1;
-        }
-    }
-    if (b.oom) {
+    } else if (build_request_line(l, L, &info, &b, out->digest, e) != 0) {
         output_buf_free(&b);
-        return err_set(e, "out of memory building backlog line %lld", (long long)L->no);
+        return -1;
     }
-    free(L->text);
-    L->text = b.p;
-    L->len = b.n;
+    if (ledger_digest_head(out->digest) != L->digest) {
+        output_buf_free(&b);
+        return changed(L, e);
+    }
+    if (b.oom || b.n > UINT32_MAX) {
+        output_buf_free(&b);
+        return err_set(e, "out of memory building backlog line %u (or a line over 4 GiB)", L->no);
+    }
+    out->text = b.p;
+    out->len = b.n;
+    L->len = (uint32_t)b.n;
     return 0;
 }
 
 /* --- one commit --- */
 
-/* Inserts L's row (its built bytes, in L->file, at offset off or -1 for none yet); L->row = its id. */
-static int put_line_row(ledger *l, struct ledger_line *L, int64_t off, struct err *e)
+/* Inserts the row of line L built into *bl, in L->file, at offset off or -1 for none yet; *row = its id. */
+static int put_line_row(ledger *l, const struct ledger_line *L, const struct built *bl, int64_t off, int64_t *row,
+                        struct err *e)
 {
-    struct store_line row = {0, L->no, {0}, L->file, off, L->text, L->len};
-    memcpy(row.digest, L->digest, 32);
-    return store_put_line(l->st, &row, &L->row, e);
+    struct store_line r = {0, L->no, {0}, L->file, off, bl->text, bl->len};
+    memcpy(r.digest, bl->digest, 32);
+    return store_put_line(l->st, &r, row, e);
 }
 
-/* Gives built line L the next offset of its file (inserting its row, or setting the offset of its READY
- * row) and moves its bytes to the write buffer. */
-static int schedule_line(ledger *l, struct ledger_line *L, int insert, struct err *e)
+/* Appends built line L (len bytes at text) at the end of its file's write buffer: SCHEDULED. */
+static int schedule_bytes(ledger *l, struct ledger_line *L, const char *text, struct err *e)
 {
     int f = L->file;
-    if (insert) {
-        if (put_line_row(l, L, l->out_end[f], e) != 0) return -1;
-    } else if (store_set_line_off(l->st, L->row, l->out_end[f], e) != 0) {
-        return -1;
-    }
     l->out_end[f] += (int64_t)L->len;
-    output_buf_put(&l->wbuf[f], L->text, L->len);
+    output_buf_put(&l->wbuf[f], text, L->len);
     if (l->wbuf[f].oom) return err_set(e, "out of memory");
-    free(L->text);
-    L->text = NULL;
     L->state = LEDGER_LINE_SCHEDULED;
     return 0;
 }
 
-/* Inside the transaction: stores the results handed in and credits them (queueing the lines they finish). */
+/* --- the held heap (order_input: READY lines by line index) --- */
+
+static void held_swap(struct ledger_held *h, size_t i, size_t j)
+{
+    struct ledger_held t = h[i];
+    h[i] = h[j];
+    h[j] = t;
+}
+
+static int held_push(ledger *l, uint32_t li, int64_t row, char *text, struct err *e)
+{
+    if (grow((void **)&l->held, &l->cap_held, l->n_held + 1, sizeof *l->held)) return err_set(e, "out of memory");
+    size_t i = l->n_held++;
+    l->held[i] = (struct ledger_held){li, row, text};
+    while (i > 0 && l->held[(i - 1) / 2].line > l->held[i].line) {
+        held_swap(l->held, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    return 0;
+}
+
+static struct ledger_held held_pop(ledger *l)
+{
+    struct ledger_held top = l->held[0];
+    l->held[0] = l->held[--l->n_held];
+    for (size_t i = 0;;) {
+        size_t c = 2 * i + 1, m = i;
+        if (c < l->n_held && l->held[c].line < l->held[m].line) m = c;
+        if (c + 1 < l->n_held && l->held[c + 1].line < l->held[m].line) m = c + 1;
+        if (m == i) break;
+        held_swap(l->held, i, m);
+        i = m;
+    }
+    return top;
+}
+
+/* Inside the transaction: stores the results handed in and credits them (queueing the lines they finish);
+ * then sorts them by work for get_result. */
 static int store_results(ledger *l, struct err *e)
 {
-    if (l->n_slot < l->n_works) {
-        void *p = realloc(l->slot, l->n_works * sizeof *l->slot);
-        if (!p) return err_set(e, "out of memory");
-        l->slot = p;
-        memset(l->slot + l->n_slot, 0, (l->n_works - l->n_slot) * sizeof *l->slot);
-        l->n_slot = l->n_works;
-    }
     int64_t now_unix = (int64_t)time(NULL);
     for (size_t i = 0; i < l->n_fin; i++) {
         struct ledger_finished *f = &l->fin[i];
         f->r.created = now_unix;
-        memcpy(f->r.key, plan_keymap_key(l->keys, f->work), 32);
+        if (f->work >= l->n_works || memcmp(f->r.key, plan_keymap_key(l->keys, f->work), PLAN_KEY_BYTES))
+            return err_set(e, "ledger: a result's key is not its work's (work %u; bug)", f->work);
         struct ledger_work *W = &l->works[f->work];
         if (store_put_result(l->st, &f->r, &W->result_id, e) != 0) return -1;
-        l->slot[f->work] = f;
         W->state = f->r.status == STORE_STATUS_DONE ? LEDGER_WORK_DONE : LEDGER_WORK_FAILED;
         if (ledger_credit_lines(l, f->work, 1, e) != 0) return -1;
     }
+    if (l->n_fin) qsort(l->fin, l->n_fin, sizeof *l->fin, cmp_fin);
     return 0;
 }
 
@@ -326,19 +512,33 @@ static int store_results(ledger *l, struct err *e)
 static int schedule_ready(ledger *l, struct err *e)
 {
     for (size_t i = 0; i < l->n_ready; i++) {
-        struct ledger_line *L = &l->lines[l->ready[i]];
-        if (build_line(l, L, e) != 0) return -1;
-        if (!l->p.order_input) {
-            if (schedule_line(l, L, 1, e) != 0) return -1;
-        } else {
-            if (put_line_row(l, L, -1, e) != 0) return -1;
-            L->state = LEDGER_LINE_READY;
+        uint32_t li = l->ready[i];
+        struct ledger_line *L = &l->lines[li];
+        struct built bl;
+        int64_t row;
+        if (build_line(l, li, &bl, e) != 0) return -1;
+        int rc = put_line_row(l, L, &bl, l->p.order_input ? -1 : l->out_end[L->file], &row, e);
+        if (rc == 0 && !l->p.order_input) rc = schedule_bytes(l, L, bl.text, e);
+        if (rc == 0 && l->p.order_input) {
+            rc = held_push(l, li, row, bl.text, e);
+            if (rc == 0) {
+                L->state = LEDGER_LINE_READY;
+                continue; /* the heap owns the text now */
+            }
         }
+        free(bl.text);
+        if (rc != 0) return -1;
     }
     while (l->p.order_input && l->cursor < l->n_lines) {
         struct ledger_line *L = &l->lines[l->cursor];
         if (L->state == LEDGER_LINE_READY) {
-            if (schedule_line(l, L, 0, e) != 0) return -1;
+            if (!l->n_held || l->held[0].line != l->cursor)
+                return err_set(e, "ledger: READY line %u is not first in the held heap (bug)", L->no);
+            struct ledger_held h = held_pop(l);
+            int rc = store_set_line_off(l->st, h.row, l->out_end[L->file], e);
+            if (rc == 0) rc = schedule_bytes(l, L, h.text, e);
+            free(h.text);
+            if (rc != 0) return -1;
         } else if (L->state != LEDGER_LINE_SCHEDULED) {
             break;
         }
@@ -381,10 +581,7 @@ int ledger_commit_and_write(ledger *l, struct err *e)
     if (write_scheduled(l, e) != 0) return -1;
     if (l->p.test_hook) l->p.test_hook("after_write");
     double t4 = clock_now();
-    for (size_t i = 0; i < l->n_fin; i++) {
-        l->slot[l->fin[i].work] = NULL;
-        free_result(&l->fin[i].r);
-    }
+    for (size_t i = 0; i < l->n_fin; i++) free_result(&l->fin[i].r);
     l->n_fin = 0;
     l->n_ready = 0;
     l->t_store += (t1 - t0) + (t3 - t2);
@@ -413,8 +610,18 @@ void ledger_count_lines(const ledger *l, int64_t *n_results, int64_t *n_errors, 
 
 /* --- debug check --- */
 
-/* Works: states and result rows; refs lists (n_refs_to[li] counts the refs naming line li). */
-static int check_works(const ledger *l, uint32_t *n_refs_to, struct err *e)
+/* 1 if line li needs work w (as some completion). */
+static int line_needs(const ledger *l, uint32_t li, uint32_t w)
+{
+    const struct ledger_line *L = &l->lines[li];
+    for (int32_t k = 0; k < L->n; k++)
+        if (ledger_line_work(l, L, k) == w) return 1;
+    return 0;
+}
+
+/* Works: states and result rows; owners and refs lists (n_refs_to[li] counts the works naming line li, up
+ * to 255). */
+static int check_works(const ledger *l, uint8_t *n_refs_to, struct err *e)
 {
     if ((int64_t)l->n_works != plan_keymap_size(l->keys))
         return err_set(e, "ledger_check: %zu works for %lld keys", l->n_works, (long long)plan_keymap_size(l->keys));
@@ -425,80 +632,89 @@ static int check_works(const ledger *l, uint32_t *n_refs_to, struct err *e)
         if (W->state > LEDGER_WORK_FAILED || stored != (W->result_id != 0))
             return err_set(e, "ledger_check: work %zu: state %d with result row %lld", w, W->state,
                            (long long)W->result_id);
-        if (w < l->n_slot && l->slot[w]) return err_set(e, "ledger_check: work %zu has a slot outside a commit", w);
-        uint32_t last = LEDGER_NO_REF;
+        if (W->owner >= l->n_lines || W->index >= l->lines[W->owner].n ||
+            ledger_line_work(l, &l->lines[W->owner], W->index) != w)
+            return err_set(e, "ledger_check: work %zu: its owner does not need it as completion %d", w, W->index);
+        if (n_refs_to[W->owner] < 255) n_refs_to[W->owner]++;
         for (uint32_t r = W->ref_head; r != LEDGER_NO_REF; r = l->refs[r].next) {
             if (r >= l->n_refs || ++n_seen > l->n_refs) return err_set(e, "ledger_check: work %zu: bad refs list", w);
             uint32_t li = l->refs[r].line;
-            if (li >= l->n_lines) return err_set(e, "ledger_check: work %zu: ref to line index %u", w, li);
-            const struct ledger_line *L = &l->lines[li];
-            int32_t k = 0;
-            while (k < L->n && L->works[k] != w) k++;
-            if (k == L->n)
-                return err_set(e, "ledger_check: work %zu names line %lld, which does not need it", w,
-                               (long long)L->no);
-            n_refs_to[li]++;
-            last = li;
+            if (li >= l->n_lines || li == W->owner || !line_needs(l, li, (uint32_t)w))
+                return err_set(e, "ledger_check: work %zu names line index %u, which does not need it (or owns it)", w, li);
+            if (n_refs_to[li] < 255) n_refs_to[li]++;
         }
-        if (last != W->owner)
-            return err_set(e, "ledger_check: work %zu: its owner is not the first line needing it", w);
     }
     if (n_seen != l->n_refs)
         return err_set(e, "ledger_check: %zu of %zu refs are in no list", l->n_refs - n_seen, l->n_refs);
     return 0;
 }
 
-/* One line: its works and counts, its state against the ready list and the cursor; adds its length to
- * scheduled[file] when SCHEDULED. */
-static int check_line(const ledger *l, size_t i, uint32_t n_refs, int queued, int64_t scheduled[2], struct err *e)
+/* One line: its number, works and counts, its state against the ready list, the held heap and the cursor;
+ * adds its length to scheduled[file] when SCHEDULED. marks[i]: bit 0 queued, bit 1 held. */
+static int check_line(const ledger *l, size_t i, uint8_t n_refs, uint8_t marks, int64_t scheduled[2], struct err *e)
 {
     const struct ledger_line *L = &l->lines[i];
-    long long no = (long long)L->no;
+    unsigned no = L->no;
     int32_t n_done = 0, n_failed = 0;
-    if (L->state > LEDGER_LINE_SCHEDULED) return err_set(e, "ledger_check: line %lld: state %d", no, L->state);
-    if (L->bad && L->n) return err_set(e, "ledger_check: line %lld is bad but needs works", no);
-    if (n_refs != (uint32_t)L->n)
-        return err_set(e, "ledger_check: line %lld needs %d works, %u refs name it", no, L->n, n_refs);
+    if (i > 0 && l->lines[i - 1].no >= L->no) return err_set(e, "ledger_check: line %u comes after line %u", no, l->lines[i - 1].no);
+    if (L->state > LEDGER_LINE_SCHEDULED) return err_set(e, "ledger_check: line %u: state %d", no, L->state);
+    if (L->bad && (L->n || !ledger_codes[L->code])) return err_set(e, "ledger_check: line %u is bad with works or no code", no);
+    if (n_refs != L->n) return err_set(e, "ledger_check: line %u needs %d works, %u name it", no, L->n, n_refs);
     for (int32_t k = 0; k < L->n; k++) {
-        if (L->works[k] >= l->n_works) return err_set(e, "ledger_check: line %lld: bad work %u", no, L->works[k]);
-        uint8_t s = l->works[L->works[k]].state;
+        uint32_t w = ledger_line_work(l, L, k);
+        if (w >= l->n_works) return err_set(e, "ledger_check: line %u: bad work %u", no, w);
+        uint8_t s = l->works[w].state;
         n_done += s == LEDGER_WORK_DONE;
         n_failed += s == LEDGER_WORK_FAILED;
     }
     if (n_done != L->n_done || n_failed != L->n_failed)
-        return err_set(e, "ledger_check: line %lld counts %d done, %d failed; its works say %d, %d", no, L->n_done,
+        return err_set(e, "ledger_check: line %u counts %d done, %d failed; its works say %d, %d", no, L->n_done,
                        L->n_failed, n_done, n_failed);
-    int file = ledger_line_file(L);
+    int file = ledger_line_file(L), queued = marks & 1, held = (marks >> 1) & 1;
     if (queued != (L->state == LEDGER_LINE_WAITING && file >= 0))
-        return err_set(e, "ledger_check: line %lld is %s, %sfinished and %squeued", no,
-                       L->state == LEDGER_LINE_WAITING ? "waiting" : "built", file >= 0 ? "" : "not ",
-                       queued ? "" : "not ");
-    if (L->state == LEDGER_LINE_READY && (!l->p.order_input || !L->text || !L->row || L->file != file))
-        return err_set(e, "ledger_check: line %lld is ready without its bytes, row or file", no);
+        return err_set(e, "ledger_check: line %u is %s, %sfinished and %squeued", no,
+                       L->state == LEDGER_LINE_WAITING ? "waiting" : "built", file >= 0 ? "" : "not ", queued ? "" : "not ");
+    if (held != (L->state == LEDGER_LINE_READY) || (held && (!l->p.order_input || L->file != file)))
+        return err_set(e, "ledger_check: line %u is %sready and %sheld", no, L->state == LEDGER_LINE_READY ? "" : "not ",
+                       held ? "" : "not ");
     if (L->state == LEDGER_LINE_SCHEDULED) {
-        if (L->text || !L->row || L->file != file)
-            return err_set(e, "ledger_check: line %lld is scheduled with unwritten bytes, no row or the wrong file",
-                           no);
+        if (L->file != file) return err_set(e, "ledger_check: line %u is scheduled in the wrong file", no);
         scheduled[L->file] += (int64_t)L->len;
     }
     if (l->p.order_input && i < l->cursor && L->state != LEDGER_LINE_SCHEDULED)
-        return err_set(e, "ledger_check: line %lld is before the cursor but not scheduled", no);
+        return err_set(e, "ledger_check: line %u is before the cursor but not scheduled", no);
+    return 0;
+}
+
+/* marks[li] bit 0: in the ready list; bit 1: in the held heap (which must be a heap of distinct lines). */
+static int mark_lists(const ledger *l, uint8_t *marks, struct err *e)
+{
+    for (size_t k = 0; k < l->n_ready; k++) {
+        if (l->ready[k] >= l->n_lines || (marks[l->ready[k]] & 1))
+            return err_set(e, "ledger_check: ready list entry %zu: bad or repeated line index %u", k, l->ready[k]);
+        marks[l->ready[k]] |= 1;
+    }
+    for (size_t k = 0; k < l->n_held; k++) {
+        uint32_t li = l->held[k].line;
+        if (li >= l->n_lines || (marks[li] & 2) || !l->held[k].text || !l->held[k].row ||
+            (k > 0 && l->held[(k - 1) / 2].line > li))
+            return err_set(e, "ledger_check: held entry %zu (line index %u) is repeated, empty or out of heap order", k, li);
+        marks[li] |= 2;
+    }
     return 0;
 }
 
 int ledger_check(const ledger *l, struct err *e)
 {
-    uint8_t *queued = calloc(l->n_lines ? l->n_lines : 1, 1);
-    uint32_t *n_refs_to = calloc(l->n_lines ? l->n_lines : 1, sizeof *n_refs_to);
+    uint8_t *marks = calloc(l->n_lines ? l->n_lines : 1, 1);
+    uint8_t *n_refs_to = calloc(l->n_lines ? l->n_lines : 1, 1);
     int64_t scheduled[2] = {0, 0};
     int rc = 0;
-    if (!queued || !n_refs_to) rc = err_set(e, "ledger_check: out of memory");
-    for (size_t k = 0; rc == 0 && k < l->n_ready; k++) {
-        if (l->ready[k] >= l->n_lines || queued[l->ready[k]]++)
-            rc = err_set(e, "ledger_check: ready list entry %zu: bad or repeated line index %u", k, l->ready[k]);
-    }
+    if (!marks || !n_refs_to) rc = err_set(e, "ledger_check: out of memory");
+    if (rc == 0 && l->n_fin) rc = err_set(e, "ledger_check: %zu results outside a commit", l->n_fin);
+    if (rc == 0) rc = mark_lists(l, marks, e);
     if (rc == 0) rc = check_works(l, n_refs_to, e);
-    for (size_t i = 0; rc == 0 && i < l->n_lines; i++) rc = check_line(l, i, n_refs_to[i], queued[i], scheduled, e);
+    for (size_t i = 0; rc == 0 && i < l->n_lines; i++) rc = check_line(l, i, n_refs_to[i], marks[i], scheduled, e);
     for (int f = 0; rc == 0 && f < 2; f++) {
         if (scheduled[f] != l->out_end[f])
             rc = err_set(e, "ledger_check: file %d: scheduled lines end at %lld, out_end is %lld", f,
@@ -509,7 +725,7 @@ int ledger_check(const ledger *l, struct err *e)
             rc = err_set(e, "ledger_check: file %d is %lld bytes, its scheduled lines end at %lld", f,
                          (long long)output_size(l->out[f]), (long long)l->out_end[f]);
     }
-    free(queued);
+    free(marks);
     free(n_refs_to);
     return rc;
 }

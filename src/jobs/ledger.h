@@ -12,8 +12,8 @@
  *         -> DONE | FAILED (its result is in the store: result_id)
  *   line  WAITING: until every work it needs is DONE or FAILED (a bad line is finished from the start);
  *         a finished WAITING line is in the ready list, to be built by the next commit
- *         READY (only with order_input): its row is stored without an offset; its bytes wait in `text`
- *         until every line before it is scheduled
+ *         READY (only with order_input): its row is stored without an offset; its bytes wait in the held
+ *         heap until every line before it is scheduled
  *         SCHEDULED: its row has an offset; its bytes are in its file, or in the write buffer until the
  *         commit that scheduled it has been written
  *
@@ -23,17 +23,26 @@
  * invariant 2). A kill at any point loses at most that transaction; the files never hold a byte that the
  * store does not (jobs/reconcile cuts a torn tail on the next start).
  *
+ * Memory. The book keeps no text: a line is its offset in the backlog, its number, a digest and a few
+ * counts (40 bytes); a work is its plan summary, owner and result row (32 bytes) plus its key in the keymap
+ * (PLAN_KEY_BYTES + slots). Ids, prompts, parameters and messages are read again from the backlog when they
+ * are needed (jobs/ingest: a work's prompt when it is submitted, a line's id when its bytes are built),
+ * through line_info. So the book costs about 100 bytes per one-completion line whatever the lines hold
+ * (ledger_bytes), and the backlog's own bytes never stay in memory.
+ *
  * Invariants (ledger_check; they hold from the end of jobs/reconcile on, whenever no ledger call is running):
  *   - n_works == the size of keys; the works of a line are valid indices
  *   - a work is DONE or FAILED exactly when it has a result row; a line's n_done / n_failed count the works
  *     it needs that are DONE / FAILED
- *   - a work's refs list holds each line that needs it, once; its owner is the first of those lines
+ *   - a work's owner needs it as completion `index`; its refs list holds every other line that needs it, once
+ *   - lines are in backlog order: their numbers increase
  *   - a finished WAITING line is in the ready list, and the ready list holds only such lines, each once
- *   - a READY line has its bytes and a row; a SCHEDULED line has a row, the file its results call for and no
- *     bytes left to write; with order_input every line before `cursor` is SCHEDULED
+ *   - a READY line has its bytes and row in the held heap, and the heap holds only READY lines; a SCHEDULED
+ *     line is in the file its results call for; with order_input every line before `cursor` is SCHEDULED
  *   - per file: the lengths of its SCHEDULED lines add up to out_end, and the file (when open) is exactly
  *     out_end bytes long: nothing reaches a file but whole, committed lines
- *   - nothing is in the write buffers, and no work has a slot (both live only inside a commit)
+ *   - nothing is in the write buffers (they live only inside a commit), nor in `fin` when ledger_check runs
+ *     (after a commit: results handed in wait there until the next one)
  */
 #ifndef NS_JOBS_LEDGER_H
 #define NS_JOBS_LEDGER_H
@@ -51,42 +60,62 @@ enum ledger_work_state { LEDGER_WORK_PENDING, LEDGER_WORK_QUEUED, LEDGER_WORK_DO
 enum ledger_line_state { LEDGER_LINE_WAITING, LEDGER_LINE_READY, LEDGER_LINE_SCHEDULED };
 
 #define LEDGER_NO_REF UINT32_MAX
+#define LEDGER_MAX_N 255 /* completions per line (the n field is a byte; genparam allows 128) */
 
 struct ledger_work {
-    uint32_t owner;     /* the line whose prompt and parameters run it */
-    uint32_t ref_head;  /* first entry of its refs list in ledger.refs, LEDGER_NO_REF when none */
-    int32_t max_tokens; /* clamped to the model's context */
-    uint64_t seed;      /* the completion's seed */
-    int64_t result_id;  /* its row in the store's results once DONE / FAILED, else 0 */
-    uint8_t state;      /* enum ledger_work_state */
+    struct plan_item plan;  /* what ordering needs of its owner's prompt */
+    uint32_t owner;         /* the first line that needs it: its prompt and parameters run it */
+    uint32_t ref_head;      /* the other lines that need it: first entry in ledger.refs, LEDGER_NO_REF when none */
+    uint8_t state;          /* enum ledger_work_state */
+    uint8_t index;          /* which completion of its owner it is (its seed and key follow from it) */
+    int64_t result_id;      /* its row in the store's results once DONE / FAILED, else 0 */
 };
 
 struct ledger_ref {
     uint32_t line;
-    uint32_t next;      /* next entry of the same work's list, LEDGER_NO_REF at the end */
+    uint32_t next;          /* next entry of the same work's list, LEDGER_NO_REF at the end */
 };
 
-/* Pointers are owned by the ledger (freed by ledger_free); jobs/ingest fills them in. */
+/* One backlog line (40 bytes; see "Memory" above). */
 struct ledger_line {
-    int64_t no;            /* 1-based line number in the backlog */
-    char *custom_id;       /* NULL only for a bad line without a readable id */
-    char *model;           /* the line's "model", or NULL */
-    uint8_t kind;          /* enum input_kind */
-    uint8_t state;         /* enum ledger_line_state */
-    uint8_t file;          /* enum store_file, once READY / SCHEDULED */
-    uint8_t bad;           /* a bad line: code and message, no works */
-    const char *code;      /* static string */
-    char *message;
-    struct gen_params gen;
-    int32_t *prompt;       /* (n_prompt) rendered prompt ids; freed once no pending work needs it */
-    int32_t n_prompt;
-    uint32_t *works;       /* (n) the work of each completion */
-    int32_t n, n_done, n_failed;
-    uint8_t digest[32];    /* what its bytes are built from; equals its store row's digest */
-    int64_t row;           /* its row in the store's lines once READY / SCHEDULED */
-    char *text;            /* (len) its bytes while READY (and inside the commit that builds them) */
-    size_t len;            /* length of its bytes; kept once SCHEDULED */
+    int64_t off;            /* byte offset of the line in the backlog: it is read again from there */
+    uint64_t digest;        /* the first 8 bytes of its digest (ledger_digest_*) when it was read; a store
+                               row belongs to it when the row's digest starts with them */
+    uint32_t no;            /* 1-based line number in the backlog */
+    uint32_t works;         /* n == 1: its work; n > 1: its works are multi[works .. works + n) */
+    uint32_t len;           /* length of its bytes, once READY / SCHEDULED */
+    uint8_t n, n_done, n_failed; /* completions it needs, and of those DONE / FAILED */
+    uint8_t code;           /* bad line: its code, an index into ledger_codes */
+    uint8_t state : 2;      /* enum ledger_line_state */
+    uint8_t file : 1;       /* enum store_file, once READY / SCHEDULED */
+    uint8_t bad : 1;        /* a bad line: a code and (read again) a message, no works */
+    uint8_t kind : 1;       /* enum input_kind */
 };
+
+/* The codes of bad lines (jobs/input's, then jobs/ingest's), NULL-terminated. */
+extern const char *const ledger_codes[];
+/* Index of code in ledger_codes; -1 when it is not one. */
+int ledger_code_index(const char *code);
+
+struct ledger;
+
+/* What a line's bytes are built from besides its results (read again from the backlog: jobs/ingest). */
+struct ledger_line_info {
+    const char *custom_id;  /* NULL: none */
+    const char *model;      /* the line's "model", or NULL */
+    const char *message;    /* a bad line's message */
+};
+/* Fills *out for line li; the strings stay valid until the next call. */
+typedef int (*ledger_info_fn)(void *user, const struct ledger *l, uint32_t li, struct ledger_line_info *out,
+                              struct err *e);
+
+/* What a line's bytes are built from, as a digest (the store row keeps all 32 bytes; the book the first 8):
+ * a request line from its id, kind, model name and the keys of its completions; a bad line from its id,
+ * code and message. */
+void ledger_digest_request(const char *custom_id, int kind, const char *model, int32_t n, const uint8_t (*keys)[32],
+                           uint8_t out[32]);
+void ledger_digest_bad(const char *custom_id, const char *code, const char *message, uint8_t out[32]);
+uint64_t ledger_digest_head(const uint8_t digest[32]);
 
 struct ledger_params {
     const char *model_name; /* "model" of result lines whose backlog line names none (borrowed) */
@@ -96,13 +125,18 @@ struct ledger_params {
 };
 
 struct ledger_finished; /* a result handed in and not yet committed (ledger.c) */
+struct ledger_held;     /* a READY line's bytes and row (ledger.c) */
 
 typedef struct ledger {
     struct ledger_params p;
+    ledger_info_fn line_info; /* set by whoever filled the book (jobs/ingest) before the first commit */
+    void *info_user;
     struct ledger_line *lines;
     size_t n_lines, cap_lines;
     struct ledger_work *works;
     size_t n_works, cap_works;
+    uint32_t *multi;       /* the works of lines with n > 1 */
+    size_t n_multi, cap_multi;
     struct ledger_ref *refs;
     size_t n_refs, cap_refs;
     plan_keymap *keys;     /* key -> work index */
@@ -112,27 +146,39 @@ typedef struct ledger {
     size_t cursor;         /* order_input: every line before it is SCHEDULED */
     double t_store, t_output; /* seconds inside commits: store work; building and writing lines */
     /* the commit in progress (ledger.c only) */
-    struct ledger_finished *fin;
+    struct ledger_finished *fin; /* sorted by work inside a commit */
     size_t n_fin, cap_fin;
-    struct ledger_finished **slot; /* (n_slot) work -> its entry in fin during a commit, else NULL */
-    size_t n_slot;
     uint32_t *ready;       /* lines to build in the next commit */
     size_t n_ready, cap_ready;
+    struct ledger_held *held; /* min-heap by line: READY lines' bytes (order_input) */
+    size_t n_held, cap_held;
     struct output_buf wbuf[2];
 } ledger;
 
 int ledger_init(ledger *l, const struct ledger_params *p, struct err *e);
 /* Frees the lines, works and results not yet committed; not st or out. */
 void ledger_free(ledger *l);
+/* Bytes the book holds now (its arrays as far as they are in use, the keymap), for the record. */
+size_t ledger_bytes(const ledger *l);
+/* The fixed bytes of the book for each line of n completions that has no duplicate (a line, its works,
+ * their keys and keymap slots at the highest load): what a backlog of such lines is budgeted at. */
+size_t ledger_bytes_per_line(int32_t n);
 
 /* --- filling the book (jobs/ingest) --- */
 
-/* Appends a zeroed WAITING line; *li = its index. Pointers into lines are invalidated. */
-int ledger_add_line(ledger *l, uint32_t *li, struct err *e);
-/* Completion k of line li (its works array holds n entries) has key: sets works[k] to the key's work, a
- * new PENDING one owned by li (*folded = 0) or the existing one (*folded = 1), and adds li to its refs. */
-int ledger_add_work(ledger *l, uint32_t li, int32_t k, const uint8_t key[32], int32_t max_tokens, uint64_t seed,
-                    int *folded, struct err *e);
+/* Appends a zeroed WAITING line numbered no at byte off, needing n works (0 for a bad line); *li = its
+ * index. Lines come in backlog order. Pointers into lines are invalidated. */
+int ledger_add_line(ledger *l, int64_t no, int64_t off, int32_t n, uint32_t *li, struct err *e);
+/* Makes line li (just added, without works yet) a bad line with code (one of ledger_codes). */
+void ledger_set_bad(ledger *l, uint32_t li, const char *code);
+/* Completion k of line li has key (32 bytes) and a prompt summarized by plan: sets its work to the key's
+ * work, a new PENDING one owned by li (*folded = 0) or the existing one (*folded = 1, li added to its refs). */
+int ledger_add_work(ledger *l, uint32_t li, int32_t k, const uint8_t key[32], struct plan_item plan, int *folded,
+                    struct err *e);
+/* Work of completion k of line L. */
+uint32_t ledger_line_work(const ledger *l, const struct ledger_line *L, int32_t k);
+/* Index of the line numbered no (lines are in backlog order: O(log lines)); -1 when none. */
+int64_t ledger_find_line(const ledger *l, int64_t no);
 
 /* --- what is already known (jobs/reconcile) --- */
 
@@ -149,21 +195,20 @@ int ledger_queue_line(ledger *l, uint32_t li, struct err *e);
 
 /* --- the run (jobs/job) --- */
 
-/* Frees the prompts that no PENDING work needs (their lines' works are done). */
-void ledger_drop_idle_prompts(ledger *l);
 /* Work w (PENDING) was submitted to the engine: it becomes QUEUED. */
 void ledger_mark_queued(ledger *l, uint32_t w);
-/* Hands in the result of work w (PENDING or QUEUED): r->status, finish, text, counts and error; its key and
- * created are set by the commit. Takes r->text and r->error (malloc'd), also on failure. */
+/* Hands in the result of work w (PENDING or QUEUED): r->key (its full key), status, finish, text, counts and
+ * error; created is set by the commit. Takes r->text and r->error (malloc'd), also on failure. */
 int ledger_add_result(ledger *l, uint32_t w, struct store_result *r, struct err *e);
 /* Results handed in and not yet committed. */
 size_t ledger_n_uncommitted(const ledger *l);
 
 /* One commit: stores the results handed in, credits them to their lines, builds the bytes of every line
- * that is finished now, stores their rows and schedules them (in input order with order_input) in one
- * transaction; then, only after it committed, appends the scheduled bytes to the files. A no-op when there
- * is nothing to store or schedule. After a failure the ledger can only be freed (a failure before the
- * commit rolls the transaction back and writes nothing). */
+ * that is finished now (its id, model or message through line_info; a line whose digest no longer matches
+ * what was read fails the commit: the backlog changed), stores their rows and schedules them (in input
+ * order with order_input) in one transaction; then, only after it committed, appends the scheduled bytes to
+ * the files. A no-op when there is nothing to store or schedule. After a failure the ledger can only be
+ * freed (a failure before the commit rolls the transaction back and writes nothing). */
 int ledger_commit_and_write(ledger *l, struct err *e);
 
 /* Lines in the result file, lines in the error file, and of those the ones that are not bad lines

@@ -1,8 +1,8 @@
 /* plan — see plan.h.
  *
- * Invariant (keymap): open addressing with linear probing, load factor <= 1/2; slot[i] holds index + 1
+ * Invariant (keymap): open addressing with linear probing, load factor <= 3/4; slot[i] holds index + 1
  * (0 = empty) and keys[index] is the key stored at that index; indices are dense, assigned in put order.
- * plan_order always returns a permutation (plan_check_order).
+ * plan_order returns the indices it was given, reordered (checked by their sum and xor).
  */
 #include "jobs/plan.h"
 
@@ -12,7 +12,7 @@
 #include <xxhash.h>
 
 struct plan_keymap {
-    uint8_t (*keys)[32]; /* (n) by index */
+    uint8_t (*keys)[PLAN_KEY_BYTES]; /* (n) by index */
     int64_t n, keys_cap;
     uint32_t *slot;      /* (cap) index + 1, or 0 */
     size_t cap;
@@ -48,13 +48,14 @@ void plan_keymap_free(plan_keymap *m)
 
 int64_t plan_keymap_size(const plan_keymap *m) { return m->n; }
 const uint8_t *plan_keymap_key(const plan_keymap *m, int64_t index) { return m->keys[index]; }
+size_t plan_keymap_bytes(const plan_keymap *m) { return (size_t)m->n * PLAN_KEY_BYTES + m->cap * sizeof *m->slot; }
 
-int64_t plan_keymap_find(const plan_keymap *m, const uint8_t key[32])
+int64_t plan_keymap_find(const plan_keymap *m, const uint8_t *key)
 {
     size_t j = key_hash(key) & (m->cap - 1);
     while (m->slot[j]) {
         int64_t idx = (int64_t)m->slot[j] - 1;
-        if (!memcmp(m->keys[idx], key, 32)) return idx;
+        if (!memcmp(m->keys[idx], key, PLAN_KEY_BYTES)) return idx;
         j = (j + 1) & (m->cap - 1);
     }
     return -1;
@@ -76,21 +77,21 @@ static int grow(plan_keymap *m)
     return 0;
 }
 
-int64_t plan_keymap_put(plan_keymap *m, const uint8_t key[32], int *added)
+int64_t plan_keymap_put(plan_keymap *m, const uint8_t *key, int *added)
 {
     *added = 0;
     int64_t idx = plan_keymap_find(m, key);
     if (idx >= 0) return idx;
     if (m->n >= (int64_t)UINT32_MAX - 1) return -1;
-    if ((size_t)(m->n + 1) * 2 > m->cap && grow(m) != 0) return -1;
+    if ((size_t)(m->n + 1) * 4 > m->cap * 3 && grow(m) != 0) return -1; /* load <= 3/4 */
     if (m->n == m->keys_cap) {
-        int64_t cap = m->keys_cap ? m->keys_cap * 2 : 1024;
-        void *nk = realloc(m->keys, (size_t)cap * 32);
+        int64_t cap = m->keys_cap ? m->keys_cap + m->keys_cap / 2 : 1024; /* x1.5: less slack at 10^7 keys */
+        void *nk = realloc(m->keys, (size_t)cap * PLAN_KEY_BYTES);
         if (!nk) return -1;
         m->keys = nk;
         m->keys_cap = cap;
     }
-    memcpy(m->keys[m->n], key, 32);
+    memcpy(m->keys[m->n], key, PLAN_KEY_BYTES);
     size_t j = key_hash(key) & (m->cap - 1);
     while (m->slot[j]) j = (j + 1) & (m->cap - 1);
     m->slot[j] = (uint32_t)(m->n + 1);
@@ -118,75 +119,80 @@ int plan_sort_parse(const char *s, enum plan_sort *out)
 
 /* --- ordering --- */
 
-struct sort_row {
-    uint64_t group;     /* hash of the first block (0: shorter than a block) */
-    double group_len;   /* the group's mean prompt length */
-    uint32_t index;
-    int32_t n_prompt;
-    const int32_t *prompt;
-};
-
-static int cmp_tokens(const struct sort_row *a, const struct sort_row *b)
+struct plan_item plan_item_of(const int32_t *prompt, int32_t n_prompt, int32_t kv_block)
 {
-    int32_t n = a->n_prompt < b->n_prompt ? a->n_prompt : b->n_prompt;
-    for (int32_t i = 0; i < n; i++)
-        if (a->prompt[i] != b->prompt[i]) return a->prompt[i] < b->prompt[i] ? -1 : 1;
-    return (a->n_prompt > b->n_prompt) - (a->n_prompt < b->n_prompt);
+    struct plan_item it = {0, n_prompt, 0};
+    if (kv_block > 0 && n_prompt >= kv_block) {
+        it.group = (uint32_t)XXH3_64bits(prompt, (size_t)kv_block * sizeof(int32_t));
+        if (it.group == 0) it.group = 1;
+    }
+    it.tokens = (uint32_t)XXH3_64bits(prompt, (size_t)(n_prompt > 0 ? n_prompt : 0) * sizeof(int32_t));
+    return it;
 }
 
-static int cmp_group(const void *pa, const void *pb)
+struct sort_ctx {
+    const char *items;
+    size_t stride;
+    const float *group_len; /* by index: its group's mean prompt length */
+    int dir;
+};
+
+static const struct plan_item *item_at(const struct sort_ctx *c, uint32_t i)
 {
-    const struct sort_row *a = pa, *b = pb;
-    if (a->group != b->group) return a->group < b->group ? -1 : 1;
-    return (a->index > b->index) - (a->index < b->index);
+    return (const struct plan_item *)(c->items + (size_t)i * c->stride);
+}
+
+static int cmp_group(const void *pa, const void *pb, void *ctx)
+{
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+    const struct plan_item *x = item_at(ctx, a), *y = item_at(ctx, b);
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    return (a > b) - (a < b);
 }
 
 static int cmp_final(const void *pa, const void *pb, void *ctx)
 {
-    const struct sort_row *a = pa, *b = pb;
-    int dir = *(const int *)ctx;
-    if (a->group != b->group) {
-        if (a->group_len != b->group_len) return (a->group_len < b->group_len ? -1 : 1) * dir;
-        return a->group < b->group ? -1 : 1;
+    const struct sort_ctx *c = ctx;
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+    const struct plan_item *x = item_at(c, a), *y = item_at(c, b);
+    if (x->group != y->group) {
+        if (c->group_len[a] != c->group_len[b]) return (c->group_len[a] < c->group_len[b] ? -1 : 1) * c->dir;
+        return x->group < y->group ? -1 : 1;
     }
-    if (a->n_prompt != b->n_prompt) return (a->n_prompt < b->n_prompt ? -1 : 1) * dir;
-    int c = cmp_tokens(a, b);
-    if (c) return c;
-    return (a->index > b->index) - (a->index < b->index);
+    if (x->n_prompt != y->n_prompt) return (x->n_prompt < y->n_prompt ? -1 : 1) * c->dir;
+    if (x->tokens != y->tokens) return x->tokens < y->tokens ? -1 : 1;
+    return (a > b) - (a < b);
 }
 
-int plan_order(const struct plan_item *items, size_t n, int32_t kv_block, enum plan_sort sort, uint32_t *order,
-               struct err *e)
+int plan_order(const void *items, size_t stride, uint32_t *order, size_t n, enum plan_sort sort, struct err *e)
 {
-    if (sort == PLAN_SORT_INPUT || n == 0) {
-        for (size_t i = 0; i < n; i++) order[i] = (uint32_t)i;
-        return 0;
-    }
-    struct sort_row *rows = malloc(n * sizeof *rows);
-    if (!rows) return err_set(e, "plan: out of memory for %zu requests", n);
+    if (sort == PLAN_SORT_INPUT || n == 0) return 0;
+    uint64_t sum = 0, xor = 0, max = 0;
     for (size_t i = 0; i < n; i++) {
-        rows[i].index = (uint32_t)i;
-        rows[i].n_prompt = items[i].n_prompt;
-        rows[i].prompt = items[i].prompt;
-        rows[i].group = 0;
-        if (kv_block > 0 && items[i].n_prompt >= kv_block) {
-            rows[i].group = XXH3_64bits(items[i].prompt, (size_t)kv_block * sizeof(int32_t));
-            if (rows[i].group == 0) rows[i].group = 1;
-        }
+        sum += order[i];
+        xor ^= order[i];
+        if (order[i] > max) max = order[i];
     }
+    float *group_len = malloc((size_t)(max + 1) * sizeof *group_len);
+    if (!group_len) return err_set(e, "plan: out of memory for %zu requests", n);
+    struct sort_ctx c = {items, stride, group_len, sort == PLAN_SORT_DESCENDING ? -1 : 1};
     /* mean length per group: sort by group, then one pass */
-    qsort(rows, n, sizeof *rows, cmp_group);
+    qsort_r(order, n, sizeof *order, cmp_group, &c);
     for (size_t i = 0; i < n;) {
         size_t j = i;
-        double sum = 0;
-        while (j < n && rows[j].group == rows[i].group) sum += rows[j++].n_prompt;
-        for (size_t k = i; k < j; k++) rows[k].group_len = sum / (double)(j - i);
+        double total = 0;
+        uint32_t g = item_at(&c, order[i])->group;
+        while (j < n && item_at(&c, order[j])->group == g) total += item_at(&c, order[j++])->n_prompt;
+        for (size_t k = i; k < j; k++) group_len[order[k]] = (float)(total / (double)(j - i));
         i = j;
     }
-    int dir = sort == PLAN_SORT_DESCENDING ? -1 : 1;
-    qsort_r(rows, n, sizeof *rows, cmp_final, &dir);
-    for (size_t i = 0; i < n; i++) order[i] = rows[i].index;
-    free(rows);
+    qsort_r(order, n, sizeof *order, cmp_final, &c);
+    free(group_len);
+    for (size_t i = 0; i < n; i++) {
+        sum -= order[i];
+        xor ^= order[i];
+    }
+    if (sum || xor) return err_set(e, "plan: the order lost or repeated a request (bug)");
     return 0;
 }
 
@@ -201,42 +207,4 @@ int plan_check_order(const uint32_t *order, size_t n)
     }
     free(seen);
     return rc;
-}
-
-int plan_order_pending(const struct plan_item *items, size_t n, int32_t kv_block, enum plan_sort sort, uint32_t **order,
-                       size_t *n_order, struct err *e)
-{
-    *order = NULL;
-    *n_order = 0;
-    size_t m = 0;
-    for (size_t w = 0; w < n; w++) m += items[w].prompt != NULL;
-    struct plan_item *pending = malloc((m ? m : 1) * sizeof *pending);
-    uint32_t *work = malloc((m ? m : 1) * sizeof *work); /* pending index -> work index */
-    uint32_t *ord = malloc((m ? m : 1) * sizeof *ord);
-    if (!pending || !work || !ord) {
-        err_set(e, "plan: out of memory for %zu pending works", m);
-        goto fail;
-    }
-    size_t k = 0;
-    for (size_t w = 0; w < n; w++)
-        if (items[w].prompt) {
-            pending[k] = items[w];
-            work[k++] = (uint32_t)w;
-        }
-    if (plan_order(pending, m, kv_block, sort, ord, e) != 0) goto fail;
-    if (plan_check_order(ord, m) != 0) {
-        err_set(e, "plan: the order is not a permutation (bug)");
-        goto fail;
-    }
-    for (size_t i = 0; i < m; i++) ord[i] = work[ord[i]];
-    free(pending);
-    free(work);
-    *order = ord;
-    *n_order = m;
-    return 0;
-fail:
-    free(pending);
-    free(work);
-    free(ord);
-    return -1;
 }

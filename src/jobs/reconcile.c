@@ -9,8 +9,6 @@
 /* State of the scan over the store's line rows. */
 struct scan {
     ledger *l;
-    int64_t *line_index; /* (max_no + 1) line number -> index in l->lines, -1 for none */
-    int64_t max_no;
     int64_t *del;        /* ids of the stale rows */
     size_t n_del, cap_del;
     int touched[2];      /* a scheduled row of this file is stale: its offsets must be compacted */
@@ -28,16 +26,14 @@ static int row_cb(void *user, const struct store_line *row)
 {
     struct scan *s = user;
     ledger *l = s->l;
-    struct ledger_line *L = NULL;
-    if (row->line >= 0 && row->line <= s->max_no && s->line_index[row->line] >= 0)
-        L = &l->lines[s->line_index[row->line]];
-    int valid = L && !memcmp(L->digest, row->digest, 32) && row->off >= 0 && ledger_line_file(L) == row->file &&
-                L->state == LEDGER_LINE_WAITING;
+    int64_t li = ledger_find_line(l, row->line);
+    struct ledger_line *L = li >= 0 ? &l->lines[li] : NULL;
+    int valid = L && L->digest == ledger_digest_head(row->digest) && row->off >= 0 && ledger_line_file(L) == row->file &&
+                L->state == LEDGER_LINE_WAITING && row->len <= UINT32_MAX;
     if (valid) {
         L->state = LEDGER_LINE_SCHEDULED;
         L->file = (uint8_t)row->file;
-        L->row = row->id;
-        L->len = row->len;
+        L->len = (uint32_t)row->len;
         return 0;
     }
     if (s->n_del == s->cap_del) {
@@ -55,27 +51,12 @@ static int row_cb(void *user, const struct store_line *row)
     return 0;
 }
 
-/* s->line_index over l's lines. */
-static int index_lines(struct scan *s, struct err *e)
-{
-    const ledger *l = s->l;
-    s->max_no = 0;
-    for (size_t i = 0; i < l->n_lines; i++)
-        if (l->lines[i].no > s->max_no) s->max_no = l->lines[i].no;
-    s->line_index = malloc((size_t)(s->max_no + 1) * sizeof *s->line_index);
-    if (!s->line_index) return err_set(e, "out of memory");
-    for (int64_t i = 0; i <= s->max_no; i++) s->line_index[i] = -1;
-    for (size_t i = 0; i < l->n_lines; i++) s->line_index[l->lines[i].no] = (int64_t)i;
-    return 0;
-}
-
 /* The store part, in one transaction: works done, stale rows deleted, offsets compacted. */
 static int reconcile_store(ledger *l, int retry_failed, struct reconcile_stats *st, struct err *e)
 {
     struct scan s;
     memset(&s, 0, sizeof s);
     s.l = l;
-    if (index_lines(&s, e) != 0) return -1;
     if (store_begin(l->st, e) != 0) goto fail_open;
     if (retry_failed && store_delete_failed(l->st, &st->failed_requeued, e) != 0) goto fail;
     if (store_foreach_status(l->st, status_cb, l, e) != 0) goto fail;
@@ -100,13 +81,11 @@ static int reconcile_store(ledger *l, int retry_failed, struct reconcile_stats *
     if (s.n_del) log_info("store: %zu line rows were stale (settings, backlog or retried keys changed)", s.n_del);
     if (st->failed_requeued) log_info("--retry-failed: %lld failed keys queued again", (long long)st->failed_requeued);
     free(s.del);
-    free(s.line_index);
     return 0;
 fail:
     store_rollback(l->st);
 fail_open:
     free(s.del);
-    free(s.line_index);
     return -1;
 }
 

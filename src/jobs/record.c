@@ -287,10 +287,13 @@ static void add_performance(json_t *out, const struct record_run *r, const char 
                                   "gen_tok_s", per_wall((double)s->gen_tokens, wall), "total_tok_s",
                                   per_wall((double)(s->prompt_tokens + s->gen_tokens), wall), "requests_s",
                                   per_wall((double)s->work_computed, wall)));
-    json_object_set_new(out, "latency_s", json_pack("{s:f, s:f, s:f, s:I, s:o}", "p50", p50, "p95", p95, "max", pmax,
-                                                    "n", (json_int_t)r->n_latency, "histogram",
-                                                    record_histogram_json(r->latency, r->n_latency, 20)));
-    json_object_set_new(out, "memory", json_pack("{s:I}", "peak_rss_bytes", (json_int_t)sysmem_peak_rss_bytes()));
+    int64_t n_req = r->n_requests > (int64_t)r->n_latency ? r->n_requests : (int64_t)r->n_latency;
+    json_t *lat = json_pack("{s:f, s:f, s:f, s:I, s:o}", "p50", p50, "p95", p95, "max", pmax, "n", (json_int_t)n_req,
+                            "histogram", record_histogram_json(r->latency, r->n_latency, 20));
+    if (n_req > (int64_t)r->n_latency) json_object_set_new(lat, "sampled", json_integer((json_int_t)r->n_latency));
+    json_object_set_new(out, "latency_s", lat);
+    json_object_set_new(out, "memory", json_pack("{s:I, s:I}", "peak_rss_bytes", (json_int_t)sysmem_peak_rss_bytes(),
+                                                 "backlog_bytes", (json_int_t)r->backlog_bytes));
     json_object_set_new(
         out, "kv",
         json_pack("{s:s, s:i, s:I, s:I, s:I, s:f, s:I}", "type", model_kv_type_name(m->ep.kv_type), "block_tokens",

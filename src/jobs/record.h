@@ -59,13 +59,15 @@ struct record_run {
     const struct job_model *m;
     const struct job_summary *s;        /* wall_s included */
     const struct engine_stats *es;      /* the engine's counters at the end of the run */
-    double *latency;                    /* (n_latency) seconds from submission to result per request; sorted
-                                           in place */
+    double *latency;                    /* (n_latency) seconds from submission to result: every request's, or a
+                                           uniform sample of them; sorted in place */
     size_t n_latency;
+    int64_t n_requests;                 /* requests the latencies were measured on (>= n_latency) */
     const json_t *backlog;              /* facts about the backlog file (jobs/ingest), or NULL */
     const json_t *repair;               /* what reconcile did (jobs/reconcile), or NULL */
     int64_t t_start_unix;
     const struct record_energy *energy; /* started with the run; read here */
+    uint64_t backlog_bytes;             /* what the book of the backlog holds (ledger and ingest) */
 };
 
 /* The run record (new reference): nightshift version and git commit, status, owner, retest_after (the date the

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/log.h"
 #include "util/threads.h"
 
 #define RUNTIME_GIB (1024ull * 1024ull * 1024ull)
@@ -20,6 +21,7 @@ struct runtime_params runtime_default_params(void)
         .device = 0,
         .kv_memory = RUNTIME_AUTO,
         .headroom = RUNTIME_AUTO,
+        .reserve = 0,
         .kv_type = KV_TYPE_F16,
         .kv_block = 16,
         .max_batch_tokens = 0,
@@ -121,7 +123,14 @@ static uint64_t runtime_sub(uint64_t a, uint64_t b)
     return b >= a ? 0 : a - b;
 }
 
-/* The figures of the auto budget from the backend's memory (b->kv_bytes not set). */
+/* available - weights - scratch - headroom - reserve, 0 when that is negative. */
+static uint64_t runtime_kv_free(const struct runtime_budget *b)
+{
+    return runtime_sub(runtime_sub(runtime_sub(runtime_sub(b->available, b->weights), b->scratch), b->headroom),
+                       b->reserve);
+}
+
+/* The figures of the budget from the backend's memory (b->kv_bytes not set). */
 static int runtime_measure(const struct runtime *rt, struct runtime_budget *b, struct err *e)
 {
     const struct backend *be = &rt->backend;
@@ -134,7 +143,8 @@ static int runtime_measure(const struct runtime *rt, struct runtime_budget *b, s
     if (rt->params.headroom != RUNTIME_AUTO) b->headroom = rt->params.headroom;
     else if (mem.headroom) b->headroom = mem.headroom;
     else b->headroom = mem.total / 5 < 2 * RUNTIME_GIB ? 2 * RUNTIME_GIB : mem.total / 5;
-    b->kv_free = runtime_sub(runtime_sub(runtime_sub(b->available, b->weights), b->scratch), b->headroom);
+    b->reserve = rt->caps.gpu ? 0 : rt->params.reserve;
+    b->kv_free = runtime_kv_free(b);
     return 0;
 }
 
@@ -143,18 +153,25 @@ int runtime_plan_kv(struct runtime *rt, uint64_t kv_memory, uint64_t cap, struct
     struct runtime_budget *b = &rt->budget;
     memset(b, 0, sizeof *b);
     b->automatic = kv_memory == RUNTIME_AUTO;
-    if (!b->automatic) {
-        b->kv_bytes = kv_memory;
-    } else {
-        if (runtime_measure(rt, b, e)) return -1;
-        if (b->kv_free == 0)
-            return err_set(e,
-                           "KV memory auto: nothing is left for the KV cache on the %s backend (available %.0f MiB - "
-                           "weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB); give the KV memory "
-                           "(--kv-memory SIZE) or less headroom (--headroom SIZE)",
-                           rt->backend_name, runtime_mib(b->available), runtime_mib(b->weights),
-                           runtime_mib(b->scratch), runtime_mib(b->headroom));
+    if (runtime_measure(rt, b, e)) return -1;
+    if (b->kv_free == 0)
+        return err_set(e,
+                       "KV memory: nothing is left for the KV cache on the %s backend (available %.0f MiB - weights "
+                       "%.0f MiB - scratch %.0f MiB - headroom %.0f MiB - backlog %.0f MiB); use less headroom "
+                       "(--headroom SIZE) or a machine with more memory",
+                       rt->backend_name, runtime_mib(b->available), runtime_mib(b->weights), runtime_mib(b->scratch),
+                       runtime_mib(b->headroom), runtime_mib(b->reserve));
+    if (b->automatic) {
         b->kv_bytes = b->kv_free < cap ? b->kv_free : cap;
+    } else if (kv_memory > b->kv_free) {
+        log_warn("--kv-memory %.0f MiB is more than the %s backend has for the KV cache: capped at %.0f MiB "
+                 "(available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB - backlog %.0f MiB)",
+                 runtime_mib(kv_memory), rt->backend_name, runtime_mib(b->kv_free), runtime_mib(b->available),
+                 runtime_mib(b->weights), runtime_mib(b->scratch), runtime_mib(b->headroom), runtime_mib(b->reserve));
+        b->kv_bytes = b->kv_free;
+        b->capped = 1;
+    } else {
+        b->kv_bytes = kv_memory;
     }
     b->kv_blocks = engine_kv_blocks_for_budget(&rt->model->hp, rt->ep.kv_type, rt->ep.kv_block, b->kv_bytes);
     b->kv_tokens = b->kv_blocks * rt->ep.kv_block;
@@ -205,9 +222,8 @@ int runtime_check(const struct runtime *rt, struct err *e)
     if (b->kv_tokens != b->kv_blocks * rt->ep.kv_block || (b->kv_blocks && b->kv_blocks != rt->ep.kv_blocks))
         return err_set(e, "runtime check: budget of %lld blocks (%lld tokens) for a pool of %lld blocks x %d",
                        (long long)b->kv_blocks, (long long)b->kv_tokens, (long long)rt->ep.kv_blocks, (int)rt->ep.kv_block);
-    if (b->automatic && (b->kv_bytes > b->kv_free ||
-                         b->kv_free != runtime_sub(runtime_sub(runtime_sub(b->available, b->weights), b->scratch), b->headroom)))
-        return err_set(e, "runtime check: auto budget %llu bytes does not follow from its figures",
+    if (b->kv_bytes && (b->kv_bytes > b->kv_free || b->kv_free != runtime_kv_free(b)))
+        return err_set(e, "runtime check: a budget of %llu bytes does not follow from its figures",
                        (unsigned long long)b->kv_bytes);
     return 0;
 }

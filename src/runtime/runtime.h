@@ -16,16 +16,18 @@
  *
  * The KV budget ("auto"): the backend reports its memory (backend_ops.memory: host RAM for cpu, device
  * memory for a GPU) after the weights are loaded, and
- *     kv_free = available - weights - scratch - headroom      (0 when that is negative)
+ *     kv_free = available - weights - scratch - headroom - reserve      (0 when that is negative)
  * where weights counts the model's weight bytes only for a backend whose weights are paged in from the
  * file mapping (backend_caps.weights_mapped), scratch is the backend's for a step of max_batch_tokens rows,
- * and headroom is the caller's or the backend's default. runtime_open caps the pool at what max_seqs
- * sequences of the full context can use twice over (more is never touched).
+ * headroom is the caller's or the backend's default, and reserve is what the caller holds besides the
+ * engine in host memory (a run's book of its backlog: counted only when the backend's memory is host RAM,
+ * i.e. not caps.gpu). runtime_open caps the pool at what max_seqs sequences of the full context can use
+ * twice over (more is never touched). A given --kv-memory is held to the same kv_free.
  *
  * Invariant after runtime_open_backend: backend_name names the backend that was opened, every weight
  * matrix of the model has a type in caps.weight_types, and ep holds valid engine params but kv_blocks
  * (0 until runtime_plan_kv). After runtime_plan_kv: ep.kv_blocks = budget.kv_blocks, the blocks that
- * budget.kv_bytes holds, and an auto budget's kv_bytes <= kv_free = what its figures leave.
+ * budget.kv_bytes holds, and kv_bytes <= kv_free = what its figures leave.
  */
 #ifndef NS_RUNTIME_H
 #define NS_RUNTIME_H
@@ -49,6 +51,9 @@ struct runtime_params {
     int device;               /* GPU ordinal (default 0) */
     uint64_t kv_memory;       /* KV pool bytes; RUNTIME_AUTO (default): the budget from the backend's memory */
     uint64_t headroom;        /* bytes the auto budget leaves unused; RUNTIME_AUTO (default): the backend's */
+    uint64_t reserve;         /* host bytes the caller will hold besides the engine (a run's book of its
+                                 backlog), taken from the budget on a backend whose memory is host RAM
+                                 (default 0) */
     enum kv_type kv_type;     /* default KV_TYPE_F16 */
     int32_t kv_block;         /* tokens per KV block, a power of two (default 16) */
     int32_t max_batch_tokens; /* rows per engine step; 0 (default): the backend's */
@@ -62,14 +67,16 @@ struct runtime_params {
 
 /* What went into the KV pool's size (for the run record, bench and messages). */
 struct runtime_budget {
-    int automatic;      /* 1: kv_memory was RUNTIME_AUTO; 0: given (the memory figures below are then 0) */
+    int automatic;      /* 1: kv_memory was RUNTIME_AUTO; 0: given */
+    int capped;         /* a given kv_memory was more than kv_free: it was cut to kv_free (with a warning) */
     uint64_t total;     /* the backend's memory: all of it */
     uint64_t available; /* free after the weights were loaded */
     uint64_t weights;   /* weight bytes counted against available (0 when load already took them out) */
     uint64_t scratch;   /* the backend's scratch for a step of max_batch_tokens rows */
     uint64_t headroom;  /* left unused */
-    uint64_t kv_free;   /* available - weights - scratch - headroom; 0 when nothing is left */
-    uint64_t kv_bytes;  /* the pool's budget: kv_memory as given, or kv_free capped */
+    uint64_t reserve;   /* held by the caller besides the engine (params.reserve; 0 on a GPU backend) */
+    uint64_t kv_free;   /* available - weights - scratch - headroom - reserve; 0 when nothing is left */
+    uint64_t kv_bytes;  /* the pool's budget: kv_memory as given (at most kv_free), or kv_free capped */
     int64_t kv_blocks;  /* blocks of kv_block tokens that kv_bytes holds */
     int64_t kv_tokens;  /* kv_blocks * kv_block */
 };
@@ -103,11 +110,12 @@ int runtime_open(const struct runtime_params *p, struct runtime *rt, struct err 
  * what was opened: runtime_close releases it, as after success. */
 int runtime_open_model(const struct runtime_params *p, struct runtime *rt, struct err *e);
 int runtime_open_backend(struct runtime *rt, struct err *e);
-/* Sizes the KV pool (after runtime_open_backend): kv_memory bytes as given, or RUNTIME_AUTO: kv_free from
- * the backend's memory (params.headroom), capped at cap bytes (UINT64_MAX: no cap). Fills rt->budget and
- * rt->ep.kv_blocks. Fails when the memory cannot be read, or when auto leaves nothing for the KV cache
- * (the message gives the figures). A given kv_memory too small for one block is not an error here:
- * engine_init refuses a pool of 0 blocks. */
+/* Sizes the KV pool (after runtime_open_backend) from the backend's memory: kv_free (params.headroom and
+ * params.reserve taken out) capped at cap bytes (UINT64_MAX: no cap) for RUNTIME_AUTO; kv_memory bytes as
+ * given, but never more than kv_free (a larger one is cut to kv_free, with a warning naming the figures:
+ * memory is a budget, not a hope). Fills rt->budget and rt->ep.kv_blocks. Fails when the memory cannot be
+ * read, or when nothing is left for the KV cache (the message gives the figures). A given kv_memory too
+ * small for one block is not an error here: engine_init refuses a pool of 0 blocks. */
 int runtime_plan_kv(struct runtime *rt, uint64_t kv_memory, uint64_t cap, struct err *e);
 /* A new engine over rt's model, backend and vocab with params ep (usually rt->ep, adjusted). The engine
  * (re)allocates the backend's KV pool, so only one engine per runtime may be alive at a time; free it
