@@ -407,34 +407,7 @@ static int seq_constrain(engine *eng, struct eng_seq *es, const struct engine_re
 int engine_add(engine *eng, const struct engine_request *r, struct err *e)
 {
     char msg[ERR_MSG_MAX + 64];
-    const struct model_hparams *hp = &eng->m->hp;
-    if (r->n_prompt < 1 || !r->prompt) return fail_request(eng, r, "empty prompt", e);
-    if (r->max_tokens < 1) {
-        snprintf(msg, sizeof msg, "max_tokens %d: must be at least 1", (int)r->max_tokens);
-        return fail_request(eng, r, msg, e);
-    }
-    for (int32_t i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= eng->n_vocab) {
-            snprintf(msg, sizeof msg, "prompt token %d (at %d) is outside the vocabulary (%d tokens)", (int)r->prompt[i],
-                     (int)i, (int)eng->n_vocab);
-            return fail_request(eng, r, msg, e);
-        }
-    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
-    if (hp->n_ctx_train > 0 && total > hp->n_ctx_train) {
-        snprintf(msg, sizeof msg, "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model context of %d tokens",
-                 (int)r->n_prompt, (int)r->max_tokens, (long long)total, (int)hp->n_ctx_train);
-        return fail_request(eng, r, msg, e);
-    }
-    int64_t need_blocks = (total - 1 + eng->p.kv_block - 1) / eng->p.kv_block;
-    if (need_blocks > eng->p.kv_blocks) {
-        snprintf(msg, sizeof msg,
-                 "prompt (%d tokens) + max_tokens (%d) needs %lld KV blocks but the whole pool has %lld (%lld tokens): "
-                 "raise the KV memory budget or lower max_tokens",
-                 (int)r->n_prompt, (int)r->max_tokens, (long long)need_blocks, (long long)eng->p.kv_blocks,
-                 (long long)eng->p.kv_blocks * eng->p.kv_block);
-        return fail_request(eng, r, msg, e);
-    }
-    if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop)) return fail_request(eng, r, "bad stop string list", e);
+    if (engine_check_request(eng, r, msg, sizeof msg) != ENGINE_REQUEST_OK) return fail_request(eng, r, msg, e);
 
     struct eng_seq *es = calloc(1, sizeof *es);
     if (!es) return err_set(e, "engine: out of memory");
@@ -442,11 +415,6 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     if (sched_seq_init(&es->q, r->id, r->prompt, r->n_prompt, r->max_tokens, eng->p.kv_block, &se)) {
         free(es);
         return fail_request(eng, r, se.msg, e);
-    }
-    if (sampler_check_params(&r->sampling, eng->n_sample, &se)) {
-        seq_free(eng, es);
-        snprintf(msg, sizeof msg, "sampling parameters: %s", se.msg);
-        return fail_request(eng, r, msg, e);
     }
     int crc = seq_constrain(eng, es, r, msg, sizeof msg, e);
     if (crc) {
