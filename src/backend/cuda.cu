@@ -18,8 +18,11 @@
  *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
  *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's
  *    stream (cuBLAS GEMMs with FP32 accumulation over all rows; the kernels of cuda_kernels.cu); only the
- *    logit rows go through the output head, and their logits come back through a pinned buffer.
- *    forward returns after the stream is synchronized, so every buffer is free again at the next call.
+ *    logit rows go through the output head. With a logits buffer, forward copies them back through a pinned
+ *    buffer and returns after the stream is synchronized; without (the engine's draws on the device), it
+ *    returns with the step in flight (pending) and the op sample enqueues the draws (cuda_sample.cu), copies
+ *    the tokens (and any row for the host) back and synchronizes. A forward that finds a step still pending
+ *    waits for it first, so every buffer is free again when a step is enqueued.
  *  - Scratch is sized for cap_rows rows (grows, never shrinks; cap_logits and the batch buffers likewise);
  *    the attention partials hold max_parts chunk states, fixed at load.
  *  - Determinism: no atomics anywhere; cuBLAS is bit-reproducible run to run for the same shapes on the

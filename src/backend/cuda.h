@@ -6,7 +6,8 @@
  * matrices, which stay F32 and run as FP32 GEMMs (the exact path for small test models); norms and biases
  * are F32. The KV pool lives in device memory (f16 or f32). A step uploads its batch once, runs cuBLAS
  * GEMMs over all rows for every linear layer and the backend's own kernels (cuda_kernels.cu) for the
- * rest, and copies only the wanted logit rows back to the host.
+ * rest, and draws the tokens on the device (the op sample, cuda_sample.cu): only token ids come back, or the
+ * logit rows the engine asks for.
  */
 #ifndef NS_BACKEND_CUDA_H
 #define NS_BACKEND_CUDA_H
