@@ -246,27 +246,27 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const struct gguf_s
     return add_kv(w, key, GGUF_VTYPE_ARRAY, p, bytes, e);
 }
 
+int gguf_writer_copy_kv_at(gguf_writer *w, const gguf_file *src, uint64_t i, struct err *e)
+{
+    if (i >= gguf_n_kv(src)) return err_set(e, "gguf writer: no metadata key %llu to copy", (unsigned long long)i);
+    const char *key = gguf_kv_key(src, i);
+    enum gguf_vtype type = gguf_kv_type(src, i), arr_type = gguf_kv_arr_type(src, i);
+    uint64_t arr_n = gguf_kv_arr_n(src, i);
+    if (type == GGUF_VTYPE_STRING) {
+        struct gguf_str s = gguf_kv_str(src, i);
+        return gguf_writer_set_str(w, key, s.ptr, s.len, e);
+    }
+    if (type == GGUF_VTYPE_ARRAY && arr_type == GGUF_VTYPE_STRING)
+        return gguf_writer_set_arr_str(w, key, gguf_kv_arr_strs(src, i), arr_n, e);
+    if (type == GGUF_VTYPE_ARRAY) return gguf_writer_set_arr(w, key, arr_type, gguf_kv_arr_data(src, i), arr_n, e);
+    return gguf_writer_set_val(w, key, type, gguf_kv_val(src, i), e);
+}
+
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, const char *prefix, struct err *e)
 {
     size_t pl = strlen(prefix);
-    for (uint64_t i = 0; i < gguf_n_kv(src); i++) {
-        const char *key = gguf_kv_key(src, i);
-        if (strncmp(key, prefix, pl) != 0) continue;
-        enum gguf_vtype type = gguf_kv_type(src, i), arr_type = gguf_kv_arr_type(src, i);
-        uint64_t arr_n = gguf_kv_arr_n(src, i);
-        int rc;
-        if (type == GGUF_VTYPE_STRING) {
-            struct gguf_str s = gguf_kv_str(src, i);
-            rc = gguf_writer_set_str(w, key, s.ptr, s.len, e);
-        } else if (type == GGUF_VTYPE_ARRAY && arr_type == GGUF_VTYPE_STRING) {
-            rc = gguf_writer_set_arr_str(w, key, gguf_kv_arr_strs(src, i), arr_n, e);
-        } else if (type == GGUF_VTYPE_ARRAY) {
-            rc = gguf_writer_set_arr(w, key, arr_type, gguf_kv_arr_data(src, i), arr_n, e);
-        } else {
-            rc = gguf_writer_set_val(w, key, type, gguf_kv_val(src, i), e);
-        }
-        if (rc) return -1;
-    }
+    for (uint64_t i = 0; i < gguf_n_kv(src); i++)
+        if (strncmp(gguf_kv_key(src, i), prefix, pl) == 0 && gguf_writer_copy_kv_at(w, src, i, e)) return -1;
     return 0;
 }
 
