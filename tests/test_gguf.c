@@ -310,6 +310,8 @@ TEST(writer_copy_kv_and_alignment)
     CHECK(gguf_writer_copy_kv(w2, src, "a.", &e) == 0);
     CHECK(gguf_writer_copy_kv(w2, src, "t.", &e) == 0);
     CHECK(gguf_writer_copy_kv(w2, src, "t.", &e) == -1 && strstr(e.msg, "duplicate key 't.u8'"));
+    CHECK(gguf_writer_copy_kv_at(w2, src, gguf_n_kv(src), &e) == -1 && strstr(e.msg, "no metadata key"));
+    CHECK(gguf_writer_copy_kv_at(w2, src, 0, &e) == -1 && strstr(e.msg, "duplicate key"));
     uint64_t ne[2] = {32, 3};
     CHECK(gguf_writer_add_tensor(w2, "x", GGUF_DTYPE_Q4_0, 2, ne, NULL, &e) == 0);
     CHECK(gguf_writer_add_tensor(w2, "x", GGUF_DTYPE_Q4_0, 2, ne, NULL, &e) == -1 && strstr(e.msg, "'x'"));

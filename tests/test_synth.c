@@ -203,8 +203,9 @@ TEST(tiny_every_type)
 }
 
 
-/* The K-quant types: general.file_type, each tensor's type as synth_tensor_type states the mixes (tiny-256:
- * 8 layers of rows of 256; the _M mixes' "more bits" layers of 8 are 0, 3, 6, 7), value statistics as
+/* The K-quant types: general.file_type, each tensor's type as gguf/qmix states the mixes (tiny-256:
+ * 8 layers of rows of 256, 4 heads over 2 KV heads; the _M mixes' "more bits" layers of 8 are 0, 3, 6, 7;
+ * q2_k's attn_v is Q3_K below 4 query heads per KV head), value statistics as
  * for the other types (looser for Q2_K/Q3_K), and the model loads. On the tiny shape (rows of 64) every
  * K-quant falls back as llama.cpp's does (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K/Q3_K -> Q4_0). */
 TEST(kquant_mixes)
@@ -219,7 +220,7 @@ TEST(kquant_mixes)
         {"q4_k_m", 15, Q4, Q6, Q6, Q4, Q6, Q4, Q4},
         {"q5_k_m", 17, Q5, Q6, Q6, Q5, Q6, Q5, Q5},
         {"q6_k", 18, Q6, Q6, Q6, Q6, Q6, Q6, Q6},
-        {"q2_k", 10, Q2, Q6, Q4, Q4, Q3, Q3, Q3},
+        {"q2_k", 10, Q2, Q6, Q3, Q3, Q3, Q3, Q3},
     };
     const int more[8] = {1, 0, 0, 1, 0, 0, 1, 1};
     for (size_t k = 0; k < sizeof mixes / sizeof mixes[0]; k++) {
@@ -262,7 +263,7 @@ TEST(kquant_mixes)
         CHECK_MSG(ok, "%s: tensor types or values differ from the stated mix (see above)", mixes[k].name);
     }
     /* q3_k_m: attn_v Q5_K in layers 0-1, Q4_K after; ffn_down Q5_K in the first sixteenth of the layers
-     * (none of 8), Q4_K in the more-bits layers, else Q3_K; attn_output Q4_K */
+     * (none of 8), else Q4_K; attn_output Q4_K */
     const char *path = tmp("k3.gguf");
     CHECK_MSG(synth("tiny-256", "q3_k_m", path, NULL, NULL) == 0, "%s", last_error);
     gguf_file *f;
@@ -275,7 +276,7 @@ TEST(kquant_mixes)
         snprintf(n, sizeof n, "blk.%d.attn_v.weight", il);
         CHECK(tensor_is(f, n, il < 2 ? Q5 : Q4, 256, 128));
         snprintf(n, sizeof n, "blk.%d.ffn_down.weight", il);
-        CHECK(tensor_is(f, n, more[il] ? Q4 : Q3, 512, 256));
+        CHECK(tensor_is(f, n, Q4, 512, 256));
         snprintf(n, sizeof n, "blk.%d.attn_output.weight", il);
         CHECK(tensor_is(f, n, Q4, 256, 256));
         snprintf(n, sizeof n, "blk.%d.ffn_up.weight", il);
@@ -302,7 +303,15 @@ TEST(kquant_mixes)
     CHECK_MSG(synth("tiny", "q2_k", path, NULL, NULL) == 0, "%s", last_error);
     CHECK_MSG(synth_open(path, &f, &m, &e) == 0, "%.900s", e.msg);
     CHECK(tensor_is(f, "blk.0.attn_q.weight", GGUF_DTYPE_Q4_0, 64, 64));
-    CHECK(tensor_is(f, "blk.0.attn_v.weight", GGUF_DTYPE_Q5_0, 64, 32));
+    CHECK(tensor_is(f, "blk.0.attn_v.weight", GGUF_DTYPE_Q4_0, 64, 32)); /* Q3_K (2 heads per KV head) */
+    model_free(m);
+    gguf_close(f);
+    /* a tied head: token_embd is the output head, so it gets the head's type (Q6_K, here its fallback Q8_0) */
+    CHECK_MSG(synth("tiny-tied", "q4_k_m", path, NULL, NULL) == 0, "%s", last_error);
+    CHECK_MSG(synth_open(path, &f, &m, &e) == 0, "%.900s", e.msg);
+    n_vocab = gguf_kv_arr_n(f, gguf_find_kv(f, "tokenizer.ggml.tokens"));
+    CHECK(tensor_is(f, "token_embd.weight", GGUF_DTYPE_Q8_0, 64, n_vocab));
+    CHECK(!gguf_find_tensor(f, "output.weight"));
     model_free(m);
     gguf_close(f);
 }

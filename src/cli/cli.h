@@ -15,6 +15,8 @@ int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);
 int cmd_report(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 
 /* The model path when -m is not given: $NIGHTSHIFT_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf if
  * it has been fetched (relative to the current directory or to the binary's repository), else

@@ -11,7 +11,7 @@
  * Values: matrices uniform in [-a, a] with a = sqrt(3 / n_in) (variance 1/n_in, n_in = ne[0], so a
  * product with a unit-variance input keeps unit variance); norm weights exactly 1.0; biases uniform in
  * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type, except
- * that the K-quant mixes give some matrices another type (synth_tensor_type).
+ * that the K-quant mixes give some matrices another type (synth_role_type, after gguf/qmix).
  *
  * Vocabulary size: the shapes of real models have their real number of token rows (llama-1b and llama-8b
  * 128,256 as Llama 3; qwen2-7b 152,064 as Qwen2's embedding), so the embedding and the output head cost
@@ -30,6 +30,7 @@
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
 #include "gguf/gguf.h"
+#include "gguf/qmix.h"
 #include "gguf/quant.h"
 #include "util/log.h"
 #include "util/rng.h"
@@ -58,79 +59,18 @@ static const struct synth_shape shapes[] = {
     {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1, 152064},
 };
 
-/* K-quant mixes: which tensors get more bits than the base type (see synth_tensor_type). */
-enum synth_mix { MIX_NONE, MIX_Q2_K, MIX_Q3_K_M, MIX_Q4_K_M, MIX_Q5_K_M };
-
-static const struct synth_type {
-    const char *name;
-    enum gguf_dtype dtype; /* the base type */
-    uint32_t file_type;    /* llama.cpp's general.file_type (LLAMA_FTYPE_*) */
-    enum synth_mix mix;
-} types[] = {
-    {"f32", GGUF_DTYPE_F32, 0, MIX_NONE},        {"f16", GGUF_DTYPE_F16, 1, MIX_NONE},
-    {"bf16", GGUF_DTYPE_BF16, 32, MIX_NONE},     {"q8_0", GGUF_DTYPE_Q8_0, 7, MIX_NONE},
-    {"q4_0", GGUF_DTYPE_Q4_0, 2, MIX_NONE},      {"q4_1", GGUF_DTYPE_Q4_1, 3, MIX_NONE},
-    {"q2_k", GGUF_DTYPE_Q2_K, 10, MIX_Q2_K},     {"q3_k_m", GGUF_DTYPE_Q3_K, 12, MIX_Q3_K_M},
-    {"q4_k_m", GGUF_DTYPE_Q4_K, 15, MIX_Q4_K_M}, {"q5_k_m", GGUF_DTYPE_Q5_K, 17, MIX_Q5_K_M},
-    {"q6_k", GGUF_DTYPE_Q6_K, 18, MIX_NONE},
-};
-
-/* llama.cpp's choice of the layers whose attn_v / ffn_down get more bits in the _M mixes: the first and
- * last eighth of the layers and every third one between. */
-static int synth_more_bits(uint32_t il, uint32_t n_layer)
+/* The type of a matrix in --type (gguf/qmix: llama.cpp's rules). The K-quant mixes follow the rules in full
+ * (output head Q6_K, attn_v / ffn_down / attn_output bumped in some layers, llama.cpp's fallbacks for rows
+ * that are not whole 256-element super-blocks); the other types are "pure": every matrix in --type, so the
+ * Q4_0 and Q8_0 benchmark files stay uniform. */
+static enum gguf_dtype synth_role_type(const struct qmix_type *ty, const struct synth_shape *s, const char *name,
+                                       uint64_t ne0)
 {
-    return il < n_layer / 8 || il >= 7 * n_layer / 8 || (il - n_layer / 8) % 3 == 2;
-}
-
-/* The type of a matrix: `role` is its name without "blk.N." and ".weight" (token_embd, output, attn_q,
- * attn_k, attn_v, attn_output, ffn_gate, ffn_up, ffn_down), il its layer. The mixes (following the shape of
- * llama.cpp's): output.weight is Q6_K in all of them; Q4_K_M / Q5_K_M: attn_v and ffn_down Q6_K in the
- * synth_more_bits layers; Q3_K_M: attn_v Q5_K in layers 0-1 else Q4_K, ffn_down Q5_K in the first
- * sixteenth of the layers, Q4_K in the other synth_more_bits layers, attn_output Q4_K; Q2_K: attn_v Q4_K,
- * ffn_down and attn_output Q3_K. A K-quant row must be whole super-blocks of 256: a matrix whose rows are
- * not falls back as llama.cpp's does (Q4_K: Q5_0; Q5_K: Q5_1; Q6_K: Q8_0; Q2_K, Q3_K: Q4_0, where recent
- * llama.cpp picks IQ4_NL, a type nightshift does not compute). */
-static enum gguf_dtype synth_tensor_type(const struct synth_type *ty, const char *role, uint32_t il,
-                                         uint32_t n_layer, uint64_t ne0)
-{
-    enum gguf_dtype t = ty->dtype;
-    const int v = !strcmp(role, "attn_v"), down = !strcmp(role, "ffn_down");
-    if (ty->mix != MIX_NONE && !strcmp(role, "output")) t = GGUF_DTYPE_Q6_K;
-    switch (ty->mix) {
-    case MIX_Q4_K_M:
-    case MIX_Q5_K_M:
-        if ((v || down) && synth_more_bits(il, n_layer)) t = GGUF_DTYPE_Q6_K;
-        break;
-    case MIX_Q3_K_M:
-        if (v) t = il < 2 ? GGUF_DTYPE_Q5_K : GGUF_DTYPE_Q4_K;
-        if (down) t = il < n_layer / 16 ? GGUF_DTYPE_Q5_K : synth_more_bits(il, n_layer) ? GGUF_DTYPE_Q4_K : t;
-        if (!strcmp(role, "attn_output")) t = GGUF_DTYPE_Q4_K;
-        break;
-    case MIX_Q2_K:
-        if (v) t = GGUF_DTYPE_Q4_K;
-        if (down || !strcmp(role, "attn_output")) t = GGUF_DTYPE_Q3_K;
-        break;
-    default:
-        break;
-    }
-    if (ne0 % 256 == 0) return t;
-    switch (t) {
-    case GGUF_DTYPE_Q2_K:
-    case GGUF_DTYPE_Q3_K: return GGUF_DTYPE_Q4_0;
-    case GGUF_DTYPE_Q4_K: return GGUF_DTYPE_Q5_0;
-    case GGUF_DTYPE_Q5_K: return GGUF_DTYPE_Q5_1;
-    case GGUF_DTYPE_Q6_K: return GGUF_DTYPE_Q8_0;
-    default: return t;
-    }
-}
-
-/* synth_tensor_type of the matrix with this tensor name. */
-static enum gguf_dtype synth_role_type(const struct synth_type *ty, const char *name, uint32_t n_layer, uint64_t ne0)
-{
-    char role[32] = "";
-    unsigned il = 0;
-    if (sscanf(name, "blk.%u.%31[a-z_]", &il, role) != 2) sscanf(name, "%31[a-z_]", role);
-    return synth_tensor_type(ty, role, il, n_layer, ne0);
+    const enum gguf_dtype b = ty->base;
+    const int kquant = b == GGUF_DTYPE_Q2_K || b == GGUF_DTYPE_Q3_K || b == GGUF_DTYPE_Q4_K ||
+                       b == GGUF_DTYPE_Q5_K || b == GGUF_DTYPE_Q6_K;
+    const struct qmix_model m = {s->n_layer, s->n_head, s->n_head_kv, !s->tied, !kquant};
+    return qmix_tensor_type(ty, &m, name, ne0);
 }
 
 /* uniform in [-1, 1) */
@@ -470,7 +410,7 @@ static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, s
 }
 
 /* The tensor list of a shape; returns the count (at most 3 + 12 * n_layer). */
-static uint64_t synth_tensors(const struct synth_shape *s, const struct synth_type *ty, uint64_t n_vocab,
+static uint64_t synth_tensors(const struct synth_shape *s, const struct qmix_type *ty, uint64_t n_vocab,
                               struct synth_tensor *ts)
 {
     uint64_t n = 0, head_dim = s->n_embd / s->n_head, n_q = s->n_head * head_dim,
@@ -479,31 +419,31 @@ static uint64_t synth_tensors(const struct synth_shape *s, const struct synth_ty
     do {                                                                                                     \
         snprintf(ts[n].name, sizeof ts[n].name, __VA_ARGS__);                                                \
         ts[n].dtype = dt_;                                                                                   \
-        if (kind_ == FILL_MATRIX) ts[n].dtype = synth_role_type(ty, ts[n].name, s->n_layer, a_);            \
+        if (kind_ == FILL_MATRIX) ts[n].dtype = synth_role_type(ty, s, ts[n].name, a_);                     \
         ts[n].n_dims = nd_;                                                                                  \
         ts[n].ne[0] = a_;                                                                                    \
         ts[n].ne[1] = b_;                                                                                    \
         ts[n].kind = kind_;                                                                                  \
         n++;                                                                                                 \
     } while (0)
-    T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_vocab, "token_embd.weight");      // (n_vocab, n_embd)
+    T(FILL_MATRIX, ty->base, 2, s->n_embd, n_vocab, "token_embd.weight");      // (n_vocab, n_embd)
     T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "output_norm.weight"); // (n_embd)
-    if (!s->tied) T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_vocab, "output.weight");
+    if (!s->tied) T(FILL_MATRIX, ty->base, 2, s->n_embd, n_vocab, "output.weight");
     for (uint32_t il = 0; il < s->n_layer; il++) {
         T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.attn_norm.weight", il);
-        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
-        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);
-        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, n_kv, "blk.%u.attn_v.weight", il);
+        T(FILL_MATRIX, ty->base, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
+        T(FILL_MATRIX, ty->base, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);
+        T(FILL_MATRIX, ty->base, 2, s->n_embd, n_kv, "blk.%u.attn_v.weight", il);
         if (s->qkv_bias) {
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_q, 1, "blk.%u.attn_q.bias", il);
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_k.bias", il);
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_v.bias", il);
         }
-        T(FILL_MATRIX, ty->dtype, 2, n_q, s->n_embd, "blk.%u.attn_output.weight", il);
+        T(FILL_MATRIX, ty->base, 2, n_q, s->n_embd, "blk.%u.attn_output.weight", il);
         T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.ffn_norm.weight", il);
-        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, s->n_ff, "blk.%u.ffn_gate.weight", il);
-        T(FILL_MATRIX, ty->dtype, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
-        T(FILL_MATRIX, ty->dtype, 2, s->n_embd, s->n_ff, "blk.%u.ffn_up.weight", il);
+        T(FILL_MATRIX, ty->base, 2, s->n_embd, s->n_ff, "blk.%u.ffn_gate.weight", il);
+        T(FILL_MATRIX, ty->base, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
+        T(FILL_MATRIX, ty->base, 2, s->n_embd, s->n_ff, "blk.%u.ffn_up.weight", il);
     }
 #undef T
     return n;
@@ -546,8 +486,7 @@ static void synth_usage(FILE *out)
     for (size_t i = 0, k = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (shapes[i].n_vocab) fprintf(out, "%s %s %u", k++ ? "," : "", shapes[i].name, shapes[i].n_vocab);
     fprintf(out, ";\n                 the other shapes: as many as the vocabulary has)\n  --type T       ");
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        fprintf(out, "%s%s", i ? ", " : "", types[i].name);
+    fputs(qmix_names(), out);
     fprintf(out,
             "\n                 (matrices and token embedding; norms and biases are always f32; the\n"
             "                 K-quant mixes give some tensors more bits, as llama.cpp's do)\n"
@@ -625,10 +564,8 @@ int cmd_synth(int argc, char **argv)
     const struct synth_shape *shape = NULL;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (!strcmp(shapes[i].name, shape_name)) shape = &shapes[i];
-    int ti = -1;
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (!strcmp(types[i].name, type_name)) ti = (int)i;
-    if (!shape || ti < 0) {
+    const struct qmix_type *ty = qmix_find(type_name);
+    if (!shape || !ty) {
         cli_error("synth", "unknown %s '%s'", shape ? "type" : "shape", shape ? type_name : shape_name);
         synth_usage(stderr);
         return 2;
@@ -647,8 +584,8 @@ int cmd_synth(int argc, char **argv)
     }
     if (synth_vocab(shape, vocab_path, n_vocab_flag, &vf, &vocab, &e)) goto fail;
     uint64_t n_vocab = vocab.n;
-    enum gguf_dtype wt = types[ti].dtype;
-    if (synth_metadata(w, shape, types[ti].file_type, n_vocab,
+    enum gguf_dtype wt = ty->base;
+    if (synth_metadata(w, shape, (uint32_t)ty->ftype, n_vocab,
                        wt != GGUF_DTYPE_F32 && wt != GGUF_DTYPE_F16 && wt != GGUF_DTYPE_BF16, &e))
         goto fail;
     if (vf ? vocab_write_file(w, vf, &vocab, &e) : vocab_write(w, &vocab, &e)) goto fail;
@@ -658,14 +595,14 @@ int cmd_synth(int argc, char **argv)
         err_set(&e, "out of memory");
         goto fail;
     }
-    uint64_t n_t = synth_tensors(shape, &types[ti], n_vocab, ts), total = 0;
+    uint64_t n_t = synth_tensors(shape, ty, n_vocab, ts), total = 0;
     for (uint64_t i = 0; i < n_t; i++) {
         if (gguf_writer_add_tensor(w, ts[i].name, ts[i].dtype, ts[i].n_dims, ts[i].ne, NULL, &e)) goto fail;
         total += gguf_row_bytes(ts[i].dtype, ts[i].ne[0]) * ts[i].ne[1];
     }
     sf = (struct synth_fill){ts, seed, UINT64_MAX, {{0}}, NULL, 0};
     log_info("synth: %s %s, %u layers, n_vocab %llu (%llu padding), %llu tensors, %.1f MiB of weights -> %s",
-             shape->name, types[ti].name, shape->n_layer, (unsigned long long)n_vocab,
+             shape->name, ty->name, shape->n_layer, (unsigned long long)n_vocab,
              (unsigned long long)vocab.n_pad, (unsigned long long)n_t, (double)total / (1 << 20), out_path);
     if (gguf_writer_write(w, out_path, synth_fill_cb, &sf, &e)) goto fail;
     rc = 0;

@@ -23,6 +23,8 @@ static const struct command commands[] = {
     {"tokenize", cmd_tokenize, "text on stdin -> token ids: tokenize -m MODEL [--bos] [--special]"},
     {"detokenize", cmd_detokenize, "token ids on stdin -> text: detokenize -m MODEL"},
     {"synth", cmd_synth, "write a random-weight GGUF in a real model's shape: synth --shape NAME --type T -o FILE"},
+    {"quantize", cmd_quantize, "convert a GGUF model to another type: quantize IN.gguf OUT.gguf TYPE"},
+    {"perplexity", cmd_perplexity, "a model's perplexity on a text file: perplexity -m MODEL -f TEXT [--ctx N]"},
 };
 
 static void usage(FILE *out)

@@ -179,7 +179,7 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const struct gguf_s
                             struct err *e);
 /* Copies every metadata key of src whose name starts with prefix (e.g. "tokenizer.") into w. */
 int gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, const char *prefix, struct err *e);
-/* Copies metadata key i of src (i < gguf_n_kv(src)) into w, with its type and value. */
+/* Copies metadata key i (< gguf_n_kv(src)) of src into w, with its type and value. */
 int gguf_writer_copy_kv_at(gguf_writer *w, const gguf_file *src, uint64_t i, struct err *e);
 /* data may be NULL (then fill is called at write time); otherwise it must stay valid until write. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum gguf_dtype t, uint32_t n_dims,

@@ -248,8 +248,8 @@ int gguf_writer_set_arr_str(gguf_writer *w, const char *key, const struct gguf_s
 
 int gguf_writer_copy_kv_at(gguf_writer *w, const gguf_file *src, uint64_t i, struct err *e)
 {
+    if (i >= gguf_n_kv(src)) return err_set(e, "gguf writer: no metadata key %llu to copy", (unsigned long long)i);
     const char *key = gguf_kv_key(src, i);
-    if (!key) return err_set(e, "gguf writer: no metadata key %llu to copy", (unsigned long long)i);
     enum gguf_vtype type = gguf_kv_type(src, i), arr_type = gguf_kv_arr_type(src, i);
     uint64_t arr_n = gguf_kv_arr_n(src, i);
     if (type == GGUF_VTYPE_STRING) {
@@ -258,8 +258,7 @@ int gguf_writer_copy_kv_at(gguf_writer *w, const gguf_file *src, uint64_t i, str
     }
     if (type == GGUF_VTYPE_ARRAY && arr_type == GGUF_VTYPE_STRING)
         return gguf_writer_set_arr_str(w, key, gguf_kv_arr_strs(src, i), arr_n, e);
-    if (type == GGUF_VTYPE_ARRAY)
-        return gguf_writer_set_arr(w, key, arr_type, gguf_kv_arr_data(src, i), arr_n, e);
+    if (type == GGUF_VTYPE_ARRAY) return gguf_writer_set_arr(w, key, arr_type, gguf_kv_arr_data(src, i), arr_n, e);
     return gguf_writer_set_val(w, key, type, gguf_kv_val(src, i), e);
 }
 
