@@ -47,6 +47,7 @@ extern "C" {
 }
 #include "backend/cuda.h"
 #include "backend/cuda_kernels.h"
+#include "backend/cuda_ctx.h"
 
 #define CUBLAS_TRY(call)                                                                                  \
     do {                                                                                                  \
@@ -59,79 +60,9 @@ extern "C" {
 #define CUDA_PARTS_BYTES (64u << 20)    /* attention partials (split decode rows) at most */
 #define CUDA_MAX_PARTS 65536
 
-struct cuda_matrix {
-    void *d; /* (n_out, n_in) row-major, BF16 or F32 */
-    int bf16;
-    int32_t n_in, n_out;
-};
-
-struct cuda_layer {
-    float *attn_norm, *ffn_norm; /* (n_embd) */
-    float *bqkv;                 /* (n_q + 2 n_kv) qwen2; NULL otherwise */
-    float *q_norm, *k_norm;      /* (head_dim) qwen3; NULL otherwise */
-    struct cuda_matrix qkv, wo, gate_up, down;
-};
-
-/* A pinned host buffer and its device twin, for uploads and small downloads (grow, never shrink). */
-struct cuda_io {
-    size_t cap; /* bytes of each */
-    int32_t *h, *d;
-};
-
-struct cuda_ctx {
-    int device;
-    char device_name[256];
-    cudaStream_t st;
-    cublasHandle_t blas;
-    void *blas_ws;
-    cudaEvent_t ev_start, ev_head, ev_copied;
-
-    const struct model *m;
-    struct cuda_layer *layers; /* (n_layer) */
-    struct cuda_matrix embd;   /* token embedding table (n_vocab, n_embd) */
-    struct cuda_matrix output; /* output head (n_vocab, n_embd); output.d == embd.d when shared */
-    float *output_norm;        /* (n_embd) */
-    double *inv_freq;          /* (n_rot / 2) */
-    uint64_t weight_bytes;     /* device bytes of all of the above */
-    int64_t max_parts;         /* attention partial slots */
-
-    /* KV pool */
-    enum kv_type kv_type;
-    enum cuda_attn_kernel attn; /* chosen with the pool (cuda_attn_choose), fixed while it lives */
-    int32_t n_blocks, block_size;
-    void *k_cache, *v_cache;  /* (n_layer, n_blocks, n_head_kv, block_size, head_dim) each */
-    uint64_t kv_layer_bytes;  /* one layer of K (or V) */
-
-    /* step scratch (device), for up to cap_rows rows */
-    int32_t cap_rows;
-    void *scratch;
-    float *x;    /* (cap, n_embd) residual stream */
-    float *tmp;  /* (cap, n_embd) output of wo / down */
-    float *qkv;  /* (cap, n_q + 2 n_kv) */
-    float *gu;   /* (cap, 2 n_ff) */
-    float *cs;   /* (cap, n_rot / 2, 2) */
-    void *act;   /* (cap, max(n_embd, n_q, n_ff)) GEMM input, BF16 or F32 */
-    float *part_acc, *part_ml; /* (max_parts, n_head, head_dim), (max_parts, n_head, 2) */
-    int32_t cap_logits;
-    float *logits_d; /* (cap_logits, n_vocab) */
-    float *logits_h; /* pinned, same shape */
-    struct cuda_io batch;  /* the step batch (cuda_upload_batch) */
-    struct cuda_io sample; /* the sample op's rows and edits up, tokens down */
-    int pending;           /* 1: a forward's work is enqueued and not yet waited for (cuda_finish) */
-    int32_t kept_logits;   /* logit rows a forward with logits NULL left on the device for sample */
-
-    struct cuda_step_times last;
-    /* profile (backend_cuda_profile_enable) */
-    int prof_on, n_marks;
-    cudaEvent_t *prof_ev;  /* (CUDA_PROF_MARKS), created when first enabled */
-    uint8_t *prof_phase;   /* (CUDA_PROF_MARKS) phase ended by event i + 1 */
-    struct cuda_profile prof;
-};
-
-#define CUDA_PROF_MARKS 2048
 
 /* Profile: the phase that just ended on the stream (no-op when the profile is off). */
-static void cuda_mark(struct cuda_ctx *c, enum cuda_prof phase)
+void cuda_mark(struct cuda_ctx *c, enum cuda_prof phase)
 {
     if (!c->prof_on || c->n_marks + 1 >= CUDA_PROF_MARKS) return;
     if (cudaEventRecord(c->prof_ev[c->n_marks + 1], c->st) != cudaSuccess) return;
@@ -144,7 +75,7 @@ static int cuda_max3(int64_t a, int64_t b, int64_t c)
     return (int)(m > c ? m : c);
 }
 
-static double cuda_now(void)
+double cuda_now(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -196,7 +127,7 @@ static void cuda_io_free(struct cuda_io *io)
 }
 
 /* Room for bytes in io (half as much again when it grows). */
-static int cuda_io_reserve(struct cuda_io *io, size_t bytes, struct err *e)
+int cuda_io_reserve(struct cuda_io *io, size_t bytes, struct err *e)
 {
     if (bytes <= io->cap) return 0;
     bytes += bytes / 2;
@@ -612,7 +543,7 @@ static int cuda_check_batch(const struct cuda_ctx *c, const struct step_batch *b
     return backend_check_batch(b, c->m->hp.n_vocab, c->n_blocks, c->block_size, (int64_t)c->n_blocks * c->block_size, e);
 }
 
-static size_t cuda_align4(size_t n)
+size_t cuda_align4(size_t n)
 {
     return (n + 3) & ~(size_t)3;
 }
@@ -743,7 +674,7 @@ static void cuda_prof_collect(struct cuda_ctx *c)
 
 /* Waits for the enqueued step (and its logits or draws) and takes its times; logit_bytes: what came to the
  * host. */
-static int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e)
+int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e)
 {
     CU_TRY(cudaEventRecord(c->ev_copied, c->st));
     CU_TRY(cudaStreamSynchronize(c->st));
@@ -757,7 +688,7 @@ static int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e)
 }
 
 /* Copies rows [i0, i1) of logits_d to the pinned logits_h (async). */
-static int cuda_copy_logit_rows(struct cuda_ctx *c, int32_t i0, int32_t i1, struct err *e)
+int cuda_copy_logit_rows(struct cuda_ctx *c, int32_t i0, int32_t i1, struct err *e)
 {
     const size_t row = (size_t)c->m->hp.n_vocab * sizeof(float);
     if (i1 <= i0) return 0;
@@ -805,87 +736,6 @@ static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, st
     if (cuda_finish(c, n_logit_bytes, e)) return -1;
     const double t0 = cuda_now();
     if (b->n_logits > 0) memcpy(logits, c->logits_h, n_logit_bytes);
-    c->last.logits_host_ms = (cuda_now() - t0) * 1e3;
-    return 0;
-}
-
-/* NIGHTSHIFT_CUDA_SAMPLING=host: the sample op declines every row (their logits go to the host), to measure
- * what drawing on the device saves. Read once. */
-static int cuda_sampling_declined(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("NIGHTSHIFT_CUDA_SAMPLING");
-        v = s && !strcmp(s, "host");
-    }
-    return v;
-}
-
-/* The kernel's mode for a row: what the op asked, or CUDA_DRAW_EDIT for a row it may draw under
- * NIGHTSHIFT_CUDA_SAMPLING=host. */
-static int32_t cuda_draw_mode(enum sample_mode m)
-{
-    if (m == SAMPLE_HOST) return CUDA_DRAW_COPY;
-    if (cuda_sampling_declined()) return CUDA_DRAW_EDIT;
-    return m == SAMPLE_GREEDY ? CUDA_DRAW_GREEDY : CUDA_DRAW_SAMPLE;
-}
-
-/* Packs the sample op's rows (struct cuda_draw_row) and edits into the pinned buffer after n tokens' room,
- * uploads them (async); *rows_off, *edits_off: where they start (int32 units). */
-static int cuda_upload_draws(struct cuda_ctx *c, const struct sample_row *rows, int32_t n, size_t *rows_off,
-                             size_t *edits_off, struct err *e)
-{
-    const size_t rw = sizeof(struct cuda_draw_row) / 4;
-    size_t n_edits = 0;
-    for (int32_t i = 0; i < n; i++) n_edits += rows[i].mode != SAMPLE_HOST ? (size_t)rows[i].n_edits : 0;
-    const size_t r_off = cuda_align4((size_t)n), ed_off = r_off + rw * (size_t)n;
-    if (cuda_io_reserve(&c->sample, (ed_off + 4 * n_edits) * sizeof(int32_t), e)) return -1;
-    struct cuda_draw_row *dr = (struct cuda_draw_row *)(c->sample.h + r_off);
-    size_t k = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const struct sample_row *r = &rows[i];
-        const int32_t ne = r->mode != SAMPLE_HOST ? r->n_edits : 0;
-        dr[i] = (struct cuda_draw_row){cuda_draw_mode(r->mode), (int32_t)k, ne, r->top_k, r->temperature, r->top_p,
-                                       r->min_p, r->u};
-        if (ne > 0) memcpy(c->sample.h + ed_off + 4 * k, r->edits, (size_t)ne * sizeof(struct logit_edit));
-        k += (size_t)ne;
-    }
-    CU_TRY(cudaMemcpyAsync(c->sample.d + r_off, c->sample.h + r_off, (ed_off - r_off + 4 * k) * sizeof(int32_t),
-                           cudaMemcpyHostToDevice, c->st));
-    *rows_off = r_off;
-    *edits_off = ed_off;
-    return 0;
-}
-
-static int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
-                       struct err *e)
-{
-    struct cuda_ctx *c = (struct cuda_ctx *)ctx;
-    if (!c->pending || n != c->kept_logits)
-        return err_set(e, "cuda backend: sample of %d rows without a forward that kept as many logit rows", (int)n);
-    const int32_t n_vocab = c->m->hp.n_vocab;
-    if (n_ids < 1 || n_ids > n_vocab) return err_set(e, "cuda backend: sample over %d ids of %d", (int)n_ids, (int)n_vocab);
-    size_t rows_off = 0, ed_off = 0;
-    if (cuda_upload_draws(c, rows, n, &rows_off, &ed_off, e) ||
-        cuda_launch_sample(c->st, c->logits_d, n_vocab, n_ids, (const struct cuda_draw_row *)(c->sample.d + rows_off),
-                           c->sample.d + ed_off, n, c->sample.d, e))
-        return -1;
-    CU_TRY(cudaMemcpyAsync(c->sample.h, c->sample.d, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
-    CU_TRY(cudaStreamSynchronize(c->st)); /* the tokens say which rows go to the host */
-    int32_t n_host = 0;
-    for (int32_t i = 0, j; i < n; i = j) { /* the rows not drawn, in runs */
-        for (j = i; j < n && (c->sample.h[j] < 0) == (c->sample.h[i] < 0); j++) {}
-        if (c->sample.h[i] < 0 && cuda_copy_logit_rows(c, i, j, e)) return -1;
-        n_host += c->sample.h[i] < 0 ? j - i : 0;
-    }
-    cuda_mark(c, CUDA_PROF_COPY);
-    if (cuda_finish(c, (uint64_t)n_host * (uint64_t)n_vocab * 4 + (uint64_t)n * 4, e)) return -1;
-    const double t0 = cuda_now();
-    for (int32_t i = 0; i < n; i++) {
-        tokens[i] = c->sample.h[i];
-        if (tokens[i] < 0)
-            memcpy(logits + (size_t)i * n_vocab, c->logits_h + (size_t)i * n_vocab, (size_t)n_vocab * sizeof(float));
-    }
     c->last.logits_host_ms = (cuda_now() - t0) * 1e3;
     return 0;
 }

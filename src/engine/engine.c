@@ -712,8 +712,8 @@ static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
 }
 
 /* Samples entry en's positions in order from its logits rows (1 + n_draft of them; a row's token is drawn[a]
- * when the backend drew it, else its logits are there, edited unless how[a] is SAMPLE_HOST): the token after the sequence's last, then one more after each draft token the
- * sampler drew too. Fills v with what the
+ * when the backend drew it, else its logits are there, edited unless how[a] is SAMPLE_HOST): the token after
+ * the sequence's last, then one more after each draft token the sampler drew too. Fills v with what the
  * sequence keeps: the accepted drafts and the token drawn after them, cut where the request ends. */
 static int verify_entry(engine *eng, const struct sched_entry *en, float *logits, const int32_t *drawn,
                         const struct sample_row *how, struct eng_verdict *v, struct err *e)

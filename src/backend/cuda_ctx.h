@@ -1,0 +1,105 @@
+/* cuda_ctx — the CUDA backend's context, shared by its host-side files (cuda.cu: load, KV pool, forward;
+ * cuda_draw.cu: the op sample). Private to src/backend/; cuda.cu's header comment states the invariants. */
+#ifndef NS_BACKEND_CUDA_CTX_H
+#define NS_BACKEND_CUDA_CTX_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "model/model.h"
+#include "util/err.h"
+}
+#include "backend/cuda.h"
+#include "backend/cuda_kernels.h"
+
+struct cuda_matrix {
+    void *d; /* (n_out, n_in) row-major, BF16 or F32 */
+    int bf16;
+    int32_t n_in, n_out;
+};
+
+struct cuda_layer {
+    float *attn_norm, *ffn_norm; /* (n_embd) */
+    float *bqkv;                 /* (n_q + 2 n_kv) qwen2; NULL otherwise */
+    float *q_norm, *k_norm;      /* (head_dim) qwen3; NULL otherwise */
+    struct cuda_matrix qkv, wo, gate_up, down;
+};
+
+/* A pinned host buffer and its device twin, for uploads and small downloads (grow, never shrink). */
+struct cuda_io {
+    size_t cap; /* bytes of each */
+    int32_t *h, *d;
+};
+
+struct cuda_ctx {
+    int device;
+    char device_name[256];
+    cudaStream_t st;
+    cublasHandle_t blas;
+    void *blas_ws;
+    cudaEvent_t ev_start, ev_head, ev_copied;
+
+    const struct model *m;
+    struct cuda_layer *layers; /* (n_layer) */
+    struct cuda_matrix embd;   /* token embedding table (n_vocab, n_embd) */
+    struct cuda_matrix output; /* output head (n_vocab, n_embd); output.d == embd.d when shared */
+    float *output_norm;        /* (n_embd) */
+    double *inv_freq;          /* (n_rot / 2) */
+    uint64_t weight_bytes;     /* device bytes of all of the above */
+    int64_t max_parts;         /* attention partial slots */
+
+    /* KV pool */
+    enum kv_type kv_type;
+    enum cuda_attn_kernel attn; /* chosen with the pool (cuda_attn_choose), fixed while it lives */
+    int32_t n_blocks, block_size;
+    void *k_cache, *v_cache;  /* (n_layer, n_blocks, n_head_kv, block_size, head_dim) each */
+    uint64_t kv_layer_bytes;  /* one layer of K (or V) */
+
+    /* step scratch (device), for up to cap_rows rows */
+    int32_t cap_rows;
+    void *scratch;
+    float *x;    /* (cap, n_embd) residual stream */
+    float *tmp;  /* (cap, n_embd) output of wo / down */
+    float *qkv;  /* (cap, n_q + 2 n_kv) */
+    float *gu;   /* (cap, 2 n_ff) */
+    float *cs;   /* (cap, n_rot / 2, 2) */
+    void *act;   /* (cap, max(n_embd, n_q, n_ff)) GEMM input, BF16 or F32 */
+    float *part_acc, *part_ml; /* (max_parts, n_head, head_dim), (max_parts, n_head, 2) */
+    int32_t cap_logits;
+    float *logits_d; /* (cap_logits, n_vocab) */
+    float *logits_h; /* pinned, same shape */
+    struct cuda_io batch;  /* the step batch (cuda_upload_batch) */
+    struct cuda_io sample; /* the sample op's rows and edits up, tokens down */
+    int pending;           /* 1: a forward's work is enqueued and not yet waited for (cuda_finish) */
+    int32_t kept_logits;   /* logit rows a forward with logits NULL left on the device for sample */
+
+    struct cuda_step_times last;
+    /* profile (backend_cuda_profile_enable) */
+    int prof_on, n_marks;
+    cudaEvent_t *prof_ev;  /* (CUDA_PROF_MARKS), created when first enabled */
+    uint8_t *prof_phase;   /* (CUDA_PROF_MARKS) phase ended by event i + 1 */
+    struct cuda_profile prof;
+};
+
+#define CUDA_PROF_MARKS 2048
+
+/* Profile: the phase that just ended on the stream (no-op when the profile is off). */
+void cuda_mark(struct cuda_ctx *c, enum cuda_prof phase);
+/* Seconds on a monotonic clock. */
+double cuda_now(void);
+/* n rounded up to a multiple of 4. */
+size_t cuda_align4(size_t n);
+/* Room for bytes in io (half as much again when it grows). */
+int cuda_io_reserve(struct cuda_io *io, size_t bytes, struct err *e);
+/* Waits for the enqueued step (and its logits or draws) and takes its times; logit_bytes: what came to the
+ * host. */
+int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e);
+/* Copies rows [i0, i1) of logits_d to the pinned logits_h (async). */
+int cuda_copy_logit_rows(struct cuda_ctx *c, int32_t i0, int32_t i1, struct err *e);
+/* The op sample (backend.h; cuda_draw.cu). */
+int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
+                struct err *e);
+
+#endif
