@@ -403,7 +403,8 @@ static ingest_source *source_init(const struct job_config *c, const struct job_m
     return s;
 }
 
-/* Reads every line of s's backlog into the ledger (interrupted by *c->stop). *first_chat_line: the first chat
+/* Reads every line of s's backlog into the ledger (interrupted by *c->stop or *c->drain: nothing runs yet,
+ * so a drain has nothing to let finish). *first_chat_line: the first chat
  * line the model cannot render. */
 static int read_lines(ingest_source *s, struct ingest_stats *st, int64_t *first_chat_line, struct err *e)
 {
@@ -411,7 +412,7 @@ static int read_lines(ingest_source *s, struct ingest_stats *st, int64_t *first_
     struct prepared p;
     memset(&p, 0, sizeof p);
     for (;;) {
-        if (c->stop && *c->stop) { /* interrupted while reading: nothing was stored yet */
+        if ((c->stop && *c->stop) || (c->drain && *c->drain)) { /* interrupted while reading: nothing stored yet */
             st->interrupted = 1;
             return 0;
         }
