@@ -375,6 +375,12 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
         cli_error("run", "backlog %s", e.msg);
         return -1;
     }
+    /* an auto KV pool only as large as the backlog's longest request can use (rank 0 reads the backlog) */
+    if (dist_rank(d) == 0 && rp.kv_memory == RUNTIME_AUTO &&
+        ingest_seq_tokens_bound(A->c.backlog, A->c.input.defaults.max_tokens, &rp.seq_tokens, &e)) {
+        cli_error("run", "backlog %s", e.msg);
+        return -1;
+    }
     if (runtime_open(&rp, rt, &e) || dist_share_memory(d, rt, &e)) {
         cli_error("run", "%s: %s", model_path, e.msg);
         return -1;
