@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -49,7 +50,9 @@ static ssize_t read_full(int fd, void *p, size_t n)
 enum spool_kind spool_kind_of(const char *path)
 {
     if (!strcmp(path, "-")) return SPOOL_STDIN;
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return SPOOL_NONE; /* never read a pipe's bytes here */
+    int fd = open(path, O_RDONLY);
     if (fd < 0) return SPOOL_NONE;
     unsigned char b[4];
     ssize_t n = read_full(fd, b, sizeof b);

@@ -23,8 +23,9 @@ enum spool_kind {
     SPOOL_ZSTD,  /* a zstd file */
 };
 
-/* What path needs: SPOOL_STDIN for "-", SPOOL_GZIP / SPOOL_ZSTD by the file's first bytes, else SPOOL_NONE
- * (also for a file that cannot be opened: the caller's own checks say why). */
+/* What path needs: SPOOL_STDIN for "-", SPOOL_GZIP / SPOOL_ZSTD by a regular file's first bytes, else
+ * SPOOL_NONE (also for a file that cannot be opened or is not a regular file: the caller's own checks say
+ * why; a pipe's bytes are never read here). */
 enum spool_kind spool_kind_of(const char *path);
 
 /* Copies src ("-": standard input) to the regular file dst, decompressed when its first bytes say gzip or
