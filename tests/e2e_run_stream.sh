@@ -75,7 +75,7 @@ slow=("${slow_loud[@]}" -q)
 NIGHTSHIFT_TEST_STEP_DELAY_US=100000 $NS run "$T/six.txt" -o "$T/int.out" "${slow[@]}" >"$T/int.log" 2>&1 &
 pid=$!
 for _ in $(seq 200); do [ -e "$T/int.out.nightshift.db" ] && break; sleep 0.05; done
-sleep 0.5
+sleep 1 # the first 2 are running (each needs 30 steps of 0.1 s), none finished
 t0=$(date +%s.%N)
 kill -INT $pid
 wait $pid
