@@ -19,7 +19,7 @@ ARCH     ?= -mavx2 -mfma -mf16c
 SANITIZE ?=
 CFLAGS   ?=
 NS_CFLAGS = -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -g $(OPT) $(ARCH) $(SANITIZE) -Isrc -MMD -MP $(CFLAGS)
-LDLIBS    = -lsqlite3 -ljansson -lpcre2-8 -lcrypto -lxxhash -lmicrohttpd -lpthread -lm
+LDLIBS    = -lsqlite3 -ljansson -lz -lzstd -lpcre2-8 -lcrypto -lxxhash -lmicrohttpd -lpthread -lm
 NVCC     ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
 NVCCFLAGS = -O2 -std=c++17 -Isrc -Xcompiler -Wall,-Wextra --Werror all-warnings \

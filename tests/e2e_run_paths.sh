@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Paths and signals of `nightshift run` (issue 13): the backlog must be a regular file (a pipe, stdin, a
+# Paths and signals of `nightshift run` (issue 13): the backlog must be a regular file (a pipe, a
 # device, a directory are refused, saying why); every path the run writes is checked before any work
 # starts (a directory, a missing directory), refused with a message naming the flag and leaving nothing
 # behind; an output file is locked like the store (two runs with the same -o and different stores cannot
@@ -25,11 +25,9 @@ expect_err run_record_dir_missing 2 "\-\-record $T/nope/r.json: its directory $T
 [ ! -e "$T/e.out" ] && [ ! -e "$T/e.out.nightshift.db" ] && ok run_bad_paths_leave_nothing ||
     fail run_bad_paths_leave_nothing "$(ls "$T")"
 
-# --- a backlog that is not a regular file is refused before work, saying what is supported: a pipe, standard
-# input ("-"), a device, a directory; a missing one names the path ---
-expect_err run_backlog_pipe 2 "is a pipe; a backlog must be a regular file" $NS run <(cat "$T/s.txt") -o "$T/p.out" "${base[@]}"
-expect_err run_backlog_stdin 2 "backlog -: reading the backlog from standard input is not supported yet" \
-    $NS run - -o "$T/p.out" "${base[@]}" <"$T/s.txt"
+# --- a backlog that is not a regular file is refused before work, saying what is supported: a pipe (standard
+# input, "-", is supported: tests/e2e_run_stream.sh), a device, a directory; a missing one names the path ---
+expect_err run_backlog_pipe 2 "is a pipe; a backlog must be a regular file.*nightshift run - <" $NS run <(cat "$T/s.txt") -o "$T/p.out" "${base[@]}"
 expect_err run_backlog_device 2 "backlog /dev/null: is a device" $NS run /dev/null -o "$T/p.out" "${base[@]}"
 expect_err run_backlog_directory 2 "backlog $T/d: is a directory" $NS run "$T/d" -o "$T/p.out" "${base[@]}"
 expect_err run_backlog_missing 2 "backlog $T/nope.txt: No such file" $NS run "$T/nope.txt" -o "$T/p.out" "${base[@]}"

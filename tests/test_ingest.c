@@ -318,6 +318,32 @@ TEST(a_stop_request_interrupts_reading)
 }
 
 /* ingest_prompt, the server's way in: the prompt a line would get, and the bad-line messages. */
+/* The bound on one sequence's tokens: the longest line's bytes + INGEST_TEMPLATE_TOKENS + the largest
+ * max_tokens / max_completion_tokens a line names (or the default); 0 when a value is not a number. */
+TEST(seq_tokens_bound)
+{
+    struct err e;
+    int64_t t = -1;
+    const char *a = write_tmp("bound_a.jsonl", "{\"id\": \"1\", \"prompt\": \"hi\"}\n"
+                                                "{\"id\": \"2\", \"prompt\": \"a longer prompt\", \"max_tokens\" : 40}\n");
+    CHECK_MSG(ingest_seq_tokens_bound(a, 16, &t, &e) == 0, "%s", e.msg);
+    int64_t longest = (int64_t)strlen("{\"id\": \"2\", \"prompt\": \"a longer prompt\", \"max_tokens\" : 40}\n");
+    CHECK_EQ_INT(t, longest + INGEST_TEMPLATE_TOKENS + 40);
+    CHECK(ingest_seq_tokens_bound(a, 100, &t, &e) == 0);
+    CHECK_EQ_INT(t, longest + INGEST_TEMPLATE_TOKENS + 100); /* the default is larger */
+    const char *b = write_tmp("bound_b.jsonl", "{\"custom_id\": \"x\", \"body\": {\"max_completion_tokens\": 900, "
+                                                "\"messages\": [{\"role\": \"user\", \"content\": \"say \\\"max_tokens\\\": no\"}]}}\n");
+    CHECK(ingest_seq_tokens_bound(b, 16, &t, &e) == 0);
+    size_t n = 0;
+    char *text = test_read_file(b, &n);
+    CHECK_EQ_INT(t, (int64_t)n + INGEST_TEMPLATE_TOKENS + 900); /* an escaped key in a string is not a field */
+    free(text);
+    const char *c = write_tmp("bound_c.jsonl", "{\"id\": \"1\", \"prompt\": \"hi\", \"max_tokens\": \"12\"}\n");
+    CHECK(ingest_seq_tokens_bound(c, 16, &t, &e) == 0);
+    CHECK_EQ_INT(t, 0); /* not a plain number: no bound */
+    CHECK(ingest_seq_tokens_bound("/nonexistent/x.jsonl", 16, &t, &e) != 0);
+}
+
 TEST(prompt_of_one_request)
 {
     if (!vocab) SKIP("no stories260K model");
@@ -457,6 +483,7 @@ int main(void)
     RUN(chat_lines_with_the_models_own_template);
     RUN(digests_follow_what_the_line_is_built_from);
     RUN(a_stop_request_interrupts_reading);
+    RUN(seq_tokens_bound);
     RUN(prompt_of_one_request);
     RUN(duplicate_ids_through_the_id_table);
     RUN(a_backlog_changed_under_the_run_is_refused);

@@ -191,6 +191,34 @@ TEST(kvpool_free_list_before_eviction)
     kv_pool_free(p);
 }
 
+/* The free list is LIFO: a released block is reused before blocks never touched (RSS grows only to the
+ * peak), and the pool stays consistent through it. */
+TEST(kvpool_reuses_touched_blocks_first)
+{
+    kv_pool *p;
+    struct err e;
+    CHECK(kv_pool_init(8, B, &p, &e) == 0);
+    int32_t a = kv_alloc(p), b = kv_alloc(p), c = kv_alloc(p);
+    kv_unref(p, b);
+    kv_unref(p, a);
+    CHECK_EQ_INT(kv_alloc(p), a); /* the last released first */
+    CHECK_EQ_INT(kv_alloc(p), b);
+    int32_t d = kv_alloc(p); /* only now an untouched block */
+    CHECK(d != a && d != b && d != c);
+    int32_t held[4] = {a, b, c, d};
+    int32_t max_id = 0;
+    for (int round = 0; round < 50; round++) { /* release and take 4 blocks again: never past the first 4 */
+        for (int i = 0; i < 4; i++) kv_unref(p, held[i]);
+        for (int i = 0; i < 4; i++) {
+            held[i] = kv_alloc(p);
+            if (held[i] > max_id) max_id = held[i];
+        }
+    }
+    CHECK_EQ_INT(max_id, 3);
+    CHECK_MSG(kv_check(p, NULL, &e) == 0, "%s", e.msg);
+    kv_pool_free(p);
+}
+
 TEST(kvpool_forced_collisions_are_verified)
 {
     for (int variant = 0; variant < 2; variant++) {
@@ -338,6 +366,7 @@ int main(void)
     RUN(kvpool_lookup_hit_and_miss);
     RUN(kvpool_eviction_order_is_lru);
     RUN(kvpool_free_list_before_eviction);
+    RUN(kvpool_reuses_touched_blocks_first);
     RUN(kvpool_forced_collisions_are_verified);
     RUN(kvpool_register_dedups);
     RUN(kvpool_stale_child_after_parent_eviction);

@@ -94,6 +94,33 @@ TEST(runtime_auto_budget)
     CHECK_EQ_INT(b.kv_blocks, engine_kv_blocks_for_budget(&hp, KV_TYPE_F16, 16, b.kv_bytes));
 }
 
+/* params.seq_tokens (what the workload's longest sequence needs): the auto pool is capped at max_seqs
+ * such sequences in whole blocks, one more block each, and a quarter more; never more than the context
+ * gives, and a seq_tokens past the context changes nothing. */
+TEST(runtime_auto_budget_takes_what_the_workload_uses)
+{
+    NEED_MODEL();
+    struct runtime_params p = runtime_default_params();
+    p.model_path = model_path();
+    p.headroom = 0;
+    p.max_seqs = 4;
+    p.seq_tokens = 100; /* 6 blocks of 16 + 2 = 8 blocks a sequence, 32 for 4, 40 with the quarter */
+    struct runtime rt;
+    struct err e;
+    CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    const struct runtime_budget b = rt.budget;
+    const struct model_hparams hp = rt.model->hp;
+    runtime_close(&rt);
+    CHECK(b.automatic);
+    CHECK_EQ_INT(b.kv_blocks, 40);
+    CHECK_EQ_INT(b.kv_bytes, model_kv_bytes_per_token(&hp, KV_TYPE_F16) * 16 * 40);
+    p.seq_tokens = hp.n_ctx_train + 1; /* past the context: the context's cap */
+    CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    uint64_t useful = model_kv_bytes_per_token(&hp, KV_TYPE_F16) * (uint64_t)hp.n_ctx_train * 4 * 2;
+    CHECK_EQ_INT(rt.budget.kv_bytes, rt.budget.kv_free < useful ? rt.budget.kv_free : useful);
+    runtime_close(&rt);
+}
+
 /* A given --kv-memory larger than what the machine has for the KV cache is capped there (never accepted as
  * it is), and what the caller reserves (a run's backlog book) comes out of the budget first. */
 TEST(runtime_explicit_budget_too_large_is_capped)
@@ -285,6 +312,7 @@ int main(void)
 {
     RUN(runtime_explicit_budget);
     RUN(runtime_auto_budget);
+    RUN(runtime_auto_budget_takes_what_the_workload_uses);
     RUN(runtime_explicit_budget_too_large_is_capped);
     RUN(runtime_auto_budget_nothing_left);
     RUN(runtime_max_batch_tokens_from_caps);

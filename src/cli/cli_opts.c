@@ -140,6 +140,11 @@ int cli_opts_parse(const char *cmd, const struct cli_opt *opts, int n, int argc,
 int cli_opts_parse_gen(const char *cmd, struct gen_params *g, int argc, char **argv, int *i)
 {
     const char *inline_value;
+    if (!strcmp(argv[*i], "--n") || !strncmp(argv[*i], "--n=", 4)) { /* once the request's n; -n is --max-tokens */
+        cli_error(cmd, "%s: say --completions N for completions per request (the request field n), or -n / "
+                       "--max-tokens N for tokens to generate", argv[*i]);
+        return -1;
+    }
     for (int k = 0; k < genparam_count; k++) {
         const struct genparam *p = &genparam_table[k];
         if (!p->flag || !match(argv[*i], p->flag, p->flag_alias, &inline_value)) continue;

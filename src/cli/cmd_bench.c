@@ -76,14 +76,15 @@ static void bench_usage(FILE *out)
             "  --workload W            random (default): random token ids, EOS ignored; copy: chat prompts asking\n"
             "                          to repeat (or fix typos in) a passage of about --prompt-len tokens, to EOS\n"
             "  --prompt-len N          unique prompt tokens per request (default 128)\n"
-            "  --gen-len N             generated tokens per request (default 128)\n"
+            "  -n, --max-tokens N      generated tokens per request, as in run and generate (default 128; also\n"
+            "                          --gen-len)\n"
             "  --shared-prefix N       tokens every prompt starts with, before its unique part (default 0)\n"
             "  --requests N            requests per level (default: 2 x the level's concurrency)\n"
             "  --concurrency LIST      comma-separated levels; each sets --max-seqs (default 1,4,16,64)\n"
             "  --reps R                runs per level, levels taking turns; reports the median run and the\n"
             "                          range of total tok/s (default 1)\n"
             "  --seed S                seed of the random prompts (default 1)\n"
-            "  --temperature T         sample at temperature T (default 0: greedy); each request seeded by its\n"
+            "  --temperature, --temp T  sample at temperature T (default 0: greedy); each request seeded by its\n"
             "                          index\n"
             "  --top-k K, --top-p P, --min-p P   the sampling filters (default off)\n"
             "  --json                  one JSON object on stdout instead of the table\n"
@@ -138,6 +139,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"--model", "-m", CLI_OPT_STRING, &o->model, 0, 0, 0, NULL},
         {"--prompt-len", NULL, CLI_OPT_INT32, &o->prompt_len, 1, 1 << 20, 0, NULL},
         {"--gen-len", NULL, CLI_OPT_INT32, &o->gen_len, 1, 1 << 20, 0, NULL},
+        {"--max-tokens", "-n", CLI_OPT_INT32, &o->gen_len, 1, 1 << 20, 0, NULL}, /* run's and generate's name */
         {"--shared-prefix", NULL, CLI_OPT_INT32, &o->shared_prefix, 0, 1 << 20, 0, NULL},
         {"--requests", NULL, CLI_OPT_INT32, &o->requests, 1, 1 << 20, 0, NULL},
         {"--concurrency", NULL, CLI_OPT_STRING, &concurrency, 0, 0, 0, NULL},
@@ -145,7 +147,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"--seed", NULL, CLI_OPT_U64, &o->seed, 0, 0, 0, NULL},
         {"--json", NULL, CLI_OPT_SET, &o->json, 1, 0, 0, NULL},
         {"--workload", NULL, CLI_OPT_CHOICE, &o->workload, 0, 0, 0, bench_workloads},
-        {"--temperature", NULL, CLI_OPT_DOUBLE, &temperature, 0, 0, 0, NULL},
+        {"--temperature", "--temp", CLI_OPT_DOUBLE, &temperature, 0, 0, 0, NULL},
         {"--top-k", NULL, CLI_OPT_INT32, &o->sampling.top_k, 0, 1 << 30, 0, NULL},
         {"--top-p", NULL, CLI_OPT_DOUBLE, &top_p, 0, 0, 1, NULL},
         {"--min-p", NULL, CLI_OPT_DOUBLE, &min_p, 0, 0, 0, NULL},

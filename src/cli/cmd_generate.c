@@ -1,9 +1,12 @@
 /* nightshift generate — completes one prompt: one request through the same runtime and engine as `run`.
  *
- *   nightshift generate [-m MODEL] -p TEXT | -f FILE [-n N] [sampling flags] [--ids] [engine flags]
+ *   nightshift generate [-m MODEL] -p TEXT | -f FILE | --chat TEXT [-n N] [sampling flags] [--ids] [engine flags]
  *
- * Prints only the completion on stdout (no prompt echo, no added newline; with --ids the completion's
- * token ids, space-separated, one final newline) and the backend, token counts and speeds on stderr.
+ * Prints only the completion on stdout (no prompt echo; with --ids the completion's token ids,
+ * space-separated, one final newline) and the backend, token counts and speeds on stderr. A newline is added
+ * after the text only when stdout is a terminal (so that the shell prompt starts on a line of its own; a
+ * pipe or file gets the completion byte for byte). --chat TEXT is one user message, rendered exactly as
+ * `run` renders a chat line (jobs/ingest: the model's own template, else its family's, or --chat-template).
  * Special-token text in the prompt (e.g. "<|im_start|>") is parsed as those tokens unless --no-special.
  *
  * The request goes through engine_add / engine_step / engine_take on an engine with one sequence and,
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
@@ -23,6 +27,8 @@
 #include "cli/engine_flags.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "jobs/ingest.h"
+#include "jobs/input.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tok.h"
 #include "util/clock.h"
@@ -46,14 +52,18 @@ static void gen_usage(FILE *out)
             "  -m, --model PATH        GGUF model (default: %s)\n"
             "  -p, --prompt TEXT       prompt text\n"
             "  -f, --file PATH         read the prompt from a file\n"
+            "      --chat TEXT         a chat message (role user), rendered with the model's chat template\n"
+            "      --chat-template NAME  render --chat with nightshift's NAME renderer: %s\n"
             "      --n-predict N       the same as --max-tokens\n"
             "      --no-bos            do not add BOS even when the model asks for it\n"
             "      --no-special        treat special-token text in the prompt as plain text\n"
             "      --ids               print completion token ids instead of text\n"
             "      --batch N           prompt rows per step at most (= --max-batch-tokens)\n"
             "  -h, --help              this help\n"
-            "Generation (as in run; generate's defaults: --max-tokens 128, --temperature 0, --seed 0):\n",
-            cli_default_model());
+            "A newline follows the text when stdout is a terminal.\n"
+            "Generation (as in run: -n is --max-tokens; generate's defaults: --max-tokens 128, --temperature 0,\n"
+            "--seed 0):\n",
+            cli_default_model(), chat_family_list());
     genparam_usage(out);
     fprintf(out, "Engine (--kv-memory auto: a pool of just what this request needs):\n");
     struct runtime_params d = gen_default_params();
@@ -61,7 +71,7 @@ static void gen_usage(FILE *out)
 }
 
 struct gen_opts {
-    const char *prompt, *prompt_file;
+    const char *prompt, *prompt_file, *chat, *chat_name;
     int32_t n_ctx;
     int no_bos, no_special, ids;
     struct gen_params gen;    /* the generation parameters (runtime/genparam), generate's defaults */
@@ -88,6 +98,8 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         {"--model", "-m", CLI_OPT_STRING, &o->rp.model_path, 0, 0, 0, NULL},
         {"--prompt", "-p", CLI_OPT_STRING, &o->prompt, 0, 0, 0, NULL},
         {"--file", "-f", CLI_OPT_STRING, &o->prompt_file, 0, 0, 0, NULL},
+        {"--chat", NULL, CLI_OPT_STRING, &o->chat, 0, 0, 0, NULL},
+        {"--chat-template", NULL, CLI_OPT_STRING, &o->chat_name, 0, 0, 0, NULL},
         {"--n-predict", NULL, CLI_OPT_INT32, &o->gen.max_tokens, 1, GENPARAM_MAX_TOKENS_LIMIT, 0, NULL},
         {"--ctx", "-c", CLI_OPT_INT32, &o->n_ctx, 1, 1 << 24, 0, NULL},
         {"--batch", NULL, CLI_OPT_INT32, &o->rp.max_batch_tokens, 1, 1 << 16, 0, NULL},
@@ -116,24 +128,32 @@ static int gen_parse(int argc, char **argv, struct gen_opts *o)
         return 2;
     }
     if (o->gen.n != 1) {
-        cli_error("generate", "--n %d: generate makes one completion (run makes several per request)", o->gen.n);
+        cli_error("generate", "--completions %d: generate makes one completion (run makes several per request)",
+                  o->gen.n);
         return 2;
     }
-    if (!o->prompt == !o->prompt_file) {
-        cli_error("generate", "give exactly one of -p TEXT or -f FILE (see --help)");
+    if (!!o->prompt + !!o->prompt_file + !!o->chat != 1) {
+        cli_error("generate", "give exactly one of -p TEXT, -f FILE or --chat TEXT (see --help)");
+        return 2;
+    }
+    enum chat_family f;
+    if (o->chat_name && chat_family_parse(o->chat_name, &f)) {
+        cli_error("generate", "--chat-template %s: expected one of %s", o->chat_name, chat_family_list());
         return 2;
     }
     if (!o->rp.model_path) o->rp.model_path = cli_default_model();
     return 0;
 }
 
-/* The prompt text: -p's, or -f's file read into *buf (caller frees). NULL after printing an error. */
+/* The prompt text: -p's (or --chat's), or -f's file read into *buf (caller frees). NULL after printing an
+ * error. */
 static const char *gen_read_prompt(const struct gen_opts *o, char **buf, size_t *len)
 {
     *buf = NULL;
     if (!o->prompt_file) {
-        *len = strlen(o->prompt);
-        return o->prompt;
+        const char *p = o->chat ? o->chat : o->prompt;
+        *len = strlen(p);
+        return p;
     }
     FILE *pf = fopen(o->prompt_file, "rb");
     if (!pf) {
@@ -146,6 +166,33 @@ static const char *gen_read_prompt(const struct gen_opts *o, char **buf, size_t 
     return *buf;
 }
 
+/* --chat: the message rendered and tokenized as run does a chat line (ingest_prompt); 0 ok, else printed. */
+static int gen_tokenize_chat(const struct gen_opts *o, const struct runtime *rt, int32_t **ids, size_t *n_ids)
+{
+    struct job_model m;
+    memset(&m, 0, sizeof m);
+    m.hp = &rt->model->hp;
+    m.vocab = rt->vocab;
+    jinja_template *owned = NULL;
+    cli_model_chat(o->chat_name, rt->gf, &owned, &m);
+    struct input_msg msg = {"user", (char *)o->chat};
+    struct input_item it;
+    memset(&it, 0, sizeof it);
+    it.kind = INPUT_KIND_CHAT;
+    it.msgs = &msg;
+    it.n_msgs = 1;
+    const char *code = NULL;
+    char why[512];
+    struct err e;
+    int32_t n = 0;
+    int rc = ingest_prompt(&m, 1, &it, ids, &n, NULL, &code, why, sizeof why, &e);
+    jinja_free(owned);
+    *n_ids = (size_t)n;
+    if (rc > 0) cli_error("generate", "--chat: %s", why);
+    if (rc < 0) cli_error("generate", "--chat: %s", e.msg);
+    return rc ? -1 : 0;
+}
+
 /* Tokenizes the prompt and checks it and -n against the context; 0 ok, else printed. */
 static int gen_tokenize(const struct gen_opts *o, const struct runtime *rt, const char *prompt, size_t prompt_len,
                         int32_t **ids, size_t *n_ids)
@@ -154,7 +201,9 @@ static int gen_tokenize(const struct gen_opts *o, const struct runtime *rt, cons
     const tok_vocab *v = rt->vocab;
     const struct model_hparams *hp = &rt->model->hp;
     int add_bos = !o->no_bos && tok_add_bos(v) && tok_bos(v) >= 0;
-    if (tok_encode(v, prompt, prompt_len, add_bos, !o->no_special, ids, n_ids, &e)) {
+    if (o->chat) {
+        if (gen_tokenize_chat(o, rt, ids, n_ids)) return -1;
+    } else if (tok_encode(v, prompt, prompt_len, add_bos, !o->no_special, ids, n_ids, &e)) {
         cli_error("generate", "cannot tokenize the prompt: %s", e.msg);
         return -1;
     }
@@ -210,6 +259,7 @@ static void gen_print(const struct gen_opts *o, const struct runtime *rt, const 
         printf("\n");
     } else {
         fwrite(res->text, 1, res->text_len, stdout);
+        if (isatty(STDOUT_FILENO) && (res->text_len == 0 || res->text[res->text_len - 1] != '\n')) printf("\n");
     }
     fflush(stdout);
     double t1 = res->t_first_token > 0 ? res->t_first_token : res->t_finished, t2 = res->t_finished;

@@ -1,11 +1,12 @@
 /* nightshift info — what a GGUF file holds: architecture, hyper-parameters, tensors by type, vocab,
- * special tokens, chat template.
+ * special tokens, chat template; and whether it can run here: on which backends (each built backend is
+ * probed, started, and asked whether it computes every weight type of the model).
  *
  *   nightshift info [MODEL.gguf | -m MODEL] [--json]
  *
  * Hyper-parameters are every "<arch>.*" key the file has, printed as stored. --json prints one JSON object
  * (keys: file, file_size, gguf_version, alignment, architecture, name, file_type, hparams, tensors, vocab,
- * chat_template). A vocab that fails to load is reported (vocab_error) and makes the exit status 1.
+ * chat_template, backends [{name, usable, why, runs, runs_why}], can_run). A vocab that fails to load is reported (vocab_error) and makes the exit status 1.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -17,6 +18,8 @@
 #include "cli/cli_opts.h"
 #include "cli/cli_util.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
+#include "runtime/runtime.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
 #include "util/utf8.h"
@@ -24,7 +27,8 @@
 static const char info_usage[] =
     "usage: nightshift info [MODEL.gguf | -m MODEL] [--json]\n"
     "\n"
-    "Describes a GGUF model: architecture, hyper-parameters, tensors, vocab, chat template.\n"
+    "Describes a GGUF model: architecture, hyper-parameters, tensors, vocab, chat template, and whether it\n"
+    "can run here and on which backends (\"can run  yes, on cpu\", or no and why).\n"
     "  --json   print one JSON object instead of text\n"
     "The model defaults to $NIGHTSHIFT_MODEL, the fetched SmolLM2, else ../shared/models/stories260K.gguf.\n";
 
@@ -94,29 +98,71 @@ static json_t *info_cstr(const char *s)
     return info_str(s, strlen(s));
 }
 
-/* The backends built into this binary, each probed: [{"name", "usable", "why"}]. */
-static json_t *info_backends(void)
+/* Whether the started backend b computes every weight matrix of m: 1, or 0 with the reason in why. */
+static int info_backend_runs(const struct backend *b, const struct model *m, char *why, size_t why_cap)
+{
+    struct backend_caps caps;
+    memset(&caps, 0, sizeof caps);
+    if (!b->ops->caps) {
+        snprintf(why, why_cap, "the backend reports no capabilities");
+        return 0;
+    }
+    b->ops->caps(b->ctx, &caps);
+    struct err e;
+    if (runtime_check_weight_types(m, &caps, b->ops->name, &e) == 0) return 1;
+    snprintf(why, why_cap, "%s", e.msg);
+    return 0;
+}
+
+/* The backends built into this binary, each probed and, when usable, started to ask whether it computes
+ * the model's weight types: [{"name", "usable", "why", "runs", "runs_why"}]; m NULL (the model does not
+ * load): runs is false everywhere, with model_error as the reason. */
+static json_t *info_backends(const struct model *m, const char *model_error)
 {
     json_t *arr = json_array();
-    char list[128], why[256];
+    char list[128], why[256], runs_why[ERR_MSG_MAX];
     snprintf(list, sizeof list, "%s", backend_list());
     for (char *save = NULL, *name = strtok_r(list, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
-        int usable = backend_probe(name, why, sizeof why);
-        json_array_append_new(arr, json_pack("{s:s, s:b, s:s}", "name", name, "usable", usable, "why", usable ? "" : why));
+        int usable = backend_probe(name, why, sizeof why), runs = 0;
+        snprintf(runs_why, sizeof runs_why, "%s", m ? "not usable here" : model_error);
+        struct backend b;
+        struct backend_config cfg = {.n_threads = 1, .device = 0};
+        struct err e;
+        if (usable && m && backend_open(name, &cfg, &b, &e) == 0) {
+            runs = info_backend_runs(&b, m, runs_why, sizeof runs_why);
+            b.ops->free(b.ctx);
+        } else if (usable && m) {
+            snprintf(runs_why, sizeof runs_why, "%s", e.msg);
+        }
+        json_array_append_new(arr, json_pack("{s:s, s:b, s:s, s:b, s:s}", "name", name, "usable", usable, "why",
+                                             usable ? "" : why, "runs", runs, "runs_why", runs ? "" : runs_why));
     }
     return arr;
 }
 
-/* "backends           cuda (not usable: why), cpu" from info_backends' array. */
+/* "backends           cuda (not usable: why), cpu" and "can run            yes, on cpu" (or no, and why)
+ * from info_backends' array. */
 static void info_print_backends(const json_t *backends)
 {
     printf("backends          ");
+    const char *first_why = NULL;
+    int n_runs = 0;
     for (size_t i = 0; i < json_array_size(backends); i++) {
         json_t *b = json_array_get(backends, i);
         printf("%s %s", i ? "," : "", json_string_value(json_object_get(b, "name")));
         if (!json_is_true(json_object_get(b, "usable")))
             printf(" (not usable: %s)", json_string_value(json_object_get(b, "why")));
+        else if (!json_is_true(json_object_get(b, "runs")) && !first_why)
+            first_why = json_string_value(json_object_get(b, "runs_why"));
+        n_runs += json_is_true(json_object_get(b, "runs"));
     }
+    printf("\ncan run            ");
+    for (size_t i = 0, k = 0; i < json_array_size(backends); i++) {
+        json_t *b = json_array_get(backends, i);
+        if (json_is_true(json_object_get(b, "runs")))
+            printf("%s%s", k++ ? ", " : "yes, on ", json_string_value(json_object_get(b, "name")));
+    }
+    if (!n_runs) printf("no: %s", first_why ? first_why : "no backend is usable here");
     printf("\n");
 }
 
@@ -380,7 +426,21 @@ static void info_gather_vocab(struct info *in)
         jinja_free(t);
     }
     json_object_set_new(in->root, "chat_template", ct);
-    json_object_set_new(in->root, "backends", info_backends());
+}
+
+/* backends (info_backends) and can_run: the model loads, its vocab too, and some backend computes it. */
+static void info_gather_backends(struct info *in)
+{
+    struct model *m = NULL;
+    struct err e;
+    int loaded = model_load(in->f, &m, &e) == 0;
+    json_t *backends = info_backends(loaded ? m : NULL, e.msg);
+    model_free(m);
+    int can_run = 0;
+    for (size_t i = 0; i < json_array_size(backends); i++)
+        can_run |= json_is_true(json_object_get(json_array_get(backends, i), "runs"));
+    json_object_set_new(in->root, "backends", backends);
+    json_object_set_new(in->root, "can_run", json_boolean(can_run && in->vocab_ok));
 }
 
 /* The text form of the header, hyper-parameters and tensors. */
@@ -467,6 +527,7 @@ int cmd_info(int argc, char **argv)
     info_gather_header(&in);
     info_gather_weights(&in);
     info_gather_vocab(&in);
+    info_gather_backends(&in);
     if (as_json) {
         if (json_dumpf(in.root, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) != 0) goto done;
         printf("\n");

@@ -4,8 +4,20 @@
  *   nightshift run BACKLOG [-m MODEL] -o RESULTS.jsonl [--errors ERRORS.jsonl] [--store RUN.db] [flags]
  *
  * Kill it at any moment and run the same command again: finished work is skipped, the output files are
- * repaired from the store, nothing is lost or written twice. SIGINT/SIGTERM stop it cleanly after the
- * current engine step (a second signal kills at once); the exit status is then 130 / 143.
+ * repaired from the store, nothing is lost or written twice. SIGTERM stops it cleanly after the current
+ * engine step (exit status 143). SIGINT (Ctrl-C) stops admitting work and lets the running sequences finish
+ * for up to a few seconds, commits what finished and exits with 130; a second SIGINT stops after the current
+ * step, a third kills.
+ *
+ * Streams (jobs/spool): BACKLOG "-" is standard input, and a gzip or zstd backlog is decompressed; either is
+ * first copied into a regular file beside the store, STORE.backlog (replaced atomically by every run, so a
+ * resumed run reads the same lines from the same offsets; a run with other content replaces it, and
+ * reconcile then drops the earlier content's lines from the files, as for an edited backlog file: the
+ * store's finished requests stay as a cache). -o - writes the results to standard output: the run then
+ * keeps its files in the current directory, named after the backlog (NAME = "stdin" for "-", else the
+ * backlog's file name without .gz / .zst): NAME.results.jsonl (the output file proper, copied to standard
+ * output line by line after each commit), NAME.errors.jsonl, NAME.nightshift.db, NAME.record.json. A
+ * resumed -o - run writes every result again, earlier runs' first. The summary then goes to stderr.
  *
  * Hidden: `nightshift run --check-store DB` runs PRAGMA integrity_check and the store's own invariant
  * check, prints "ok" (exit 0) or the problems (exit 1). Used by the crash test.
@@ -27,6 +39,7 @@
 #include "jobs/dist.h"
 #include "jobs/ingest.h"
 #include "jobs/job.h"
+#include "jobs/spool.h"
 #include "jobs/store.h"
 #include "tokenizer/chat.h"
 #include "util/log.h"
@@ -39,14 +52,22 @@ static void run_usage(FILE *out)
             "\n"
             "Clears a backlog of prompts at the highest throughput the machine allows. Resumable: kill it at any\n"
             "moment and run the same command again; finished work is skipped, nothing is lost or duplicated.\n"
+            "Ctrl-C stops admitting work, lets running requests finish (a few seconds), keeps what finished and\n"
+            "exits 130; a second Ctrl-C stops at once.\n"
             "\n"
             "BACKLOG: OpenAI Batch API JSONL ({\"custom_id\", \"method\", \"url\", \"body\"}), simple JSONL\n"
             "({\"id\", \"prompt\"|\"messages\", ...}) or plain text (one prompt per line). Each line's own\n"
-            "generation fields override the defaults below.\n"
+            "generation fields override the defaults below. \"-\" reads standard input; gzip and zstd files (or\n"
+            "input) are decompressed. Either is first saved beside the store as STORE.backlog (a rerun with the\n"
+            "same input resumes; with other input, the files then hold the new input's results only).\n"
             "\n"
             "Files:\n"
             "  -m, --model PATH          GGUF model (default: %s)\n"
-            "  -o, --output PATH         results, one line per request (OpenAI batch output shape)\n"
+            "  -o, --output PATH         results, one line per request (OpenAI batch output shape); \"-\": standard\n"
+            "                            output, the files then in the current directory named after the backlog\n"
+            "                            (NAME = stdin, or the backlog's file name): NAME.results.jsonl,\n"
+            "                            NAME.errors.jsonl, NAME.nightshift.db, NAME.record.json; a rerun\n"
+            "                            writes every result to standard output again\n"
             "  --errors PATH             failed lines (default: OUTPUT.errors.jsonl)\n"
             "  --store PATH              SQLite store (default: OUTPUT.nightshift.db)\n"
             "  --record PATH             run record (default: OUTPUT.record.json)\n"
@@ -78,14 +99,20 @@ static void run_usage(FILE *out)
     engine_flags_usage(out, &d);
 }
 
-static volatile sig_atomic_t run_stop, run_signal;
+static volatile sig_atomic_t run_stop, run_drain, run_signal;
 
-/* SIGINT / SIGTERM: stop after the current engine step; the exit status says which (130 / 143, 128 + the
+/* SIGTERM, and a second SIGINT: stop after the current engine step (the handler is then reset: one more
+ * kills). A first SIGINT: drain (job_config.drain). The exit status says which signal (130 / 143, 128 + the
  * signal, as a shell reports a process killed by it). */
 static void on_signal(int sig)
 {
-    run_signal = sig;
+    if (!run_signal || sig == SIGTERM) run_signal = sig;
+    if (sig == SIGINT && !run_drain) {
+        run_drain = 1;
+        return;
+    }
     run_stop = 1;
+    signal(sig, SIG_DFL);
 }
 
 /* Tests only. NIGHTSHIFT_TEST_CRASH=POINT:N: SIGKILL this process the Nth time the job passes POINT
@@ -176,7 +203,8 @@ struct run_args {
     const char *chat_name, *check_store;
     jinja_template *chat_jinja; /* the model's own chat template, compiled (owned; NULL: by family) */
     int quiet, verbose;
-    char errors_path[4096], store_path[4096], record_path[4096];
+    int to_stdout; /* -o -: the output file is results_path, copied to standard output */
+    char errors_path[4096], store_path[4096], record_path[4096], results_path[4096], spool_path[4200];
 };
 
 static const char *const run_formats[] = {"auto", "openai", "jsonl", "text", NULL};
@@ -237,6 +265,36 @@ static int run_parse(int argc, char **argv, struct run_args *A)
     return 0;
 }
 
+/* The name -o - gives the run's files: "stdin" for "-", else the backlog's file name without .gz / .zst. */
+static void backlog_stem(const char *backlog, char *out, size_t size)
+{
+    const char *b = strcmp(backlog, "-") ? base_name(backlog) : "stdin";
+    size_t n = strlen(b);
+    if (n > 3 && !strcmp(b + n - 3, ".gz")) n -= 3;
+    else if (n > 4 && !strcmp(b + n - 4, ".zst")) n -= 4;
+    snprintf(out, size, "%.*s", (int)n, b);
+}
+
+/* Standard input and compressed backlogs: copied into STORE.backlog, which becomes the backlog (jobs/spool). */
+static int run_spool(struct run_args *A, struct err *e)
+{
+    struct job_config *c = &A->c;
+    enum spool_kind k = spool_kind_of(c->backlog);
+    if (k == SPOOL_NONE) return 0;
+    if (k == SPOOL_STDIN && isatty(STDIN_FILENO))
+        log_warn("reading the backlog from standard input (a terminal): end it with Ctrl-D");
+    snprintf(A->spool_path, sizeof A->spool_path, "%s.backlog", c->store);
+    int changed;
+    if (spool_copy(c->backlog, A->spool_path, &changed, e) != 0) return -1;
+    if (changed)
+        log_warn("backlog %s differs from the one the last run with %s read: the files will hold this backlog's "
+                 "results only (the store's finished requests are reused where requests repeat)",
+                 k == SPOOL_STDIN ? "- (standard input)" : c->backlog, c->store);
+    log_debug("backlog %s saved as %s", c->backlog, A->spool_path);
+    c->backlog = A->spool_path;
+    return 0;
+}
+
 /* Checks what the arguments say together and fills the default paths: 0, or -1 (printed). */
 static int run_check_args(struct run_args *A)
 {
@@ -259,9 +317,19 @@ static int run_check_args(struct run_args *A)
         cli_error("run", "%s", e.msg);
         return -1;
     }
-    if (!c->errors) snprintf(A->errors_path, sizeof A->errors_path, "%s.errors.jsonl", c->output), c->errors = A->errors_path;
-    if (!c->store) snprintf(A->store_path, sizeof A->store_path, "%s.nightshift.db", c->output), c->store = A->store_path;
-    if (!c->record) snprintf(A->record_path, sizeof A->record_path, "%s.record.json", c->output), c->record = A->record_path;
+    const char *name = c->output;
+    char stem[2048];
+    if (!strcmp(c->output, "-")) { /* standard output: the files after the backlog, in the current directory */
+        A->to_stdout = 1;
+        backlog_stem(c->backlog, stem, sizeof stem);
+        name = stem;
+        snprintf(A->results_path, sizeof A->results_path, "%s.results.jsonl", stem);
+        c->output = A->results_path;
+        c->mirror = stdout;
+    }
+    if (!c->errors) snprintf(A->errors_path, sizeof A->errors_path, "%s.errors.jsonl", name), c->errors = A->errors_path;
+    if (!c->store) snprintf(A->store_path, sizeof A->store_path, "%s.nightshift.db", name), c->store = A->store_path;
+    if (!c->record) snprintf(A->record_path, sizeof A->record_path, "%s.record.json", name), c->record = A->record_path;
     const char *outs[] = {c->output, c->errors, c->store, c->record};
     for (int i = 0; i < 4; i++) {
         if (same_file(outs[i], c->backlog)) {
@@ -274,7 +342,7 @@ static int run_check_args(struct run_args *A)
                 return -1;
             }
     }
-    if (job_check_paths(c, &e)) {
+    if (job_check_outputs(c, &e) || run_spool(A, &e) || job_check_paths(c, &e)) {
         cli_error("run", "%s", e.msg);
         return -1;
     }
@@ -304,6 +372,12 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
     dist_pick_resources(d, &rp);
     /* the backlog's book is part of the memory budget (rank 0 holds it): counted before the KV pool is sized */
     if (dist_rank(d) == 0 && ingest_estimate_bytes(A->c.backlog, A->c.input.defaults.n, &rp.reserve, &e)) {
+        cli_error("run", "backlog %s", e.msg);
+        return -1;
+    }
+    /* an auto KV pool only as large as the backlog's longest request can use (rank 0 reads the backlog) */
+    if (dist_rank(d) == 0 && rp.kv_memory == RUNTIME_AUTO &&
+        ingest_seq_tokens_bound(A->c.backlog, A->c.input.defaults.max_tokens, &rp.seq_tokens, &e)) {
         cli_error("run", "backlog %s", e.msg);
         return -1;
     }
@@ -355,23 +429,23 @@ static json_t *run_settings_json(const struct run_args *A, const struct job_mode
     return settings;
 }
 
-static void run_print_summary(const struct job_config *c, const struct job_summary *s)
+static void run_print_summary(FILE *out, const struct job_config *c, const struct job_summary *s)
 {
     if (s->interrupted && s->wall_s == 0) {
-        printf("nightshift run: interrupted while reading the backlog: nothing was stored; run it again\n");
+        fprintf(out, "nightshift run: interrupted while reading the backlog: nothing was stored; run it again\n");
         return;
     }
-    printf("nightshift run: %lld lines: %lld results -> %s, %lld errors -> %s (%lld bad input, %lld failed)\n",
+    fprintf(out, "nightshift run: %lld lines: %lld results -> %s, %lld errors -> %s (%lld bad input, %lld failed)\n",
            (long long)s->lines, (long long)s->lines_ok, c->output, (long long)s->lines_failed, c->errors,
            (long long)s->input_errors, (long long)s->engine_errors);
-    printf("nightshift run: %lld unique requests: %lld computed now, %lld already done, %lld folded duplicates\n",
+    fprintf(out, "nightshift run: %lld unique requests: %lld computed now, %lld already done, %lld folded duplicates\n",
            (long long)s->work_total, (long long)s->work_computed, (long long)s->work_skipped_done,
            (long long)s->folded_duplicates);
-    printf("nightshift run: %.2f s: %lld prompt tokens (%lld from the prefix cache), %lld generated; "
+    fprintf(out, "nightshift run: %.2f s: %lld prompt tokens (%lld from the prefix cache), %lld generated; "
            "%.0f prompt tok/s, %.0f gen tok/s\n",
            s->wall_s, (long long)s->prompt_tokens, (long long)s->prompt_tokens_cached, (long long)s->gen_tokens,
            s->prompt_tok_s, s->gen_tok_s);
-    printf("nightshift run: record -> %s%s\n", c->record, s->interrupted ? " (interrupted: run it again to finish)" : "");
+    fprintf(out, "nightshift run: record -> %s%s\n", c->record, s->interrupted ? " (interrupted: run it again to finish)" : "");
 }
 
 int cmd_run(int argc, char **argv)
@@ -417,13 +491,13 @@ int cmd_run(int argc, char **argv)
         c->owner = u && *u ? u : pw ? pw->pw_name : NULL;
     }
     c->stop = &run_stop;
+    c->drain = &run_drain;
     c->dist = d;
     setup_test_hook(c);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESETHAND; /* a second signal kills */
+    sa.sa_handler = on_signal; /* resets itself when it stops the run: one more signal kills */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
@@ -443,7 +517,7 @@ int cmd_run(int argc, char **argv)
         goto out;
     }
     dist_free(d);
-    if (!A.quiet) run_print_summary(c, &s);
+    if (!A.quiet) run_print_summary(A.to_stdout ? stderr : stdout, c, &s);
     rc = s.interrupted ? 128 + (run_signal ? (int)run_signal : SIGINT) : 0;
     goto out;
 fail_dist:

@@ -9,6 +9,8 @@
  *  - a cached block's parent is KV_NONE or a block id; its stored tokens are the block's content;
  *  - no two cached blocks have the same verified key (parent, parent generation, tokens);
  *  - refcounts match the references the caller counted (when given).
+ * The free list is a stack (released blocks go to its head, kv_alloc takes the head): a block used before is
+ * handed out again before one never used, so the memory the pool touches grows only to the workload's peak.
  * Generations: a block's gen increases each time it leaves the cache (eviction), so a child registered
  * under (parent id, gen) stops matching once that parent id is reused for other content.
  */
@@ -67,6 +69,19 @@ static void list_push_tail(kv_pool *p, struct kv_list *l, int32_t id, uint8_t wh
     if (l->tail != KV_NONE) p->b[l->tail].next = id;
     else l->head = id;
     l->tail = id;
+    l->n++;
+}
+
+static void list_push_head(kv_pool *p, struct kv_list *l, int32_t id, uint8_t which)
+{
+    struct kv_block *b = &p->b[id];
+    assert(b->list == LIST_NONE);
+    b->list = which;
+    b->prev = KV_NONE;
+    b->next = l->head;
+    if (l->head != KV_NONE) p->b[l->head].prev = id;
+    else l->tail = id;
+    l->head = id;
     l->n++;
 }
 
@@ -220,7 +235,7 @@ void kv_unref(kv_pool *p, int32_t id)
     if (--b->ref > 0) return;
     p->n_used--;
     if (b->cached) list_push_tail(p, &p->lru, id, LIST_LRU);
-    else list_push_tail(p, &p->free_list, id, LIST_FREE);
+    else list_push_head(p, &p->free_list, id, LIST_FREE); /* LIFO: touched blocks are handed out first */
 }
 
 static uint64_t parent_hash(const kv_pool *p, int32_t parent)

@@ -4,7 +4,9 @@
  *   free     refcount 0, not cached           (on the free list)
  *   cached   refcount 0, in the prefix cache  (on the LRU list, oldest first; evictable)
  *   in use   refcount > 0                     (held by block tables; may also be in the prefix cache)
- * kv_alloc takes the free list first, then evicts the least recently released cached block.
+ * kv_alloc takes the free list first, most recently released block first (blocks never used come last, so
+ * the pages the pool touches grow only as far as the peak use), then evicts the least recently released
+ * cached block.
  *
  * Prefix cache: a full block whose KV is computed is registered under the key (parent block, its tokens),
  * hashed as a chain: hash = H(parent's hash, tokens) (xxh3 by default). A lookup compares the hash and then

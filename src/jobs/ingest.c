@@ -403,7 +403,8 @@ static ingest_source *source_init(const struct job_config *c, const struct job_m
     return s;
 }
 
-/* Reads every line of s's backlog into the ledger (interrupted by *c->stop). *first_chat_line: the first chat
+/* Reads every line of s's backlog into the ledger (interrupted by *c->stop or *c->drain: nothing runs yet,
+ * so a drain has nothing to let finish). *first_chat_line: the first chat
  * line the model cannot render. */
 static int read_lines(ingest_source *s, struct ingest_stats *st, int64_t *first_chat_line, struct err *e)
 {
@@ -411,7 +412,7 @@ static int read_lines(ingest_source *s, struct ingest_stats *st, int64_t *first_
     struct prepared p;
     memset(&p, 0, sizeof p);
     for (;;) {
-        if (c->stop && *c->stop) { /* interrupted while reading: nothing was stored yet */
+        if ((c->stop && *c->stop) || (c->drain && *c->drain)) { /* interrupted while reading: nothing stored yet */
             st->interrupted = 1;
             return 0;
         }
@@ -489,6 +490,43 @@ int ingest_estimate_bytes(const char *path, int32_t n, uint64_t *bytes, struct e
     if (failed) return err_set(e, "%s: read: %s", path, strerror(errno));
     lines += last != '\n'; /* a last line without a newline */
     *bytes = lines * (ledger_bytes_per_line(n) + INGEST_BYTES_PER_LINE);
+    return 0;
+}
+
+/* The largest value of "key": N in line (*max), or -1 when one is not a plain number. */
+static int64_t line_field_max(const char *line, size_t n, const char *key, int64_t max)
+{
+    size_t k = strlen(key);
+    for (const char *p = line, *end = line + n; (p = memmem(p, (size_t)(end - p), key, k)); p += k) {
+        const char *q = p + k;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == ':')) q++;
+        if (q == end || *q < '0' || *q > '9') return -1;
+        int64_t v = 0;
+        for (; q < end && *q >= '0' && *q <= '9' && v < INT32_MAX; q++) v = v * 10 + (*q - '0');
+        if (v > max) max = v;
+    }
+    return max;
+}
+
+int ingest_seq_tokens_bound(const char *path, int32_t max_tokens, int64_t *tokens, struct err *e)
+{
+    *tokens = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(e, "%s: %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int64_t longest = 0, gen = max_tokens;
+    while (gen >= 0 && (n = getline(&line, &cap, f)) > 0) {
+        if (n > longest) longest = n;
+        gen = line_field_max(line, (size_t)n, "\"max_tokens\"", gen);
+        if (gen >= 0) gen = line_field_max(line, (size_t)n, "\"max_completion_tokens\"", gen);
+    }
+    int failed = ferror(f);
+    free(line);
+    fclose(f);
+    if (failed) return err_set(e, "%s: read: %s", path, strerror(errno));
+    *tokens = gen < 0 ? 0 : longest + INGEST_TEMPLATE_TOKENS + gen;
     return 0;
 }
 

@@ -48,6 +48,19 @@ struct ingest_stats {
 #define INGEST_BYTES_PER_LINE 32
 int ingest_estimate_bytes(const char *path, int32_t n, uint64_t *bytes, struct err *e);
 
+/* Tokens a chat template may add to a line's own bytes (roles, markers, a default system prompt). */
+#define INGEST_TEMPLATE_TOKENS 256
+
+/* What one sequence of the backlog can need at most, for sizing the KV pool before the run (no line is
+ * tokenized yet): its prompt has at most as many tokens as the longest line has bytes (a token is at least
+ * one byte of text; JSON escapes only add bytes) plus INGEST_TEMPLATE_TOKENS, and it generates at most the
+ * largest "max_tokens" / "max_completion_tokens" any line names, or max_tokens (the default) when that is
+ * larger. 0 when that cannot be bounded (a field whose value is not a plain number). One pass over the
+ * file, like ingest_estimate_bytes. The pool stays correct however it is sized (the engine preempts and a
+ * request too large for the pool fails at read time); this only keeps an auto pool from being far larger
+ * than the backlog can touch. */
+int ingest_seq_tokens_bound(const char *path, int32_t max_tokens, int64_t *tokens, struct err *e);
+
 /* What reads the backlog's lines again during the run. */
 typedef struct ingest_source ingest_source;
 

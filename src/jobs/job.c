@@ -22,6 +22,7 @@
 #include "jobs/job.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,9 @@ typedef struct job {
     struct dist_feed feed; /* the plan's cursor: order[n_order - feed.n_left] is next */
     struct dist_rank_stats self; /* rank 0's own engine's figures (MPI runs) */
     struct monitor *mon;  /* the time series and the memory watchdog (jobs/monitor); NULL before the engine */
+    int mirror_fd;        /* config.mirror: the output file read back (-1: none) */
+    int64_t mirror_off;   /* bytes of the output file already written to config.mirror */
+    double t_drain;       /* when config.drain was first seen set (0: not yet) */
 } job;
 
 struct job_config job_default_config(void)
@@ -91,6 +95,7 @@ struct job_config job_default_config(void)
     c.retest_after_days = 90;
     c.sample_interval = 5;
     c.watchdog = 1;
+    c.drain_s = 5;
     return c;
 }
 
@@ -129,8 +134,8 @@ static int check_backlog(const char *path, struct err *e)
     struct stat st;
     if (!path || !*path) return err_set(e, "no backlog given");
     if (!strcmp(path, "-"))
-        return err_set(e, "backlog -: reading the backlog from standard input is not supported yet (%s); save it "
-                          "to a file first (e.g. ... > backlog.jsonl)", why);
+        return err_set(e, "backlog -: standard input must be saved to a regular file first (%s; jobs/spool does it)",
+                       why);
     if (stat(path, &st) != 0) return err_set(e, "backlog %s: %s", path, strerror(errno));
     if (S_ISREG(st.st_mode)) return 0;
     const char *what = S_ISDIR(st.st_mode)                         ? "a directory"
@@ -138,13 +143,17 @@ static int check_backlog(const char *path, struct err *e)
                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
                        : S_ISSOCK(st.st_mode)                      ? "a socket"
                                                                    : "not a regular file";
-    return err_set(e, "backlog %s: is %s; %s (a stream is not supported yet: save it to a file first)", path, what,
-                   why);
+    return err_set(e, "backlog %s: is %s; %s (give a stream as standard input instead: nightshift run - < ...)", path,
+                   what, why);
 }
 
 int job_check_paths(const struct job_config *c, struct err *e)
 {
-    if (check_backlog(c->backlog, e) != 0) return -1;
+    return check_backlog(c->backlog, e) != 0 ? -1 : job_check_outputs(c, e);
+}
+
+int job_check_outputs(const struct job_config *c, struct err *e)
+{
     if (check_path("-o", c->output, e) || check_path("--errors", c->errors, e) || check_path("--store", c->store, e))
         return -1;
     return c->record ? check_path("--record", c->record, e) : 0;
@@ -361,11 +370,35 @@ static int submit_works(job *j, int64_t *in_engine, struct err *e)
     return 0;
 }
 
+/* config.mirror: the output file's bytes not yet copied, copied (they are whole lines: the ledger wrote them
+ * after their commit). */
+static int mirror_new(job *j, struct err *e)
+{
+    if (!j->c->mirror) return 0;
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t n = pread(j->mirror_fd, buf, sizeof buf, (off_t)j->mirror_off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return err_set(e, "-o %s: reading it back: %s", j->c->output, strerror(errno));
+        if (n == 0) break;
+        if (fwrite(buf, 1, (size_t)n, j->c->mirror) != (size_t)n) return err_set(e, "writing the results out: %s", strerror(errno));
+        j->mirror_off += n;
+    }
+    if (fflush(j->c->mirror) != 0) return err_set(e, "writing the results out: %s", strerror(errno));
+    return 0;
+}
+
+/* Commits what is handed in, writes its lines (ledger_commit_and_write) and copies them to config.mirror. */
+static int commit_write(job *j, struct err *e)
+{
+    return ledger_commit_and_write(&j->book, e) != 0 ? -1 : mirror_new(j, e);
+}
+
 /* Commits what is handed in when the commit interval has passed. */
 static int commit_due(job *j, double now, struct err *e)
 {
     if (!ledger_n_uncommitted(&j->book) || now - j->t_commit_last < j->c->commit_interval) return 0;
-    if (ledger_commit_and_write(&j->book, e) != 0) return -1;
+    if (commit_write(j, e) != 0) return -1;
     j->t_commit_last = clock_now();
     return 0;
 }
@@ -388,6 +421,34 @@ static int engine_idle(job *j, int64_t *in_engine, int *finished, struct err *e)
     return commit_due(j, clock_now(), e);
 }
 
+/* While draining: the engine's cap on running sequences follows their number down, so a sequence that
+ * finishes frees no room for a queued request (the engine clamps the cap to at least 1: with none running
+ * the drain is over before the next step). */
+static void drain_admit_none(job *j)
+{
+    struct engine_stats es;
+    engine_get_stats(j->m->eng, &es);
+    engine_set_max_seqs(j->m->eng, es.n_running);
+}
+
+/* config.drain: the first time it is seen set, no work is submitted any more and the engine admits none of
+ * what it queues (drain_admit_none). 1 when the drain is over: nothing runs, or drain_s has passed (what
+ * still runs is then left uncommitted, as through config.stop). */
+static int drain_over(job *j)
+{
+    if (!j->c->drain || !*j->c->drain) return 0;
+    struct engine_stats es;
+    engine_get_stats(j->m->eng, &es);
+    double now = clock_now();
+    if (!j->t_drain) {
+        j->t_drain = now;
+        log_info("stopping: no new work; the %d running sequences finish (at most %.0f s; interrupt again to stop "
+                 "at once)", (int)es.n_running, j->c->drain_s);
+        drain_admit_none(j);
+    }
+    return es.n_running == 0 || now - j->t_drain > j->c->drain_s;
+}
+
 static int run_engine(job *j, struct err *e)
 {
     engine *eng = j->m->eng;
@@ -403,11 +464,11 @@ static int run_engine(job *j, struct err *e)
     }
     monitor_start(j->mon, eng, j->c->sample_interval, j->m->ep.max_seqs, j->c->watchdog, j->t_commit_last);
     for (;;) {
-        if (j->c->stop && *j->c->stop) {
+        if ((j->c->stop && *j->c->stop) || drain_over(j)) {
             j->sum->interrupted = 1;
             break;
         }
-        if (submit_works(j, &in_engine, e) != 0) goto fail;
+        if (!j->t_drain && submit_works(j, &in_engine, e) != 0) goto fail;
         if (d && dist_serve(d, &j->feed, 0, 0, e) != 0) goto fail;
         if (!engine_has_work(eng)) {
             int finished;
@@ -429,11 +490,12 @@ static int run_engine(job *j, struct err *e)
             progress_update(pg, &ps, t1);
         }
         monitor_tick(j->mon, eng, j->n_done_run, j->n_failed_run, t1);
+        if (j->t_drain) drain_admit_none(j);
     }
     /* the other ranks finish what they hold (told "end" from now on); their results are committed too */
     if (d && dist_drain(d, &j->feed, e) != 0) goto fail;
     if (d && j->book.p.debug_checks && dist_check(d, e) != 0) goto fail;
-    if (take_results(j, &taken, e) != 0 || ledger_commit_and_write(&j->book, e) != 0) goto fail;
+    if (take_results(j, &taken, e) != 0 || commit_write(j, e) != 0) goto fail;
     monitor_finish(j->mon, eng, j->n_done_run, j->n_failed_run, clock_now());
     if (pg) {
         snapshot(j, &ps);
@@ -520,6 +582,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     size_t n_order = 0;
     int rc = -1;
     j->feed = (struct dist_feed){.ctx = j, .next = feed_next, .result = feed_result};
+    j->mirror_fd = -1;
     struct ledger_params lp = {m->name, c->order_input, m->ep.debug_checks, c->test_hook};
     if (job_check_paths(c, e) != 0 || ledger_init(&j->book, &lp, e) != 0) goto done;
 
@@ -542,7 +605,12 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
              (long long)sum->folded_duplicates, (long long)sum->input_errors);
 
     /* the first commit writes what is already known (bad lines, lines done before) */
-    if (ledger_commit_and_write(&j->book, e) != 0) goto done;
+    j->mirror_fd = c->mirror ? open(c->output, O_RDONLY) : -1;
+    if (c->mirror && j->mirror_fd < 0) {
+        err_set(e, "-o %s: reading it back: %s", c->output, strerror(errno));
+        goto done;
+    }
+    if (commit_write(j, e) != 0) goto done;
     j->order = order;
     j->n_order = n_order;
     j->feed.n_left = n_order;
@@ -568,6 +636,7 @@ done:
     free(order);
     output_close(j->out[0]);
     output_close(j->out[1]);
+    if (j->mirror_fd >= 0) close(j->mirror_fd);
     store_close(j->st);
     json_decref(j->backlog_json);
     json_decref(j->repair_json);

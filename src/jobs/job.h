@@ -23,6 +23,7 @@
 
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -48,6 +49,14 @@ struct job_config {
     double progress_interval;      /* seconds between log lines when not on a terminal */
     int parse_special;             /* special-token text in completion prompts becomes those tokens */
     volatile sig_atomic_t *stop;   /* optional: set (by a signal handler) to stop after the current step */
+    volatile sig_atomic_t *drain;  /* optional: set (by a signal handler) to stop admitting work: the running
+                                      sequences finish (at most drain_s seconds more), what finished is
+                                      committed, then the run stops as through stop */
+    double drain_s;                /* default 5 */
+    FILE *mirror;                  /* optional: every line of the output file is also written here, after it
+                                      is in the file (so after its commit), in the file's order; a run starts
+                                      with the whole file as reconciled, so a resumed run writes the results
+                                      of earlier runs here again (`run -o -`: standard output) */
     dist *dist;                    /* optional: this is rank 0 of an MPI job (jobs/dist): it also hands works
                                       to the other ranks and commits their results; NULL: one process */
     int argc;                      /* the command line, for the record */
@@ -65,7 +74,7 @@ struct job_config {
 };
 
 /* Defaults: format auto, durability full, sort ascending, commit interval 1 s, progress auto / 10 s,
- * parse_special 1. Paths are NULL. */
+ * parse_special 1, drain 5 s. Paths are NULL. */
 struct job_config job_default_config(void);
 
 struct job_model {
@@ -109,12 +118,15 @@ struct job_summary {
 
 /* Checks the paths before any work starts. The backlog must be a regular file (a pipe, a device, a directory
  * or "-" for standard input is refused, saying so: its lines are read again by offset during the run and
- * the whole file again by a resumed run; a stream would first have to be saved to a file). The output,
+ * the whole file again by a resumed run; a stream is first saved to a file by jobs/spool, as `run -` does). The output,
  * errors, store and record paths (record may be NULL) must each be a regular file or not exist yet, in a
  * directory that exists and can be written to (the record is written through a temporary file beside it);
  * a file that exists must be writable. The message names the flag and the path ("-o out/: is a directory;
  * give a file path"). Creates nothing. */
 int job_check_paths(const struct job_config *c, struct err *e);
+
+/* job_check_paths without the backlog: for a caller that makes the backlog itself (jobs/spool). */
+int job_check_outputs(const struct job_config *c, struct err *e);
 
 /* Runs the job (job_check_paths first). Returns 0 when every line has ended in one of the files (or the run
  * was interrupted through config.stop: summary.interrupted), -1 with an error otherwise (nothing committed

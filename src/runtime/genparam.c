@@ -46,8 +46,8 @@ const struct genparam genparam_table[] = {
      G(logit_bias), -1, NULL},
     {"ignore_eos", "ignore_eos", NULL, "--ignore-eos", NULL, GENPARAM_BOOL, 0, 1, 0, 0, 0, GENPARAM_KEY_YES,
      G(ignore_eos), -1, "do not stop at end-of-generation tokens"},
-    {"n", "n", NULL, "--n", NULL, GENPARAM_INT, 1, GENPARAM_MAX_N, 0, 1, 1, GENPARAM_KEY_NO, G(n), -1,
-     "completions per request (default 1)"},
+    {"n", "n", NULL, "--completions", NULL, GENPARAM_INT, 1, GENPARAM_MAX_N, 0, 1, 1, GENPARAM_KEY_NO, G(n), -1,
+     "completions per request, the request field n (default 1; -n is --max-tokens)"},
     /* structured output: lo..hi are the constraint kinds a row carries (constraint.h); last, see the key */
     {"response_format", "response_format", "guided_json", "--response-format", "--guided-json",
      GENPARAM_CONSTRAINT, CONSTRAINT_JSON_OBJECT, CONSTRAINT_JSON_SCHEMA, 0, 0, 0, GENPARAM_KEY_YES,

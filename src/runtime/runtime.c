@@ -180,13 +180,20 @@ int runtime_plan_kv(struct runtime *rt, uint64_t kv_memory, uint64_t cap, struct
 }
 
 /* Bytes of KV that max_seqs sequences of the full context can use twice over (the prefix cache keeps
- * finished blocks): more is never touched. 0 if the model's KV size is unknown. */
+ * finished blocks): more is never touched. With params.seq_tokens (the workload's longest sequence, at most
+ * the context): max_seqs sequences of that many tokens in whole blocks, one more block each, and a quarter
+ * more for the prefix cache. UINT64_MAX (no cap) if the model's KV size is unknown. */
 static uint64_t runtime_useful_kv_bytes(const struct runtime *rt)
 {
     const struct model_hparams *hp = &rt->model->hp;
     uint64_t per_token = model_kv_bytes_per_token(hp, rt->ep.kv_type);
     uint64_t ctx = hp->n_ctx_train > 0 ? (uint64_t)hp->n_ctx_train : RUNTIME_CTX_UNKNOWN;
-    uint64_t useful = per_token * ctx * (uint64_t)rt->ep.max_seqs * 2;
+    uint64_t seqs = (uint64_t)rt->ep.max_seqs, block = (uint64_t)rt->ep.kv_block;
+    uint64_t useful = per_token * ctx * seqs * 2;
+    if (rt->params.seq_tokens > 0 && (uint64_t)rt->params.seq_tokens < ctx) {
+        uint64_t blocks = seqs * ((uint64_t)rt->params.seq_tokens / block + 2);
+        useful = per_token * block * (blocks + blocks / 4);
+    }
     return useful ? useful : UINT64_MAX;
 }
 

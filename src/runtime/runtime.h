@@ -22,7 +22,9 @@
  * headroom is the caller's or the backend's default, and reserve is what the caller holds besides the
  * engine in host memory (a run's book of its backlog: counted only when the backend's memory is host RAM,
  * i.e. not caps.gpu). runtime_open caps the pool at what max_seqs sequences of the full context can use
- * twice over (more is never touched). A given --kv-memory is held to the same kv_free.
+ * twice over (more is never touched), or when params.seq_tokens says what the workload needs, at what
+ * max_seqs sequences of seq_tokens (at most the context) use, rounded up to whole blocks, plus one block a
+ * sequence and a quarter more for the prefix cache. A given --kv-memory is held to the same kv_free.
  *
  * Invariant after runtime_open_backend: backend_name names the backend that was opened, every weight
  * matrix of the model has a type in caps.weight_types, and ep holds valid engine params but kv_blocks
@@ -58,6 +60,8 @@ struct runtime_params {
     int32_t kv_block;         /* tokens per KV block, a power of two (default 16) */
     int32_t max_batch_tokens; /* rows per engine step; 0 (default): the backend's */
     int32_t max_seqs;         /* running sequences at once (default 64) */
+    int64_t seq_tokens;       /* tokens one sequence of the workload can need at most (prompt + generated,
+                                 from the caller, e.g. a run's backlog); 0 (default): the model's context */
     int prefix_cache;         /* 1 (default): reuse the KV of shared prompt prefixes */
     int32_t lookup;           /* prompt-lookup decoding: draft tokens per sequence and step, 0 = off (default
                                  ENGINE_DEFAULT_LOOKUP; engine.h) */

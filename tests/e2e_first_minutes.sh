@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The first ten minutes (issue 12, item 5): `nightshift info` says whether the file can run and on which
+# backends (and why not: an unsupported architecture); the auto KV pool of `run` holds what the backlog can
+# use, not what the machine has (max_seqs x (longest line + template slack + max_tokens) in blocks, a
+# quarter more), and a line whose max_tokens cannot be read gives the context's cap; one flag set: -n is
+# --max-tokens in run, generate and bench, --completions is the request's n (--n is refused, naming both);
+# --flag=value works; generate --chat renders a user message with the model's template; generate ends the
+# text with a newline only on a terminal.
+. tests/lib.sh
+model=$SHARED/models/stories260K.gguf
+if [ ! -f "$model" ]; then skip first_minutes "no $model"; exit 0; fi
+export NIGHTSHIFT_CACHE_DIR=$e2e_tmp/cache
+T=$e2e_tmp
+
+# --- info: can run, on which backends ---
+$NS info "$model" >"$T/info.txt" 2>&1
+grep -q "^can run            yes, on cpu" "$T/info.txt" && ok info_can_run_on_cpu || fail info_can_run_on_cpu "$(tail -3 "$T/info.txt")"
+$NS info --json "$model" | python3 -c 'import json,sys; r=json.load(sys.stdin); c=[b for b in r["backends"] if b["name"]=="cpu"][0]
+sys.exit(not (r["can_run"] is True and c["runs"] is True and c["usable"] is True))' && ok info_json_can_run || fail info_json_can_run ""
+python3 - "$model" "$T/bad_arch.gguf" <<'PY'
+import sys
+d = bytearray(open(sys.argv[1], 'rb').read())
+i = d.index(b'general.architecture') + len('general.architecture') + 4 + 8
+assert d[i:i + 5] == b'llama'
+d[i:i + 5] = b'llamx'
+open(sys.argv[2], 'wb').write(d)
+PY
+$NS info "$T/bad_arch.gguf" >"$T/info2.txt" 2>&1
+grep -q "^can run            no: unsupported architecture 'llamx'" "$T/info2.txt" && ok info_cannot_run_says_why ||
+    fail info_cannot_run_says_why "$(tail -2 "$T/info2.txt")"
+$NS info --json "$T/bad_arch.gguf" | python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(r["can_run"] is not False)' &&
+    ok info_json_cannot_run || fail info_json_cannot_run ""
+
+# --- the auto KV pool: what the backlog can use ---
+printf 'Once upon a time\nThe little dog\nLily and Tom\n' >"$T/s.txt" # longest line 17 bytes
+$NS run "$T/s.txt" -o "$T/a.out" -m "$model" --threads 1 -q --max-tokens 4 --max-seqs 8
+kv() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["flags"]["kv_budget"]["kv_tokens"])' "$1"; }
+# 17 + 256 + 4 = 277 tokens: 17 blocks + 2 = 19 a sequence, x 8 = 152, + 38 = 190 blocks of 16
+[ "$(kv "$T/a.out.record.json")" = $((190 * 16)) ] && ok run_auto_kv_takes_what_the_backlog_uses ||
+    fail run_auto_kv_takes_what_the_backlog_uses "kv_tokens $(kv "$T/a.out.record.json")"
+printf '{"id": "1", "prompt": "hi", "max_tokens": "4"}\n' >"$T/q.jsonl" # a max_tokens not a plain number: no bound
+$NS run "$T/q.jsonl" -o "$T/q.out" -m "$model" --threads 1 -q --max-seqs 8
+ctx=$($NS info --json "$model" | python3 -c 'import json,sys; print(json.load(sys.stdin)["hparams"]["context_length"])')
+[ "$(kv "$T/q.out.record.json")" = $((ctx * 8 * 2)) ] && ok run_auto_kv_unbounded_line_gets_the_context ||
+    fail run_auto_kv_unbounded_line_gets_the_context "kv_tokens $(kv "$T/q.out.record.json") ctx $ctx"
+$NS run "$T/s.txt" -o "$T/g.out" -m "$model" --threads 1 -q --max-tokens 4 --max-seqs 8 --kv-memory 1M
+[ "$(kv "$T/g.out.record.json")" != $((190 * 16)) ] && ok run_given_kv_memory_is_kept || fail run_given_kv_memory_is_kept ""
+
+# --- one flag set: -n is --max-tokens everywhere, --completions the request's n, --n refused naming both ---
+expect_err run_double_dash_n_refused 2 "\-\-n=2: say \-\-completions N .* or \-n / \-\-max-tokens N" \
+    $NS run "$T/s.txt" -o "$T/n.out" -m "$model" -q --n=2
+expect_err generate_double_dash_n_refused 2 "\-\-n: say \-\-completions N" $NS generate -m "$model" -p Once -n 4 --n 2
+$NS run "$T/s.txt" -o "$T/c.out" -m "$model" --threads 1 -q --completions=2 -n 3
+python3 -c 'import json,sys; ls=[json.loads(l) for l in open(sys.argv[1])]
+sys.exit(not (len(ls) == 3 and all(len(l["response"]["body"]["choices"]) == 2 for l in ls) and
+    all(l["response"]["body"]["usage"]["completion_tokens"] <= 6 for l in ls)))' "$T/c.out" &&
+    ok run_completions_and_short_n || fail run_completions_and_short_n "$(head -c 300 "$T/c.out")"
+$NS bench -m "$model" --threads 1 --prompt-len 8 -n 4 --concurrency 1 --requests 1 --temp 0 >"$T/bench.txt" 2>&1 &&
+    grep -q "8 prompt tokens (0 shared) + 4 generated" "$T/bench.txt" && ok bench_short_n_is_max_tokens ||
+    fail bench_short_n_is_max_tokens "$(head -5 "$T/bench.txt")"
+$NS bench --help | grep -q -- "-n, --max-tokens N" && $NS generate --help | grep -q -- "-n is --max-tokens" &&
+    $NS run --help | grep -q -- "--completions N" && ok help_documents_n || fail help_documents_n ""
+
+# --- generate --chat: one user message rendered as run renders a chat line ---
+chatml=$'<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n'
+$NS generate -m "$model" --chat "Hello there" --chat-template chatml -n 8 >"$T/chat.txt" 2>"$T/chat.err"
+$NS generate -m "$model" -p "$chatml" -n 8 >"$T/plain.txt" 2>"$T/plain.err"
+p1=$(grep -o "prompt [0-9]* tokens" "$T/chat.err")
+p2=$(grep -o "prompt [0-9]* tokens" "$T/plain.err")
+[ -s "$T/chat.txt" ] && cmp -s "$T/chat.txt" "$T/plain.txt" && [ -n "$p1" ] && [ "$p1" = "$p2" ] && ok generate_chat_renders_the_template ||
+    fail generate_chat_renders_the_template "'$p1' vs '$p2' $(cat "$T/chat.err" | head -2)"
+expect_err generate_chat_without_template 1 "\-\-chat: chat messages, but the model has no chat template" \
+    $NS generate -m "$model" --chat "Hello" -n 4
+expect_err generate_one_prompt_source 2 "exactly one of -p TEXT, -f FILE or \-\-chat TEXT" \
+    $NS generate -m "$model" --chat "Hello" -p x
+
+# --- generate: a newline after the text on a terminal only ---
+if command -v script >/dev/null; then
+    script -qc "$NS generate -m $model -p Once -n 5 --threads 1 2>/dev/null" /dev/null >"$T/tty.txt"
+    $NS generate -m "$model" -p Once -n 5 --threads 1 2>/dev/null >"$T/pipe.txt"
+    [ "$(tail -c 1 "$T/tty.txt" | od -An -c | tr -d ' ')" = '\n' ] && [ "$(tail -c 1 "$T/pipe.txt" | od -An -c | tr -d ' ')" != '\n' ] &&
+        [ "$(tr -d '\r\n' <"$T/tty.txt")" = "$(cat "$T/pipe.txt")" ] && ok generate_newline_on_terminal_only ||
+        fail generate_newline_on_terminal_only "$(od -c "$T/tty.txt" | tail -2) / $(od -c "$T/pipe.txt" | tail -2)"
+else
+    skip generate_newline_on_terminal_only "no script(1)"
+fi
+
+exit $E2E_FAILED
