@@ -140,7 +140,7 @@ $NS run "$T/s.txt" -o "$T/v.out" -m "$model" --threads 1 --kv-memory 16M "${samp
 python3 -c 'print("{\"id\":\"big\",\"prompt\":\"%s\",\"max_tokens\":8}" % ("the dog ran " * 60)); print("{\"id\":\"small\",\"prompt\":\"Hi\",\"max_tokens\":4}")' >"$T/f.jsonl"
 $NS run "$T/f.jsonl" -o "$T/f.out" -m "$model" --threads 1 --kv-memory 40K --kv-block 16 -q --temperature 0 2>"$T/log" ||
     fail run_too_large "$(tail -2 "$T/log")"
-grep -q '"request_too_large"' "$T/f.out.errors.jsonl" && grep -q '"custom_id":"big"' "$T/f.out.errors.jsonl" &&
+grep -q '"code":"context_length_exceeded"' "$T/f.out.errors.jsonl" && grep -q '"custom_id":"big"' "$T/f.out.errors.jsonl" &&
     ! grep -q '"engine_error"' "$T/f.out.errors.jsonl" && [ "$(wc -l <"$T/f.out")" = 1 ] &&
     ok run_too_large_refused_at_read_time || fail run_too_large_refused_at_read_time "$(cat "$T/f.out.errors.jsonl")"
 $NS run "$T/f.jsonl" -o "$T/f.out" -m "$model" --threads 1 --kv-memory 16M -q --temperature 0 2>"$T/log" ||

@@ -41,7 +41,7 @@ static ingest_source *src; /* of the last ingest() */
 static int ingest(const struct job_config *c, const struct job_model *m, ledger *l, struct ingest_stats *st,
                   json_t **backlog, struct err *e)
 {
-    struct ledger_params p = {m->name, 0, 1, NULL};
+    struct ledger_params p = {.model_name = m->name, .debug_checks = 1};
     ingest_source_close(src);
     src = NULL;
     if (ledger_init(l, &p, e) != 0) return -1;

@@ -92,7 +92,7 @@ static int book_open(struct book *b, const char *prefix, int order_input)
     strcat(b->db, ".db");
     snprintf(b->paths[0], sizeof b->paths[0], "%s.out", tmp_path(prefix));
     snprintf(b->paths[1], sizeof b->paths[1], "%s.err", tmp_path(prefix));
-    struct ledger_params p = {"tiny", order_input, 1, hook};
+    struct ledger_params p = {.model_name = "tiny", .order_input = order_input, .debug_checks = 1, .test_hook = hook};
     if (ledger_init(&b->l, &p, &e) || store_open(b->db, STORE_DURABILITY_NORMAL, &b->st, &e) ||
         output_open(b->paths[0], &b->out[0], &e) || output_open(b->paths[1], &b->out[1], &e)) {
         fprintf(stderr, "book_open: %s\n", e.msg);
