@@ -77,7 +77,7 @@ for i, r in enumerate(rows):
     b = r["response"]["body"]
     assert r["error"] is None and r["response"]["status_code"] == 200
     if i % 3 == 0:
-        assert b["object"] == "chat.completion" and b["model"] == "tiny", b
+        assert b["object"] == "chat.completion" and b["model"] == "llama", b  # the served model (general.name)
         assert b["choices"][0]["message"]["role"] == "assistant"
     else:
         assert b["object"] == "text_completion", b
