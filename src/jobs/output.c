@@ -178,39 +178,49 @@ static void put_choices(struct output_buf *b, const struct output_ok *o)
     put_str(b, "]");
 }
 
-static void put_usage(struct output_buf *b, const struct output_ok *o)
+void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens)
 {
-    put_str(b, ",\"usage\":{\"prompt_tokens\":");
-    put_i64(b, o->prompt_tokens);
+    put_str(b, "{\"prompt_tokens\":");
+    put_i64(b, prompt_tokens);
     put_str(b, ",\"completion_tokens\":");
-    put_i64(b, o->completion_tokens);
+    put_i64(b, completion_tokens);
     put_str(b, ",\"total_tokens\":");
-    put_i64(b, o->prompt_tokens + o->completion_tokens);
+    put_i64(b, prompt_tokens + completion_tokens);
     put_str(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
-    put_i64(b, o->cached_tokens);
+    put_i64(b, cached_tokens);
     put_str(b, ",\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0,\"audio_tokens\":0,"
                "\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}");
 }
 
-void output_ok_line(struct output_buf *b, const struct output_ok *o)
+void output_completion_body(struct output_buf *b, const struct output_ok *o, const char *id)
 {
-    char k[65];
-    run_hash(o->run_id, "body", o->line, o->custom_id, k);
-    put_line_head(b, o->run_id, o->line, o->custom_id);
-    put_str(b, "{\"status_code\":200,");
-    put_request_id(b, o->run_id, o->line);
-    put_str(b, o->chat ? ",\"body\":{\"id\":\"chatcmpl-" : ",\"body\":{\"id\":\"cmpl-");
-    output_buf_put(b, k, 32);
-    put_str(b, o->chat ? "\",\"object\":\"chat.completion\",\"created\":" : "\",\"object\":\"text_completion\",\"created\":");
+    put_str(b, "{\"id\":");
+    output_buf_put_json_string(b, id, strlen(id));
+    put_str(b, o->chat ? ",\"object\":\"chat.completion\",\"created\":" : ",\"object\":\"text_completion\",\"created\":");
     put_i64(b, o->created);
     put_str(b, ",\"model\":");
     output_buf_put_json_string(b, o->model, strlen(o->model));
     put_choices(b, o);
-    put_usage(b, o);
+    put_str(b, ",\"usage\":");
+    output_usage(b, o->prompt_tokens, o->completion_tokens, o->cached_tokens);
     put_str(b, ",\"system_fingerprint\":");
-    output_buf_put_json_string(b, o->fingerprint, strlen(o->fingerprint));
+    if (o->fingerprint) output_buf_put_json_string(b, o->fingerprint, strlen(o->fingerprint));
+    else put_str(b, "null");
     if (o->chat) put_str(b, ",\"service_tier\":\"default\"");
-    put_str(b, "}},\"error\":null}\n");
+    put_str(b, "}");
+}
+
+void output_ok_line(struct output_buf *b, const struct output_ok *o)
+{
+    char h[65], id[80];
+    run_hash(o->run_id, "body", o->line, o->custom_id, h);
+    snprintf(id, sizeof id, "%s%.32s", o->chat ? "chatcmpl-" : "cmpl-", h);
+    put_line_head(b, o->run_id, o->line, o->custom_id);
+    put_str(b, "{\"status_code\":200,");
+    put_request_id(b, o->run_id, o->line);
+    put_str(b, ",\"body\":");
+    output_completion_body(b, o, id);
+    put_str(b, "},\"error\":null}\n");
 }
 
 void output_fail_line(struct output_buf *b, const struct output_fail *f)

@@ -51,7 +51,7 @@ struct output_ok {
     const char *custom_id;
     int chat;                  /* 1: chat.completion, 0: text_completion */
     const char *model;         /* the served model's name */
-    const char *fingerprint;   /* system_fingerprint: model file and build */
+    const char *fingerprint;   /* system_fingerprint: model file and build (NULL: null) */
     int64_t created;           /* unix seconds, from the store */
     const struct output_choice *choices; /* (n_choices) */
     int n_choices;
@@ -70,6 +70,13 @@ struct output_fail {
     const char *message;
 };
 
+/* Appends the chat.completion / text_completion object of o named id (no newline): id, object, created,
+ * model, choices, usage, system_fingerprint (null when o->fingerprint is NULL). The body of a result line,
+ * and the server's answer (server/openai). */
+void output_completion_body(struct output_buf *b, const struct output_ok *o, const char *id);
+/* Appends a usage object: the token counts, prompt_tokens_details (cached_tokens) and
+ * completion_tokens_details. */
+void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 /* Appends one result line ('\n' included). */
 void output_ok_line(struct output_buf *b, const struct output_ok *o);
 /* Appends one failed-request line ('\n' included). */
