@@ -127,8 +127,9 @@ static void make_fingerprint(const struct ledger_params *p, char out[LEDGER_FING
     snprintf(out, LEDGER_FINGERPRINT_BYTES, "fp_%.16s", hex);
 }
 
-/* The run's id: the store's meta "run.id", made (random) by the first commit that builds a line, so every
- * line of one store, whether built before or after a crash, is named from the same run. */
+/* The run's id: the store's meta "run.id", made (random) in the transaction of the first commit that builds a
+ * line, so every line of one store, whether built before or after a crash, is named from the same run (a
+ * commit that fails forgets it: the store may not hold it). */
 static int load_run_id(ledger *l, struct err *e)
 {
     static const char hx[] = "0123456789abcdef";
@@ -688,6 +689,7 @@ int ledger_commit_and_write(ledger *l, struct err *e)
     return 0;
 fail:
     store_rollback(l->st);
+    l->run_id[0] = '\0'; /* made in this transaction perhaps: read (or made) again by the next one */
     return -1;
 }
 
