@@ -108,20 +108,22 @@ uint64_t ledger_digest_head(const uint8_t digest[32])
 
 /* --- what names the run's lines --- */
 
-/* "fp_" and 16 hex digits of sha256(model file's sha256, nightshift version): the system_fingerprint. */
+/* "fp_" and 16 hex digits of sha256(model file's sha256, nightshift version, backend): the
+ * system_fingerprint (what a result depends on besides the request). */
 static void make_fingerprint(const struct ledger_params *p, char out[LEDGER_FINGERPRINT_BYTES])
 {
     static const char zero[32];
     uint8_t d[32];
     char hex[65];
-    const char *v = p->version ? p->version : "?";
+    const char *v = p->version ? p->version : "?", *be = p->backend ? p->backend : "?";
     sha256_ctx *c = sha256_init();
     if (!c) {
         snprintf(out, LEDGER_FINGERPRINT_BYTES, "fp_unknown");
         return;
     }
     sha256_update(c, p->model_sha256 ? (const char *)p->model_sha256 : zero, 32);
-    sha256_update(c, v, strlen(v));
+    sha256_update(c, v, strlen(v) + 1);
+    sha256_update(c, be, strlen(be));
     sha256_final(c, d);
     sha256_hex(d, hex);
     snprintf(out, LEDGER_FINGERPRINT_BYTES, "fp_%.16s", hex);

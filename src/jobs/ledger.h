@@ -119,8 +119,10 @@ uint64_t ledger_digest_head(const uint8_t digest[32]);
 
 struct ledger_params {
     const char *model_name; /* the served model's name: "model" of every result (borrowed) */
-    const uint8_t *model_sha256; /* (32) the model file's; with version, names system_fingerprint (NULL: zeros) */
+    const uint8_t *model_sha256; /* (32) the model file's; with version and backend, names system_fingerprint
+                                    (NULL: zeros) */
     const char *version;    /* nightshift's version (NULL: "?") */
+    const char *backend;    /* the backend's name: "cpu", "cuda" (NULL: "?") */
     int order_input;        /* lines reach the files in input order (else as they finish) */
     int debug_checks;       /* 1: ledger_check after every commit (tests; O(lines + refs) each) */
     void (*test_hook)(const char *point); /* see job_config.test_hook; NULL normally */
