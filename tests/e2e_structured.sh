@@ -77,8 +77,10 @@ PY
 python3 - "$T/extract.out.errors.jsonl" <<'PY' && ok structured_bad_schema_fails_alone || fail structured_bad_schema_fails_alone "$(cat "$T/extract.out.errors.jsonl")"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
-e = lines[0]["error"] if len(lines) == 1 else {}
-ok = len(lines) == 1 and lines[0]["custom_id"] == "bad" and e.get("code") == "invalid_value" and "'patternProperties' at /properties/a" in e.get("message", "")
+e = lines[0]["response"]["body"]["error"] if len(lines) == 1 and lines[0]["error"] is None else {}
+ok = len(lines) == 1 and lines[0]["custom_id"] == "bad" and lines[0]["response"]["status_code"] == 400 and \
+    e.get("code") == "invalid_value" and e.get("param") == "response_format.json_schema.schema" and \
+    "'patternProperties' at /properties/a" in e.get("message", "")
 sys.exit(0 if ok else 1)
 PY
 cp "$T/extract.out" "$T/extract.before"

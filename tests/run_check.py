@@ -77,39 +77,56 @@ def check_files(backlog, results, errors):
     res = load_jsonl(results, problems)
     err = load_jsonl(errors, problems)
     seen = {}
-    # map results to backlog lines through custom_id; error lines carry their line number
-    id_line = {}
+    # map lines to backlog lines: through custom_id (the first line with that id not yet mapped: a duplicate
+    # id's error comes after its first line's result), or the line number of an unreadable line's error
+    id_lines = {}
     with open(backlog, "rb") as f:
         for i, l in enumerate(f.read().split(b"\n")):
             try:
                 o = json.loads(l)
                 cid = o.get("custom_id", o.get("id")) if isinstance(o, dict) else None
-                if cid is not None and str(cid) not in id_line:
-                    id_line[str(cid)] = i + 1
+                if cid is not None:
+                    id_lines.setdefault(str(cid), []).append(i + 1)
             except Exception:  # noqa: BLE001
                 pass
-    for o in res:
+
+    def line_of(o):
+        if o.get("error") is not None:
+            return o["error"]["line"]
         cid = o.get("custom_id")
-        line = id_line.get(cid, "text:" + str(cid))
+        if id_lines.get(cid):
+            return id_lines[cid].pop(0)
+        return int(cid) if isinstance(cid, str) and cid.isdigit() else "id:%s" % cid
+
+    for o in res:
+        line = line_of(o)
         if line in seen:
-            problems.append("result for %s (line %s) is written twice" % (cid, line))
+            problems.append("result for %s (line %s) is written twice" % (o.get("custom_id"), line))
         seen[line] = "results"
         if o.get("error") is not None or o["response"]["status_code"] != 200:
-            problems.append("result line for %s has an error" % cid)
+            problems.append("result line for %s has an error" % o.get("custom_id"))
     for o in err:
-        line = o["error"]["line"]
+        line = line_of(o)
         if line in seen:
             problems.append("line %s is in %s and in the error file" % (line, seen[line]))
         seen[line] = "errors"
-        if not o["error"].get("message"):
+        if not error_of(o)[2]:
             problems.append("error for line %s has no message" % line)
-    ints = {k for k in seen if isinstance(k, int)}
-    missing = [l for l in nonblank if l not in ints and ("text:" + str(l)) not in seen]
+    missing = [l for l in nonblank if l not in seen]
     if missing:
         problems.append("%d backlog lines are in neither file, e.g. %s" % (len(missing), missing[:5]))
     if len(seen) != len(nonblank):
         problems.append("%d lines in the files for %d backlog lines" % (len(seen), len(nonblank)))
     return problems
+
+
+def error_of(o):
+    """(status, code, message, line) of an error-file line: a failed request (the error object in the
+    response body, as OpenAI writes it; line None) or an unreadable line (top-level error with its line)."""
+    if o.get("error") is not None:
+        return (None, o["error"]["code"], o["error"]["message"], o["error"]["line"])
+    e = o["response"]["body"]["error"]
+    return (o["response"]["status_code"], e["code"], e["message"], None)
 
 
 def summary(results, errors):
@@ -118,10 +135,13 @@ def summary(results, errors):
     for o in load_jsonl(results, problems):
         b = o["response"]["body"]
         ch = [(c.get("text", c.get("message", {}).get("content")), c["finish_reason"]) for c in b["choices"]]
-        out[o["custom_id"]] = ("ok", b["object"], tuple(ch), json.dumps(b["usage"], sort_keys=True))
+        usage = dict(b["usage"])
+        usage.pop("prompt_tokens_details", None)  # cached_tokens depends on what ran before: scheduling
+        out[o["custom_id"]] = ("ok", b["object"], tuple(ch), json.dumps(usage, sort_keys=True))
     for o in load_jsonl(errors, problems):
-        key = o["custom_id"] if o["custom_id"] is not None else "line:%d" % o["error"]["line"]
-        out[key] = ("error", o["error"]["code"], o["error"]["message"], o["error"]["line"])
+        e = error_of(o)
+        key = "error:%s" % o["custom_id"] if o["custom_id"] is not None else "line:%d" % e[3]
+        out[key] = ("error",) + e
     return out, problems
 
 

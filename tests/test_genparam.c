@@ -393,6 +393,57 @@ TEST(constraint_key)
     genparam_free(&d);
 }
 
+/* Fields that are not generation fields: accepted (they change nothing, or are at their neutral value),
+ * unsupported (they would change the answer), or unknown. */
+TEST(other_fields)
+{
+    static const struct {
+        const char *field, *json;
+        enum genparam_other want;
+    } c[] = {
+        {"metadata", "{\"a\":\"b\"}", GENPARAM_OTHER_ACCEPTED},
+        {"user", "\"u1\"", GENPARAM_OTHER_ACCEPTED},
+        {"store", "true", GENPARAM_OTHER_ACCEPTED},
+        {"service_tier", "\"flex\"", GENPARAM_OTHER_ACCEPTED},
+        {"parallel_tool_calls", "false", GENPARAM_OTHER_ACCEPTED},
+        {"stream", "false", GENPARAM_OTHER_ACCEPTED},
+        {"stream", "true", GENPARAM_OTHER_UNSUPPORTED},
+        {"tools", "[]", GENPARAM_OTHER_ACCEPTED},
+        {"tools", "null", GENPARAM_OTHER_ACCEPTED},
+        {"tools", "[{\"type\":\"function\"}]", GENPARAM_OTHER_UNSUPPORTED},
+        {"tool_choice", "\"none\"", GENPARAM_OTHER_ACCEPTED},
+        {"tool_choice", "\"auto\"", GENPARAM_OTHER_UNSUPPORTED},
+        {"functions", "[{}]", GENPARAM_OTHER_UNSUPPORTED},
+        {"logprobs", "false", GENPARAM_OTHER_ACCEPTED},
+        {"logprobs", "true", GENPARAM_OTHER_UNSUPPORTED},
+        {"top_logprobs", "0", GENPARAM_OTHER_ACCEPTED},
+        {"top_logprobs", "3", GENPARAM_OTHER_UNSUPPORTED},
+        {"audio", "{\"voice\":\"x\"}", GENPARAM_OTHER_UNSUPPORTED},
+        {"modalities", "[\"text\"]", GENPARAM_OTHER_ACCEPTED},
+        {"modalities", "[\"text\",\"audio\"]", GENPARAM_OTHER_UNSUPPORTED},
+        {"prediction", "{\"type\":\"content\"}", GENPARAM_OTHER_UNSUPPORTED},
+        {"echo", "true", GENPARAM_OTHER_UNSUPPORTED},
+        {"best_of", "1", GENPARAM_OTHER_ACCEPTED},
+        {"best_of", "3", GENPARAM_OTHER_UNSUPPORTED},
+        {"reasoning_effort", "\"low\"", GENPARAM_OTHER_UNSUPPORTED},
+        {"frobnicate", "1", GENPARAM_OTHER_UNKNOWN},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        json_t *v = json_loads(c[i].json, JSON_DECODE_ANY, NULL);
+        CHECK(v != NULL);
+        CHECK_MSG(genparam_other_field(c[i].field, v) == c[i].want, "%s = %s", c[i].field, c[i].json);
+        json_decref(v);
+    }
+    /* a generation field is not an "other" field: the table answers for it */
+    struct gen_params g = genparam_defaults();
+    json_t *one = json_integer(1);
+    const char *code;
+    struct err e;
+    CHECK(genparam_apply_json(&g, "n", one, &code, &e) == 1);
+    json_decref(one);
+    genparam_free(&g);
+}
+
 TEST(to_sampler)
 {
     struct gen_params g = genparam_defaults();
@@ -427,6 +478,7 @@ int main(void)
     RUN(key_encoding);
     RUN(constraint_settings_and_record);
     RUN(constraint_key);
+    RUN(other_fields);
     RUN(to_sampler);
     return test_summary();
 }

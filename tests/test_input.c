@@ -126,25 +126,36 @@ TEST(bad_lines)
         "{\"id\":\"lb\",\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}\n"  /* 17 invalid_value */
         "{\"id\":\"st\",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}\n" /* 18 invalid_value */
         "{\"id\":\"ok2\",\"prompt\":\"fine\",\"mystery\":1,\"mystery\":2}\n" /* 19 duplicate key again */
-        "{\"id\":\"ok3\",\"prompt\":\"fine\",\"mystery\":1,\"other\":true}\n"  /* 20 ok, unknown fields */
-        "{\"id\":\"ok4\",\"prompt\":\"fine\",\"mystery\":3}\n";                /* 21 ok, warned once */
+        "{\"id\":\"uf\",\"prompt\":\"fine\",\"other\":true}\n"                  /* 20 unknown_field */
+        "{\"id\":\"uf2\",\"prompt\":\"fine\",\"mystery\":3}\n"                 /* 21 unknown, warned once */
+        "{\"id\":\"tl\",\"prompt\":\"x\",\"tools\":[{\"type\":\"function\"}]}\n" /* 22 unsupported_parameter */
+        "{\"id\":\"lp\",\"prompt\":\"x\",\"logprobs\":true}\n"                 /* 23 unsupported_parameter */
+        "{\"id\":\"au\",\"prompt\":\"x\",\"audio\":{\"voice\":\"a\"}}\n"     /* 24 unsupported_parameter */
+        "{\"id\":\"pr\",\"prompt\":\"x\",\"prediction\":{\"type\":\"content\"}}\n" /* 25 unsupported_parameter */
+        "{\"id\":\"md\",\"prompt\":\"x\",\"modalities\":[\"text\",\"audio\"]}\n" /* 26 unsupported_parameter */
+        "{\"id\":\"sm\",\"prompt\":\"x\",\"stream\":true}\n"                   /* 27 unsupported_parameter */
+        "{\"id\":\"ok3\",\"prompt\":\"x\",\"metadata\":{\"a\":\"b\"},\"user\":\"u\",\"store\":true,"
+        "\"service_tier\":\"auto\",\"stream\":false,\"n\":1,\"logprobs\":false,\"tools\":null,"
+        "\"tool_choice\":\"none\",\"parallel_tool_calls\":true,\"modalities\":[\"text\"]}\n"; /* 28 ok */
     const char *p = write_tmp("bad.jsonl", s, strlen(s));
     struct input_opts o = input_default_opts();
     o.format = INPUT_FORMAT_JSONL;
-    struct input_item it[32];
+    struct input_item it[40];
     input_reader *r;
     struct err e;
     CHECK(input_open(p, &o, &r, &e) == 0);
     int n = 0;
-    while (n < 32 && input_next(r, &it[n], &e) == 1) n++;
+    while (n < 40 && input_next(r, &it[n], &e) == 1) n++;
     CHECK_EQ_INT(input_n_unknown_fields(r), 2);
     input_close(r);
-    CHECK_EQ_INT(n, 21);
+    CHECK_EQ_INT(n, 28);
     static const char *want[] = {NULL,            "invalid_json",  "invalid_utf8",  "missing_id",    "duplicate_id",
                                  "invalid_type",  "invalid_value", "invalid_value", "invalid_value", "missing_prompt",
                                  "invalid_value", "invalid_type",  "invalid_json",  "unsupported_request",
                                  "invalid_value", "invalid_type",  "invalid_value", "invalid_value", "invalid_json",
-                                 NULL,            NULL};
+                                 "unknown_field", "unknown_field", "unsupported_parameter", "unsupported_parameter",
+                                 "unsupported_parameter", "unsupported_parameter", "unsupported_parameter",
+                                 "unsupported_parameter", NULL};
     for (int i = 0; i < n; i++) {
         CHECK_EQ_INT(it[i].line, i + 1);
         if (want[i]) CHECK_MSG(it[i].code && !strcmp(it[i].code, want[i]), "line %d: code %s, want %s (%s)", i + 1,
@@ -156,6 +167,10 @@ TEST(bad_lines)
     CHECK(strstr(it[6].message, "temperature") != NULL);
     CHECK(strstr(it[7].message, "NaN") != NULL);
     CHECK_STR(it[5].custom_id, "t"); /* bad lines keep their id */
+    /* a message about one field names it first, in quotes (the error line's param) */
+    CHECK(strncmp(it[21].message, "'tools'", 7) == 0);
+    CHECK(strncmp(it[22].message, "'logprobs'", 10) == 0);
+    CHECK(strstr(it[19].message, "'other'") != NULL);
     free_all(it, n);
 }
 
@@ -370,7 +385,8 @@ TEST(parse_body_like_a_line)
         enum input_kind want;
         const char *code, *msg;
     } bad[] = {
-        {"{\"prompt\":\"x\",\"tools\":[]}", INPUT_KIND_COMPLETION, "unknown_field", "unknown field 'tools'"},
+        {"{\"prompt\":\"x\",\"frob\":[]}", INPUT_KIND_COMPLETION, "unknown_field", "unknown field 'frob'"},
+        {"{\"prompt\":\"x\",\"tools\":[{}]}", INPUT_KIND_COMPLETION, "unsupported_parameter", "'tools' is not supported"},
         {"{\"prompt\":\"x\"}", INPUT_KIND_CHAT, "invalid_value", "needs 'messages'"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", INPUT_KIND_COMPLETION, "invalid_value", "needs 'prompt'"},
         {"{\"prompt\":\"x\",", INPUT_KIND_COMPLETION, "invalid_json", "not JSON"},

@@ -92,7 +92,7 @@ static int book_open(struct book *b, const char *prefix, int order_input)
     strcat(b->db, ".db");
     snprintf(b->paths[0], sizeof b->paths[0], "%s.out", tmp_path(prefix));
     snprintf(b->paths[1], sizeof b->paths[1], "%s.err", tmp_path(prefix));
-    struct ledger_params p = {"tiny", order_input, 1, hook};
+    struct ledger_params p = {.model_name = "tiny", .order_input = order_input, .debug_checks = 1, .test_hook = hook};
     if (ledger_init(&b->l, &p, &e) || store_open(b->db, STORE_DURABILITY_NORMAL, &b->st, &e) ||
         output_open(b->paths[0], &b->out[0], &e) || output_open(b->paths[1], &b->out[1], &e)) {
         fprintf(stderr, "book_open: %s\n", e.msg);
@@ -258,9 +258,20 @@ TEST(lines_reach_the_file_only_after_their_commit)
     CHECK_STR(ids, "null r2");
     char *text = test_read_file(b.paths[0], NULL);
     CHECK(text && strstr(text, "\"text\":\"hello\"") && strstr(text, "\"model\":\"tiny\""));
+    /* r4 folded into r1's work: the same text, its own line, request and body ids */
+    char *nl = text ? strchr(text, '\n') : NULL;
+    CHECK(nl && strstr(nl, "\"text\":\"hello\""));
+    static const char *const tags[] = {"\"id\":\"batch_req_", "\"request_id\":\"req_", "\"id\":\"cmpl-"};
+    for (int k = 0; k < 3; k++) {
+        const char *x = text ? strstr(text, tags[k]) : NULL, *y = nl ? strstr(nl, tags[k]) : NULL;
+        CHECK_MSG(x && y && x < nl && strncmp(x, y, strlen(tags[k]) + 32), "%s", tags[k]);
+    }
     free(text);
     text = test_read_file(b.paths[1], NULL);
-    CHECK(text && strstr(text, "engine_error") && strstr(text, "can never fit"));
+    /* the engine's failure: a 500 response with a server_error object; the unreadable line: a top-level error */
+    CHECK(text && strstr(text, "\"status_code\":500") && strstr(text, "\"type\":\"server_error\"") &&
+          strstr(text, "\"code\":\"engine_error\"") && strstr(text, "can never fit"));
+    CHECK(text && strstr(text, "\"custom_id\":null,\"response\":null,\"error\":{\"code\":"));
     free(text);
     int64_t ok, bad, engine_bad;
     ledger_count_lines(&b.l, &ok, &bad, &engine_bad);

@@ -139,6 +139,7 @@ static struct server_req *finished(int chat, int n, enum engine_finish f)
         r->choices[i].text = strdup(i ? "second \"quoted\"" : "first\n");
         r->choices[i].text_len = strlen(r->choices[i].text);
         r->choices[i].n_tokens = 3 + i;
+        r->choices[i].n_cached = 2;
         if (f == ENGINE_FINISH_ERROR) r->choices[i].error = strdup("the backend broke");
     }
     return r;
@@ -177,6 +178,10 @@ TEST(openai_response_shapes)
         CHECK_EQ_INT(json_integer_value(json_object_get(u, "prompt_tokens")), 4);
         CHECK_EQ_INT(json_integer_value(json_object_get(u, "completion_tokens")), 7);
         CHECK_EQ_INT(json_integer_value(json_object_get(u, "total_tokens")), 11);
+        /* the same usage object as run's result lines (jobs/output) */
+        CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
+        CHECK(json_is_object(json_object_get(u, "completion_tokens_details")));
+        CHECK(json_is_null(json_object_get(j, "system_fingerprint")));
         json_decref(j);
         free(body);
         server_req_discard(r);

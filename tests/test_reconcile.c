@@ -77,7 +77,7 @@ static int book_open(struct book *b, const struct spec *specs, int n, int order_
 {
     struct err e;
     memset(b, 0, sizeof *b);
-    struct ledger_params p = {"tiny", order_input, 1, NULL};
+    struct ledger_params p = {.model_name = "tiny", .order_input = order_input, .debug_checks = 1};
     if (ledger_init(&b->l, &p, &e) || store_open(db, STORE_DURABILITY_NORMAL, &b->st, &e) ||
         output_open(out_path[0], &b->out[0], &e) || output_open(out_path[1], &b->out[1], &e)) {
         fprintf(stderr, "book_open: %s\n", e.msg);

@@ -273,9 +273,8 @@ TEST(repair_cases)
 TEST(lines_are_valid_json)
 {
     struct output_buf b = {0};
-    uint8_t key[32] = {7};
     struct output_choice ch[2] = {{"caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xe2\x82", 20, "length"}, {"", 0, "stop"}};
-    struct output_ok o = {"id-1", 1, "model.gguf", 1700000000, key, ch, 2, 5, 9};
+    struct output_ok o = {"run1", 3, "id-1", 1, "model", "fp_x", 1700000000, ch, 2, 5, 9, 4};
     output_ok_line(&b, &o);
     CHECK(b.n > 0 && b.p[b.n - 1] == '\n');
     CHECK(memchr(b.p, '\n', b.n) == b.p + b.n - 1);
@@ -288,9 +287,16 @@ TEST(lines_are_valid_json)
     const char *content = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
     CHECK(content && !strncmp(content, "caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xef\xbf\xbd", 25));
     CHECK_STR(json_string_value(json_object_get(c0, "finish_reason")), "length");
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(body, "usage"), "total_tokens")), 14);
+    json_t *usage = json_object_get(body, "usage");
+    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "total_tokens")), 14);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens")), 4);
+    CHECK(json_is_object(json_object_get(usage, "completion_tokens_details")));
+    CHECK_STR(json_string_value(json_object_get(body, "system_fingerprint")), "fp_x");
+    CHECK_STR(json_string_value(json_object_get(body, "model")), "model");
     CHECK(json_is_null(json_object_get(j, "error")));
     CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "response"), "status_code")), 200);
+    char id3[80];
+    snprintf(id3, sizeof id3, "%s", json_string_value(json_object_get(j, "id")));
     json_decref(j);
 
     /* the same inputs give the same bytes */
@@ -300,7 +306,35 @@ TEST(lines_are_valid_json)
     output_buf_free(&b);
     output_buf_free(&b2);
 
-    output_error_line(&b, NULL, 12, "invalid_json", "not JSON: \xff");
+    /* another line, or the same line of another run: another id */
+    for (int k = 0; k < 2; k++) {
+        o.line = k ? 3 : 4;
+        o.run_id = k ? "run2" : "run1";
+        output_ok_line(&b2, &o);
+        json_t *j2 = json_loadb(b2.p, b2.n - 1, 0, &je);
+        CHECK_MSG(j2 != NULL, "%s", je.text);
+        CHECK(strcmp(json_string_value(json_object_get(j2, "id")), id3));
+        json_decref(j2);
+        output_buf_free(&b2);
+    }
+
+    /* a failed request: status, the error object, top-level error null */
+    struct output_fail f = {"run1", 5, "id-2", 400, "invalid_request_error", "unsupported_parameter", "tools", "no"};
+    output_fail_line(&b, &f);
+    j = json_loadb(b.p, b.n - 1, JSON_REJECT_DUPLICATES, &je);
+    CHECK_MSG(j != NULL, "%s", je.text);
+    CHECK(json_is_null(json_object_get(j, "error")));
+    json_t *resp = json_object_get(j, "response");
+    CHECK_EQ_INT(json_integer_value(json_object_get(resp, "status_code")), 400);
+    CHECK(!strncmp(json_string_value(json_object_get(resp, "request_id")), "req_", 4));
+    json_t *eo = json_object_get(json_object_get(resp, "body"), "error");
+    CHECK_STR(json_string_value(json_object_get(eo, "param")), "tools");
+    CHECK_STR(json_string_value(json_object_get(eo, "code")), "unsupported_parameter");
+    CHECK_STR(json_string_value(json_object_get(eo, "type")), "invalid_request_error");
+    json_decref(j);
+    output_buf_free(&b);
+
+    output_error_line(&b, "run1", NULL, 12, "invalid_json", "not JSON: \xff");
     j = json_loadb(b.p, b.n - 1, 0, &je);
     CHECK_MSG(j != NULL, "%s", je.text);
     CHECK(json_is_null(json_object_get(j, "custom_id")));

@@ -199,6 +199,7 @@ static const char *base_name(const char *p)
 /* Everything the command line says. */
 struct run_args {
     struct job_config c;
+    char model_name[256]; /* the GGUF's general.name (results' "model") */
     struct runtime_params rp;
     const char *chat_name, *check_store;
     jinja_template *chat_jinja; /* the model's own chat template, compiled (owned; NULL: by family) */
@@ -390,6 +391,10 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
     log_info("nightshift run: %s", desc);
     m->path = model_path;
     m->name = base_name(model_path);
+    struct err ne;
+    if (rt->model->file && gguf_get_cstr(rt->model->file, "general.name", A->model_name, sizeof A->model_name, &ne) == 0 &&
+        A->model_name[0])
+        m->name = A->model_name;
     m->size = (uint64_t)st.st_size;
     m->hp = &rt->model->hp;
     m->vocab = rt->vocab;

@@ -234,8 +234,8 @@ static void check_with_engine(const ingest_source *s, struct prepared *p)
 }
 
 /* Makes p's prompt (ingest_prompt: rendered, tokenized, checked against the model) and asks the engine; a
- * problem makes p bad. Chat input for a model without a chat template sets no_template (the caller reports
- * it). fb: the template fallbacks to count (NULL when a line is read again). */
+ * problem makes p bad. Chat input for a model without a chat template is bad too and sets no_template (the
+ * caller warns once). fb: the template fallbacks to count (NULL when a line is read again). */
 static int prepare_line(ingest_source *s, struct prepared *p, struct ingest_fallback *fb, struct err *e)
 {
     struct input_item *it = &p->it;
@@ -356,6 +356,7 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
     const struct input_item *it = &p->it;
     int32_t n = p->code ? 0 : it->gen.n;
     if (ledger_add_line(l, it->line, it->off, n, &li, e) != 0) return -1;
+    l->lines[li].kind = (uint8_t)it->kind; /* a bad line's too: its error names "messages" or "prompt" */
     if (p->code) {
         if (ledger_code_index(p->code) < 0) return err_set(e, "ingest: unknown bad-line code %s (bug)", p->code);
         ledger_set_bad(l, li, p->code);
@@ -371,7 +372,6 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
             if (ledger_add_work(l, li, k, keys[k], plan, &folded, e) != 0) return -1;
             st->folded_duplicates += folded;
         }
-        l->lines[li].kind = (uint8_t)it->kind;
         ledger_digest_request(it->custom_id, it->kind, it->model ? it->model : s->m->name, n,
                               (const uint8_t(*)[32])keys, digest);
     }
@@ -446,12 +446,10 @@ int ingest_backlog(const struct job_config *c, const struct job_model *m, ledger
     log_info("%s: %s format", c->backlog, input_format_name(input_get_format(s->r)));
     int64_t first_chat_line = 0;
     if (read_lines(s, st, &first_chat_line, e) != 0) goto fail;
-    if (first_chat_line) {
-        err_set(e, "%s line %lld has chat messages, but the model has no chat template nightshift recognises (%s); "
-                   "pass --chat-template NAME with one of: %s",
-                c->backlog, (long long)first_chat_line, m->chat_source, chat_family_list());
-        goto fail;
-    }
+    if (first_chat_line) /* those lines are bad ("chat_template"); the rest of the backlog runs */
+        log_warn("%s line %lld (and any other chat line) fails: chat messages, but the model has no chat template "
+                 "nightshift recognises (%s); pass --chat-template NAME with one of: %s",
+                 c->backlog, (long long)first_chat_line, m->chat_source, chat_family_list());
     if (s->fb.n)
         log_warn("%lld chat line(s) rendered by nightshift's %s renderer: the model's template failed on them "
                  "(first: line %lld: %s)",

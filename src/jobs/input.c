@@ -3,7 +3,7 @@
  * Invariant: the line buffer never holds more than max_line_bytes bytes; every non-blank physical line
  * yields exactly one item (request or bad line), in file order, with its byte offset; an id read from any
  * JSON line (good or bad) is in the id set (or was told to id_seen), so a later line with the same id is a
- * duplicate; each unknown field name is warned about once. A line read again (input_reread) is parsed by the
+ * duplicate; a line with an unknown field is bad, and each unknown field name is warned about once. A line read again (input_reread) is parsed by the
  * same code from the same bytes, so it yields the same item while the file is unchanged.
  */
 #include "jobs/input.h"
@@ -510,14 +510,14 @@ static void warn_unknown(input_reader *r, const char *prefix, const char *name, 
     if (strset_find(&r->warned, full) >= 0) return;
     if (r->warned.n < 256) {
         strset_add(&r->warned, full, line);
-        log_warn("%s: line %lld: unknown field '%s' ignored (warned once per field name)", r->path, (long long)line,
-                 full);
+        log_warn("%s: line %lld: unknown field '%s': lines with it fail (warned once per field name)", r->path,
+                 (long long)line, full);
     }
 }
 
 /* Reads the generation fields and the prompt/messages of obj (the body or the whole simple line).
- * skip: names handled by the caller. An unknown field is warned about once (r) or, without a reader (a
- * server request, whose client can be told), makes the request bad. */
+ * skip: names handled by the caller. A field nightshift does not implement (genparam_other_field) or does
+ * not know makes the request bad, never ignored; an unknown one is also warned about once (r). */
 static int parse_request_fields(input_reader *r, const json_t *obj, const char *prefix, const char *const *skip,
                                 struct input_item *it, struct bad *b)
 {
@@ -549,8 +549,16 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
         const char *code = NULL;
         int rc = genparam_apply_json(&it->gen, k, v, &code, &ge);
         if (rc < 0) return set_bad(b, code, "%s", ge.msg);
-        if (rc == 0 && !r) return set_bad(b, "unknown_field", "unknown field '%.64s'", k);
-        if (rc == 0) warn_unknown(r, prefix, k, it->line);
+        if (rc == 1) continue;
+        enum genparam_other o = genparam_other_field(k, v);
+        if (o == GENPARAM_OTHER_UNSUPPORTED)
+            return set_bad(b, "unsupported_parameter",
+                           "'%.64s' is not supported by nightshift (only its neutral value or null): the request "
+                           "would be answered without it", k);
+        if (o == GENPARAM_OTHER_UNKNOWN) {
+            if (r) warn_unknown(r, prefix, k, it->line);
+            return set_bad(b, "unknown_field", "unknown field '%.64s'", k);
+        }
     }
     if (prompt && messages) return set_bad(b, "invalid_value", "give either 'prompt' or 'messages', not both");
     if (!prompt && !messages) return set_bad(b, "missing_prompt", "no 'prompt' or 'messages'");

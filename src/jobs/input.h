@@ -47,8 +47,9 @@ struct input_item {
     int64_t off;          /* byte offset of the line in the file (input_reread reads it again from there) */
     char *custom_id;      /* NULL only for a bad line without a readable id */
     /* bad line: code is non-NULL ("invalid_json", "invalid_utf8", "line_too_long", "missing_id",
-     * "duplicate_id", "invalid_type", "invalid_value", "missing_prompt", "unsupported_request"; a server
-     * body also "unknown_field") */
+     * "duplicate_id", "invalid_type", "invalid_value", "missing_prompt", "unsupported_request",
+     * "unsupported_parameter" (a field nightshift does not implement: runtime/genparam's genparam_other_field),
+     * "unknown_field"; a message about one field names it first in single quotes, or as "unknown field 'x'") */
     const char *code;
     char *message;
     /* request (code == NULL) */
@@ -110,7 +111,7 @@ int input_reread_id(input_reader *r, int64_t off, int64_t line, char **id, struc
  * backlog line (invalid UTF-8, not JSON, NaN, duplicate keys, wrong types, ranges through runtime/genparam),
  * starting from defaults. want: the kind the endpoint takes (the other is a bad request). skip: field names
  * the caller reads from *root itself (NULL-terminated; may be NULL); any other field that is not a request
- * field makes the request bad (code "unknown_field"): a client can be told, unlike a backlog. Fills *it
+ * field makes the request bad (code "unknown_field", as in a backlog). Fills *it
  * (line 0, no id) as a request or as a bad request (it->code, it->message); *root = the parsed object (a
  * new reference) or NULL when the bytes are not one. Returns -1 only when out of memory. */
 int input_parse_body(const char *bytes, size_t len, const struct gen_params *defaults, enum input_kind want,
@@ -122,7 +123,7 @@ int64_t input_n_lines(const input_reader *r);
 int64_t input_n_blank(const input_reader *r);
 uint64_t input_n_bytes(const input_reader *r);
 void input_file_sha256(const input_reader *r, uint8_t out[32]);
-/* Unknown field names warned about so far (each once): count. */
+/* Unknown field names warned about so far (each once; their lines are bad): count. */
 int input_n_unknown_fields(const input_reader *r);
 
 #endif

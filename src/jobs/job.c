@@ -583,7 +583,8 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     int rc = -1;
     j->feed = (struct dist_feed){.ctx = j, .next = feed_next, .result = feed_result};
     j->mirror_fd = -1;
-    struct ledger_params lp = {m->name, c->order_input, m->ep.debug_checks, c->test_hook};
+    struct ledger_params lp = {m->name, m->sha256, c->version, m->backend, c->order_input, m->ep.debug_checks,
+                               c->test_hook};
     if (job_check_paths(c, e) != 0 || ledger_init(&j->book, &lp, e) != 0) goto done;
 
     if (read_backlog(j, e) != 0) goto done;

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "util/clock.h"
@@ -31,7 +33,7 @@ struct ledger_held {
 const char *const ledger_codes[] = {"invalid_json",   "invalid_utf8",    "line_too_long",       "missing_id",
                                     "duplicate_id",   "invalid_type",    "invalid_value",       "missing_prompt",
                                     "unsupported_request", "chat_template", "prompt_too_long", "request_too_large",
-                                    "unknown_field", NULL};
+                                    "unknown_field", "unsupported_parameter", NULL};
 
 int ledger_code_index(const char *code)
 {
@@ -104,12 +106,108 @@ uint64_t ledger_digest_head(const uint8_t digest[32])
     return h;
 }
 
+/* --- what names the run's lines --- */
+
+/* "fp_" and 16 hex digits of sha256(model file's sha256, nightshift version, backend): the
+ * system_fingerprint (what a result depends on besides the request). */
+static void make_fingerprint(const struct ledger_params *p, char out[LEDGER_FINGERPRINT_BYTES])
+{
+    static const char zero[32];
+    uint8_t d[32];
+    char hex[65];
+    const char *v = p->version ? p->version : "?", *be = p->backend ? p->backend : "?";
+    sha256_ctx *c = sha256_init();
+    if (!c) {
+        snprintf(out, LEDGER_FINGERPRINT_BYTES, "fp_unknown");
+        return;
+    }
+    sha256_update(c, p->model_sha256 ? (const char *)p->model_sha256 : zero, 32);
+    sha256_update(c, v, strlen(v) + 1);
+    sha256_update(c, be, strlen(be));
+    sha256_final(c, d);
+    sha256_hex(d, hex);
+    snprintf(out, LEDGER_FINGERPRINT_BYTES, "fp_%.16s", hex);
+}
+
+/* The run's id: the store's meta "run.id", made (random) in the transaction of the first commit that builds a
+ * line, so every line of one store, whether built before or after a crash, is named from the same run (a
+ * commit that fails forgets it: the store may not hold it). */
+static int load_run_id(ledger *l, struct err *e)
+{
+    static const char hx[] = "0123456789abcdef";
+    char *v = NULL;
+    if (l->run_id[0]) return 0;
+    if (store_meta_get(l->st, "run.id", &v, e) != 0) return -1;
+    if (v && strlen(v) == LEDGER_RUN_ID_BYTES - 1) {
+        memcpy(l->run_id, v, LEDGER_RUN_ID_BYTES);
+        free(v);
+        return 0;
+    }
+    free(v);
+    uint64_t r[2];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        r[0] = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15u ^ (uint64_t)getpid();
+        r[1] = (uint64_t)(clock_now() * 1e9) * 0xbf58476d1ce4e5b9u;
+    }
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 16; k++) l->run_id[16 * i + k] = hx[(r[i] >> (60 - 4 * k)) & 15];
+    l->run_id[LEDGER_RUN_ID_BYTES - 1] = '\0';
+    return store_meta_set(l->st, "run.id", l->run_id, e);
+}
+
+/* How a bad line's code reads in OpenAI's error object. */
+struct error_kind {
+    const char *code, *openai_code;
+    int param_from_message; /* the message starts with (or names) the field at fault, in quotes */
+};
+
+static const struct error_kind error_kinds[] = {
+    {"duplicate_id", "duplicate_custom_id", 0},     {"invalid_type", "invalid_type", 1},
+    {"invalid_value", "invalid_value", 1},          {"missing_prompt", "missing_required_parameter", 0},
+    {"unsupported_request", "unsupported_value", 0}, {"prompt_too_long", "context_length_exceeded", 0},
+    {"request_too_large", "context_length_exceeded", 0}, {"unknown_field", "unknown_parameter", 1},
+    {"unsupported_parameter", "unsupported_parameter", 1},
+};
+
+/* The first 'name' in msg (a field name: letters, digits, '_', '.', '[', ']'), into buf; NULL when none. */
+static const char *quoted_field(const char *msg, char *buf, size_t cap)
+{
+    const char *a = strchr(msg, '\'');
+    if (!a) return NULL;
+    size_t n = strspn(a + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+    if (n == 0 || n >= cap || a[1 + n] != '\'') return NULL;
+    memcpy(buf, a + 1, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Appends the line of a request that failed: bad (code from ledger_codes) or failed in the engine. */
+static void put_fail_line(const ledger *l, const struct ledger_line *L, const char *custom_id, const char *code,
+                          const char *message, struct output_buf *b)
+{
+    char param[72];
+    struct output_fail f = {l->run_id, L->no, custom_id, 400, "invalid_request_error", code, NULL, message};
+    if (!strcmp(code, "engine_error")) {
+        f.status = 500;
+        f.type = "server_error";
+    }
+    for (size_t i = 0; i < sizeof error_kinds / sizeof *error_kinds; i++) {
+        if (strcmp(code, error_kinds[i].code)) continue;
+        f.code = error_kinds[i].openai_code;
+        if (error_kinds[i].param_from_message) f.param = quoted_field(message, param, sizeof param);
+    }
+    if (!strcmp(f.code, "context_length_exceeded") || !strcmp(code, "chat_template"))
+        f.param = L->kind == INPUT_KIND_CHAT ? "messages" : "prompt";
+    output_fail_line(b, &f);
+}
+
 /* --- the book --- */
 
 int ledger_init(ledger *l, const struct ledger_params *p, struct err *e)
 {
     memset(l, 0, sizeof *l);
     l->p = *p;
+    make_fingerprint(p, l->fingerprint);
     l->keys = plan_keymap_init();
     if (!l->keys) return err_set(e, "out of memory");
     return 0;
@@ -355,11 +453,12 @@ static void put_result_line(const ledger *l, struct ledger_line *L, const struct
         char msg[1200];
         snprintf(msg, sizeof msg, "%s%s", L->n > 1 ? "a completion failed: " : "",
                  rs[failed].error ? rs[failed].error : "failed");
-        output_error_line(b, info->custom_id, L->no, "engine_error", msg);
+        put_fail_line(l, L, info->custom_id, "engine_error", msg, b);
         L->file = STORE_FILE_ERRORS;
     } else {
-        struct output_ok o = {info->custom_id, L->kind == INPUT_KIND_CHAT, info->model ? info->model : l->p.model_name,
-                              created, rs[0].key, ch, L->n, rs[0].n_prompt, gen};
+        struct output_ok o = {l->run_id,    L->no,           info->custom_id, L->kind == INPUT_KIND_CHAT,
+                              l->p.model_name, l->fingerprint, created,       ch,
+                              L->n,         rs[0].n_prompt,  gen,             rs[0].n_cached};
         output_ok_line(b, &o);
         L->file = STORE_FILE_OUTPUT;
     }
@@ -406,11 +505,13 @@ static int build_line(ledger *l, uint32_t li, struct built *out, struct err *e)
     struct ledger_line_info info = {0};
     memset(out, 0, sizeof *out);
     if (!l->line_info) return err_set(e, "ledger: no line_info to build backlog line %u (bug)", L->no);
+    if (load_run_id(l, e) != 0) return -1;
     if (l->line_info(l->info_user, l, li, &info, e) != 0) return -1;
     if (L->bad) {
         const char *code = ledger_codes[L->code], *msg = info.message ? info.message : "";
         ledger_digest_bad(info.custom_id, code, msg, out->digest);
-        output_error_line(&b, info.custom_id, L->no, code, msg);
+        if (info.custom_id) put_fail_line(l, L, info.custom_id, code, msg, &b);
+        else output_error_line(&b, l->run_id, NULL, L->no, code, msg);
         L->file = STORE_FILE_ERRORS;
     } else if (build_request_line(l, L, &info, &b, out->digest, e) != 0) {
         output_buf_free(&b);
@@ -590,6 +691,7 @@ int ledger_commit_and_write(ledger *l, struct err *e)
     return 0;
 fail:
     store_rollback(l->st);
+    l->run_id[0] = '\0'; /* made in this transaction perhaps: read (or made) again by the next one */
     return -1;
 }
 

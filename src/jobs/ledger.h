@@ -118,7 +118,11 @@ void ledger_digest_bad(const char *custom_id, const char *code, const char *mess
 uint64_t ledger_digest_head(const uint8_t digest[32]);
 
 struct ledger_params {
-    const char *model_name; /* "model" of result lines whose backlog line names none (borrowed) */
+    const char *model_name; /* the served model's name: "model" of every result (borrowed) */
+    const uint8_t *model_sha256; /* (32) the model file's; with version and backend, names system_fingerprint
+                                    (NULL: zeros) */
+    const char *version;    /* nightshift's version (NULL: "?") */
+    const char *backend;    /* the backend's name: "cpu", "cuda" (NULL: "?") */
     int order_input;        /* lines reach the files in input order (else as they finish) */
     int debug_checks;       /* 1: ledger_check after every commit (tests; O(lines + refs) each) */
     void (*test_hook)(const char *point); /* see job_config.test_hook; NULL normally */
@@ -127,8 +131,13 @@ struct ledger_params {
 struct ledger_finished; /* a result handed in and not yet committed (ledger.c) */
 struct ledger_held;     /* a READY line's bytes and row (ledger.c) */
 
+#define LEDGER_RUN_ID_BYTES 33      /* 32 hex digits and a NUL */
+#define LEDGER_FINGERPRINT_BYTES 24 /* "fp_" and 16 hex digits and a NUL */
+
 typedef struct ledger {
     struct ledger_params p;
+    char run_id[LEDGER_RUN_ID_BYTES]; /* names the lines' ids (jobs/output); from the store at the first build */
+    char fingerprint[LEDGER_FINGERPRINT_BYTES]; /* system_fingerprint of every result */
     ledger_info_fn line_info; /* set by whoever filled the book (jobs/ingest) before the first commit */
     void *info_user;
     struct ledger_line *lines;

@@ -18,7 +18,6 @@
 
 #include <xxhash.h>
 
-#include "util/sha256.h"
 #include "util/utf8.h"
 
 /* --- buffer --- */
@@ -114,42 +113,50 @@ void output_buf_put_json_string(struct output_buf *b, const char *str, size_t n)
 
 /* --- lines --- */
 
-/* 64 hex chars naming a line: from the custom_id, or from the line number when there is none. Not a
- * security boundary, only a stable name: XXH3-128 with two seeds. */
-static void line_hash(const char *custom_id, int64_t line, char out[65])
+/* 64 hex chars naming something of a run: XXH3-128 with two seeds over run_id, a tag and a number or a
+ * string. Not a security boundary, only a stable name: the same run, tag and subject give the same name, so
+ * a line rebuilt after a crash is byte-identical. */
+static void run_hash(const char *run_id, const char *tag, int64_t no, const char *s, char out[65])
 {
     static const char hx[] = "0123456789abcdef";
-    char t[48];
-    const void *p = custom_id;
-    size_t n = custom_id ? strlen(custom_id) : 0;
-    if (!custom_id) {
-        n = (size_t)snprintf(t, sizeof t, "line:%" PRId64, line);
-        p = t;
+    char t[160];
+    int n = snprintf(t, sizeof t, "%.64s|%s|%" PRId64, run_id ? run_id : "", tag, no);
+    const char *subject = s ? s : "";
+    XXH128_hash_t h[2];
+    for (int i = 0; i < 2; i++) {
+        uint64_t seed = XXH3_64bits_withSeed(t, (size_t)n, 0x6e73 + (uint64_t)i);
+        h[i] = XXH3_128bits_withSeed(subject, strlen(subject), seed);
     }
-    XXH128_hash_t h[2] = {XXH3_128bits_withSeed(p, n, 0x6e73), XXH3_128bits_withSeed(p, n, 0x6e74)};
     uint64_t w[4] = {h[0].high64, h[0].low64, h[1].high64, h[1].low64};
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 16; k++) out[16 * i + k] = hx[(w[i] >> (60 - 4 * k)) & 15];
     out[64] = '\0';
 }
 
-void output_ok_line(struct output_buf *b, const struct output_ok *o)
+/* {"id":"batch_req_<h>","custom_id":<id or null>,"response": — the start every line shares. */
+static void put_line_head(struct output_buf *b, const char *run_id, int64_t line, const char *custom_id)
 {
-    char h[65], k[65];
-    line_hash(o->custom_id, 0, h);
-    sha256_hex(o->key, k);
+    char h[65];
+    run_hash(run_id, "batch_req", line, NULL, h);
     put_str(b, "{\"id\":\"batch_req_");
-    output_buf_put(b, h, 24);
+    output_buf_put(b, h, 32);
     put_str(b, "\",\"custom_id\":");
-    output_buf_put_json_string(b, o->custom_id, strlen(o->custom_id));
-    put_str(b, ",\"response\":{\"status_code\":200,\"request_id\":\"req_");
-    output_buf_put(b, h + 32, 24);
-    put_str(b, o->chat ? "\",\"body\":{\"id\":\"chatcmpl-" : "\",\"body\":{\"id\":\"cmpl-");
-    output_buf_put(b, k, 24);
-    put_str(b, o->chat ? "\",\"object\":\"chat.completion\",\"created\":" : "\",\"object\":\"text_completion\",\"created\":");
-    put_i64(b, o->created);
-    put_str(b, ",\"model\":");
-    output_buf_put_json_string(b, o->model, strlen(o->model));
+    if (custom_id) output_buf_put_json_string(b, custom_id, strlen(custom_id));
+    else put_str(b, "null");
+    put_str(b, ",\"response\":");
+}
+
+static void put_request_id(struct output_buf *b, const char *run_id, int64_t line)
+{
+    char h[65];
+    run_hash(run_id, "request", line, NULL, h);
+    put_str(b, "\"request_id\":\"req_");
+    output_buf_put(b, h, 32);
+    put_str(b, "\"");
+}
+
+static void put_choices(struct output_buf *b, const struct output_ok *o)
+{
     put_str(b, ",\"choices\":[");
     for (int i = 0; i < o->n_choices; i++) {
         const struct output_choice *c = &o->choices[i];
@@ -159,7 +166,7 @@ void output_ok_line(struct output_buf *b, const struct output_ok *o)
         if (o->chat) {
             put_str(b, ",\"message\":{\"role\":\"assistant\",\"content\":");
             output_buf_put_json_string(b, c->text, c->len);
-            put_str(b, "}");
+            put_str(b, ",\"refusal\":null,\"annotations\":[]}");
         } else {
             put_str(b, ",\"text\":");
             output_buf_put_json_string(b, c->text, c->len);
@@ -168,26 +175,78 @@ void output_ok_line(struct output_buf *b, const struct output_ok *o)
         output_buf_put_json_string(b, c->finish_reason, strlen(c->finish_reason));
         put_str(b, "}");
     }
-    put_str(b, "],\"usage\":{\"prompt_tokens\":");
-    put_i64(b, o->prompt_tokens);
+    put_str(b, "]");
+}
+
+void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens)
+{
+    put_str(b, "{\"prompt_tokens\":");
+    put_i64(b, prompt_tokens);
     put_str(b, ",\"completion_tokens\":");
-    put_i64(b, o->completion_tokens);
+    put_i64(b, completion_tokens);
     put_str(b, ",\"total_tokens\":");
-    put_i64(b, o->prompt_tokens + o->completion_tokens);
+    put_i64(b, prompt_tokens + completion_tokens);
+    put_str(b, ",\"prompt_tokens_details\":{\"cached_tokens\":");
+    put_i64(b, cached_tokens);
+    put_str(b, ",\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0,\"audio_tokens\":0,"
+               "\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}");
+}
+
+void output_completion_body(struct output_buf *b, const struct output_ok *o, const char *id)
+{
+    put_str(b, "{\"id\":");
+    output_buf_put_json_string(b, id, strlen(id));
+    put_str(b, o->chat ? ",\"object\":\"chat.completion\",\"created\":" : ",\"object\":\"text_completion\",\"created\":");
+    put_i64(b, o->created);
+    put_str(b, ",\"model\":");
+    output_buf_put_json_string(b, o->model, strlen(o->model));
+    put_choices(b, o);
+    put_str(b, ",\"usage\":");
+    output_usage(b, o->prompt_tokens, o->completion_tokens, o->cached_tokens);
+    put_str(b, ",\"system_fingerprint\":");
+    if (o->fingerprint) output_buf_put_json_string(b, o->fingerprint, strlen(o->fingerprint));
+    else put_str(b, "null");
+    if (o->chat) put_str(b, ",\"service_tier\":\"default\"");
+    put_str(b, "}");
+}
+
+void output_ok_line(struct output_buf *b, const struct output_ok *o)
+{
+    char h[65], id[80];
+    run_hash(o->run_id, "body", o->line, o->custom_id, h);
+    snprintf(id, sizeof id, "%s%.32s", o->chat ? "chatcmpl-" : "cmpl-", h);
+    put_line_head(b, o->run_id, o->line, o->custom_id);
+    put_str(b, "{\"status_code\":200,");
+    put_request_id(b, o->run_id, o->line);
+    put_str(b, ",\"body\":");
+    output_completion_body(b, o, id);
+    put_str(b, "},\"error\":null}\n");
+}
+
+void output_fail_line(struct output_buf *b, const struct output_fail *f)
+{
+    put_line_head(b, f->run_id, f->line, f->custom_id);
+    put_str(b, "{\"status_code\":");
+    put_i64(b, f->status);
+    put_str(b, ",");
+    put_request_id(b, f->run_id, f->line);
+    put_str(b, ",\"body\":{\"error\":{\"message\":");
+    output_buf_put_json_string(b, f->message, strlen(f->message));
+    put_str(b, ",\"type\":");
+    output_buf_put_json_string(b, f->type, strlen(f->type));
+    put_str(b, ",\"param\":");
+    if (f->param) output_buf_put_json_string(b, f->param, strlen(f->param));
+    else put_str(b, "null");
+    put_str(b, ",\"code\":");
+    output_buf_put_json_string(b, f->code, strlen(f->code));
     put_str(b, "}}},\"error\":null}\n");
 }
 
-void output_error_line(struct output_buf *b, const char *custom_id, int64_t line, const char *code,
-                       const char *message)
+void output_error_line(struct output_buf *b, const char *run_id, const char *custom_id, int64_t line,
+                       const char *code, const char *message)
 {
-    char h[65];
-    line_hash(custom_id, line, h);
-    put_str(b, "{\"id\":\"batch_req_");
-    output_buf_put(b, h, 24);
-    put_str(b, "\",\"custom_id\":");
-    if (custom_id) output_buf_put_json_string(b, custom_id, strlen(custom_id));
-    else put_str(b, "null");
-    put_str(b, ",\"response\":null,\"error\":{\"code\":");
+    put_line_head(b, run_id, line, custom_id);
+    put_str(b, "null,\"error\":{\"code\":");
     output_buf_put_json_string(b, code, strlen(code));
     put_str(b, ",\"message\":");
     output_buf_put_json_string(b, message, strlen(message));

@@ -1,14 +1,19 @@
 /* output — the result and error files: the exact bytes of each line, and repair of a file against the
  * store after a crash.
  *
- * Result line (OpenAI batch output shape; one line per backlog request):
- *   {"id":"batch_req_<h>","custom_id":...,"response":{"status_code":200,"request_id":"req_<h>","body":
- *    <chat.completion | text_completion object with choices, finish_reason and usage>},"error":null}
- * Error line:
- *   {"id":"batch_req_<h>","custom_id":... | null,"response":null,"error":{"code":...,"message":...,"line":N}}
- * <h> is derived from the custom_id (or the line number when there is none), so a line rebuilt after a
- * crash is byte-identical. Text that is not valid UTF-8 (a completion cut inside a character) is written
- * with U+FFFD in place of each bad sequence, so every line is valid JSON.
+ * Lines are in the shapes of OpenAI's Batch API output and error files:
+ *   result line   {"id":"batch_req_<h>","custom_id":...,"response":{"status_code":200,"request_id":"req_<h>",
+ *                  "body":<chat.completion | text_completion object: id, object, created, model, choices,
+ *                  usage (with prompt_tokens_details.cached_tokens and completion_tokens_details),
+ *                  system_fingerprint>},"error":null}
+ *   failed request {"id":"batch_req_<h>","custom_id":...,"response":{"status_code":400 | 500,"request_id":
+ *                  "req_<h>","body":{"error":{"message","type","param","code"}}},"error":null}
+ *   unreadable line (no custom_id) {"id":"batch_req_<h>","custom_id":null,"response":null,
+ *                  "error":{"code":...,"message":...,"line":N}}
+ * Every <h> is a hash of the run's id (a random value the store keeps: jobs/ledger), a tag and the backlog
+ * line number (the body id also of the custom_id): unique per run and per line, and the same when a line is
+ * rebuilt after a crash, so a rebuilt line is byte-identical. Text that is not valid UTF-8 (a completion cut
+ * inside a character) is written with U+FFFD in place of each bad sequence, so every line is valid JSON.
  *
  * Files are written only by appending whole batches of lines after the store has committed them; on start
  * output_repair makes the file equal to the store's scheduled lines (see store.h).
@@ -41,21 +46,45 @@ struct output_choice {
 };
 
 struct output_ok {
+    const char *run_id;        /* names the line's ids (see above) */
+    int64_t line;              /* backlog line number */
     const char *custom_id;
     int chat;                  /* 1: chat.completion, 0: text_completion */
-    const char *model;         /* as recorded for the request, or the model file's name */
+    const char *model;         /* the served model's name */
+    const char *fingerprint;   /* system_fingerprint: model file and build (NULL: null) */
     int64_t created;           /* unix seconds, from the store */
-    const uint8_t *key;        /* (32) the first completion's key: names the completion object */
     const struct output_choice *choices; /* (n_choices) */
     int n_choices;
-    int64_t prompt_tokens, completion_tokens;
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
 };
 
+/* A request that failed: its HTTP status and OpenAI error object. */
+struct output_fail {
+    const char *run_id;
+    int64_t line;
+    const char *custom_id;     /* not NULL (a line without one is an output_error_line) */
+    int status;                /* 400: the request; 500: the engine */
+    const char *type;          /* "invalid_request_error", "server_error" */
+    const char *code;          /* "context_length_exceeded", "unsupported_parameter", ... */
+    const char *param;         /* the request field at fault, or NULL */
+    const char *message;
+};
+
+/* Appends the chat.completion / text_completion object of o named id (no newline): id, object, created,
+ * model, choices, usage, system_fingerprint (null when o->fingerprint is NULL). The body of a result line,
+ * and the server's answer (server/openai). */
+void output_completion_body(struct output_buf *b, const struct output_ok *o, const char *id);
+/* Appends a usage object: the token counts, prompt_tokens_details (cached_tokens) and
+ * completion_tokens_details. */
+void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 /* Appends one result line ('\n' included). */
 void output_ok_line(struct output_buf *b, const struct output_ok *o);
-/* Appends one error line ('\n' included). custom_id may be NULL. */
-void output_error_line(struct output_buf *b, const char *custom_id, int64_t line, const char *code,
-                       const char *message);
+/* Appends one failed-request line ('\n' included). */
+void output_fail_line(struct output_buf *b, const struct output_fail *f);
+/* Appends one line for a backlog line that cannot be read as a request ('\n' included); custom_id may be
+ * NULL. */
+void output_error_line(struct output_buf *b, const char *run_id, const char *custom_id, int64_t line,
+                       const char *code, const char *message);
 
 typedef struct output_file output_file;
 

@@ -98,9 +98,11 @@ static int take_result(struct report_data *d, const json_t *o)
     return 0;
 }
 
+/* An error-file line's code: a failed request's (response.body.error.code) or an unreadable line's (error.code). */
 static int take_error(struct report_data *d, const json_t *o)
 {
-    const char *code = json_string_value(json_object_get(json_object_get(o, "error"), "code"));
+    const json_t *failed = json_object_get(json_object_get(json_object_get(o, "response"), "body"), "error");
+    const char *code = json_string_value(json_object_get(failed ? failed : json_object_get(o, "error"), "code"));
     if (!code) code = "unknown";
     json_int_t k = json_integer_value(json_object_get(d->failures, code));
     return json_object_set_new(d->failures, code, json_integer(k + 1));

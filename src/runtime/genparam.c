@@ -536,6 +536,47 @@ static int json_row(const struct genparam *p, const char *field, const json_t *v
     return 0;
 }
 
+/* Request fields of OpenAI's chat and completions bodies that are not generation fields. */
+static const char *const other_accepted[] = {"metadata", "user", "store", "service_tier", "prompt_cache_key",
+                                             "safety_identifier", "parallel_tool_calls", NULL};
+static const char *const other_neutral_only[] = {
+    "stream",    "stream_options", "logprobs",   "top_logprobs", "echo",     "best_of",          "suffix",
+    "tools",     "tool_choice",    "functions",  "function_call", "audio",   "modalities",       "prediction",
+    "web_search_options", "reasoning_effort", "verbosity", NULL};
+
+static int in_list(const char *const *list, const char *k)
+{
+    for (; *list; list++)
+        if (!strcmp(*list, k)) return 1;
+    return 0;
+}
+
+/* 1 when v is the value of field k that changes nothing. */
+static int other_neutral(const char *k, const json_t *v)
+{
+    if (json_is_null(v)) return 1;
+    if (!strcmp(k, "stream") || !strcmp(k, "logprobs") || !strcmp(k, "echo")) return json_is_false(v);
+    if (!strcmp(k, "best_of")) return json_is_integer(v) && json_integer_value(v) == 1;
+    if (!strcmp(k, "top_logprobs")) return json_is_integer(v) && json_integer_value(v) == 0;
+    if (!strcmp(k, "suffix")) return json_is_string(v) && json_string_length(v) == 0;
+    if (!strcmp(k, "tools") || !strcmp(k, "functions")) return json_is_array(v) && json_array_size(v) == 0;
+    if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
+        return json_is_string(v) && !strcmp(json_string_value(v), "none");
+    if (!strcmp(k, "modalities")) {
+        const json_t *m = json_array_get(v, 0);
+        return json_is_array(v) && json_array_size(v) == 1 && json_is_string(m) && !strcmp(json_string_value(m), "text");
+    }
+    return 0;
+}
+
+enum genparam_other genparam_other_field(const char *field, const json_t *v)
+{
+    if (in_list(other_accepted, field)) return GENPARAM_OTHER_ACCEPTED;
+    if (in_list(other_neutral_only, field))
+        return other_neutral(field, v) ? GENPARAM_OTHER_ACCEPTED : GENPARAM_OTHER_UNSUPPORTED;
+    return GENPARAM_OTHER_UNKNOWN;
+}
+
 int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v, const char **code, struct err *e)
 {
     for (int i = 0; i < genparam_count; i++) {

@@ -108,6 +108,18 @@ int genparam_check_table(struct err *e);
 int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v, const char **code,
                         struct err *e);
 
+/* What nightshift does with a request field that is not a generation field (OpenAI's and vLLM's names). */
+enum genparam_other {
+    GENPARAM_OTHER_UNKNOWN,     /* not a field of OpenAI's request bodies that nightshift knows of */
+    GENPARAM_OTHER_ACCEPTED,    /* changes nothing in the answer (metadata, user, store, service_tier, ...) or
+                                   is at its neutral value (null, stream false, logprobs false, tools [],
+                                   tool_choice "none", n is a generation field) */
+    GENPARAM_OTHER_UNSUPPORTED, /* a field nightshift does not implement at a value that would change the
+                                   answer (tools, logprobs true, audio, modalities, prediction, ...): the
+                                   request must fail, never be answered without it */
+};
+enum genparam_other genparam_other_field(const char *field, const json_t *v);
+
 /* "an object", "an array", "a string", "an integer", "a number", "a boolean" or "null": a JSON value's type as
  * the request error messages name it. */
 const char *genparam_json_type(const json_t *v);

@@ -33,24 +33,17 @@ static int bad_request(struct openai_error *err, const char *code, const char *m
 
 /* ---- requests ---- */
 
-/* OpenAI fields nightshift accepts only at the value that changes nothing. */
+/* OpenAI fields nightshift accepts only at the value that changes nothing: runtime/genparam's list (the same
+ * as for a backlog line), and response_format only as {"type": "text"} (the server does not constrain). */
 static int neutral_value(const char *k, const json_t *v)
 {
     if (json_is_null(v)) return 1;
-    if (!strcmp(k, "logprobs") || !strcmp(k, "echo") || !strcmp(k, "store")) return json_is_false(v);
-    if (!strcmp(k, "best_of")) return json_is_integer(v) && json_integer_value(v) == 1;
-    if (!strcmp(k, "top_logprobs")) return json_is_integer(v) && json_integer_value(v) == 0;
-    if (!strcmp(k, "suffix")) return json_is_string(v) && json_string_length(v) == 0;
-    if (!strcmp(k, "tools") || !strcmp(k, "functions")) return json_is_array(v) && json_array_size(v) == 0;
-    if (!strcmp(k, "tool_choice") || !strcmp(k, "function_call"))
-        return json_is_string(v) && !strcmp(json_string_value(v), "none");
-    if (!strcmp(k, "parallel_tool_calls")) return json_is_boolean(v);
     if (!strcmp(k, "response_format")) {
         const json_t *t = json_object_get(v, "type");
         return json_is_object(v) && json_object_size(v) == 1 && json_is_string(t) &&
                !strcmp(json_string_value(t), "text");
     }
-    return 0;
+    return genparam_other_field(k, v) == GENPARAM_OTHER_ACCEPTED;
 }
 
 static const char *const server_fields[] = {"stream",
@@ -211,14 +204,14 @@ static void put_head(struct output_buf *b, const char *id, const char *object, i
     put_json_str(b, model, strlen(model));
 }
 
+/* ,"usage":{...} as in run's result lines (jobs/output); cached: the first choice's prefix-cache hits. */
 static void put_usage(struct output_buf *b, const struct server_req *r)
 {
     int64_t gen = 0;
     for (int32_t i = 0; i < r->n_choices; i++)
         gen += r->choices[i].n_tokens;
-    put_fmt(
-        b, ",\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%" PRId64 ",\"total_tokens\":%" PRId64 "}",
-        (int)r->n_prompt, gen, (int64_t)r->n_prompt + gen);
+    put_str(b, ",\"usage\":");
+    output_usage(b, r->n_prompt, gen, r->n_choices ? r->choices[0].n_cached : 0);
 }
 
 /* The error of a choice that neither stopped nor reached its length; 0 when every choice did. */
@@ -240,23 +233,23 @@ char *openai_response(const struct server_req *r, const char *id, const char *mo
                       size_t *len, struct openai_error *err)
 {
     if (failed_choice(r, err)) return NULL;
-    struct output_buf b = {0};
-    put_head(&b, id, r->chat ? "chat.completion" : "text_completion", created, model);
-    put_str(&b, ",\"choices\":[");
-    for (int32_t i = 0; i < r->n_choices; i++) {
-        const struct server_choice *ch = &r->choices[i];
-        put_fmt(&b, "%s{\"index\":%d", i ? "," : "", (int)i);
-        put_str(&b, r->chat ? ",\"message\":{\"role\":\"assistant\",\"content\":" : ",\"text\":");
-        put_json_str(&b, ch->text, ch->text_len);
-        put_str(&b, r->chat ? "}" : "");
-        put_str(&b, ",\"logprobs\":null,\"finish_reason\":");
-        const char *fr = openai_finish_reason(ch->finish);
-        put_json_str(&b, fr, strlen(fr));
-        put_str(&b, "}");
+    struct output_choice *ch = calloc(r->n_choices > 0 ? (size_t)r->n_choices : 1, sizeof *ch);
+    if (!ch) {
+        openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
+        return NULL;
     }
-    put_str(&b, "]");
-    put_usage(&b, r);
-    put_str(&b, "}");
+    int64_t gen = 0;
+    for (int32_t i = 0; i < r->n_choices; i++) {
+        const struct server_choice *c = &r->choices[i];
+        ch[i] = (struct output_choice){c->text ? c->text : "", c->text_len, openai_finish_reason(c->finish)};
+        gen += c->n_tokens;
+    }
+    struct output_ok o = {.chat = r->chat, .model = model, .created = created, .choices = ch,
+                          .n_choices = r->n_choices, .prompt_tokens = r->n_prompt, .completion_tokens = gen,
+                          .cached_tokens = r->n_choices ? r->choices[0].n_cached : 0};
+    struct output_buf b = {0};
+    output_completion_body(&b, &o, id);
+    free(ch);
     char *out = finish_buf(&b, len);
     if (!out) openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
     return out;

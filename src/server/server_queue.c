@@ -305,6 +305,7 @@ static void choice_done_locked(server_queue *q, struct server_req *r, int32_t c,
     ch->text_len = res->text_len;
     ch->error = res->error;
     ch->n_tokens = res->n_tokens;
+    ch->n_cached = res->n_prompt_cached;
     res->text = res->error = NULL;
     q->metrics.finished[outcome_of(ch->finish)]++;
     if (ev) push_event_locked(r, ev);

@@ -60,6 +60,7 @@ struct server_choice {
     size_t text_len;
     char *error; /* malloc'd when finish is ENGINE_FINISH_ERROR */
     int32_t n_tokens;
+    int32_t n_cached; /* prompt tokens served from the prefix cache */
 };
 
 struct server_req {
