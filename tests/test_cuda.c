@@ -1108,6 +1108,17 @@ TEST(engine_golden_stories260K)
     fprintf(stderr, "# golden: %d completions of stories260K equal\n", n);
 }
 
+/* n requests of 4..63 random prompt tokens (ids from 3: no control tokens) and 48 generated, into a and b. */
+static void random_reqs(struct gen_req *a, struct gen_req *b, int n, int32_t n_vocab, uint64_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        a[i].n_prompt = 4 + (int32_t)(rng_splitmix64(&seed) % 60);
+        for (int32_t k = 0; k < a[i].n_prompt; k++) a[i].prompt[k] = 3 + (int32_t)(rng_splitmix64(&seed) % (uint64_t)(n_vocab - 3));
+        a[i].max_tokens = 48;
+        b[i] = a[i];
+    }
+}
+
 TEST(engine_concurrency_1_vs_64)
 {
     struct err e;
@@ -1117,13 +1128,7 @@ TEST(engine_concurrency_1_vs_64)
     CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
     enum { N = 64 };
     static struct gen_req a[N], b[N];
-    uint64_t s = 77;
-    for (int i = 0; i < N; i++) {
-        a[i].n_prompt = 4 + (int32_t)(rng_splitmix64(&s) % 60);
-        for (int32_t k = 0; k < a[i].n_prompt; k++) a[i].prompt[k] = 3 + (int32_t)(rng_splitmix64(&s) % (uint64_t)(L.m->hp.n_vocab - 3));
-        a[i].max_tokens = 48;
-        b[i] = a[i];
-    }
+    random_reqs(a, b, N, L.m->hp.n_vocab, 77);
     struct backend be;
     int ok = backend_cuda_init(&be, NULL, &e) == 0 && be.ops->load(be.ctx, L.m, &e) == 0 &&
              run_engine(&L, &be, a, N, 1, &e) == 0 && run_engine(&L, &be, b, N, 64, &e) == 0;
@@ -1156,13 +1161,7 @@ TEST(engine_device_sampling)
     CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
     enum { N = 64 };
     static struct gen_req a[N], b[N];
-    uint64_t s = 99;
-    for (int i = 0; i < N; i++) {
-        a[i].n_prompt = 4 + (int32_t)(rng_splitmix64(&s) % 60);
-        for (int32_t k = 0; k < a[i].n_prompt; k++) a[i].prompt[k] = 3 + (int32_t)(rng_splitmix64(&s) % (uint64_t)(L.m->hp.n_vocab - 3));
-        a[i].max_tokens = 48;
-        b[i] = a[i];
-    }
+    random_reqs(a, b, N, L.m->hp.n_vocab, 99);
     struct backend be;
     g_mixed = 1;
     int ok = backend_cuda_init(&be, NULL, &e) == 0 && be.ops->load(be.ctx, L.m, &e) == 0 &&

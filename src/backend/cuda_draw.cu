@@ -23,9 +23,8 @@ static int cuda_sampling_declined(void)
  * NIGHTSHIFT_CUDA_SAMPLING=host. */
 static int32_t cuda_draw_mode(enum sample_mode m)
 {
-    if (m == SAMPLE_HOST) return CUDA_DRAW_COPY;
-    if (cuda_sampling_declined()) return CUDA_DRAW_EDIT;
-    return m == SAMPLE_GREEDY ? CUDA_DRAW_GREEDY : CUDA_DRAW_SAMPLE;
+    if (m != SAMPLE_HOST && cuda_sampling_declined()) return CUDA_DRAW_EDIT;
+    return cuda_draw_mode_of(m);
 }
 
 /* Packs the sample op's rows (struct cuda_draw_row) and edits into the pinned buffer after n tokens' room,
@@ -42,9 +41,8 @@ static int cuda_upload_draws(struct cuda_ctx *c, const struct sample_row *rows, 
     size_t k = 0;
     for (int32_t i = 0; i < n; i++) {
         const struct sample_row *r = &rows[i];
-        const int32_t ne = r->mode != SAMPLE_HOST ? r->n_edits : 0;
-        dr[i] = (struct cuda_draw_row){cuda_draw_mode(r->mode), (int32_t)k, ne, r->top_k, r->temperature, r->top_p,
-                                       r->min_p, r->u};
+        dr[i] = cuda_draw_row_of(r, cuda_draw_mode(r->mode), (int32_t)k);
+        const int32_t ne = dr[i].n_edits;
         if (ne > 0) memcpy(c->sample.h + ed_off + 4 * k, r->edits, (size_t)ne * sizeof(struct logit_edit));
         k += (size_t)ne;
     }

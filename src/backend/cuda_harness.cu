@@ -199,8 +199,7 @@ extern "C" int cuda_harness_sample(const float *logits, int32_t n, int32_t n_voc
     size_t k = 0;
     for (int32_t i = 0; i < n; i++) {
         const struct sample_row *r = &rows[i];
-        const int32_t mode = r->mode == SAMPLE_HOST ? CUDA_DRAW_COPY : r->mode == SAMPLE_GREEDY ? CUDA_DRAW_GREEDY : CUDA_DRAW_SAMPLE;
-        hrows[i] = (struct cuda_draw_row){mode, (int32_t)k, r->n_edits, r->top_k, r->temperature, r->top_p, r->min_p, r->u};
+        hrows[i] = cuda_draw_row_of(r, cuda_draw_mode_of(r->mode), (int32_t)k);
         memcpy(hed + k, r->edits, (size_t)r->n_edits * sizeof *hed);
         k += (size_t)r->n_edits;
     }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 extern "C" {
+#include "backend/backend.h"
 #include "model/model.h"
 #include "util/err.h"
 }
@@ -165,6 +166,16 @@ struct cuda_draw_row {
     int32_t mode, edit0, n_edits, top_k;
     float temperature, top_p, min_p, u;
 };
+/* The kernel's mode for a sample_row's (backend.h). */
+static inline int32_t cuda_draw_mode_of(enum sample_mode m)
+{
+    return m == SAMPLE_HOST ? CUDA_DRAW_COPY : m == SAMPLE_GREEDY ? CUDA_DRAW_GREEDY : CUDA_DRAW_SAMPLE;
+}
+/* The kernel's row for r with this mode, its edits from edit0 (none for a copied row). */
+static inline struct cuda_draw_row cuda_draw_row_of(const struct sample_row *r, int32_t mode, int32_t edit0)
+{
+    return {mode, edit0, mode == CUDA_DRAW_COPY ? 0 : r->n_edits, r->top_k, r->temperature, r->top_p, r->min_p, r->u};
+}
 /* The draws of n logit rows of logits (n, n_vocab), in place: tokens[i] = row i's token over ids [0, n_ids),
  * or -1 for a row whose logits go to the host (unedited for CUDA_DRAW_COPY, edited otherwise). One block a
  * row; cuda_sample.cu says how each draw follows the host sampler. */
