@@ -198,7 +198,8 @@ static int32_t sampler_nucleus(struct sampler_cand *c, int32_t n, const struct s
 int32_t sampler_max_edits(const struct sampler_params *p, int32_t n_prompt, int32_t pos)
 {
     int32_t n_hist = n_prompt + pos, w = n_hist < p->repeat_last_n ? n_hist : p->repeat_last_n;
-    return p->n_logit_bias + w + pos;
+    int32_t rep = p->repeat_penalty != 1.0f ? w : 0, counted = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    return p->n_logit_bias + rep + (counted ? pos : 0); /* only what sampler_edits can touch */
 }
 
 /* The edit of token t in out[0..*n): found through the count table (index + 1), else appended. */
