@@ -8,8 +8,10 @@
  *    the sample's prompts are held. Nothing is written beside the backlog: no store, no output file.
  * 2. The model and the backend are opened once (runtime); each point (concurrency c = max_seqs, and a token
  *    budget when --max-batch-tokens lists some) gets a fresh engine. The sample, in a fixed shuffled order,
- *    is fed so that c requests are in flight; the point's window ends after --point-seconds, or when the
- *    sample runs out (the tail, where fewer than c run, is not measured). Tokens are the engine's counters
+ *    is fed so that c requests are in flight; the point's window ends after --point-seconds once it is
+ *    steady (jobs/sweep: c requests finished), at SWEEP_WINDOW_CAP times that when it never gets there (the
+ *    point is then not usable), or when the sample runs out (the tail, where fewer than c run, is not
+ *    measured). Tokens are the engine's counters
  *    over the window (prompt rows computed + generated), latencies those of the requests finished in it.
  * 3. Climbing stops when a level gains less than 5% over the best before it, when a point is over the
  *    memory headroom (swap-out, PSI memory pressure, peak RSS past RAM - headroom), or when the next level's
@@ -354,8 +356,10 @@ static int feed_point(const struct sweep_args *A, struct sweep_ctx *x, engine *e
             next++, in_flight++;
         }
         p->wall_s = clock_now() - t0;
-        /* the window ends at the time limit, or where the tail begins (the sample has run out) */
-        if (p->wall_s >= A->point_s || in_flight == 0 || (in_flight < (size_t)c && p->requests)) return 0;
+        /* the window ends at the time limit once steady (or at the cap), or where the tail begins */
+        int steady = p->requests >= sweep_steady_need(c);
+        if ((p->wall_s >= A->point_s && steady) || p->wall_s >= A->point_s * SWEEP_WINDOW_CAP) return 0;
+        if (in_flight == 0 || (in_flight < (size_t)c && p->requests)) return 0;
         if (engine_step(eng, e)) return -1;
         struct engine_result res;
         while (engine_take(eng, &res)) {
@@ -470,9 +474,10 @@ static void print_point(const struct sweep_point *p)
     snprintf(kv, sizeof kv, "%lld/%lld", (long long)p->kv_blocks_peak, (long long)p->kv_blocks_total);
     snprintf(psi, sizeof psi, p->psi_some_avg10 < 0 ? "-" : "%.1f", p->psi_some_avg10);
     snprintf(swp, sizeof swp, p->pswpout < 0 ? "-" : "%lld", (long long)(p->pswpin + p->pswpout));
-    printf("%5d %6d %9.1f %9.1f %6.2f %8.2f %8.2f %9.1f %11s %7lld %6s %6s%s\n", (int)p->concurrency,
+    printf("%5d %6d %9.1f %9.1f %6.2f %8.2f %8.2f %9.1f %11s %7lld %6s %6s%s", (int)p->concurrency,
            (int)p->max_batch_tokens, p->gen_tok_s, p->total_tok_s, p->rel_cost, p->p50_s, p->p95_s, mib(p->peak_rss),
-           kv, (long long)p->preemptions, psi, swp, p->over_headroom ? "  over headroom" : "");
+           kv, (long long)p->preemptions, psi, swp, sweep_usable(p) ? "" : "  not usable: ");
+    printf("%s\n", sweep_unusable_reason(p));
     fflush(stdout);
 }
 
@@ -519,7 +524,7 @@ static int sweep_climb(const struct sweep_args *A, struct sweep_ctx *x, const in
         }
         level_best[l] = pts[b];
         if (sweep_should_stop(level_best, (size_t)l + 1)) {
-            printf("stopping: %s\n", sweep_usable(&pts[b]) ? "throughput has flattened" : "over the memory headroom");
+            printf("stopping: %s\n", sweep_usable(&pts[b]) ? "throughput has flattened" : sweep_unusable_reason(&pts[b]));
             return 0;
         }
         if (l + 1 < n_lv && next_would_cross(x, &pts[b], lv[l + 1])) {

@@ -41,9 +41,23 @@ void sweep_rates(struct sweep_point *p, const struct sweep_point *base)
     p->rel_cost = base && p->total_tok_s > 0 ? base->total_tok_s / p->total_tok_s : 1.0;
 }
 
+int32_t sweep_steady_need(int32_t concurrency)
+{
+    return concurrency > 2 ? concurrency : 2;
+}
+
 int sweep_usable(const struct sweep_point *p)
 {
-    return p->failed == 0 && !p->over_headroom && p->total_tok_s > 0;
+    return *sweep_unusable_reason(p) == '\0';
+}
+
+const char *sweep_unusable_reason(const struct sweep_point *p)
+{
+    if (p->failed) return "a request failed";
+    if (p->over_headroom) return "over the memory headroom";
+    if (p->requests < sweep_steady_need(p->concurrency)) return "no steady state (too few requests finished)";
+    if (p->total_tok_s <= 0) return "no tokens";
+    return "";
 }
 
 int sweep_should_stop(const struct sweep_point *pts, size_t n)
@@ -105,7 +119,7 @@ json_t *sweep_points_json(const struct sweep_point *pts, size_t n)
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++) {
         const struct sweep_point *p = &pts[i];
-        json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:b}",
+        json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:b, s:b}",
                               "concurrency", (int)p->concurrency, "max_batch_tokens", (int)p->max_batch_tokens,
                               "requests", (int)p->requests, "failed", (int)p->failed, "gen_tok_s", p->gen_tok_s,
                               "total_tok_s", p->total_tok_s, "rel_cost", p->rel_cost, "latency_p50_s", p->p50_s,
@@ -113,7 +127,7 @@ json_t *sweep_points_json(const struct sweep_point *pts, size_t n)
                               (json_int_t)p->kv_blocks_peak, "kv_blocks_total", (json_int_t)p->kv_blocks_total,
                               "preemptions", (json_int_t)p->preemptions, "psi_some_avg10", p->psi_some_avg10, "pswpin",
                               (json_int_t)p->pswpin, "pswpout", (json_int_t)p->pswpout, "energy_j", p->energy_j,
-                              "over_headroom", p->over_headroom);
+                              "over_headroom", p->over_headroom, "usable", sweep_usable(p));
         if (!o || json_array_append_new(a, o)) {
             json_decref(a);
             return NULL;

@@ -7,8 +7,10 @@
  * (its short, median and long prompts) at any k, and the same backlog always gives the same sample.
  *
  * A point is one engine setting (max_seqs = concurrency, max_batch_tokens) measured over a steady-state
- * window. A point is usable when no request failed and it kept the memory headroom (no swap-out, memory
- * pressure below the threshold, peak RSS under the limit). The recommendation is the smallest usable
+ * window. A window is steady once sweep_steady_need(c) requests have finished in it: before that it holds
+ * mostly the first burst of prompt rows, which run several times faster per token than decode steps, and
+ * its rate says nothing about a whole run. A point is usable when it is steady, no request failed and it
+ * kept the memory headroom (no swap-out, memory pressure below the threshold, peak RSS under the limit). The recommendation is the smallest usable
  * setting (by concurrency, then token budget) whose total tok/s is within SWEEP_WITHIN of the best usable
  * point's; that point is also the knee drawn on the chart.
  */
@@ -25,6 +27,7 @@
 
 #define SWEEP_WITHIN 0.05 /* recommend within 5% of the best throughput */
 #define SWEEP_FLAT 0.05   /* climbing stops when a point gains less than 5% over the best before it */
+#define SWEEP_WINDOW_CAP 6 /* a window waits for steady state up to 6 x its planned length */
 
 struct sweep_point {
     int32_t concurrency, max_batch_tokens;
@@ -49,8 +52,15 @@ size_t sweep_sample(const int32_t *len, size_t n, size_t k, size_t *out);
 /* Fills p->gen_tok_s, total_tok_s, and rel_cost against base (NULL: p is the base, 1.0). */
 void sweep_rates(struct sweep_point *p, const struct sweep_point *base);
 
-/* 1 when p is usable: no failure and not over the headroom. */
+/* Requests that must finish in a window at concurrency c before it is steady: every sequence of the first
+ * burst, and at least 2. */
+int32_t sweep_steady_need(int32_t concurrency);
+
+/* 1 when p is usable: steady, no failure and not over the headroom. */
 int sweep_usable(const struct sweep_point *p);
+
+/* Why p is not usable ("" when it is), for the terminal. */
+const char *sweep_unusable_reason(const struct sweep_point *p);
 
 /* 1 when climbing should stop after the last of the n points (n >= 1): it is not usable, or it gains less
  * than SWEEP_FLAT over the best usable point before it (n >= 2). */
