@@ -496,8 +496,9 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
     if (!c->m) return err_set(e, "cuda backend: kv_alloc before load");
     CU_TRY(cudaSetDevice(c->device));
     const struct model_hparams *hp = &c->m->hp;
-    if (n_blocks < 1 || block_size < 1)
-        return err_set(e, "cuda backend: bad KV pool %d blocks x %d tokens", (int)n_blocks, (int)block_size);
+    if (n_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)))
+        return err_set(e, "cuda backend: bad KV pool %d blocks x %d tokens (a power of two)", (int)n_blocks,
+                       (int)block_size);
     if (t == KV_TYPE_Q8_0) return err_set(e, "cuda backend: KV type q8_0 is not supported yet; use f16 or f32");
     if (t != KV_TYPE_F32 && t != KV_TYPE_F16) return err_set(e, "cuda backend: unknown KV type %d", (int)t);
     cudaStreamSynchronize(c->st);

@@ -113,20 +113,21 @@ template <int HD> struct cuda_tc_layout {
 };
 
 /* Issues the copies of positions [t0, t0 + CUDA_TC_TILE) of K and V into a stage (zeros from t_end on;
- * positions below t_end are in the block table). */
+ * positions below t_end are in the block table, blocks of 1 << bs_log2 positions). */
 template <int HD>
 __device__ __forceinline__ void cuda_tc_issue(const __half *kb, const __half *vb, const int32_t *bt,
-                                              int32_t bs, int64_t blk_stride, int32_t t0, int32_t t_end,
+                                              int32_t bs_log2, int64_t blk_stride, int32_t t0, int32_t t_end,
                                               __half *ks, __half *vs)
 {
     constexpr int CPR = HD / 8, N = CUDA_TC_TILE * CPR / (32 * CUDA_TC_WARPS), KS = cuda_tc_layout<HD>::KS;
     static_assert(CUDA_TC_TILE * CPR % (32 * CUDA_TC_WARPS) == 0, "whole vectors per thread");
+    const int32_t mask = (1 << bs_log2) - 1;
 #pragma unroll
     for (int j = 0; j < N; j++) {
         const int i = threadIdx.x + 32 * CUDA_TC_WARPS * j, t = i / CPR, c = i % CPR;
         const int32_t p = t0 + t;
         const bool in = p < t_end;
-        const int64_t off = in ? (int64_t)bt[p / bs] * blk_stride + (int64_t)(p % bs) * HD + c * 8 : 0;
+        const int64_t off = in ? (int64_t)bt[p >> bs_log2] * blk_stride + (int64_t)(p & mask) * HD + c * 8 : 0;
         cuda_tc_cp16(ks + t * KS + c * 8, kb + off, in ? 16 : 0);
         cuda_tc_cp16(vs + t * KS + c * 8, vb + off, in ? 16 : 0);
     }
@@ -280,6 +281,7 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
     const __half *kb = (const __half *)a.k + (int64_t)kvh * bs * HD,
                  *vb = (const __half *)a.v + (int64_t)kvh * bs * HD;
     const int64_t blk_stride = (int64_t)nkv * bs * HD;
+    const int32_t bs_log2 = __ffs(bs) - 1; /* block sizes are powers of two (cuda_kv_alloc) */
     const int32_t t_begin = it.split ? it.chunk * CUDA_ATT_CHUNK : 0;
     const int32_t t_end = it.split ? min(t_begin + CUDA_ATT_CHUNK, max_pos + 1) : max_pos + 1;
     const int32_t n_tiles = (t_end - t_begin + CUDA_TC_TILE - 1) / CUDA_TC_TILE;
@@ -290,12 +292,12 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
 #pragma unroll
         for (int i = 0; i < ND * 4; i++)
             ow[i * 32] = 0.0f;
-    cuda_tc_issue<HD>(kb, vb, bt, bs, blk_stride, t_begin, t_end, kst, vst);
+    cuda_tc_issue<HD>(kb, vb, bt, bs_log2, blk_stride, t_begin, t_end, kst, vst);
     cuda_tc_cp_commit();
     for (int32_t ti = 0; ti < n_tiles; ti++) {
         const int32_t t0 = t_begin + ti * CUDA_TC_TILE;
         if (ti + 1 < n_tiles) { /* the next tile into the other stage (its readers passed the last barrier) */
-            cuda_tc_issue<HD>(kb, vb, bt, bs, blk_stride, t0 + CUDA_TC_TILE, t_end,
+            cuda_tc_issue<HD>(kb, vb, bt, bs_log2, blk_stride, t0 + CUDA_TC_TILE, t_end,
                               kst + ((ti + 1) & 1) * LY::STAGE, vst + ((ti + 1) & 1) * LY::STAGE);
             cuda_tc_cp_commit();
             cuda_tc_cp_wait<1>();

@@ -121,6 +121,21 @@ __global__ void cuda_k_rmsnorm(float *x, const float *add, const float *w, const
 
 #define CUDA_NORM4_MAX 4 /* float4s per thread of cuda_k_rmsnorm4 at most (n <= 16384 at 1024 threads) */
 
+/* o[0..3] = a, b, c, d as T, one 16-byte (f32) or 8-byte (bf16) store; o aligned to it. */
+__device__ __forceinline__ void cuda_store4(float *o, float a, float b, float c, float d)
+{
+    *(float4 *)o = make_float4(a, b, c, d);
+}
+
+__device__ __forceinline__ void cuda_store4(__nv_bfloat16 *o, float a, float b, float c, float d)
+{
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 u;
+    u.x = *(const uint32_t *)&lo;
+    u.y = *(const uint32_t *)&hi;
+    *(uint2 *)o = u;
+}
+
 /* cuda_k_rmsnorm for n % 4 == 0 with 16-byte accesses: thread t owns the float4s t, t + blockDim, ... (J of
  * them, in registers between the two passes); its partial sum runs over its elements in index order, then
  * the same butterfly and warp order (a function of n alone, like the block size). */
@@ -160,11 +175,9 @@ __global__ void cuda_k_rmsnorm4(float *x, const float *add, const float *w, cons
         const int32_t i = threadIdx.x + j * blockDim.x;
         if (i >= n4) break;
         const float4 wv = ((const float4 *)w)[i];
-        T *o = out + i_out * n + 4 * i;
-        o[0] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].x, scale), wv.x));
-        o[1] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].y, scale), wv.y));
-        o[2] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].z, scale), wv.z));
-        o[3] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(v[j].w, scale), wv.w));
+        cuda_store4(out + i_out * n + 4 * i, __fmul_rn(__fmul_rn(v[j].x, scale), wv.x),
+                    __fmul_rn(__fmul_rn(v[j].y, scale), wv.y), __fmul_rn(__fmul_rn(v[j].z, scale), wv.z),
+                    __fmul_rn(__fmul_rn(v[j].w, scale), wv.w));
     }
 }
 
@@ -183,8 +196,10 @@ int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float
     if (n_out < 1) return 0;
     const int bf = out_type == CUDA_ACT_BF16;
     if (n % 4 == 0 && n <= 4 * 1024 * CUDA_NORM4_MAX) { /* 16-byte rows (every row start is: n % 4 == 0) */
-        const int32_t n4 = n / 4;
-        const int threads = n4 <= 1024 ? (n4 + 31) / 32 * 32 : 1024, j = (n4 + threads - 1) / threads;
+        /* about CUDA_NORM4_MAX float4s a thread: several loads in flight each, and small blocks, so many rows
+         * share a multiprocessor (one float4 a thread in 1,024-thread blocks was latency-bound) */
+        const int32_t n4 = n / 4, per = (n4 + CUDA_NORM4_MAX - 1) / CUDA_NORM4_MAX;
+        const int threads = (per + 31) / 32 * 32, j = (n4 + threads - 1) / threads;
         if (bf) cuda_rmsnorm4(st, n_out, threads, j, x, add, w, rows, n, eps, (__nv_bfloat16 *)out);
         else cuda_rmsnorm4(st, n_out, threads, j, x, add, w, rows, n, eps, (float *)out);
     } else {
