@@ -105,6 +105,20 @@ TEST(unsteady_point_is_not_usable)
     CHECK_EQ_INT(sweep_steady_need(1), 2);
 }
 
+TEST(predict_steady_time)
+{
+    struct sweep_point a = pt(16, 130), b = pt(32, 147);
+    a.p95_s = 26.72, b.p95_s = 47.38; /* llama-1b q8_0 on 2 cores: compute-bound, ~x1.8 a doubling */
+    double t = sweep_predict_steady_s(&a, &b, 64);
+    CHECK(t > 83.0 && t < 85.0);
+    CHECK(sweep_predict_steady_s(NULL, &b, 64) == 0);
+    a.p95_s = 9.0, b.p95_s = 9.3; /* bandwidth-bound: flat */
+    t = sweep_predict_steady_s(&a, &b, 64);
+    CHECK(t > 9.3 && t < 9.7);
+    b.p95_s = 8.0; /* latency fell: no growth assumed */
+    CHECK(sweep_predict_steady_s(&a, &b, 64) == 8.0);
+}
+
 TEST(recommend_prefers_smaller_token_budget)
 {
     struct sweep_point p[2] = {pt(4, 300), pt(4, 305)};
@@ -150,6 +164,7 @@ int main(void)
     RUN(stop_when_flat_or_over_headroom);
     RUN(recommend_smallest_within_five_percent);
     RUN(unsteady_point_is_not_usable);
+    RUN(predict_steady_time);
     RUN(recommend_prefers_smaller_token_budget);
     RUN(files);
     return test_summary();

@@ -8,14 +8,15 @@
  *    the sample's prompts are held. Nothing is written beside the backlog: no store, no output file.
  * 2. The model and the backend are opened once (runtime); each point (concurrency c = max_seqs, and a token
  *    budget when --max-batch-tokens lists some) gets a fresh engine. The sample, in a fixed shuffled order,
- *    is fed so that c requests are in flight; the point's window ends after --point-seconds once it is
- *    steady (jobs/sweep: c requests finished), at SWEEP_WINDOW_CAP times that when it never gets there (the
- *    point is then not usable), or when the sample runs out (the tail, where fewer than c run, is not
- *    measured). Tokens are the engine's counters
- *    over the window (prompt rows computed + generated), latencies those of the requests finished in it.
+ *    is fed as closed batches of c requests (feed_point says why); the point's window is the whole batches
+ *    run until --point-seconds have passed (at least one, two at c = 1: jobs/sweep's steady state), and a
+ *    batch still running at SWEEP_WINDOW_CAP times that is not counted (the point is then not usable).
+ *    Tokens are the engine's counters over the window (prompt rows computed + generated), latencies those
+ *    of the requests finished in it.
  * 3. Climbing stops when a level gains less than 5% over the best before it, when a point is over the
- *    memory headroom (swap-out, PSI memory pressure, peak RSS past RAM - headroom), or when the next level's
- *    KV growth, extrapolated from this one, would cross the RSS limit.
+ *    memory headroom (swap-out, PSI memory pressure, peak RSS past RAM - headroom) or not steady, when the
+ *    next level's KV growth, extrapolated from this one, would cross the RSS limit, or when its time to
+ *    steady state, extrapolated from the latencies (jobs/sweep), would pass the window's cap.
  * 4. Output: a table, PREFIX.csv, PREFIX.json, PREFIX.svg, and the recommended `nightshift run` command.
  */
 #include <stdio.h>
@@ -342,29 +343,21 @@ static int add_req(engine *eng, const struct sweep_req *q, uint64_t i, struct er
     return engine_add(eng, &r, e);
 }
 
-/* The measuring loop of one point on a fresh engine eng: keeps c requests in flight; fills the counters of
- * p that the loop sees (latencies into lat, n_lat). */
-static int feed_point(const struct sweep_args *A, struct sweep_ctx *x, engine *eng, struct sweep_point *p, double *lat,
-                      size_t *n_lat, struct err *e)
+/* Runs sample requests [*next, *next + c) as one closed batch on eng (none added until all have finished),
+ * latencies into lat; *next advances. 0: all finished; 1: the window's cap came first; -1: error. */
+static int run_batch(const struct sweep_args *A, struct sweep_ctx *x, engine *eng, struct sweep_point *p, double t0,
+                     size_t *next, double *lat, size_t *n_lat, struct err *e)
 {
-    size_t next = 0, in_flight = 0;
-    int32_t c = p->concurrency;
-    double t0 = clock_now();
-    for (;;) {
-        while (in_flight < (size_t)c && next < x->n_reqs) {
-            if (add_req(eng, &x->reqs[next], next, e)) return -1;
-            next++, in_flight++;
-        }
-        p->wall_s = clock_now() - t0;
-        /* the window ends at the time limit once steady (or at the cap), or where the tail begins */
-        int steady = p->requests >= sweep_steady_need(c);
-        if ((p->wall_s >= A->point_s && steady) || p->wall_s >= A->point_s * SWEEP_WINDOW_CAP) return 0;
-        if (in_flight == 0 || (in_flight < (size_t)c && p->requests)) return 0;
+    size_t in_flight = 0;
+    for (int32_t k = 0; k < p->concurrency; k++, in_flight++)
+        if (add_req(eng, &x->reqs[*next + (size_t)k], *next + (size_t)k, e)) return -1;
+    *next += (size_t)p->concurrency;
+    while (in_flight) {
+        if (clock_now() - t0 >= A->point_s * SWEEP_WINDOW_CAP) return 1;
         if (engine_step(eng, e)) return -1;
         struct engine_result res;
         while (engine_take(eng, &res)) {
             in_flight--;
-            p->requests++;
             if (res.finish == ENGINE_FINISH_ERROR) {
                 if (!p->failed) cli_error("sweep", "a request failed: %s", res.error);
                 p->failed++;
@@ -373,6 +366,32 @@ static int feed_point(const struct sweep_args *A, struct sweep_ctx *x, engine *e
             engine_result_free(&res);
         }
     }
+    return 0;
+}
+
+/* The measuring loop of one point on a fresh engine eng: closed batches of c sample requests, back to back,
+ * until --point-seconds have passed or the sample runs out; the window is the whole batches (their tokens,
+ * from the engine's counters, and their time), so it holds the same mix of prompt and generated tokens as
+ * the requests themselves: refilling as requests finish would count the refills' prompt rows, which run
+ * several times faster per token than decode steps, without their generated tokens, and a window cut in
+ * mid-flight counts partial requests. A `run` of a backlog sorted by length also moves in such waves. */
+static int feed_point(const struct sweep_args *A, struct sweep_ctx *x, engine *eng, struct sweep_point *p, double *lat,
+                      size_t *n_lat, struct err *e)
+{
+    size_t next = 0;
+    double t0 = clock_now();
+    while (next + (size_t)p->concurrency <= x->n_reqs) {
+        int rc = run_batch(A, x, eng, p, t0, &next, lat, n_lat, e);
+        if (rc) return rc < 0 ? -1 : 0;
+        struct engine_stats s;
+        engine_get_stats(eng, &s);
+        p->requests += p->concurrency;
+        p->prompt_tokens = s.prompt_tokens_computed;
+        p->gen_tokens = s.gen_tokens;
+        p->wall_s = clock_now() - t0;
+        if (p->wall_s >= A->point_s && p->requests >= sweep_steady_need(p->concurrency)) break;
+    }
+    return 0;
 }
 
 /* Runs one point: p->concurrency and p->max_batch_tokens set by the caller. 0, or -1 (printed). */
@@ -403,8 +422,6 @@ static int run_point(const struct sweep_args *A, struct sweep_ctx *x, struct swe
     mempress_read(NULL, &m1);
     struct engine_stats s;
     engine_get_stats(eng, &s);
-    p->prompt_tokens = s.prompt_tokens_computed;
-    p->gen_tokens = s.gen_tokens;
     p->preemptions = s.n_preemptions;
     p->kv_blocks_peak = s.kv_blocks_peak;
     p->kv_blocks_total = s.kv_blocks_total;
@@ -529,6 +546,12 @@ static int sweep_climb(const struct sweep_args *A, struct sweep_ctx *x, const in
         }
         if (l + 1 < n_lv && next_would_cross(x, &pts[b], lv[l + 1])) {
             printf("stopping: concurrency %d would cross the memory headroom\n", (int)lv[l + 1]);
+            return 0;
+        }
+        double steady_s = sweep_predict_steady_s(l ? &level_best[l - 1] : NULL, &pts[b], l + 1 < n_lv ? lv[l + 1] : 0);
+        if (l + 1 < n_lv && steady_s > A->point_s * SWEEP_WINDOW_CAP) {
+            printf("stopping: concurrency %d would need ~%.0f s to reach steady state (cap %.0f s)\n", (int)lv[l + 1],
+                   steady_s, A->point_s * SWEEP_WINDOW_CAP);
             return 0;
         }
     }

@@ -70,6 +70,14 @@ int sweep_should_stop(const struct sweep_point *pts, size_t n)
     return n >= 2 && last->total_tok_s < best * (1.0 + SWEEP_FLAT);
 }
 
+double sweep_predict_steady_s(const struct sweep_point *prev, const struct sweep_point *last, int32_t next_c)
+{
+    if (!prev || prev->p95_s <= 0 || last->p95_s <= 0 || last->concurrency <= prev->concurrency) return 0;
+    double per_doubling = log(last->p95_s / prev->p95_s) / log((double)last->concurrency / prev->concurrency);
+    if (per_doubling < 0) per_doubling = 0;
+    return last->p95_s * pow((double)next_c / last->concurrency, per_doubling);
+}
+
 /* 1 when a is a smaller setting than b: fewer sequences, then a smaller token budget. */
 static int smaller_setting(const struct sweep_point *a, const struct sweep_point *b)
 {

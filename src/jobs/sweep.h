@@ -6,11 +6,12 @@
  * equal size and the middle line of each is taken, so the sample has the backlog's length distribution
  * (its short, median and long prompts) at any k, and the same backlog always gives the same sample.
  *
- * A point is one engine setting (max_seqs = concurrency, max_batch_tokens) measured over a steady-state
- * window. A window is steady once sweep_steady_need(c) requests have finished in it: before that it holds
- * mostly the first burst of prompt rows, which run several times faster per token than decode steps, and
- * its rate says nothing about a whole run. A point is usable when it is steady, no request failed and it
- * kept the memory headroom (no swap-out, memory pressure below the threshold, peak RSS under the limit). The recommendation is the smallest usable
+ * A point is one engine setting (max_seqs = concurrency, max_batch_tokens) measured over a window of whole
+ * closed batches of c requests (cli/cmd_sweep.c), so its tokens have the requests' own mix of prompt rows
+ * (several times cheaper per token than decode steps) and generated tokens. It is steady once
+ * sweep_steady_need(c) requests have finished in it. A point is usable when it is steady, no request
+ * failed and it kept the memory headroom (no swap-out, memory pressure below the threshold, peak RSS under
+ * the limit). The recommendation is the smallest usable
  * setting (by concurrency, then token budget) whose total tok/s is within SWEEP_WITHIN of the best usable
  * point's; that point is also the knee drawn on the chart.
  */
@@ -31,7 +32,7 @@
 
 struct sweep_point {
     int32_t concurrency, max_batch_tokens;
-    int32_t requests, failed;      /* finished in the window; of those, failed */
+    int32_t requests, failed;      /* finished in the window's whole batches; failed: of every request run */
     int64_t prompt_tokens, gen_tokens; /* computed in the window (prompt: rows at prompt positions) */
     int64_t preemptions, kv_blocks_peak, kv_blocks_total;
     double wall_s;
@@ -52,8 +53,8 @@ size_t sweep_sample(const int32_t *len, size_t n, size_t k, size_t *out);
 /* Fills p->gen_tok_s, total_tok_s, and rel_cost against base (NULL: p is the base, 1.0). */
 void sweep_rates(struct sweep_point *p, const struct sweep_point *base);
 
-/* Requests that must finish in a window at concurrency c before it is steady: every sequence of the first
- * burst, and at least 2. */
+/* Requests that must finish in a window at concurrency c before it is steady: one whole batch, and at
+ * least 2. */
 int32_t sweep_steady_need(int32_t concurrency);
 
 /* 1 when p is usable: steady, no failure and not over the headroom. */
@@ -65,6 +66,12 @@ const char *sweep_unusable_reason(const struct sweep_point *p);
 /* 1 when climbing should stop after the last of the n points (n >= 1): it is not usable, or it gains less
  * than SWEEP_FLAT over the best usable point before it (n >= 2). */
 int sweep_should_stop(const struct sweep_point *pts, size_t n);
+
+/* Seconds the first requests of a next level at next_c would take to finish (its time to steady state),
+ * from the p95 latency of the last point and its growth per doubling of concurrency since prev (NULL: no
+ * growth known, 0 returned). Latency grows about in proportion where the machine is compute-bound (a CPU)
+ * and hardly at all where it is bound by memory bandwidth (a GPU at small batches). */
+double sweep_predict_steady_s(const struct sweep_point *prev, const struct sweep_point *last, int32_t next_c);
 
 /* The index of the recommended point (see the top), or -1 when no point is usable. *best (may be NULL):
  * the index of the best usable point. */
