@@ -64,6 +64,7 @@ int http_api_method_ok(const char *allow, const char *method)
 
 static void reply_json(struct http_api_reply *out, int status, json_t *obj)
 {
+    out->fd = -1;
     out->status = status;
     out->body = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     out->len = out->body ? strlen(out->body) : 0;
@@ -74,6 +75,7 @@ static void reply_json(struct http_api_reply *out, int status, json_t *obj)
 
 static void reply_error(struct http_api_reply *out, const struct openai_error *err)
 {
+    out->fd = -1;
     out->status = err->status;
     out->body = openai_error_body(err, &out->len);
     out->ctype = "application/json";
