@@ -66,6 +66,7 @@ TEST(files_upload_round_trip)
     CHECK_EQ_INT(json_integer_value(json_object_get(obj, "bytes")), 16);
     json_t *back;
     CHECK(files_get(f, id, &back) == 0 && json_equal(back, obj));
+    json_decref(back);
     int fd;
     uint64_t size;
     CHECK(files_open_content(f, id, &fd, &size) == 0 && size == 16);
