@@ -208,7 +208,20 @@ def test_restart():
     done_before = len(open(store, "rb").read().splitlines()) if os.path.exists(store) else 0
     s.kill()  # SIGKILL mid-batch
     s2 = Server("restart2", data)
+    # while it runs, the counts follow the files: total fixed, completed never going back, within total
+    snaps = []
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        b2 = s2.client.batches.retrieve(b.id)
+        if b2.status != "in_progress":
+            break
+        snaps.append((b2.request_counts.total, b2.request_counts.completed, b2.request_counts.failed))
+        time.sleep(0.1)
     b2 = wait_status(s2.client, b.id, ("completed", "failed", "cancelled"), 300)
+    counted = [x for x in snaps if x[0]]
+    print(f"# restart: {len(snaps)} polls in progress, counts seen {sorted(set(counted))[:3]}...", flush=True)
+    check("batch_progress_counts", all(t == N_BIG + 2 and c + f <= t for t, c, f in counted)
+          and all(a[1] <= b_[1] for a, b_ in zip(counted, counted[1:])), str(counted[:20]))
     check("batch_restart_completed", b2.status == "completed" and b2.request_counts.total == N_BIG + 2, str(b2))
     print(f"# restart: {done_before} result lines were written before the SIGKILL", flush=True)
     check("batch_restart_killed_mid_batch", 0 < done_before < N_BIG, f"{done_before} lines before the kill")

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/log.h"
 
 #define BATCH_ID_PREFIX "batch_"
@@ -302,12 +303,113 @@ static void finish_run(batches *b, struct batch *bt, int rc, const struct job_su
     persist_or_log(b, bt);
 }
 
+/* ---- request counts while a batch runs ---- */
+
+/* The running batch's counts, refreshed from its files as they grow: total = the input's lines that are not
+ * blank (as `run` counts them), completed / failed = the lines of the output / error file (each written once,
+ * after its commit). The run's engine calls are the lane's, with a refresh in step at most every 0.5 s. */
+struct run_progress {
+    batches *b;
+    struct batch *bt;
+    struct job_engine lane;
+    char path[2][4400];
+    int64_t off[2], lines[2];
+    double t_last;
+};
+
+/* Lines (non-blank when nonblank) of path from *off on, added to *lines; *off advanced. O(new bytes). */
+static void count_lines(const char *path, int nonblank, int64_t *off, int64_t *lines)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f || fseeko(f, (off_t)*off, SEEK_SET) != 0) {
+        if (f) fclose(f);
+        return;
+    }
+    char buf[65536];
+    size_t n;
+    int seen = 0; /* a non-blank byte since the last newline (nonblank only: counts from the file's start) */
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (buf[i] == '\n') {
+                *lines += !nonblank || seen;
+                seen = 0;
+            } else if (buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r') {
+                seen = 1;
+            }
+        }
+        *off += (int64_t)n;
+    }
+    *lines += nonblank && seen; /* a last line without a newline */
+    fclose(f);
+}
+
+static void progress_refresh(struct run_progress *p)
+{
+    double now = clock_now();
+    if (now - p->t_last < 0.5) return;
+    p->t_last = now;
+    for (int i = 0; i < 2; i++) /* whole lines only: a torn tail is counted once it is whole */
+        count_lines(p->path[i], 0, &p->off[i], &p->lines[i]);
+    pthread_mutex_lock(&p->b->mu);
+    json_t *rc = json_object_get(p->bt->obj, "request_counts");
+    json_object_set_new(rc, "completed", json_integer((json_int_t)p->lines[0]));
+    json_object_set_new(rc, "failed", json_integer((json_int_t)p->lines[1]));
+    pthread_mutex_unlock(&p->b->mu);
+}
+
+static int prog_add(void *ctx, const struct engine_request *r, struct err *e)
+{
+    struct run_progress *p = ctx;
+    return p->lane.add(p->lane.ctx, r, e);
+}
+static int prog_step(void *ctx, struct err *e)
+{
+    struct run_progress *p = ctx;
+    progress_refresh(p);
+    return p->lane.step(p->lane.ctx, e);
+}
+static int prog_has_work(void *ctx)
+{
+    struct run_progress *p = ctx;
+    return p->lane.has_work(p->lane.ctx);
+}
+static int prog_take(void *ctx, struct engine_result *out)
+{
+    struct run_progress *p = ctx;
+    return p->lane.take(p->lane.ctx, out);
+}
+static void prog_stats(void *ctx, struct engine_stats *st)
+{
+    struct run_progress *p = ctx;
+    p->lane.get_stats(p->lane.ctx, st);
+}
+
+/* Starts the counts of bt: total from its input, the files as they are. */
+static void progress_start(batches *b, struct batch *bt, struct run_progress *p)
+{
+    memset(p, 0, sizeof *p);
+    p->b = b;
+    p->bt = bt;
+    p->lane = server_lane_ops(b->lane);
+    char in[4400];
+    int64_t off = 0, total = 0;
+    batch_dir(b, bt->id, "input.jsonl", in, sizeof in);
+    count_lines(in, 1, &off, &total);
+    batch_dir(b, bt->id, "output.jsonl", p->path[0], sizeof p->path[0]);
+    batch_dir(b, bt->id, "errors.jsonl", p->path[1], sizeof p->path[1]);
+    pthread_mutex_lock(&b->mu);
+    json_object_set_new(json_object_get(bt->obj, "request_counts"), "total", json_integer((json_int_t)total));
+    pthread_mutex_unlock(&b->mu);
+}
+
 /* Runs batch bt (the runner's, marked running): job_run through the lane, then its results. */
 static void run_batch(batches *b, struct batch *bt)
 {
     char paths[4][4400];
     struct job_config c;
-    struct job_engine ops = server_lane_ops(b->lane);
+    struct run_progress prog;
+    progress_start(b, bt, &prog);
+    struct job_engine ops = {&prog, prog_add, prog_step, prog_has_work, prog_take, prog_stats};
     run_config(b, bt, &ops, paths, &c);
     struct job_summary s;
     struct err e;
