@@ -46,12 +46,16 @@ def check(name, cond, why=""):
     ok(name) if cond else fail(name, why)
 
 
+SERVERS = []  # every server started, killed at the end whatever happened
+
+
 class Server:
     def __init__(self, name, data, *args):
         self.log = os.path.join(TMP, name + ".log")
         self.p = subprocess.Popen([NS, "serve", "-m", MODEL, "--host", "127.0.0.1", "--port", "0", "-t", "1",
                                    "--data-dir", data, *args],
                                   stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        SERVERS.append(self.p)
         self.port = None
         for _ in range(200):
             text = open(self.log).read()
@@ -310,4 +314,8 @@ for t in (test_round_trip, test_restart, test_cancel, test_hostile):
         t()
     except Exception as x:  # a crash of one group fails it, the others still run
         fail(t.__name__, f"{type(x).__name__}: {x}")
+    for p in SERVERS:  # a group that failed half-way leaves no server behind
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 sys.exit(1 if FAILED else 0)
