@@ -22,7 +22,7 @@ trap cleanup EXIT
 # start_server NAME ARGS...: starts a server, waits until it is ready (10 s at most); sets PID, PORT, URL.
 start_server() {
     local name=$1; shift
-    "$NS" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 "$@" >"$e2e_tmp/$name.out" 2>"$e2e_tmp/$name.log" &
+    "$NS" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 --data-dir "$e2e_tmp/$name.data" "$@" >"$e2e_tmp/$name.out" 2>"$e2e_tmp/$name.log" &
     PID=$!
     pids="$pids $PID"
     PORT=
@@ -261,7 +261,7 @@ RC=$?
 wait
 
 # --- flags ---------------------------------------------------------------------------------------------------
-expect_err -i serve_bad_host 1 "not an IPv4 or IPv6" $NS serve -m "$model" --host nowhere --port 0
+expect_err -i serve_bad_host 1 "not an IPv4 or IPv6" $NS serve -m "$model" --host nowhere --port 0 --data-dir "$e2e_tmp/bad.data"
 expect_err -i serve_bad_port 2 "port" $NS serve -m "$model" --port 70000
 $NS serve --help >"$e2e_tmp/help" 2>&1 && grep -q -- "--api-key" "$e2e_tmp/help" && ok serve_help || fail serve_help "no usage"
 

@@ -11,7 +11,7 @@
 model=$SHARED/models/stories260K.gguf
 if [ ! -f "$model" ]; then skip serve_load "no $model"; exit 0; fi
 if ! command -v python3 >/dev/null || ! command -v curl >/dev/null; then skip serve_load "python3 and curl are needed"; exit 0; fi
-"$NS" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 --max-seqs 4 --max-queue 8 --max-wait 1 >/dev/null 2>"$e2e_tmp/log" &
+"$NS" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 --max-seqs 4 --max-queue 8 --max-wait 1 --data-dir "$e2e_tmp/data" >/dev/null 2>"$e2e_tmp/log" &
 pid=$!
 trap 'kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$e2e_tmp"' EXIT
 port=

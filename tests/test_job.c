@@ -50,6 +50,36 @@ static int n_steps;
 static int64_t kv_blocks = 128; /* the engine's pool for the next run_job */
 static const char *backlog_name = "backlog.jsonl";
 
+/* job_config.engine for the next run_job when use_ops: the run's own engine behind the calls, counted. */
+static int use_ops;
+static struct {
+    engine *eng;
+    int64_t adds, steps, takes;
+} fwd;
+
+static int fwd_add(void *ctx, const struct engine_request *r, struct err *e)
+{
+    (void)ctx;
+    fwd.adds++;
+    return engine_add(fwd.eng, r, e);
+}
+static int fwd_step(void *ctx, struct err *e)
+{
+    (void)ctx;
+    fwd.steps++;
+    return engine_step(fwd.eng, e);
+}
+static int fwd_has_work(void *ctx) { return (void)ctx, engine_has_work(fwd.eng); }
+static int fwd_take(void *ctx, struct engine_result *out)
+{
+    (void)ctx;
+    int got = engine_take(fwd.eng, out);
+    fwd.takes += got;
+    return got;
+}
+static void fwd_stats(void *ctx, struct engine_stats *st) { (void)ctx, engine_get_stats(fwd.eng, st); }
+static const struct job_engine fwd_ops = {NULL, fwd_add, fwd_step, fwd_has_work, fwd_take, fwd_stats};
+
 static void hook(const char *point)
 {
     if (strcmp(point, "step") == 0 && ++n_steps == steps_before_stop) stop_flag = 1;
@@ -93,6 +123,11 @@ static int run_job(const char *prefix, int order_input, struct job_summary *s, s
     m.ep.max_seqs = 3;
     m.ep.debug_checks = 1;
     if (engine_init(stack.m, &stack.be, stack.v, &m.ep, &m.eng, e) != 0) return -1;
+    if (use_ops) {
+        memset(&fwd, 0, sizeof fwd);
+        fwd.eng = m.eng;
+        c.engine = &fwd_ops;
+    }
     stop_flag = 0;
     n_steps = 0;
     int rc = job_run(&c, &m, s, e);
@@ -163,6 +198,33 @@ TEST(run_and_resume)
     free(err1);
     free(out2);
     free(err2);
+}
+
+/* job_config.engine: a run through the calls (here the run's own engine behind them) writes what the plain
+ * run writes, and every engine call of the run goes through them. */
+TEST(run_through_engine_calls)
+{
+    if (!stack.loaded) SKIP("no stories260K model");
+    struct job_summary s;
+    struct err e;
+    use_ops = 1;
+    int rc = run_job("ops", 0, &s, &e);
+    use_ops = 0;
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    CHECK_EQ_INT(s.lines_ok + s.lines_failed, 10);
+    CHECK_EQ_INT(fwd.adds, 10);
+    CHECK_EQ_INT(fwd.takes, 10);
+    CHECK(fwd.steps > 0);
+    char *a = normalized(tmp_path("a.out"), 0), *b = normalized(tmp_path("ops.out"), 0);
+    CHECK(a && b);
+    CHECK_STR(a, b);
+    free(a);
+    free(b);
+    a = normalized(tmp_path("a.err"), 0), b = normalized(tmp_path("ops.err"), 0);
+    CHECK(a && b);
+    CHECK_STR(a, b);
+    free(a);
+    free(b);
 }
 
 TEST(stopped_and_started_again_in_input_order)
@@ -255,6 +317,7 @@ int main(void)
     if (test_write_file(tmp_path("backlog.jsonl"), backlog, strlen(backlog)) != 0) return 1;
     if (load_stack() != 0) stack.loaded = 0;
     RUN(run_and_resume);
+    RUN(run_through_engine_calls);
     RUN(stopped_and_started_again_in_input_order);
     RUN(too_large_for_the_pool_is_refused_at_read_time);
     if (stack.loaded) {

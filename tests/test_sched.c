@@ -55,13 +55,19 @@ static int sim_init(struct sim *sm, int32_t n_blocks, int32_t block, int32_t max
     return sched_init(&p, sm->pool, &sm->s, &e);
 }
 
-static void sim_add(struct sim *sm, const int32_t *prompt, int32_t n, int32_t max_tokens)
+static void sim_add_prio(struct sim *sm, const int32_t *prompt, int32_t n, int32_t max_tokens, int32_t priority)
 {
     struct err e;
     int i = sm->n++;
     int rc = sched_seq_init(&sm->seqs[i], (uint64_t)i, prompt, n, max_tokens, kv_block_size(sm->pool), &e);
     if (rc) abort();
+    sched_seq_set_priority(&sm->seqs[i], priority);
     sched_add(sm->s, &sm->seqs[i]);
+}
+
+static void sim_add(struct sim *sm, const int32_t *prompt, int32_t n, int32_t max_tokens)
+{
+    sim_add_prio(sm, prompt, n, max_tokens, 0);
 }
 
 static void sim_free(struct sim *sm)
@@ -315,6 +321,56 @@ TEST(sched_oldest_preempts_until_it_fits)
     CHECK_EQ_INT(sim_run(&sm, 10000), 0);
     CHECK(sched_get_stats(sm.s)->n_preemptions > 0);
     CHECK(sim_outputs_ok(&sm));
+    sim_free(&sm);
+}
+
+/* Interactive (priority 1) before batch (priority 0): waiting interactive sequences are admitted before
+ * batch ones that arrived earlier, FCFS within a priority; a running batch sequence is not preempted for a
+ * waiting interactive one. */
+TEST(sched_priority_admits_interactive_first)
+{
+    struct sim sm;
+    int32_t p[8];
+    CHECK(sim_init(&sm, 256, 4, 32, 1, 1) == 0);
+    make_prompt(p, 6, 1);
+    sim_add_prio(&sm, p, 6, 4, 0); /* 0: batch, admitted alone at the first step */
+    CHECK_EQ_INT(sim_step(&sm), 0);
+    CHECK(sm.seqs[0].state == SCHED_RUNNING);
+    for (int i = 1; i <= 4; i++) {
+        make_prompt(p, 6, (uint64_t)i + 1);
+        sim_add_prio(&sm, p, 6, 4, i <= 2 ? 0 : 1); /* 1, 2: batch; 3, 4: interactive */
+    }
+    CHECK_EQ_INT(sim_step(&sm), 0);
+    CHECK(sm.seqs[0].state == SCHED_RUNNING); /* not preempted for the waiting interactive ones */
+    CHECK_EQ_INT(sim_run(&sm, 10000), 0);
+    CHECK(sim_outputs_ok(&sm));
+    CHECK_EQ_INT(sched_get_stats(sm.s)->n_preemptions, 0);
+    int64_t want[5] = {0, 3, 4, 1, 2};
+    CHECK_EQ_INT(sm.n_admitted, 5);
+    for (int i = 0; i < 5 && i < sm.n_admitted; i++) CHECK_EQ_INT(sm.admitted_order[i], want[i]);
+    sim_free(&sm);
+}
+
+/* Preemption for memory takes batch sequences first: an older batch sequence and a newer interactive one
+ * outgrow the pool together; the batch one is preempted (by age alone it would be the interactive one). */
+TEST(sched_priority_preempts_batch_first)
+{
+    struct sim sm;
+    int32_t p[8];
+    CHECK(sim_init(&sm, 6, 4, 8, 2, 1) == 0);
+    make_prompt(p, 4, 11);
+    sim_add_prio(&sm, p, 4, 16, 0);
+    CHECK_EQ_INT(sim_step(&sm), 0);
+    make_prompt(p, 4, 12);
+    sim_add_prio(&sm, p, 4, 16, 1);
+    CHECK_EQ_INT(sim_run(&sm, 10000), 0);
+    CHECK(sim_outputs_ok(&sm));
+    CHECK(sched_get_stats(sm.s)->n_preemptions > 0);
+    CHECK(sm.seqs[0].n_preempted > 0);
+    CHECK_EQ_INT(sm.seqs[1].n_preempted, 0);
+    int32_t nr, nw;
+    sched_count_below(sm.s, 1, &nr, &nw);
+    CHECK_EQ_INT(nr + nw, 0);
     sim_free(&sm);
 }
 
@@ -991,6 +1047,8 @@ int main(void)
     RUN(sched_prefix_hits);
     RUN(sched_no_starvation);
     RUN(sched_oldest_preempts_until_it_fits);
+    RUN(sched_priority_admits_interactive_first);
+    RUN(sched_priority_preempts_batch_first);
     RUN(sched_drafts_commit_accepted_rows_only);
     RUN(engine_fake_invariance_greedy_and_sampled);
     RUN(engine_fake_lookup_invariance);

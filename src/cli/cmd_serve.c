@@ -5,20 +5,30 @@
  * It listens first (answering 503 "loading" while the model loads), then serves (server/http, server/server).
  * SIGTERM or SIGINT drains: admission stops (503), requests in flight finish until --drain-timeout, the rest
  * are cancelled, and the command exits 0. A second signal during the drain kills at once.
+ *
+ * The Files and Batches API keeps its state under --data-dir (server/files, server/batches): a batch runs
+ * as `nightshift run --order input` would with the same model and generation flags, at batch priority, and
+ * survives a restart on the same data directory (it resumes from its store). On SIGTERM the running batch
+ * stops first (left in progress for the next start), then the interactive requests drain.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
 #include "cli/cli_util.h"
 #include "cli/engine_flags.h"
+#include "server/batches.h"
+#include "server/files.h"
 #include "server/http.h"
 #include "server/server.h"
 #include "util/log.h"
+#include "util/sha256.h"
 
 static void serve_usage(FILE *out)
 {
@@ -52,6 +62,12 @@ static void serve_usage(FILE *out)
         "  --idle-timeout S          close a connection idle this long, in seconds (default 30)\n"
         "  --header-timeout S        close a connection whose request headers take longer (default 10)\n"
         "  --drain-timeout S         on SIGTERM, cancel what is still running after S seconds (default 30)\n"
+        "Files and Batches API:\n"
+        "  --data-dir DIR            where uploaded files and batches live (default ./nightshift-serve)\n"
+        "  --max-upload-bytes N      an uploaded file's size at most (default 209715200; 413 above)\n"
+        "  --max-files N             files kept at most, uploads and batch results (default 1000)\n"
+        "  --max-batches N           batches kept at most (default 1000)\n"
+        "  --no-batches              no Files and Batches API (and no data directory)\n"
         "  -q, --quiet / -v, --verbose\n"
         "Engine:\n",
         cli_default_model(), chat_family_list());
@@ -68,7 +84,14 @@ struct serve_args {
     struct gen_params defaults;
     const char *chat_name, *model_name;
     jinja_template *chat_jinja; /* the model's own chat template (owned; NULL: by family) */
-    int no_special, quiet, verbose;
+    int no_special, quiet, verbose, no_batches;
+    const char *data_dir;
+    size_t max_upload;
+    int32_t max_files, max_batches;
+    struct job_model jm;     /* the batches' model (filled once the runtime is open) */
+    struct job_config jc;    /* the batches' settings */
+    char gguf_name[256];
+    char files_dir[4200], batches_dir[4200];
     int32_t port, max_queue, max_connections, idle_timeout;
     size_t max_queue_tokens, max_body, max_header;
     double drain_timeout;
@@ -96,6 +119,11 @@ static int serve_parse(int argc, char **argv, struct serve_args *A)
         {"--drain-timeout", NULL, CLI_OPT_DOUBLE, &A->drain_timeout, 0, 0, 0, NULL},
         {"--quiet", "-q", CLI_OPT_SET, &A->quiet, 1, 0, 0, NULL},
         {"--verbose", "-v", CLI_OPT_SET, &A->verbose, 1, 0, 0, NULL},
+        {"--data-dir", NULL, CLI_OPT_STRING, &A->data_dir, 0, 0, 0, NULL},
+        {"--max-upload-bytes", NULL, CLI_OPT_SIZE, &A->max_upload, 1, 1e12, 0, NULL},
+        {"--max-files", NULL, CLI_OPT_INT32, &A->max_files, 1, 1 << 20, 0, NULL},
+        {"--max-batches", NULL, CLI_OPT_INT32, &A->max_batches, 1, 1 << 20, 0, NULL},
+        {"--no-batches", NULL, CLI_OPT_SET, &A->no_batches, 1, 0, 0, NULL},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -150,11 +178,76 @@ static int serve_check_args(struct serve_args *A)
     A->hp.max_header_bytes = A->max_header;
     A->hp.max_connections = (unsigned)A->max_connections;
     A->hp.idle_timeout_s = (unsigned)A->idle_timeout;
+    A->hp.max_upload_bytes = (uint64_t)A->max_upload;
+    return 0;
+}
+
+/* The Files and Batches API's stores under --data-dir: 0, or -1 (printed). */
+static int serve_open_batches(struct serve_args *A, server *srv, files **fs, batches **bs)
+{
+    struct err e;
+    if (A->no_batches) return 0;
+    if (mkdir(A->data_dir, 0700) != 0 && errno != EEXIST) {
+        cli_error("serve", "--data-dir %s: %s", A->data_dir, strerror(errno));
+        return -1;
+    }
+    snprintf(A->files_dir, sizeof A->files_dir, "%s/files", A->data_dir);
+    snprintf(A->batches_dir, sizeof A->batches_dir, "%s/batches", A->data_dir);
+    A->jc = job_default_config();
+    A->jc.input.defaults = A->defaults; /* borrowed: freed with A->defaults */
+    A->jc.parse_special = !A->no_special;
+    A->jc.version = NS_VERSION;
+    struct files_params fp = {A->files_dir, A->max_upload, A->max_files};
+    struct batches_params bp = {A->batches_dir, A->max_batches, &A->jm, &A->jc};
+    if (files_open(&fp, fs, &e) || batches_open(&bp, *fs, server_get_lane(srv), bs, &e)) {
+        cli_error("serve", "--data-dir %s: %s", A->data_dir, e.msg);
+        return -1;
+    }
+    A->hp.files = *fs;
+    A->hp.batches = *bs;
+    return 0;
+}
+
+/* The batches' job_model, as `run` makes it (model identity, general.name, chat), and their runner. */
+static int serve_start_batches(struct serve_args *A, struct runtime *rt, const struct job_model *chat, batches *bs)
+{
+    struct err e;
+    struct stat st;
+    if (!bs) return 0;
+    struct job_model *m = &A->jm;
+    memset(m, 0, sizeof *m);
+    int cached;
+    if (stat(A->rp.model_path, &st) != 0 || sha256_file_cached(A->rp.model_path, m->sha256, &cached, &e)) {
+        cli_error("serve", "model %s: cannot hash it for the batches' stores", A->rp.model_path);
+        return -1;
+    }
+    const char *slash = strrchr(A->rp.model_path, '/');
+    m->path = A->rp.model_path;
+    m->name = slash ? slash + 1 : A->rp.model_path;
+    struct err ne;
+    if (rt->model->file && gguf_get_cstr(rt->model->file, "general.name", A->gguf_name, sizeof A->gguf_name, &ne) == 0 &&
+        A->gguf_name[0])
+        m->name = A->gguf_name;
+    m->size = (uint64_t)st.st_size;
+    m->hp = &rt->model->hp;
+    m->vocab = rt->vocab;
+    m->chat = chat->chat;
+    m->chat_jinja = chat->chat_jinja;
+    m->chat_source = chat->chat_source;
+    m->eng = rt->eng;
+    m->ep = rt->ep;
+    m->backend = rt->backend_name;
+    m->backend_gpu = rt->caps.gpu;
+    m->threads = rt->threads;
+    if (batches_start(bs, &e)) {
+        cli_error("serve", "%s", e.msg);
+        return -1;
+    }
     return 0;
 }
 
 /* Opens the stack and starts serving: 0, or -1 (printed; what was opened is closed). */
-static int serve_open(struct serve_args *A, server *srv, struct runtime *rt)
+static int serve_open(struct serve_args *A, server *srv, struct runtime *rt, batches *bs)
 {
     struct err e;
     if (runtime_open(&A->rp, rt, &e)) {
@@ -168,6 +261,7 @@ static int serve_open(struct serve_args *A, server *srv, struct runtime *rt)
         runtime_close(rt);
         return -1;
     }
+    if (serve_start_batches(A, rt, &chat, bs)) return -1; /* the caller stops the server, closes rt */
     char desc[256];
     runtime_describe(rt, desc, sizeof desc);
     log_info("nightshift serve: ready: %s; chat template %s (%s)", desc, chat_template_name(chat.chat, chat.chat_jinja),
@@ -207,6 +301,10 @@ int cmd_serve(int argc, char **argv)
     A.max_body = A.hp.max_body_bytes;
     A.max_header = A.hp.max_header_bytes;
     A.drain_timeout = 30;
+    A.data_dir = "nightshift-serve";
+    A.max_upload = (size_t)A.hp.max_upload_bytes;
+    A.max_files = 1000;
+    A.max_batches = 1000;
     enum log_level saved_level = log_get_level();
     int rc = 2, pr = serve_parse(argc, argv, &A);
     if (pr || serve_check_args(&A)) {
@@ -228,9 +326,16 @@ int cmd_serve(int argc, char **argv)
     struct err e;
     server *srv = NULL;
     http_server *http = NULL;
+    files *fs = NULL;
+    batches *bs = NULL;
     struct runtime rt;
     memset(&rt, 0, sizeof rt);
-    if (server_init(&A.sp, &srv, &e) || http_start(&A.hp, srv, &http, &e)) {
+    if (server_init(&A.sp, &srv, &e)) {
+        cli_error("serve", "%s", e.msg);
+        goto done;
+    }
+    if (serve_open_batches(&A, srv, &fs, &bs)) goto done;
+    if (http_start(&A.hp, srv, &http, &e)) {
         cli_error("serve", "%s", e.msg);
         goto done;
     }
@@ -240,9 +345,10 @@ int cmd_serve(int argc, char **argv)
     if (!A.hp.api_key && strcmp(A.hp.host, "127.0.0.1") && strcmp(A.hp.host, "::1"))
         log_warn("nightshift serve: listening on %s without --api-key: anyone who can reach it can use it",
                  A.hp.host);
-    if (serve_open(&A, srv, &rt)) goto done;
+    if (serve_open(&A, srv, &rt, bs)) goto done;
     int failed = serve_wait(srv, &set);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* a second signal now kills (default action) */
+    if (bs) batches_stop(bs); /* the running batch stops first, left in progress for the next start */
     int32_t n = server_drain(srv, A.drain_timeout);
     if (n)
         log_warn("nightshift serve: %d requests were still running after %.3g s: cancelled", (int)n,
@@ -251,7 +357,10 @@ int cmd_serve(int argc, char **argv)
     if (!http_wait_idle(http, 5)) log_warn("nightshift serve: responses still being sent after 5 s: closing");
 done:
     http_stop(http); /* closes the connections; their requests have ended */
+    if (bs) batches_stop(bs); /* before the engine thread stops: the lane's requests leave the engine */
     if (srv) server_stop(srv);
+    batches_close(bs);
+    files_close(fs);
     runtime_close(&rt);
     server_free(srv);
     jinja_free(A.chat_jinja);

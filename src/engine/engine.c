@@ -450,6 +450,7 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     es->live_next = eng->live;
     if (eng->live) eng->live->live_prev = es;
     eng->live = es;
+    sched_seq_set_priority(&es->q, r->priority);
     sched_add(eng->s, &es->q);
     return 0;
 oom:
@@ -903,6 +904,7 @@ void engine_get_stats(const engine *eng, struct engine_stats *s)
     s->kv_evictions = kv_n_evictions(eng->pool);
     s->n_running = sched_n_running(eng->s);
     s->n_waiting = sched_n_waiting(eng->s);
+    sched_count_below(eng->s, ENGINE_PRIORITY_INTERACTIVE, &s->n_running_batch, &s->n_waiting_batch);
     if (eng->cc) {
         struct constraint_stats cs;
         constraint_cache_stats(eng->cc, &cs);

@@ -77,8 +77,15 @@ enum engine_finish {
     ENGINE_FINISH_CANCELLED
 };
 
+/* Request priorities (engine_request.priority): the scheduler admits waiting requests of a higher priority
+ * first and, when it must preempt for memory, preempts lower-priority ones first (sched.h). Any int32 is
+ * valid; these are the two a server uses. */
+#define ENGINE_PRIORITY_BATCH 0       /* the default (a zeroed request): `run`, and the server's batches */
+#define ENGINE_PRIORITY_INTERACTIVE 1 /* the server's own HTTP requests */
+
 struct engine_request {
     uint64_t id;                /* caller's handle, echoed in the result */
+    int32_t priority;           /* ENGINE_PRIORITY_*: higher is admitted first (default 0: batch) */
     const int32_t *prompt;      /* (n_prompt) copied */
     int32_t n_prompt;
     int32_t max_tokens;         /* generated tokens at most (>= 1) */
@@ -115,6 +122,7 @@ struct engine_stats {
     int64_t kv_blocks_used;         /* now: referenced by running sequences */
     int64_t kv_blocks_peak;
     int32_t n_running, n_waiting;
+    int32_t n_running_batch, n_waiting_batch; /* of those, requests below ENGINE_PRIORITY_INTERACTIVE */
     double t_forward;               /* seconds inside backend forward */
     int64_t kv_blocks_cached;       /* now: refcount-0 blocks kept by the prefix cache (evictable) */
     int64_t kv_evictions;           /* cached blocks evicted to make room */

@@ -1,8 +1,9 @@
 /* sched — continuous batching over the kv_pool. Policy: see sched.h.
  *
  * Invariant (checked by sched_check):
- *  - the running set holds at most max_seqs sequences in state RUNNING, sorted by arrival; the waiting
- *    queue holds sequences in state WAITING, sorted by arrival (preempted ones go back in their place);
+ *  - the running set holds at most max_seqs sequences in state RUNNING, in queue order (priority
+ *    descending, then arrival); the waiting queue holds sequences in state WAITING, in queue order
+ *    (preempted ones go back in their place);
  *  - a waiting sequence holds no blocks and has n_computed 0;
  *  - a running sequence has n_computed <= n_tokens, blocks covering at least n_computed tokens and at most
  *    n_tokens (rounded up to a block), and n_registered * block_size <= n_computed (between sched_draft
@@ -23,7 +24,7 @@ struct sched {
     struct sched_params p;
     kv_pool *pool;
     int32_t block_size;
-    struct sched_seq **running; /* (max_seqs) sorted by arrival */
+    struct sched_seq **running; /* (max_seqs) in queue order (runs_before) */
     int32_t n_running;
     int32_t seq_cap; /* admissions stop at this many running: in [1, p.max_seqs] (sched_set_seq_cap) */
     struct sched_seq *wait_head, *wait_tail;
@@ -64,6 +65,12 @@ int sched_seq_init(struct sched_seq *q, uint64_t id, const int32_t *prompt, int3
     q->preempted_step = -1;
     q->state = SCHED_NEW;
     return 0;
+}
+
+void sched_seq_set_priority(struct sched_seq *q, int32_t priority)
+{
+    assert(q->state == SCHED_NEW);
+    q->priority = priority;
 }
 
 void sched_seq_release(struct sched_seq *q)
@@ -127,11 +134,18 @@ void sched_free(sched *s)
 
 /* ---- queues ---- */
 
-/* Inserts into the waiting queue keeping arrival order (scans from the tail: new arrivals are O(1)). */
+/* Queue order: a before b when its priority is higher, or equal and it arrived first. */
+static int runs_before(const struct sched_seq *a, const struct sched_seq *b)
+{
+    return a->priority != b->priority ? a->priority > b->priority : a->arrival < b->arrival;
+}
+
+/* Inserts into the waiting queue keeping queue order (scans from the tail: new arrivals of the lowest
+ * priority waiting are O(1)). */
 static void wait_insert(sched *s, struct sched_seq *q)
 {
     struct sched_seq *after = s->wait_tail;
-    while (after && after->arrival > q->arrival) after = after->prev;
+    while (after && runs_before(q, after)) after = after->prev;
     q->prev = after;
     q->next = after ? after->next : s->wait_head;
     if (q->next) q->next->prev = q;
@@ -156,7 +170,7 @@ static void running_insert(sched *s, struct sched_seq *q)
 {
     assert(s->n_running < s->p.max_seqs);
     int32_t i = s->n_running;
-    while (i > 0 && s->running[i - 1]->arrival > q->arrival) {
+    while (i > 0 && runs_before(q, s->running[i - 1])) {
         s->running[i] = s->running[i - 1];
         i--;
     }
@@ -207,6 +221,13 @@ int32_t sched_seq_cap(const sched *s) { return s->seq_cap; }
 
 int32_t sched_n_running(const sched *s) { return s->n_running; }
 int32_t sched_n_waiting(const sched *s) { return s->n_waiting; }
+
+void sched_count_below(const sched *s, int32_t priority, int32_t *n_running, int32_t *n_waiting)
+{
+    *n_running = *n_waiting = 0;
+    for (int32_t i = 0; i < s->n_running; i++) *n_running += s->running[i]->priority < priority;
+    for (const struct sched_seq *q = s->wait_head; q; q = q->next) *n_waiting += q->priority < priority;
+}
 const struct sched_stats *sched_get_stats(const sched *s) { return &s->stats; }
 
 /* ---- planning ---- */
@@ -279,7 +300,8 @@ static void note_peak(sched *s)
 }
 
 /* Schedules up to `want` rows of running sequence q, shrinking the chunk to the blocks available and
- * preempting the newest running sequences when not even one row fits. Returns 0 if q itself was
+ * preempting the last running sequences in queue order (the newest of the lowest priority) when not even
+ * one row fits. Returns 0 if q itself was
  * preempted. */
 static int schedule_running(sched *s, struct sched_seq *q, int32_t want)
 {
@@ -323,8 +345,8 @@ const struct sched_plan *sched_schedule(sched *s)
     pl->n_entries = pl->n_rows = 0;
     int32_t budget = s->p.max_batch_tokens;
 
-    /* 1 and 2: running decodes, then running prefill chunks; oldest first. Preemption only removes
-     * sequences from the tail (the newest), so index i stays valid. */
+    /* 1 and 2: running decodes, then running prefill chunks; in queue order. Preemption only removes
+     * sequences from the tail (the last in queue order), so index i stays valid. */
     for (int pass = 0; pass < 2; pass++) {
         for (int32_t i = 0; i < s->n_running; i++) {
             struct sched_seq *q = s->running[i];
@@ -337,7 +359,7 @@ const struct sched_plan *sched_schedule(sched *s)
         }
     }
 
-    /* 3: admissions, strict FCFS */
+    /* 3: admissions, strictly in queue order */
     budget = s->p.max_batch_tokens - pl->n_rows;
     while (budget > 0 && s->n_running < s->seq_cap && s->wait_head) {
         struct sched_seq *q = s->wait_head;
@@ -444,7 +466,7 @@ int sched_check(const sched *s, struct err *e)
     for (int32_t i = 0; i < s->n_running; i++) {
         const struct sched_seq *q = s->running[i];
         if (q->state != SCHED_RUNNING) return err_set(e, "sched_check: running seq %llu in state %d", (unsigned long long)q->id, q->state);
-        if (i && s->running[i - 1]->arrival >= q->arrival) return err_set(e, "sched_check: running set out of order");
+        if (i && !runs_before(s->running[i - 1], q)) return err_set(e, "sched_check: running set out of order");
         if (q->n_computed > q->n_tokens || q->n_tokens > q->n_prompt + q->max_tokens)
             return err_set(e, "sched_check: seq %llu computed %d of %d tokens", (unsigned long long)q->id, (int)q->n_computed,
                            (int)q->n_tokens);
@@ -471,7 +493,7 @@ int sched_check(const sched *s, struct err *e)
     const struct sched_seq *prev = NULL;
     for (const struct sched_seq *q = s->wait_head; q; prev = q, q = q->next) {
         if (q->state != SCHED_WAITING || q->prev != prev) return err_set(e, "sched_check: waiting queue is broken");
-        if (prev && prev->arrival >= q->arrival) return err_set(e, "sched_check: waiting queue out of order");
+        if (prev && !runs_before(prev, q)) return err_set(e, "sched_check: waiting queue out of order");
         if (q->n_blocks || q->n_computed || q->n_registered)
             return err_set(e, "sched_check: waiting seq %llu holds blocks", (unsigned long long)q->id);
         if (++n_wait > s->n_waiting) break;

@@ -5,17 +5,22 @@
  * runs the forward step, calls sched_commit, samples, appends tokens and removes finished sequences.
  *
  * Policy (one step):
- *   1. decodes: every running sequence with exactly one token left to compute, oldest first;
- *   2. prefill chunks of running sequences that are part-way through their tokens, oldest first;
- *   3. admission: waiting sequences in arrival order (strict FCFS: the head is never overtaken), each
- *      after a prefix-cache lookup, while rows remain in max_batch_tokens, the running set is under
- *      max_seqs, and the pool has the blocks for the chunk.
+ *   1. decodes: every running sequence with exactly one token left to compute, in queue order;
+ *   2. prefill chunks of running sequences that are part-way through their tokens, in queue order;
+ *   3. admission: waiting sequences in queue order (strict: the head is never overtaken), each after a
+ *      prefix-cache lookup, while rows remain in max_batch_tokens, the running set is under max_seqs, and
+ *      the pool has the blocks for the chunk.
+ * Queue order is priority first (higher first: a server's interactive requests before its batch ones),
+ * then arrival (first come, first served among equal priorities); with one priority it is plain FCFS. A
+ * waiting sequence of higher priority never preempts a running one: it is admitted first, that is all.
  * A sequence's n_computed catches up with n_tokens (prompt + generated); there is no separate prefill
  * phase. When a running sequence needs a block and none is available (free or evictable), the chunk
- * shrinks to what fits; if nothing fits, the newest running sequence is preempted: its blocks are
- * released (full blocks stay in the prefix cache), it goes back to the waiting queue in arrival order and
- * later recomputes prompt + generated tokens. The oldest sequence can always preempt all others, and the
- * caller only adds sequences that fit the pool alone, so every sequence finishes (no starvation).
+ * shrinks to what fits; if nothing fits, the last running sequence in queue order (the newest of the lowest
+ * priority: batch work before interactive) is preempted: its blocks are released (full blocks stay in the
+ * prefix cache), it goes back to the waiting queue in its place and later recomputes prompt + generated
+ * tokens. The first running sequence in queue order can always preempt all others, and the caller only
+ * adds sequences that fit the pool alone, so every sequence finishes (no starvation among equal
+ * priorities; lower-priority work waits while higher-priority work keeps the engine full).
  * After planning, the caller may add draft rows (prompt-lookup decoding) to entries with logits
  * (sched_draft): they only use rows and free blocks nobody else wanted, so they change none of the above.
  */
@@ -48,6 +53,7 @@ struct sched_seq {
     int32_t n_prompt_cached; /* prompt tokens served from the cache at the first admission */
     int32_t n_preempted;
     int64_t arrival;         /* order of sched_add: smaller = older */
+    int32_t priority;        /* higher runs first (sched_seq_set_priority; 0 by default) */
     int64_t preempted_step;  /* step of the last preemption (-1: never) */
     int admitted;            /* admitted at least once */
     enum sched_state state;
@@ -57,6 +63,8 @@ struct sched_seq {
 /* Copies the prompt; reserves room for max_tokens generated ids. n_prompt >= 1, max_tokens >= 1. */
 int sched_seq_init(struct sched_seq *q, uint64_t id, const int32_t *prompt, int32_t n_prompt, int32_t max_tokens,
                    int32_t block_size, struct err *e);
+/* Sets q's priority (higher is admitted first and preempted last); only before sched_add (state NEW). */
+void sched_seq_set_priority(struct sched_seq *q, int32_t priority);
 /* Frees the arrays (the sequence must not be in a scheduler). */
 void sched_seq_release(struct sched_seq *q);
 /* Appends a generated token (after sched_commit made n_computed == n_tokens). */
@@ -75,7 +83,8 @@ struct sched_entry {
 };
 
 struct sched_plan {
-    struct sched_entry *entries; /* (n_entries): decodes, then running prefills, then admissions */
+    struct sched_entry *entries; /* (n_entries): decodes, then running prefills, then admissions, each
+                                    group in queue order */
     int32_t n_entries, n_rows;
 };
 
@@ -93,7 +102,8 @@ int sched_init(const struct sched_params *p, kv_pool *pool, sched **out, struct 
 /* Frees the scheduler; sequences still in it are removed (blocks released), not freed. */
 void sched_free(sched *s);
 
-/* Queues q (state NEW) at the tail of the waiting queue. The caller has checked that q fits the pool
+/* Queues q (state NEW) in the waiting queue after every sequence of its priority or higher (O(1) when
+ * no lower-priority sequence waits; else O(those it passes)). The caller has checked that q fits the pool
  * alone: KV for n_prompt + max_tokens - 1 tokens, rounded up to blocks, <= pool blocks (engine_add). */
 void sched_add(sched *s, struct sched_seq *q);
 /* Removes q from the waiting queue or the running set and releases its blocks (last block first, so the
@@ -128,6 +138,8 @@ void sched_set_seq_cap(sched *s, int32_t n);
 int32_t sched_seq_cap(const sched *s);
 int32_t sched_n_running(const sched *s);
 int32_t sched_n_waiting(const sched *s);
+/* Running and waiting sequences whose priority is below `priority`. O(running + waiting). */
+void sched_count_below(const sched *s, int32_t priority, int32_t *n_running, int32_t *n_waiting);
 const struct sched_stats *sched_get_stats(const sched *s);
 
 /* Debug check of the invariant at the top of sched.c, including kv_check with refcounts counted from

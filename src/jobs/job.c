@@ -257,6 +257,40 @@ static uint32_t flight_take(job *j)
 
 /* --- 4. run --- */
 
+/* The engine calls, through config.engine when it is set. */
+static int eng_add(job *j, const struct engine_request *rq, struct err *e)
+{
+    const struct job_engine *x = j->c->engine;
+    return x ? x->add(x->ctx, rq, e) : engine_add(j->m->eng, rq, e);
+}
+
+static int eng_step(job *j, struct err *e)
+{
+    const struct job_engine *x = j->c->engine;
+    return x ? x->step(x->ctx, e) : engine_step(j->m->eng, e);
+}
+
+static int eng_has_work(job *j)
+{
+    const struct job_engine *x = j->c->engine;
+    return x ? x->has_work(x->ctx) : engine_has_work(j->m->eng);
+}
+
+static int eng_take(job *j, struct engine_result *out)
+{
+    const struct job_engine *x = j->c->engine;
+    return x ? x->take(x->ctx, out) : engine_take(j->m->eng, out);
+}
+
+static void eng_stats(job *j, struct engine_stats *st)
+{
+    const struct job_engine *x = j->c->engine;
+    if (x)
+        x->get_stats(x->ctx, st);
+    else
+        engine_get_stats(j->m->eng, st);
+}
+
 /* Hands one result (rank 0's own or another rank's) to the ledger, and counts it; takes r's memory. */
 static int hand_in(job *j, struct engine_result *r, struct err *e)
 {
@@ -301,7 +335,7 @@ static int take_results(job *j, int64_t *n_taken, struct err *e)
 {
     struct engine_result r;
     *n_taken = 0;
-    while (engine_take(j->m->eng, &r)) {
+    while (eng_take(j, &r)) {
         struct dist_rank_stats *me = &j->self;
         me->requests++;
         me->prompt_tokens += r.n_prompt;
@@ -336,7 +370,7 @@ static int feed_result(void *ctx, struct engine_result *r, struct err *e) { retu
 static void snapshot(job *j, struct progress_snapshot *ps)
 {
     struct engine_stats es;
-    engine_get_stats(j->m->eng, &es);
+    eng_stats(j, &es);
     memset(ps, 0, sizeof *ps);
     ps->done = j->n_done_run;
     ps->total = j->n_pending_start;
@@ -363,7 +397,7 @@ static int submit_works(job *j, int64_t *in_engine, struct err *e)
         struct engine_request rq;
         if (feed_next(j, &rq, e) != 0) return -1;
         j->feed.n_left--;
-        if (engine_add(j->m->eng, &rq, e) != 0) return -1;
+        if (eng_add(j, &rq, e) != 0) return -1;
         (*in_engine)++;
     }
     j->feed.n_held_self = *in_engine;
@@ -426,6 +460,7 @@ static int engine_idle(job *j, int64_t *in_engine, int *finished, struct err *e)
  * the drain is over before the next step). */
 static void drain_admit_none(job *j)
 {
+    if (j->c->engine) return; /* not ours to cap */
     struct engine_stats es;
     engine_get_stats(j->m->eng, &es);
     engine_set_max_seqs(j->m->eng, es.n_running);
@@ -438,7 +473,7 @@ static int drain_over(job *j)
 {
     if (!j->c->drain || !*j->c->drain) return 0;
     struct engine_stats es;
-    engine_get_stats(j->m->eng, &es);
+    eng_stats(j, &es);
     double now = clock_now();
     if (!j->t_drain) {
         j->t_drain = now;
@@ -449,6 +484,16 @@ static int drain_over(job *j)
     return es.n_running == 0 || now - j->t_drain > j->c->drain_s;
 }
 
+/* The time series and the memory watchdog, on the run's own engine only (NULL with config.engine). */
+static int start_monitor(job *j, struct err *e)
+{
+    if (j->c->engine) return 0;
+    j->mon = calloc(1, sizeof *j->mon);
+    if (!j->mon) return err_set(e, "out of memory");
+    monitor_start(j->mon, j->m->eng, j->c->sample_interval, j->m->ep.max_seqs, j->c->watchdog, j->t_commit_last);
+    return 0;
+}
+
 static int run_engine(job *j, struct err *e)
 {
     engine *eng = j->m->eng;
@@ -457,12 +502,10 @@ static int run_engine(job *j, struct err *e)
     progress *pg = progress_init(stderr, j->c->progress, j->c->progress_interval, clock_now());
     struct progress_snapshot ps;
     j->t_commit_last = clock_now();
-    j->mon = calloc(1, sizeof *j->mon);
-    if (!j->mon) {
+    if (start_monitor(j, e) != 0) {
         progress_free(pg);
-        return err_set(e, "out of memory");
+        return -1;
     }
-    monitor_start(j->mon, eng, j->c->sample_interval, j->m->ep.max_seqs, j->c->watchdog, j->t_commit_last);
     for (;;) {
         if ((j->c->stop && *j->c->stop) || drain_over(j)) {
             j->sum->interrupted = 1;
@@ -470,14 +513,14 @@ static int run_engine(job *j, struct err *e)
         }
         if (!j->t_drain && submit_works(j, &in_engine, e) != 0) goto fail;
         if (d && dist_serve(d, &j->feed, 0, 0, e) != 0) goto fail;
-        if (!engine_has_work(eng)) {
+        if (!eng_has_work(j)) {
             int finished;
             if (engine_idle(j, &in_engine, &finished, e) != 0) goto fail;
             if (finished) break;
             continue;
         }
         double t0 = clock_now();
-        if (engine_step(eng, e) != 0) goto fail;
+        if (eng_step(j, e) != 0) goto fail;
         if (j->c->test_hook) j->c->test_hook("step");
         double t1 = clock_now();
         j->sum->t_engine += t1 - t0;
@@ -489,14 +532,14 @@ static int run_engine(job *j, struct err *e)
             snapshot(j, &ps);
             progress_update(pg, &ps, t1);
         }
-        monitor_tick(j->mon, eng, j->n_done_run, j->n_failed_run, t1);
+        if (j->mon) monitor_tick(j->mon, eng, j->n_done_run, j->n_failed_run, t1);
         if (j->t_drain) drain_admit_none(j);
     }
     /* the other ranks finish what they hold (told "end" from now on); their results are committed too */
     if (d && dist_drain(d, &j->feed, e) != 0) goto fail;
     if (d && j->book.p.debug_checks && dist_check(d, e) != 0) goto fail;
     if (take_results(j, &taken, e) != 0 || commit_write(j, e) != 0) goto fail;
-    monitor_finish(j->mon, eng, j->n_done_run, j->n_failed_run, clock_now());
+    if (j->mon) monitor_finish(j->mon, eng, j->n_done_run, j->n_failed_run, clock_now());
     if (pg) {
         snapshot(j, &ps);
         progress_finish(pg, &ps, clock_now());
@@ -549,7 +592,7 @@ static json_t *dist_json(job *j)
 static int write_record(job *j, int64_t t_start_unix, const struct record_energy *energy, struct err *e)
 {
     struct engine_stats es;
-    engine_get_stats(j->m->eng, &es);
+    eng_stats(j, &es);
     struct record_run rr = {j->c, j->m, j->sum, &es, j->latency, j->n_latency, j->n_latency_seen, j->backlog_json,
                             j->repair_json, t_start_unix, energy, ledger_bytes(&j->book) + ingest_source_bytes(j->src)};
     json_t *rec = record_build(&rr);

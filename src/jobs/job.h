@@ -36,6 +36,22 @@
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
 
+/* The engine a run drives (job_config.engine): by default m->eng through engine_add / engine_step /
+ * engine_has_work / engine_take / engine_get_stats. A caller whose engine belongs to another thread (the
+ * server's engine thread: server/batches) passes these instead; each has the contract of the engine call it
+ * stands for, except that step may wait (briefly: it should return within a fraction of a second) for the
+ * other thread's progress instead of computing. With them, the run has no memory watchdog (config.watchdog
+ * is ignored), config.drain only stops the submissions (the running requests are not capped), and config.dist
+ * must be NULL. */
+struct job_engine {
+    void *ctx;
+    int (*add)(void *ctx, const struct engine_request *r, struct err *e);
+    int (*step)(void *ctx, struct err *e);
+    int (*has_work)(void *ctx);
+    int (*take)(void *ctx, struct engine_result *out);
+    void (*get_stats)(void *ctx, struct engine_stats *s);
+};
+
 struct job_config {
     const char *backlog, *output, *errors, *store, *record; /* paths (record may be NULL: none) */
     struct input_opts input;       /* format, line bound, generation defaults */
@@ -67,6 +83,7 @@ struct job_config {
     int32_t retest_after_days;     /* the record says when to re-measure the settings (default 90) */
     double sample_interval;        /* seconds between time-series samples in the record (default 5) */
     int watchdog;                  /* 1 (default): lower max_seqs under memory pressure (jobs/monitor) */
+    const struct job_engine *engine; /* optional: drive the engine through these (see above); NULL: m->eng */
     /* tests only (fault injection): called after every engine "step", and at "after_commit", "mid_write"
      * (half of a batch written) and "after_write" of every commit (ledger_commit_and_write); a crash test's
      * hook kills the process at a chosen call or slows the steps down. NULL normally. */

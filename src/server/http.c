@@ -14,15 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <microhttpd.h>
 
+#include "server/http_api.h"
 #include "util/clock.h"
 #include "util/log.h"
 
 #define HTTP_WAIT_SLICE 0.1     /* seconds between checks that the client is still there */
 #define HTTP_KEEPALIVE_S 5.0    /* an idle stream sends an SSE comment this often */
 #define HTTP_STREAM_BLOCK 16384 /* bytes per read of a streamed response */
+#define HTTP_UPLOAD_FRAMING 65536 /* multipart boundaries and field headers an upload's body may add */
 
 /* A TCP connection, for the header deadline (libmicrohttpd's socket_context). */
 struct http_sock {
@@ -59,12 +62,16 @@ enum route {
     ROUTE_MODELS,
     ROUTE_MODEL,
     ROUTE_HEALTH,
-    ROUTE_METRICS
+    ROUTE_METRICS,
+    ROUTE_API /* the Files and Batches API: conn.api says which (server/http_api) */
 };
 
 /* One request on a connection (libmicrohttpd's con_cls), from its headers to its response. */
 struct conn {
     enum route route;
+    enum http_api_route api;
+    http_api_upload *upload; /* POST /v1/files: the body goes here */
+    int post;
     char *body; /* (len) the POST body so far, at most max_body_bytes */
     size_t len, cap;
     int too_big;
@@ -94,7 +101,8 @@ struct http_params http_default_params(void)
                                 .max_connections = 512,
                                 .idle_timeout_s = 30,
                                 .header_timeout_s = 10,
-                                .body_timeout_s = 30};
+                                .body_timeout_s = 30,
+                                .max_upload_bytes = 200u << 20};
 }
 
 static uint64_t mix64(uint64_t x)
@@ -143,6 +151,22 @@ static enum MHD_Result respond_error(http_server *h, struct MHD_Connection *mc,
     size_t len = 0;
     char *body = openai_error_body(err, &len);
     return respond(h, mc, err->status, "application/json", body, len, retry_after, allow);
+}
+
+/* An answer of server/http_api: a body, or an open file (fd taken). */
+static enum MHD_Result respond_reply(http_server *h, struct MHD_Connection *mc, struct http_api_reply *r)
+{
+    if (r->fd < 0) return respond(h, mc, r->status, r->ctype, r->body, r->len, 0, NULL);
+    struct MHD_Response *res = MHD_create_response_from_fd(r->fd_size, r->fd);
+    if (!res) {
+        close(r->fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
+    enum MHD_Result rc = MHD_queue_response(mc, (unsigned)r->status, res);
+    MHD_destroy_response(res);
+    server_queue_count_status(h->q, r->status);
+    return rc;
 }
 
 static enum MHD_Result fail_with(http_server *h, struct MHD_Connection *mc, int status, const char *type,
@@ -221,8 +245,11 @@ static void timeout_on(http_server *h, struct MHD_Connection *mc)
     MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, h->p.idle_timeout_s);
 }
 
-static enum route find_route(const char *url, const char **want_method, const char *model)
+static enum route find_route(const http_server *h, const char *url, const char **want_method, const char *model,
+                             enum http_api_route *api)
 {
+    *api = h->p.files && h->p.batches ? http_api_route(url, want_method) : HTTP_API_NONE;
+    if (*api != HTTP_API_NONE) return ROUTE_API;
     static const struct {
         const char *path, *method;
         enum route route;
@@ -299,14 +326,15 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
                                   const char *method, void **con_cls)
 {
     const char *want = NULL;
-    enum route route = find_route(url, &want, server_model_name(h->srv));
+    enum http_api_route api;
+    enum route route = find_route(h, url, &want, server_model_name(h->srv), &api);
     char msg[600];
     if (route == ROUTE_NONE) {
         snprintf(msg, sizeof msg, "unknown path '%.500s'", url);
         return fail_with(h, mc, 404, "invalid_request_error", "not_found", msg);
     }
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (strcmp(method, want) && !(is_get && !strcmp(want, "GET"))) {
+    if (route == ROUTE_API ? !http_api_method_ok(want, method) : strcmp(method, want) && !(is_get && !strcmp(want, "GET"))) {
         struct openai_error err;
         openai_set_error(&err, 405, "invalid_request_error", "method_not_allowed", "%s takes %s, not %.32s",
                          url, want, method);
@@ -315,15 +343,27 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
     if (route != ROUTE_HEALTH && !authorized(h, mc))
         return fail_with(h, mc, 401, "authentication_error", "invalid_api_key",
                          "missing or wrong API key (send 'Authorization: Bearer KEY')");
+    int upload = api == HTTP_API_FILES;
+    /* an upload: its file at most max_upload_bytes (checked as it streams), plus the multipart framing */
+    uint64_t limit = upload ? h->p.max_upload_bytes + HTTP_UPLOAD_FRAMING : h->p.max_body_bytes;
     const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > h->p.max_body_bytes) {
-        snprintf(msg, sizeof msg, "the body is %.30s bytes; this server takes at most %zu", cl,
-                 h->p.max_body_bytes);
-        return fail_with(h, mc, 413, "invalid_request_error", "body_too_large", msg);
+    if (cl && strtoull(cl, NULL, 10) > limit) {
+        snprintf(msg, sizeof msg, "the body is %.30s bytes; this server takes at most %llu%s", cl,
+                 (unsigned long long)(upload ? h->p.max_upload_bytes : limit), upload ? " in a file" : "");
+        return fail_with(h, mc, 413, "invalid_request_error", upload ? "file_too_large" : "body_too_large", msg);
     }
+    http_api_upload *up = NULL;
+    struct http_api_reply reply;
+    if (upload && http_api_upload_begin(h->p.files, mc, &up, &reply)) return respond_reply(h, mc, &reply);
     struct conn *c = calloc(1, sizeof *c);
-    if (!c) return MHD_NO;
+    if (!c) {
+        http_api_upload_free(up);
+        return MHD_NO;
+    }
     c->route = route;
+    c->api = api;
+    c->upload = up;
+    c->post = !strcmp(method, "POST");
     c->t_start = clock_now();
     *con_cls = c;
     pthread_mutex_lock(&h->mu);
@@ -336,6 +376,7 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
 static enum MHD_Result on_body(http_server *h, struct conn *c, const char *data, size_t n)
 {
     if (clock_now() - c->t_start > h->p.body_timeout_s) return MHD_NO; /* too slow: close */
+    if (c->upload) return http_api_upload_data(c->upload, data, n);
     if (c->too_big || n > h->p.max_body_bytes - c->len) {
         c->too_big = 1;
         free(c->body);
@@ -492,8 +533,26 @@ static enum MHD_Result reject(http_server *h, struct MHD_Connection *mc, enum ad
     return respond_error(h, mc, &err, status == 400 ? 0 : retry_after, NULL);
 }
 
-static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, struct conn *c)
+/* The Files and Batches API (server/http_api). */
+static enum MHD_Result answer_api(http_server *h, struct MHD_Connection *mc, struct conn *c, const char *url,
+                                  const char *method)
 {
+    if (c->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the body is over %zu bytes", h->p.max_body_bytes);
+        return fail_with(h, mc, 413, "invalid_request_error", "body_too_large", msg);
+    }
+    const char *after = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "after");
+    const char *limit = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "limit");
+    struct http_api_reply reply;
+    http_api_answer(h->p.files, h->p.batches, c->api, url, method, c->upload, c->body, c->len, after, limit, &reply);
+    return respond_reply(h, mc, &reply);
+}
+
+static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, struct conn *c, const char *url,
+                                   const char *method)
+{
+    if (c->route == ROUTE_API) return answer_api(h, mc, c, url, method);
     if (c->route != ROUTE_COMPLETIONS && c->route != ROUTE_CHAT) return answer_get(h, mc, c->route);
     if (c->too_big) {
         char msg[128];
@@ -537,7 +596,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *upload_data_size = 0;
         return on_body(h, c, upload_data, n);
     }
-    return on_complete(h, mc, c);
+    return on_complete(h, mc, c, url, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
@@ -548,6 +607,7 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     sock_mark(h, mc, 1); /* the next request's headers are due within header_timeout_s */
     struct conn *c = *con_cls;
     if (!c) return;
+    http_api_upload_free(c->upload);
     free(c->body);
     free(c);
     *con_cls = NULL;

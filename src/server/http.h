@@ -2,6 +2,7 @@
  *
  *   POST /v1/completions, POST /v1/chat/completions    (JSON, or server-sent events with "stream": true)
  *   GET  /v1/models, /v1/models/{id}, /health, /metrics
+ *   the Files and Batches API (server/http_api) when params.files and params.batches are set
  *
  * A connection's thread reads the request (headers bounded by max_header_bytes through libmicrohttpd's
  * per-connection memory; the body by max_body_bytes: a larger Content-Length is refused with 413 before the
@@ -14,7 +15,9 @@
  * on the request), when a request's headers take longer than header_timeout_s (a watchdog thread: a client
  * trickling bytes is never idle), and when a body takes longer than body_timeout_s.
  *
- * No part of a request is ever used as a file path: the server opens no file after start-up.
+ * No part of a request is ever used as a file path: the only files opened after start-up are the Files and
+ * Batches API's, under names the server made (server/files, server/batches). An upload (POST /v1/files) is
+ * bounded by max_upload_bytes instead of max_body_bytes, and streamed to disk, not kept in memory.
  */
 #ifndef NS_SERVER_HTTP_H
 #define NS_SERVER_HTTP_H
@@ -36,6 +39,9 @@ struct http_params {
     double header_timeout_s;  /* a request's headers must arrive within this of the connection's start or its
                                  previous response (default 10) */
     double body_timeout_s;    /* a body must arrive within this of its headers (default 30) */
+    struct files *files;      /* the Files API's store (NULL: no Files and Batches API) */
+    struct batches *batches;  /* the Batches API (NULL: none) */
+    uint64_t max_upload_bytes; /* a file upload's bytes at most (default 200 MiB) */
 };
 
 struct http_params http_default_params(void);

@@ -25,6 +25,7 @@ struct idmap {
 struct server {
     struct server_params p;
     server_queue *q;
+    server_lane *lane; /* the batches' requests (server/batches) */
     struct runtime *rt;
     struct job_model model; /* the parser's view of the model (engine fields unused) */
     struct openai_ctx octx;
@@ -123,6 +124,7 @@ static void add_requests(server *s, struct server_req *added)
         for (int32_t c = 0; c < r->n_choices; c++) {
             struct server_choice *ch = &r->choices[c];
             struct engine_request rq = {.id = ch->engine_id,
+                                        .priority = ENGINE_PRIORITY_INTERACTIVE,
                                         .prompt = r->prompt,
                                         .n_prompt = r->n_prompt,
                                         .max_tokens = r->max_tokens,
@@ -145,6 +147,29 @@ static void add_requests(server *s, struct server_req *added)
     }
 }
 
+/* Hands the batch lane's new requests to the engine at batch priority, and cancels an abandoned run's. A
+ * request engine_add cannot take (out of memory) fails alone, through the lane. */
+static void add_lane_requests(server *s)
+{
+    struct server_lane_item *added;
+    uint64_t *cancel;
+    int32_t n_cancel;
+    server_lane_take_added(s->lane, &added, &cancel, &n_cancel);
+    for (struct server_lane_item *it = added, *next; it; it = next) {
+        next = it->next;
+        struct err e;
+        if (engine_add(s->rt->eng, &it->rq, &e)) {
+            struct engine_result res = {.id = it->rq.id, .finish = ENGINE_FINISH_ERROR, .error = strdup(e.msg)};
+            server_lane_post_result(s->lane, &res);
+            engine_result_free(&res);
+        }
+        server_lane_item_free(it);
+    }
+    for (int32_t i = 0; i < n_cancel; i++)
+        engine_cancel(s->rt->eng, cancel[i]);
+    free(cancel);
+}
+
 static void apply_cancels(server *s, struct server_req *cancelled)
 {
     for (struct server_req *r = cancelled, *next; r; r = next) {
@@ -158,6 +183,11 @@ static void collect_results(server *s)
 {
     struct engine_result res;
     while (engine_take(s->rt->eng, &res)) {
+        if (res.id & SERVER_LANE_ID_BIT) {
+            server_lane_post_result(s->lane, &res);
+            engine_result_free(&res);
+            continue;
+        }
         struct idslot got = map_take(&s->map, res.id);
         if (got.r)
             server_queue_post_result(s->q, got.r, got.c, &res); /* may free got.r */
@@ -183,9 +213,14 @@ static int check_engine_side(server *s, struct err *e)
 {
     struct engine_stats st;
     engine_get_stats(s->rt->eng, &st);
-    if ((size_t)st.n_running + (size_t)st.n_waiting != s->map.n)
-        return err_set(e, "server: the engine holds %d requests but the id map %zu",
-                       (int)(st.n_running + st.n_waiting), s->map.n);
+    int32_t n_lane = server_lane_n_in_engine(s->lane);
+    if ((size_t)st.n_running + (size_t)st.n_waiting != s->map.n + (size_t)n_lane)
+        return err_set(e, "server: the engine holds %d requests but the id map %zu and the batch lane %d",
+                       (int)(st.n_running + st.n_waiting), s->map.n, (int)n_lane);
+    if (st.n_running_batch + st.n_waiting_batch != n_lane)
+        return err_set(e, "server: the engine holds %d batch-priority requests, the batch lane %d",
+                       (int)(st.n_running_batch + st.n_waiting_batch), (int)n_lane);
+    if (server_lane_check(s->lane, e)) return -1;
     for (size_t i = 0; i < s->map.cap; i++) {
         const struct idslot *sl = &s->map.slots[i];
         if (sl->id && (sl->c < 0 || sl->c >= sl->r->n_choices || sl->r->choices[sl->c].engine_id != sl->id))
@@ -202,6 +237,7 @@ static int engine_loop_once(server *s, struct err *e)
     if (server_queue_take(s->q, engine_has_work(eng), &added, &cancelled)) return 1;
     apply_cancels(s, cancelled);
     add_requests(s, added);
+    add_lane_requests(s);
     collect_results(s); /* requests that failed at once, cancellations */
     double busy = 0;
     if (engine_has_work(eng)) {
@@ -213,6 +249,10 @@ static int engine_loop_once(server *s, struct err *e)
     }
     struct engine_stats st;
     engine_get_stats(eng, &st);
+    server_lane_post_stats(s->lane, &st);
+    /* admission counts the interactive requests: batch ones run only where they leave room */
+    st.n_running -= st.n_running_batch;
+    st.n_waiting -= st.n_waiting_batch;
     server_queue_post_stats(s->q, &st, busy);
     if (s->p.debug_checks && check_engine_side(s, e)) return -1;
     return 0;
@@ -229,9 +269,11 @@ static void fail_everything(server *s, const char *msg)
         post_failure(s, sl.r, sl.c, msg);
         i = (size_t)-1; /* the deletion may have shifted slots: start over */
     }
+    server_lane_fail_all(s->lane, msg);
     for (;;) {
         struct server_req *added, *cancelled;
         if (server_queue_take(s->q, 0, &added, &cancelled)) return;
+        server_lane_fail_all(s->lane, msg);
         for (struct server_req *r = added, *next; r; r = next) {
             next = r->pending_next;
             for (int32_t c = 0; c < r->n_choices; c++)
@@ -260,6 +302,17 @@ static void *engine_main(void *arg)
 
 /* ---- the facade ---- */
 
+static void lane_wake(void *ctx)
+{
+    server *s = ctx;
+    server_queue_wake(s->q);
+}
+
+server_lane *server_get_lane(server *s)
+{
+    return s->lane;
+}
+
 struct server_params server_default_params(void)
 {
     return (struct server_params){.model_name = "model", .parse_special = 1, .max_wait = 10};
@@ -279,6 +332,12 @@ int server_init(const struct server_params *p, server **out, struct err *e)
         return err_set(e, "server: cannot create a mutex");
     }
     if (server_queue_init(&s->q, e)) {
+        pthread_mutex_destroy(&s->fail_mu);
+        free(s);
+        return -1;
+    }
+    if (server_lane_init(lane_wake, s, &s->lane, e)) {
+        server_queue_free(s->q);
         pthread_mutex_destroy(&s->fail_mu);
         free(s);
         return -1;
@@ -367,6 +426,7 @@ void server_free(server *s)
     if (!s) return;
     server_stop(s);
     free(s->map.slots);
+    server_lane_free(s->lane);
     server_queue_free(s->q);
     pthread_mutex_destroy(&s->fail_mu);
     free(s);

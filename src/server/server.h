@@ -11,11 +11,15 @@
  * cancellations from the queue (sleeping there while the engine is idle), engine_add / engine_cancel them,
  * run one engine_step, post every streaming choice's new text (engine_peek_text), post finished results
  * (engine_take) and the engine's counters. Engine request ids are the choices' engine_id; the thread maps
- * them back to (request, choice). If a step fails (the engine can then only be freed), every request in
+ * them back to (request, choice). The batch lane's requests (server_lane: batches, at batch priority) are
+ * taken and engine_added in the same loop; their results (ids with SERVER_LANE_ID_BIT) go back to the lane.
+ * Admission (server_queue) is told the engine's interactive counts only: batch sequences yield to
+ * interactive ones in the scheduler's queue. If a step fails (the engine can then only be freed), every request in
  * flight fails with the error, admission closes (503) and server_failed says why.
  *
  * Invariant (checked after every loop with params.debug_checks): every choice the engine holds is in the
- * id map exactly once, and the queue's invariant (server_queue_check) holds.
+ * id map exactly once, every other request it holds is the batch lane's (and all of them are of batch
+ * priority), and the queue's and the lane's invariants (server_queue_check, server_lane_check) hold.
  */
 #ifndef NS_SERVER_SERVER_H
 #define NS_SERVER_SERVER_H
@@ -25,6 +29,7 @@
 
 #include "runtime/runtime.h"
 #include "server/openai.h"
+#include "server/server_lane.h"
 #include "server/server_queue.h"
 #include "tokenizer/chat.h"
 #include "util/err.h"
@@ -51,6 +56,8 @@ int server_init(const struct server_params *p, server **out, struct err *e);
  * are refused); chat_jinja and chat_source are borrowed and must outlive the server. */
 int server_start(server *s, struct runtime *rt, const struct job_model *chat, struct err *e);
 server_queue *server_get_queue(server *s);
+/* The batch lane (server/batches runs its batches through it). */
+server_lane *server_get_lane(server *s);
 /* What parsing needs; NULL while loading. */
 const struct openai_ctx *server_openai(server *s);
 const char *server_model_name(const server *s);

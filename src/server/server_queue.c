@@ -17,6 +17,7 @@ struct server_queue {
     pthread_cond_t idle_cv;   /* a drain waits for n_active == 0 */
     enum server_state state;
     int stop;
+    int woken; /* server_queue_wake: the engine thread's next take returns even with nothing to hand over */
     struct server_admit admit;
     struct server_metrics metrics;
     struct server_req *active_head, *active_tail; /* admission order */
@@ -392,9 +393,10 @@ int server_queue_take(server_queue *q, int engine_busy, struct server_req **adde
             pthread_mutex_unlock(&q->mu);
             return 1;
         }
-        if (engine_busy) break;
+        if (engine_busy || q->woken) break;
         pthread_cond_wait(&q->engine_cv, &q->mu);
     }
+    q->woken = 0;
     struct server_req **tail = added;
     while (q->pend_head) {
         struct server_req *r = q->pend_head;
@@ -424,6 +426,14 @@ void server_queue_post_stats(server_queue *q, const struct engine_stats *st, dou
     q->st = *st;
     server_admit_busy(&q->admit, busy);
     server_metrics_sample_tokens(&q->metrics, now, st->gen_tokens);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void server_queue_wake(server_queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->woken = 1;
+    pthread_cond_signal(&q->engine_cv);
     pthread_mutex_unlock(&q->mu);
 }
 

@@ -141,6 +141,9 @@ void server_queue_post_text(server_queue *q, struct server_req *r, int32_t c, co
 void server_queue_post_result(server_queue *q, struct server_req *r, int32_t c, struct engine_result *res);
 /* After an engine step that took busy seconds: the engine's counters (running sequences, KV, tokens). */
 void server_queue_post_stats(server_queue *q, const struct engine_stats *st, double busy);
+/* Wakes the engine thread: its next server_queue_take returns (0) even with nothing to hand over (another
+ * source of work has some: server_lane). Any thread. */
+void server_queue_wake(server_queue *q);
 /* Asks the engine thread to stop: server_queue_take returns 1 from now on. */
 void server_queue_stop(server_queue *q);
 
