@@ -32,6 +32,7 @@
 
 #include <sys/resource.h>
 
+#include "jobs/embedding.h"
 #include "jobs/ingest.h"
 #include "jobs/ledger.h"
 #include "jobs/monitor.h"
@@ -263,6 +264,10 @@ static int hand_in(job *j, struct engine_result *r, struct err *e)
     if (r->id >= j->cap_flight || j->flight[r->id].work == UINT32_MAX) {
         engine_result_free(r);
         return err_set(e, "a result for unknown request %llu (bug)", (unsigned long long)r->id);
+    }
+    if (embedding_result_to_text(r) != 0) { /* an embedding is stored as its text */
+        engine_result_free(r);
+        return err_set(e, "out of memory");
     }
     int ok = r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH;
     struct store_result sr;
