@@ -86,7 +86,7 @@ static void pool_here(const float *h, int32_t n, int32_t n_embd, int32_t pooling
     for (int32_t k = 0; k < n_embd; k++) out[k] = (float)(out[k] / sqrt(ss));
 }
 
-/* Runs requests rq (n) on a fresh engine with max_batch_tokens mbt; results by request id into res. */
+/* Runs requests rq (n), one after the other, on a fresh engine with max_batch_tokens mbt; results by request id into res. */
 static int run_engine(struct runtime *rt, int32_t mbt, int prefix_cache, const struct engine_request *rq, int n,
                       struct engine_result *res, struct err *e)
 {
@@ -100,8 +100,10 @@ static int run_engine(struct runtime *rt, int32_t mbt, int prefix_cache, const s
     engine *eng;
     if (runtime_new_engine(rt, &ep, &eng, e)) return -1;
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++) rc = engine_add(eng, &rq[i], e);
-    while (!rc && engine_has_work(eng)) rc = engine_step(eng, e);
+    for (int i = 0; i < n && !rc; i++) { /* one after the other: a request's blocks are cached for the next */
+        rc = engine_add(eng, &rq[i], e);
+        while (!rc && engine_has_work(eng)) rc = engine_step(eng, e);
+    }
     struct engine_result r;
     while (engine_take(eng, &r)) res[r.id] = r;
     engine_free(eng);
