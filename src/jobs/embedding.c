@@ -92,7 +92,8 @@ static int read_inputs(struct input_embed *in, const json_t *v, const char **cod
         const json_t *x = several ? json_array_get(v, i) : v;
         char where[32];
         snprintf(where, sizeof where, several ? "input[%zu]" : "input", i);
-        if (!json_is_string(x) && !is_id_array(x)) return bad(code, msg, cap, "invalid_type", "%s", shape);
+        if ((!json_is_string(x) && !is_id_array(x)) || json_is_string(x) != json_is_string(several ? json_array_get(v, 0) : v))
+            return bad(code, msg, cap, "invalid_type", "%s (not a mix)", shape);
         int rc = take_input(in, (int32_t)i, x, where, code, msg, cap);
         if (rc) return rc;
     }
