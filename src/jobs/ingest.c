@@ -427,6 +427,7 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
     uint8_t digest[32];
     const struct input_item *it = &p->it;
     int32_t n = p->code ? 0 : it->gen.n;
+    if (!it->code) st->defaults_used |= ~it->gen.given;
     if (ledger_add_line(l, it->line, it->off, n, &li, e) != 0) return -1;
     l->lines[li].kind = (uint8_t)it->kind; /* a bad line's too: its error names "messages" or "prompt" */
     if (p->code) {

@@ -786,6 +786,7 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             if (erc != 0) goto done;
             it->kind = INPUT_KIND_EMBEDDING;
             it->gen.n = it->embed->n;
+            it->gen.given = GENPARAM_ALL_ROWS; /* an embedding falls back to no generation default */
         } else if (parse_request_fields(r, body, "body.", none, it, b) != 0) goto done;
         if (want_chat == 1 && it->kind != INPUT_KIND_CHAT) {
             set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
