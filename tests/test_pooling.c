@@ -1,7 +1,8 @@
 /* test_pooling — engine/pooling (mean, CLS and last-token pooling, L2 normalisation) and the engine's
  * embedding requests on stories260K: the pooled embedding equals the one computed here from the backend's
  * hidden-state output of one whole-prompt step; it does not depend on how the prompt was split into steps,
- * on other requests in the batch, or on the prefix cache (an embedding request is never served from it). */
+ * on other requests in the batch, or on the prefix cache (an embedding request is never served from it); a
+ * pooling type it does not compute, or a backend without hidden states, fails the request alone. */
 #include <math.h>
 
 #include "engine/engine.h"
@@ -110,6 +111,13 @@ static int run_engine(struct runtime *rt, int32_t mbt, int prefix_cache, const s
     return rc;
 }
 
+static void (*real_caps)(void *ctx, struct backend_caps *out);
+static void caps_no_hidden(void *ctx, struct backend_caps *out)
+{
+    real_caps(ctx, out);
+    out->hidden_states = 0;
+}
+
 TEST(pooling_engine_stories260K)
 {
     struct runtime rt;
@@ -169,6 +177,21 @@ TEST(pooling_engine_stories260K)
     CHECK_MSG(run_engine(&rt, 64, 1, &bad, 1, res, &e) == 0, "%s", e.msg);
     CHECK(res[0].finish == ENGINE_FINISH_ERROR && strstr(res[0].error, "pooling type 4"));
     engine_result_free(&res[0]);
+    /* a backend without hidden states (as cuda today) fails an embedding request alone, saying so */
+    struct backend_ops ops = *rt.backend.ops;
+    real_caps = ops.caps;
+    ops.caps = caps_no_hidden;
+    struct backend nohid = {&ops, rt.backend.ctx};
+    struct engine_params ep = engine_default_params();
+    ep.kv_blocks = 16;
+    engine *eng;
+    CHECK_MSG(engine_init(rt.model, &nohid, rt.vocab, &ep, &eng, &e) == 0, "%s", e.msg);
+    bad.embed_pooling = MODEL_POOLING_MEAN;
+    CHECK(engine_add(eng, &bad, &e) == 0);
+    CHECK(engine_take(eng, &res[0]) == 1 && res[0].finish == ENGINE_FINISH_ERROR &&
+          strstr(res[0].error, "does not return hidden states"));
+    engine_result_free(&res[0]);
+    engine_free(eng);
     free(h);
     free(want);
     runtime_close(&rt);

@@ -973,9 +973,10 @@ enum engine_request_check engine_check_request(const engine *eng, const struct e
     if (need_blocks > eng->p.kv_blocks)
         return snprintf(msg, cap,
                         "prompt (%d tokens) + max_tokens (%d) needs %lld KV blocks but the whole pool has %lld (%lld "
-                        "tokens): raise the KV memory budget or lower max_tokens",
-                        (int)r->n_prompt, (int)r->max_tokens, (long long)need_blocks, (long long)eng->p.kv_blocks,
-                        (long long)eng->p.kv_blocks * eng->p.kv_block),
+                        "tokens): raise the KV memory budget%s",
+                        (int)r->n_prompt, (int)(embed ? 0 : r->max_tokens), (long long)need_blocks,
+                        (long long)eng->p.kv_blocks, (long long)eng->p.kv_blocks * eng->p.kv_block,
+                        embed ? "" : " or lower max_tokens"),
                ENGINE_REQUEST_TOO_LARGE;
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
         return snprintf(msg, cap, "bad stop string list"), ENGINE_REQUEST_INVALID;
