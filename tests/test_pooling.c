@@ -135,6 +135,17 @@ TEST(pooling_engine_stories260K)
     float *h = malloc((size_t)N_PROMPT * n_embd * sizeof *h), *want = malloc((size_t)n_embd * sizeof *want);
     CHECK(h && want);
     CHECK_MSG(hidden_of(&rt, toks, N_PROMPT, h, &e) == 0, "%s", e.msg);
+    { /* backend_check_batch refuses hidden rows out of order, or without a buffer */
+        int32_t *blocks, n_blocks, pos[2] = {0, 1}, seq[2] = {0, 0}, rows[2] = {1, 0};
+        CHECK(lm_kv(&rt, 2, &blocks, &n_blocks, &e) == 0);
+        struct step_seq sq = {blocks, n_blocks};
+        struct step_batch b = {2, toks, pos, seq, 1, &sq, 0, NULL, 2, rows, h};
+        CHECK(rt.backend.ops->forward(rt.backend.ctx, &b, NULL, &e) != 0 && strstr(e.msg, "hidden_rows[1]"));
+        b.hidden = NULL;
+        rows[0] = 0, rows[1] = 1;
+        CHECK(rt.backend.ops->forward(rt.backend.ctx, &b, NULL, &e) != 0 && strstr(e.msg, "n_hidden"));
+        free(blocks);
+    }
     for (int32_t pooling = MODEL_POOLING_MEAN; pooling <= MODEL_POOLING_LAST; pooling++) {
         pool_here(h, N_PROMPT, n_embd, pooling, want);
         /* a completion of the same prompt first (with the prefix cache on, it registers the prompt's blocks),
