@@ -898,9 +898,9 @@ int engine_step(engine *eng, struct err *e)
     /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. An
      * embedding request whose last chunk ran is finished (its embedding pooled). */
     for (int32_t i = 0; i < n_entries; i++) {
-        if (samples(&ents[i]) && settle_entry(eng, &ents[i], &eng->verdicts[i], e)) return -1;
-        else if (ents[i].logits && !samples(&ents[i]) &&
-                 finish_seq(eng, (struct eng_seq *)ents[i].seq, ENGINE_FINISH_STOP, e))
+        const int sample = samples(&ents[i]); /* read before settling, which may free the sequence */
+        if (sample && settle_entry(eng, &ents[i], &eng->verdicts[i], e)) return -1;
+        if (!sample && ents[i].logits && finish_seq(eng, (struct eng_seq *)ents[i].seq, ENGINE_FINISH_STOP, e))
             return -1;
     }
     eng->st.n_steps++;
