@@ -36,7 +36,7 @@ int main(int argc, char **argv)
         const int nr = kind == 0 ? 1 : rows;
         int32_t pos[16], seq[16] = {0}, tok[16] = {0};
         for (int i = 0; i < nr; i++) pos[i] = ctx - nr + i;
-        struct step_batch b = {nr, tok, pos, seq, 1, &ss, 0, NULL};
+        struct step_batch b = {nr, tok, pos, seq, 1, &ss, 0, NULL, 0, NULL, NULL};
         struct cpu_attn_item it = {0, nr, 0, 0, 0};
         for (int path = CPU_ATTN_GENERAL; path <= CPU_ATTN_FAST_AVX512; path++) {
             if (cpu_attn_item_run_path((enum cpu_attn_path)path, &kv, &b, &it, G, q, out, scratch, ctx + rows)) continue;

@@ -97,7 +97,7 @@ static void print_profile(struct bench *B, const char *label)
 /* Runs one step; returns wall seconds (forward synchronizes), or -1. */
 static double run_step(struct bench *B, int32_t n_rows, int32_t n_seqs, int32_t n_logits, struct err *e)
 {
-    struct step_batch b = {n_rows, B->tokens, B->pos, B->seq, n_seqs, B->ss, n_logits, B->lrows};
+    struct step_batch b = {n_rows, B->tokens, B->pos, B->seq, n_seqs, B->ss, n_logits, B->lrows, 0, NULL, NULL};
     double t0 = clock_now();
     if (B->be.ops->forward(B->be.ctx, &b, B->logits, e)) return -1;
     return clock_now() - t0;

@@ -83,7 +83,7 @@ int main(int argc, char **argv)
                 seq[i] = s;
             }
             lr[0] = n_prompt - 1;
-            struct step_batch b = {n_prompt, toks, pos, seq, S, ss, 1, lr};
+            struct step_batch b = {n_prompt, toks, pos, seq, S, ss, 1, lr, 0, NULL, NULL};
             if (be.ops->forward(be.ctx, &b, logits, &e)) {
                 fprintf(stderr, "bench_decode: %s\n", e.msg);
                 return 1;
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
                 seq[s] = s;
                 lr[s] = s;
             }
-            struct step_batch b = {S, toks, pos, seq, S, ss, S, lr};
+            struct step_batch b = {S, toks, pos, seq, S, ss, S, lr, 0, NULL, NULL};
             if (be.ops->forward(be.ctx, &b, logits, &e)) {
                 fprintf(stderr, "bench_decode: %s\n", e.msg);
                 return 1;

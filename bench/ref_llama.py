@@ -5,8 +5,12 @@ Written from the math in issue 3 (not from nightshift's C code): float64 through
 whole sequence is recomputed per token), normal (non-NeoX) RoPE pairs.
 
     python3 bench/ref_llama.py MODEL.gguf N ID ID ID ...    -> prints N greedy ids after the prompt ids
+    python3 bench/ref_llama.py --embed MODEL.gguf POOLING ID ID ID ...
+        -> prints the embedding of the ids: the final hidden states (after the output norm) pooled by POOLING
+           (mean, cls: the first token's, last: the last token's), L2-normalised, one value per line
 
-Needs numpy (pip install numpy); not part of `make test`.
+Needs numpy (pip install numpy). `make test` runs the --embed mode in tests/e2e_embeddings.sh where numpy
+can be had.
 """
 import struct
 import sys
@@ -70,7 +74,8 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def forward(kv, W, ids):
+def hidden_states(kv, W, ids):
+    """(T, n_embd): the residual stream after the last layer through the output norm, every position."""
     a = kv["general.architecture"]
     n_head = kv[a + ".attention.head_count"]
     n_kv = kv.get(a + ".attention.head_count_kv", n_head)
@@ -112,12 +117,27 @@ def forward(kv, W, ids):
         gate = h @ W[p + "ffn_gate.weight"].T
         up = h @ W[p + "ffn_up.weight"].T
         x = x + (gate / (1 + np.exp(-gate)) * up) @ W[p + "ffn_down.weight"].T
-    x = rmsnorm(x[-1], W["output_norm.weight"], eps)
+    return rmsnorm(x, W["output_norm.weight"], eps)
+
+
+def forward(kv, W, ids):
+    """Logits of the last position."""
     out_w = W.get("output.weight", W["token_embd.weight"])
-    return out_w @ x
+    return out_w @ hidden_states(kv, W, ids)[-1]
+
+
+def embed(kv, W, pooling, ids):
+    h = hidden_states(kv, W, ids)
+    v = {"mean": lambda: h.mean(axis=0), "cls": lambda: h[0], "last": lambda: h[-1]}[pooling]()
+    return v / np.linalg.norm(v)
 
 
 def main():
+    if sys.argv[1] == "--embed":
+        kv, W = read_gguf(sys.argv[2])
+        v = embed(kv, W, sys.argv[3], [int(t) for t in sys.argv[4:]])
+        print("\n".join("%.17g" % x for x in v))
+        return
     kv, W = read_gguf(sys.argv[1])
     n = int(sys.argv[2])
     ids = [int(t) for t in sys.argv[3:]]

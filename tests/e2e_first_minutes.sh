@@ -5,7 +5,8 @@
 # quarter more), and a line whose max_tokens cannot be read gives the context's cap; one flag set: -n is
 # --max-tokens in run, generate and bench, --completions is the request's n (--n is refused, naming both);
 # --flag=value works; generate --chat renders a user message with the model's template; generate ends the
-# text with a newline only on a terminal.
+# text with a newline only on a terminal; a rerun whose flags changed only a default that every line
+# overrides is not refused (one that a line uses still is, with the differing setting named).
 . tests/lib.sh
 model=$SHARED/models/stories260K.gguf
 if [ ! -f "$model" ]; then skip first_minutes "no $model"; exit 0; fi
@@ -84,5 +85,15 @@ if command -v script >/dev/null; then
 else
     skip generate_newline_on_terminal_only "no script(1)"
 fi
+
+# --- a changed default that every line overrides: not a different setting ---
+printf '{"id":"a","prompt":"Once upon","temperature":0}\n{"id":"b","prompt":"The dog","temperature":0.5,"seed":1}\n' >"$T/d.jsonl"
+dargs=(-m "$model" --threads 1 --kv-memory 16M --max-tokens 3 -q)
+$NS run "$T/d.jsonl" -o "$T/d.out" "${dargs[@]}" && cp "$T/d.out" "$T/d.first" || fail run_default_all_override_first ""
+$NS run "$T/d.jsonl" -o "$T/d.out" "${dargs[@]}" --temperature 0.9 2>"$T/d.err" && cmp -s "$T/d.out" "$T/d.first" &&
+    ok run_changed_default_every_line_overrides || fail run_changed_default_every_line_overrides "$(cat "$T/d.err")"
+printf '{"id":"c","prompt":"Lily"}\n' >>"$T/d.jsonl" # falls back to the default temperature
+expect_err run_changed_default_a_line_uses 1 "other settings: default.temperature 1 (now 0.899999976)" \
+    $NS run "$T/d.jsonl" -o "$T/d.out" "${dargs[@]}" --temperature 0.9
 
 exit $E2E_FAILED

@@ -4,7 +4,8 @@
 # backlog: stdin.*); a rerun with the same input resumes (computes nothing) and writes every result to
 # standard output again; other input replaces the spool with a warning and the files hold only its results;
 # gzip and zstd backlogs (files or standard input) give the same results as the plain file, a truncated one
-# is refused naming the problem; Ctrl-C lets the running sequences finish and commits them (exit 130), a
+# is refused naming the problem; a process substitution (<(zcat x.gz)) and a named pipe are spooled like
+# standard input (the same results; a rerun through a pipe resumes); Ctrl-C lets the running sequences finish and commits them (exit 130), a
 # second Ctrl-C stops at once; the rerun finishes the backlog.
 . tests/lib.sh
 model=$SHARED/models/stories260K.gguf
@@ -57,6 +58,18 @@ $NS run - -o "$T/zin.out" "${base[@]}" <"$T/s.txt.zst" && [ "$(texts "$T/zin.out
     ok run_zstd_stdin || fail run_zstd_stdin ""
 $NS run "$T/multi.gz" -o "$T/multi.out" "${base[@]}" && [ "$(ids "$T/multi.out")" = "1 2 3 4" ] &&
     ok run_gzip_members || fail run_gzip_members "$(ids "$T/multi.out")"
+# --- a process substitution and a named pipe: spooled like standard input ---
+$NS run <(gzip -dc "$T/s.txt.gz") -o "$T/ps.out" "${base[@]}" 2>"$T/ps.err" && [ "$(texts "$T/ps.out")" = "$(texts "$T/ref.out")" ] &&
+    [ -f "$T/ps.out.nightshift.db.backlog" ] && ok run_process_substitution || fail run_process_substitution "$(cat "$T/ps.err")"
+mkfifo "$T/fifo"
+{ cat "$T/s.txt" >"$T/fifo"; } &
+$NS run "$T/fifo" -o "$T/fifo.out" "${base[@]}" 2>"$T/fifo.err" && [ "$(texts "$T/fifo.out")" = "$(texts "$T/ref.out")" ] &&
+    ok run_named_pipe || fail run_named_pipe "$(cat "$T/fifo.err")"
+wait
+{ cat "$T/s.txt" >"$T/fifo"; } &
+$NS run "$T/fifo" -o "$T/fifo.out" "${loud[@]}" >/dev/null 2>"$T/fifo2.err" && grep -q " 0 to run" "$T/fifo2.err" &&
+    [ "$(texts "$T/fifo.out")" = "$(texts "$T/ref.out")" ] && ok run_named_pipe_resumes || fail run_named_pipe_resumes "$(cat "$T/fifo2.err")"
+wait
 # resuming a compressed backlog: nothing computed again
 $NS run "$T/s.txt.gz" -o "$T/gz.out" "${loud[@]}" >"$T/gz2.log" 2>&1 && grep -q "0 computed now, 3 already done" "$T/gz2.log" &&
     ok run_gzip_resume || fail run_gzip_resume "$(tail -3 "$T/gz2.log")"

@@ -45,7 +45,7 @@ static inline int lm_step(struct runtime *rt, const int32_t *toks, int32_t r0, i
             rows[i] = i;
         }
         struct step_seq sq = {blocks, n_blocks};
-        struct step_batch b = {n, toks + r0, pos, seq, 1, &sq, n, rows};
+        struct step_batch b = {n, toks + r0, pos, seq, 1, &sq, n, rows, 0, NULL, NULL};
         rc = rt->backend.ops->forward(rt->backend.ctx, &b, out, e);
     }
     free(pos);

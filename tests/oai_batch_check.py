@@ -4,7 +4,9 @@
   oai_batch_check.py schema RESULTS ERRORS
       every line of both files matches the documented shapes: the batch output object (id, custom_id,
       response {status_code, request_id, body}, error), a chat.completion or text_completion body with
-      usage (prompt_tokens_details, completion_tokens_details) and system_fingerprint, the error object
+      usage (prompt_tokens_details, completion_tokens_details) and system_fingerprint, or an embeddings
+      list (object "list", data of embedding objects: index in order, a list of floats or a base64 string
+      of float32 values, all of one length; model; usage with prompt_tokens = total_tokens), the error object
       {message, type, param, code} of a failed request; ids unique per line (batch_req_, request_id) and per
       custom_id (body.id)
   oai_batch_check.py script BACKLOG RESULTS ERRORS
@@ -13,9 +15,11 @@
       lines sorted by custom_id (the caller compares them)
 
 The schemas below are written from the API reference (the Batch object's output file lines, the chat
-completion and completion objects, CompletionUsage, the error object), not from nightshift's code.
+completion and completion objects, CompletionUsage, the embedding object and CreateEmbeddingResponse, the
+error object), not from nightshift's code.
 Exit status 0 when every check holds; otherwise the first problems are printed.
 """
+import base64
 import json
 import sys
 
@@ -69,6 +73,17 @@ def completion_body(choice):
     }
 
 
+EMBEDDING = {
+    "object": (STR, None, True),
+    "index": (INT, None, True),
+    "embedding": ((ARR, STR), None, True),
+}
+EMBEDDING_LIST = {
+    "object": (STR, None, True),
+    "data": (ARR, EMBEDDING, True),
+    "model": (STR, None, True),
+    "usage": (OBJ, {"prompt_tokens": (INT, None, True), "total_tokens": (INT, None, True)}, True),
+}
 ERROR_OBJECT = {
     "message": (STR, None, True),
     "type": (STR, None, True),
@@ -122,12 +137,41 @@ def load(path, problems):
     return out
 
 
+def check_embeddings(where, b, problems):
+    check(b, OBJ, EMBEDDING_LIST, where + " body", problems)
+    lengths = set()
+    for i, d in enumerate(b.get("data", [])):
+        v = d.get("embedding")
+        if d.get("object") != "embedding" or d.get("index") != i:
+            problems.append("%s: data[%d]: object %r, index %r" % (where, i, d.get("object"), d.get("index")))
+        if isinstance(v, str):
+            try:
+                raw = base64.b64decode(v, validate=True)
+            except ValueError:
+                raw = b"?"
+            if len(raw) % 4:
+                problems.append("%s: data[%d]: base64 of %d bytes is not float32 values" % (where, i, len(raw)))
+            lengths.add(len(raw) // 4)
+        elif isinstance(v, list):
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+                problems.append("%s: data[%d]: an embedding value that is not a number" % (where, i))
+            lengths.add(len(v))
+    if len(lengths) > 1 or 0 in lengths:
+        problems.append("%s: embeddings of lengths %s" % (where, sorted(lengths)))
+    u = b.get("usage", {})
+    if u.get("prompt_tokens") != u.get("total_tokens") or not b.get("data"):
+        problems.append("%s: an embeddings list needs data and total_tokens = prompt_tokens" % where)
+
+
 def check_result(where, o, problems):
     r = o.get("response") or {}
     if o.get("error") is not None or r.get("status_code") != 200 or o.get("custom_id") is None:
         problems.append("%s: a result line must have status 200, a custom_id and error null" % where)
         return
     b = r["body"]
+    if b.get("object") == "list":
+        check_embeddings(where, b, problems)
+        return
     chat = b.get("object") == "chat.completion"
     if b.get("object") not in ("chat.completion", "text_completion"):
         problems.append("%s: body.object %r" % (where, b.get("object")))
@@ -201,6 +245,9 @@ def play_script(backlog, results, errors):
         for line in f:
             o = json.loads(line)
             body = o["response"]["body"]
+            if body["object"] == "list":  # embeddings: how many
+                answers.setdefault(o["custom_id"], ("ok", "%d embeddings" % len(body["data"])))
+                continue
             choice = body["choices"][0]
             text = choice["message"]["content"] if body["object"] == "chat.completion" else choice["text"]
             answers.setdefault(o["custom_id"], ("ok", text))

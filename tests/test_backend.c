@@ -70,7 +70,7 @@ static int run_step(struct backend *be, const struct seq_spec *seqs, int n_seqs,
         seq[r] = rows[r].seq;
         if (rows[r].want) lrows[n_logits++] = r;
     }
-    struct step_batch b = {n_rows, tokens, pos, seq, n_seqs, ss, n_logits, lrows};
+    struct step_batch b = {n_rows, tokens, pos, seq, n_seqs, ss, n_logits, lrows, 0, NULL, NULL};
     return be->ops->forward(be->ctx, &b, logits, e);
 }
 
@@ -889,7 +889,7 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
     float *scratch = NULL;
     int rc = -1;
     if (posix_memalign((void **)&scratch, 64, cpu_attn_scratch_floats(hd, group, 128) * sizeof(float))) goto out;
-    struct step_batch b = {NR, tok, pos, seq, 2, ss, 0, NULL};
+    struct step_batch b = {NR, tok, pos, seq, 2, ss, 0, NULL, 0, NULL, NULL};
     int64_t max_pos = 0, ni = cpu_attn_plan(&b, n_kv, group, items, &max_pos);
     if (max_pos != NA) {
         snprintf(why, why_n, "max_pos %lld", (long long)max_pos);
@@ -914,7 +914,7 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
     free(alt);
     for (int r = 0; r < NR; r++) {
         /* alone: a one-row batch */
-        struct step_batch b1 = {1, tok, &pos[r], &seq[r], 2, ss, 0, NULL};
+        struct step_batch b1 = {1, tok, &pos[r], &seq[r], 2, ss, 0, NULL, 0, NULL, NULL};
         int64_t mp1 = 0, n1 = cpu_attn_plan(&b1, n_kv, group, items, &mp1);
         cpu_attn_run(&kv, &b1, items, n1, group, q + (int64_t)r * n_q, one, scratch, 128);
         if (memcmp(one, out + (int64_t)r * n_q, (size_t)n_q * sizeof(float)) != 0) {
@@ -1118,7 +1118,7 @@ TEST(test_kv_pool_lazy)
     int32_t blocks[2] = {n_blocks - 1, 7}, tokens[20], pos[20], seq[20], lr[1] = {19};
     for (int i = 0; i < 20; i++) tokens[i] = i + 1, pos[i] = i, seq[i] = 0;
     struct step_seq ss = {blocks, 2};
-    struct step_batch b = {20, tokens, pos, seq, 1, &ss, 1, lr};
+    struct step_batch b = {20, tokens, pos, seq, 1, &ss, 1, lr, 0, NULL, NULL};
     float logits[512];
     int rc2 = rc ? -1 : be.ops->forward(be.ctx, &b, logits, &e);
     long after_step = rss_kb();
@@ -1209,7 +1209,7 @@ TEST(test_bad_batches)
     int32_t blocks[2] = {0, 1}, tokens[2] = {1, 2}, pos[2] = {0, 1}, seq[2] = {0, 0}, lr[1] = {1};
     struct step_seq ss = {blocks, 2};
     float logits[512];
-    struct step_batch b = {2, tokens, pos, seq, 1, &ss, 1, lr};
+    struct step_batch b = {2, tokens, pos, seq, 1, &ss, 1, lr, 0, NULL, NULL};
     CHECK(be.ops->forward(be.ctx, &b, logits, &e) == 0);
     CHECK(be.ops->check(be.ctx, &e) == 0);
     /* every matrix is repacked: F32 into panels of 16 rows */

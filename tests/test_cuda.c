@@ -788,7 +788,7 @@ static int script_step(struct script *s, int k, struct backend *be, float *out, 
         ss[n_seqs].n_blocks = (start[q] + plan[k][q] + s->bs - 1) / s->bs;
         n_seqs++;
     }
-    struct step_batch b = {n, tokens, pos, seq, n_seqs, ss, n, lr};
+    struct step_batch b = {n, tokens, pos, seq, n_seqs, ss, n, lr, 0, NULL, NULL};
     if (be->ops->forward(be->ctx, &b, out, e)) return -1;
     *n_rows = n;
     return 0;

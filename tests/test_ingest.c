@@ -70,7 +70,7 @@ static int key_of_request_matches(const ledger *l, const struct job_model *m, ui
              sp.n_logit_bias == q->n_logit_bias && sp.logit_bias == q->logit_bias && rq->ignore_eos == g.ignore_eos &&
              rq->n_stop == g.n_stop;
     struct key_params kp = {m->sha256, (uint32_t)m->ep.kv_type, &g, rq->sampling.seed, rq->prompt, rq->n_prompt,
-                            l->works[w].index};
+                            l->works[w].index, 0};
     uint8_t key[32];
     ok = ok && rq->id == w && key_compute(&kp, key, &e) == 0 && !memcmp(key, ir.key, 32) &&
          !memcmp(key, plan_keymap_key(l->keys, w), PLAN_KEY_BYTES);

@@ -178,7 +178,7 @@ TEST(openai_mismatches)
 {
     const char *s =
         "{\"custom_id\":\"a\",\"method\":\"GET\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}\n"
-        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/embeddings\",\"body\":{\"input\":\"x\"}}\n"
+        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/moderations\",\"body\":{\"input\":\"x\"}}\n"
         "{\"custom_id\":\"c\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"prompt\":\"x\"}}\n"
         "{\"custom_id\":7,\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"x\"}}\n"
         "{\"custom_id\":\"e\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":\"x\"}\n"

@@ -49,7 +49,7 @@ TEST(new_store_gets_the_settings)
     store *st;
     struct err e;
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
-    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK_MSG(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0, "%s", e.msg);
     char *v = meta(st, "default.temperature");
     CHECK_STR(v, "0.5");
     free(v);
@@ -63,7 +63,7 @@ TEST(new_store_gets_the_settings)
     CHECK(v && !strncmp(v, "ab00", 4));
     free(v);
     /* the same settings again: accepted */
-    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK_MSG(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0, "%s", e.msg);
     store_close(st);
 }
 
@@ -75,23 +75,56 @@ TEST(other_settings_are_refused_unless_force)
     store *st;
     struct err e;
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
-    CHECK(settings_bind_store(st, &c, &m, &e) == 0);
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0);
     c.input.defaults.top_k = 40;
-    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0);
     CHECK_MSG(strstr(e.msg, "default.top_k 0 (now 40)") != NULL, "%s", e.msg);
     m.sha256[0] = 0xcd; /* another model */
-    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0);
     CHECK_MSG(strstr(e.msg, "model.sha256") && strstr(e.msg, "default.top_k"), "%s", e.msg);
     char *v = meta(st, "default.top_k");
     CHECK_STR(v, "0"); /* untouched */
     free(v);
     c.force = 1;
-    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK_MSG(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0, "%s", e.msg);
     v = meta(st, "default.top_k");
     CHECK_STR(v, "40"); /* rebound */
     free(v);
     c.force = 0;
-    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK_MSG(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0, "%s", e.msg);
+    store_close(st);
+}
+
+static uint64_t row_bit(const char *name)
+{
+    for (int i = 0; i < genparam_count; i++)
+        if (!strcmp(genparam_table[i].name, name)) return 1ull << i;
+    return 0;
+}
+
+/* A default that differs but that no line fell back to (every line set its own value) changes no result: it is
+ * not a difference, and the store keeps its value; when a line used it, the refusal is today's. */
+TEST(unused_default_is_not_a_difference)
+{
+    struct job_config c;
+    struct job_model m;
+    setup(&c, &m, tmp_path("u.db"));
+    store *st;
+    struct err e;
+    CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0);
+    c.input.defaults.temperature = 0.25f;
+    uint64_t used = GENPARAM_ALL_ROWS & ~row_bit("temperature");
+    CHECK(row_bit("temperature") != 0);
+    CHECK_MSG(settings_bind_store(st, &c, &m, used, &e) == 0, "%s", e.msg);
+    char *v = meta(st, "default.temperature");
+    CHECK_STR(v, "1"); /* kept */
+    free(v);
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "made with other settings: default.temperature 1 (now 0.25)") != NULL, "%s", e.msg);
+    c.input.defaults.top_k = 7; /* another default, used: refused, naming only that one */
+    CHECK(settings_bind_store(st, &c, &m, used, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "default.top_k 0 (now 7)") && !strstr(e.msg, "temperature"), "%s", e.msg);
     store_close(st);
 }
 
@@ -108,19 +141,19 @@ TEST(chat_rendering_is_a_setting)
     CHECK(jinja_compile("{{ messages }}", 14, &t, &e) == 0 &&
           jinja_compile("{{ messages }} ", 15, &t2, &e) == 0);
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
-    CHECK(settings_bind_store(st, &c, &m, &e) == 0); /* made with the chatml renderer */
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0); /* made with the chatml renderer */
     m.chat_jinja = t;
     int refused =
-        settings_bind_store(st, &c, &m, &e) != 0 && strstr(e.msg, "chat_template chatml (now jinja:");
+        settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0 && strstr(e.msg, "chat_template chatml (now jinja:");
     c.force = 1;
-    int rebound = settings_bind_store(st, &c, &m, &e) == 0;
+    int rebound = settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0;
     c.force = 0;
     char *v = meta(st, "chat_template");
     int named = v && !strcmp(v, jinja_id(t));
     free(v);
-    int same = settings_bind_store(st, &c, &m, &e) == 0;
+    int same = settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0;
     m.chat_jinja = t2; /* another template */
-    int other = settings_bind_store(st, &c, &m, &e) != 0;
+    int other = settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0;
     store_close(st);
     jinja_free(t);
     jinja_free(t2);
@@ -137,12 +170,12 @@ TEST(new_store_next_to_old_outputs_is_refused)
     store *st;
     struct err e;
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
-    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0);
     CHECK_MSG(strstr(e.msg, "already holds 3 bytes") != NULL, "%s", e.msg);
     char *v = meta(st, "model.sha256");
     CHECK(v == NULL); /* still new */
     c.force = 1;
-    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK_MSG(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0, "%s", e.msg);
     v = meta(st, "model.sha256");
     CHECK(v != NULL);
     free(v);
@@ -161,7 +194,7 @@ TEST(constraint_settings)
     struct err e;
     CHECK(constraint_spec_set(&c.input.defaults.constraint, CONSTRAINT_REGEX, "[a-z]+", 6, &e) == 0);
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
-    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK_MSG(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0, "%s", e.msg);
     char *v = meta(st, "default.guided_regex");
     CHECK_STR(v, "regex:[a-z]+");
     free(v);
@@ -169,7 +202,7 @@ TEST(constraint_settings)
     CHECK_STR(v, "none");
     free(v);
     CHECK(constraint_spec_set(&c.input.defaults.constraint, CONSTRAINT_REGEX, "[a-z]*", 6, &e) == 0);
-    CHECK(settings_bind_store(st, &c, &m, &e) != 0);
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0);
     CHECK_MSG(strstr(e.msg, "default.guided_regex regex:[a-z]+ (now regex:[a-z]*)"), "%s", e.msg);
     store_close(st);
     constraint_spec_free(&c.input.defaults.constraint);
@@ -180,9 +213,9 @@ TEST(constraint_settings)
                        NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
-    CHECK_MSG(settings_bind_store(st, &c, &m, &e) == 0, "%s", e.msg);
+    CHECK_MSG(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0, "%s", e.msg);
     CHECK(constraint_spec_set(&c.input.defaults.constraint, CONSTRAINT_CHOICE, "[\"a\"]", 5, &e) == 0);
-    CHECK(settings_bind_store(st, &c, &m, &e) != 0); /* set now: a difference */
+    CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0); /* set now: a difference */
     CHECK_MSG(strstr(e.msg, "default.guided_choice unset (now choice:[\"a\"])"), "%s", e.msg);
     constraint_spec_free(&c.input.defaults.constraint);
     store_close(st);
@@ -193,6 +226,7 @@ int main(void)
     if (!mkdtemp(tmp_dir)) return 1;
     RUN(new_store_gets_the_settings);
     RUN(other_settings_are_refused_unless_force);
+    RUN(unused_default_is_not_a_difference);
     RUN(chat_rendering_is_a_setting);
     RUN(new_store_next_to_old_outputs_is_refused);
     RUN(constraint_settings);

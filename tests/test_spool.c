@@ -6,6 +6,8 @@
 #include <zstd.h>
 
 #include "jobs/spool.h"
+#include <sys/stat.h>
+
 #include "test.h"
 
 static char tmp_dir[] = "/tmp/ns_test_spool_XXXXXX";
@@ -80,6 +82,12 @@ TEST(plain_gzip_zstd)
     CHECK_EQ_INT(spool_kind_of(gz), SPOOL_GZIP);
     CHECK_EQ_INT(spool_kind_of(zst), SPOOL_ZSTD); /* by the bytes, whatever the name */
     CHECK_EQ_INT(spool_kind_of("-"), SPOOL_STDIN);
+    char fifo[512];
+    path_of(fifo, sizeof fifo, "fifo");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK_EQ_INT(spool_kind_of(fifo), SPOOL_PIPE); /* by its type: no byte read (a read would block here) */
+    CHECK_EQ_INT(spool_kind_of(tmp_dir), SPOOL_NONE);
+    unlink(fifo);
     check_copy(plain, dst, 0);
     check_copy(gz, dst, 0);  /* same content: not changed */
     check_copy(zst, dst, 0);

@@ -171,5 +171,12 @@ int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_b
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_rows || (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1]))
             return err_set(e, "step batch: logit_rows[%d] = %d is not a strictly increasing row index", (int)i,
                            (int)b->logit_rows[i]);
+    if (b->n_hidden < 0 || b->n_hidden > b->n_rows || (b->n_hidden > 0 && (!b->hidden_rows || !b->hidden)))
+        return err_set(e, "step batch: n_hidden %d out of range or without its buffers", (int)b->n_hidden);
+    for (int32_t i = 0; i < b->n_hidden; i++)
+        if (b->hidden_rows[i] < 0 || b->hidden_rows[i] >= b->n_rows ||
+            (i > 0 && b->hidden_rows[i] <= b->hidden_rows[i - 1]))
+            return err_set(e, "step batch: hidden_rows[%d] = %d is not a strictly increasing row index", (int)i,
+                           (int)b->hidden_rows[i]);
     return 0;
 }

@@ -38,6 +38,12 @@ struct step_batch {
     const struct step_seq *seqs; /* (n_seqs) */
     int32_t n_logits;
     const int32_t *logit_rows; /* (n_logits) strictly increasing row indices whose logits are wanted */
+    /* (optional, backends whose caps say hidden_states) The final hidden state of some rows: the residual
+     * stream after the last layer, through the output norm (the input of the output head), for embeddings.
+     * n_hidden 0 (the default): none, and hidden is not touched. */
+    int32_t n_hidden;
+    const int32_t *hidden_rows; /* (n_hidden) strictly increasing row indices whose hidden state is wanted */
+    float *hidden;              /* (n_hidden, n_embd) written by forward, in hidden_rows order */
 };
 
 /* Sampling on the backend (the optional op `sample`): after a forward that kept its logits (logits NULL), each
@@ -88,11 +94,14 @@ struct backend_caps {
                                          weights into backend memory, so available after load already
                                          excludes them */
     int gpu;                          /* 1: runs on a GPU (a run records the GPU's energy, where readable) */
+    int hidden_states;                /* 1: forward fills step_batch.hidden (embeddings); 0: a batch with
+                                         n_hidden > 0 is an error */
 };
 
 /* Checks a step batch against the contract above for a pool of n_blocks blocks of block_size tokens,
- * positions below max_pos and token ids below n_vocab: every backend's forward calls it first, so a bad
- * batch is an error naming the row, sequence or block, never an out-of-bounds access. O(rows + blocks). */
+ * positions below max_pos and token ids below n_vocab (hidden rows included: strictly increasing row indices,
+ * hidden not NULL when there are any): every backend's forward calls it first, so a bad batch is an error
+ * naming the row, sequence or block, never an out-of-bounds access. O(rows + blocks). */
 int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_blocks, int32_t block_size, int64_t max_pos,
                         struct err *e);
 
@@ -105,7 +114,9 @@ struct backend_ops {
     int (*kv_alloc)(void *ctx, int32_t n_blocks, int32_t block_size, enum kv_type t, struct err *e);
     /* Runs one step; writes logits (n_logits, n_vocab) in logit_rows order. Invariant (CPU): a row's logits
      * are bit-identical whatever else is in the batch. logits NULL (only where the op sample exists): the
-     * logits stay in backend memory for sample. */
+     * logits stay in backend memory for sample. Also writes the hidden states of b->hidden_rows into
+     * b->hidden where the backend has them (caps.hidden_states; same invariant: bit-identical per row on the
+     * CPU); a backend without them fails a batch that asks for any. n_logits may be 0. */
     int (*forward)(void *ctx, const struct step_batch *b, float *logits, struct err *e);
     /* Bytes of scratch memory the backend needs for a step of up to max_rows rows (for memory budgeting). */
     uint64_t (*scratch_bytes)(void *ctx, int32_t max_rows);

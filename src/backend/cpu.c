@@ -652,6 +652,20 @@ static void cpu_task_final(void *arg, int64_t i, int thread)
     cpu_add_norm_row(c, c->x + r * n, c->tmp + r * n, c->m->output_norm.data, i, s->quantize);
 }
 
+/* Hidden row i (step_batch.hidden): rmsnorm(x + tmp) * output_norm of row hidden_rows[i], into b->hidden
+ * (x is left as it is: the row may want logits too). */
+static void cpu_task_hidden(void *arg, int64_t i, int thread)
+{
+    (void)thread;
+    const struct cpu_step *s = arg;
+    const struct cpu_ctx *c = s->c;
+    const int64_t n = c->m->hp.n_embd;
+    const int64_t r = s->b->hidden_rows[i];
+    float *out = s->b->hidden + i * n; /* (n_embd) */
+    for (int64_t k = 0; k < n; k++) out[k] = c->x[r * n + k] + c->tmp[r * n + k];
+    cpu_rmsnorm(out, out, c->m->output_norm.data, n, c->m->hp.norm_eps);
+}
+
 /* Epilogue of the q/k/v matmul (tasks hold whole heads: outputs [o0, o1) are multiples of head_dim), rows
  * [r0, r1): biases, qwen3 q/k norms, RoPE of q and k; then K and V of the rows into their KV slots. Per
  * row and head, the same arithmetic whatever the task split. */
@@ -795,6 +809,8 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         cpu_mm(c, gu, 2, c->xb, n, &glu_opts); /* + SwiGLU */
         cpu_mm_one(&s, &L->w_down, c->hb, n_ff, c->tmp, n);
     }
+    /* the hidden states asked for (before the logit rows' x += tmp below) */
+    if (b->n_hidden > 0) cpu_par(c, b->n_hidden, cpu_task_hidden, &s, (int64_t)b->n_hidden * n_embd * 4);
     /* the last residual add, the output norm and the output head, for the rows that want logits only */
     if (b->n_logits == 0) return 0;
     s.quantize = cpu_acts((const struct model_weight *[]){&c->output}, 1);
@@ -834,6 +850,7 @@ static void cpu_caps(void *ctx, struct backend_caps *out)
      * matrices into memory of its own (weight_copy_bytes) and drops their file pages */
     out->weights_mapped = 1;
     out->gpu = 0;
+    out->hidden_states = 1;
 }
 
 static void cpu_free(void *ctx)

@@ -541,6 +541,7 @@ static uint64_t cuda_scratch_bytes(void *ctx, int32_t max_rows)
 
 static int cuda_check_batch(const struct cuda_ctx *c, const struct step_batch *b, struct err *e)
 {
+    if (b->n_hidden > 0) return err_set(e, "cuda backend: no hidden-state output (caps.hidden_states is 0)");
     return backend_check_batch(b, c->m->hp.n_vocab, c->n_blocks, c->block_size, (int64_t)c->n_blocks * c->block_size, e);
 }
 
@@ -762,6 +763,7 @@ static void cuda_caps(void *ctx, struct backend_caps *out)
     out->default_max_batch_tokens = 2048;
     out->weights_mapped = 0;
     out->gpu = 1;
+    out->hidden_states = 0; /* embeddings: not yet (step_batch.hidden) */
     out->weight_types = 0;
     for (int t = 0; t < 64; t++)
         if (quant_can_dequantize((enum gguf_dtype)t)) out->weight_types |= 1ull << t;

@@ -9,7 +9,8 @@
  * for up to a few seconds, commits what finished and exits with 130; a second SIGINT stops after the current
  * step, a third kills.
  *
- * Streams (jobs/spool): BACKLOG "-" is standard input, and a gzip or zstd backlog is decompressed; either is
+ * Streams (jobs/spool): BACKLOG "-" is standard input, a named pipe or process substitution (<(zcat x.gz)) is
+ * read once, and a gzip or zstd backlog is decompressed; each is
  * first copied into a regular file beside the store, STORE.backlog (replaced atomically by every run, so a
  * resumed run reads the same lines from the same offsets; a run with other content replaces it, and
  * reconcile then drops the earlier content's lines from the files, as for an edited backlog file: the
@@ -266,10 +267,11 @@ static int run_parse(int argc, char **argv, struct run_args *A)
     return 0;
 }
 
-/* The name -o - gives the run's files: "stdin" for "-", else the backlog's file name without .gz / .zst. */
+/* The name -o - gives the run's files: "stdin" for "-" and a process substitution (/dev/fd/N), else the
+ * backlog's file name without .gz / .zst. */
 static void backlog_stem(const char *backlog, char *out, size_t size)
 {
-    const char *b = strcmp(backlog, "-") ? base_name(backlog) : "stdin";
+    const char *b = strcmp(backlog, "-") && strncmp(backlog, "/dev/fd/", 8) ? base_name(backlog) : "stdin";
     size_t n = strlen(b);
     if (n > 3 && !strcmp(b + n - 3, ".gz")) n -= 3;
     else if (n > 4 && !strcmp(b + n - 4, ".zst")) n -= 4;

@@ -28,6 +28,7 @@
 #include "engine/draft.h"
 #include "engine/kvpool.h"
 #include "engine/lookup.h"
+#include "engine/pooling.h"
 #include "engine/sched.h"
 #include "engine/stop.h"
 #include "util/clock.h"
@@ -57,6 +58,7 @@ struct eng_seq {
     int32_t probe_every;    /* ENG_PROBE_EVERY, doubled (to ENG_PROBE_MAX) each time a probe misses at once */
     int32_t *shadow;        /* (lookup) proposed tokens it did not verify, scored against the tokens it draws */
     int32_t n_shadow, i_shadow; /* shadow[i_shadow .. n_shadow) are still to be scored */
+    struct pooling_acc emb;  /* an embedding request's pooled rows so far (emb.sum NULL: a completion) */
     struct eng_seq *live_prev, *live_next;
 };
 
@@ -89,6 +91,9 @@ struct engine {
     struct logit_edit *edits;                             /* (cap_edits) the srows' edits */
     size_t cap_edits;
     struct eng_verdict *verdicts;                         /* (max_seqs) per plan entry */
+    float *hidden;        /* (max_batch_tokens, n_embd) a step's hidden rows: at the first embedding request */
+    int32_t *hidden_rows; /* (max_batch_tokens) */
+    int hidden_states;    /* the backend's caps.hidden_states */
     int32_t *draft;                                       /* (lookup) a proposal */
     struct draft_cost cost;                               /* forward seconds against rows */
     sampler *smp;                                         /* scratch for one draw at a time */
@@ -101,53 +106,6 @@ struct engine {
     struct engine_stats st;
 };
 
-struct engine_params engine_default_params(void)
-{
-    return (struct engine_params){
-        .kv_block = 16,
-        .kv_blocks = 0,
-        .kv_type = KV_TYPE_F16,
-        .max_batch_tokens = 512,
-        .max_seqs = 64,
-        .prefix_cache = 1,
-        .lookup = ENGINE_DEFAULT_LOOKUP,
-        .lookup_adaptive = 1,
-        .device_sampling = 1,
-        .debug_checks = 0,
-    };
-}
-
-int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type t, int32_t kv_block,
-                                    uint64_t kv_bytes)
-{
-    if (kv_block < 1) return 0;
-    uint64_t per_token = model_kv_bytes_per_token(hp, t);
-    if (!per_token) return 0;
-    uint64_t per_block = per_token * (uint64_t)kv_block;
-    uint64_t n = kv_bytes / per_block;
-    uint64_t cap = (uint64_t)INT32_MAX / (uint64_t)kv_block;
-    return (int64_t)(n > cap ? cap : n);
-}
-
-static int check_params(const struct engine_params *p, struct err *e)
-{
-    if (p->kv_block < 1 || p->kv_block > 1024 || (p->kv_block & (p->kv_block - 1)))
-        return err_set(e, "kv block size %d: must be a power of two from 1 to 1024", (int)p->kv_block);
-    if (p->kv_blocks < 1)
-        return err_set(e, "KV pool of %lld blocks: the memory budget holds no block of %d tokens", (long long)p->kv_blocks,
-                       (int)p->kv_block);
-    if (p->kv_blocks > INT32_MAX / p->kv_block)
-        return err_set(e, "KV pool of %lld blocks x %d tokens is over 2^31 tokens", (long long)p->kv_blocks, (int)p->kv_block);
-    if (p->max_batch_tokens < 1 || p->max_batch_tokens > 65536)
-        return err_set(e, "max_batch_tokens %d: must be in [1, 65536]", (int)p->max_batch_tokens);
-    if (p->max_seqs < 1 || p->max_seqs > 4096) return err_set(e, "max_seqs %d: must be in [1, 4096]", (int)p->max_seqs);
-    if (p->kv_type != KV_TYPE_F32 && p->kv_type != KV_TYPE_F16 && p->kv_type != KV_TYPE_Q8_0)
-        return err_set(e, "unknown KV type %d", (int)p->kv_type);
-    if (p->lookup < 0 || p->lookup > ENGINE_MAX_LOOKUP)
-        return err_set(e, "lookup %d: must be in [0, %d]", (int)p->lookup, ENGINE_MAX_LOOKUP);
-    return 0;
-}
-
 /* The most logit rows a step can have: one per sequence, and ENG_MAX_DRAFT_LOGITS draft rows (reserve_logits). */
 static int32_t max_logits(const engine *eng)
 {
@@ -159,7 +117,7 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
                 engine **out, struct err *e)
 {
     *out = NULL;
-    if (check_params(p, e)) return err_prefix(e, "engine");
+    if (engine_check_params(p, e)) return err_prefix(e, "engine");
     if (m->hp.n_vocab < 1) return err_set(e, "engine: model has no vocabulary");
     engine *eng = calloc(1, sizeof *eng);
     if (!eng) return err_set(e, "engine: out of memory");
@@ -198,6 +156,11 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
         goto fail;
     }
     eng->st.kv_blocks_total = eng->p.kv_blocks;
+    if (b->ops->caps) {
+        struct backend_caps caps = {0};
+        b->ops->caps(b->ctx, &caps);
+        eng->hidden_states = caps.hidden_states;
+    }
     *out = eng;
     return 0;
 fail:
@@ -217,6 +180,7 @@ static void seq_free(engine *eng, struct eng_seq *es)
     free(es->text);
     lookup_free(es->ix);
     free(es->shadow);
+    pooling_free(&es->emb);
     free(es);
 }
 
@@ -251,6 +215,8 @@ void engine_free(engine *eng)
     free(eng->step_seqs);
     free(eng->logits);
     free(eng->verdicts);
+    free(eng->hidden);
+    free(eng->hidden_rows);
     free(eng->draft);
     free(eng->srows);
     free(eng->drawn);
@@ -320,6 +286,16 @@ static int finish_seq(engine *eng, struct eng_seq *es, enum engine_finish why, s
     }
     memcpy(r->tokens, q->tokens + q->n_prompt, (size_t)n_gen * sizeof *r->tokens);
     r->n_tokens = n_gen;
+    if (es->emb.sum && why == ENGINE_FINISH_STOP) {
+        r->embedding = malloc((size_t)es->emb.n_embd * sizeof *r->embedding);
+        if (!r->embedding || pooling_finish(&es->emb, r->embedding)) {
+            free(r->tokens);
+            free(r->embedding);
+            eng->n_done--;
+            return err_set(e, "engine: out of memory for an embedding (or no row pooled: bug)");
+        }
+        r->n_embedding = es->emb.n_embd;
+    }
     r->text = es->text; /* ownership moves to the result */
     r->text_len = es->text_len;
     r->text[r->text_len] = '\0';
@@ -350,6 +326,7 @@ void engine_result_free(struct engine_result *r)
     free(r->tokens);
     free(r->text);
     free(r->error);
+    free(r->embedding);
     memset(r, 0, sizeof *r);
 }
 
@@ -404,6 +381,16 @@ static int seq_constrain(engine *eng, struct eng_seq *es, const struct engine_re
     return rc;
 }
 
+/* Makes es an embedding request pooled by pooling (and the engine ready for hidden rows). */
+static int seq_embed(engine *eng, struct eng_seq *es, int32_t pooling)
+{
+    size_t R = (size_t)eng->p.max_batch_tokens;
+    if (!eng->hidden) eng->hidden = malloc(R * (size_t)eng->m->hp.n_embd * sizeof *eng->hidden);
+    if (!eng->hidden_rows) eng->hidden_rows = malloc(R * sizeof *eng->hidden_rows);
+    es->q.no_prefix_cache = 1;
+    return !eng->hidden || !eng->hidden_rows || pooling_init(&es->emb, pooling, eng->m->hp.n_embd) ? -1 : 0;
+}
+
 int engine_add(engine *eng, const struct engine_request *r, struct err *e)
 {
     char msg[ERR_MSG_MAX + 64];
@@ -412,10 +399,12 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     struct eng_seq *es = calloc(1, sizeof *es);
     if (!es) return err_set(e, "engine: out of memory");
     struct err se;
-    if (sched_seq_init(&es->q, r->id, r->prompt, r->n_prompt, r->max_tokens, eng->p.kv_block, &se)) {
+    if (sched_seq_init(&es->q, r->id, r->prompt, r->n_prompt, r->embed_pooling ? 1 : r->max_tokens, eng->p.kv_block,
+                       &se)) {
         free(es);
         return fail_request(eng, r, se.msg, e);
     }
+    if (r->embed_pooling && seq_embed(eng, es, r->embed_pooling)) goto oom;
     int crc = seq_constrain(eng, es, r, msg, sizeof msg, e);
     if (crc) {
         seq_free(eng, es);
@@ -511,6 +500,13 @@ static int feed_text(engine *eng, struct eng_seq *es, int32_t token)
     return 0;
 }
 
+/* 1 if entry en samples after this step: it reaches the end of its sequence's tokens, and its request is a
+ * completion (an embedding request's last chunk pools instead). */
+static int samples(const struct sched_entry *en)
+{
+    return en->logits && !((const struct eng_seq *)en->seq)->emb.sum;
+}
+
 /* Starts computing, on the constraint cache's worker, the masks that this step's constrained sequences
  * will sample with and that the cache does not hold yet: they are computed while the forward runs. */
 static int prefetch_masks(engine *eng, const struct sched_plan *pl, struct err *e)
@@ -518,7 +514,7 @@ static int prefetch_masks(engine *eng, const struct sched_plan *pl, struct err *
     int32_t n = 0;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         struct eng_seq *es = (struct eng_seq *)pl->entries[i].seq;
-        if (!pl->entries[i].logits || !es->cons) continue;
+        if (!samples(&pl->entries[i]) || !es->cons) continue;
         eng->pf_cons[n] = es->cons;
         eng->pf_states[n++] = &es->cstate;
     }
@@ -648,12 +644,12 @@ static void plan_drafts(engine *eng, const struct sched_plan *pl)
 {
     int32_t n_logits = 0;
     double value = pl->n_rows, knee = draft_cost_knee(&eng->cost);
-    for (int32_t i = 0; i < pl->n_entries; i++) n_logits += pl->entries[i].logits;
+    for (int32_t i = 0; i < pl->n_entries; i++) n_logits += samples(&pl->entries[i]);
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         struct eng_seq *es = (struct eng_seq *)en->seq;
         /* a constrained sequence drafts nothing: each draft row would need its own position's mask */
-        if (!en->logits || es->cons || !wants_proposal(eng, es, knee, pl->n_rows, value)) continue;
+        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows, value)) continue;
         int32_t n_prop = propose(eng, es);
         es->i_shadow = es->n_shadow = 0;
         if (n_prop == 0) continue;
@@ -682,21 +678,26 @@ static void score_shadow(struct eng_seq *es, int32_t tok, int rejected)
 }
 
 /* The step batch of the plan: every entry's rows in order; logits for the rows that sample (a sequence's
- * last token and its draft rows). */
+ * last token and its draft rows); hidden states for the rows an embedding request pools (whose pooled sum
+ * restarts with a chunk at position 0: after a preemption it computes its prompt again). */
 static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
 {
-    int32_t n_rows = 0, n_logits = 0;
+    int32_t n_rows = 0, n_logits = 0, n_hidden = 0;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         const struct sched_seq *q = en->seq;
+        struct pooling_acc *emb = &((struct eng_seq *)en->seq)->emb;
+        const int sample = samples(en);
         eng->step_seqs[i] = (struct step_seq){.block_table = q->blocks, .n_blocks = q->n_blocks};
+        if (emb->sum && en->pos0 == 0) pooling_reset(emb);
         for (int32_t k = 0; k < en->n_rows; k++) {
             int32_t pos = en->pos0 + k;
             eng->row_tokens[n_rows] = q->tokens[pos]; /* draft tokens follow the sequence's own */
             eng->row_pos[n_rows] = pos;
             eng->row_seq[n_rows] = i;
             if (pos < q->n_prompt) eng->st.prompt_tokens_computed++;
-            if (en->logits && k >= en->n_rows - 1 - en->n_draft) eng->logit_rows[n_logits++] = n_rows;
+            if (sample && k >= en->n_rows - 1 - en->n_draft) eng->logit_rows[n_logits++] = n_rows;
+            if (emb->sum && pooling_wants_row(emb->pooling, pos, q->n_prompt)) eng->hidden_rows[n_hidden++] = n_rows;
             n_rows++;
         }
     }
@@ -709,7 +710,24 @@ static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
         .seqs = eng->step_seqs,
         .n_logits = n_logits,
         .logit_rows = eng->logit_rows,
+        .n_hidden = n_hidden,
+        .hidden_rows = eng->hidden_rows,
+        .hidden = eng->hidden,
     };
+}
+
+/* After the forward of b: each embedding entry's hidden rows (in b's order, which is the entries' and their
+ * positions') go into its pooled sum. */
+static void pool_rows(engine *eng, const struct sched_plan *pl, const struct step_batch *b)
+{
+    const int64_t n_embd = eng->m->hp.n_embd;
+    for (int32_t i = 0, j = 0; i < pl->n_entries; i++) {
+        const struct sched_entry *en = &pl->entries[i];
+        struct pooling_acc *emb = &((struct eng_seq *)en->seq)->emb;
+        for (int32_t k = 0; emb->sum && k < en->n_rows; k++)
+            if (pooling_wants_row(emb->pooling, en->pos0 + k, en->seq->n_prompt) && j < b->n_hidden)
+                pooling_add(emb, b->hidden + (int64_t)j++ * n_embd);
+    }
 }
 
 /* Samples entry en's positions in order from its logits rows (1 + n_draft of them; a row's token is drawn[a]
@@ -791,7 +809,7 @@ static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_l
     size_t need = 0;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct eng_seq *es = (const struct eng_seq *)pl->entries[i].seq;
-        if (pl->entries[i].logits)
+        if (samples(&pl->entries[i]))
             for (int32_t a = 0; a <= pl->entries[i].n_draft; a++)
                 need += (size_t)sampler_max_edits(&es->sampling, es->q.n_prompt, es->q.n_tokens - es->q.n_prompt + a);
     }
@@ -805,7 +823,7 @@ static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_l
     for (int32_t i = 0, j = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         const struct eng_seq *es = (const struct eng_seq *)en->seq;
-        if (!en->logits) continue;
+        if (!samples(en)) continue;
         for (int32_t a = 0; a <= en->n_draft; a++, j++) {
             struct sample_row *r = &eng->srows[j];
             const struct sampler_params *sp = &es->sampling;
@@ -863,13 +881,14 @@ int engine_step(engine *eng, struct err *e)
         if (prc && !frc) return err_set(e, "engine step: %s", pe.msg);
     }
     if (frc) return err_prefix(e, "engine step");
+    if (batch.n_hidden > 0) pool_rows(eng, pl, &batch);
     eng->st.rows_computed += batch.n_rows;
     if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_cost_add(&eng->cost, batch.n_rows, dt);
     /* verify, then commit only what the sequences keep */
     int32_t n_entries = pl->n_entries;
     const struct sched_entry *ents = pl->entries;
     for (int32_t i = 0, j = 0; i < n_entries; i++) {
-        if (!ents[i].logits) continue;
+        if (!samples(&ents[i])) continue;
         if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, eng->drawn + j, eng->srows + j,
                          &eng->verdicts[i], e))
             return err_prefix(e, "engine step");
@@ -877,9 +896,14 @@ int engine_step(engine *eng, struct err *e)
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);
     }
     sched_commit(eng->s);
-    /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. */
-    for (int32_t i = 0; i < n_entries; i++)
-        if (ents[i].logits && settle_entry(eng, &ents[i], &eng->verdicts[i], e)) return -1;
+    /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. An
+     * embedding request whose last chunk ran is finished (its embedding pooled). */
+    for (int32_t i = 0; i < n_entries; i++) {
+        const int sample = samples(&ents[i]); /* read before settling, which may free the sequence */
+        if (sample && settle_entry(eng, &ents[i], &eng->verdicts[i], e)) return -1;
+        if (!sample && ents[i].logits && finish_seq(eng, (struct eng_seq *)ents[i].seq, ENGINE_FINISH_STOP, e))
+            return -1;
+    }
     eng->st.n_steps++;
     if (eng->p.debug_checks && check_step(eng, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;
@@ -923,16 +947,27 @@ enum engine_request_check engine_check_request(const engine *eng, const struct e
     const struct model_hparams *hp = &eng->m->hp;
     struct err se;
     msg[0] = '\0';
+    const int embed = r->embed_pooling != MODEL_POOLING_NONE;
     if (r->n_prompt < 1 || !r->prompt) return snprintf(msg, cap, "empty prompt"), ENGINE_REQUEST_INVALID;
-    if (r->max_tokens < 1)
+    if (embed && !pooling_supported(r->embed_pooling))
+        return snprintf(msg, cap, "embeddings: pooling type %d is not one nightshift computes (1 mean, 2 CLS, 3 last token)",
+                        (int)r->embed_pooling), ENGINE_REQUEST_INVALID;
+    if (embed && !eng->hidden_states)
+        return snprintf(msg, cap, "embeddings: the %s backend does not return hidden states (use --backend cpu)",
+                        eng->b->ops->name ? eng->b->ops->name : "?"), ENGINE_REQUEST_INVALID;
+    if (!embed && r->max_tokens < 1)
         return snprintf(msg, cap, "max_tokens %d: must be at least 1", (int)r->max_tokens), ENGINE_REQUEST_INVALID;
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= eng->n_vocab)
             return snprintf(msg, cap, "prompt token %d (at %d) is outside the vocabulary (%d tokens)",
                             (int)r->prompt[i], (int)i, (int)eng->n_vocab),
                    ENGINE_REQUEST_INVALID;
-    int64_t total = (int64_t)r->n_prompt + r->max_tokens;
-    if (hp->n_ctx_train > 0 && total > hp->n_ctx_train)
+    /* an embedding request needs the KV of its prompt only: as a completion of one token would */
+    int64_t total = (int64_t)r->n_prompt + (embed ? 1 : r->max_tokens);
+    if (embed && hp->n_ctx_train > 0 && r->n_prompt > hp->n_ctx_train)
+        return snprintf(msg, cap, "input (%d tokens) exceeds the model context of %d tokens", (int)r->n_prompt,
+                        (int)hp->n_ctx_train), ENGINE_REQUEST_TOO_LARGE;
+    if (!embed && hp->n_ctx_train > 0 && total > hp->n_ctx_train)
         return snprintf(msg, cap, "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model context of %d tokens",
                         (int)r->n_prompt, (int)r->max_tokens, (long long)total, (int)hp->n_ctx_train),
                ENGINE_REQUEST_TOO_LARGE;
@@ -940,16 +975,17 @@ enum engine_request_check engine_check_request(const engine *eng, const struct e
     if (need_blocks > eng->p.kv_blocks)
         return snprintf(msg, cap,
                         "prompt (%d tokens) + max_tokens (%d) needs %lld KV blocks but the whole pool has %lld (%lld "
-                        "tokens): raise the KV memory budget or lower max_tokens",
-                        (int)r->n_prompt, (int)r->max_tokens, (long long)need_blocks, (long long)eng->p.kv_blocks,
-                        (long long)eng->p.kv_blocks * eng->p.kv_block),
+                        "tokens): raise the KV memory budget%s",
+                        (int)r->n_prompt, (int)(embed ? 0 : r->max_tokens), (long long)need_blocks,
+                        (long long)eng->p.kv_blocks, (long long)eng->p.kv_blocks * eng->p.kv_block,
+                        embed ? "" : " or lower max_tokens"),
                ENGINE_REQUEST_TOO_LARGE;
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
         return snprintf(msg, cap, "bad stop string list"), ENGINE_REQUEST_INVALID;
     if (total > INT32_MAX / 2) /* sched_seq_init's bound */
         return snprintf(msg, cap, "prompt + max_tokens too large (%lld tokens)", (long long)total),
                ENGINE_REQUEST_TOO_LARGE;
-    if (sampler_check_params(&r->sampling, eng->n_sample, &se))
+    if (!embed && sampler_check_params(&r->sampling, eng->n_sample, &se))
         return snprintf(msg, cap, "sampling parameters: %s", se.msg), ENGINE_REQUEST_INVALID;
     if (r->constraint && r->constraint->kind != CONSTRAINT_NONE && !eng->v)
         return snprintf(msg, cap, "structured output needs the model's vocabulary"), ENGINE_REQUEST_INVALID;

@@ -65,6 +65,8 @@ struct engine_params {
 };
 
 struct engine_params engine_default_params(void);
+/* 0 if p holds valid values (above); else fails naming the first one that is not. */
+int engine_check_params(const struct engine_params *p, struct err *e);
 
 /* Pool size in blocks for a KV memory budget in bytes (0 if the budget holds less than one block). */
 int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type t, int32_t kv_block,
@@ -94,7 +96,12 @@ struct engine_request {
     int32_t n_stop;
     int ignore_eos;             /* 1: EOS/EOT do not stop (benchmarks) */
     const struct constraint_spec *constraint; /* structured output, or NULL / kind NONE; compiled (or found
-                                                 compiled) by engine_add, which does not keep the pointer */
+                                                 compiled) by engine_add, which does not keep the pointer */    int32_t embed_pooling;      /* 0 (MODEL_POOLING_NONE): a completion. Else an embedding request pooled this way
+                                   (enum model_pooling; engine/pooling.h): the prompt is prefilled only (no
+                                   logits, no sampling: max_tokens, sampling, stop, ignore_eos, constraint are
+                                   ignored), never looked up nor registered in the prefix cache (every row's
+                                   hidden state is computed; no KV outlives it), and its result carries the
+                                   L2-normalised embedding. Needs a backend with caps.hidden_states. */
 };
 
 struct engine_result {
@@ -108,7 +115,8 @@ struct engine_result {
     int32_t n_prompt;
     int32_t n_prompt_cached; /* prompt tokens served from the prefix cache at its first admission */
     int32_t n_preempted;     /* times this request was preempted */
-    double t_added, t_first_token, t_finished; /* clock_now() seconds */
+    double t_added, t_first_token, t_finished; /* clock_now() seconds */    float *embedding;        /* (n_embedding = n_embd) an embedding request's, malloc'd; else NULL, 0 */
+    int32_t n_embedding;
 };
 
 struct engine_stats {
@@ -154,8 +162,10 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e);
  * ENGINE_FINISH_ERROR at once (msg, cap bytes: the message its result would carry). TOO_LARGE: prompt +
  * max_tokens over the model's context or the whole KV pool (no run of this engine can compute it);
  * INVALID: anything else (an empty prompt, a token outside the vocabulary, sampling parameters the sampler
- * refuses). Callers that read requests up front (jobs/ingest) refuse them with the engine's own arithmetic,
- * so that no request they accept fails for good here. A constraint that does not compile is not checked
+ * refuses, an embedding request with a pooling type it does not compute or on a backend without hidden
+ * states). For an embedding request the size is the prompt's alone. Callers that read requests up front
+ * (jobs/ingest) refuse them with the engine's own arithmetic, so that no request they accept fails for good
+ * here. A constraint that does not compile is not checked
  * (compiling is engine_add's work). O(n_prompt). */
 enum engine_request_check { ENGINE_REQUEST_OK, ENGINE_REQUEST_INVALID, ENGINE_REQUEST_TOO_LARGE };
 enum engine_request_check engine_check_request(const engine *eng, const struct engine_request *r, char *msg,

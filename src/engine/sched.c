@@ -9,7 +9,8 @@
  *    n_tokens (rounded up to a block), and n_registered * block_size <= n_computed (between sched_draft
  *    and sched_commit, blocks also cover the draft rows; the commit releases those of rejected rows);
  *  - blocks[0 .. n_registered) are cached, each registered under the previous one (the first under
- *    KV_NONE): the table spells a verified chain of the sequence's tokens;
+ *    KV_NONE): the table spells a verified chain of the sequence's tokens; n_registered is 0 for a
+ *    sequence with no_prefix_cache;
  *  - every other block of a table is held by that table alone (refcount 1, not cached): a sequence writes
  *    KV only into blocks nobody else can read;
  *  - the pool's refcounts equal the number of block-table entries naming each block (kv_check).
@@ -326,7 +327,7 @@ static int schedule_running(sched *s, struct sched_seq *q, int32_t want)
 static void lookup_prefix(sched *s, struct sched_seq *q)
 {
     assert(q->n_blocks == 0 && q->n_computed == 0);
-    if (!s->p.prefix_cache) return;
+    if (!s->p.prefix_cache || q->no_prefix_cache) return;
     int32_t max_hits = (q->n_tokens - 1) / s->block_size;
     int32_t parent = KV_NONE;
     for (int32_t i = 0; i < max_hits; i++) {
@@ -440,7 +441,7 @@ void sched_commit(sched *s)
         q->n_computed += en->n_rows - en->n_draft + en->n_accepted;
         q->n_tokens += en->n_accepted;
         if (en->n_accepted < en->n_draft) trim_blocks(s, q);
-        if (!s->p.prefix_cache) continue;
+        if (!s->p.prefix_cache || q->no_prefix_cache) continue;
         while ((int64_t)(q->n_registered + 1) * s->block_size <= q->n_computed) {
             int32_t k = q->n_registered;
             int32_t parent = k ? q->blocks[k - 1] : KV_NONE;
@@ -473,7 +474,8 @@ int sched_check(const sched *s, struct err *e)
         if ((int64_t)q->n_blocks * B < q->n_computed || q->n_blocks > ceil_div(q->n_tokens, B) || q->n_blocks > q->cap_blocks)
             return err_set(e, "sched_check: seq %llu has %d blocks for %d computed / %d tokens", (unsigned long long)q->id,
                            (int)q->n_blocks, (int)q->n_computed, (int)q->n_tokens);
-        if ((int64_t)q->n_registered * B > q->n_computed || q->n_registered > q->n_blocks)
+        if ((int64_t)q->n_registered * B > q->n_computed || q->n_registered > q->n_blocks ||
+            (q->no_prefix_cache && q->n_registered))
             return err_set(e, "sched_check: seq %llu registered %d blocks", (unsigned long long)q->id, (int)q->n_registered);
         for (int32_t k = 0; k < q->n_blocks; k++) {
             int32_t id = q->blocks[k];

@@ -56,6 +56,9 @@ struct sched_seq {
     int32_t priority;        /* higher runs first (sched_seq_set_priority; 0 by default) */
     int64_t preempted_step;  /* step of the last preemption (-1: never) */
     int admitted;            /* admitted at least once */
+    int no_prefix_cache;     /* set by the caller before sched_add: never looked up nor registered in the
+                                prefix cache (embedding requests: every row is computed, and no KV is kept
+                                after the request) */
     enum sched_state state;
     struct sched_seq *prev, *next; /* waiting queue links */
 };

@@ -16,6 +16,7 @@
 
 #include "jobs/dist.h"
 #include "jobs/dist_int.h"
+#include "jobs/embedding.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -186,7 +187,7 @@ static int worker_take(struct worker *w, struct err *e)
 {
     struct engine_result r;
     while (engine_take(w->eng, &r)) {
-        int rc = dist_pack_result(&w->out, &r);
+        int rc = embedding_result_to_text(&r) != 0 ? -1 : dist_pack_result(&w->out, &r); /* as rank 0 stores it */
         w->st.requests++;
         w->st.prompt_tokens += r.n_prompt;
         w->st.prompt_tokens_cached += r.n_prompt_cached;

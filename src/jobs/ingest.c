@@ -19,6 +19,7 @@
 
 #include <xxhash.h>
 
+#include "jobs/embedding.h"
 #include "jobs/key.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -51,8 +52,10 @@ struct ingest_source {
 /* A line as prepared from what jobs/input read: a request (its prompt) or a bad line. */
 struct prepared {
     struct input_item it; /* as read (owned) */
-    int32_t *prompt;      /* (n_prompt) rendered and tokenized; owned */
+    int32_t *prompt;      /* (n_prompt) rendered and tokenized; owned. An embeddings line: its inputs' tokens one
+                             after the other, input k at [starts[k], starts[k + 1]) */
     int32_t n_prompt;
+    int32_t *starts;      /* (inputs + 1) an embeddings line's, else NULL; owned */
     const char *code;     /* bad line: static string; NULL for a request */
     char message[1024];
     int no_template;      /* chat input for a model without a chat template */
@@ -62,6 +65,7 @@ static void prepared_free(struct prepared *p)
 {
     input_item_free(&p->it);
     free(p->prompt);
+    free(p->starts);
     memset(p, 0, sizeof *p);
 }
 
@@ -209,6 +213,10 @@ static void request_of(const ingest_source *s, const struct input_item *it, cons
     memset(rq, 0, sizeof *rq);
     rq->prompt = prompt;
     rq->n_prompt = n_prompt;
+    if (it->kind == INPUT_KIND_EMBEDDING) { /* prefill only: no generation parameter applies */
+        rq->embed_pooling = s->m->hp->pooling;
+        return;
+    }
     rq->max_tokens = ingest_max_tokens(s->m, n_prompt, g->max_tokens);
     genparam_to_sampler(g, seed, &rq->sampling);
     rq->stop = (const char *const *)g->stop;
@@ -233,6 +241,64 @@ static void check_with_engine(const ingest_source *s, struct prepared *p)
         make_bad(p, c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value", "%s", msg);
 }
 
+/* Input k of an embeddings line tokenized and checked as a prompt is (ingest_prompt), then appended to
+ * p->prompt; 1 with the bad request's code and message (naming the input) when it is refused. */
+static int embed_input(ingest_source *s, struct prepared *p, int32_t k, const char **code, char *msg, size_t cap,
+                       struct err *e)
+{
+    struct input_embed *in = p->it.embed;
+    struct input_item one = {.kind = INPUT_KIND_COMPLETION, .prompt = in->text[k], .prompt_len = in->len[k],
+                             .prompt_ids = in->ids[k], .n_prompt_ids = in->n_ids[k]};
+    int32_t *ids, n_ids;
+    char why[768];
+    int rc = ingest_prompt(s->m, s->c->parse_special, &one, &ids, &n_ids, NULL, code, why, sizeof why, e);
+    if (!one.prompt_ids) in->ids[k] = NULL; /* taken into ids */
+    if (rc > 0 && in->n > 1) snprintf(msg, cap, "'input[%d]': %s", (int)k, why);
+    else if (rc > 0) snprintf(msg, cap, "'input': %s", why);
+    if (rc != 0) return rc;
+    struct engine_request rq;
+    request_of(s, &p->it, ids, n_ids, 0, &rq);
+    enum engine_request_check c = s->m->eng ? engine_check_request(s->m->eng, &rq, why, sizeof why) : ENGINE_REQUEST_OK;
+    int32_t *grown = c == ENGINE_REQUEST_OK ? realloc(p->prompt, (size_t)(p->n_prompt + n_ids) * sizeof *grown) : NULL;
+    if (grown) {
+        memcpy(grown + p->n_prompt, ids, (size_t)n_ids * sizeof *ids);
+        p->prompt = grown;
+        p->n_prompt += n_ids;
+        p->starts[k + 1] = p->n_prompt;
+    }
+    free(ids);
+    if (c == ENGINE_REQUEST_OK) return grown ? 0 : err_set(e, "out of memory");
+    *code = c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value";
+    if (in->n > 1) snprintf(msg, cap, "'input[%d]': %s", (int)k, why);
+    else snprintf(msg, cap, "'input': %s", why);
+    return 1;
+}
+
+/* An embeddings line's inputs into p->prompt and p->starts (embed_input), and its dimensions checked against
+ * the model; a problem makes p bad. */
+static int embed_prompts(ingest_source *s, struct prepared *p, struct err *e)
+{
+    const struct input_embed *in = p->it.embed;
+    if (in->dimensions > s->m->hp->n_embd) {
+        make_bad(p, "invalid_value",
+                 "'dimensions' is %d, but this model's embeddings have %d values (fewer may be asked for: the first "
+                 "N, normalised again)", (int)in->dimensions, (int)s->m->hp->n_embd);
+        return 0;
+    }
+    if (!(p->starts = calloc((size_t)in->n + 1, sizeof *p->starts))) return err_set(e, "out of memory");
+    for (int32_t k = 0; k < in->n; k++) {
+        const char *code;
+        char msg[1024];
+        int rc = embed_input(s, p, k, &code, msg, sizeof msg, e);
+        if (rc < 0) return -1;
+        if (rc > 0) {
+            make_bad(p, code, "%s", msg);
+            return 0;
+        }
+    }
+    return 0;
+}
+
 /* Makes p's prompt (ingest_prompt: rendered, tokenized, checked against the model) and asks the engine; a
  * problem makes p bad. Chat input for a model without a chat template is bad too and sets no_template (the
  * caller warns once). fb: the template fallbacks to count (NULL when a line is read again). */
@@ -244,6 +310,7 @@ static int prepare_line(ingest_source *s, struct prepared *p, struct ingest_fall
         make_bad(p, it->code, "%s", it->message ? it->message : "");
         return 0;
     }
+    if (it->kind == INPUT_KIND_EMBEDDING) return embed_prompts(s, p, e);
     p->no_template = it->kind == INPUT_KIND_CHAT && m->chat == CHAT_NONE && !m->chat_jinja;
     const char *code;
     char msg[1024];
@@ -272,6 +339,11 @@ static int completion_key(const ingest_source *s, const struct prepared *p, int3
     kp.prompt = p->prompt;
     kp.n_prompt = p->n_prompt;
     kp.index = (uint32_t)k;
+    if (p->starts) { /* an embedding: input k */
+        kp.embed_pooling = s->m->hp->pooling;
+        kp.prompt = p->prompt + p->starts[k];
+        kp.n_prompt = p->starts[k + 1] - p->starts[k];
+    }
     return key_compute(&kp, key, e);
 }
 
@@ -355,6 +427,7 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
     uint8_t digest[32];
     const struct input_item *it = &p->it;
     int32_t n = p->code ? 0 : it->gen.n;
+    if (!it->code) st->defaults_used |= ~it->gen.given;
     if (ledger_add_line(l, it->line, it->off, n, &li, e) != 0) return -1;
     l->lines[li].kind = (uint8_t)it->kind; /* a bad line's too: its error names "messages" or "prompt" */
     if (p->code) {
@@ -368,12 +441,18 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
         for (int32_t k = 0; k < n; k++) {
             uint64_t seed;
             int folded;
+            if (p->starts)
+                plan = plan_item_of(p->prompt + p->starts[k], p->starts[k + 1] - p->starts[k], s->m->ep.kv_block);
             if (completion_key(s, p, k, keys[k], &seed, e) != 0) return -1;
             if (ledger_add_work(l, li, k, keys[k], plan, &folded, e) != 0) return -1;
             st->folded_duplicates += folded;
         }
-        ledger_digest_request(it->custom_id, it->kind, it->model ? it->model : s->m->name, n,
-                              (const uint8_t(*)[32])keys, digest);
+        if (it->embed)
+            ledger_digest_embedding(it->custom_id, it->model ? it->model : s->m->name, n, (const uint8_t(*)[32])keys,
+                                    it->embed->dimensions, it->embed->base64, digest);
+        else
+            ledger_digest_request(it->custom_id, it->kind, it->model ? it->model : s->m->name, n,
+                                  (const uint8_t(*)[32])keys, digest);
     }
     l->lines[li].digest = ledger_digest_head(digest);
     return 0;
@@ -563,8 +642,13 @@ int ingest_work_request(ingest_source *s, uint32_t w, struct ingest_request *out
         changed(L, "its request's key differs", e);
         goto fail;
     }
+    if (p.starts) { /* an embedding: input W->index alone */
+        p.n_prompt = p.starts[W->index + 1] - p.starts[W->index];
+        memmove(p.prompt, p.prompt + p.starts[W->index], (size_t)p.n_prompt * sizeof *p.prompt);
+    }
     out->it = p.it; /* moved: the request points into *out */
     out->prompt = p.prompt;
+    free(p.starts);
     request_of(s, &out->it, out->prompt, p.n_prompt, seed, &out->rq);
     out->rq.id = w;
     return 0;
@@ -607,6 +691,10 @@ int ingest_line_info(void *user, const ledger *l, uint32_t li, struct ledger_lin
     prepared_free(&p);
     out->custom_id = s->info_item.custom_id;
     out->model = s->info_item.model;
+    if (s->info_item.embed) {
+        out->dimensions = s->info_item.embed->dimensions;
+        out->base64 = s->info_item.embed->base64;
+    }
     out->message = s->info_message;
     return 0;
 }

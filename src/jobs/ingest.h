@@ -39,6 +39,10 @@ struct ingest_stats {
     int64_t bad_lines;         /* bad input, chat template failures, prompts that do not fit */
     int64_t folded_duplicates; /* completions whose key another completion already has */
     int interrupted;           /* *c->stop was set: reading stopped early */
+    uint64_t defaults_used;    /* bit i: a request line fell back to the default of genparam row i (it did
+                                  not set that field; a line bad from the start, before any default applies,
+                                  uses none; one found bad later, against the model, counts as using all
+                                  it did not set) */
 };
 
 /* What the book of a backlog will hold, for the memory budget before the run (runtime_params.reserve):

@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "jobs/embedding.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/sha256.h"
@@ -117,6 +118,7 @@ void input_item_free(struct input_item *it)
     }
     free(it->msgs);
     free(it->model);
+    embedding_input_free(it->embed);
     genparam_free(&it->gen);
     memset(it, 0, sizeof *it);
 }
@@ -762,8 +764,10 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             const char *u = json_is_string(url) ? json_string_value(url) : "";
             if (!strcmp(u, "/v1/chat/completions")) want_chat = 1;
             else if (!strcmp(u, "/v1/completions")) want_chat = 0;
+            else if (!strcmp(u, "/v1/embeddings")) want_chat = 2;
             else {
-                set_bad(b, "unsupported_request", "'url' must be \"/v1/chat/completions\" or \"/v1/completions\"");
+                set_bad(b, "unsupported_request",
+                        "'url' must be \"/v1/chat/completions\", \"/v1/completions\" or \"/v1/embeddings\"");
                 goto done;
             }
         }
@@ -776,7 +780,14 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             goto done;
         }
         static const char *const none[] = {NULL};
-        if (parse_request_fields(r, body, "body.", none, it, b) != 0) goto done;
+        if (want_chat == 2) { /* embeddings: one work per input (gen.n counts them) */
+            int erc = embedding_parse_body(body, &it->embed, &it->model, &b->code, b->msg, sizeof b->msg);
+            if (erc < 0) set_bad(b, "invalid_value", "out of memory");
+            if (erc != 0) goto done;
+            it->kind = INPUT_KIND_EMBEDDING;
+            it->gen.n = it->embed->n;
+            it->gen.given = GENPARAM_ALL_ROWS; /* an embedding falls back to no generation default */
+        } else if (parse_request_fields(r, body, "body.", none, it, b) != 0) goto done;
         if (want_chat == 1 && it->kind != INPUT_KIND_CHAT) {
             set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
             goto done;

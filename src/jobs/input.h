@@ -2,7 +2,9 @@
  *
  * Formats (auto-detected from the first non-blank lines, or forced):
  *   openai  OpenAI Batch API JSONL: {"custom_id", "method": "POST", "url": "/v1/chat/completions" |
- *           "/v1/completions", "body": {"messages" | "prompt", generation fields..., "model"}}
+ *           "/v1/completions", "body": {"messages" | "prompt", generation fields..., "model"}}; or "url":
+ *           "/v1/embeddings", "body": {"input", "model", "encoding_format", "dimensions", "user"}
+ *           (jobs/embedding)
  *   jsonl   {"id", "prompt" | "messages", generation fields..., "model"}
  *   text    one prompt per line; the id is the line number ("17").
  * Blank (whitespace-only) lines are skipped in every format and are not requests.
@@ -33,7 +35,9 @@
 #include "util/err.h"
 
 enum input_format { INPUT_FORMAT_AUTO, INPUT_FORMAT_OPENAI, INPUT_FORMAT_JSONL, INPUT_FORMAT_TEXT };
-enum input_kind { INPUT_KIND_COMPLETION, INPUT_KIND_CHAT };
+enum input_kind { INPUT_KIND_COMPLETION, INPUT_KIND_CHAT, INPUT_KIND_EMBEDDING };
+
+struct input_embed; /* jobs/embedding.h */
 
 #define INPUT_MAX_ID_BYTES 1024
 
@@ -61,7 +65,9 @@ struct input_item {
     struct input_msg *msgs; /* (n_msgs) chat */
     size_t n_msgs;
     char *model;          /* the line's "model" (recorded only) or NULL */
-    struct gen_params gen; /* defaults with the line's fields applied (runtime/genparam) */
+    struct gen_params gen; /* defaults with the line's fields applied (runtime/genparam); an embeddings
+                              line: the defaults, but n = its inputs */
+    struct input_embed *embed; /* kind EMBEDDING: its inputs and output options, else NULL */
 };
 
 void input_item_free(struct input_item *it);

@@ -32,6 +32,7 @@
 
 #include <sys/resource.h>
 
+#include "jobs/embedding.h"
 #include "jobs/ingest.h"
 #include "jobs/ledger.h"
 #include "jobs/monitor.h"
@@ -69,6 +70,7 @@ typedef struct job {
     int64_t n_latency_seen;
     uint64_t latency_rng;
     double t_commit_last;
+    uint64_t defaults_used; /* genparam rows whose default some line fell back to (ingest_stats) */
     json_t *backlog_json; /* backlog facts for the record */
     json_t *repair_json;  /* what reconcile did, for the record */
     const uint32_t *order; /* (n_order) the plan */
@@ -170,6 +172,7 @@ static int read_backlog(job *j, struct err *e)
     j->sum->input_errors = st.bad_lines;
     j->sum->folded_duplicates = st.folded_duplicates;
     j->sum->interrupted = st.interrupted;
+    j->defaults_used = st.defaults_used;
     return 0;
 }
 
@@ -183,7 +186,7 @@ static int open_store(job *j, struct err *e)
     for (int f = 0; f < 2; f++) /* first: their locks say whether another run writes them */
         if (output_open(paths[f], &j->out[f], e) != 0) return -1;
     if (store_open(c->store, c->durability, &j->st, e) != 0) return -1;
-    if (settings_bind_store(j->st, c, j->m, e) != 0) return -1;
+    if (settings_bind_store(j->st, c, j->m, j->defaults_used, e) != 0) return -1;
     j->book.st = j->st;
     j->book.out[0] = j->out[0];
     j->book.out[1] = j->out[1];
@@ -297,6 +300,10 @@ static int hand_in(job *j, struct engine_result *r, struct err *e)
     if (r->id >= j->cap_flight || j->flight[r->id].work == UINT32_MAX) {
         engine_result_free(r);
         return err_set(e, "a result for unknown request %llu (bug)", (unsigned long long)r->id);
+    }
+    if (embedding_result_to_text(r) != 0) { /* an embedding is stored as its text */
+        engine_result_free(r);
+        return err_set(e, "out of memory");
     }
     int ok = r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH;
     struct store_result sr;

@@ -52,10 +52,13 @@ static void put_any(void *w, const void *p, size_t n) { put(w, p, n); }
 static void encode(struct enc *wp, const struct key_params *p)
 {
     static const char tag[] = "nightshift-key-v" KEY_STR(KEY_VERSION);
-    put(wp, tag, sizeof tag); /* with the NUL */
+    static const char embed_tag[] = "nightshift-embedding-v1";
+    if (p->embed_pooling) put(wp, embed_tag, sizeof embed_tag);
+    else put(wp, tag, sizeof tag); /* with the NUL */
     put(wp, p->model_sha256, 32);
     put_u32(wp, p->kv_type);
-    genparam_key_encode(p->gen, p->seed, put_any, wp);
+    if (p->embed_pooling) put_u32(wp, (uint32_t)p->embed_pooling);
+    else genparam_key_encode(p->gen, p->seed, put_any, wp);
     put_u32(wp, (uint32_t)p->n_prompt);
     for (int32_t i = 0; i < p->n_prompt; i++) put_u32(wp, (uint32_t)p->prompt[i]);
     put_u32(wp, p->index);

@@ -21,7 +21,8 @@
  * per-request xoshiro256** stream. v2: position-keyed draws (engine/sampler.h), so seeded results differ
  * from v1's. A store records the version it was made with (jobs/job: setting "key.version") and a run
  * refuses a store of another version unless --force (old results stay unused: their keys differ).
- * Structured output (the genparam constraint rows) did not need a new version: those rows encode nothing
+ * Embeddings (key_params.embed_pooling) are encoded under a tag of their own, so their keys never meet a
+ * completion's. Structured output (the genparam constraint rows) did not need a new version: those rows encode nothing
  * for an unconstrained request, whose key is what it was before (runtime/genparam.h).
  */
 #ifndef NS_JOBS_KEY_H
@@ -43,7 +44,11 @@ struct key_params {
     uint64_t seed;                  /* the completion's seed */
     const int32_t *prompt;          /* (n_prompt) rendered prompt ids */
     int32_t n_prompt;
-    uint32_t index;                 /* completion index, 0 .. n-1 */
+    uint32_t index;                 /* completion index, 0 .. n-1 (an embedding line: its input's index) */
+    int32_t embed_pooling;          /* 0: a completion. Else an embedding pooled this way (enum model_pooling):
+                                       tag "nightshift-embedding-v1\0", model sha256, kv type, this pooling
+                                       (u32), then n_prompt, the ids and index as above; gen and seed are not
+                                       encoded (an embedding depends on neither) */
 };
 
 /* Writes the canonical encoding into buf (cap bytes) and returns its length; if that exceeds cap only cap

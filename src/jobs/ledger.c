@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "jobs/embedding.h"
 #include "util/clock.h"
 #include "util/sha256.h"
 
@@ -78,8 +79,10 @@ void ledger_digest_bad(const char *custom_id, const char *code, const char *mess
     sha256_final(c, out);
 }
 
-void ledger_digest_request(const char *custom_id, int kind, const char *model, int32_t n, const uint8_t (*keys)[32],
-                           uint8_t out[32])
+/* ledger_digest_request and ledger_digest_embedding: the output options (dims, base64) are hashed only when
+ * with_options, so that every other line's digest is what it always was. */
+static void digest_line(const char *custom_id, int kind, const char *model, int32_t n, const uint8_t (*keys)[32],
+                        int with_options, int32_t dims, int base64, uint8_t out[32])
 {
     sha256_ctx *c = sha256_init();
     if (!c) {
@@ -96,7 +99,24 @@ void ledger_digest_request(const char *custom_id, int kind, const char *model, i
     uint32_t nn = (uint32_t)n;
     sha256_update(c, &nn, 4);
     for (int32_t i = 0; i < n; i++) sha256_update(c, keys[i], 32);
+    if (with_options) {
+        uint8_t opt[5] = {(uint8_t)dims, (uint8_t)(dims >> 8), (uint8_t)(dims >> 16), (uint8_t)(dims >> 24),
+                          (uint8_t)base64};
+        sha256_update(c, opt, sizeof opt);
+    }
     sha256_final(c, out);
+}
+
+void ledger_digest_request(const char *custom_id, int kind, const char *model, int32_t n, const uint8_t (*keys)[32],
+                           uint8_t out[32])
+{
+    digest_line(custom_id, kind, model, n, keys, 0, 0, 0, out);
+}
+
+void ledger_digest_embedding(const char *custom_id, const char *model, int32_t n, const uint8_t (*keys)[32],
+                             int32_t dimensions, int base64, uint8_t out[32])
+{
+    digest_line(custom_id, INPUT_KIND_EMBEDDING, model, n, keys, 1, dimensions, base64, out);
 }
 
 uint64_t ledger_digest_head(const uint8_t digest[32])
@@ -197,7 +217,7 @@ static void put_fail_line(const ledger *l, const struct ledger_line *L, const ch
         if (error_kinds[i].param_from_message) f.param = quoted_field(message, param, sizeof param);
     }
     if (!strcmp(f.code, "context_length_exceeded") || !strcmp(code, "chat_template"))
-        f.param = L->kind == INPUT_KIND_CHAT ? "messages" : "prompt";
+        f.param = L->kind == INPUT_KIND_CHAT ? "messages" : L->kind == INPUT_KIND_EMBEDDING ? "input" : "prompt";
     output_fail_line(b, &f);
 }
 
@@ -437,9 +457,36 @@ static int changed(const struct ledger_line *L, struct err *e)
                    L->no);
 }
 
+/* Appends the result line of embeddings line L (every result done): its embeddings list (jobs/embedding). */
+static int put_embedding_line(const ledger *l, struct ledger_line *L, const struct ledger_line_info *info,
+                              const struct store_result *rs, struct output_buf *b, struct err *e)
+{
+    const char *texts[LEDGER_MAX_N];
+    size_t lens[LEDGER_MAX_N];
+    int64_t prompt_tokens = 0;
+    for (int32_t k = 0; k < L->n; k++) {
+        texts[k] = rs[k].text;
+        lens[k] = rs[k].text_len;
+        prompt_tokens += rs[k].n_prompt;
+    }
+    struct embedding_out o = {texts, lens, L->n, info->dimensions, info->base64, l->p.model_name, prompt_tokens};
+    struct output_buf body = {0};
+    int rc = embedding_body(&body, &o, e) != 0 ? err_prefix(e, "backlog line %u", L->no) : 0;
+    if (rc == 0 && body.oom) rc = err_set(e, "out of memory");
+    if (rc != 0) {
+        output_buf_free(&body);
+        return -1;
+    }
+    output_body_line(b, l->run_id, L->no, info->custom_id, body.p, body.n);
+    output_buf_free(&body);
+    L->file = STORE_FILE_OUTPUT;
+    return 0;
+}
+
 /* Appends the line of L's results rs (n entries) to b: a result line, or an error line when one failed. */
-static void put_result_line(const ledger *l, struct ledger_line *L, const struct ledger_line_info *info,
-                            const struct store_result *rs, struct output_choice *ch, struct output_buf *b)
+static int put_result_line(const ledger *l, struct ledger_line *L, const struct ledger_line_info *info,
+                           const struct store_result *rs, struct output_choice *ch, struct output_buf *b,
+                           struct err *e)
 {
     int32_t failed = -1;
     int64_t gen = 0, created = 0;
@@ -449,6 +496,7 @@ static void put_result_line(const ledger *l, struct ledger_line *L, const struct
         if (rs[k].created > created) created = rs[k].created;
         ch[k] = (struct output_choice){rs[k].text, rs[k].text_len, finish_name(rs[k].finish)};
     }
+    if (failed < 0 && L->kind == INPUT_KIND_EMBEDDING) return put_embedding_line(l, L, info, rs, b, e);
     if (failed >= 0) {
         char msg[1200];
         snprintf(msg, sizeof msg, "%s%s", L->n > 1 ? "a completion failed: " : "",
@@ -462,6 +510,7 @@ static void put_result_line(const ledger *l, struct ledger_line *L, const struct
         output_ok_line(b, &o);
         L->file = STORE_FILE_OUTPUT;
     }
+    return 0;
 }
 
 /* The bytes of request line L from its results; the digest from their keys. */
@@ -484,9 +533,13 @@ static int build_request_line(ledger *l, struct ledger_line *L, const struct led
         }
     }
     if (rc == 0) {
-        ledger_digest_request(info->custom_id, L->kind, info->model ? info->model : l->p.model_name, L->n,
-                              (const uint8_t(*)[32])keys, digest);
-        put_result_line(l, L, info, rs, ch, b);
+        const char *model = info->model ? info->model : l->p.model_name;
+        if (L->kind == INPUT_KIND_EMBEDDING)
+            ledger_digest_embedding(info->custom_id, model, L->n, (const uint8_t(*)[32])keys, info->dimensions,
+                                    info->base64, digest);
+        else
+            ledger_digest_request(info->custom_id, L->kind, model, L->n, (const uint8_t(*)[32])keys, digest);
+        rc = put_result_line(l, L, info, rs, ch, b, e);
     }
     for (size_t k = 0; k < k_loaded; k++)
         if (owned[k]) free_result(&rs[k]);

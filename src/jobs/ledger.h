@@ -89,7 +89,7 @@ struct ledger_line {
     uint8_t state : 2;      /* enum ledger_line_state */
     uint8_t file : 1;       /* enum store_file, once READY / SCHEDULED */
     uint8_t bad : 1;        /* a bad line: a code and (read again) a message, no works */
-    uint8_t kind : 1;       /* enum input_kind */
+    uint8_t kind : 2;       /* enum input_kind */
 };
 
 /* The codes of bad lines (jobs/input's, then jobs/ingest's), NULL-terminated. */
@@ -104,6 +104,8 @@ struct ledger_line_info {
     const char *custom_id;  /* NULL: none */
     const char *model;      /* the line's "model", or NULL */
     const char *message;    /* a bad line's message */
+    int32_t dimensions;     /* an embeddings line's output options (jobs/embedding), else 0 */
+    int base64;
 };
 /* Fills *out for line li; the strings stay valid until the next call. */
 typedef int (*ledger_info_fn)(void *user, const struct ledger *l, uint32_t li, struct ledger_line_info *out,
@@ -115,6 +117,9 @@ typedef int (*ledger_info_fn)(void *user, const struct ledger *l, uint32_t li, s
 void ledger_digest_request(const char *custom_id, int kind, const char *model, int32_t n, const uint8_t (*keys)[32],
                            uint8_t out[32]);
 void ledger_digest_bad(const char *custom_id, const char *code, const char *message, uint8_t out[32]);
+/* An embeddings line's: ledger_digest_request's (kind INPUT_KIND_EMBEDDING) with its output options too. */
+void ledger_digest_embedding(const char *custom_id, const char *model, int32_t n, const uint8_t (*keys)[32],
+                             int32_t dimensions, int base64, uint8_t out[32]);
 uint64_t ledger_digest_head(const uint8_t digest[32]);
 
 struct ledger_params {

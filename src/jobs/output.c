@@ -223,6 +223,17 @@ void output_ok_line(struct output_buf *b, const struct output_ok *o)
     put_str(b, "},\"error\":null}\n");
 }
 
+void output_body_line(struct output_buf *b, const char *run_id, int64_t line, const char *custom_id, const char *body,
+                      size_t n)
+{
+    put_line_head(b, run_id, line, custom_id);
+    put_str(b, "{\"status_code\":200,");
+    put_request_id(b, run_id, line);
+    put_str(b, ",\"body\":");
+    output_buf_put(b, body, n);
+    put_str(b, "},\"error\":null}\n");
+}
+
 void output_fail_line(struct output_buf *b, const struct output_fail *f)
 {
     put_line_head(b, f->run_id, f->line, f->custom_id);

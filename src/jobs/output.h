@@ -5,7 +5,8 @@
  *   result line   {"id":"batch_req_<h>","custom_id":...,"response":{"status_code":200,"request_id":"req_<h>",
  *                  "body":<chat.completion | text_completion object: id, object, created, model, choices,
  *                  usage (with prompt_tokens_details.cached_tokens and completion_tokens_details),
- *                  system_fingerprint>},"error":null}
+ *                  system_fingerprint> | embeddings list: object "list", data, model, usage (jobs/embedding)},
+ *                  "error":null}
  *   failed request {"id":"batch_req_<h>","custom_id":...,"response":{"status_code":400 | 500,"request_id":
  *                  "req_<h>","body":{"error":{"message","type","param","code"}}},"error":null}
  *   unreadable line (no custom_id) {"id":"batch_req_<h>","custom_id":null,"response":null,
@@ -79,6 +80,10 @@ void output_completion_body(struct output_buf *b, const struct output_ok *o, con
 void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 /* Appends one result line ('\n' included). */
 void output_ok_line(struct output_buf *b, const struct output_ok *o);
+/* Appends one result line ('\n' included) whose response body is the n bytes of JSON at body (an embeddings
+ * list: jobs/embedding). */
+void output_body_line(struct output_buf *b, const char *run_id, int64_t line, const char *custom_id, const char *body,
+                      size_t n);
 /* Appends one failed-request line ('\n' included). */
 void output_fail_line(struct output_buf *b, const struct output_fail *f);
 /* Appends one line for a backlog line that cannot be read as a request ('\n' included); custom_id may be

@@ -57,8 +57,8 @@ static int settings_of(const struct job_config *c, const struct job_model *m, st
 
 /* Compares the store's settings with s: *fresh = the store has none yet; *n_diff differences, described in
  * diff (cap bytes). */
-static int compare_settings(store *st, const struct setting *s, int n, int *fresh, int *n_diff, char *diff,
-                            size_t cap, struct err *e)
+static int compare_settings(store *st, const struct setting *s, int n, uint64_t defaults_used, int *fresh,
+                            int *n_diff, char *diff, size_t cap, struct err *e)
 {
     char *have = NULL;
     if (store_meta_get(st, "model.sha256", &have, e) != 0) return -1;
@@ -72,7 +72,9 @@ static int compare_settings(store *st, const struct setting *s, int n, int *fres
         if (store_meta_get(st, s[k].key, &v, e) != 0) return -1;
         /* a setting the store lacks at "none" is a parameter added since the store was made, left unset */
         if (!v && !strcmp(s[k].value, "none")) continue;
-        if (!v || strcmp(v, s[k].value)) {
+        /* settings 1 .. genparam_count are the defaults of the table's rows, in order (settings_of) */
+        int unused = k >= 1 && k <= genparam_count && !(defaults_used >> (k - 1) & 1);
+        if ((!v || strcmp(v, s[k].value)) && !unused) {
             (*n_diff)++;
             if (off < cap - 200)
                 off += (size_t)snprintf(diff + off, cap - off, "%s%s %.64s (now %.64s)", *n_diff > 1 ? "; " : "",
@@ -105,13 +107,14 @@ static int check_key_version(store *st, const struct job_config *c, struct err *
     return 0;
 }
 
-int settings_bind_store(store *st, const struct job_config *c, const struct job_model *m, struct err *e)
+int settings_bind_store(store *st, const struct job_config *c, const struct job_model *m, uint64_t defaults_used,
+                        struct err *e)
 {
     struct setting s[N_SETTINGS_MAX];
     int n = settings_of(c, m, s);
     char diff[ERR_MSG_MAX];
     int fresh, n_diff;
-    if (compare_settings(st, s, n, &fresh, &n_diff, diff, sizeof diff, e) != 0) return -1;
+    if (compare_settings(st, s, n, defaults_used, &fresh, &n_diff, diff, sizeof diff, e) != 0) return -1;
     if (!fresh && check_key_version(st, c, e) != 0) return -1;
     if (n_diff && !c->force)
         return err_set(e, "store %s was made with other settings: %s. Use another --store, or --force to reuse it "

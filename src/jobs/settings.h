@@ -18,7 +18,11 @@
 /* Binds st to the settings of (c, m): a new store gets them (with model.path and nightshift.version);
  * a store made with other settings is refused, naming each difference, unless c->force (then it is
  * rebound to these settings and a warning names the differences); a new store next to non-empty output
- * files (c->output, c->errors) is refused unless c->force. */
-int settings_bind_store(store *st, const struct job_config *c, const struct job_model *m, struct err *e);
+ * files (c->output, c->errors) is refused unless c->force. defaults_used: bit i set when some line of the
+ * backlog fell back to the default of genparam row i (ingest_stats.defaults_used; GENPARAM_ALL_ROWS when
+ * unknown): a default that differs but that no line used changes no result, so it is not a difference
+ * (and the store keeps the value it has). */
+int settings_bind_store(store *st, const struct job_config *c, const struct job_model *m, uint64_t defaults_used,
+                        struct err *e);
 
 #endif

@@ -51,7 +51,9 @@ enum spool_kind spool_kind_of(const char *path)
 {
     if (!strcmp(path, "-")) return SPOOL_STDIN;
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return SPOOL_NONE; /* never read a pipe's bytes here */
+    if (stat(path, &st) != 0) return SPOOL_NONE;
+    if (S_ISFIFO(st.st_mode)) return SPOOL_PIPE; /* never read a pipe's bytes here: spool_copy reads them once */
+    if (!S_ISREG(st.st_mode)) return SPOOL_NONE;
     int fd = open(path, O_RDONLY);
     if (fd < 0) return SPOOL_NONE;
     unsigned char b[4];

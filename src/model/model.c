@@ -178,6 +178,8 @@ static int model_read_hparams(const gguf_file *f, struct model_hparams *hp, stru
     hp->rope_neox = hp->arch != MODEL_ARCH_LLAMA;
     hp->norm_eps = 1e-5f;
     if (model_get_float(f, arch, "attention.layer_norm_rms_epsilon", &hp->norm_eps, e)) return -1;
+    hp->pooling = MODEL_POOLING_LAST; /* a decoder-only model without the key */
+    if (model_get_int(f, arch, "pooling_type", 0, 0, INT32_MAX, &hp->pooling, e)) return -1;
 
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);

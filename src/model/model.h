@@ -34,7 +34,13 @@ struct model_hparams {
     float rope_base;
     int rope_neox;    /* 1: rotate pairs (i, i + n_rot/2) (qwen2/3); 0: pairs (2i, 2i+1) (llama) */
     float norm_eps;
+    int32_t pooling;  /* <arch>.pooling_type (enum model_pooling; other values are kept and refused by the
+                         engine's embedding requests); absent: MODEL_POOLING_LAST, the state of the last
+                         token, the one that has seen the whole input in a decoder-only model */
 };
+
+/* How an embedding pools its rows' final hidden states: GGUF's <arch>.pooling_type values. */
+enum model_pooling { MODEL_POOLING_NONE = 0, MODEL_POOLING_MEAN = 1, MODEL_POOLING_CLS = 2, MODEL_POOLING_LAST = 3 };
 
 /* One weight tensor: a view into the GGUF file. ne[0] = input dim (row length), ne[1] = output dim. */
 struct model_weight {

@@ -216,6 +216,7 @@ static int check_constraint_row(int i, struct err *e)
 
 int genparam_check_table(struct err *e)
 {
+    if (genparam_count > 64) return err_set(e, "genparam: %d rows; gen_params.given holds 64", genparam_count);
     for (int i = 0; i < genparam_count; i++) {
         const struct genparam *p = &genparam_table[i];
         for (int k = 0; k < i; k++) {
@@ -583,7 +584,9 @@ int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v
         const struct genparam *p = &genparam_table[i];
         if (!same(field, p->json) && !same(field, p->json_alias)) continue;
         if (json_is_null(v)) return 1;
-        return json_row(p, field, v, g, code, e) ? -1 : 1;
+        if (json_row(p, field, v, g, code, e)) return -1;
+        g->given |= 1ull << i;
+        return 1;
     }
     return 0;
 }

@@ -51,7 +51,12 @@ struct gen_params {
     int constraint_field;          /* 1 + the row whose request field set the constraint, 0: none did (a
                                       second constraint field in one request is an error); not a value:
                                       it enters neither the key nor the settings */
+    uint64_t given;                /* bit i: row i of genparam_table was set by the request's own field
+                                      (genparam_apply_json, not null); the others hold the defaults. Not a
+                                      value either (jobs/settings: a default no request fell back to) */
 };
+
+#define GENPARAM_ALL_ROWS UINT64_MAX /* a `given` / defaults-used mask of every row (the table has <= 64) */
 
 enum genparam_type {
     GENPARAM_INT,        /* int32_t */
@@ -107,6 +112,7 @@ int genparam_check_table(struct err *e);
  * naming the field ("'top_p' must be in (0, 1], got 2"). On failure g is unchanged. */
 int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v, const char **code,
                         struct err *e);
+/* (genparam_apply_json also sets the row's bit in g->given when v is not null and applied.) */
 
 /* What nightshift does with a request field that is not a generation field (OpenAI's and vLLM's names). */
 enum genparam_other {

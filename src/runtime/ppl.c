@@ -151,7 +151,7 @@ static void ppl_fill_batch(struct ppl_run *r, const int32_t *text, int32_t *w, i
             ++*w;
         }
     }
-    *b = (struct step_batch){n, r->tokens, r->pos, r->seq, n_seqs, r->seqs, n_logits, r->logit_rows};
+    *b = (struct step_batch){n, r->tokens, r->pos, r->seq, n_seqs, r->seqs, n_logits, r->logit_rows, 0, NULL, NULL};
 }
 
 static int ppl_check_batch(const struct ppl_run *r, const struct step_batch *b, struct err *e)
