@@ -96,7 +96,8 @@ struct engine_request {
     int32_t n_stop;
     int ignore_eos;             /* 1: EOS/EOT do not stop (benchmarks) */
     const struct constraint_spec *constraint; /* structured output, or NULL / kind NONE; compiled (or found
-                                                 compiled) by engine_add, which does not keep the pointer */    int32_t embed_pooling;      /* 0 (MODEL_POOLING_NONE): a completion. Else an embedding request pooled this way
+                                                 compiled) by engine_add, which does not keep the pointer */
+    int32_t embed_pooling;      /* 0 (MODEL_POOLING_NONE): a completion. Else an embedding request pooled this way
                                    (enum model_pooling; engine/pooling.h): the prompt is prefilled only (no
                                    logits, no sampling: max_tokens, sampling, stop, ignore_eos, constraint are
                                    ignored), never looked up nor registered in the prefix cache (every row's
@@ -115,7 +116,8 @@ struct engine_result {
     int32_t n_prompt;
     int32_t n_prompt_cached; /* prompt tokens served from the prefix cache at its first admission */
     int32_t n_preempted;     /* times this request was preempted */
-    double t_added, t_first_token, t_finished; /* clock_now() seconds */    float *embedding;        /* (n_embedding = n_embd) an embedding request's, malloc'd; else NULL, 0 */
+    double t_added, t_first_token, t_finished; /* clock_now() seconds */
+    float *embedding;        /* (n_embedding = n_embd) an embedding request's, malloc'd; else NULL, 0 */
     int32_t n_embedding;
 };
 
