@@ -115,3 +115,22 @@ void cli_model_chat(const char *chat_name, const gguf_file *gf, jinja_template *
         m->chat_source = "tokenizer.chat_template does not compile and is not recognised";
     }
 }
+
+void cli_model_identity(struct job_model *m, const char *path, uint64_t size, const struct runtime *rt, char *name_buf,
+                        size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    struct err ne;
+    m->path = path;
+    m->name = slash ? slash + 1 : path;
+    if (rt->model->file && gguf_get_cstr(rt->model->file, "general.name", name_buf, cap, &ne) == 0 && name_buf[0])
+        m->name = name_buf;
+    m->size = size;
+    m->hp = &rt->model->hp;
+    m->vocab = rt->vocab;
+    m->eng = rt->eng;
+    m->ep = rt->ep;
+    m->backend = rt->backend_name;
+    m->backend_gpu = rt->caps.gpu;
+    m->threads = rt->threads;
+}

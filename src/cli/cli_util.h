@@ -8,6 +8,7 @@
 
 #include "gguf/gguf.h"
 #include "jobs/job.h"
+#include "runtime/runtime.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
 
@@ -36,5 +37,11 @@ int cli_chat_template_compile(const gguf_file *f, jinja_template **t, enum chat_
  * frees it with jinja_free after the job), with its family renderer as the fallback; a template that does not
  * compile is warned about. */
 void cli_model_chat(const char *chat_name, const gguf_file *gf, jinja_template **owned, struct job_model *m);
+
+/* The parts of m that come from the open runtime rt and the model file (path, of size bytes): its name
+ * (GGUF general.name, copied into name_buf of cap bytes, else the file name), shape, vocabulary, engine and
+ * backend. m's sha256 and chat are the caller's. */
+void cli_model_identity(struct job_model *m, const char *path, uint64_t size, const struct runtime *rt, char *name_buf,
+                        size_t cap);
 
 #endif

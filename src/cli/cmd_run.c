@@ -391,20 +391,7 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
     char desc[256];
     runtime_describe(rt, desc, sizeof desc);
     log_info("nightshift run: %s", desc);
-    m->path = model_path;
-    m->name = base_name(model_path);
-    struct err ne;
-    if (rt->model->file && gguf_get_cstr(rt->model->file, "general.name", A->model_name, sizeof A->model_name, &ne) == 0 &&
-        A->model_name[0])
-        m->name = A->model_name;
-    m->size = (uint64_t)st.st_size;
-    m->hp = &rt->model->hp;
-    m->vocab = rt->vocab;
-    m->eng = rt->eng;
-    m->ep = rt->ep;
-    m->backend = rt->backend_name;
-    m->backend_gpu = rt->caps.gpu;
-    m->threads = rt->threads;
+    cli_model_identity(m, model_path, (uint64_t)st.st_size, rt, A->model_name, sizeof A->model_name);
     cli_model_chat(A->chat_name, rt->gf, &A->chat_jinja, m);
     return 0;
 }

@@ -221,24 +221,10 @@ static int serve_start_batches(struct serve_args *A, struct runtime *rt, const s
         cli_error("serve", "model %s: cannot hash it for the batches' stores", A->rp.model_path);
         return -1;
     }
-    const char *slash = strrchr(A->rp.model_path, '/');
-    m->path = A->rp.model_path;
-    m->name = slash ? slash + 1 : A->rp.model_path;
-    struct err ne;
-    if (rt->model->file && gguf_get_cstr(rt->model->file, "general.name", A->gguf_name, sizeof A->gguf_name, &ne) == 0 &&
-        A->gguf_name[0])
-        m->name = A->gguf_name;
-    m->size = (uint64_t)st.st_size;
-    m->hp = &rt->model->hp;
-    m->vocab = rt->vocab;
+    cli_model_identity(m, A->rp.model_path, (uint64_t)st.st_size, rt, A->gguf_name, sizeof A->gguf_name);
     m->chat = chat->chat;
     m->chat_jinja = chat->chat_jinja;
     m->chat_source = chat->chat_source;
-    m->eng = rt->eng;
-    m->ep = rt->ep;
-    m->backend = rt->backend_name;
-    m->backend_gpu = rt->caps.gpu;
-    m->threads = rt->threads;
     if (batches_start(bs, &e)) {
         cli_error("serve", "%s", e.msg);
         return -1;

@@ -544,12 +544,13 @@ static int sweep_climb(const struct sweep_args *A, struct sweep_ctx *x, const in
             printf("stopping: %s\n", sweep_usable(&pts[b]) ? "throughput has flattened" : sweep_unusable_reason(&pts[b]));
             return 0;
         }
-        if (l + 1 < n_lv && next_would_cross(x, &pts[b], lv[l + 1])) {
+        if (l + 1 == n_lv) break;
+        if (next_would_cross(x, &pts[b], lv[l + 1])) {
             printf("stopping: concurrency %d would cross the memory headroom\n", (int)lv[l + 1]);
             return 0;
         }
-        double steady_s = sweep_predict_steady_s(l ? &level_best[l - 1] : NULL, &pts[b], l + 1 < n_lv ? lv[l + 1] : 0);
-        if (l + 1 < n_lv && steady_s > A->point_s * SWEEP_WINDOW_CAP) {
+        double steady_s = sweep_predict_steady_s(l ? &level_best[l - 1] : NULL, &pts[b], lv[l + 1]);
+        if (steady_s > A->point_s * SWEEP_WINDOW_CAP) {
             printf("stopping: concurrency %d would need ~%.0f s to reach steady state (cap %.0f s)\n", (int)lv[l + 1],
                    steady_s, A->point_s * SWEEP_WINDOW_CAP);
             return 0;
