@@ -296,12 +296,12 @@ TEST(kernel_sample)
 TEST(kernel_gemm)
 {
     struct err e;
-    const int32_t n_in = 1024 + 64, n_out = 333, rows_list[3] = {1, 7, 96};
+    const int32_t n_in = 1024 + 64, n_out = 333, rows_list[4] = {1, 2, 7, 96};
     float *wf = xmalloc((size_t)n_out * n_in * 4), *xf = xmalloc((size_t)96 * n_in * 4), *y = xmalloc((size_t)96 * n_out * 4);
     uint16_t *wb = xmalloc((size_t)n_out * n_in * 2), *xb = xmalloc((size_t)96 * n_in * 2);
     double *ref = xmalloc((size_t)96 * n_out * 8), *mag = xmalloc((size_t)96 * n_out * 8);
     for (int bf = 0; bf < 2; bf++)
-        for (int li = 0; li < 3; li++) {
+        for (int li = 0; li < 4; li++) {
             const int32_t rows = rows_list[li];
             fill(wf, (size_t)n_out * n_in, 1.0f);
             fill(xf, (size_t)rows * n_in, 2.0f);
@@ -1183,6 +1183,41 @@ TEST(engine_device_sampling)
     CHECK_MSG(greedy_differ == 0 && differ <= 2, "%d of %d requests differ, %d of them greedy", differ, N, greedy_differ);
 }
 
+/* Decode steps as CUDA graphs (cuda_graph.cu) against the same steps launched one kernel at a time: the same
+ * greedy tokens at concurrency 1 and 4 (steps of 1..4 rows, graphs), and graphs were launched far more often
+ * than captured (one capture per row count and attention plan). */
+TEST(engine_graphs_on_vs_off)
+{
+    struct err e;
+    struct loaded L;
+    const char *path = test_shared("models/stories260K.gguf");
+    if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
+    CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
+    enum { N = 16 };
+    static struct gen_req a[N], b[N], c[N], d[N];
+    random_reqs(a, b, N, L.m->hp.n_vocab, 123);
+    random_reqs(c, d, N, L.m->hp.n_vocab, 123);
+    struct backend be;
+    int64_t launches = 0, captures = 0;
+    int ok = backend_cuda_init(&be, NULL, &e) == 0 && be.ops->load(be.ctx, L.m, &e) == 0 &&
+             backend_cuda_graphs(&be, 1, NULL, NULL) == 0 && run_engine(&L, &be, a, N, 1, &e) == 0 &&
+             run_engine(&L, &be, c, N, 4, &e) == 0 && backend_cuda_graphs(&be, 0, &launches, &captures) == 0 &&
+             run_engine(&L, &be, b, N, 1, &e) == 0 && run_engine(&L, &be, d, N, 4, &e) == 0;
+    backend_free(&be);
+    unload_model(&L);
+    CHECK_MSG(ok, "%s", e.msg);
+    int differ = 0;
+    for (int i = 0; i < N; i++) {
+        differ += a[i].n_got != b[i].n_got || memcmp(a[i].got, b[i].got, (size_t)a[i].n_got * 4) != 0;
+        differ += c[i].n_got != d[i].n_got || memcmp(c[i].got, d[i].got, (size_t)c[i].n_got * 4) != 0;
+    }
+    fprintf(stderr, "# graphs: %lld launches, %lld captures; %d of %d requests differ from the launches one by one\n",
+            (long long)launches, (long long)captures, differ, 2 * N);
+    CHECK_MSG(differ == 0, "%d of %d requests differ", differ, 2 * N);
+    CHECK_MSG(launches >= 16 * 48 / 2 && captures * 4 < launches, "%lld graph launches, %lld captures", (long long)launches,
+              (long long)captures);
+}
+
 /* TEST_CUDA_ONLY=prefix runs only the tests whose names start with it (e.g. "kernel_" under
  * compute-sanitizer). */
 #define RUN_SEL(name)                                                                                     \
@@ -1213,6 +1248,7 @@ int main(void)
     RUN_SEL(engine_golden_stories260K);
     RUN_SEL(engine_concurrency_1_vs_64);
     RUN_SEL(engine_device_sampling);
+    RUN_SEL(engine_graphs_on_vs_off);
     return test_summary();
 }
 

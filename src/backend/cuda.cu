@@ -23,8 +23,11 @@
  *    returns with the step in flight (pending) and the op sample enqueues the draws (cuda_sample.cu), copies
  *    the tokens (and any row for the host) back and synchronizes. A forward that finds a step still pending
  *    waits for it first, so every buffer is free again when a step is enqueued.
- *  - Scratch is sized for cap_rows rows (grows, never shrinks; cap_logits and the batch buffers likewise);
- *    the attention partials hold max_parts chunk states, fixed at load.
+ *  - Scratch is sized for cap_rows rows (grows in steps of CUDA_RESERVE_ROWS, never shrinks; cap_logits and
+ *    the batch buffers likewise); the attention partials hold max_parts chunk states, fixed at load. Every
+ *    move of a buffer bumps gen, which invalidates the CUDA graphs of decode steps (cuda_graph.cu: decode
+ *    steps of up to CUDA_GRAPH_ROWS rows replay a captured cuda_enqueue_step).
+ *  - GEMMs: cuda_matmul (cuda_gemv.cu): cuBLAS, or a GEMV kernel of ours for one BF16 row.
  *  - Determinism: no atomics anywhere; cuBLAS is bit-reproducible run to run for the same shapes on the
  *    same GPU (its documented default), so the same steps give the same logits. Batch invariance holds
  *    for every kernel of this backend (per-row arithmetic), but not necessarily for cuBLAS, whose kernel
@@ -59,6 +62,7 @@ extern "C" {
 #define CUDA_STAGING (64u << 20)        /* pinned staging for the weight upload, two halves */
 #define CUDA_PARTS_BYTES (64u << 20)    /* attention partials (split decode rows) at most */
 #define CUDA_MAX_PARTS 65536
+#define CUDA_RESERVE_ROWS 64            /* scratch and logit buffers grow in steps of this many rows */
 
 
 /* Profile: the phase that just ended on the stream (no-op when the profile is off). */
@@ -140,6 +144,7 @@ int cuda_io_reserve(struct cuda_io *io, size_t bytes, struct err *e)
 
 static void cuda_free_scratch(struct cuda_ctx *c)
 {
+    c->gen++; /* graphs point into these buffers */
     cuda_free_ptr(&c->scratch);
     cuda_free_ptr((void **)&c->logits_d);
     if (c->logits_h) cudaFreeHost(c->logits_h);
@@ -174,6 +179,11 @@ static uint64_t cuda_layout_scratch(struct cuda_ctx *c, int32_t rows, char *base
 
 static int cuda_reserve(struct cuda_ctx *c, int32_t rows, int32_t n_logits, struct err *e)
 {
+    /* in steps of CUDA_RESERVE_ROWS: a batch that grows a sequence at a time would otherwise reallocate (and
+     * re-pin 0.5 MB a logit row) every step; that cost 5 s of a 106 s c256 bench (bench/NOTES.md 2026-12-02) */
+    rows = (rows + CUDA_RESERVE_ROWS - 1) / CUDA_RESERVE_ROWS * CUDA_RESERVE_ROWS;
+    n_logits = (n_logits + CUDA_RESERVE_ROWS - 1) / CUDA_RESERVE_ROWS * CUDA_RESERVE_ROWS;
+    if (rows > c->cap_rows || n_logits > c->cap_logits) c->gen++; /* buffers move: graphs are stale */
     if (rows > c->cap_rows) {
         uint64_t n = cuda_layout_scratch(c, rows, NULL);
         cuda_free_ptr(&c->scratch);
@@ -319,6 +329,7 @@ static void cuda_free_matrix(struct cuda_matrix *mx)
 
 static void cuda_free_weights(struct cuda_ctx *c)
 {
+    c->gen++; /* graphs point at the weights */
     if (c->layers && c->m) {
         for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
             struct cuda_layer *L = &c->layers[il];
@@ -417,6 +428,7 @@ out:
 
 static void cuda_free_kv(struct cuda_ctx *c)
 {
+    c->gen++; /* graphs point into the pool */
     cuda_free_ptr(&c->k_cache);
     cuda_free_ptr(&c->v_cache);
     c->n_blocks = c->block_size = 0;
@@ -550,9 +562,11 @@ size_t cuda_align4(size_t n)
     return (n + 3) & ~(size_t)3;
 }
 
-/* Packs the batch and its attention plan into the pinned buffer, uploads it (async) and fills bd with the
- * device pointers. Layout (int32 units, each part 16-byte aligned): tokens, pos, seq, logit_rows,
- * bt_off, bt, part_off, split_rows, items. */
+/* Packs the batch and its attention plan into the pinned buffer, uploads it (async, two copies: the parts
+ * up to the planned items, then the block tables) and fills bd with the device pointers. Layout (int32
+ * units, each part 16-byte aligned): tokens, pos, seq, logit_rows, bt_off, part_off, split_rows, items (room
+ * for cuda_attn_max_items), bt; so every pointer is a function of (n_rows, n_logits, n_seqs) and the
+ * buffer's address, which the CUDA graphs of decode steps rely on (cuda_graph.cu). */
 static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, struct cuda_batch_dev *bd, struct err *e)
 {
     const int32_t R = b->n_rows, group = c->m->hp.n_head / c->m->hp.n_head_kv;
@@ -565,11 +579,11 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
     off[2] = off[1] + cuda_align4((size_t)R);             /* seq */
     off[3] = off[2] + cuda_align4((size_t)R);             /* logit_rows */
     off[4] = off[3] + cuda_align4((size_t)b->n_logits);   /* bt_off */
-    off[5] = off[4] + cuda_align4((size_t)b->n_seqs);     /* bt */
-    off[6] = off[5] + cuda_align4(n_bt);                  /* part_off */
-    off[7] = off[6] + cuda_align4((size_t)R);             /* split_rows */
-    off[8] = off[7] + cuda_align4((size_t)R);             /* items */
-    off[9] = off[8] + 4 * max_items;
+    off[5] = off[4] + cuda_align4((size_t)b->n_seqs);     /* part_off */
+    off[6] = off[5] + cuda_align4((size_t)R);             /* split_rows */
+    off[7] = off[6] + cuda_align4((size_t)R);             /* items */
+    off[8] = off[7] + 4 * max_items;                      /* bt */
+    off[9] = off[8] + n_bt;
     if (cuda_io_reserve(&c->batch, off[9] * sizeof(int32_t), e)) return -1;
     int32_t *h = c->batch.h;
     memcpy(h + off[0], b->tokens, (size_t)R * 4);
@@ -579,19 +593,21 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
     size_t k = 0;
     for (int32_t i = 0; i < b->n_seqs; i++) {
         h[off[4] + (size_t)i] = (int32_t)k;
-        if (b->seqs[i].n_blocks > 0) memcpy(h + off[5] + k, b->seqs[i].block_table, (size_t)b->seqs[i].n_blocks * 4);
+        if (b->seqs[i].n_blocks > 0) memcpy(h + off[8] + k, b->seqs[i].block_table, (size_t)b->seqs[i].n_blocks * 4);
         k += (size_t)b->seqs[i].n_blocks;
     }
     int64_t n_parts = 0;
     int32_t n_split = 0, max_rows = 1, n_lone = 0;
     const int64_t n_items =
         cuda_attn_plan(R, b->pos, b->seq, cuda_attn_rows(group, c->attn), c->max_parts,
-                       (struct cuda_attn_item *)(h + off[8]), h + off[6], h + off[7], &n_parts, &n_split, &max_rows, &n_lone);
-    const size_t used = off[8] + 4 * (size_t)n_items;
+                       (struct cuda_attn_item *)(h + off[7]), h + off[5], h + off[6], &n_parts, &n_split, &max_rows, &n_lone);
+    const size_t used = off[7] + 4 * (size_t)n_items;
     CU_TRY(cudaMemcpyAsync(c->batch.d, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
+    if (n_bt > 0)
+        CU_TRY(cudaMemcpyAsync(c->batch.d + off[8], h + off[8], n_bt * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
     const int32_t *d = c->batch.d;
-    *bd = (struct cuda_batch_dev){R, d + off[0], d + off[1], d + off[2], d + off[4], d + off[5], d + off[6], d + off[3],
-                                  (const struct cuda_attn_item *)(d + off[8]), (int32_t)n_items, d + off[7], n_split,
+    *bd = (struct cuda_batch_dev){R, d + off[0], d + off[1], d + off[2], d + off[4], d + off[8], d + off[5], d + off[3],
+                                  (const struct cuda_attn_item *)(d + off[7]), (int32_t)n_items, d + off[6], n_split,
                                   max_rows, n_lone};
     return 0;
 }
@@ -600,11 +616,7 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
 static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void *x, int32_t n_rows, float *y,
                      struct err *e)
 {
-    const float one = 1.0f, zero = 0.0f;
-    const cudaDataType_t t = w->bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    CUBLAS_TRY(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, w->n_out, n_rows, w->n_in, &one, w->d, t, w->n_in, x, t,
-                            w->n_in, &zero, y, CUDA_R_32F, w->n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
+    return cuda_matmul(c->st, c->blas, w->d, w->bf16, x, n_rows, w->n_in, w->n_out, y, e);
 }
 
 static enum cuda_act cuda_act_of(const struct cuda_matrix *w)
@@ -662,6 +674,21 @@ static int cuda_run_layers(struct cuda_ctx *c, const struct cuda_batch_dev *bd, 
     return 0;
 }
 
+int cuda_enqueue_step(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_logits, struct err *e)
+{
+    const struct model_hparams *hp = &c->m->hp;
+    if (cuda_run_layers(c, bd, e)) return -1;
+    if (n_logits > 0) {
+        /* the last residual add, the output norm and the head, for the logit rows only */
+        if (cuda_launch_rmsnorm(c->st, c->x, c->tmp, c->output_norm, bd->logit_rows, n_logits, hp->n_embd,
+                                hp->norm_eps, c->act, cuda_act_of(&c->output), e) ||
+            cuda_gemm(c, &c->output, c->act, n_logits, c->logits_d, e))
+            return err_prefix(e, "output head");
+        cuda_mark(c, CUDA_PROF_HEAD);
+    }
+    return 0;
+}
+
 /* Adds the times between the step's profile events to their phases (after the stream is synchronized). */
 static void cuda_prof_collect(struct cuda_ctx *c)
 {
@@ -686,6 +713,8 @@ int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e)
     CU_TRY(cudaEventElapsedTime(&step_ms, c->ev_start, c->ev_copied));
     CU_TRY(cudaEventElapsedTime(&copy_ms, c->ev_head, c->ev_copied));
     c->last = (struct cuda_step_times){step_ms, copy_ms, 0.0, logit_bytes};
+    c->busy_ms += step_ms;
+    c->n_steps++;
     return 0;
 }
 
@@ -706,28 +735,26 @@ static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, st
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     if (!c->m) return err_set(e, "cuda backend: forward before load");
     if (!c->k_cache) return err_set(e, "cuda backend: forward before kv_alloc");
+    const double t_in = cuda_now();
     CU_TRY(cudaSetDevice(c->device));
     if (c->pending && cuda_finish(c, 0, e)) return -1; /* a kept step nobody sampled: its buffers are ours again */
     if (cuda_check_batch(c, b, e) || cuda_reserve(c, b->n_rows, b->n_logits, e)) return -1;
     const struct model_hparams *hp = &c->m->hp;
     struct cuda_batch_dev bd;
+    if (!c->t_first) c->t_first = cuda_now();
     CU_TRY(cudaEventRecord(c->ev_start, c->st));
     c->n_marks = 0;
     c->pending = 1;
     c->kept_logits = 0;
     if (c->prof_on) CU_TRY(cudaEventRecord(c->prof_ev[0], c->st));
+    const double t_started = cuda_now();
+    c->host_ms[0] += (t_started - t_in) * 1e3;
     if (cuda_upload_batch(c, b, &bd, e)) return -1;
     cuda_mark(c, CUDA_PROF_UPLOAD);
-    if (cuda_run_layers(c, &bd, e)) return -1;
-    if (b->n_logits > 0) {
-        /* the last residual add, the output norm and the head, for the logit rows only */
-        if (cuda_launch_rmsnorm(c->st, c->x, c->tmp, c->output_norm, bd.logit_rows, b->n_logits, hp->n_embd,
-                                hp->norm_eps, c->act, cuda_act_of(&c->output), e) ||
-            cuda_gemm(c, &c->output, c->act, b->n_logits, c->logits_d, e))
-            return err_prefix(e, "output head");
-        cuda_mark(c, CUDA_PROF_HEAD);
-    }
+    if (cuda_graph_fits(c, b, logits) ? cuda_graph_run(c, &bd, b->n_logits, e) : cuda_enqueue_step(c, &bd, b->n_logits, e))
+        return -1;
     CU_TRY(cudaEventRecord(c->ev_head, c->st));
+    c->host_ms[1] += (cuda_now() - t_started) * 1e3;
     if (!logits) {
         c->kept_logits = b->n_logits;
         return 0;
@@ -778,8 +805,18 @@ static void cuda_free(void *ctx)
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     if (!c) return;
+    if (c->n_steps && getenv("NIGHTSHIFT_CUDA_STATS")) { /* the host's share: time the device had no step */
+        const double wall = cuda_now() - c->t_first;
+        log_info("cuda: %lld steps (%lld as graphs, %lld captures), the device busy %.2f s of the %.2f s since the "
+                 "first step (%.1f%%); host s: forward before the step %.2f, forward enqueue %.2f, sample enqueue "
+                 "%.2f, sample waits %.2f",
+                 (long long)c->n_steps, (long long)c->n_graph_launches, (long long)c->n_graph_captures,
+                 c->busy_ms / 1e3, wall, 100.0 * c->busy_ms / 1e3 / wall, c->host_ms[0] / 1e3, c->host_ms[1] / 1e3,
+                 c->host_ms[2] / 1e3, c->host_ms[3] / 1e3);
+    }
     cudaSetDevice(c->device);
     cuda_release(c);
+    cuda_graph_free(c);
     if (c->blas) cublasDestroy(c->blas);
     cuda_free_ptr(&c->blas_ws);
     if (c->ev_start) cudaEventDestroy(c->ev_start);
@@ -815,6 +852,8 @@ static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)
     CUBLAS_TRY(cublasSetStream(c->blas, c->st));
     CU_TRY(cudaMalloc(&c->blas_ws, CUDA_BLAS_WORKSPACE));
     CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE));
+    const char *g = getenv("NIGHTSHIFT_CUDA_GRAPHS");
+    c->graphs_on = !(g && !strcmp(g, "off"));
     return cuda_kernels_init(e);
 }
 
@@ -870,5 +909,15 @@ extern "C" int backend_cuda_profile_get(const struct backend *b, struct cuda_pro
 {
     if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
     *out = ((const struct cuda_ctx *)b->ctx)->prof;
+    return 0;
+}
+
+extern "C" int backend_cuda_graphs(struct backend *b, int on, int64_t *launches, int64_t *captures)
+{
+    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
+    struct cuda_ctx *c = (struct cuda_ctx *)b->ctx;
+    if (on >= 0) c->graphs_on = on;
+    if (launches) *launches = c->n_graph_launches;
+    if (captures) *captures = c->n_graph_captures;
     return 0;
 }

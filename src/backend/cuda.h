@@ -5,8 +5,9 @@
  * every type quant.h can dequantize; the integer types are dequantized on the host for now), except F32
  * matrices, which stay F32 and run as FP32 GEMMs (the exact path for small test models); norms and biases
  * are F32. The KV pool lives in device memory (f16 or f32). A step uploads its batch once, runs cuBLAS
- * GEMMs over all rows for every linear layer and the backend's own kernels (cuda_kernels.cu) for the
- * rest, and draws the tokens on the device (the op sample, cuda_sample.cu): only token ids come back, or the
+ * GEMMs over all rows for every linear layer (a GEMV kernel of its own for one row) and the backend's own
+ * kernels (cuda_kernels.cu) for the rest, decode steps of a few rows as CUDA graphs, and draws the tokens on
+ * the device (the op sample, cuda_sample.cu): only token ids come back, or the
  * logit rows the engine asks for.
  */
 #ifndef NS_BACKEND_CUDA_H
@@ -65,6 +66,11 @@ const char *backend_cuda_profile_name(int phase);
 /* Turns the profile on or off and clears it; b must be a CUDA backend. 0 on success. */
 int backend_cuda_profile_enable(struct backend *b, int on);
 int backend_cuda_profile_get(const struct backend *b, struct cuda_profile *out);
+
+/* CUDA graphs for decode steps of up to 8 rows (cuda_graph.cu): on unless NIGHTSHIFT_CUDA_GRAPHS=off at init;
+ * on = 1 / 0 turns them on / off, -1 leaves them; *launches and *captures (may be NULL): graph launches and
+ * captures so far. b must be a CUDA backend; 0 on success. */
+int backend_cuda_graphs(struct backend *b, int on, int64_t *launches, int64_t *captures);
 
 #ifdef __cplusplus
 }

@@ -112,24 +112,44 @@ template <int HD> struct cuda_tc_layout {
     static constexpr size_t BYTES = (size_t)4 * STAGE * sizeof(__half) + O_FLOATS * sizeof(float);
 };
 
-/* Issues the copies of positions [t0, t0 + CUDA_TC_TILE) of K and V into a stage (zeros from t_end on;
- * positions below t_end are in the block table, blocks of 1 << bs_log2 positions). */
-template <int HD>
-__device__ __forceinline__ void cuda_tc_issue(const __half *kb, const __half *vb, const int32_t *bt,
-                                              int32_t bs_log2, int64_t blk_stride, int32_t t0, int32_t t_end,
-                                              __half *ks, __half *vs)
+/* Issues the copies of positions [t0, t0 + CUDA_TC_TILE) of K and V into a stage (ks, vs), zeros from t_end
+ * on, by THREADS threads (tid = 0 .. THREADS - 1): thread tid copies the 16-byte column tid % (HD / 8) of
+ * positions tid / (HD / 8) + STEP j. Positions below t_end are in the block table bt, blocks of 1 << bs_log2
+ * positions; t0 is a multiple of CUDA_TC_TILE. Blocks of 16 positions or more hold each half of the tile
+ * in one block, so the table is read at most twice a tile and every copy is a base plus a constant;
+ * smaller blocks look each position's block up. */
+template <int HD, int THREADS>
+__device__ __forceinline__ void cuda_tc_issue(const __half *kb, const __half *vb, const int32_t *bt, int32_t bs_log2,
+                                              int64_t blk_stride, int32_t t0, int32_t t_end, __half *ks, __half *vs,
+                                              int tid)
 {
-    constexpr int CPR = HD / 8, N = CUDA_TC_TILE * CPR / (32 * CUDA_TC_WARPS), KS = cuda_tc_layout<HD>::KS;
-    static_assert(CUDA_TC_TILE * CPR % (32 * CUDA_TC_WARPS) == 0, "whole vectors per thread");
-    const int32_t mask = (1 << bs_log2) - 1;
+    constexpr int CPR = HD / 8, STEP = THREADS / CPR, N = CUDA_TC_TILE / STEP, KS = cuda_tc_layout<HD>::KS;
+    static_assert(THREADS % CPR == 0 && 16 % STEP == 0 && CUDA_TC_TILE == 32, "whole rows per pass, halves of 16");
+    const int tb = tid / CPR, c = tid % CPR;
+    const int32_t mask = (1 << bs_log2) - 1, lim = t_end - t0 - tb; /* position tb + STEP j is in iff < lim + tb */
+    __half *kd = ks + tb * KS + c * 8, *vd = vs + tb * KS + c * 8;
+    if (bs_log2 >= 4) {
+        const int64_t o0 = (int64_t)bt[t0 >> bs_log2] * blk_stride + (int64_t)(t0 & mask) * HD;
+        const int64_t o1 = bs_log2 >= 5 || t0 + 16 >= t_end
+                               ? o0 + 16 * HD
+                               : (int64_t)bt[(t0 + 16) >> bs_log2] * blk_stride + (int64_t)((t0 + 16) & mask) * HD;
+        const int64_t e0 = o0 + tb * HD + c * 8, e1 = o1 + tb * HD + c * 8;
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const bool in = STEP * j < lim;
+            const int64_t off = STEP * j < 16 ? e0 + STEP * j * HD : e1 + (STEP * j - 16) * HD;
+            cuda_tc_cp16(kd + STEP * j * KS, in ? kb + off : kb, in ? 16 : 0);
+            cuda_tc_cp16(vd + STEP * j * KS, in ? vb + off : vb, in ? 16 : 0);
+        }
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < N; j++) {
-        const int i = threadIdx.x + 32 * CUDA_TC_WARPS * j, t = i / CPR, c = i % CPR;
-        const int32_t p = t0 + t;
+        const int32_t p = t0 + tb + STEP * j;
         const bool in = p < t_end;
         const int64_t off = in ? (int64_t)bt[p >> bs_log2] * blk_stride + (int64_t)(p & mask) * HD + c * 8 : 0;
-        cuda_tc_cp16(ks + t * KS + c * 8, kb + off, in ? 16 : 0);
-        cuda_tc_cp16(vs + t * KS + c * 8, vb + off, in ? 16 : 0);
+        cuda_tc_cp16(kd + STEP * j * KS, kb + off, in ? 16 : 0);
+        cuda_tc_cp16(vd + STEP * j * KS, vb + off, in ? 16 : 0);
     }
 }
 
@@ -292,13 +312,14 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
 #pragma unroll
         for (int i = 0; i < ND * 4; i++)
             ow[i * 32] = 0.0f;
-    cuda_tc_issue<HD>(kb, vb, bt, bs_log2, blk_stride, t_begin, t_end, kst, vst);
+    cuda_tc_issue<HD, 32 * CUDA_TC_WARPS>(kb, vb, bt, bs_log2, blk_stride, t_begin, t_end, kst, vst, threadIdx.x);
     cuda_tc_cp_commit();
     for (int32_t ti = 0; ti < n_tiles; ti++) {
         const int32_t t0 = t_begin + ti * CUDA_TC_TILE;
         if (ti + 1 < n_tiles) { /* the next tile into the other stage (its readers passed the last barrier) */
-            cuda_tc_issue<HD>(kb, vb, bt, bs_log2, blk_stride, t0 + CUDA_TC_TILE, t_end,
-                              kst + ((ti + 1) & 1) * LY::STAGE, vst + ((ti + 1) & 1) * LY::STAGE);
+            cuda_tc_issue<HD, 32 * CUDA_TC_WARPS>(kb, vb, bt, bs_log2, blk_stride, t0 + CUDA_TC_TILE, t_end,
+                                                  kst + ((ti + 1) & 1) * LY::STAGE, vst + ((ti + 1) & 1) * LY::STAGE,
+                                                  threadIdx.x);
             cuda_tc_cp_commit();
             cuda_tc_cp_wait<1>();
         } else {
@@ -364,26 +385,6 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
 
 /* ---------------------------------------------------------------- split items, a warp each */
 
-/* Issues the copies of tile [t0, t0 + CUDA_TC_TILE) of K and V by one warp (zeros from t_end on); blocks of
- * 1 << bs_log2 positions. */
-template <int HD>
-__device__ __forceinline__ void cuda_tc_issue_warp(const __half *kb, const __half *vb, const int32_t *bt, int32_t bs_log2,
-                                                   int64_t blk_stride, int32_t t0, int32_t t_end, __half *ks, __half *vs)
-{
-    constexpr int CPR = HD / 8, N = CUDA_TC_TILE * CPR / 32, KS = cuda_tc_layout<HD>::KS;
-    const int lane = threadIdx.x & 31, c = lane % CPR;
-    const int32_t mask = (1 << bs_log2) - 1;
-#pragma unroll
-    for (int j = 0; j < N; j++) {
-        const int t = (lane + 32 * j) / CPR;
-        const int32_t p = t0 + t;
-        const bool in = p < t_end;
-        const int64_t off = in ? (int64_t)bt[p >> bs_log2] * blk_stride + (int64_t)(p & mask) * HD + c * 8 : 0;
-        cuda_tc_cp16(ks + t * KS + c * 8, kb + off, in ? 16 : 0);
-        cuda_tc_cp16(vs + t * KS + c * 8, vb + off, in ? 16 : 0);
-    }
-}
-
 /* Decode: split items (one row, one chunk, group <= 16 queries) a warp each, CUDA_TC_WARPS items a block, each
  * warp with its own K/V stage: the block kernel gives a split item one warp of compute and one tile in flight
  * per block; this gives every warp both (4x the loads in flight at the same shared memory per block). A
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
     for (int dn = 0; dn < ND; dn++)
         acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
     for (int32_t t0 = t_begin; t0 < t_end; t0 += CUDA_TC_TILE) {
-        cuda_tc_issue_warp<HD>(kb, vb, bt, bs_log2, blk_stride, t0, t_end, ks, vs);
+        cuda_tc_issue<HD, 32>(kb, vb, bt, bs_log2, blk_stride, t0, t_end, ks, vs, lane);
         cuda_tc_cp_commit();
         cuda_tc_cp_wait<0>();
         __syncwarp(); /* every lane's copies are visible to the warp */

@@ -33,6 +33,18 @@ struct cuda_io {
     int32_t *h, *d;
 };
 
+/* A captured decode step for one row count (cuda_graph.cu): valid while its key matches the step's. */
+#define CUDA_GRAPH_ROWS 8 /* decode steps of at most this many rows run as CUDA graphs */
+struct cuda_graph_key {
+    int64_t gen;     /* cuda_ctx.gen when captured: buffers the graph's nodes point into */
+    const void *batch_d;
+    int32_t n_items, n_split_rows, max_item_rows, n_split_items;
+};
+struct cuda_graph {
+    cudaGraphExec_t exec; /* NULL: none yet */
+    struct cuda_graph_key key;
+};
+
 struct cuda_ctx {
     int device;
     char device_name[256];
@@ -75,7 +87,18 @@ struct cuda_ctx {
     int pending;           /* 1: a forward's work is enqueued and not yet waited for (cuda_finish) */
     int32_t kept_logits;   /* logit rows a forward with logits NULL left on the device for sample */
 
+    /* CUDA graphs of decode steps (cuda_graph.cu) */
+    int graphs_on;                                 /* NIGHTSHIFT_CUDA_GRAPHS=off clears it at init */
+    int64_t gen;                                   /* bumped whenever a buffer a graph may point into moves */
+    struct cuda_graph graphs[CUDA_GRAPH_ROWS + 1]; /* by row count */
+    int64_t n_graph_launches, n_graph_captures;
+
     struct cuda_step_times last;
+    double busy_ms;        /* sum of the steps' device times (last.step_ms) */
+    int64_t n_steps;
+    double t_first;        /* cuda_now() at the first forward, 0 before */
+    double host_ms[4];     /* host time in: forward before the step starts, forward's enqueue, sample's
+                              enqueue, sample's waits (NIGHTSHIFT_CUDA_STATS) */
     /* profile (backend_cuda_profile_enable) */
     int prof_on, n_marks;
     cudaEvent_t *prof_ev;  /* (CUDA_PROF_MARKS), created when first enabled */
@@ -98,6 +121,15 @@ int cuda_io_reserve(struct cuda_io *io, size_t bytes, struct err *e);
 int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e);
 /* Copies rows [i0, i1) of logits_d to the pinned logits_h (async). */
 int cuda_copy_logit_rows(struct cuda_ctx *c, int32_t i0, int32_t i1, struct err *e);
+/* Enqueues a step's layers and (for n_logits > 0) its output head on the stream, for an uploaded batch. */
+int cuda_enqueue_step(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_logits, struct err *e);
+/* Whether a step runs as a CUDA graph: a decode step (one row a sequence, every row drawn on the device) of
+ * at most CUDA_GRAPH_ROWS rows, graphs on and the profile off. */
+int cuda_graph_fits(const struct cuda_ctx *c, const struct step_batch *b, const float *logits);
+/* cuda_enqueue_step as the graph for bd->n_rows rows: launched when its key matches, else captured again. */
+int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_logits, struct err *e);
+/* Destroys every graph (at release). */
+void cuda_graph_free(struct cuda_ctx *c);
 /* The op sample (backend.h; cuda_draw.cu). */
 int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
                 struct err *e);

@@ -61,12 +61,15 @@ int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_i
         return err_set(e, "cuda backend: sample of %d rows without a forward that kept as many logit rows", (int)n);
     const int32_t n_vocab = c->m->hp.n_vocab;
     if (n_ids < 1 || n_ids > n_vocab) return err_set(e, "cuda backend: sample over %d ids of %d", (int)n_ids, (int)n_vocab);
+    const double t_in = cuda_now();
     size_t rows_off = 0, ed_off = 0;
     if (cuda_upload_draws(c, rows, n, &rows_off, &ed_off, e) ||
         cuda_launch_sample(c->st, c->logits_d, n_vocab, n_ids, (const struct cuda_draw_row *)(c->sample.d + rows_off),
                            c->sample.d + ed_off, n, c->sample.d, e))
         return -1;
     CU_TRY(cudaMemcpyAsync(c->sample.h, c->sample.d, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+    const double t_wait = cuda_now();
+    c->host_ms[2] += (t_wait - t_in) * 1e3;
     CU_TRY(cudaStreamSynchronize(c->st)); /* the tokens say which rows go to the host */
     int32_t n_host = 0;
     for (int32_t i = 0, j; i < n; i = j) { /* the rows not drawn, in runs */
@@ -83,6 +86,7 @@ int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_i
             memcpy(logits + (size_t)i * n_vocab, c->logits_h + (size_t)i * n_vocab, (size_t)n_vocab * sizeof(float));
     }
     c->last.logits_host_ms = (cuda_now() - t0) * 1e3;
+    c->host_ms[3] += (t0 - t_wait) * 1e3;
     return 0;
 }
 

@@ -232,7 +232,7 @@ fail:
         }                                                                                                 \
     } while (0)
 
-/* The backend's GEMM call (cuda.cu cuda_gemm), on a handle of its own. */
+/* The backend's matrix product (cuda_matmul: cuBLAS or the GEMV kernel), on a handle of its own. */
 extern "C" int cuda_harness_gemm(const void *w, const void *x, int bf16, int32_t n_rows, int32_t n_in, int32_t n_out,
                                  float *y, struct err *e)
 {
@@ -240,16 +240,13 @@ extern "C" int cuda_harness_gemm(const void *w, const void *x, int bf16, int32_t
     cublasHandle_t blas = NULL;
     void *dw, *dx, *dy;
     const size_t el = bf16 ? 2 : 4;
-    const float one = 1.0f, zero = 0.0f;
-    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     if (cuda_hx_begin(&h, e)) return -1;
     HX(cuda_hx_upload(&h, w, (size_t)n_out * n_in * el, &dw, e));
     HX(cuda_hx_upload(&h, x, (size_t)n_rows * n_in * el, &dx, e));
     HX(cuda_hx_alloc(&h, (size_t)n_rows * n_out * 4, &dy, e));
     CUBLAS_HX(cublasCreate(&blas));
     CUBLAS_HX(cublasSetStream(blas, h.st));
-    CUBLAS_HX(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_rows, n_in, &one, dw, t, n_in, dx, t, n_in, &zero, dy,
-                           CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    HX(cuda_matmul(h.st, blas, dw, bf16, dx, n_rows, n_in, n_out, (float *)dy, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dy, 0, (size_t)n_rows * n_out, y, e));
     cublasDestroy(blas);

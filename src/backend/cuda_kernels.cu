@@ -146,17 +146,24 @@ __global__ void cuda_k_rmsnorm4(float *x, const float *add, const float *w, cons
     __shared__ double part[32];
     const int64_t i_out = blockIdx.x, r = rows ? rows[i_out] : i_out;
     float4 *xr = (float4 *)(x + r * n);
+    const float4 *ar = add ? (const float4 *)(add + r * n) : NULL;
     const int32_t n4 = n / 4;
-    float4 v[J];
+    float4 v[J], a[J];
+    /* every load first (predicated, no early exit), so all 2 J of a thread are in flight together */
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < n4) v[j] = xr[i];
+        if (ar && i < n4) a[j] = ar[i];
+    }
     double ss = 0.0;
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const int32_t i = threadIdx.x + j * blockDim.x;
-        if (i >= n4) break;
-        v[j] = xr[i];
-        if (add) {
-            const float4 a = ((const float4 *)(add + r * n))[i];
-            v[j] = make_float4(__fadd_rn(v[j].x, a.x), __fadd_rn(v[j].y, a.y), __fadd_rn(v[j].z, a.z), __fadd_rn(v[j].w, a.w));
+        if (i >= n4) continue;
+        if (ar) {
+            v[j] = make_float4(__fadd_rn(v[j].x, a[j].x), __fadd_rn(v[j].y, a[j].y), __fadd_rn(v[j].z, a[j].z),
+                               __fadd_rn(v[j].w, a[j].w));
             xr[i] = v[j];
         }
         ss += (double)v[j].x * (double)v[j].x;
@@ -173,7 +180,7 @@ __global__ void cuda_k_rmsnorm4(float *x, const float *add, const float *w, cons
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const int32_t i = threadIdx.x + j * blockDim.x;
-        if (i >= n4) break;
+        if (i >= n4) continue;
         const float4 wv = ((const float4 *)w)[i];
         cuda_store4(out + i_out * n + 4 * i, __fmul_rn(__fmul_rn(v[j].x, scale), wv.x),
                     __fmul_rn(__fmul_rn(v[j].y, scale), wv.y), __fmul_rn(__fmul_rn(v[j].z, scale), wv.z),

@@ -24,6 +24,7 @@
 #ifndef NS_BACKEND_CUDA_KERNELS_H
 #define NS_BACKEND_CUDA_KERNELS_H
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -123,6 +124,15 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
 int64_t cuda_attn_max_items(int32_t n_rows, int64_t max_parts);
 
 /* ---- launchers ---- */
+
+/* y (n_rows, n_out) f32 = x (n_rows, n_in) * w^T, w (n_out, n_in) row-major BF16 (bf16 = 1; x BF16 too) or
+ * F32: cuBLAS with FP32 accumulation, or for one row of BF16 with n_in % 8 == 0 cuda_gemv.cu's kernel
+ * (unless NIGHTSHIFT_CUDA_GEMV=off). */
+int cuda_matmul(cudaStream_t st, cublasHandle_t blas, const void *w, int bf16, const void *x, int32_t n_rows,
+                int32_t n_in, int32_t n_out, float *y, struct err *e);
+/* 1 when NIGHTSHIFT_CUDA_GEMV=off (read once): every product by cuBLAS. */
+int cuda_gemv_off(void);
+
 
 /* x (n_rows, n) f32 = the rows tokens[r] of the embedding table (n_vocab, n), BF16 (bf16 = 1) or F32. */
 int cuda_launch_embed(cudaStream_t st, const void *table, int bf16, const int32_t *tokens, int32_t n_rows, int32_t n,

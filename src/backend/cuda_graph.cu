@@ -1,0 +1,90 @@
+/* cuda_graph — decode steps of the CUDA backend as CUDA graphs.
+ *
+ * Why: a step launches ~10 kernels a layer (330 for an 8B model). At batch 1 each runs for a few
+ * microseconds to a few tens, so the gaps between launches are a visible share of the step; a graph
+ * launches them all at once with shorter gaps.
+ *
+ * What is captured: cuda_enqueue_step for one uploaded batch of n rows (layers and output head), not the
+ * upload and not the draws. Its kernels read the batch (tokens, positions, block tables, attention items)
+ * from the batch buffer, whose layout is a function of (n_rows, n_logits, n_seqs) alone (cuda.cu,
+ * cuda_upload_batch), so a graph replays correctly for any later batch of the same shape as long as the
+ * values baked into its nodes are the same: the buffers' addresses (cuda_ctx.gen, bumped when one moves,
+ * and the batch buffer's address) and the attention plan's counts, which set grid sizes. That is the key
+ * (struct cuda_graph_key); a step whose key differs captures its graph again and updates the executable
+ * (cudaGraphExecUpdate; a new instantiation where that fails). At batch 1 the plan changes when the
+ * sequence enters a new chunk of CUDA_ATT_CHUNK positions, so one capture serves ~128 steps.
+ *
+ * The arithmetic is that of cuda_enqueue_step itself: a graph gives the same bits (tests/test_cuda.c,
+ * engine_graphs_on_vs_off).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda_ctx.h"
+
+int cuda_graph_fits(const struct cuda_ctx *c, const struct step_batch *b, const float *logits)
+{
+    return c->graphs_on && !c->prof_on && !logits && b->n_rows <= CUDA_GRAPH_ROWS && b->n_logits == b->n_rows &&
+           b->n_seqs == b->n_rows && b->n_hidden == 0;
+}
+
+static int cuda_graph_key_eq(const struct cuda_graph_key *a, const struct cuda_graph_key *b)
+{
+    return a->gen == b->gen && a->batch_d == b->batch_d && a->n_items == b->n_items &&
+           a->n_split_rows == b->n_split_rows && a->max_item_rows == b->max_item_rows &&
+           a->n_split_items == b->n_split_items;
+}
+
+/* Captures cuda_enqueue_step into g->exec (updated in place where possible). */
+static int cuda_graph_capture(struct cuda_ctx *c, struct cuda_graph *g, const struct cuda_batch_dev *bd,
+                              int32_t n_logits, struct err *e)
+{
+    cudaGraph_t graph = NULL;
+    CU_TRY(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+    const int rc = cuda_enqueue_step(c, bd, n_logits, e);
+    const cudaError_t end = cudaStreamEndCapture(c->st, &graph); /* always: the stream leaves capture mode */
+    if (rc) {
+        if (graph) cudaGraphDestroy(graph);
+        return err_prefix(e, "cuda graph capture");
+    }
+    CU_TRY(end);
+    cudaError_t st = cudaErrorUnknown;
+    if (g->exec) {
+        cudaGraphExecUpdateResultInfo info;
+        st = cudaGraphExecUpdate(g->exec, graph, &info);
+        if (st != cudaSuccess) {
+            cudaGetLastError(); /* clear it: a new instantiation follows */
+            cudaGraphExecDestroy(g->exec);
+            g->exec = NULL;
+        }
+    }
+    if (!g->exec) st = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CU_TRY(st);
+    c->n_graph_captures++;
+    return 0;
+}
+
+int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_logits, struct err *e)
+{
+    struct cuda_graph *g = &c->graphs[bd->n_rows];
+    const struct cuda_graph_key key = {c->gen, c->batch.d, bd->n_items, bd->n_split_rows, bd->max_item_rows,
+                                       bd->n_split_items};
+    if (!g->exec || !cuda_graph_key_eq(&g->key, &key)) {
+        g->key.gen = -1; /* invalid until the capture succeeds */
+        if (cuda_graph_capture(c, g, bd, n_logits, e)) return -1;
+        g->key = key;
+    }
+    CU_TRY(cudaGraphLaunch(g->exec, c->st));
+    c->n_graph_launches++;
+    return 0;
+}
+
+void cuda_graph_free(struct cuda_ctx *c)
+{
+    for (int i = 0; i <= CUDA_GRAPH_ROWS; i++) {
+        if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+        c->graphs[i].exec = NULL;
+    }
+    c->gen++;
+}
