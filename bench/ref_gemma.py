@@ -8,7 +8,7 @@ throughout, no KV cache (the whole sequence is recomputed per token), NeoX RoPE 
           x += post_ffw_norm(ffn(ffn_norm(x))) with ffn = down(gelu_tanh(gate(h)) * up(h)); per-head
           RMSNorm of q and k (attn_q_norm, attn_k_norm) before RoPE; every layer but every 6th is local:
           it sees only the last `sliding_window` positions and uses RoPE base 10,000 (global layers:
-          rope.freq_base); scores scaled by query_pre_attn_scalar^-1/2 (1/sqrt(head_dim) without the key);
+          rope.freq_base, angles divided by rope.scaling.factor when rope.scaling.type is "linear"); scores scaled by query_pre_attn_scalar^-1/2 (1/sqrt(head_dim) without the key);
           output head = token_embd (tied) unless output.weight exists. RMSNorm weights are used as stored.
   gemma2  as gemma3 without the q/k norms, one RoPE base, the even layers local; scores soft-capped
           c * tanh(s / c) (attn_logit_softcapping) before the mask, logits soft-capped likewise
@@ -37,10 +37,10 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def rope_neox(v, pos, base, n_rot):
-    """v: (T, heads, hd); rotates pairs (i, i + n_rot/2) of the first n_rot dims by pos * base^(-2i/n_rot)."""
+def rope_neox(v, pos, base, n_rot, scale=1.0):
+    """v: (T, heads, hd); rotates pairs (i, i + n_rot/2) of the first n_rot dims by scale * pos * base^(-2i/n_rot)."""
     half = n_rot // 2
-    ang = pos[:, None] * base ** (-np.arange(half) * 2.0 / n_rot)[None, :]  # (T, half)
+    ang = pos[:, None] * scale * base ** (-np.arange(half) * 2.0 / n_rot)[None, :]  # (T, half)
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     v = v.copy()
     x0, x1 = v[..., :half].copy(), v[..., half:n_rot].copy()
@@ -61,6 +61,8 @@ def hidden_states(kv, W, ids):
     base = g("rope.freq_base", 10000.0)
     eps = g("attention.layer_norm_rms_epsilon", 1e-6)
     window = g("attention.sliding_window", 0)
+    # gemma3 "linear" RoPE scaling (4B and up): the global layers' positions divided by the factor
+    lin = 1.0 / g("rope.scaling.factor", 1.0) if a == "gemma3" and g("rope.scaling.type") == "linear" else 1.0
     n_ff = g("feed_forward_length")
     gemma = a.startswith("gemma")
     scale = g("attention.query_pre_attn_scalar", hd) ** -0.5
@@ -92,8 +94,8 @@ def hidden_states(kv, W, ids):
         if a == "gemma3":
             q = rmsnorm(q, W[p + "attn_q_norm.weight"], eps)
             k = rmsnorm(k, W[p + "attn_k_norm.weight"], eps)
-        b = 10000.0 if (a == "gemma3" and local) else base
-        q, k = rope_neox(q, pos, b, n_rot), rope_neox(k, pos, b, n_rot)
+        b, sc = (10000.0, 1.0) if (a == "gemma3" and local) else (base, lin)
+        q, k = rope_neox(q, pos, b, n_rot, sc), rope_neox(k, pos, b, n_rot, sc)
         mask = causal + (slide if local else 0.0)
         out = np.zeros((T, n_head, hd))
         grp = n_head // n_kv

@@ -57,7 +57,7 @@ struct cpu_ctx {
     int n_threads;
     const struct model *m;
     double *inv_freq; /* (n_rot / 2) RoPE angular frequency per pair, rope_freqs applied */
-    double *inv_freq_local; /* (n_rot / 2) the same for local layers when their base differs (gemma3), else NULL */
+    double *inv_freq_local; /* (n_rot / 2) the same for local layers when their RoPE differs (cpu_local_rope), else NULL */
     /* The model's matrices as the kernels read them: integer types repacked (cpu_repack_row) into
      * `packed`, others pointing at the model's data; norms and biases are the model's. */
     struct model_layer *layers; /* (n_layer) */
@@ -99,6 +99,13 @@ struct cpu_ctx {
 
 #define CPU_MAX_GROUP 64       /* query heads per kv head (checked at load) */
 
+/* 1 if local layers have a RoPE table of their own: another base, or linear scaling of the global one
+ * (gemma3). */
+static int cpu_local_rope(const struct model_hparams *hp)
+{
+    return hp->rope_base_local != hp->rope_base || hp->rope_freq_scale > 0;
+}
+
 /* Attention items are grouped into this many parts (claimed dynamically by the threads). */
 static int64_t cpu_att_max_parts(const struct cpu_ctx *c)
 {
@@ -133,7 +140,7 @@ static uint64_t cpu_layout_scratch(struct cpu_ctx *c, int32_t rows, char *base)
     CARVE(hb, float, (int64_t)rows * hp->n_ff);
     CARVE(hb2, float, (int64_t)rows * hp->n_ff);
     CARVE(rope, float, (int64_t)rows * hp->n_rot + 1);
-    CARVE(rope_local, float, hp->rope_base_local != hp->rope_base ? (int64_t)rows * hp->n_rot + 1 : 1);
+    CARVE(rope_local, float, cpu_local_rope(hp) ? (int64_t)rows * hp->n_rot + 1 : 1);
     CARVE(xq, uint8_t, (int64_t)rows * cpu_q8_row_bytes(n_in_max) + 64);
     CARVE(xk, uint8_t, (int64_t)rows * cpu_q8k_row_bytes(n_in_max) + 64);
     CARVE(att_items, struct cpu_attn_item, (int64_t)rows * hp->n_head_kv);
@@ -396,14 +403,13 @@ static int cpu_load(void *ctx, const struct model *m, struct err *e)
     if (cpu_pack_weights(c, e)) return -1;
     const struct model_hparams *hp = &m->hp;
     c->inv_freq = malloc(((size_t)hp->n_rot / 2 + 1) * sizeof *c->inv_freq);
-    if (hp->rope_base_local != hp->rope_base)
-        c->inv_freq_local = malloc(((size_t)hp->n_rot / 2 + 1) * sizeof *c->inv_freq_local);
-    if (!c->inv_freq || (hp->rope_base_local != hp->rope_base && !c->inv_freq_local))
-        return err_set(e, "cpu backend: out of memory");
+    if (cpu_local_rope(hp)) c->inv_freq_local = malloc(((size_t)hp->n_rot / 2 + 1) * sizeof *c->inv_freq_local);
+    if (!c->inv_freq || (cpu_local_rope(hp) && !c->inv_freq_local)) return err_set(e, "cpu backend: out of memory");
     const float *factors = m->rope_freqs.data;
     for (int32_t i = 0; i < hp->n_rot / 2; i++) {
         double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
         if (factors) f /= factors[i];
+        if (hp->rope_freq_scale > 0) f *= hp->rope_freq_scale;
         c->inv_freq[i] = f;
         if (c->inv_freq_local) c->inv_freq_local[i] = pow((double)hp->rope_base_local, -2.0 * i / hp->n_rot);
     }

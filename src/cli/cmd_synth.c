@@ -48,27 +48,30 @@ struct synth_shape {
     uint32_t head_dim; /* <arch>.attention.key_length when not 0 (else n_embd / n_head) */
     uint32_t n_swa;    /* <arch>.attention.sliding_window when not 0 */
     float att_softcap, final_softcap; /* gemma2's soft-caps when not 0 */
+    float rope_linear; /* rope.scaling.type "linear" with this rope.scaling.factor when not 0 (gemma3) */
 };
 
 static const struct synth_shape shapes[] = {
-    {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0},
-    {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0},
-    {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1, 0, 0, 0, 0, 0},
+    {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1, 0, 0, 0, 0, 0, 0},
     /* rows of whole K-quant super-blocks (256), and enough layers for the mixes' per-layer choices */
-    {"tiny-256", "llama", "synth-tiny-256", 256, 8, 4, 2, 512, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-256", "llama", "synth-tiny-256", 256, 8, 4, 2, 512, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0},
     {"llama-1b", "llama", "synth-Llama-3.2-1B", 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0,
-     128256, 0, 0, 0, 0},
+     128256, 0, 0, 0, 0, 0},
     {"llama-8b", "llama", "synth-Llama-3.1-8B", 4096, 32, 32, 8, 14336, 131072, 500000.0f, 1e-5f, 0, 0,
-     128256, 0, 0, 0, 0},
+     128256, 0, 0, 0, 0, 0},
     {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1, 152064, 0,
-     0, 0, 0},
+     0, 0, 0, 0},
     /* issue 11's architectures, tiny; windows of 8 positions, so short prompts already slide past them.
-     * gemma3: 7 layers (local 0-4 and 6, global 5), head_dim 32 != n_embd / n_head as in the real models;
+     * gemma3: 7 layers (local 0-4 and 6, global 5), head_dim 32 != n_embd / n_head as in the real models,
+     * linear RoPE scaling of the global layers by 8 as in Gemma 3 4B and up;
      * gemma2: caps far below the real 50 / 30, so that they bite on random weights */
-    {"gemma3-tiny", "gemma3", "synth-gemma3-tiny", 64, 7, 4, 2, 160, 512, 1000000.0f, 1e-6f, 1, 0, 0, 32, 8, 0, 0},
+    {"gemma3-tiny", "gemma3", "synth-gemma3-tiny", 64, 7, 4, 2, 160, 512, 1000000.0f, 1e-6f, 1, 0, 0, 32, 8, 0, 0,
+     8.0f},
     {"gemma2-tiny", "gemma2", "synth-gemma2-tiny", 64, 4, 4, 2, 160, 512, 10000.0f, 1e-6f, 1, 0, 0, 0, 8, 2.0f,
-     3.0f},
-    {"phi3-tiny", "phi3", "synth-phi3-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 8, 0, 0},
+     3.0f, 0},
+    {"phi3-tiny", "phi3", "synth-phi3-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 8, 0, 0, 0},
 };
 
 /* Per-layer tensors at most (gemma3: 13), for the tensor table's size. */
@@ -513,7 +516,9 @@ static int synth_metadata(gguf_writer *w, const struct synth_shape *s, uint32_t 
                          gguf_writer_set_u32(w, KEY("attention.value_length"), s->head_dim, e))) ||
         (s->n_swa && gguf_writer_set_u32(w, KEY("attention.sliding_window"), s->n_swa, e)) ||
         (s->att_softcap > 0 && gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->att_softcap, e)) ||
-        (s->final_softcap > 0 && gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap, e)))
+        (s->final_softcap > 0 && gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap, e)) ||
+        (s->rope_linear > 0 && (gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear", 6, e) ||
+                                gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear, e))))
         return -1;
 #undef KEY
     return 0;

@@ -153,6 +153,10 @@ static int model_read_arch_hparams(const gguf_file *f, const char *arch, struct 
         if (model_get_int(f, arch, "attention.sliding_window", 0, 0, INT32_MAX, &hp->n_swa, e)) return -1;
         hp->swa_period = hp->arch == MODEL_ARCH_GEMMA3 ? 6 : hp->arch == MODEL_ARCH_GEMMA2 ? 2 : 1;
     }
+    if (hp->arch == MODEL_ARCH_PHI3 &&
+        (gguf_find_tensor(f, "rope_factors_long.weight") || gguf_find_tensor(f, "rope_factors_short.weight")))
+        return err_set(e, "unsupported model: phi3 with LongRoPE factors (rope_factors_long/short.weight: the "
+                          "128k-context variants)");
     if (!gemma) return 0;
     hp->embd_scale = sqrtf((float)hp->n_embd);
     hp->ffn_gelu = 1;
@@ -232,8 +236,12 @@ static int model_read_hparams(const gguf_file *f, struct model_hparams *hp, stru
     if (gguf_find_kv(f, key) >= 0) {
         char type[64];
         if (gguf_get_cstr(f, key, type, sizeof type, e)) return -1;
-        if (strcmp(type, "none") != 0 && strcmp(type, "llama3") != 0)
+        const int linear = !strcmp(type, "linear") && hp->arch == MODEL_ARCH_GEMMA3;
+        if (strcmp(type, "none") != 0 && strcmp(type, "llama3") != 0 && !linear)
             return err_set(e, "unsupported rope scaling type '%s' (%s)", type, key);
+        float factor = 0.0f;
+        if (linear && model_get_float(f, arch, "rope.scaling.factor", &factor, e)) return -1;
+        if (linear && factor > 0 && factor != 1.0f) hp->rope_freq_scale = 1.0f / factor;
     }
     return model_read_arch_hparams(f, arch, hp, e);
 }
@@ -446,7 +454,7 @@ int model_check(const struct model *m, struct err *e)
         hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
         hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_ctx_train < 1 || !(hp->norm_eps > 0) ||
         !(hp->embd_scale >= 0) || !(hp->att_scale >= 0) || !(hp->att_softcap >= 0) || !(hp->final_softcap >= 0) ||
-        hp->n_swa < 0 || hp->swa_period < 0 || !(hp->rope_base_local > 0))
+        hp->n_swa < 0 || hp->swa_period < 0 || !(hp->rope_base_local > 0) || !(hp->rope_freq_scale >= 0))
         return err_set(e, "model_check: hyper-parameters out of range");
     const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim,
                   n_kv = (int64_t)hp->n_head_kv * hp->head_dim;

@@ -7,13 +7,14 @@
  *  - gemma3: token embedding times sqrt(n_embd); RMSNorm weights used as stored (GGUF converters store
  *    Gemma's 1 + w); pre- and post-norms around attention and FFN; per-head q/k RMSNorm; GeGLU with
  *    tanh-GELU; NeoX RoPE; sliding-window ("local") layers: every layer but every 6th, window
- *    gemma3.attention.sliding_window, RoPE base 10,000 (global layers: gemma3.rope.freq_base); tied head.
+ *    gemma3.attention.sliding_window, RoPE base 10,000 (global layers: gemma3.rope.freq_base, scaled
+ *    when rope.scaling.type is "linear"); tied head.
  *  - gemma2: as gemma3 without q/k norms, one RoPE base, local layers the even ones, plus soft-capping of
  *    attention scores and final logits (gemma2.attn_logit_softcapping, gemma2.final_logit_softcapping).
  *  - phi3: llama with NeoX RoPE, fused attn_qkv (q, k, v rows in that order) and a fused ffn_up holding
  *    the gate rows then the up rows: both are bound as row views (wq/wk/wv, w_gate/w_up) into the fused
  *    tensor, so backends see separate matrices; every layer is local when phi3.attention.sliding_window
- *    is set.
+ *    is set (LongRoPE files, with rope_factors_long/short, are refused).
  * Weight types are checked at load against what the CPU backend can compute; an unsupported
  * architecture or tensor type is an error naming it.
  */
@@ -63,6 +64,8 @@ struct model_hparams {
     int32_t n_swa;         /* window of local layers: a row at position p sees positions > p - n_swa; 0: none */
     int32_t swa_period;    /* local layers (model_layer_window): all (1), all but every period-th (>1) */
     float rope_base_local; /* RoPE base of local layers (gemma3: 10,000; else rope_base) */
+    float rope_freq_scale; /* gemma3 rope.scaling.type "linear" (Gemma 3 4B and up): the global layers' RoPE
+                              frequencies times this, 1 / rope.scaling.factor; 0: none */
     int ffn_gelu;          /* 1: FFN is GeGLU, gelu_tanh(gate) * up (gemma); 0: SwiGLU */
     int post_norms;        /* 1: post_attention_norm / post_ffw_norm on each block's output (gemma) */
 };
