@@ -1,4 +1,9 @@
-/* cpu — the reference backend: the Llama-family forward step over a step batch, on host memory.
+/* cpu — the reference backend: the Llama-family forward step over a step batch, on host memory; with
+ * the gemma3 / gemma2 / phi3 deltas (model.h) switched on by the model's hyper-parameters: the embedding
+ * scale, per-layer RoPE tables (local layers' own base, cpu_local_rope), post-norms of the block outputs,
+ * GeGLU, the attention window / scale / soft-cap (cpu_attn.h) and the final soft-cap. Each is a per-row
+ * (or per-element) op, so the invariants below hold for them as they are; all are off for the llama
+ * family, whose arithmetic is unchanged.
  *
  * Invariants:
  *  - Batch invariance (bit for bit): every per-row quantity (embedding, norms, RoPE, K/V, attention,
@@ -170,6 +175,8 @@ static int cpu_check(void *ctx, struct err *e)
     if (!c->m) return 0;
     if (c->cap_rows > 0 && !c->scratch) return err_set(e, "cpu_check: scratch missing");
     if (!c->layers || (c->packed_bytes > 0) != (c->packed != NULL)) return err_set(e, "cpu_check: weights not bound");
+    if (c->inv_freq && cpu_local_rope(&c->m->hp) != (c->inv_freq_local != NULL))
+        return err_set(e, "cpu_check: local RoPE table %s", c->inv_freq_local ? "without local layers" : "missing");
     for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
         const struct model_layer *L = &c->layers[il], *M = &c->m->layers[il];
         if (L->attn_norm.data != M->attn_norm.data || L->wq.type != M->wq.type || L->w_down.ne[0] != M->w_down.ne[0] ||
