@@ -1,4 +1,6 @@
-/* synth_util.h — small random-weight Llama-family models built in memory for the model/backend tests.
+/* synth_util.h — small random-weight Llama-family models built in memory for the model/backend tests
+ * (and gemma3 / gemma2 / phi3 ones: their extra tensors, phi3's fused attn_qkv and ffn_up, the sliding
+ * window and soft-cap keys).
  *
  * The same (config, seed) gives the same F32 values whatever the weight type; matrices are then
  * quantized to cfg.type with quant_quantize_row, so models of different types are the same network up to
@@ -33,11 +35,15 @@ struct synth_cfg {
     /* if set: the type of the matrix `name` (quantized from the same values), or 0 (F32 is not
      * choosable this way) for `type`: mixed-type files such as Q4_K_M */
     enum gguf_dtype (*type_of)(const char *name);
+    int n_swa;                        /* if != 0: <arch>.attention.sliding_window */
+    float att_softcap, final_softcap; /* if != 0: gemma2's soft-cap keys */
+    const gguf_file *vocab;           /* if set: its tokenizer.* keys are copied (n_vocab must match) */
 };
 
 static inline struct synth_cfg synth_default(void)
 {
-    struct synth_cfg c = {"llama", 64, 2, 4, 2, 0, 96, 300, 256, GGUF_DTYPE_F32, 0, 0, 1, 0, NULL, 0, 0, NULL};
+    struct synth_cfg c = {"llama", 64, 2, 4, 2, 0, 96, 300, 256, GGUF_DTYPE_F32, 0, 0, 1, 0, NULL, 0, 0, NULL,
+                          0, 0.0f, 0.0f, NULL};
     return c;
 }
 
@@ -138,6 +144,13 @@ static inline int synth_build(const struct synth_cfg *c, int load_model, struct 
         snprintf(key, sizeof key, "%s.rope.freq_base", c->arch);
         if (gguf_writer_set_f32(w, key, 50000.0f, e)) goto out;
     }
+    if (c->n_swa) KU("attention.sliding_window", c->n_swa);
+    snprintf(key, sizeof key, "%s.attn_logit_softcapping", c->arch);
+    if (c->att_softcap > 0 && gguf_writer_set_f32(w, key, c->att_softcap, e)) goto out;
+    snprintf(key, sizeof key, "%s.final_logit_softcapping", c->arch);
+    if (c->final_softcap > 0 && gguf_writer_set_f32(w, key, c->final_softcap, e)) goto out;
+    for (uint64_t i = 0; c->vocab && i < gguf_n_kv(c->vocab); i++)
+        if (!strncmp(gguf_kv_key(c->vocab, i), "tokenizer.", 10) && gguf_writer_copy_kv_at(w, c->vocab, i, e)) goto out;
 #undef KU
     if (synth_add(w, sm, c, "token_embd.weight", c->n_embd, c->n_vocab, 0, &rng, e)) goto out;
     if (synth_add(w, sm, c, "output_norm.weight", c->n_embd, 0, 1, &rng, e)) goto out;
@@ -150,21 +163,34 @@ static inline int synth_build(const struct synth_cfg *c, int load_model, struct 
         snprintf(name, sizeof name, "blk.%d.%s", il, suffix);                                             \
         if (synth_add(w, sm, c, name, ne0, ne1, kind, &rng, e)) goto out;                                 \
     } while (0)
+        const int phi3 = !strcmp(c->arch, "phi3"), gemma = !strncmp(c->arch, "gemma", 5);
         T("attn_norm.weight", c->n_embd, 0, 1);
-        T("attn_q.weight", c->n_embd, n_q, 0);
-        T("attn_k.weight", c->n_embd, n_kv, 0);
-        T("attn_v.weight", c->n_embd, n_kv, 0);
+        if (phi3) {
+            T("attn_qkv.weight", c->n_embd, n_q + 2 * n_kv, 0);
+        } else {
+            T("attn_q.weight", c->n_embd, n_q, 0);
+            T("attn_k.weight", c->n_embd, n_kv, 0);
+            T("attn_v.weight", c->n_embd, n_kv, 0);
+        }
         T("attn_output.weight", n_q, c->n_embd, 0);
         T("ffn_norm.weight", c->n_embd, 0, 1);
-        T("ffn_gate.weight", c->n_embd, c->n_ff, 0);
-        T("ffn_up.weight", c->n_embd, c->n_ff, 0);
+        if (phi3) {
+            T("ffn_up.weight", c->n_embd, 2 * c->n_ff, 0);
+        } else {
+            T("ffn_gate.weight", c->n_embd, c->n_ff, 0);
+            T("ffn_up.weight", c->n_embd, c->n_ff, 0);
+        }
         T("ffn_down.weight", c->n_ff, c->n_embd, 0);
+        if (gemma) {
+            T("post_attention_norm.weight", c->n_embd, 0, 1);
+            T("post_ffw_norm.weight", c->n_embd, 0, 1);
+        }
         if (!strcmp(c->arch, "qwen2")) {
             T("attn_q.bias", n_q, 0, 2);
             T("attn_k.bias", n_kv, 0, 2);
             T("attn_v.bias", n_kv, 0, 2);
         }
-        if (!strcmp(c->arch, "qwen3")) {
+        if (!strcmp(c->arch, "qwen3") || !strcmp(c->arch, "gemma3")) {
             T("attn_q_norm.weight", hd, 0, 1);
             T("attn_k_norm.weight", hd, 0, 1);
         }

@@ -442,10 +442,16 @@ TEST(test_invariance_synthetic)
         int head_dim;
         enum kv_type kv;
         int rope_freqs;
+        int n_swa;   /* sliding window (gemma / phi3) */
+        float caps;  /* gemma2's attention and final soft-caps */
     } cases[] = {
-        {"llama", GGUF_DTYPE_Q8_0, 0, KV_TYPE_F32, 0},  {"llama", GGUF_DTYPE_Q4_0, 32, KV_TYPE_Q8_0, 1},
-        {"llama", GGUF_DTYPE_Q4_1, 0, KV_TYPE_F16, 0},  {"qwen2", GGUF_DTYPE_F16, 0, KV_TYPE_F32, 0},
-        {"qwen3", GGUF_DTYPE_BF16, 32, KV_TYPE_Q8_0, 0}, {"llama", GGUF_DTYPE_F32, 0, KV_TYPE_F32, 0},
+        {"llama", GGUF_DTYPE_Q8_0, 0, KV_TYPE_F32, 0, 0, 0},  {"llama", GGUF_DTYPE_Q4_0, 32, KV_TYPE_Q8_0, 1, 0, 0},
+        {"llama", GGUF_DTYPE_Q4_1, 0, KV_TYPE_F16, 0, 0, 0},  {"qwen2", GGUF_DTYPE_F16, 0, KV_TYPE_F32, 0, 0, 0},
+        {"qwen3", GGUF_DTYPE_BF16, 32, KV_TYPE_Q8_0, 0, 0, 0}, {"llama", GGUF_DTYPE_F32, 0, KV_TYPE_F32, 0, 0, 0},
+        /* issue 11: windows shorter than the 24-row sequences; gemma3's global layer (the 6th) runs the
+         * fast attention path where the layout allows, its local ones the general kernels */
+        {"gemma3", GGUF_DTYPE_Q8_0, 32, KV_TYPE_F32, 0, 5, 0}, {"gemma3", GGUF_DTYPE_F16, 32, KV_TYPE_F16, 0, 7, 0},
+        {"gemma2", GGUF_DTYPE_Q4_0, 0, KV_TYPE_F16, 0, 6, 2.0f}, {"phi3", GGUF_DTYPE_Q5_0, 32, KV_TYPE_Q8_0, 0, 9, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct synth_cfg c = backend_cfg();
@@ -453,6 +459,10 @@ TEST(test_invariance_synthetic)
         c.type = cases[i].t;
         c.head_dim = cases[i].head_dim;
         c.rope_freqs = cases[i].rope_freqs;
+        c.n_swa = cases[i].n_swa;
+        c.att_softcap = cases[i].caps;
+        c.final_softcap = cases[i].caps * 1.5f;
+        if (!strcmp(c.arch, "gemma3")) c.n_layer = 7; /* local 0-4 and 6, global 5 */
         struct synth_model sm;
         struct err e = {{0}};
         int rc = synth_build(&c, 1, &sm, &e);
@@ -830,8 +840,10 @@ TEST(test_exp_row)
 
 /* One attention case: a hand-built KV pool (garbage NaN bytes in every slot no row may read), two
  * sequences, a step batch; every row is checked against a double-precision reference and against the
- * same row run alone (bit for bit). */
-static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *why, size_t why_n)
+ * same row run alone (bit for bit). window, scale, cap: the layer's sliding window, score scale and
+ * soft-cap (struct cpu_kv_layer; 0: none / 1/sqrt(head_dim) / none). */
+static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, int window, float scale, float cap,
+                     char *why, size_t why_n)
 {
     enum { NB = 128, NA = 75, NBQ = 40 };
     const enum gguf_dtype dt = t == KV_TYPE_F32 ? GGUF_DTYPE_F32 : t == KV_TYPE_F16 ? GGUF_DTYPE_F16 : GGUF_DTYPE_Q8_0;
@@ -884,7 +896,8 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
     float *q = malloc((size_t)NR * n_q * sizeof(float)), *out = malloc((size_t)NR * n_q * sizeof(float));
     float *one = malloc((size_t)n_q * sizeof(float));
     for (int64_t i = 0; i < (int64_t)NR * n_q; i++) q[i] = frand(1.0f);
-    struct cpu_kv_layer kv = {kp, vp, t, bs, n_kv, hd, vec};
+    struct cpu_kv_layer kv = {kp, vp, t, bs, n_kv, hd, vec, window, scale, cap};
+    const int w = window > 0 ? window : 1 << 30;
     struct cpu_attn_item items[NR * 8];
     float *scratch = NULL;
     int rc = -1;
@@ -924,17 +937,19 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, char *
         for (int h = 0; h < n_head; h++) {
             const float *qh = q + (int64_t)r * n_q + h * hd;
             double sc[NA], mx = -INFINITY, sum = 0;
-            for (int p = 0; p <= pos[r]; p++) {
+            const int p0 = pos[r] - w + 1 > 0 ? pos[r] - w + 1 : 0; /* the first position in the window */
+            for (int p = p0; p <= pos[r]; p++) {
                 const float *k = kf + (((size_t)seq[r] * NA + p) * n_kv + h / group) * hd;
                 double d = 0;
                 for (int i = 0; i < hd; i++) d += (double)qh[i] * k[i];
-                sc[p] = d / sqrt((double)hd);
+                sc[p] = scale > 0 ? d * scale : d / sqrt((double)hd);
+                if (cap > 0) sc[p] = cap * tanh(sc[p] / cap);
                 if (sc[p] > mx) mx = sc[p];
             }
-            for (int p = 0; p <= pos[r]; p++) sum += sc[p] = exp(sc[p] - mx);
+            for (int p = p0; p <= pos[r]; p++) sum += sc[p] = exp(sc[p] - mx);
             for (int i = 0; i < hd; i++) {
                 double o = 0;
-                for (int p = 0; p <= pos[r]; p++) o += sc[p] * vf[(((size_t)seq[r] * NA + p) * n_kv + h / group) * hd + i];
+                for (int p = p0; p <= pos[r]; p++) o += sc[p] * vf[(((size_t)seq[r] * NA + p) * n_kv + h / group) * hd + i];
                 o /= sum;
                 double got = out[(int64_t)r * n_q + h * hd + i];
                 if (!(fabs(got - o) <= 2e-6 + 2e-5 * fabs(o))) {
@@ -962,19 +977,28 @@ TEST(test_attn_kernel)
     struct {
         int hd, group, n_kv, bs;
         enum kv_type t;
+        int window;
+        float scale, cap;
     } cases[] = {
-        {8, 2, 4, 16, KV_TYPE_F16}, {8, 2, 4, 4, KV_TYPE_F32},  {16, 1, 2, 8, KV_TYPE_F32},
-        {12, 3, 1, 4, KV_TYPE_F16}, {32, 4, 2, 16, KV_TYPE_Q8_0}, {40, 8, 1, 32, KV_TYPE_F32},
-        {64, 3, 3, 16, KV_TYPE_F16}, {8, 17, 1, 2, KV_TYPE_F32}, {64, 1, 1, 1, KV_TYPE_Q8_0},
+        {8, 2, 4, 16, KV_TYPE_F16, 0, 0, 0}, {8, 2, 4, 4, KV_TYPE_F32, 0, 0, 0},  {16, 1, 2, 8, KV_TYPE_F32, 0, 0, 0},
+        {12, 3, 1, 4, KV_TYPE_F16, 0, 0, 0}, {32, 4, 2, 16, KV_TYPE_Q8_0, 0, 0, 0}, {40, 8, 1, 32, KV_TYPE_F32, 0, 0, 0},
+        {64, 3, 3, 16, KV_TYPE_F16, 0, 0, 0}, {8, 17, 1, 2, KV_TYPE_F32, 0, 0, 0}, {64, 1, 1, 1, KV_TYPE_Q8_0, 0, 0, 0},
         /* fast-path layouts (head_dim 8 or a multiple of 16, block >= 16) */
-        {8, 2, 4, 32, KV_TYPE_F32}, {32, 4, 2, 16, KV_TYPE_F32}, {16, 1, 2, 64, KV_TYPE_F16},
-        {8, 17, 1, 16, KV_TYPE_F16}, {8, 5, 2, 16, KV_TYPE_F32}, {128, 2, 1, 16, KV_TYPE_F16},
+        {8, 2, 4, 32, KV_TYPE_F32, 0, 0, 0}, {32, 4, 2, 16, KV_TYPE_F32, 0, 0, 0}, {16, 1, 2, 64, KV_TYPE_F16, 0, 0, 0},
+        {8, 17, 1, 16, KV_TYPE_F16, 0, 0, 0}, {8, 5, 2, 16, KV_TYPE_F32, 0, 0, 0}, {128, 2, 1, 16, KV_TYPE_F16, 0, 0, 0},
+        /* sliding windows (1 position, shorter and longer than a 32-position chunk: rows skip chunks),
+         * a score scale and soft-caps (gemma); these take the general kernels only */
+        {8, 2, 4, 16, KV_TYPE_F16, 1, 0, 0}, {16, 1, 2, 8, KV_TYPE_F32, 7, 0, 0}, {32, 4, 2, 16, KV_TYPE_Q8_0, 20, 0, 0},
+        {32, 4, 2, 16, KV_TYPE_F32, 40, 0.07f, 0}, {64, 3, 3, 16, KV_TYPE_F16, 0, 0, 1.5f},
+        {8, 5, 2, 4, KV_TYPE_F32, 33, 0.5f, 2.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char why[256] = "";
-        int rc = attn_case(cases[i].hd, cases[i].group, cases[i].n_kv, cases[i].bs, cases[i].t, why, sizeof why);
-        CHECK_MSG(rc == 0, "head_dim %d group %d kv heads %d block %d kv %s: %s", cases[i].hd, cases[i].group,
-                  cases[i].n_kv, cases[i].bs, model_kv_type_name(cases[i].t), why);
+        int rc = attn_case(cases[i].hd, cases[i].group, cases[i].n_kv, cases[i].bs, cases[i].t, cases[i].window,
+                           cases[i].scale, cases[i].cap, why, sizeof why);
+        CHECK_MSG(rc == 0, "head_dim %d group %d kv heads %d block %d kv %s window %d scale %g cap %g: %s", cases[i].hd,
+                  cases[i].group, cases[i].n_kv, cases[i].bs, model_kv_type_name(cases[i].t), cases[i].window,
+                  (double)cases[i].scale, (double)cases[i].cap, why);
     }
 }
 
@@ -1069,6 +1093,22 @@ TEST(test_invariance_long_prefill)
     rc = check_invariance_long(sm.m, KV_TYPE_Q8_0, 8, why, sizeof why);
     synth_free(&sm);
     CHECK_MSG(rc == 0, "synthetic q8_0: %s", why);
+    /* gemma3 and gemma2 with windows of 8: 70 rows reach past a whole 32-position attention chunk plus the
+     * window, so local layers skip chunks, whatever the split of the prefill */
+    const char *archs[] = {"gemma3", "gemma2"};
+    for (int i = 0; i < 2; i++) {
+        c = backend_cfg();
+        c.arch = archs[i];
+        c.type = GGUF_DTYPE_Q8_0;
+        c.head_dim = 32;
+        c.n_layer = i == 0 ? 6 : 2;
+        c.n_swa = 8;
+        c.att_softcap = i == 1 ? 3.0f : 0.0f;
+        CHECK_MSG(synth_build(&c, 1, &sm, &e) == 0, "%.900s", e.msg);
+        rc = check_invariance_long(sm.m, i == 0 ? KV_TYPE_F32 : KV_TYPE_F16, 16, why, sizeof why);
+        synth_free(&sm);
+        CHECK_MSG(rc == 0, "synthetic %s: %s", archs[i], why);
+    }
 }
 
 /* ---------------------------------------------------------------- memory */

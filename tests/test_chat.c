@@ -96,6 +96,33 @@ TEST(render_gemma)
               "<bos><start_of_turn>user\nSYS\n\nHi<end_of_turn>\n<start_of_turn>model\n");
 }
 
+/* The Gemma 3 instruct template (as Google publishes it) through the Jinja interpreter gives the same text
+ * as the built-in gemma renderer, system message folded into the first user turn included: a Gemma 3 file
+ * without a template of its own (the 270M base model that scripts/fetch-model gemma3 gets) is rendered with
+ * `--chat-template gemma` exactly as the template would. */
+TEST(gemma3_jinja_matches_builtin)
+{
+    jinja_template *t = NULL;
+    struct err e = {{0}};
+    CHECK(jinja_compile(tmpl_gemma3, strlen(tmpl_gemma3), &t, &e) == 0);
+    static const struct chat_msg one[] = {{"user", "What is the capital of France?"}};
+    const struct {
+        const struct chat_msg *m;
+        size_t n;
+    } convs[] = {{one, 1}, {conv, 3}, {conv_sys, 4}, {conv_sys, 2}};
+    for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+        char *a = NULL, *b = NULL;
+        CHECK_MSG(chat_render_jinja(t, convs[i].m, convs[i].n, "<bos>", "<eos>", &a, &e) == 0, "%s", e.msg);
+        CHECK_MSG(chat_render(CHAT_GEMMA, convs[i].m, convs[i].n, "<bos>", "<eos>", &b, &e) == 0, "%s", e.msg);
+        CHECK_MSG(strcmp(a, b) == 0, "conversation %zu: jinja '%s', built-in '%s'", i, a, b);
+        if (i == 0)
+            CHECK_STR(a, "<bos><start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n");
+        free(a);
+        free(b);
+    }
+    jinja_free(t);
+}
+
 TEST(render_zephyr)
 {
     RENDER_IS(CHAT_ZEPHYR, conv_sys, 4, "<s>", "</s>",
@@ -395,6 +422,7 @@ int main(void)
     RUN(render_mistral);
     RUN(render_phi3);
     RUN(render_gemma);
+    RUN(gemma3_jinja_matches_builtin);
     RUN(render_zephyr);
     RUN(render_errors);
     RUN(detect_families);

@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "synth_util.h"
 #include "test.h"
 #include "tokenizer/tok.h"
 #include "util/clock.h"
@@ -484,6 +485,38 @@ TEST(engine_invariance_stories260K)
     invariance_suite(test_shared("models/stories260K.gguf"), UNDER_SANITIZER ? 32 : 128, 5, 40, 24, 48, 16, 3);
 }
 
+/* Issue 11's gemma3 path (sliding-window layers of 8 positions and a global one, both RoPE tables, QK-norm,
+ * post-norms, GeGLU): a random-weight gemma3 model in stories260K's vocabulary, written to a temporary file,
+ * through the same suite: the windows slide within every prompt, across prefill chunks, drafts and the
+ * prefix cache's blocks. */
+TEST(engine_invariance_gemma3)
+{
+    struct err e = {{0}};
+    const char *vocab = test_shared("models/stories260K.gguf");
+    if (access(vocab, R_OK) != 0) SKIP("models/stories260K.gguf not found");
+    gguf_file *vf = NULL;
+    CHECK_MSG(gguf_open(vocab, &vf, &e) == 0, "%s", e.msg);
+    struct synth_cfg c = synth_default();
+    c.arch = "gemma3";
+    c.n_layer = 6;
+    c.head_dim = 32;
+    c.n_swa = 8;
+    c.n_vocab = 512;
+    c.tied = 1;
+    c.vocab = vf;
+    struct synth_model sm;
+    int rc = synth_build(&c, 0, &sm, &e);
+    char path[] = "/tmp/ns_test_gemma3_XXXXXX";
+    int fd = rc ? -1 : mkstemp(path);
+    int written = fd >= 0 && write(fd, sm.buf, sm.n) == (ssize_t)sm.n;
+    if (fd >= 0) close(fd);
+    synth_free(&sm);
+    gguf_close(vf);
+    CHECK_MSG(rc == 0 && written, "building %s: %s", path, rc ? e.msg : "write failed");
+    invariance_suite(path, UNDER_SANITIZER ? 32 : 64, 5, 40, 24, 48, 16, 0);
+    unlink(path);
+}
+
 /* 16 requests by default (the max_seqs 1 baseline is slow on 2 cores); NIGHTSHIFT_TEST_FULL=1 runs the
  * issue's 64 greedy + 64 seeded. */
 TEST(engine_invariance_smollm2)
@@ -897,6 +930,7 @@ TEST(engine_check_request_agrees_with_engine_add)
 int main(void)
 {
     RUN(engine_invariance_stories260K);
+    RUN(engine_invariance_gemma3);
     RUN(engine_invariance_smollm2);
     RUN(engine_invariance_smollm2_constrained);
     RUN(engine_lookup_copy_smollm2);

@@ -118,6 +118,75 @@ TEST(test_synthetic_archs)
     synth_free(&sm);
 }
 
+/* issue 11's architectures: the hyper-parameters each implies, the layers' windows, the extra tensors, and
+ * phi3's fused tensors bound as row views (which model_check and the F32 clone accept). */
+TEST(test_gemma_phi3_archs)
+{
+    struct err e = {{0}};
+    struct synth_model sm;
+    struct synth_cfg c = synth_default();
+    c.arch = "gemma3";
+    c.n_layer = 7;
+    c.head_dim = 32;
+    c.n_swa = 12;
+    c.tied = 1;
+    CHECK_MSG(build(c, &sm, &e) == 0, "%.900s", e.msg);
+    const struct model_hparams *hp = &sm.m->hp;
+    CHECK(hp->arch == MODEL_ARCH_GEMMA3 && hp->rope_neox && hp->ffn_gelu && hp->post_norms);
+    CHECK(hp->embd_scale == sqrtf(64.0f) && hp->att_scale == 0 && hp->att_softcap == 0 && hp->final_softcap == 0);
+    CHECK(hp->rope_base == 50000.0f && hp->rope_base_local == 10000.0f && hp->n_swa == 12);
+    for (int il = 0; il < 7; il++) CHECK_EQ_INT(model_layer_window(hp, il), il == 5 ? 0 : 12);
+    CHECK(sm.m->layers[6].q_norm.data && sm.m->layers[6].post_attn_norm.data && sm.m->layers[6].post_ffw_norm.data);
+    CHECK(sm.m->output.data == sm.m->tok_embd.data && !strcmp(model_arch_name(hp->arch), "gemma3"));
+    synth_free(&sm);
+
+    c = synth_default();
+    c.arch = "gemma2";
+    c.n_layer = 3;
+    c.n_swa = 9;
+    c.att_softcap = 50.0f;
+    c.final_softcap = 30.0f;
+    CHECK_MSG(build(c, &sm, &e) == 0, "%.900s", e.msg);
+    hp = &sm.m->hp;
+    CHECK(hp->arch == MODEL_ARCH_GEMMA2 && hp->att_softcap == 50.0f && hp->final_softcap == 30.0f);
+    CHECK(hp->rope_base_local == hp->rope_base && !sm.m->layers[0].q_norm.data && sm.m->layers[2].post_ffw_norm.data);
+    CHECK(model_layer_window(hp, 0) == 9 && model_layer_window(hp, 1) == 0 && model_layer_window(hp, 2) == 9);
+    synth_free(&sm);
+
+    c = synth_default();
+    c.arch = "phi3";
+    c.type = GGUF_DTYPE_Q8_0;
+    c.n_swa = 7;
+    CHECK_MSG(build(c, &sm, &e) == 0, "%.900s", e.msg);
+    hp = &sm.m->hp;
+    CHECK(hp->arch == MODEL_ARCH_PHI3 && hp->rope_neox && !hp->ffn_gelu && !hp->post_norms && hp->embd_scale == 0);
+    CHECK(model_layer_window(hp, 0) == 7 && model_layer_window(hp, 1) == 7);
+    const struct model_layer *L = &sm.m->layers[1];
+    const uint64_t rb = gguf_row_bytes(GGUF_DTYPE_Q8_0, 64);
+    const struct gguf_tensor *qkv = gguf_find_tensor(sm.f, "blk.1.attn_qkv.weight"),
+                             *up = gguf_find_tensor(sm.f, "blk.1.ffn_up.weight");
+    CHECK(qkv && up && L->wq.data == qkv->data && L->wq.ne[1] == 64 && L->wk.ne[1] == 32 && L->wv.ne[1] == 32);
+    CHECK((const char *)L->wk.data == (const char *)qkv->data + 64 * rb);
+    CHECK((const char *)L->wv.data == (const char *)qkv->data + 96 * rb);
+    CHECK(L->w_gate.data == up->data && (const char *)L->w_up.data == (const char *)up->data + 96 * rb);
+    CHECK(L->w_gate.ne[1] == 96 && L->w_up.ne[1] == 96 && !strcmp(L->w_up.name, "blk.1.ffn_up.weight"));
+    CHECK(model_check(sm.m, &e) == 0);
+    CHECK(model_weight_bytes(sm.m) > 0);
+    struct model *f32 = NULL;
+    CHECK_MSG(model_clone_f32(sm.m, &f32, &e) == 0, "%.900s", e.msg);
+    float row[64];
+    CHECK(quant_dequantize_row(GGUF_DTYPE_Q8_0, (const char *)up->data + 100 * rb, row, 64) == 0);
+    CHECK(memcmp(row, (const float *)f32->layers[1].w_up.data + 4 * 64, sizeof row) == 0);
+    model_free(f32);
+    synth_free(&sm);
+    /* a view reaching past its tensor is caught */
+    c.n_swa = 0;
+    CHECK_MSG(build(c, &sm, &e) == 0, "%.900s", e.msg);
+    sm.m->layers[0].wv.ne[1] = 33;
+    CHECK(model_check(sm.m, &e) != 0);
+    synth_free(&sm);
+}
+
 TEST(test_defaults)
 {
     struct err e = {{0}};
@@ -153,8 +222,12 @@ TEST(test_errors)
 {
     char why[512] = "";
     struct synth_cfg c = synth_default();
+    c.arch = "mamba";
+    CHECK_MSG(expect_error(c, "unsupported architecture", "mamba", why, sizeof why) == 0, "%s", why);
+    /* a supported architecture whose own tensors are missing (gemma2 needs the post-norms) */
     c.arch = "gemma2";
-    CHECK_MSG(expect_error(c, "unsupported architecture", "gemma2", why, sizeof why) == 0, "%s", why);
+    c.skip_tensor = "blk.0.post_attention_norm.weight";
+    CHECK_MSG(expect_error(c, "missing tensor", "blk.0.post_attention_norm.weight", why, sizeof why) == 0, "%s", why);
 
     c = synth_default();
     c.n_embd = 256;
@@ -321,6 +394,7 @@ int main(void)
     RUN(test_stories260K_hparams);
     RUN(test_smollm2_hparams);
     RUN(test_synthetic_archs);
+    RUN(test_gemma_phi3_archs);
     RUN(test_defaults);
     RUN(test_errors);
     RUN(test_hparam_bounds);

@@ -96,6 +96,8 @@ struct backend_caps {
     int gpu;                          /* 1: runs on a GPU (a run records the GPU's energy, where readable) */
     int hidden_states;                /* 1: forward fills step_batch.hidden (embeddings); 0: a batch with
                                          n_hidden > 0 is an error */
+    uint32_t archs;                   /* bit (1u << enum model_arch) set for each architecture its forward
+                                         step computes (load refuses the others); 0: not stated */
 };
 
 /* Checks a step batch against the contract above for a pool of n_blocks blocks of block_size tokens,

@@ -1,4 +1,9 @@
-/* cpu — the reference backend: the Llama-family forward step over a step batch, on host memory.
+/* cpu — the reference backend: the Llama-family forward step over a step batch, on host memory; with
+ * the gemma3 / gemma2 / phi3 deltas (model.h) switched on by the model's hyper-parameters: the embedding
+ * scale, per-layer RoPE tables (local layers' own base, cpu_local_rope), post-norms of the block outputs,
+ * GeGLU, the attention window / scale / soft-cap (cpu_attn.h) and the final soft-cap. Each is a per-row
+ * (or per-element) op, so the invariants below hold for them as they are; all are off for the llama
+ * family, whose arithmetic is unchanged.
  *
  * Invariants:
  *  - Batch invariance (bit for bit): every per-row quantity (embedding, norms, RoPE, K/V, attention,
@@ -57,6 +62,7 @@ struct cpu_ctx {
     int n_threads;
     const struct model *m;
     double *inv_freq; /* (n_rot / 2) RoPE angular frequency per pair, rope_freqs applied */
+    double *inv_freq_local; /* (n_rot / 2) the same for local layers when their RoPE differs (cpu_local_rope), else NULL */
     /* The model's matrices as the kernels read them: integer types repacked (cpu_repack_row) into
      * `packed`, others pointing at the model's data; norms and biases are the model's. */
     struct model_layer *layers; /* (n_layer) */
@@ -89,6 +95,7 @@ struct cpu_ctx {
     float *hb;   /* (cap, n_ff) */
     float *hb2;  /* (cap, n_ff) */
     float *rope; /* (cap, n_rot / 2, 2) cos, sin per row */
+    float *rope_local; /* (cap, n_rot / 2, 2) the same at the local layers' base (when inv_freq_local) */
     uint8_t *xq; /* (cap, cpu_q8_row_bytes(max(n_embd, n_q, n_ff))) quantized matmul input (CPU_ACT_Q8) */
     uint8_t *xk; /* (cap, cpu_q8k_row_bytes(max(n_embd, n_q, n_ff))) the same for the K-quants (CPU_ACT_Q8K) */
     struct cpu_attn_item *att_items; /* (cap * n_head_kv) the step's attention work items */
@@ -96,6 +103,13 @@ struct cpu_ctx {
 };
 
 #define CPU_MAX_GROUP 64       /* query heads per kv head (checked at load) */
+
+/* 1 if local layers have a RoPE table of their own: another base, or linear scaling of the global one
+ * (gemma3). */
+static int cpu_local_rope(const struct model_hparams *hp)
+{
+    return hp->rope_base_local != hp->rope_base || hp->rope_freq_scale > 0;
+}
 
 /* Attention items are grouped into this many parts (claimed dynamically by the threads). */
 static int64_t cpu_att_max_parts(const struct cpu_ctx *c)
@@ -131,6 +145,7 @@ static uint64_t cpu_layout_scratch(struct cpu_ctx *c, int32_t rows, char *base)
     CARVE(hb, float, (int64_t)rows * hp->n_ff);
     CARVE(hb2, float, (int64_t)rows * hp->n_ff);
     CARVE(rope, float, (int64_t)rows * hp->n_rot + 1);
+    CARVE(rope_local, float, cpu_local_rope(hp) ? (int64_t)rows * hp->n_rot + 1 : 1);
     CARVE(xq, uint8_t, (int64_t)rows * cpu_q8_row_bytes(n_in_max) + 64);
     CARVE(xk, uint8_t, (int64_t)rows * cpu_q8k_row_bytes(n_in_max) + 64);
     CARVE(att_items, struct cpu_attn_item, (int64_t)rows * hp->n_head_kv);
@@ -160,6 +175,8 @@ static int cpu_check(void *ctx, struct err *e)
     if (!c->m) return 0;
     if (c->cap_rows > 0 && !c->scratch) return err_set(e, "cpu_check: scratch missing");
     if (!c->layers || (c->packed_bytes > 0) != (c->packed != NULL)) return err_set(e, "cpu_check: weights not bound");
+    if (c->inv_freq && cpu_local_rope(&c->m->hp) != (c->inv_freq_local != NULL))
+        return err_set(e, "cpu_check: local RoPE table %s", c->inv_freq_local ? "without local layers" : "missing");
     for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
         const struct model_layer *L = &c->layers[il], *M = &c->m->layers[il];
         if (L->attn_norm.data != M->attn_norm.data || L->wq.type != M->wq.type || L->w_down.ne[0] != M->w_down.ne[0] ||
@@ -374,7 +391,8 @@ static void cpu_release(struct cpu_ctx *c)
     c->scratch = NULL;
     c->cap_rows = 0;
     free(c->inv_freq);
-    c->inv_freq = NULL;
+    free(c->inv_freq_local);
+    c->inv_freq = c->inv_freq_local = NULL;
     cpu_free_packed(c);
 }
 
@@ -392,12 +410,15 @@ static int cpu_load(void *ctx, const struct model *m, struct err *e)
     if (cpu_pack_weights(c, e)) return -1;
     const struct model_hparams *hp = &m->hp;
     c->inv_freq = malloc(((size_t)hp->n_rot / 2 + 1) * sizeof *c->inv_freq);
-    if (!c->inv_freq) return err_set(e, "cpu backend: out of memory");
+    if (cpu_local_rope(hp)) c->inv_freq_local = malloc(((size_t)hp->n_rot / 2 + 1) * sizeof *c->inv_freq_local);
+    if (!c->inv_freq || (cpu_local_rope(hp) && !c->inv_freq_local)) return err_set(e, "cpu backend: out of memory");
     const float *factors = m->rope_freqs.data;
     for (int32_t i = 0; i < hp->n_rot / 2; i++) {
         double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
         if (factors) f /= factors[i];
+        if (hp->rope_freq_scale > 0) f *= hp->rope_freq_scale;
         c->inv_freq[i] = f;
+        if (c->inv_freq_local) c->inv_freq_local[i] = pow((double)hp->rope_base_local, -2.0 * i / hp->n_rot);
     }
     return 0;
 }
@@ -597,9 +618,22 @@ struct cpu_step {
     int64_t q_in;
     struct cpu_kv_layer kv; /* cpu_task_attn: this layer's KV */
     int64_t att_n_pos;     /* cpu_task_attn: positions the scratch holds */
+    const float *rope;     /* cpu_epi_qkv: this layer's RoPE table (c->rope or, local layers, c->rope_local) */
+    const float *post_w;   /* cpu_task_post_norm: post-norm weight (gemma) */
+    float *logits;         /* cpu_task_softcap: the step's logits (n_logits, n_vocab) */
 };
 
-/* Token embedding row and the row's RoPE table (cos, sin per rotated pair). */
+/* cs (n_rot / 2, 2) = cos, sin of pos * inv_freq[i] per rotated pair. */
+static void cpu_rope_table(float *cs, const double *inv_freq, int32_t n_rot, int32_t pos)
+{
+    for (int32_t i = 0; i < n_rot / 2; i++) {
+        double theta = (double)pos * inv_freq[i];
+        cs[2 * i] = (float)cos(theta);
+        cs[2 * i + 1] = (float)sin(theta);
+    }
+}
+
+/* Token embedding row (times embd_scale when the model has one) and the row's RoPE tables. */
 static void cpu_embed_row(const struct cpu_step *s, int64_t r)
 {
     const struct cpu_ctx *c = s->c;
@@ -607,15 +641,33 @@ static void cpu_embed_row(const struct cpu_step *s, int64_t r)
     const int64_t n_embd = m->hp.n_embd;
     const struct model_weight *te = &m->tok_embd;
     uint64_t rb = gguf_row_bytes((uint32_t)te->type, (uint64_t)n_embd);
-    quant_dequantize_row(te->type, (const char *)te->data + rb * (uint64_t)s->b->tokens[r], c->x + r * n_embd,
-                         n_embd);
-    float *cs = c->rope + r * m->hp.n_rot;
-    double pos = (double)s->b->pos[r];
-    for (int32_t i = 0; i < m->hp.n_rot / 2; i++) {
-        double theta = pos * c->inv_freq[i];
-        cs[2 * i] = (float)cos(theta);
-        cs[2 * i + 1] = (float)sin(theta);
-    }
+    float *x = c->x + r * n_embd; /* (n_embd) */
+    quant_dequantize_row(te->type, (const char *)te->data + rb * (uint64_t)s->b->tokens[r], x, n_embd);
+    if (m->hp.embd_scale > 0)
+        for (int64_t i = 0; i < n_embd; i++) x[i] *= m->hp.embd_scale;
+    cpu_rope_table(c->rope + r * m->hp.n_rot, c->inv_freq, m->hp.n_rot, s->b->pos[r]);
+    if (c->inv_freq_local) cpu_rope_table(c->rope_local + r * m->hp.n_rot, c->inv_freq_local, m->hp.n_rot, s->b->pos[r]);
+}
+
+/* Post-norm of a block's output row r (gemma): tmp = rmsnorm(tmp) * post_w, before the residual add. */
+static void cpu_task_post_norm(void *arg, int64_t r, int thread)
+{
+    (void)thread;
+    const struct cpu_step *s = arg;
+    const struct cpu_ctx *c = s->c;
+    const int64_t n = c->m->hp.n_embd;
+    cpu_rmsnorm(c->tmp + r * n, c->tmp + r * n, s->post_w, n, c->m->hp.norm_eps);
+}
+
+/* Final soft-capping of logit row i (gemma2): l = cap * tanh(l / cap). */
+static void cpu_task_softcap(void *arg, int64_t i, int thread)
+{
+    (void)thread;
+    const struct cpu_step *s = arg;
+    const int64_t n = s->c->m->hp.n_vocab;
+    const float cap = s->c->m->hp.final_softcap;
+    float *l = s->logits + i * n; /* (n_vocab) */
+    for (int64_t k = 0; k < n; k++) l[k] = cap * tanhf(l[k] / cap);
 }
 
 /* [x += add,] row `out` of xb = rmsnorm(x) * norm_w, [row `out` of xq / xk = quantized xb]. x: one row of c->x. */
@@ -686,7 +738,7 @@ static void cpu_epi_qkv(void *arg, int job, int64_t o0, int64_t o1, int32_t r0, 
         if (bias)
             for (int64_t i = o0; i < o1; i++) y[i] += bias[i];
         if (job < 2) {
-            const float *cs = c->rope + (int64_t)r * hp->n_rot;
+            const float *cs = s->rope + (int64_t)r * hp->n_rot;
             for (int32_t h = h0; h < h1; h++) {
                 if (norm) cpu_rmsnorm(y + h * hd, y + h * hd, norm, hd, hp->norm_eps);
                 cpu_rope_head(y + h * hd, cs, hp->n_rot, hp->rope_neox);
@@ -739,15 +791,24 @@ static void cpu_mm_one(struct cpu_step *s, const struct model_weight *w, const f
     cpu_mm(c, &job, 1, x, n, NULL);
 }
 
-/* Epilogue of the paired gate/up matmul: hb = silu(hb) * hb2 = hb / (1 + exp(-hb)) * hb2 (cpu_swiglu_row)
- * on rows [r0, r1) x outputs [o0, o1). Each element depends only on its own two inputs. */
+/* Epilogue of the paired gate/up matmul: hb = silu(hb) * hb2 = hb / (1 + exp(-hb)) * hb2 (cpu_swiglu_row),
+ * or for gemma hb = gelu_tanh(hb) * hb2 (cpu_geglu_row), on rows [r0, r1) x outputs [o0, o1). Each element
+ * depends only on its own two inputs. */
 static void cpu_epi_swiglu(void *arg, int job, int64_t o0, int64_t o1, int32_t r0, int32_t r1)
 {
     (void)job;
     const struct cpu_step *s = arg;
     const struct cpu_ctx *c = s->c;
     const int64_t n = c->m->hp.n_ff;
-    for (int32_t r = r0; r < r1; r++) cpu_swiglu_row(c->hb + (int64_t)r * n + o0, c->hb2 + (int64_t)r * n + o0, o1 - o0);
+    void (*glu)(float *, const float *, int64_t) = c->m->hp.ffn_gelu ? cpu_geglu_row : cpu_swiglu_row;
+    for (int32_t r = r0; r < r1; r++) glu(c->hb + (int64_t)r * n + o0, c->hb2 + (int64_t)r * n + o0, o1 - o0);
+}
+
+/* tmp = rmsnorm(tmp) * w, row by row (gemma's post-norms). */
+static void cpu_post_norm(struct cpu_step *s, const float *w, int64_t work)
+{
+    s->post_w = w;
+    cpu_par(s->c, s->b->n_rows, cpu_task_post_norm, s, work);
 }
 
 static int cpu_check_batch(const struct cpu_ctx *c, const struct step_batch *b, struct err *e)
@@ -767,7 +828,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
     const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim, n_ff = hp->n_ff;
     const int64_t hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
     const int32_t n = b->n_rows;
-    struct cpu_step s = {.c = c, .b = b, .layer = -1};
+    struct cpu_step s = {.c = c, .b = b, .layer = -1, .logits = logits};
 
     /* attention work items: the same for every layer of the step */
     int64_t att_n_pos = 0;
@@ -779,7 +840,8 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
     if (cpu_reserve_att(c, att_n_pos, e)) return -1;
     s.att_n_pos = c->att_pos;
     s.kv = (struct cpu_kv_layer){.type = c->kv_type, .block_size = c->block_size, .n_head_kv = hp->n_head_kv,
-                                 .head_dim = hp->head_dim, .vec_bytes = c->kv_vec_bytes};
+                                 .head_dim = hp->head_dim, .vec_bytes = c->kv_vec_bytes, .scale = hp->att_scale,
+                                 .softcap = hp->att_softcap};
     const int64_t row_work = n * n_embd * 4; /* a per-row pass (norm, quantize) */
     const struct cpu_matmul_opts qkv_opts = {.tile_align = {hd, hd, hd}, .epilogue = cpu_epi_qkv, .epilogue_arg = &s};
     const struct cpu_matmul_opts glu_opts = {.paired = 1, .epilogue = cpu_epi_swiglu, .epilogue_arg = &s};
@@ -788,6 +850,8 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         const struct model_layer *L = &c->layers[il]; /* matrices repacked */
         /* attention block */
         s.layer = il;
+        s.kv.window = model_layer_window(hp, il);
+        s.rope = s.kv.window > 0 && c->inv_freq_local ? c->rope_local : c->rope;
         s.embed = il == 0;
         s.add_tmp = il > 0; /* the previous layer's FFN output */
         s.norm_w = L->attn_norm.data;
@@ -799,6 +863,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         s.kv.v = (const uint8_t *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
         cpu_par(c, n_parts, cpu_task_attn, &s, att_work);
         cpu_mm_one(&s, &L->wo, c->att, n_q, c->tmp, n);
+        if (L->post_attn_norm.data) cpu_post_norm(&s, L->post_attn_norm.data, row_work);
         /* feed-forward block */
         s.embed = 0;
         s.norm_w = L->ffn_norm.data;
@@ -808,6 +873,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
         struct cpu_matmul_job gu[2] = {{&L->w_gate, c->hb}, {&L->w_up, c->hb2}};
         cpu_mm(c, gu, 2, c->xb, n, &glu_opts); /* + SwiGLU */
         cpu_mm_one(&s, &L->w_down, c->hb, n_ff, c->tmp, n);
+        if (L->post_ffw_norm.data) cpu_post_norm(&s, L->post_ffw_norm.data, row_work);
     }
     /* the hidden states asked for (before the logit rows' x += tmp below) */
     if (b->n_hidden > 0) cpu_par(c, b->n_hidden, cpu_task_hidden, &s, (int64_t)b->n_hidden * n_embd * 4);
@@ -817,6 +883,7 @@ static int cpu_forward(void *ctx, const struct step_batch *b, float *logits, str
     cpu_par(c, b->n_logits, cpu_task_final, &s, (int64_t)b->n_logits * n_embd * 4);
     struct cpu_matmul_job out = {&c->output, logits};
     cpu_mm(c, &out, 1, c->xb, b->n_logits, NULL);
+    if (hp->final_softcap > 0) cpu_par(c, b->n_logits, cpu_task_softcap, &s, (int64_t)b->n_logits * hp->n_vocab * 16);
     return 0;
 }
 
@@ -851,6 +918,8 @@ static void cpu_caps(void *ctx, struct backend_caps *out)
     out->weights_mapped = 1;
     out->gpu = 0;
     out->hidden_states = 1;
+    out->archs = 1u << MODEL_ARCH_LLAMA | 1u << MODEL_ARCH_QWEN2 | 1u << MODEL_ARCH_QWEN3 | 1u << MODEL_ARCH_GEMMA3 |
+                 1u << MODEL_ARCH_GEMMA2 | 1u << MODEL_ARCH_PHI3;
 }
 
 static void cpu_free(void *ctx)

@@ -536,11 +536,28 @@ struct att_vchunk {
 
 static const float att_zeros[8] __attribute__((aligned(32)));
 
+/* The sliding window and soft-capping of 8 scores at positions first .. first + 7 (gemma; never called
+ * without either): with cap > 0, s = cap * tanh(s / cap) * log2(e) (s being the scaled score; the
+ * softmax's base-2 factor comes after the cap); lanes at positions < lo become -inf. Each lane depends
+ * only on its own score, position, cap and lo. */
+static v8f att_window_cap(v8f s, int32_t first, int32_t lo, float cap)
+{
+    float t[8];
+    v8_store(t, s);
+    for (int l = 0; l < 8; l++) {
+        if (cap > 0) t[l] = cap * tanhf(t[l] / cap) * ATT_LOG2E;
+        if (first + l < lo) t[l] = -INFINITY;
+    }
+    return v8_load(t);
+}
+
 /* Scores of NQ query vectors (one row) against a K chunk: s = (fma chain over d of q[d] * k[d]) * scale2,
- * -inf after position `last`; stored to s_out[i] + c0 .. + CHUNK, and folded into the running max mx[i].
- * kind: 0 f32, 1 f16 elements. */
+ * soft-capped when cap > 0 (att_window_cap; scale2 then lacks the log2(e) factor), -inf before position lo
+ * and after position `last`; stored to s_out[i] + c0 .. + CHUNK, and folded into the running max mx[i].
+ * kind: 0 f32, 1 f16 elements. Without window or cap (lo <= c0, cap 0) the arithmetic is the plain one. */
 ATT_INLINE void att_scores(const struct att_kchunk *kc, int kind, int32_t hd, const float *const *qv, int NQ,
-                           float scale2, int32_t c0, int32_t last, float *const *s_out, float *const *mx)
+                           float scale2, float cap, int32_t c0, int32_t lo, int32_t last, float *const *s_out,
+                           float *const *mx)
 {
     v8f acc[2][ATT_GROUPS];
 #pragma GCC unroll 2
@@ -567,7 +584,9 @@ ATT_INLINE void att_scores(const struct att_kchunk *kc, int kind, int32_t hd, co
         v8f m = v8_load(mx[i]);
 #pragma GCC unroll 4
         for (int g = 0; g < ATT_GROUPS; g++) {
-            v8f s = v8_mask_after(v8_mul(acc[i][g], vs), c0 + 8 * g, last);
+            v8f s = v8_mul(acc[i][g], vs);
+            if (cap > 0 || c0 + 8 * g < lo) s = att_window_cap(s, c0 + 8 * g, lo, cap);
+            s = v8_mask_after(s, c0 + 8 * g, last);
             v8_store(s_out[i] + c0 + 8 * g, s);
             m = v8_max(s, m);
         }
@@ -698,7 +717,7 @@ static int att_fast_layout(const struct cpu_kv_layer *kv, int avx512)
 {
     const int32_t bs = kv->block_size, hd = kv->head_dim;
     return (kv->type == KV_TYPE_F32 || kv->type == KV_TYPE_F16) && bs >= 16 && (bs & (bs - 1)) == 0 &&
-           (hd == 8 || (avx512 && hd % 16 == 0));
+           (hd == 8 || (avx512 && hd % 16 == 0)) && kv->window == 0 && kv->scale == 0 && kv->softcap == 0;
 }
 #endif
 
@@ -718,6 +737,25 @@ void cpu_swiglu_row(float *g, const float *u, int64_t n)
         memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
         memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
         cpu_swiglu_row(tg, tu, 8);
+        memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+void cpu_geglu_row(float *g, const float *u, int64_t n)
+{
+    const float c1 = 1.5957691216057308f, c2 = 1.5957691216057308f * 0.044715f; /* 2 sqrt(2/pi), times 0.044715 */
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f x = v8_load(g + i);
+        v8f z = v8_mul(x, v8_add(v8_set1(c1), v8_mul(v8_set1(c2), v8_mul(x, x))));
+        v8f e = v8_exp(v8_sub(v8_zero(), z));
+        v8_store(g + i, v8_mul(v8_div(x, v8_add(v8_set1(1.0f), e)), v8_load(u + i)));
+    }
+    if (i < n) {
+        float tg[8] = {0}, tu[8] = {0};
+        memcpy(tg, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(tu, u + i, (size_t)(n - i) * sizeof(float));
+        cpu_geglu_row(tg, tu, 8);
         memcpy(g + i, tg, (size_t)(n - i) * sizeof(float));
     }
 }
@@ -791,8 +829,14 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
     const int64_t n_q = (int64_t)kv->n_head_kv * G * hd;
     const int32_t nr = it->n_rows, r0 = it->row0, pos0 = b->pos[r0], n_valid = pos0 + nr;
     const int32_t *bt = b->seqs[b->seq[r0]].block_table;
-    const float scale2 = (1.0f / sqrtf((float)hd)) * ATT_LOG2E;
+    const float scale = kv->scale > 0 ? kv->scale : 1.0f / sqrtf((float)hd), cap = kv->softcap;
+    const float scale2 = cap > 0 ? scale : scale * ATT_LOG2E; /* with a cap, log2(e) comes after it */
     const int direct = kv->type != KV_TYPE_Q8_0 && hd % 8 == 0 && kv->block_size % 8 == 0;
+    /* the first position row i sees (sliding window: 0 without), and the first chunk of the item's rows
+     * (rows only start later, so no row needs an earlier chunk); a row skips the chunks before its own
+     * first one, so its arithmetic depends on its own window alone */
+#define ATT_LO(i) (kv->window > 0 && pos0 + (i) + 1 > kv->window ? pos0 + (i) + 1 - kv->window : 0)
+    const int32_t c_first = ATT_LO(0) / CPU_ATT_CHUNK * CPU_ATT_CHUNK;
     const int kind = direct && kv->type == KV_TYPE_F16; /* element kind the kernels read */
     const struct att_scratch sc = *sc_in;
 #define ATT_Q(i, g) (q + (int64_t)(r0 + (i)) * n_q + ((int64_t)it->kvh * G + (g)) * hd)
@@ -800,7 +844,7 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
 
     /* pass 1: scores and running maxima, chunk by chunk */
     for (int64_t qi = 0; qi < (int64_t)nr * G; qi++) v8_store(sc.mx + qi * 8, v8_set1(-INFINITY));
-    for (int32_t c0 = 0; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
+    for (int32_t c0 = c_first; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
         if (c0 + CPU_ATT_CHUNK < n_valid) att_prefetch_chunk(kv, bt, it->kvh, c0 + CPU_ATT_CHUNK, n_valid);
         struct att_kchunk kc;
         if (direct) {
@@ -813,7 +857,8 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
             }
         }
         for (int32_t i = c0 > pos0 ? c0 - pos0 : 0; i < nr; i++) {
-            const int32_t last = pos0 + i;
+            const int32_t last = pos0 + i, lo = ATT_LO(i);
+            if (lo >= c0 + CPU_ATT_CHUNK) break; /* this row's window (and the later rows') starts after the chunk */
             for (int32_t g = 0; g < G;) {
                 const int NQ = G - g >= 2 ? 2 : 1;
                 const float *qv[2];
@@ -824,13 +869,13 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
                     mx[k] = sc.mx + ATT_QI(i, g + k) * 8;
                 }
                 if (NQ == 2 && kind)
-                    att_scores(&kc, 1, hd, qv, 2, scale2, c0, last, so, mx);
+                    att_scores(&kc, 1, hd, qv, 2, scale2, cap, c0, lo, last, so, mx);
                 else if (NQ == 2)
-                    att_scores(&kc, 0, hd, qv, 2, scale2, c0, last, so, mx);
+                    att_scores(&kc, 0, hd, qv, 2, scale2, cap, c0, lo, last, so, mx);
                 else if (kind)
-                    att_scores(&kc, 1, hd, qv, 1, scale2, c0, last, so, mx);
+                    att_scores(&kc, 1, hd, qv, 1, scale2, cap, c0, lo, last, so, mx);
                 else
-                    att_scores(&kc, 0, hd, qv, 1, scale2, c0, last, so, mx);
+                    att_scores(&kc, 0, hd, qv, 1, scale2, cap, c0, lo, last, so, mx);
                 g += NQ;
             }
         }
@@ -843,7 +888,7 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
             float *s = sc.s + qi * sc.stride;
             const v8f m = v8_set1(v8_hmax(v8_load(sc.mx + qi * 8)));
             v8f sum = v8_zero();
-            for (int32_t v = 0; v < nv; v++) {
+            for (int32_t v = ATT_LO(i) / CPU_ATT_CHUNK * (CPU_ATT_CHUNK / 8); v < nv; v++) {
                 v8f p = v8_exp2_neg(v8_sub(v8_load(s + 8 * v), m));
                 v8_store(s + 8 * v, p);
                 sum = v8_add(sum, p);
@@ -853,7 +898,7 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
         }
     }
     /* pass 2: weighted V sums, chunk by chunk */
-    for (int32_t c0 = 0; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
+    for (int32_t c0 = c_first; c0 < n_valid; c0 += CPU_ATT_CHUNK) {
         struct att_vchunk vc;
         if (direct) {
             att_direct_v(kv, bt, it->kvh, c0, n_valid, &vc);
@@ -863,6 +908,7 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
             vc.ps = (int64_t)hdp * (int64_t)sizeof(float);
         }
         for (int32_t i = c0 > pos0 ? c0 - pos0 : 0; i < nr; i++) {
+            if (ATT_LO(i) >= c0 + CPU_ATT_CHUNK) break;
             const int32_t end = pos0 + i + 1 - c0, n = end < CPU_ATT_CHUNK ? end : CPU_ATT_CHUNK;
             for (int32_t g = 0; g < G;) {
                 const int NQ = G - g >= 2 ? 2 : 1;
@@ -907,4 +953,5 @@ static void att_general_item(const struct cpu_kv_layer *kv, const struct step_ba
     }
 #undef ATT_Q
 #undef ATT_QI
+#undef ATT_LO
 }

@@ -11,8 +11,11 @@
  * Batch invariance (bit for bit): for one (row, query head) the arithmetic is fixed by the row's q, its
  * position and its sequence's KV alone, never by the other rows of the item, the item boundaries, the
  * thread or the batch:
- *   s[t]  = fma chain over d = 0..head_dim-1 of q[d] * k_t[d] (from 0), times c = (1/sqrt(head_dim)) *
- *           log2(e) (one float), for t <= pos; positions > pos are -inf;
+ *   s[t]  = fma chain over d = 0..head_dim-1 of q[d] * k_t[d] (from 0), times c = scale * log2(e) (one
+ *           float; scale = 1/sqrt(head_dim) unless the layer sets one), for t <= pos; positions > pos are
+ *           -inf; with a sliding window W, positions <= pos - W are -inf too, and chunks wholly before
+ *           the row's window are skipped (they would only add exact zeros); with a soft-cap C,
+ *           s[t] = C * tanh((q.k * scale) / C) * log2(e) (tanhf per score);
  *   m     = max of s (8 lanes = t mod 8, then a fixed lane tree);
  *   p[t]  = 2^(s[t] - m) (cpu_exp2_softmax_row's polynomial; = e^((q.k)/sqrt(d) - max));
  *   sum   = 8 lane sums (t mod 8, in t order) then a fixed lane tree;
@@ -49,6 +52,10 @@ struct cpu_kv_layer {
     enum kv_type type;
     int32_t block_size, n_head_kv, head_dim;
     uint64_t vec_bytes;
+    /* gemma / phi3 (only the general kernels take a layer with any of these set) */
+    int32_t window; /* sliding window: a row at position p sees positions > p - window; 0: all */
+    float scale;    /* score scale; 0: 1 / sqrt(head_dim) */
+    float softcap;  /* scores soft-capped to (-softcap, softcap); 0: not */
 };
 
 struct cpu_attn_item {
@@ -83,7 +90,7 @@ void cpu_attn_run(const struct cpu_kv_layer *kv, const struct step_batch *b, con
 
 /* Ways to run an item, all with the same bits: the general kernels (any layout), and the fast path
  * (cpu_attn_fast.h: F32/F16 KV, block_size a power of two >= 16, head_dim 8 in AVX2, 8 or a multiple of
- * 16 in AVX-512F). cpu_attn_run takes the fastest this CPU has (capped like the matmul kernels by
+ * 16 in AVX-512F; no window, scale or soft-cap). cpu_attn_run takes the fastest this CPU has (capped like the matmul kernels by
  * NIGHTSHIFT_CPU_KERNELS), falling back to the general one. */
 enum cpu_attn_path { CPU_ATTN_GENERAL, CPU_ATTN_FAST_AVX2, CPU_ATTN_FAST_AVX512 };
 
@@ -103,6 +110,10 @@ void cpu_exp2_softmax_row(const float *x, float *y, int64_t n);
 /* g[i] = g[i] / (1 + exp(-g[i])) * u[i] (SwiGLU: silu(gate) * up), exp as cpu_exp_row; each result
  * depends only on g[i] and u[i]. */
 void cpu_swiglu_row(float *g, const float *u, int64_t n);
+
+/* g[i] = gelu_tanh(g[i]) * u[i] (GeGLU) = g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * u, exp as
+ * cpu_exp_row; each result depends only on g[i] and u[i]. */
+void cpu_geglu_row(float *g, const float *u, int64_t n);
 
 /* y[i] = exp(x[i]) for i < n (in place allowed), by the same 8-lane polynomial as attention's softmax:
  * results depend only on x[i] (never on n or i), relative error about 2e-7 (a couple of ulp); exactly 0

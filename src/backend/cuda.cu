@@ -469,6 +469,9 @@ static int cuda_load(void *ctx, const struct model *m, struct err *e)
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
     CU_TRY(cudaSetDevice(c->device));
     if (model_check(m, e)) return err_prefix(e, "cuda backend");
+    if (m->hp.arch != MODEL_ARCH_LLAMA && m->hp.arch != MODEL_ARCH_QWEN2 && m->hp.arch != MODEL_ARCH_QWEN3)
+        return err_set(e, "architecture %s is not supported by the cuda backend yet; use --backend cpu",
+                       model_arch_name(m->hp.arch));
     const struct model_hparams *hp = &m->hp;
     if (hp->n_head / hp->n_head_kv > CUDA_ATT_QUERIES)
         return err_set(e, "cuda backend: %d query heads per kv head is more than %d", (int)(hp->n_head / hp->n_head_kv),
@@ -791,6 +794,7 @@ static void cuda_caps(void *ctx, struct backend_caps *out)
     out->weights_mapped = 0;
     out->gpu = 1;
     out->hidden_states = 0; /* embeddings: not yet (step_batch.hidden) */
+    out->archs = 1u << MODEL_ARCH_LLAMA | 1u << MODEL_ARCH_QWEN2 | 1u << MODEL_ARCH_QWEN3; /* as cuda_load */
     out->weight_types = 0;
     for (int t = 0; t < 64; t++)
         if (quant_can_dequantize((enum gguf_dtype)t)) out->weight_types |= 1ull << t;

@@ -98,7 +98,8 @@ static json_t *info_cstr(const char *s)
     return info_str(s, strlen(s));
 }
 
-/* Whether the started backend b computes every weight matrix of m: 1, or 0 with the reason in why. */
+/* Whether the started backend b computes m's architecture and every weight matrix of m: 1, or 0 with the
+ * reason in why. */
 static int info_backend_runs(const struct backend *b, const struct model *m, char *why, size_t why_cap)
 {
     struct backend_caps caps;
@@ -108,6 +109,11 @@ static int info_backend_runs(const struct backend *b, const struct model *m, cha
         return 0;
     }
     b->ops->caps(b->ctx, &caps);
+    if (caps.archs && !(caps.archs & 1u << m->hp.arch)) {
+        snprintf(why, why_cap, "architecture %s is not supported by the %s backend yet", model_arch_name(m->hp.arch),
+                 b->ops->name);
+        return 0;
+    }
     struct err e;
     if (runtime_check_weight_types(m, &caps, b->ops->name, &e) == 0) return 1;
     snprintf(why, why_cap, "%s", e.msg);

@@ -9,7 +9,8 @@
  * is produced by the writer's fill callback one chunk (<= 16 MiB) at a time, plus one row of floats.
  *
  * Values: matrices uniform in [-a, a] with a = sqrt(3 / n_in) (variance 1/n_in, n_in = ne[0], so a
- * product with a unit-variance input keeps unit variance); norm weights exactly 1.0; biases uniform in
+ * product with a unit-variance input keeps unit variance); norm weights exactly 1.0 (the gemma and phi3
+ * shapes: uniform in [0.75, 1.25], so that a norm applied in the wrong place shows); biases uniform in
  * [-0.1, 0.1]. Norms and biases are F32; every matrix (token embedding included) is in --type, except
  * that the K-quant mixes give some matrices another type (synth_role_type, after gguf/qmix).
  *
@@ -37,27 +38,44 @@
 
 struct synth_shape {
     const char *name;
-    const char *arch; /* "llama" or "qwen2" */
+    const char *arch; /* "llama", "qwen2", "gemma3", "gemma2" or "phi3" (its tensor set: synth_tensors) */
     const char *model_name;
     uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx;
     float rope_base, norm_eps;
     int tied;     /* output.weight absent: the head reuses token_embd.weight */
     int qkv_bias; /* attn_q/k/v.bias (qwen2) */
     uint32_t n_vocab; /* the real model's token rows (the vocabulary is padded up to them), or 0 */
+    uint32_t head_dim; /* <arch>.attention.key_length when not 0 (else n_embd / n_head) */
+    uint32_t n_swa;    /* <arch>.attention.sliding_window when not 0 */
+    float att_softcap, final_softcap; /* gemma2's soft-caps when not 0 */
+    float rope_linear; /* rope.scaling.type "linear" with this rope.scaling.factor when not 0 (gemma3) */
 };
 
 static const struct synth_shape shapes[] = {
-    {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0},
-    {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0, 0},
-    {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1, 0},
+    {"tiny", "llama", "synth-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-tied", "llama", "synth-tiny-tied", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2-tiny", "qwen2", "synth-qwen2-tiny", 64, 2, 4, 2, 160, 512, 1000000.0f, 1e-6f, 0, 1, 0, 0, 0, 0, 0, 0},
     /* rows of whole K-quant super-blocks (256), and enough layers for the mixes' per-layer choices */
-    {"tiny-256", "llama", "synth-tiny-256", 256, 8, 4, 2, 512, 512, 10000.0f, 1e-5f, 0, 0, 0},
+    {"tiny-256", "llama", "synth-tiny-256", 256, 8, 4, 2, 512, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 0, 0, 0, 0},
     {"llama-1b", "llama", "synth-Llama-3.2-1B", 2048, 16, 32, 8, 8192, 131072, 500000.0f, 1e-5f, 1, 0,
-     128256},
+     128256, 0, 0, 0, 0, 0},
     {"llama-8b", "llama", "synth-Llama-3.1-8B", 4096, 32, 32, 8, 14336, 131072, 500000.0f, 1e-5f, 0, 0,
-     128256},
-    {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1, 152064},
+     128256, 0, 0, 0, 0, 0},
+    {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1, 152064, 0,
+     0, 0, 0, 0},
+    /* issue 11's architectures, tiny; windows of 8 positions, so short prompts already slide past them.
+     * gemma3: 7 layers (local 0-4 and 6, global 5), head_dim 32 != n_embd / n_head as in the real models,
+     * linear RoPE scaling of the global layers by 8 as in Gemma 3 4B and up;
+     * gemma2: caps far below the real 50 / 30, so that they bite on random weights */
+    {"gemma3-tiny", "gemma3", "synth-gemma3-tiny", 64, 7, 4, 2, 160, 512, 1000000.0f, 1e-6f, 1, 0, 0, 32, 8, 0, 0,
+     8.0f},
+    {"gemma2-tiny", "gemma2", "synth-gemma2-tiny", 64, 4, 4, 2, 160, 512, 10000.0f, 1e-6f, 1, 0, 0, 0, 8, 2.0f,
+     3.0f, 0},
+    {"phi3-tiny", "phi3", "synth-phi3-tiny", 64, 2, 4, 2, 160, 512, 10000.0f, 1e-5f, 0, 0, 0, 0, 8, 0, 0, 0},
 };
+
+/* Per-layer tensors at most (gemma3: 13), for the tensor table's size. */
+#define SYNTH_MAX_LAYER_TENSORS 13
 
 /* The type of a matrix in --type (gguf/qmix: llama.cpp's rules). The K-quant mixes follow the rules in full
  * (output head Q6_K, attn_v / ffn_down / attn_output bumped in some layers, llama.cpp's fallbacks for rows
@@ -344,7 +362,7 @@ static int vocab_write_file(gguf_writer *w, const gguf_file *f, const struct voc
 
 /* ---- tensor data ---- */
 
-enum fill_kind { FILL_MATRIX, FILL_ONES, FILL_BIAS };
+enum fill_kind { FILL_MATRIX, FILL_ONES, FILL_BIAS, FILL_NORM };
 
 struct synth_tensor {
     char name[64];
@@ -375,6 +393,10 @@ static void fill_row(enum fill_kind kind, float a, struct rng *rng, float *row, 
     case FILL_BIAS:
         for (uint64_t j = 0; j < n; j++)
             row[j] = 0.1f * rng_sym(rng);
+        break;
+    case FILL_NORM:
+        for (uint64_t j = 0; j < n; j++)
+            row[j] = 1.0f + 0.25f * rng_sym(rng);
         break;
     default:
         for (uint64_t j = 0; j < n; j++)
@@ -409,11 +431,16 @@ static int synth_fill_cb(void *user, uint64_t ti, void *dst, uint64_t n_bytes, s
     return 0;
 }
 
-/* The tensor list of a shape; returns the count (at most 3 + 12 * n_layer). */
+/* The tensor list of a shape; returns the count (at most 3 + SYNTH_MAX_LAYER_TENSORS * n_layer). The
+ * llama set (+ qwen2 biases); gemma: + q/k norms (gemma3) and the post-norms, a tied head; phi3: fused
+ * attn_qkv (q, k, v rows) and ffn_up (gate rows, then up rows). */
 static uint64_t synth_tensors(const struct synth_shape *s, const struct qmix_type *ty, uint64_t n_vocab,
                               struct synth_tensor *ts)
 {
-    uint64_t n = 0, head_dim = s->n_embd / s->n_head, n_q = s->n_head * head_dim,
+    const int gemma = !strncmp(s->arch, "gemma", 5), gemma3 = !strcmp(s->arch, "gemma3"),
+              phi3 = !strcmp(s->arch, "phi3");
+    const enum fill_kind norm = gemma || phi3 ? FILL_NORM : FILL_ONES;
+    uint64_t n = 0, head_dim = s->head_dim ? s->head_dim : s->n_embd / s->n_head, n_q = s->n_head * head_dim,
              n_kv = s->n_head_kv * head_dim;
 #define T(kind_, dt_, nd_, a_, b_, ...)                                                                      \
     do {                                                                                                     \
@@ -426,24 +453,39 @@ static uint64_t synth_tensors(const struct synth_shape *s, const struct qmix_typ
         ts[n].kind = kind_;                                                                                  \
         n++;                                                                                                 \
     } while (0)
-    T(FILL_MATRIX, ty->base, 2, s->n_embd, n_vocab, "token_embd.weight");      // (n_vocab, n_embd)
-    T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "output_norm.weight"); // (n_embd)
+    T(FILL_MATRIX, ty->base, 2, s->n_embd, n_vocab, "token_embd.weight"); // (n_vocab, n_embd)
+    T(norm, GGUF_DTYPE_F32, 1, s->n_embd, 1, "output_norm.weight");       // (n_embd)
     if (!s->tied) T(FILL_MATRIX, ty->base, 2, s->n_embd, n_vocab, "output.weight");
     for (uint32_t il = 0; il < s->n_layer; il++) {
-        T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.attn_norm.weight", il);
-        T(FILL_MATRIX, ty->base, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
-        T(FILL_MATRIX, ty->base, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);
-        T(FILL_MATRIX, ty->base, 2, s->n_embd, n_kv, "blk.%u.attn_v.weight", il);
+        T(norm, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.attn_norm.weight", il);
+        if (phi3) {
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, n_q + 2 * n_kv, "blk.%u.attn_qkv.weight", il); // (n_q + 2 n_kv, n_embd)
+        } else {
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, n_kv, "blk.%u.attn_v.weight", il);
+        }
         if (s->qkv_bias) {
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_q, 1, "blk.%u.attn_q.bias", il);
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_k.bias", il);
             T(FILL_BIAS, GGUF_DTYPE_F32, 1, n_kv, 1, "blk.%u.attn_v.bias", il);
         }
+        if (gemma3) {
+            T(norm, GGUF_DTYPE_F32, 1, head_dim, 1, "blk.%u.attn_q_norm.weight", il);
+            T(norm, GGUF_DTYPE_F32, 1, head_dim, 1, "blk.%u.attn_k_norm.weight", il);
+        }
         T(FILL_MATRIX, ty->base, 2, n_q, s->n_embd, "blk.%u.attn_output.weight", il);
-        T(FILL_ONES, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.ffn_norm.weight", il);
-        T(FILL_MATRIX, ty->base, 2, s->n_embd, s->n_ff, "blk.%u.ffn_gate.weight", il);
-        T(FILL_MATRIX, ty->base, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
-        T(FILL_MATRIX, ty->base, 2, s->n_embd, s->n_ff, "blk.%u.ffn_up.weight", il);
+        if (gemma) T(norm, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.post_attention_norm.weight", il);
+        T(norm, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.ffn_norm.weight", il);
+        if (phi3) {
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, 2 * s->n_ff, "blk.%u.ffn_up.weight", il); // (2 n_ff, n_embd)
+            T(FILL_MATRIX, ty->base, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
+        } else {
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, s->n_ff, "blk.%u.ffn_gate.weight", il);
+            T(FILL_MATRIX, ty->base, 2, s->n_ff, s->n_embd, "blk.%u.ffn_down.weight", il);
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, s->n_ff, "blk.%u.ffn_up.weight", il);
+        }
+        if (gemma) T(norm, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.post_ffw_norm.weight", il);
     }
 #undef T
     return n;
@@ -467,8 +509,16 @@ static int synth_metadata(gguf_writer *w, const struct synth_shape *s, uint32_t 
         gguf_writer_set_u32(w, KEY("attention.head_count_kv"), s->n_head_kv, e) ||
         gguf_writer_set_f32(w, KEY("rope.freq_base"), s->rope_base, e) ||
         gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), s->norm_eps, e) ||
-        gguf_writer_set_u32(w, KEY("rope.dimension_count"), s->n_embd / s->n_head, e) ||
+        gguf_writer_set_u32(w, KEY("rope.dimension_count"), s->head_dim ? s->head_dim : s->n_embd / s->n_head, e) ||
         gguf_writer_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab, e))
+        return -1;
+    if ((s->head_dim && (gguf_writer_set_u32(w, KEY("attention.key_length"), s->head_dim, e) ||
+                         gguf_writer_set_u32(w, KEY("attention.value_length"), s->head_dim, e))) ||
+        (s->n_swa && gguf_writer_set_u32(w, KEY("attention.sliding_window"), s->n_swa, e)) ||
+        (s->att_softcap > 0 && gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), s->att_softcap, e)) ||
+        (s->final_softcap > 0 && gguf_writer_set_f32(w, KEY("final_logit_softcapping"), s->final_softcap, e)) ||
+        (s->rope_linear > 0 && (gguf_writer_set_str(w, KEY("rope.scaling.type"), "linear", 6, e) ||
+                                gguf_writer_set_f32(w, KEY("rope.scaling.factor"), s->rope_linear, e))))
         return -1;
 #undef KEY
     return 0;
@@ -590,7 +640,7 @@ int cmd_synth(int argc, char **argv)
         goto fail;
     if (vf ? vocab_write_file(w, vf, &vocab, &e) : vocab_write(w, &vocab, &e)) goto fail;
 
-    ts = calloc(3 + 12 * (size_t)shape->n_layer, sizeof *ts);
+    ts = calloc(3 + SYNTH_MAX_LAYER_TENSORS * (size_t)shape->n_layer, sizeof *ts);
     if (!ts) {
         err_set(&e, "out of memory");
         goto fail;

@@ -6,7 +6,10 @@
  * Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K for matrices; F32 for norms, biases and rope_freqs), with data inside the file mapping and aligned to its
  * element (model_data_align: 4 bytes for F32, 2 for the others, whose blocks hold f16 values), so the
  * backend can index weights as typed arrays without further checks (a file with general.alignment = 1
- * could otherwise place an F32 tensor at an odd address). model_check() re-verifies this (tests call it).
+ * could otherwise place an F32 tensor at an odd address). A weight is a whole tensor or whole rows of one
+ * (phi3's fused attn_qkv / ffn_up, model_slice_rows), named after that tensor. The gemma / phi3 parameters
+ * are zero for the llama family (so its backends' paths do not change) and non-negative otherwise.
+ * model_check() re-verifies this (tests call it).
  */
 #include "model/model.h"
 
@@ -21,7 +24,7 @@
 #define MODEL_MAX_LAYERS 1024
 #define MODEL_MAX_HEADS 4096
 
-static const char *const model_arch_names[] = {"llama", "qwen2", "qwen3"};
+static const char *const model_arch_names[] = {"llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3"};
 
 const char *model_arch_name(enum model_arch a)
 {
@@ -131,6 +134,46 @@ static int model_bind(const gguf_file *f, struct model_weight *w, const char *na
     return 0;
 }
 
+int32_t model_layer_window(const struct model_hparams *hp, int32_t il)
+{
+    if (hp->n_swa <= 0 || hp->swa_period < 1) return 0;
+    return hp->swa_period == 1 || il % hp->swa_period != hp->swa_period - 1 ? hp->n_swa : 0;
+}
+
+/* The gemma / phi3 hyper-parameters (struct model_hparams, last group), after the common ones; the llama
+ * family keeps them zero. Facts from the GGUF conventions: gemma3 every 6th layer global and local RoPE base
+ * 10,000; gemma2 odd layers global; the attention scale query_pre_attn_scalar^-1/2, the key being optional
+ * (llama.cpp's files lack it: 1/sqrt(head_dim), except gemma2 27B, 46 layers, whose scalar is
+ * n_embd / n_head). */
+static int model_read_arch_hparams(const gguf_file *f, const char *arch, struct model_hparams *hp, struct err *e)
+{
+    const int gemma = hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2;
+    hp->rope_base_local = hp->rope_base;
+    if (hp->arch == MODEL_ARCH_GEMMA3 || hp->arch == MODEL_ARCH_GEMMA2 || hp->arch == MODEL_ARCH_PHI3) {
+        if (model_get_int(f, arch, "attention.sliding_window", 0, 0, INT32_MAX, &hp->n_swa, e)) return -1;
+        hp->swa_period = hp->arch == MODEL_ARCH_GEMMA3 ? 6 : hp->arch == MODEL_ARCH_GEMMA2 ? 2 : 1;
+    }
+    if (hp->arch == MODEL_ARCH_PHI3 &&
+        (gguf_find_tensor(f, "rope_factors_long.weight") || gguf_find_tensor(f, "rope_factors_short.weight")))
+        return err_set(e, "unsupported model: phi3 with LongRoPE factors (rope_factors_long/short.weight: the "
+                          "128k-context variants)");
+    if (!gemma) return 0;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->ffn_gelu = 1;
+    hp->post_norms = 1;
+    if (hp->arch == MODEL_ARCH_GEMMA3) hp->rope_base_local = 10000.0f;
+    if (hp->arch == MODEL_ARCH_GEMMA2) {
+        if (model_get_float(f, arch, "attn_logit_softcapping", &hp->att_softcap, e) ||
+            model_get_float(f, arch, "final_logit_softcapping", &hp->final_softcap, e))
+            return -1;
+    }
+    float scalar = (float)hp->head_dim;
+    if (hp->arch == MODEL_ARCH_GEMMA2 && hp->n_layer == 46) scalar = (float)(hp->n_embd / hp->n_head);
+    if (model_get_float(f, arch, "attention.query_pre_attn_scalar", &scalar, e)) return -1;
+    if (scalar != (float)hp->head_dim) hp->att_scale = 1.0f / sqrtf(scalar);
+    return 0;
+}
+
 static int model_read_hparams(const gguf_file *f, struct model_hparams *hp, struct err *e)
 {
     char arch[64];
@@ -141,8 +184,15 @@ static int model_read_hparams(const gguf_file *f, struct model_hparams *hp, stru
         hp->arch = MODEL_ARCH_QWEN2;
     else if (!strcmp(arch, "qwen3"))
         hp->arch = MODEL_ARCH_QWEN3;
+    else if (!strcmp(arch, "gemma3"))
+        hp->arch = MODEL_ARCH_GEMMA3;
+    else if (!strcmp(arch, "gemma2"))
+        hp->arch = MODEL_ARCH_GEMMA2;
+    else if (!strcmp(arch, "phi3"))
+        hp->arch = MODEL_ARCH_PHI3;
     else
-        return err_set(e, "unsupported architecture '%s' (supported: llama, qwen2, qwen3)", arch);
+        return err_set(e, "unsupported architecture '%s' (supported: llama, qwen2, qwen3, gemma3, gemma2, phi3)",
+                       arch);
 
     int32_t n_expert = 0;
     if (model_get_int(f, arch, "expert_count", 0, 0, 1 << 20, &n_expert, e)) return -1;
@@ -186,9 +236,77 @@ static int model_read_hparams(const gguf_file *f, struct model_hparams *hp, stru
     if (gguf_find_kv(f, key) >= 0) {
         char type[64];
         if (gguf_get_cstr(f, key, type, sizeof type, e)) return -1;
-        if (strcmp(type, "none") != 0 && strcmp(type, "llama3") != 0)
+        const int linear = !strcmp(type, "linear") && hp->arch == MODEL_ARCH_GEMMA3;
+        if (strcmp(type, "none") != 0 && strcmp(type, "llama3") != 0 && !linear)
             return err_set(e, "unsupported rope scaling type '%s' (%s)", type, key);
+        float factor = 0.0f;
+        if (linear && model_get_float(f, arch, "rope.scaling.factor", &factor, e)) return -1;
+        if (linear && factor > 0 && factor != 1.0f) hp->rope_freq_scale = 1.0f / factor;
     }
+    return model_read_arch_hparams(f, arch, hp, e);
+}
+
+/* w = rows [row0, row0 + n_rows) of the bound matrix `full`: a view with full's name and type (a fused
+ * tensor's part; whole rows, so the view stays aligned: every row size is a multiple of the element's). */
+static void model_slice_rows(const struct model_weight *full, int64_t row0, int64_t n_rows, struct model_weight *w)
+{
+    const uint64_t rb = gguf_row_bytes((uint32_t)full->type, (uint64_t)full->ne[0]);
+    *w = *full;
+    w->ne[1] = n_rows;
+    w->data = (const char *)full->data + rb * (uint64_t)row0;
+}
+
+/* Binds the tensors of layer il: the llama set, plus the architecture's (qwen2 biases, qwen3/gemma3 q/k
+ * norms, gemma post-norms); phi3's fused attn_qkv and ffn_up (gate rows, then up rows) become row views. */
+static int model_bind_layer(const gguf_file *f, const struct model_hparams *hp, int32_t il, struct model_layer *L,
+                            struct err *e)
+{
+    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim,
+                  n_kv = (int64_t)hp->n_head_kv * hp->head_dim, n_ff = hp->n_ff;
+    char name[96];
+    struct model_weight fused;
+#define BIND(w, suffix, ne0, ne1, matrix, optional)                                                       \
+    do {                                                                                                  \
+        snprintf(name, sizeof name, "blk.%d.%s", (int)il, suffix);                                        \
+        if (model_bind(f, w, name, ne0, ne1, matrix, optional, e)) return -1;                             \
+    } while (0)
+    BIND(&L->attn_norm, "attn_norm.weight", n_embd, 0, 0, 0);
+    if (hp->arch == MODEL_ARCH_PHI3 && (snprintf(name, sizeof name, "blk.%d.attn_qkv.weight", (int)il),
+                                        gguf_find_tensor(f, name))) {
+        BIND(&fused, "attn_qkv.weight", n_embd, n_q + 2 * n_kv, 1, 0);
+        model_slice_rows(&fused, 0, n_q, &L->wq);
+        model_slice_rows(&fused, n_q, n_kv, &L->wk);
+        model_slice_rows(&fused, n_q + n_kv, n_kv, &L->wv);
+    } else {
+        BIND(&L->wq, "attn_q.weight", n_embd, n_q, 1, 0);
+        BIND(&L->wk, "attn_k.weight", n_embd, n_kv, 1, 0);
+        BIND(&L->wv, "attn_v.weight", n_embd, n_kv, 1, 0);
+    }
+    BIND(&L->wo, "attn_output.weight", n_q, n_embd, 1, 0);
+    BIND(&L->ffn_norm, "ffn_norm.weight", n_embd, 0, 0, 0);
+    if (hp->arch == MODEL_ARCH_PHI3) {
+        BIND(&fused, "ffn_up.weight", n_embd, 2 * n_ff, 1, 0);
+        model_slice_rows(&fused, 0, n_ff, &L->w_gate);
+        model_slice_rows(&fused, n_ff, n_ff, &L->w_up);
+    } else {
+        BIND(&L->w_gate, "ffn_gate.weight", n_embd, n_ff, 1, 0);
+        BIND(&L->w_up, "ffn_up.weight", n_embd, n_ff, 1, 0);
+    }
+    BIND(&L->w_down, "ffn_down.weight", n_ff, n_embd, 1, 0);
+    if (hp->arch == MODEL_ARCH_QWEN2) {
+        BIND(&L->bq, "attn_q.bias", n_q, 0, 0, 0);
+        BIND(&L->bk, "attn_k.bias", n_kv, 0, 0, 0);
+        BIND(&L->bv, "attn_v.bias", n_kv, 0, 0, 0);
+    }
+    if (hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3) {
+        BIND(&L->q_norm, "attn_q_norm.weight", hp->head_dim, 0, 0, 0);
+        BIND(&L->k_norm, "attn_k_norm.weight", hp->head_dim, 0, 0, 0);
+    }
+    if (hp->post_norms) {
+        BIND(&L->post_attn_norm, "post_attention_norm.weight", n_embd, 0, 0, 0);
+        BIND(&L->post_ffw_norm, "post_ffw_norm.weight", n_embd, 0, 0, 0);
+    }
+#undef BIND
     return 0;
 }
 
@@ -213,8 +331,7 @@ int model_load(const gguf_file *f, struct model **out, struct err *e)
     }
     hp->n_vocab = (int32_t)te->ne[1];
 
-    const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim,
-                  n_kv = (int64_t)hp->n_head_kv * hp->head_dim, n_ff = hp->n_ff, n_vocab = hp->n_vocab;
+    const int64_t n_embd = hp->n_embd, n_vocab = hp->n_vocab;
     if (model_bind(f, &m->tok_embd, "token_embd.weight", n_embd, n_vocab, 1, 0, e)) goto fail;
     if (model_bind(f, &m->output_norm, "output_norm.weight", n_embd, 0, 0, 0, e)) goto fail;
     if (model_bind(f, &m->output, "output.weight", n_embd, n_vocab, 1, 1, e)) goto fail;
@@ -235,33 +352,8 @@ int model_load(const gguf_file *f, struct model **out, struct err *e)
         err_set(e, "model: out of memory");
         goto fail;
     }
-    for (int32_t il = 0; il < hp->n_layer; il++) {
-        struct model_layer *L = &m->layers[il];
-        char name[96];
-#define BIND(field, suffix, ne0, ne1, matrix, optional)                                                   \
-    do {                                                                                                  \
-        snprintf(name, sizeof name, "blk.%d.%s", (int)il, suffix);                                        \
-        if (model_bind(f, &L->field, name, ne0, ne1, matrix, optional, e)) goto fail;                     \
-    } while (0)
-        BIND(attn_norm, "attn_norm.weight", n_embd, 0, 0, 0);
-        BIND(wq, "attn_q.weight", n_embd, n_q, 1, 0);
-        BIND(wk, "attn_k.weight", n_embd, n_kv, 1, 0);
-        BIND(wv, "attn_v.weight", n_embd, n_kv, 1, 0);
-        BIND(wo, "attn_output.weight", n_q, n_embd, 1, 0);
-        BIND(ffn_norm, "ffn_norm.weight", n_embd, 0, 0, 0);
-        BIND(w_gate, "ffn_gate.weight", n_embd, n_ff, 1, 0);
-        BIND(w_up, "ffn_up.weight", n_embd, n_ff, 1, 0);
-        BIND(w_down, "ffn_down.weight", n_ff, n_embd, 1, 0);
-        if (hp->arch == MODEL_ARCH_QWEN2) {
-            BIND(bq, "attn_q.bias", n_q, 0, 0, 0);
-            BIND(bk, "attn_k.bias", n_kv, 0, 0, 0);
-            BIND(bv, "attn_v.bias", n_kv, 0, 0, 0);
-        } else if (hp->arch == MODEL_ARCH_QWEN3) {
-            BIND(q_norm, "attn_q_norm.weight", hp->head_dim, 0, 0, 0);
-            BIND(k_norm, "attn_k_norm.weight", hp->head_dim, 0, 0, 0);
-        }
-#undef BIND
-    }
+    for (int32_t il = 0; il < hp->n_layer; il++)
+        if (model_bind_layer(f, hp, il, &m->layers[il], e)) goto fail;
     if (model_check(m, e)) goto fail;
     *out = m;
     return 0;
@@ -292,7 +384,7 @@ uint64_t model_weight_bytes(const struct model *m)
         const struct model_layer *L = &m->layers[il];
         const struct model_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
                                            &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate,
-                                           &L->w_up, &L->w_down};
+                                           &L->w_up, &L->w_down, &L->post_attn_norm, &L->post_ffw_norm};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) n += model_weight_nbytes(ws[i]);
     }
     return n;
@@ -346,7 +438,10 @@ static int model_check_weight(const struct model *m, const struct model_weight *
     if (rb == 0) return err_set(e, "model_check: %s row length %lld", w->name, (long long)w->ne[0]);
     if (m->file) {
         const struct gguf_tensor *t = gguf_find_tensor(m->file, w->name);
-        if (!t || t->data != w->data || t->n_bytes < rb * (uint64_t)w->ne[1])
+        /* the tensor itself, or whole rows of it (a fused tensor's view, model_slice_rows) */
+        const char *a = w->data, *ta = t ? t->data : NULL;
+        if (!t || a < ta || (uint64_t)(a - ta) % rb || (uint64_t)(a - ta) > t->n_bytes ||
+            t->n_bytes - (uint64_t)(a - ta) < rb * (uint64_t)w->ne[1])
             return err_set(e, "model_check: %s does not match the file's tensor table", w->name);
     }
     return 0;
@@ -357,7 +452,9 @@ int model_check(const struct model *m, struct err *e)
     const struct model_hparams *hp = &m->hp;
     if (hp->n_vocab < 1 || hp->n_embd < 1 || hp->n_layer < 1 || hp->n_ff < 1 || hp->n_head < 1 ||
         hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv || hp->head_dim < 2 || hp->head_dim % 2 ||
-        hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_ctx_train < 1 || !(hp->norm_eps > 0))
+        hp->n_rot < 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 || hp->n_ctx_train < 1 || !(hp->norm_eps > 0) ||
+        !(hp->embd_scale >= 0) || !(hp->att_scale >= 0) || !(hp->att_softcap >= 0) || !(hp->final_softcap >= 0) ||
+        hp->n_swa < 0 || hp->swa_period < 0 || !(hp->rope_base_local > 0) || !(hp->rope_freq_scale >= 0))
         return err_set(e, "model_check: hyper-parameters out of range");
     const int64_t n_embd = hp->n_embd, n_q = (int64_t)hp->n_head * hp->head_dim,
                   n_kv = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -368,7 +465,8 @@ int model_check(const struct model *m, struct err *e)
         return -1;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const struct model_layer *L = &m->layers[il];
-        int qwen2 = hp->arch == MODEL_ARCH_QWEN2, qwen3 = hp->arch == MODEL_ARCH_QWEN3;
+        int qwen2 = hp->arch == MODEL_ARCH_QWEN2,
+            qk_norm = hp->arch == MODEL_ARCH_QWEN3 || hp->arch == MODEL_ARCH_GEMMA3;
         if (model_check_weight(m, &L->attn_norm, n_embd, 0, 0, 0, e) ||
             model_check_weight(m, &L->wq, n_embd, n_q, 1, 0, e) ||
             model_check_weight(m, &L->wk, n_embd, n_kv, 1, 0, e) ||
@@ -381,8 +479,10 @@ int model_check(const struct model *m, struct err *e)
             model_check_weight(m, &L->bq, n_q, 0, 0, !qwen2, e) ||
             model_check_weight(m, &L->bk, n_kv, 0, 0, !qwen2, e) ||
             model_check_weight(m, &L->bv, n_kv, 0, 0, !qwen2, e) ||
-            model_check_weight(m, &L->q_norm, hp->head_dim, 0, 0, !qwen3, e) ||
-            model_check_weight(m, &L->k_norm, hp->head_dim, 0, 0, !qwen3, e))
+            model_check_weight(m, &L->q_norm, hp->head_dim, 0, 0, !qk_norm, e) ||
+            model_check_weight(m, &L->k_norm, hp->head_dim, 0, 0, !qk_norm, e) ||
+            model_check_weight(m, &L->post_attn_norm, n_embd, 0, 0, !hp->post_norms, e) ||
+            model_check_weight(m, &L->post_ffw_norm, n_embd, 0, 0, !hp->post_norms, e))
             return err_prefix(e, "layer %d", (int)il);
     }
     return 0;
@@ -401,7 +501,7 @@ static size_t model_all_weights(struct model *m, struct model_weight **ws, size_
         struct model_layer *L = &m->layers[il];
         ADD(&L->attn_norm); ADD(&L->wq); ADD(&L->wk); ADD(&L->wv); ADD(&L->wo); ADD(&L->bq); ADD(&L->bk);
         ADD(&L->bv); ADD(&L->q_norm); ADD(&L->k_norm); ADD(&L->ffn_norm); ADD(&L->w_gate); ADD(&L->w_up);
-        ADD(&L->w_down);
+        ADD(&L->w_down); ADD(&L->post_attn_norm); ADD(&L->post_ffw_norm);
     }
 #undef ADD
     return n;
@@ -419,7 +519,7 @@ int model_clone_f32(const struct model *src, struct model **out, struct err *e)
     m->output = src->output;
     m->rope_freqs = src->rope_freqs;
     m->layers = malloc((size_t)src->hp.n_layer * sizeof *m->layers);
-    size_t cap = 4 + 14 * (size_t)src->hp.n_layer;
+    size_t cap = 4 + 16 * (size_t)src->hp.n_layer;
     ws = malloc(cap * sizeof *ws);
     if (!m->layers || !ws) {
         err_set(e, "model: out of memory");

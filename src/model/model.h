@@ -3,7 +3,19 @@
  * the model). It does no math: backends (src/backend/) run the forward step.
  *
  * Supported: `llama` (Llama 1/2/3, Mistral, SmolLM, TinyLlama), `qwen2` (q/k/v biases), `qwen3` (per-head
- * q/k RMSNorm). Weight types are checked at load against what the CPU backend can compute; an unsupported
+ * q/k RMSNorm), and (issue 11) `gemma3`, `gemma2`, `phi3`:
+ *  - gemma3: token embedding times sqrt(n_embd); RMSNorm weights used as stored (GGUF converters store
+ *    Gemma's 1 + w); pre- and post-norms around attention and FFN; per-head q/k RMSNorm; GeGLU with
+ *    tanh-GELU; NeoX RoPE; sliding-window ("local") layers: every layer but every 6th, window
+ *    gemma3.attention.sliding_window, RoPE base 10,000 (global layers: gemma3.rope.freq_base, scaled
+ *    when rope.scaling.type is "linear"); tied head.
+ *  - gemma2: as gemma3 without q/k norms, one RoPE base, local layers the even ones, plus soft-capping of
+ *    attention scores and final logits (gemma2.attn_logit_softcapping, gemma2.final_logit_softcapping).
+ *  - phi3: llama with NeoX RoPE, fused attn_qkv (q, k, v rows in that order) and a fused ffn_up holding
+ *    the gate rows then the up rows: both are bound as row views (wq/wk/wv, w_gate/w_up) into the fused
+ *    tensor, so backends see separate matrices; every layer is local when phi3.attention.sliding_window
+ *    is set (LongRoPE files, with rope_factors_long/short, are refused).
+ * Weight types are checked at load against what the CPU backend can compute; an unsupported
  * architecture or tensor type is an error naming it.
  */
 #ifndef NS_MODEL_H
@@ -15,7 +27,14 @@
 #include "gguf/gguf.h"
 #include "util/err.h"
 
-enum model_arch { MODEL_ARCH_LLAMA, MODEL_ARCH_QWEN2, MODEL_ARCH_QWEN3 };
+enum model_arch {
+    MODEL_ARCH_LLAMA,
+    MODEL_ARCH_QWEN2,
+    MODEL_ARCH_QWEN3,
+    MODEL_ARCH_GEMMA3,
+    MODEL_ARCH_GEMMA2,
+    MODEL_ARCH_PHI3,
+};
 
 /* Element type of the KV cache. */
 enum kv_type { KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 };
@@ -37,7 +56,22 @@ struct model_hparams {
     int32_t pooling;  /* <arch>.pooling_type (enum model_pooling; other values are kept and refused by the
                          engine's embedding requests); absent: MODEL_POOLING_LAST, the state of the last
                          token, the one that has seen the whole input in a decoder-only model */
+    /* gemma3 / gemma2 / phi3 (issue 11): zero (off) for the llama family */
+    float embd_scale;      /* token embedding rows are multiplied by this (gemma: sqrt(n_embd)); 0: not */
+    float att_scale;       /* attention score scale; 0: 1 / sqrt(head_dim) (set only when it differs) */
+    float att_softcap;     /* scores = c * tanh(scores / c) before the softmax (gemma2); 0: none */
+    float final_softcap;   /* logits = c * tanh(logits / c) (gemma2); 0: none */
+    int32_t n_swa;         /* window of local layers: a row at position p sees positions > p - n_swa; 0: none */
+    int32_t swa_period;    /* local layers (model_layer_window): all (1), all but every period-th (>1) */
+    float rope_base_local; /* RoPE base of local layers (gemma3: 10,000; else rope_base) */
+    float rope_freq_scale; /* gemma3 rope.scaling.type "linear" (Gemma 3 4B and up): the global layers' RoPE
+                              frequencies times this, 1 / rope.scaling.factor; 0: none */
+    int ffn_gelu;          /* 1: FFN is GeGLU, gelu_tanh(gate) * up (gemma); 0: SwiGLU */
+    int post_norms;        /* 1: post_attention_norm / post_ffw_norm on each block's output (gemma) */
 };
+
+/* The attention window of layer il: hp->n_swa when the layer is local, else 0 (sees every position). */
+int32_t model_layer_window(const struct model_hparams *hp, int32_t il);
 
 /* How an embedding pools its rows' final hidden states: GGUF's <arch>.pooling_type values. */
 enum model_pooling { MODEL_POOLING_NONE = 0, MODEL_POOLING_MEAN = 1, MODEL_POOLING_CLS = 2, MODEL_POOLING_LAST = 3 };
@@ -55,6 +89,7 @@ struct model_layer {
     struct model_weight bq, bk, bv;         /* qwen2 only (data NULL otherwise) */
     struct model_weight q_norm, k_norm;     /* qwen3 only (data NULL otherwise) */
     struct model_weight ffn_norm, w_gate, w_up, w_down;
+    struct model_weight post_attn_norm, post_ffw_norm; /* gemma only (data NULL otherwise) */
 };
 
 struct model {
@@ -81,7 +116,7 @@ uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t
 /* --- additions (issue 3) --- */
 /* Bytes of one (token, kv head) vector of K or V: head_dim elements (Q8_0: blocks of 32 + f16 scale). */
 uint64_t model_kv_vec_bytes(const struct model_hparams *hp, enum kv_type t);
-const char *model_arch_name(enum model_arch a);        /* "llama", "qwen2", "qwen3" */
+const char *model_arch_name(enum model_arch a); /* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3" */
 const char *model_kv_type_name(enum kv_type t);        /* "f32", "f16", "q8_0" */
 int model_kv_type_parse(const char *s, enum kv_type *out); /* -1 if unknown */
 /* 1 if a weight matrix of this type can be computed (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
