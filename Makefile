@@ -75,6 +75,7 @@ deps:
 
 test: deps
 	@scripts/fetch-model || echo "make test: the SmolLM2 model could not be fetched; its tests will be skipped"
+	@scripts/fetch-model gemma3 || echo "make test: the Gemma 3 model could not be fetched; its tests will be skipped"
 	$(MAKE) all
 	@$(MAKE) --no-print-directory check-cuda
 	@$(MAKE) --no-print-directory check-mpi
