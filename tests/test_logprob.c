@@ -139,7 +139,7 @@ TEST(seq_rows_hits_and_offers)
     CHECK(logprob_cache_init(pool, &c, &e) == 0);
     int32_t prompt[10] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, first;
     struct logprob_seq s;
-    CHECK(logprob_seq_init(&s, prompt, 10, 3, 1, 1, 2) == 0);
+    CHECK(logprob_seq_init(&s, prompt, 10, 3, 1, 1, 0, 2) == 0);
     CHECK(s.n_prompt_have == 1 && s.prompt[9].token == 14 && isnan(s.prompt[0].logprob));
     /* rows 0 .. 8 predict prompt tokens 1 .. 9; row 9 predicts the first generated token */
     CHECK_EQ_INT(logprob_seq_prompt_rows(&s, 0, 4, &first), 4);
@@ -164,14 +164,26 @@ TEST(seq_rows_hits_and_offers)
     CHECK(got && memcmp(got, &s.prompt[1], 4 * sizeof *got) == 0);
     /* another sequence with the same first five tokens takes block 0 from the cache */
     struct logprob_seq t;
-    CHECK(logprob_seq_init(&t, prompt, 10, 0, 0, 1, 1) == 0);
+    CHECK(logprob_seq_init(&t, prompt, 10, 0, 0, 1, 1, 1) == 0);
     CHECK(logprob_seq_hit_ok(&t, c, prompt, 10, 0, blocks[0], 4) == 1);
     CHECK_EQ_INT(t.n_prompt_have, 5);
     CHECK(t.prompt[4].logprob == s.prompt[4].logprob && t.prompt[4].n_top == 1);
     int32_t diverging[10] = {5, 6, 7, 8, 99, 10, 11, 12, 13, 14};
     struct logprob_seq u;
-    CHECK(logprob_seq_init(&u, diverging, 10, 0, 0, 1, 0) == 0);
+    CHECK(logprob_seq_init(&u, diverging, 10, 0, 0, 1, 1, 0) == 0);
     CHECK(logprob_seq_hit_ok(&u, c, diverging, 10, 0, blocks[0], 4) == 0); /* its token 4 differs */
+    struct logprob_seq w; /* entries from position 6 on: rows from 5, and block 0 (predicting 1..4) is never offered */
+    CHECK(logprob_seq_init(&w, prompt, 10, 0, 0, 1, 6, 0) == 0);
+    CHECK_EQ_INT(logprob_seq_prompt_rows(&w, 0, 4, &first), 0);
+    CHECK_EQ_INT(logprob_seq_prompt_rows(&w, 4, 4, &first), 3);
+    CHECK_EQ_INT(first, 5);
+    for (int32_t p = 5; p < 8; p++) logprob_seq_take_row(&w, p, row, 16, 16);
+    CHECK(logprob_seq_hit_ok(&w, c, prompt, 10, 0, blocks[0], 4) == 1); /* nothing asked for there */
+    CHECK(isnan(w.prompt[4].logprob));
+    int32_t n_stored = logprob_cache_n_stored(c);
+    CHECK(logprob_seq_offer(&w, c, prompt, blocks, 1, 4) == 0 && w.n_offered == 1);
+    CHECK(logprob_cache_n_stored(c) == n_stored);
+    logprob_seq_free(&w);
     logprob_seq_push(&s, &s.prompt[2]);
     CHECK(s.n_out == 1 && s.out[0].token == 7);
     logprob_seq_free(&s);
@@ -374,7 +386,16 @@ TEST(engine_scoring_uses_the_prefix_cache)
     CHECK_MSG(run_all(eng, &base, 1, &res[1], &e) == 0, "%s", e.msg);
     CHECK_MSG(run_all(eng, &c, 1, &res[2], &e) == 0, "%s", e.msg);
     CHECK_MSG(run_all(eng, &base, 1, &r2, &e) == 0, "%s", e.msg);
+    /* logprobs from position 30 on only: the same values there, NAN before */
+    struct engine_request half = base;
+    struct engine_result h;
+    half.prompt_logprobs_from = 30;
+    CHECK_MSG(run_all(eng, &half, 1, &h, &e) == 0, "%s", e.msg);
     engine_free(eng);
+    for (int32_t k = 0; k < 70; k++)
+        CHECK_MSG(k < 30 ? isnan(h.prompt_logprobs[k].logprob) : same_entry(&h.prompt_logprobs[k], &cold.prompt_logprobs[k]),
+                  "position %d (from 30)", k);
+    engine_result_free(&h);
     CHECK_MSG(res[1].n_prompt_cached == 0, "cached %d: blocks without logprobs were used", (int)res[1].n_prompt_cached);
     CHECK_MSG(res[2].n_prompt_cached == 48, "cached %d", (int)res[2].n_prompt_cached);
     CHECK_MSG(r2.n_prompt_cached == 64, "cached %d", (int)r2.n_prompt_cached);

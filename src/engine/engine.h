@@ -105,6 +105,8 @@ struct engine_request {
                                    served from the prefix cache where it holds them; with max_tokens 0 the
                                    request only scores its prompt (no token is generated; it finishes with
                                    ENGINE_FINISH_LENGTH) */
+    int32_t prompt_logprobs_from; /* with prompt_logprobs: positions before it get no logprob (NAN) and need no
+                                     logits (perplexity's context half); 0 or 1: every position */
     int32_t top_logprobs;       /* alternatives per token, 0 .. LOGPROB_MAX_TOP (with logprobs or
                                    prompt_logprobs) */
     int32_t embed_pooling;      /* 0 (MODEL_POOLING_NONE): a completion. Else an embedding request pooled this way

@@ -39,7 +39,7 @@ int eng_lp_add(engine *eng, struct eng_seq *es, const struct engine_request *r)
     es->scoring = r->prompt_logprobs && r->max_tokens == 0 && !r->embed_pooling;
     if ((!r->logprobs && !r->prompt_logprobs) || r->embed_pooling) return 0;
     if (logprob_seq_init(&es->lp, r->prompt, r->n_prompt, es->scoring ? 0 : r->max_tokens, r->logprobs,
-                         r->prompt_logprobs, r->top_logprobs))
+                         r->prompt_logprobs, r->prompt_logprobs_from, r->top_logprobs))
         return -1;
     if (r->logprobs && !eng->lp_copy) {
         eng->lp_copy = malloc((size_t)eng->n_vocab * sizeof *eng->lp_copy);

@@ -146,7 +146,7 @@ int32_t logprob_cache_n_stored(const logprob_cache *c)
 /* ---- one request's logprobs ---- */
 
 int logprob_seq_init(struct logprob_seq *s, const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, int gen,
-                     int want_prompt, int32_t n_top)
+                     int want_prompt, int32_t from, int32_t n_top)
 {
     memset(s, 0, sizeof *s);
     s->gen = gen;
@@ -165,7 +165,8 @@ int logprob_seq_init(struct logprob_seq *s, const int32_t *prompt, int32_t n_pro
         }
         for (int32_t i = 0; i < n_prompt; i++) /* tokens now; logprobs as they are computed */
             logprob_first(prompt[i], &s->prompt[i]);
-        s->n_prompt_have = 1;
+        s->from = from < 1 ? 1 : from > n_prompt ? n_prompt : from;
+        s->n_prompt_have = s->from;
     }
     return 0;
 }
@@ -209,8 +210,8 @@ int logprob_seq_hit_ok(struct logprob_seq *s, const logprob_cache *c, const int3
     if (!c || end >= n_tokens) return 0;
     const struct logprob_entry *e = logprob_cache_get(c, block, tokens[end], s->n_top);
     if (!e) return 0;
-    int64_t first = (int64_t)index * block_size + 1;
-    for (int64_t p = first; p <= last; p++) {
+    const int64_t first = (int64_t)index * block_size + 1; /* e[0]'s position */
+    for (int64_t p = first > s->from ? first : s->from; p <= last; p++) {
         struct logprob_entry *d = &s->prompt[p];
         *d = e[p - first];
         d->n_top = s->n_top; /* the stored ones may carry more alternatives */
@@ -227,6 +228,7 @@ int logprob_seq_offer(struct logprob_seq *s, logprob_cache *c, const int32_t *to
     for (; s->n_offered < n_registered; s->n_offered++) {
         int64_t end = ((int64_t)s->n_offered + 1) * block_size;
         if (end > s->n_prompt - 1 || end >= s->n_prompt_have) break; /* its last prediction is not a prompt entry yet */
+        if (end - block_size + 1 < s->from) continue;              /* it predicts positions not asked for */
         if (logprob_cache_put(c, blocks[s->n_offered], tokens[end], s->n_top,
                               &s->prompt[(int64_t)s->n_offered * block_size + 1]))
             return -1;

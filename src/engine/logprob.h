@@ -92,15 +92,17 @@ struct logprob_seq {
     int32_t n_top;
     struct logprob_entry *prompt; /* (n_prompt) or NULL: not asked for */
     int32_t n_prompt, n_prompt_have;
+    int32_t from;                 /* prompt positions before it have no entry (logprob NAN): not asked for */
     struct logprob_entry *out;    /* (cap_out) */
     int32_t n_out, cap_out;
     int32_t n_offered;            /* the sequence's registered blocks already offered to the cache */
 };
 
-/* Starts s for a request of n_prompt tokens (prompt) that generates max_tokens at most. 0 or -1 (out of
- * memory). Neither gen nor want_prompt: nothing is allocated. */
+/* Starts s for a request of n_prompt tokens (prompt) that generates max_tokens at most, with prompt entries
+ * from position `from` on (1: all; clamped to 1 .. n_prompt). 0 or -1 (out of memory). Neither gen nor
+ * want_prompt: nothing is allocated. */
 int logprob_seq_init(struct logprob_seq *s, const int32_t *prompt, int32_t n_prompt, int32_t max_tokens, int gen,
-                     int want_prompt, int32_t n_top);
+                     int want_prompt, int32_t from, int32_t n_top);
 void logprob_seq_free(struct logprob_seq *s);
 /* The rows of a chunk of positions [pos0, pos0 + n_rows) whose logits give prompt entries not filled yet:
  * positions [*first, *first + return value). */
@@ -115,7 +117,7 @@ void logprob_seq_push(struct logprob_seq *s, const struct logprob_entry *e);
 int logprob_seq_hit_ok(struct logprob_seq *s, const logprob_cache *c, const int32_t *tokens, int32_t n_tokens,
                        int32_t index, int32_t block, int32_t block_size);
 /* Offers the cache the entries of the sequence's registered blocks (blocks[0 .. n_registered)) not offered
- * yet whose positions are all prompt positions with entries filled. -1 only when out of memory. */
+ * yet whose positions are all prompt positions with entries filled (none before `from`). -1 only when out of memory. */
 int logprob_seq_offer(struct logprob_seq *s, logprob_cache *c, const int32_t *tokens, const int32_t *blocks,
                       int32_t n_registered, int32_t block_size);
 
