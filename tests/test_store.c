@@ -273,7 +273,7 @@ TEST(repair_cases)
 TEST(lines_are_valid_json)
 {
     struct output_buf b = {0};
-    struct output_choice ch[2] = {{"caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xe2\x82", 20, "length"}, {"", 0, "stop"}};
+    struct output_choice ch[2] = {{"caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xe2\x82", 20, "length", NULL, 0}, {"", 0, "stop", NULL, 0}};
     struct output_ok o = {"run1", 3, "id-1", 1, "model", "fp_x", 1700000000, ch, 2, 5, 9, 4};
     output_ok_line(&b, &o);
     CHECK(b.n > 0 && b.p[b.n - 1] == '\n');

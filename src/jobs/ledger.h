@@ -106,6 +106,7 @@ struct ledger_line_info {
     const char *message;    /* a bad line's message */
     int32_t dimensions;     /* an embeddings line's output options (jobs/embedding), else 0 */
     int base64;
+    int logprobs;           /* 1: its results are stored with their logprobs (output_logprobs_pack) */
 };
 /* Fills *out for line li; the strings stay valid until the next call. */
 typedef int (*ledger_info_fn)(void *user, const struct ledger *l, uint32_t li, struct ledger_line_info *out,

@@ -25,7 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/logprob.h"
 #include "jobs/store.h"
+#include "tokenizer/tok.h"
 #include "util/err.h"
 
 /* A growable byte buffer. */
@@ -44,7 +46,33 @@ struct output_choice {
     const char *text;
     size_t len;
     const char *finish_reason; /* "stop", "length" */
+    const char *logprobs;      /* (logprobs_len) the choice's logprobs object as JSON (output_logprobs), or
+                                  NULL: null */
+    size_t logprobs_len;
 };
+
+/* Appends the logprobs object of one choice (engine/logprob.h says what the values are: the model's raw
+ * log-softmax), in OpenAI's shapes:
+ *   chat        {"content":[{"token","logprob","bytes":[..],"top_logprobs":[{"token","logprob","bytes"}..]}..],
+ *               "refusal":null}
+ *   completions {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{token: logprob, ..} | null ..],
+ *               "text_offset":[..]}
+ * for prompt (n_prompt entries: echo, completions only; the first has logprob null and top_logprobs null),
+ * then gen (n_gen: the generated tokens, EOS/EOT included). A token's string is its bytes with control
+ * tokens spelled out (invalid UTF-8 written as U+FFFD; bytes holds the exact bytes); text_offset is the
+ * byte offset in the choice's text where the token's text starts (control tokens have none: the offset
+ * does not advance; see drop_space). Logprobs are printed with 17 significant digits (the double exactly); NAN as null. */
+void output_logprobs(struct output_buf *b, const tok_vocab *v, int chat, const struct logprob_entry *prompt,
+                     int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space);
+/* drop_space (echo with an SPM space prefix, tok_add_space_prefix): the text does not hold the space the
+ * first prompt token with text begins with (the echoed text is the prompt as given), so offsets after it
+ * are one less. output_echo_space tells whether a prompt's text drops it. */
+int output_echo_space(const tok_vocab *v, const struct logprob_entry *prompt, int32_t n_prompt);
+/* A result with logprobs is stored (jobs/store, one text blob) as 8 lowercase hex digits of its text's
+ * length, the text, then the logprobs JSON. output_logprobs_pack makes it (malloc'd, *len bytes);
+ * output_logprobs_unpack splits one into views into blob; -1 when it is not one. */
+char *output_logprobs_pack(const char *text, size_t text_len, const char *json, size_t json_len, size_t *len);
+int output_logprobs_unpack(const char *blob, size_t len, struct output_choice *c);
 
 struct output_ok {
     const char *run_id;        /* names the line's ids (see above) */
