@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "engine/kvpool.h"
+#include "engine/sampler.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "runtime/ppl.h"
@@ -450,6 +451,198 @@ TEST(engine_logprobs_are_raw)
     unload(&L);
 }
 
+/* ---- a backend that samples "on the device" (the CPU backend underneath): greedy rows are drawn there,
+ * sampled rows declined (edited logits back), SAMPLE_HOST rows copied unedited ---- */
+
+struct dev {
+    struct backend inner;
+    float *logits; /* (cap, n_vocab) the last step's */
+    int32_t cap, n_vocab, n_logits;
+    int64_t host_rows, device_rows;
+};
+
+static int dev_load(void *ctx, const struct model *m, struct err *e)
+{
+    struct dev *d = ctx;
+    d->n_vocab = m->hp.n_vocab;
+    return d->inner.ops->load(d->inner.ctx, m, e);
+}
+
+static int dev_kv_alloc(void *ctx, int32_t n, int32_t bs, enum kv_type t, struct err *e)
+{
+    struct dev *d = ctx;
+    return d->inner.ops->kv_alloc(d->inner.ctx, n, bs, t, e);
+}
+
+static int dev_forward(void *ctx, const struct step_batch *b, float *logits, struct err *e)
+{
+    struct dev *d = ctx;
+    if (logits) return err_set(e, "dev: forward with host logits");
+    if (b->n_logits > d->cap) {
+        free(d->logits);
+        d->cap = b->n_logits;
+        if (!(d->logits = malloc((size_t)d->cap * (size_t)d->n_vocab * sizeof(float)))) return err_set(e, "dev: oom");
+    }
+    d->n_logits = b->n_logits;
+    return d->inner.ops->forward(d->inner.ctx, b, d->logits, e);
+}
+
+static int dev_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
+                      struct err *e)
+{
+    struct dev *d = ctx;
+    if (n != d->n_logits) return err_set(e, "dev: %d rows, the step had %d", (int)n, (int)d->n_logits);
+    for (int32_t i = 0; i < n; i++) {
+        float *l = d->logits + (size_t)i * (size_t)d->n_vocab;
+        tokens[i] = -1;
+        if (rows[i].mode == SAMPLE_HOST) {
+            d->host_rows++;
+            memcpy(logits + (size_t)i * (size_t)d->n_vocab, l, (size_t)d->n_vocab * sizeof(float));
+            continue;
+        }
+        d->device_rows++;
+        sampler_apply_edits(rows[i].edits, rows[i].n_edits, l);
+        if (rows[i].mode == SAMPLE_GREEDY) tokens[i] = sampler_argmax(l, n_ids);
+        else memcpy(logits + (size_t)i * (size_t)d->n_vocab, l, (size_t)d->n_vocab * sizeof(float)); /* declined */
+    }
+    return 0;
+}
+
+static uint64_t dev_scratch_bytes(void *ctx, int32_t max_rows)
+{
+    struct dev *d = ctx;
+    return d->inner.ops->scratch_bytes(d->inner.ctx, max_rows);
+}
+
+static void dev_free(void *ctx)
+{
+    (void)ctx;
+}
+
+static const struct backend_ops dev_ops = {.name = "dev", .load = dev_load, .kv_alloc = dev_kv_alloc,
+                                           .forward = dev_forward, .scratch_bytes = dev_scratch_bytes,
+                                           .free = dev_free, .sample = dev_sample};
+
+/* The mixed requests of the device and preemption tests: greedy and sampled, with and without logprobs,
+ * with prompt logprobs, with prompts that repeat (so prompt lookup proposes drafts). */
+static void mixed_requests(struct engine_request *r, int32_t (*prompts)[NP], int n, const struct loaded *L)
+{
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    struct err e;
+    const char *text = "Lily has a red ball. Lily has a red ball. Lily has a red ball. Lily has a red ball. Lily has";
+    if (tok_encode(L->v, text, strlen(text), 1, 0, &ids, &n_ids, &e) || n_ids > NP) n_ids = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t n_prompt = NP - 2 * i;
+        prompt_of(prompts[i], NP, 700 + (uint64_t)i, L->m->hp.n_vocab);
+        if (i % 2 && n_ids) { /* text that repeats: prompt lookup proposes drafts, and the model takes them */
+            memcpy(prompts[i], ids, n_ids * sizeof *ids);
+            n_prompt = (int32_t)n_ids;
+        }
+        r[i] = (struct engine_request){.id = (uint64_t)i, .prompt = prompts[i], .n_prompt = n_prompt,
+                                       .max_tokens = NG, .sampling = sampler_default_params(), .ignore_eos = 1,
+                                       .logprobs = i % 3 != 2, .prompt_logprobs = i % 4 == 1, .top_logprobs = i % 3};
+        r[i].sampling.temperature = i % 4 == 3 ? 0.9f : 0.0f;
+        r[i].sampling.seed = 11 + (uint64_t)i;
+    }
+    free(ids);
+}
+
+static int same_results(const struct engine_result *a, const struct engine_result *b, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (a[i].n_tokens != b[i].n_tokens || memcmp(a[i].tokens, b[i].tokens, (size_t)a[i].n_tokens * sizeof(int32_t)) ||
+            !a[i].logprobs != !b[i].logprobs || !a[i].prompt_logprobs != !b[i].prompt_logprobs)
+            return 0;
+        for (int32_t k = 0; a[i].logprobs && k < a[i].n_tokens; k++)
+            if (!same_entry(&a[i].logprobs[k], &b[i].logprobs[k])) return 0;
+        for (int32_t k = 0; a[i].prompt_logprobs && k < a[i].n_prompt; k++)
+            if (!same_entry(&a[i].prompt_logprobs[k], &b[i].prompt_logprobs[k])) return 0;
+    }
+    return 1;
+}
+
+/* A backend that draws on the device: the rows of requests with logprobs (and prompt logprob rows) come to
+ * the host unedited (SAMPLE_HOST), the others are drawn there; results equal the host-only engine's. */
+TEST(engine_logprob_rows_come_to_the_host)
+{
+    struct loaded L;
+    struct err e;
+    int lr = load(&L);
+    if (lr > 0) SKIP("no stories260K");
+    CHECK(lr == 0);
+    enum { N = 8 };
+    static int32_t prompts[N][NP];
+    struct engine_request r[N];
+    struct engine_result host[N], dev[N];
+    mixed_requests(r, prompts, N, &L);
+    engine *eng = new_engine(&L, 8, 1, &e);
+    CHECK_MSG(eng && run_all(eng, r, N, host, &e) == 0, "%s", e.msg);
+    engine_free(eng);
+    static struct dev d;
+    memset(&d, 0, sizeof d);
+    d.inner = L.be;
+    d.n_vocab = L.m->hp.n_vocab;
+    struct backend db = {&dev_ops, &d};
+    struct engine_params p = engine_default_params();
+    p.kv_blocks = 256;
+    p.max_seqs = 8;
+    p.max_batch_tokens = 64;
+    p.kv_type = KV_TYPE_F32;
+    p.debug_checks = 1;
+    CHECK_MSG(engine_init(L.m, &db, L.v, &p, &eng, &e) == 0 && run_all(eng, r, N, dev, &e) == 0, "%s", e.msg);
+    engine_free(eng);
+    free(d.logits);
+    CHECK_MSG(same_results(host, dev, N), "results differ with device sampling");
+    CHECK_MSG(d.device_rows > 0 && d.host_rows > 0, "%lld device rows, %lld host rows", (long long)d.device_rows,
+              (long long)d.host_rows);
+    for (int i = 0; i < N; i++) {
+        engine_result_free(&host[i]);
+        engine_result_free(&dev[i]);
+    }
+    unload(&L);
+}
+
+/* Preemption (a pool of 10 blocks) and prompt-lookup drafts (verified every time) change nothing in
+ * logprobs: the same values as a large pool without drafts, bit for bit. */
+TEST(engine_logprobs_survive_preemption_and_drafts)
+{
+    struct loaded L;
+    struct err e;
+    int lr = load(&L);
+    if (lr > 0) SKIP("no stories260K");
+    CHECK(lr == 0);
+    enum { N = 8 };
+    static int32_t prompts[N][NP];
+    struct engine_request r[N];
+    struct engine_result base[N], tight[N];
+    mixed_requests(r, prompts, N, &L);
+    engine *eng = new_engine(&L, 8, 1, &e);
+    CHECK_MSG(eng && run_all(eng, r, N, base, &e) == 0, "%s", e.msg);
+    engine_free(eng);
+    struct engine_params p = engine_default_params();
+    p.kv_blocks = 10;
+    p.max_seqs = 8;
+    p.max_batch_tokens = 64;
+    p.kv_type = KV_TYPE_F32;
+    p.lookup = 4;
+    p.lookup_adaptive = 0;
+    p.debug_checks = 1;
+    struct engine_stats st;
+    CHECK_MSG(engine_init(L.m, &L.be, L.v, &p, &eng, &e) == 0 && run_all(eng, r, N, tight, &e) == 0, "%s", e.msg);
+    engine_get_stats(eng, &st);
+    engine_free(eng);
+    CHECK_MSG(same_results(base, tight, N), "logprobs differ under preemption and drafts");
+    CHECK_MSG(st.n_preemptions > 0 && st.draft_tokens > 0 && st.draft_accepted > 0,
+              "%lld preemptions, %lld/%lld drafts accepted", (long long)st.n_preemptions,
+              (long long)st.draft_accepted, (long long)st.draft_tokens);
+    for (int i = 0; i < N; i++) {
+        engine_result_free(&base[i]);
+        engine_result_free(&tight[i]);
+    }
+    unload(&L);
+}
+
 TEST(engine_refuses_bad_logprob_requests)
 {
     struct loaded L;
@@ -479,6 +672,8 @@ int main(void)
     RUN(engine_logprobs_equal_a_full_forward_and_are_batch_invariant);
     RUN(engine_scoring_uses_the_prefix_cache);
     RUN(engine_logprobs_are_raw);
+    RUN(engine_logprob_rows_come_to_the_host);
+    RUN(engine_logprobs_survive_preemption_and_drafts);
     RUN(engine_refuses_bad_logprob_requests);
     return test_summary();
 }
