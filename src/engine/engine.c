@@ -66,8 +66,7 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->logits = malloc((size_t)S * (size_t)eng->n_vocab * sizeof(float));
     eng->cap_logits = S;
     eng->verdicts = malloc((size_t)S * sizeof *eng->verdicts);
-    int32_t L = max_logits(eng);
-    (void)L; /* every row may have logits (prompt logprobs: engine_lp.c) */
+    /* (R) rather than max_logits: every row may have logits (prompt logprobs: engine_lp.c) */
     eng->srows = malloc((size_t)R * sizeof *eng->srows);
     eng->drawn = malloc((size_t)R * sizeof *eng->drawn);
     eng->ent_logit0 = malloc((size_t)S * sizeof *eng->ent_logit0);
@@ -622,7 +621,8 @@ static void score_shadow(struct eng_seq *es, int32_t tok, int rejected)
 }
 
 /* The step batch of the plan: every entry's rows in order; logits for the rows that sample (a sequence's
- * last token and its draft rows) and the prompt rows whose logprobs a sequence wants (engine_lp.c); hidden states for the rows an embedding request pools (whose pooled sum
+ * last token and its draft rows) and the prompt rows whose logprobs a sequence wants (engine_lp.c); hidden
+ * states for the rows an embedding request pools (whose pooled sum
  * restarts with a chunk at position 0: after a preemption it computes its prompt again). */
 static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
 {
@@ -762,7 +762,8 @@ static int no_draws(engine *eng, int32_t n)
 /* How the backend resolves each logit row of the plan: rows of unconstrained sequences are drawn there (greedy,
  * or sampled with the request's filters and the draw's uniform), after their bias and penalties (sampler_edits,
  * with the history up to the row: drafts before it included); a constrained sequence's rows come back as
- * logits (its mask is applied here), and so do the rows of a sequence that wants logprobs (raw: engine_lp.c). Then the backend's sample op fills eng->drawn (and eng->logits). */
+ * logits (its mask is applied here), and so do the rows of a sequence that wants logprobs (raw: engine_lp.c).
+ * Then the backend's sample op fills eng->drawn (and eng->logits). */
 static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_logits, struct err *e)
 {
     size_t need = 0;

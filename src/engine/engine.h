@@ -25,6 +25,12 @@
  * results are the same with lookup on or off, bit for bit on the CPU backend; only the number of steps
  * changes. How many drafts a sequence verifies is decided per step (draft.h): none when the step is
  * compute-bound or its drafts are seldom accepted.
+ * Logprobs (engine/logprob.h): a request may ask for its generated tokens' logprobs, its prompt tokens' (echo,
+ * scoring), or both; they are the model's raw log-softmax of each token's row, computed on the host (rows of
+ * such requests come back unedited from a backend that samples: SAMPLE_HOST), so they too are a function of
+ * the request alone. Prompt logprobs are kept with the prefix cache's blocks, so a prompt served from the
+ * cache still gets them; a block whose logprobs are not known is not taken from the cache by a request that
+ * needs them (sched_params.hit_ok). A scoring request (max_tokens 0) finishes once its prompt is computed.
  */
 #ifndef NS_ENGINE_H
 #define NS_ENGINE_H

@@ -494,8 +494,11 @@ static int put_result_line(const ledger *l, struct ledger_line *L, const struct 
         if (rs[k].status != STORE_STATUS_DONE && failed < 0) failed = k;
         gen += rs[k].n_gen;
         if (rs[k].created > created) created = rs[k].created;
-        ch[k] = (struct output_choice){.text = rs[k].text, .len = rs[k].text_len, .finish_reason = finish_name(rs[k].finish)};
-        if (info->logprobs && rs[k].status == STORE_STATUS_DONE && output_logprobs_unpack(rs[k].text, rs[k].text_len, &ch[k]))
+        ch[k] = (struct output_choice){.text = rs[k].text, .len = rs[k].text_len,
+                                       .finish_reason = finish_name(rs[k].finish)};
+        /* a line with logprobs: its results hold them after the text (jobs/job's render_choice) */
+        if (info->logprobs && rs[k].status == STORE_STATUS_DONE &&
+            output_logprobs_unpack(rs[k].text, rs[k].text_len, &ch[k]))
             return err_set(e, "store: the result of backlog line %u lacks its logprobs (bug)", L->no);
     }
     if (failed < 0 && L->kind == INPUT_KIND_EMBEDDING) return put_embedding_line(l, L, info, rs, b, e);

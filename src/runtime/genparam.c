@@ -197,6 +197,8 @@ int genparam_check(const struct gen_params *g, struct err *e)
 {
     for (int i = 0; i < genparam_count; i++)
         if (check_row(&genparam_table[i], g, e)) return -1;
+    if (g->max_tokens == 0 && !g->echo) /* a request may score its prompt; a run-wide default would score all */
+        return err_set(e, "max_tokens must be at least 1 (0 only for a request with echo, to score its prompt)");
     return 0;
 }
 

@@ -113,7 +113,9 @@ struct gen_params genparam_defaults(void);
 int genparam_copy(struct gen_params *dst, const struct gen_params *src, struct err *e);
 void genparam_free(struct gen_params *g);
 
-/* Checks every row's range; the message names the parameter ("temperature must be in [0, 2], got 3"). */
+/* Checks every row's range, and max_tokens 0 only with echo; the message names the parameter ("temperature
+ * must be in [0, 2], got 3"). For run-wide defaults (flags); a request's fields are checked as they are
+ * applied and by genparam_check_endpoint. */
 int genparam_check(const struct gen_params *g, struct err *e);
 /* Debug check of the table itself (see the invariant above). */
 int genparam_check_table(struct err *e);
