@@ -6,7 +6,7 @@
 # at --max-seqs 1 and 8 (other requests in the batch); a scoring line whose prefix the prefix cache served
 # (cached_tokens > 0) has the values of a run without the prefix cache; a second run over the same store
 # rebuilds byte-identical files; still-unsupported and inconsistent fields fail their line with the field
-# named.
+# named; a chat line and a completion line that fold into one computation each get their endpoint's shape.
 . tests/lib.sh
 model=$SHARED/models/stories260K.gguf
 if [ ! -f "$model" ]; then skip run_logprobs "no $model"; exit 0; fi
@@ -121,5 +121,28 @@ if run one --max-seqs 1 && cmp -s "$T/one.jsonl" "$T/one.first" && cmp -s "$T/on
     ok run_logprobs_store_rebuilds_identical
 else
     fail run_logprobs_store_rebuilds_identical "$(tail -3 "$T/one.log")"
+fi
+
+# a chat line and a completion line of the same tokens and parameters fold into one computation; each line
+# gets the logprobs in its own endpoint's shape (results are stored in a form of no endpoint)
+python3 - "$T/fold.jsonl" <<'PY'
+import json, sys
+chat = {"messages": [{"role": "user", "content": "Tell me"}], "max_tokens": 4, "logprobs": True}
+comp = {"prompt": "<|im_start|>user\nTell me<|im_end|>\n<|im_start|>assistant\n", "max_tokens": 4, "logprobs": 0}
+L = [{"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions", "body": chat},
+     {"custom_id": "comp", "method": "POST", "url": "/v1/completions", "body": comp}]
+open(sys.argv[1], "w").write("".join(json.dumps(x) + "\n" for x in L))
+PY
+if NIGHTSHIFT_CACHE_DIR=$T/cache-fold $NS run "$T/fold.jsonl" -o "$T/fold.out" "${args[@]:0:10}" 2>"$T/fold.log" &&
+    grep -q "1 folded duplicates" "$T/fold.log" && python3 tests/oai_batch_check.py schema "$T/fold.out" "$T/fold.out.errors.jsonl" &&
+    python3 - "$T/fold.out" <<'PY'; then
+import json, sys
+r = {o["custom_id"]: o["response"]["body"]["choices"][0]["logprobs"] for o in map(json.loads, open(sys.argv[1]))}
+assert set(r["chat"]) == {"content", "refusal"} and set(r["comp"]) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}, r
+assert [x["logprob"] for x in r["chat"]["content"]] == r["comp"]["token_logprobs"], r
+PY
+    ok run_logprobs_fold_across_endpoints
+else
+    fail run_logprobs_fold_across_endpoints "$(tail -3 "$T/fold.log")"
 fi
 exit $E2E_FAILED

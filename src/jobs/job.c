@@ -313,12 +313,12 @@ static void put_token_text(struct output_buf *b, const tok_vocab *v, int32_t id)
 
 /* The stored text of a completion that echoes its prompt or asked for logprobs: the prompt's text (its tokens'
  * bytes) before the completion's when it echoes, and the choice's logprobs object after the text when it
- * asked for them (output_logprobs_pack; jobs/ledger unpacks it for lines whose info says logprobs). */
+ * asked for them (output_logprobs_pack: no endpoint's shape yet; jobs/ledger renders the line's). */
 static int render_choice(job *j, const struct flight *f, struct engine_result *r)
 {
     if (!f->echo && f->logprobs < 0) return 0;
     const tok_vocab *v = j->m->vocab;
-    struct output_buf text = {0}, lp = {0};
+    struct output_buf text = {0}, blob = {0};
     const int drop = f->echo && output_echo_space(v, r->prompt_logprobs, r->n_prompt);
     for (int32_t i = 0; f->echo && r->prompt_logprobs && i < r->n_prompt; i++)
         put_token_text(&text, v, r->prompt_logprobs[i].token);
@@ -327,23 +327,21 @@ static int render_choice(job *j, const struct flight *f, struct engine_result *r
         text.n--;
     }
     output_buf_put(&text, r->text, r->text_len);
-    output_buf_put(&text, "", 1); /* NUL-terminated, not counted */
-    size_t len = text.n - 1;
-    char *blob = NULL;
     if (f->logprobs >= 0) {
-        output_logprobs(&lp, v, f->chat, f->echo ? r->prompt_logprobs : NULL, r->n_prompt, r->logprobs, r->n_tokens, drop);
-        if (!lp.oom && !text.oom) blob = output_logprobs_pack(text.p, len, lp.p, lp.n, &len);
+        output_logprobs_pack(&blob, text.p, text.n, f->echo ? r->prompt_logprobs : NULL, r->n_prompt, r->logprobs,
+                             r->n_tokens, drop);
         output_buf_free(&text);
-    } else if (!text.oom) {
-        blob = text.p; /* moved */
     } else {
-        output_buf_free(&text);
+        blob = text; /* moved */
     }
-    output_buf_free(&lp);
-    if (!blob) return -1;
+    output_buf_put(&blob, "", 1); /* NUL-terminated, not counted */
+    if (blob.oom) {
+        output_buf_free(&blob);
+        return -1;
+    }
     free(r->text);
-    r->text = blob;
-    r->text_len = len;
+    r->text = blob.p;
+    r->text_len = blob.n - 1;
     return 0;
 }
 
@@ -691,7 +689,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     j->feed = (struct dist_feed){.ctx = j, .next = feed_next, .result = feed_result};
     j->mirror_fd = -1;
     struct ledger_params lp = {m->name, m->sha256, c->version, m->backend, c->order_input, m->ep.debug_checks,
-                               c->test_hook};
+                               c->test_hook, m->vocab};
     if (job_check_paths(c, e) != 0 || ledger_init(&j->book, &lp, e) != 0) goto done;
 
     if (read_backlog(j, e) != 0) goto done;

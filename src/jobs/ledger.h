@@ -132,6 +132,8 @@ struct ledger_params {
     int order_input;        /* lines reach the files in input order (else as they finish) */
     int debug_checks;       /* 1: ledger_check after every commit (tests; O(lines + refs) each) */
     void (*test_hook)(const char *point); /* see job_config.test_hook; NULL normally */
+    const tok_vocab *vocab; /* spells the tokens of results with logprobs (output_logprobs_render); NULL: a
+                               line with logprobs cannot be built */
 };
 
 struct ledger_finished; /* a result handed in and not yet committed (ledger.c) */

@@ -334,35 +334,101 @@ void output_logprobs(struct output_buf *b, const tok_vocab *v, int chat, const s
     put_str(b, "],\"refusal\":null}");
 }
 
-char *output_logprobs_pack(const char *text, size_t text_len, const char *json, size_t json_len, size_t *len)
+static void put_le(struct output_buf *b, uint64_t x, int n)
 {
-    if (text_len > 0xffffffffu) return NULL;
-    char *p = malloc(8 + text_len + json_len + 1);
-    if (!p) return NULL;
-    snprintf(p, 9, "%08x", (unsigned)text_len);
-    memcpy(p + 8, text, text_len);
-    memcpy(p + 8 + text_len, json, json_len);
-    p[8 + text_len + json_len] = '\0';
-    *len = 8 + text_len + json_len;
-    return p;
+    unsigned char t[8];
+    for (int i = 0; i < n; i++) t[i] = (unsigned char)(x >> (8 * i));
+    output_buf_put(b, t, (size_t)n);
 }
 
-int output_logprobs_unpack(const char *blob, size_t len, struct output_choice *c)
+static void put_packed_entry(struct output_buf *b, const struct logprob_entry *en)
 {
-    if (len < 8) return -1;
+    uint64_t bits;
+    put_le(b, (uint32_t)en->token, 4);
+    memcpy(&bits, &en->logprob, 8);
+    put_le(b, bits, 8);
+    put_le(b, (uint64_t)en->n_top, 1);
+    for (int32_t k = 0; k < en->n_top; k++) {
+        put_le(b, (uint32_t)en->top[k].token, 4);
+        memcpy(&bits, &en->top[k].logprob, 8);
+        put_le(b, bits, 8);
+    }
+}
+
+void output_logprobs_pack(struct output_buf *b, const char *text, size_t text_len, const struct logprob_entry *prompt,
+                          int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space)
+{
+    char head[16];
+    if (!prompt) n_prompt = 0;
+    if (!gen) n_gen = 0;
+    snprintf(head, sizeof head, "%08x", (unsigned)text_len);
+    output_buf_put(b, head, 8);
+    output_buf_put(b, text, text_len);
+    put_le(b, (uint32_t)n_prompt, 4);
+    put_le(b, (uint32_t)n_gen, 4);
+    put_le(b, drop_space != 0, 1);
+    for (int32_t i = 0; i < n_prompt + n_gen; i++) put_packed_entry(b, i < n_prompt ? &prompt[i] : &gen[i - n_prompt]);
+}
+
+int output_logprobs_unpack(const char *blob, size_t len, const char **text, size_t *text_len)
+{
     size_t n = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 8 && len >= 8; i++) {
         char h = blob[i];
         int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
         if (d < 0) return -1;
         n = n * 16 + (size_t)d;
     }
-    if (n > len - 8 || len - 8 - n == 0) return -1;
-    c->text = blob + 8;
-    c->len = n;
-    c->logprobs = blob + 8 + n;
-    c->logprobs_len = len - 8 - n;
+    if (len < 8 || n > len - 8 || len - 8 - n < 9) return -1;
+    *text = blob + 8;
+    *text_len = n;
     return 0;
+}
+
+/* Reads n bytes (little-endian) at *p, advancing it; -1 past end. */
+static int get_le(const unsigned char **p, const unsigned char *end, int n, uint64_t *x)
+{
+    if (end - *p < n) return -1;
+    *x = 0;
+    for (int i = 0; i < n; i++) *x |= (uint64_t)(*p)[i] << (8 * i);
+    *p += n;
+    return 0;
+}
+
+static int get_packed_entry(const unsigned char **p, const unsigned char *end, int32_t n_vocab, struct logprob_entry *en)
+{
+    uint64_t tok, bits, n_top;
+    if (get_le(p, end, 4, &tok) || get_le(p, end, 8, &bits) || get_le(p, end, 1, &n_top) || n_top > LOGPROB_MAX_TOP ||
+        (int32_t)tok < 0 || (int32_t)tok >= n_vocab)
+        return -1;
+    en->token = (int32_t)tok;
+    memcpy(&en->logprob, &bits, 8);
+    en->n_top = (int32_t)n_top;
+    for (int32_t k = 0; k < en->n_top; k++) {
+        if (get_le(p, end, 4, &tok) || get_le(p, end, 8, &bits) || (int32_t)tok < 0 || (int32_t)tok >= n_vocab) return -1;
+        en->top[k].token = (int32_t)tok;
+        memcpy(&en->top[k].logprob, &bits, 8);
+    }
+    return 0;
+}
+
+int output_logprobs_render(struct output_buf *b, const tok_vocab *v, int chat, const char *blob, size_t len)
+{
+    const char *text;
+    size_t text_len;
+    if (output_logprobs_unpack(blob, len, &text, &text_len)) return -1;
+    const unsigned char *p = (const unsigned char *)text + text_len, *end = (const unsigned char *)blob + len;
+    uint64_t n_prompt, n_gen, drop;
+    if (get_le(&p, end, 4, &n_prompt) || get_le(&p, end, 4, &n_gen) || get_le(&p, end, 1, &drop) ||
+        n_prompt + n_gen > (uint64_t)(end - p) / 13) /* an entry is 13 bytes at least */
+        return -1;
+    struct logprob_entry *en = malloc(((size_t)(n_prompt + n_gen) + 1) * sizeof *en);
+    if (!en) return -1;
+    int rc = 0;
+    for (uint64_t i = 0; i < n_prompt + n_gen && !rc; i++) rc = get_packed_entry(&p, end, tok_n_vocab(v), &en[i]);
+    if (!rc && p == end) output_logprobs(b, v, chat, en, (int32_t)n_prompt, en + n_prompt, (int32_t)n_gen, (int)drop);
+    free(en);
+    return rc || p != end || b->oom ? -1 : 0;
 }
 
 void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens)

@@ -68,11 +68,17 @@ void output_logprobs(struct output_buf *b, const tok_vocab *v, int chat, const s
  * first prompt token with text begins with (the echoed text is the prompt as given), so offsets after it
  * are one less. output_echo_space tells whether a prompt's text drops it. */
 int output_echo_space(const tok_vocab *v, const struct logprob_entry *prompt, int32_t n_prompt);
-/* A result with logprobs is stored (jobs/store, one text blob) as 8 lowercase hex digits of its text's
- * length, the text, then the logprobs JSON. output_logprobs_pack makes it (malloc'd, *len bytes);
- * output_logprobs_unpack splits one into views into blob; -1 when it is not one. */
-char *output_logprobs_pack(const char *text, size_t text_len, const char *json, size_t json_len, size_t *len);
-int output_logprobs_unpack(const char *blob, size_t len, struct output_choice *c);
+/* A result with logprobs is stored (jobs/store, one text blob per result) in a form of no endpoint, so that
+ * a chat line and a completion line with the same key share it: 8 lowercase hex digits of the text's length,
+ * the text, then the entries: u32 n_prompt, u32 n_gen, u8 drop_space, and per entry (prompt's, then gen's)
+ * i32 token, f64 logprob, u8 n_top, n_top x (i32 token, f64 logprob), little-endian. output_logprobs_pack
+ * appends it to b; output_logprobs_unpack finds the text in blob (-1 when it is not such a blob); and
+ * output_logprobs_render appends the logprobs object of the endpoint (output_logprobs) from it (-1 when the
+ * entries are malformed or out of memory). */
+void output_logprobs_pack(struct output_buf *b, const char *text, size_t text_len, const struct logprob_entry *prompt,
+                          int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space);
+int output_logprobs_unpack(const char *blob, size_t len, const char **text, size_t *text_len);
+int output_logprobs_render(struct output_buf *b, const tok_vocab *v, int chat, const char *blob, size_t len);
 
 struct output_ok {
     const char *run_id;        /* names the line's ids (see above) */
