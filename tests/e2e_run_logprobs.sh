@@ -34,7 +34,9 @@ L += [
 ]
 open(sys.argv[1], "w").write("\n".join(L) + "\n")
 PY
-args=(-m "$model" --chat-template chatml --temperature 0 --threads 2 --kv-memory 8M -q)
+# LOGPROBS_BACKEND=cuda runs it on another backend (by hand: the bit-for-bit comparisons assume the CPU's
+# batch invariance)
+args=(-m "$model" --chat-template chatml --temperature 0 --threads 2 --kv-memory 8M -q --backend "${LOGPROBS_BACKEND:-cpu}")
 run() { # NAME extra-args...: a run with its own store
     local n=$1
     shift
@@ -133,7 +135,7 @@ L = [{"custom_id": "chat", "method": "POST", "url": "/v1/chat/completions", "bod
      {"custom_id": "comp", "method": "POST", "url": "/v1/completions", "body": comp}]
 open(sys.argv[1], "w").write("".join(json.dumps(x) + "\n" for x in L))
 PY
-if NIGHTSHIFT_CACHE_DIR=$T/cache-fold $NS run "$T/fold.jsonl" -o "$T/fold.out" "${args[@]:0:10}" 2>"$T/fold.log" &&
+if NIGHTSHIFT_CACHE_DIR=$T/cache-fold $NS run "$T/fold.jsonl" -o "$T/fold.out" "${args[@]:0:10}" --backend "${LOGPROBS_BACKEND:-cpu}" 2>"$T/fold.log" &&
     grep -q "1 folded duplicates" "$T/fold.log" && python3 tests/oai_batch_check.py schema "$T/fold.out" "$T/fold.out.errors.jsonl" &&
     python3 - "$T/fold.out" <<'PY'; then
 import json, sys
