@@ -32,6 +32,7 @@ L = [
     req("unknown", {"prompt": "x", "frobnicate": 1}),
     '{"custom_id": "broken", "method": "POST"',
     chat("c1", "again"),                                             # a duplicate custom_id
+    chat("echo", "x", echo=True),                                    # echo is a /v1/completions field
 ]
 open(sys.argv[1], "w").write("\n".join(L) + "\n")
 PY
@@ -47,8 +48,9 @@ audio	error
 broken	missing
 c1	ok
 c2	ok
+echo	error
 line:12	error
-logprobs	error
+logprobs	ok
 long	error
 meta	ok
 p1	ok
@@ -83,7 +85,7 @@ if max(body(c)["usage"]["prompt_tokens_details"]["cached_tokens"] for c in ("p1"
     bad.append("no cached_tokens for prompts sharing a prefix")
 failed = {o["custom_id"]: o["response"]["body"]["error"] for o in errs if o["error"] is None}
 want = {"temp": ("invalid_value", "temperature"), "tools": ("unsupported_parameter", "tools"),
-        "logprobs": ("unsupported_parameter", "logprobs"), "audio": ("unsupported_parameter", "audio"),
+        "echo": ("unsupported_parameter", "echo"), "audio": ("unsupported_parameter", "audio"),
         "long": ("context_length_exceeded", "prompt"), "unknown": ("unknown_parameter", "frobnicate"),
         "c1": ("duplicate_custom_id", None)}
 for cid, (code, param) in want.items():

@@ -32,7 +32,7 @@ L = [
     ('ok', '{"id": "ok-4", "prompt": "Lily", "max_tokens": 3, "temperature": 0.5, "seed": 9, "n": 2}'),
     ('unknown_parameter', '{"id": "unk", "prompt": "x", "unknown_field": 1}'),
     ('unsupported_parameter', '{"id": "tools", "prompt": "x", "tools": [{"type": "function"}]}'),
-    ('unsupported_parameter', '{"id": "lp", "prompt": "x", "logprobs": true, "top_logprobs": 2}'),
+    ('invalid_value', '{"id": "lp", "prompt": "x", "logprobs": true, "top_logprobs": 2}'),  # top_logprobs: chat only
 ]
 with open(sys.argv[1], "wb") as f:
     for want, line in L:
@@ -98,7 +98,7 @@ for line, needle in ((9, "NaN"), (11, "temperature"), (13, "context"), (6, "firs
     if needle not in msgs.get(line, ""):
         print("FAIL run_badinput_message_%d: %r lacks %r" % (line, msgs.get(line), needle)); bad = 1
 for line, param in ((7, "max_tokens"), (11, "temperature"), (13, "prompt"), (20, "unknown_field"), (21, "tools"),
-                    (22, "logprobs")):
+                    (22, "top_logprobs")):
     if params.get(line) != param:
         print("FAIL run_badinput_param_%d: param %r, want %r" % (line, params.get(line), param)); bad = 1
 if not bad:

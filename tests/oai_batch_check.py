@@ -4,7 +4,9 @@
   oai_batch_check.py schema RESULTS ERRORS
       every line of both files matches the documented shapes: the batch output object (id, custom_id,
       response {status_code, request_id, body}, error), a chat.completion or text_completion body with
-      usage (prompt_tokens_details, completion_tokens_details) and system_fingerprint, or an embeddings
+      usage (prompt_tokens_details, completion_tokens_details) and system_fingerprint (a choice's logprobs
+      null, or chat's {content: [{token, logprob, bytes, top_logprobs}], refusal} or the legacy
+      completions' {tokens, token_logprobs, top_logprobs, text_offset} of equal lengths), or an embeddings
       list (object "list", data of embedding objects: index in order, a list of floats or a base64 string
       of float32 values, all of one length; model; usage with prompt_tokens = total_tokens), the error object
       {message, type, param, code} of a failed request; ids unique per line (batch_req_, request_id) and per
@@ -45,16 +47,26 @@ CHAT_MESSAGE = {
     "annotations": (ARR, None, False),
     "tool_calls": (ARR, None, False),
 }
+NUM = (int, float)
+TOP_LOGPROB = {"token": (STR, None, True), "logprob": (NUM, None, True), "bytes": ((ARR, NULL), None, True)}
+TOKEN_LOGPROB = dict(TOP_LOGPROB, top_logprobs=(ARR, TOP_LOGPROB, True))
+CHAT_LOGPROBS = {"content": ((ARR, NULL), TOKEN_LOGPROB, True), "refusal": ((ARR, NULL), TOKEN_LOGPROB, False)}
+TEXT_LOGPROBS = {  # the legacy completions object; its lists are checked in check_text_logprobs
+    "tokens": (ARR, None, True),
+    "token_logprobs": (ARR, None, True),
+    "top_logprobs": ((ARR, NULL), None, True),
+    "text_offset": (ARR, None, True),
+}
 CHAT_CHOICE = {
     "index": (INT, None, True),
     "message": (OBJ, CHAT_MESSAGE, True),
-    "logprobs": ((OBJ, NULL), None, True),
+    "logprobs": ((OBJ, NULL), CHAT_LOGPROBS, True),
     "finish_reason": (STR, None, True),
 }
 TEXT_CHOICE = {
     "index": (INT, None, True),
     "text": (STR, None, True),
-    "logprobs": ((OBJ, NULL), None, True),
+    "logprobs": ((OBJ, NULL), TEXT_LOGPROBS, True),
     "finish_reason": (STR, None, True),
 }
 FINISH = {"stop", "length", "tool_calls", "content_filter", "function_call"}
@@ -163,6 +175,43 @@ def check_embeddings(where, b, problems):
         problems.append("%s: an embeddings list needs data and total_tokens = prompt_tokens" % where)
 
 
+def check_logprob_values(where, values, problems):
+    """logprobs are numbers <= 0 (null only for a prompt's first token: echo)"""
+    for i, x in enumerate(values):
+        if x is None and i == 0:
+            continue
+        if isinstance(x, bool) or not isinstance(x, NUM) or x > 0:
+            problems.append("%s[%d]: logprob %r" % (where, i, x))
+
+
+def check_text_logprobs(where, lp, problems):
+    toks, lps, tops, offs = lp["tokens"], lp["token_logprobs"], lp["top_logprobs"], lp["text_offset"]
+    if not (len(toks) == len(lps) == len(offs) and (tops is None or len(tops) == len(toks))):
+        problems.append("%s: tokens, token_logprobs, top_logprobs, text_offset of unequal lengths" % where)
+        return
+    if not all(isinstance(t, str) for t in toks) or any(b < a for a, b in zip(offs, offs[1:])):
+        problems.append("%s: tokens must be strings and text_offset non-decreasing" % where)
+    check_logprob_values(where + ".token_logprobs", lps, problems)
+    for i, d in enumerate(tops or []):
+        if d is None and lps[i] is None:
+            continue
+        if not isinstance(d, dict):
+            problems.append("%s.top_logprobs[%d]: %r is no object" % (where, i, d))
+            continue
+        check_logprob_values("%s.top_logprobs[%d]" % (where, i), list(d.values()), problems)
+
+
+def check_chat_logprobs(where, lp, problems):
+    for i, t in enumerate(lp.get("content") or []):
+        vals = [t["logprob"]] + [a["logprob"] for a in t["top_logprobs"]]
+        check_logprob_values("%s.content[%d]" % (where, i), [0.0] + vals, problems)
+        for a in [t] + t["top_logprobs"]:
+            if a["bytes"] is not None and (not all(isinstance(x, int) and 0 <= x < 256 for x in a["bytes"])):
+                problems.append("%s.content[%d]: bytes %r" % (where, i, a["bytes"]))
+        if any(b["logprob"] > a["logprob"] for a, b in zip(t["top_logprobs"], t["top_logprobs"][1:])):
+            problems.append("%s.content[%d]: top_logprobs not best first" % (where, i))
+
+
 def check_result(where, o, problems):
     r = o.get("response") or {}
     if o.get("error") is not None or r.get("status_code") != 200 or o.get("custom_id") is None:
@@ -190,6 +239,9 @@ def check_result(where, o, problems):
             problems.append("%s: choice %d: index %r, finish_reason %r" % (where, i, c.get("index"), c.get("finish_reason")))
         if chat and c.get("message", {}).get("role") != "assistant":
             problems.append("%s: choice %d: role is not assistant" % (where, i))
+        lp = c.get("logprobs")
+        if isinstance(lp, dict) and not problems:
+            (check_chat_logprobs if chat else check_text_logprobs)("%s: choice %d logprobs" % (where, i), lp, problems)
 
 
 def check_error(where, o, problems):

@@ -22,6 +22,10 @@ static struct engine_request sample_request(void)
     rq.sampling.seed = 0xfeedfacecafebeefULL;
     rq.sampling.logit_bias = bias;
     rq.sampling.n_logit_bias = 2;
+    rq.logprobs = 1;
+    rq.prompt_logprobs = 1;
+    rq.prompt_logprobs_from = 2;
+    rq.top_logprobs = 4;
     rq.stop = stop;
     rq.n_stop = 2;
     rq.ignore_eos = 1;
@@ -41,7 +45,8 @@ TEST(request_round_trips)
                    got.max_tokens == 33 && got.sampling.temperature == 0.7f && got.sampling.top_p == 0.9f &&
                    got.sampling.seed == rq.sampling.seed && got.sampling.n_logit_bias == 2 &&
                    got.sampling.logit_bias[1].token == 7 && got.sampling.logit_bias[1].bias == 2.0f &&
-                   got.n_stop == 2 && !strcmp(got.stop[0], "\n\n") && !strcmp(got.stop[1], "END") && got.ignore_eos;
+                   got.n_stop == 2 && !strcmp(got.stop[0], "\n\n") && !strcmp(got.stop[1], "END") && got.ignore_eos &&
+                   got.logprobs == 1 && got.prompt_logprobs == 1 && got.prompt_logprobs_from == 2 && got.top_logprobs == 4;
         dist_request_free(&got);
         CHECK(same);
     }
@@ -87,6 +92,8 @@ TEST(result_round_trips)
     r.n_prompt_cached = 8;
     r.t_added = 10.0;
     r.t_finished = 12.5;
+    r.logprobs = calloc(3, sizeof *r.logprobs); /* generated tokens' logprobs travel; no prompt logprobs */
+    r.logprobs[2] = (struct logprob_entry){.token = 5, .logprob = -0.25, .n_top = 1, .top = {{6, -1.5}}};
     struct dist_buf b = {0};
     struct err e;
     CHECK(dist_pack_result(&b, &r) == 0);
@@ -94,7 +101,9 @@ TEST(result_round_trips)
     CHECK_MSG(dist_unpack_result(&b, &got, &e) == 0, "%s", e.msg);
     int same = got.id == 77 && got.finish == ENGINE_FINISH_ERROR && got.text_len == 12 &&
                !strcmp(got.text, "partial text") && !strcmp(got.error, "prompt does not fit") && got.n_tokens == 3 &&
-               got.n_prompt == 12 && got.n_prompt_cached == 8 && got.t_finished - got.t_added == 2.5;
+               got.n_prompt == 12 && got.n_prompt_cached == 8 && got.t_finished - got.t_added == 2.5 &&
+               got.logprobs && !got.prompt_logprobs && got.logprobs[2].token == 5 && got.logprobs[2].logprob == -0.25 &&
+               got.logprobs[2].top[0].token == 6;
     engine_result_free(&got);
     CHECK(same);
     /* a bad finish value is refused */

@@ -393,6 +393,71 @@ TEST(constraint_key)
     genparam_free(&d);
 }
 
+/* logprobs, top_logprobs, echo: JSON forms and ranges, the checks between fields per endpoint, the key (only
+ * when set: other requests keep their keys) and the store setting ("none" at the default). */
+TEST(logprobs_fields)
+{
+    struct err e;
+    struct gen_params g = genparam_defaults();
+    CHECK_EQ_INT(g.logprobs, -1);
+    CHECK_EQ_INT(apply(&g, "logprobs", "true", &e), 1);
+    CHECK_EQ_INT(g.logprobs, 0);
+    CHECK_EQ_INT(apply(&g, "logprobs", "3", &e), 1);
+    CHECK_EQ_INT(g.logprobs, 3);
+    CHECK_EQ_INT(apply(&g, "logprobs", "false", &e), 1);
+    CHECK_EQ_INT(g.logprobs, -1);
+    CHECK_EQ_INT(apply(&g, "logprobs", "\"yes\"", &e), -1);
+    CHECK_STR(e.msg, "'logprobs' must be a boolean or an integer, got a string");
+    CHECK_EQ_INT(apply(&g, "logprobs", "21", &e), -1);
+    CHECK_EQ_INT(apply(&g, "top_logprobs", "21", &e), -1);
+    CHECK_EQ_INT(apply(&g, "echo", "1", &e), -1);
+    CHECK_EQ_INT(g.logprobs, -1);
+    const char *code;
+    struct gen_params d = genparam_defaults(), x;
+    CHECK(genparam_check_endpoint(&d, 1, &code, &e) == 0 && genparam_check_endpoint(&d, 0, &code, &e) == 0);
+    x = d, x.echo = 1;
+    CHECK(genparam_check_endpoint(&x, 1, &code, &e) == -1 && !strcmp(code, "unsupported_parameter") &&
+          !strncmp(e.msg, "'echo'", 6));
+    CHECK(genparam_check_endpoint(&x, 0, &code, &e) == 0);
+    x.max_tokens = 0; /* scoring: echo on /v1/completions only */
+    CHECK(genparam_check_endpoint(&x, 0, &code, &e) == 0);
+    x.echo = 0;
+    CHECK(genparam_check_endpoint(&x, 0, &code, &e) == -1 && !strncmp(e.msg, "'max_tokens'", 12));
+    x = d, x.top_logprobs = 2;
+    CHECK(genparam_check_endpoint(&x, 1, &code, &e) == -1 && !strncmp(e.msg, "'top_logprobs'", 14));
+    x.logprobs = 0;
+    CHECK(genparam_check_endpoint(&x, 1, &code, &e) == 0);
+    CHECK(genparam_check_endpoint(&x, 0, &code, &e) == -1 && !strncmp(e.msg, "'top_logprobs'", 14));
+    x = d, x.logprobs = 6;
+    CHECK(genparam_check_endpoint(&x, 1, &code, &e) == 0);
+    CHECK(genparam_check_endpoint(&x, 0, &code, &e) == -1 && !strncmp(e.msg, "'logprobs'", 10));
+    /* the key: unchanged without them (no bytes at all), different with each */
+    struct buf k0 = {{0}, 0}, k1 = {{0}, 0};
+    genparam_key_encode(&d, 1, put, &k0);
+    static const char *const rows[][2] = {{"logprobs", "0"}, {"logprobs", "true"}, {"top_logprobs", "1"}, {"echo", "true"}};
+    for (int i = 0; i < 4; i++) {
+        x = genparam_defaults();
+        CHECK(apply(&x, rows[i][0], rows[i][1], &e) == 1);
+        k1.n = 0;
+        genparam_key_encode(&x, 1, put, &k1);
+        CHECK_MSG(k1.n == k0.n + 8 && !memcmp(k0.b, k1.b, k0.n), "%s", rows[i][0]);
+    }
+    x = genparam_defaults(), x.logprobs = 1;
+    CHECK(!same_key(&x, 1, &d, 1));
+    struct gen_params y = genparam_defaults();
+    y.top_logprobs = 1; /* another row with the same value: another key */
+    CHECK(!same_key(&x, 1, &y, 1));
+    char buf[64];
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (p->key != GENPARAM_KEY_IF_SET) continue;
+        genparam_setting(p, &d, buf, sizeof buf);
+        CHECK_STR(buf, "none");
+    }
+    genparam_setting(&genparam_table[genparam_count - 3], &x, buf, sizeof buf);
+    CHECK_STR(buf, "1");
+}
+
 /* Fields that are not generation fields: accepted (they change nothing, or are at their neutral value),
  * unsupported (they would change the answer), or unknown. */
 TEST(other_fields)
@@ -478,6 +543,7 @@ int main(void)
     RUN(key_encoding);
     RUN(constraint_settings_and_record);
     RUN(constraint_key);
+    RUN(logprobs_fields);
     RUN(other_fields);
     RUN(to_sampler);
     return test_summary();

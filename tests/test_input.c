@@ -129,7 +129,8 @@ TEST(bad_lines)
         "{\"id\":\"uf\",\"prompt\":\"fine\",\"other\":true}\n"                  /* 20 unknown_field */
         "{\"id\":\"uf2\",\"prompt\":\"fine\",\"mystery\":3}\n"                 /* 21 unknown, warned once */
         "{\"id\":\"tl\",\"prompt\":\"x\",\"tools\":[{\"type\":\"function\"}]}\n" /* 22 unsupported_parameter */
-        "{\"id\":\"lp\",\"prompt\":\"x\",\"logprobs\":true}\n"                 /* 23 unsupported_parameter */
+        "{\"id\":\"lp\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}\n" /* 23 unsupported_parameter:
+                                                                                 echo is for completions only */
         "{\"id\":\"au\",\"prompt\":\"x\",\"audio\":{\"voice\":\"a\"}}\n"     /* 24 unsupported_parameter */
         "{\"id\":\"pr\",\"prompt\":\"x\",\"prediction\":{\"type\":\"content\"}}\n" /* 25 unsupported_parameter */
         "{\"id\":\"md\",\"prompt\":\"x\",\"modalities\":[\"text\",\"audio\"]}\n" /* 26 unsupported_parameter */
@@ -169,7 +170,7 @@ TEST(bad_lines)
     CHECK_STR(it[5].custom_id, "t"); /* bad lines keep their id */
     /* a message about one field names it first, in quotes (the error line's param) */
     CHECK(strncmp(it[21].message, "'tools'", 7) == 0);
-    CHECK(strncmp(it[22].message, "'logprobs'", 10) == 0);
+    CHECK(strncmp(it[22].message, "'echo'", 6) == 0);
     CHECK(strstr(it[19].message, "'other'") != NULL);
     free_all(it, n);
 }

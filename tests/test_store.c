@@ -6,6 +6,7 @@
 #include <jansson.h>
 
 #include "jobs/output.h"
+#include "gguf/gguf.h"
 #include "jobs/store.h"
 #include "test.h"
 
@@ -273,7 +274,7 @@ TEST(repair_cases)
 TEST(lines_are_valid_json)
 {
     struct output_buf b = {0};
-    struct output_choice ch[2] = {{"caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xe2\x82", 20, "length"}, {"", 0, "stop"}};
+    struct output_choice ch[2] = {{"caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xe2\x82", 20, "length", NULL, 0}, {"", 0, "stop", NULL, 0}};
     struct output_ok o = {"run1", 3, "id-1", 1, "model", "fp_x", 1700000000, ch, 2, 5, 9, 4};
     output_ok_line(&b, &o);
     CHECK(b.n > 0 && b.p[b.n - 1] == '\n');
@@ -344,6 +345,54 @@ TEST(lines_are_valid_json)
     output_buf_free(&b);
 }
 
+/* A result with logprobs: packed with its text (no endpoint), its text found again, rendered in either
+ * endpoint's shape with the same values; every truncation and a token outside the vocabulary is refused. */
+TEST(logprobs_pack_and_render)
+{
+    const char *path = test_shared("models/stories260K.gguf");
+    if (access(path, R_OK)) SKIP("no stories260K");
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    struct err e;
+    CHECK_MSG(gguf_open(path, &f, &e) == 0 && tok_load(f, &v, &e) == 0, "%s", e.msg);
+    struct logprob_entry pr[2], gen[2];
+    logprob_first(1, &pr[0]);
+    pr[1] = (struct logprob_entry){.token = 400, .logprob = -0.125, .n_top = 1, .top = {{401, -0.0625}}};
+    gen[0] = (struct logprob_entry){.token = 402, .logprob = -1.0 / 3.0, .n_top = 2, .top = {{402, -1.0 / 3.0}, {7, -2.5}}};
+    gen[1] = (struct logprob_entry){.token = 2, .logprob = -3e-9, .n_top = 0};
+    struct output_buf b = {0}, chat = {0}, comp = {0};
+    output_logprobs_pack(&b, "Once xyz", 8, pr, 2, gen, 2, 1);
+    const char *text;
+    size_t len;
+    CHECK(!b.oom && output_logprobs_unpack(b.p, b.n, &text, &len) == 0 && len == 8 && !memcmp(text, "Once xyz", 8));
+    CHECK(output_logprobs_render(&chat, v, 1, b.p, b.n) == 0 && output_logprobs_render(&comp, v, 0, b.p, b.n) == 0);
+    json_error_t je;
+    json_t *c = json_loadb(chat.p, chat.n, 0, &je), *t = json_loadb(comp.p, comp.n, 0, &je);
+    CHECK(c && t);
+    json_t *content = json_object_get(c, "content"), *lps = json_object_get(t, "token_logprobs");
+    CHECK(json_array_size(content) == 2 && json_array_size(lps) == 4); /* chat: generated only; echo: all */
+    CHECK(json_is_null(json_array_get(lps, 0)) && json_real_value(json_array_get(lps, 2)) == -1.0 / 3.0);
+    CHECK(json_real_value(json_object_get(json_array_get(content, 0), "logprob")) == -1.0 / 3.0);
+    CHECK(json_array_size(json_object_get(json_array_get(content, 0), "top_logprobs")) == 2);
+    CHECK(json_is_null(json_array_get(json_object_get(t, "top_logprobs"), 0)));
+    json_decref(c);
+    json_decref(t);
+    for (size_t cut = 0; cut < b.n; cut++) { /* hostile bytes: any truncation is refused */
+        struct output_buf x = {0};
+        CHECK_MSG(output_logprobs_render(&x, v, cut & 1, b.p, cut) == -1, "cut at %zu", cut);
+        output_buf_free(&x);
+    }
+    b.p[b.n - 13 - 9] ^= 0x7f; /* the high byte of gen[0]'s last alternative's token: outside the vocabulary */
+    struct output_buf x = {0};
+    CHECK(output_logprobs_render(&x, v, 0, b.p, b.n) == -1);
+    output_buf_free(&x);
+    output_buf_free(&b);
+    output_buf_free(&chat);
+    output_buf_free(&comp);
+    tok_free(v);
+    gguf_close(f);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp_dir)) return 1;
@@ -352,6 +401,7 @@ int main(void)
     RUN(lines_offsets_and_check);
     RUN(repair_cases);
     RUN(lines_are_valid_json);
+    RUN(logprobs_pack_and_render);
     if (test_rm_rf(tmp_dir) != 0) return 1;
     return test_summary();
 }

@@ -6,7 +6,7 @@
  *
  * The whole file is one text, tokenized as it is (BOS first when the model adds one; special-token text is
  * plain text). Opens the model and backend through the runtime (runtime_open_model, runtime_open_backend)
- * and scores with the backend's forward step directly; the engine is not involved.
+ * and scores through the engine (runtime/ppl: each window a scoring request, batched by the engine's step).
  *
  * stdout: a line saying what is scored, the running estimate after each window ("[1]12.3456,[2]..."),
  * the token counts and speed, and last "Final estimate: PPL = 18.2998 +/- 0.85947" (llama.cpp's form).

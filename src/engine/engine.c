@@ -20,6 +20,7 @@
  * (sampler_check) run after every step.
  */
 #include "engine/engine.h"
+#include "engine/engine_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,78 +34,6 @@
 #include "engine/stop.h"
 #include "util/clock.h"
 #include "util/log.h"
-
-#define ENG_PROBE_EVERY 8        /* steps between probes of a sequence that does not draft (wants_proposal) */
-#define ENG_PROBE_MAX 128        /* ... at most, after probes that missed at once */
-#define ENG_MAX_DRAFT_LOGITS 128 /* draft rows with logits per step, beyond max_seqs (reserve_logits) */
-
-struct eng_seq {
-    struct sched_seq q; /* first member: a sched_seq pointer from the scheduler is an eng_seq pointer */
-    constraint *cons;   /* structured output (acquired from eng->cc), or NULL */
-    struct constraint_state cstate; /* after the tokens generated so far */
-    struct sampler_params sampling; /* logit_bias points into bias */
-    struct logit_bias *bias;        /* (sampling.n_logit_bias) owned copy */
-    char **stop;        /* (n_stop) owned copies */
-    int32_t n_stop;
-    size_t released;    /* text before this offset holds no stop string nor the start of one */
-    int ignore_eos;
-    char *text;         /* (text_cap) complete UTF-8 so far */
-    size_t text_len, text_cap;
-    struct tok_utf8 utf8;
-    double t_added, t_first;
-    lookup *ix;             /* n-gram index of its tokens (lookup on; built at its first proposal) */
-    struct draft_seq acc;   /* how often its drafts are accepted */
-    int32_t probe_in;       /* steps until its next probe (a proposal only scored, not verified) */
-    int32_t probe_every;    /* ENG_PROBE_EVERY, doubled (to ENG_PROBE_MAX) each time a probe misses at once */
-    int32_t *shadow;        /* (lookup) proposed tokens it did not verify, scored against the tokens it draws */
-    int32_t n_shadow, i_shadow; /* shadow[i_shadow .. n_shadow) are still to be scored */
-    struct pooling_acc emb;  /* an embedding request's pooled rows so far (emb.sum NULL: a completion) */
-    struct eng_seq *live_prev, *live_next;
-};
-
-/* What a step gives a sequence that samples in it. */
-struct eng_verdict {
-    int32_t n_keep; /* tokens it takes: its accepted drafts, then the token drawn after them, cut at its end */
-    int32_t last;   /* the last of those (the others are already in its tokens, as draft rows) */
-    int finish;     /* -1: it goes on; else the enum engine_finish it ends with */
-    int failed;     /* 1: its constraint allows no token: it fails alone after the commit, taking nothing */
-};
-
-struct engine {
-    const struct model *m;
-    struct backend *b;
-    const tok_vocab *v;
-    struct engine_params p;
-    int32_t n_vocab;  /* logits per row: the model's token_embd rows */
-    int32_t n_sample; /* ids a sampler draws from: the tokenizer's tokens when fewer (padding rows of
-                         token_embd beyond the vocabulary are never sampled) */
-    kv_pool *pool;
-    sched *s;
-    /* step batch buffers */
-    int32_t *row_tokens, *row_pos, *row_seq, *logit_rows; /* (max_batch_tokens) */
-    struct step_seq *step_seqs;                           /* (max_seqs) */
-    float *logits;                                        /* (cap_logits, n_vocab) */
-    int32_t cap_logits;   /* max_seqs, grown when drafts need more logit rows (reserve_logits) */
-    /* draws on the backend (its op sample; engine_params.device_sampling) */
-    struct sample_row *srows;                             /* (max_logits) how each logit row is resolved */
-    int32_t *drawn;                                       /* (max_logits) its token, or -1: logits on the host */
-    struct logit_edit *edits;                             /* (cap_edits) the srows' edits */
-    size_t cap_edits;
-    struct eng_verdict *verdicts;                         /* (max_seqs) per plan entry */
-    float *hidden;        /* (max_batch_tokens, n_embd) a step's hidden rows: at the first embedding request */
-    int32_t *hidden_rows; /* (max_batch_tokens) */
-    int hidden_states;    /* the backend's caps.hidden_states */
-    int32_t *draft;                                       /* (lookup) a proposal */
-    struct draft_cost cost;                               /* forward seconds against rows */
-    sampler *smp;                                         /* scratch for one draw at a time */
-    constraint_cache *cc;                                 /* compiled constraints and masks (on first use) */
-    constraint **pf_cons;                                 /* (max_seqs) the step's constrained sequences ... */
-    const struct constraint_state **pf_states;            /* (max_seqs) ... and their states (mask prefetch) */
-    struct eng_seq *live;                                 /* all sequences in the scheduler */
-    struct engine_result *done;                           /* FIFO [done_head, n_done) */
-    size_t n_done, done_head, cap_done;
-    struct engine_stats st;
-};
 
 /* The most logit rows a step can have: one per sequence, and ENG_MAX_DRAFT_LOGITS draft rows (reserve_logits). */
 static int32_t max_logits(const engine *eng)
@@ -137,19 +66,22 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->logits = malloc((size_t)S * (size_t)eng->n_vocab * sizeof(float));
     eng->cap_logits = S;
     eng->verdicts = malloc((size_t)S * sizeof *eng->verdicts);
-    int32_t L = max_logits(eng);
-    eng->srows = malloc((size_t)L * sizeof *eng->srows);
-    eng->drawn = malloc((size_t)L * sizeof *eng->drawn);
+    /* (R) rather than max_logits: every row may have logits (prompt logprobs: engine_lp.c) */
+    eng->srows = malloc((size_t)R * sizeof *eng->srows);
+    eng->drawn = malloc((size_t)R * sizeof *eng->drawn);
+    eng->ent_logit0 = malloc((size_t)S * sizeof *eng->ent_logit0);
+    eng->ent_n_plp = malloc((size_t)S * sizeof *eng->ent_n_plp);
     eng->draft = malloc((size_t)(eng->p.lookup > 0 ? eng->p.lookup : 1) * sizeof *eng->draft);
     draft_cost_init(&eng->cost);
     if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits ||
-        !eng->verdicts || !eng->draft || !eng->srows || !eng->drawn) {
+        !eng->verdicts || !eng->draft || !eng->srows || !eng->drawn || !eng->ent_logit0 || !eng->ent_n_plp) {
         err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
         goto fail;
     }
     if (sampler_init(eng->n_sample, &eng->smp, e)) goto fail;
     if (kv_pool_init((int32_t)eng->p.kv_blocks, eng->p.kv_block, &eng->pool, e)) goto fail;
-    struct sched_params sp = {.max_batch_tokens = R, .max_seqs = S, .prefix_cache = eng->p.prefix_cache};
+    struct sched_params sp = {.max_batch_tokens = R, .max_seqs = S, .prefix_cache = eng->p.prefix_cache,
+                              .hit_ok = eng_lp_hit_ok, .hit_user = eng};
     if (sched_init(&sp, eng->pool, &eng->s, e)) goto fail;
     if (b->ops->kv_alloc(b->ctx, (int32_t)eng->p.kv_blocks, eng->p.kv_block, eng->p.kv_type, e)) {
         err_prefix(e, "engine: KV pool of %lld blocks", (long long)eng->p.kv_blocks);
@@ -181,6 +113,7 @@ static void seq_free(engine *eng, struct eng_seq *es)
     lookup_free(es->ix);
     free(es->shadow);
     pooling_free(&es->emb);
+    logprob_seq_free(&es->lp);
     free(es);
 }
 
@@ -221,6 +154,11 @@ void engine_free(engine *eng)
     free(eng->srows);
     free(eng->drawn);
     free(eng->edits);
+    free(eng->ent_logit0);
+    free(eng->ent_n_plp);
+    free(eng->lp_copy);
+    free(eng->lp_pending);
+    logprob_cache_free(eng->lpc);
     sampler_free(eng->smp);
     free(eng);
 }
@@ -296,6 +234,7 @@ static int finish_seq(engine *eng, struct eng_seq *es, enum engine_finish why, s
         }
         r->n_embedding = es->emb.n_embd;
     }
+    eng_lp_finish(es, r);
     r->text = es->text; /* ownership moves to the result */
     r->text_len = es->text_len;
     r->text[r->text_len] = '\0';
@@ -327,6 +266,8 @@ void engine_result_free(struct engine_result *r)
     free(r->text);
     free(r->error);
     free(r->embedding);
+    free(r->logprobs);
+    free(r->prompt_logprobs);
     memset(r, 0, sizeof *r);
 }
 
@@ -399,12 +340,13 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     struct eng_seq *es = calloc(1, sizeof *es);
     if (!es) return err_set(e, "engine: out of memory");
     struct err se;
-    if (sched_seq_init(&es->q, r->id, r->prompt, r->n_prompt, r->embed_pooling ? 1 : r->max_tokens, eng->p.kv_block,
-                       &se)) {
+    const int one = r->embed_pooling || (r->prompt_logprobs && r->max_tokens == 0); /* no token to generate */
+    if (sched_seq_init(&es->q, r->id, r->prompt, r->n_prompt, one ? 1 : r->max_tokens, eng->p.kv_block, &se)) {
         free(es);
         return fail_request(eng, r, se.msg, e);
     }
     if (r->embed_pooling && seq_embed(eng, es, r->embed_pooling)) goto oom;
+    if (eng_lp_add(eng, es, r)) goto oom;
     int crc = seq_constrain(eng, es, r, msg, sizeof msg, e);
     if (crc) {
         seq_free(eng, es);
@@ -501,10 +443,11 @@ static int feed_text(engine *eng, struct eng_seq *es, int32_t token)
 }
 
 /* 1 if entry en samples after this step: it reaches the end of its sequence's tokens, and its request is a
- * completion (an embedding request's last chunk pools instead). */
+ * completion (an embedding request's last chunk pools instead; a scoring request's ends it). */
 static int samples(const struct sched_entry *en)
 {
-    return en->logits && !((const struct eng_seq *)en->seq)->emb.sum;
+    const struct eng_seq *es = (const struct eng_seq *)en->seq;
+    return en->logits && !es->emb.sum && !es->scoring;
 }
 
 /* Starts computing, on the constraint cache's worker, the masks that this step's constrained sequences
@@ -678,7 +621,8 @@ static void score_shadow(struct eng_seq *es, int32_t tok, int rejected)
 }
 
 /* The step batch of the plan: every entry's rows in order; logits for the rows that sample (a sequence's
- * last token and its draft rows); hidden states for the rows an embedding request pools (whose pooled sum
+ * last token and its draft rows) and the prompt rows whose logprobs a sequence wants (engine_lp.c); hidden
+ * states for the rows an embedding request pools (whose pooled sum
  * restarts with a chunk at position 0: after a preemption it computes its prompt again). */
 static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
 {
@@ -690,13 +634,17 @@ static struct step_batch build_batch(engine *eng, const struct sched_plan *pl)
         const int sample = samples(en);
         eng->step_seqs[i] = (struct step_seq){.block_table = q->blocks, .n_blocks = q->n_blocks};
         if (emb->sum && en->pos0 == 0) pooling_reset(emb);
+        int32_t lp0, n_lp = eng_lp_prompt_rows(en, &lp0); /* prompt logprob rows, before its sampling rows */
+        eng->ent_logit0[i] = n_logits;
+        eng->ent_n_plp[i] = n_lp;
         for (int32_t k = 0; k < en->n_rows; k++) {
             int32_t pos = en->pos0 + k;
             eng->row_tokens[n_rows] = q->tokens[pos]; /* draft tokens follow the sequence's own */
             eng->row_pos[n_rows] = pos;
             eng->row_seq[n_rows] = i;
             if (pos < q->n_prompt) eng->st.prompt_tokens_computed++;
-            if (sample && k >= en->n_rows - 1 - en->n_draft) eng->logit_rows[n_logits++] = n_rows;
+            if ((pos >= lp0 && pos < lp0 + n_lp) || (sample && k >= en->n_rows - 1 - en->n_draft))
+                eng->logit_rows[n_logits++] = n_rows;
             if (emb->sum && pooling_wants_row(emb->pooling, pos, q->n_prompt)) eng->hidden_rows[n_hidden++] = n_rows;
             n_rows++;
         }
@@ -741,9 +689,13 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
     struct sched_seq *q = &es->q;
     const int32_t *draft = q->tokens + q->n_tokens;
     int32_t g0 = q->n_tokens - q->n_prompt, a = 0, tok;
+    const size_t row_bytes = (size_t)eng->n_vocab * sizeof *logits;
+    int copied = 0; /* with logprobs, the sampler edits a copy of each row (eng->lp_copy), they read the row */
     v->failed = 0;
     if (es->cons) { /* constrained sequences verify no drafts (plan_drafts): one masked draw */
-        int rc = constrain_logits(eng, es, logits, e);
+        if (es->lp.gen) memcpy(eng->lp_copy, logits, row_bytes);
+        copied = es->lp.gen;
+        int rc = constrain_logits(eng, es, copied ? eng->lp_copy : logits, e);
         if (rc < 0) return -1;
         if (rc > 0) { /* no token can continue: it fails alone after the commit, taking nothing */
             v->failed = 1;
@@ -752,11 +704,17 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
         }
     }
     for (;;) { /* history: the prompt, the generated tokens, the drafts accepted so far */
-        float *row = logits + (size_t)a * (size_t)eng->n_vocab;
+        float *row = logits + (size_t)a * (size_t)eng->n_vocab, *draw = row;
+        if (es->lp.gen) {
+            if (!copied) memcpy(eng->lp_copy, row, row_bytes);
+            copied = 0;
+            draw = eng->lp_copy;
+        }
         if (drawn[a] >= 0) tok = drawn[a];
-        else if (how[a].mode == SAMPLE_HOST) tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a, row);
-        else tok = sampler_draw(eng->smp, &es->sampling, how[a].u, row); /* declined: edited already */
+        else if (how[a].mode == SAMPLE_HOST) tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a, draw);
+        else tok = sampler_draw(eng->smp, &es->sampling, how[a].u, draw); /* declined: edited already */
         if (tok < 0) return err_set(e, "engine: out of memory for the sampler's edits");
+        if (es->lp.gen) logprob_fill(row, eng->n_vocab, eng->n_sample, tok, es->lp.n_top, &eng->lp_pending[a]);
         if (a == en->n_draft || tok != draft[a]) break;
         a++;
     }
@@ -773,6 +731,7 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
     for (int32_t d = 0; d <= a && v->finish < 0; d++) {
         v->last = d < a ? draft[d] : tok;
         v->n_keep = d + 1;
+        if (es->lp.gen) logprob_seq_push(&es->lp, &eng->lp_pending[d]);
         v->finish = take_token(eng, es, v->last, g0 + d + 1);
     }
     return 0;
@@ -803,13 +762,14 @@ static int no_draws(engine *eng, int32_t n)
 /* How the backend resolves each logit row of the plan: rows of unconstrained sequences are drawn there (greedy,
  * or sampled with the request's filters and the draw's uniform), after their bias and penalties (sampler_edits,
  * with the history up to the row: drafts before it included); a constrained sequence's rows come back as
- * logits (its mask is applied here). Then the backend's sample op fills eng->drawn (and eng->logits). */
+ * logits (its mask is applied here), and so do the rows of a sequence that wants logprobs (raw: engine_lp.c).
+ * Then the backend's sample op fills eng->drawn (and eng->logits). */
 static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_logits, struct err *e)
 {
     size_t need = 0;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct eng_seq *es = (const struct eng_seq *)pl->entries[i].seq;
-        if (samples(&pl->entries[i]))
+        if (samples(&pl->entries[i]) && !es->cons && !es->lp.gen)
             for (int32_t a = 0; a <= pl->entries[i].n_draft; a++)
                 need += (size_t)sampler_max_edits(&es->sampling, es->q.n_prompt, es->q.n_tokens - es->q.n_prompt + a);
     }
@@ -820,16 +780,19 @@ static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_l
         eng->cap_edits = need;
     }
     size_t used = 0;
-    for (int32_t i = 0, j = 0; i < pl->n_entries; i++) {
+    for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         const struct eng_seq *es = (const struct eng_seq *)en->seq;
+        int32_t j = eng->ent_logit0[i];
+        for (int32_t k = 0; k < eng->ent_n_plp[i]; k++) /* prompt logprob rows */
+            eng->srows[j++] = (struct sample_row){.mode = SAMPLE_HOST};
         if (!samples(en)) continue;
         for (int32_t a = 0; a <= en->n_draft; a++, j++) {
             struct sample_row *r = &eng->srows[j];
             const struct sampler_params *sp = &es->sampling;
             const int32_t pos = es->q.n_tokens - es->q.n_prompt + a;
             *r = (struct sample_row){.mode = SAMPLE_HOST};
-            if (es->cons) continue;
+            if (es->cons || es->lp.gen) continue; /* logprobs read the raw row: it comes to the host */
             r->mode = sp->temperature > 0.0f ? SAMPLE_DRAW : SAMPLE_GREEDY;
             r->edits = eng->edits + used;
             r->n_edits = sampler_edits(eng->smp, sp, es->q.tokens, es->q.n_prompt, pos, eng->edits + used);
@@ -882,112 +845,34 @@ int engine_step(engine *eng, struct err *e)
     }
     if (frc) return err_prefix(e, "engine step");
     if (batch.n_hidden > 0) pool_rows(eng, pl, &batch);
+    if (batch.n_logits > 0) eng_lp_take_prompt(eng, pl);
     eng->st.rows_computed += batch.n_rows;
     if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_cost_add(&eng->cost, batch.n_rows, dt);
     /* verify, then commit only what the sequences keep */
     int32_t n_entries = pl->n_entries;
     const struct sched_entry *ents = pl->entries;
-    for (int32_t i = 0, j = 0; i < n_entries; i++) {
+    for (int32_t i = 0; i < n_entries; i++) {
         if (!samples(&ents[i])) continue;
+        const int32_t j = eng->ent_logit0[i] + eng->ent_n_plp[i]; /* its sampling rows */
         if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, eng->drawn + j, eng->srows + j,
                          &eng->verdicts[i], e))
             return err_prefix(e, "engine step");
-        j += 1 + ents[i].n_draft;
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);
     }
     sched_commit(eng->s);
+    if (eng_lp_offer(eng, pl, e)) return -1;
     /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. An
-     * embedding request whose last chunk ran is finished (its embedding pooled). */
+     * embedding request whose last chunk ran is finished (its embedding pooled), and so is a scoring request
+     * (its prompt logprobs taken). */
     for (int32_t i = 0; i < n_entries; i++) {
+        struct eng_seq *es = (struct eng_seq *)ents[i].seq;
         const int sample = samples(&ents[i]); /* read before settling, which may free the sequence */
         if (sample && settle_entry(eng, &ents[i], &eng->verdicts[i], e)) return -1;
-        if (!sample && ents[i].logits && finish_seq(eng, (struct eng_seq *)ents[i].seq, ENGINE_FINISH_STOP, e))
+        if (!sample && ents[i].logits &&
+            finish_seq(eng, es, es->scoring ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP, e))
             return -1;
     }
     eng->st.n_steps++;
     if (eng->p.debug_checks && check_step(eng, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;
-}
-
-int32_t engine_set_max_seqs(engine *eng, int32_t n)
-{
-    sched_set_seq_cap(eng->s, n);
-    return sched_seq_cap(eng->s);
-}
-
-void engine_get_stats(const engine *eng, struct engine_stats *s)
-{
-    *s = eng->st;
-    const struct sched_stats *ss = sched_get_stats(eng->s);
-    s->prompt_tokens_cached = ss->tokens_cached;
-    s->n_preemptions = ss->n_preemptions;
-    s->kv_blocks_peak = ss->blocks_peak; /* the scheduler tracks it after each plan */
-    s->kv_blocks_total = kv_n_blocks(eng->pool);
-    s->kv_blocks_used = kv_n_used(eng->pool);
-    s->kv_blocks_cached = kv_n_cached(eng->pool);
-    s->kv_evictions = kv_n_evictions(eng->pool);
-    s->n_running = sched_n_running(eng->s);
-    s->n_waiting = sched_n_waiting(eng->s);
-    sched_count_below(eng->s, ENGINE_PRIORITY_INTERACTIVE, &s->n_running_batch, &s->n_waiting_batch);
-    if (eng->cc) {
-        struct constraint_stats cs;
-        constraint_cache_stats(eng->cc, &cs);
-        s->constrain_masks = cs.masks_computed;
-        s->constrain_mask_hits = cs.mask_hits;
-    }
-}
-
-/* ---- checking a request without adding it ---- */
-
-/* The same tests and messages as engine_add's refusals before a request enters the scheduler (kept beside
- * them: a change to one is a change to the other; tests/test_engine.c compares the two). */
-enum engine_request_check engine_check_request(const engine *eng, const struct engine_request *r, char *msg,
-                                               size_t cap)
-{
-    const struct model_hparams *hp = &eng->m->hp;
-    struct err se;
-    msg[0] = '\0';
-    const int embed = r->embed_pooling != MODEL_POOLING_NONE;
-    if (r->n_prompt < 1 || !r->prompt) return snprintf(msg, cap, "empty prompt"), ENGINE_REQUEST_INVALID;
-    if (embed && !pooling_supported(r->embed_pooling))
-        return snprintf(msg, cap, "embeddings: pooling type %d is not one nightshift computes (1 mean, 2 CLS, 3 last token)",
-                        (int)r->embed_pooling), ENGINE_REQUEST_INVALID;
-    if (embed && !eng->hidden_states)
-        return snprintf(msg, cap, "embeddings: the %s backend does not return hidden states (use --backend cpu)",
-                        eng->b->ops->name ? eng->b->ops->name : "?"), ENGINE_REQUEST_INVALID;
-    if (!embed && r->max_tokens < 1)
-        return snprintf(msg, cap, "max_tokens %d: must be at least 1", (int)r->max_tokens), ENGINE_REQUEST_INVALID;
-    for (int32_t i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= eng->n_vocab)
-            return snprintf(msg, cap, "prompt token %d (at %d) is outside the vocabulary (%d tokens)",
-                            (int)r->prompt[i], (int)i, (int)eng->n_vocab),
-                   ENGINE_REQUEST_INVALID;
-    /* an embedding request needs the KV of its prompt only: as a completion of one token would */
-    int64_t total = (int64_t)r->n_prompt + (embed ? 1 : r->max_tokens);
-    if (embed && hp->n_ctx_train > 0 && r->n_prompt > hp->n_ctx_train)
-        return snprintf(msg, cap, "input (%d tokens) exceeds the model context of %d tokens", (int)r->n_prompt,
-                        (int)hp->n_ctx_train), ENGINE_REQUEST_TOO_LARGE;
-    if (!embed && hp->n_ctx_train > 0 && total > hp->n_ctx_train)
-        return snprintf(msg, cap, "prompt (%d tokens) + max_tokens (%d) = %lld exceeds the model context of %d tokens",
-                        (int)r->n_prompt, (int)r->max_tokens, (long long)total, (int)hp->n_ctx_train),
-               ENGINE_REQUEST_TOO_LARGE;
-    int64_t need_blocks = (total - 1 + eng->p.kv_block - 1) / eng->p.kv_block;
-    if (need_blocks > eng->p.kv_blocks)
-        return snprintf(msg, cap,
-                        "prompt (%d tokens) + max_tokens (%d) needs %lld KV blocks but the whole pool has %lld (%lld "
-                        "tokens): raise the KV memory budget%s",
-                        (int)r->n_prompt, (int)(embed ? 0 : r->max_tokens), (long long)need_blocks,
-                        (long long)eng->p.kv_blocks, (long long)eng->p.kv_blocks * eng->p.kv_block,
-                        embed ? "" : " or lower max_tokens"),
-               ENGINE_REQUEST_TOO_LARGE;
-    if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop))
-        return snprintf(msg, cap, "bad stop string list"), ENGINE_REQUEST_INVALID;
-    if (total > INT32_MAX / 2) /* sched_seq_init's bound */
-        return snprintf(msg, cap, "prompt + max_tokens too large (%lld tokens)", (long long)total),
-               ENGINE_REQUEST_TOO_LARGE;
-    if (!embed && sampler_check_params(&r->sampling, eng->n_sample, &se))
-        return snprintf(msg, cap, "sampling parameters: %s", se.msg), ENGINE_REQUEST_INVALID;
-    if (r->constraint && r->constraint->kind != CONSTRAINT_NONE && !eng->v)
-        return snprintf(msg, cap, "structured output needs the model's vocabulary"), ENGINE_REQUEST_INVALID;
-    return ENGINE_REQUEST_OK;
 }

@@ -25,6 +25,12 @@
  * results are the same with lookup on or off, bit for bit on the CPU backend; only the number of steps
  * changes. How many drafts a sequence verifies is decided per step (draft.h): none when the step is
  * compute-bound or its drafts are seldom accepted.
+ * Logprobs (engine/logprob.h): a request may ask for its generated tokens' logprobs, its prompt tokens' (echo,
+ * scoring), or both; they are the model's raw log-softmax of each token's row, computed on the host (rows of
+ * such requests come back unedited from a backend that samples: SAMPLE_HOST), so they too are a function of
+ * the request alone. Prompt logprobs are kept with the prefix cache's blocks, so a prompt served from the
+ * cache still gets them; a block whose logprobs are not known is not taken from the cache by a request that
+ * needs them (sched_params.hit_ok). A scoring request (max_tokens 0) finishes once its prompt is computed.
  */
 #ifndef NS_ENGINE_H
 #define NS_ENGINE_H
@@ -34,6 +40,7 @@
 
 #include "backend/backend.h"
 #include "constrain/constraint.h"
+#include "engine/logprob.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tok.h"
@@ -90,13 +97,24 @@ struct engine_request {
     int32_t priority;           /* ENGINE_PRIORITY_*: higher is admitted first (default 0: batch) */
     const int32_t *prompt;      /* (n_prompt) copied */
     int32_t n_prompt;
-    int32_t max_tokens;         /* generated tokens at most (>= 1) */
+    int32_t max_tokens;         /* generated tokens at most (>= 1; 0 for a scoring request: prompt_logprobs) */
     struct sampler_params sampling; /* its logit_bias list is copied */
     const char *const *stop;    /* (n_stop) stop strings, copied; matched on detokenized text */
     int32_t n_stop;
     int ignore_eos;             /* 1: EOS/EOT do not stop (benchmarks) */
     const struct constraint_spec *constraint; /* structured output, or NULL / kind NONE; compiled (or found
                                                  compiled) by engine_add, which does not keep the pointer */
+    int logprobs;               /* 1: the result carries each generated token's logprob (engine/logprob.h:
+                                   the model's raw log-softmax, before bias, penalties, temperature and
+                                   masks) with top_logprobs alternatives */
+    int prompt_logprobs;        /* 1: the result carries each prompt token's logprob too (the first's is NAN),
+                                   served from the prefix cache where it holds them; with max_tokens 0 the
+                                   request only scores its prompt (no token is generated; it finishes with
+                                   ENGINE_FINISH_LENGTH) */
+    int32_t prompt_logprobs_from; /* with prompt_logprobs: positions before it get no logprob (NAN) and need no
+                                     logits (perplexity's context half); 0 or 1: every position */
+    int32_t top_logprobs;       /* alternatives per token, 0 .. LOGPROB_MAX_TOP (with logprobs or
+                                   prompt_logprobs) */
     int32_t embed_pooling;      /* 0 (MODEL_POOLING_NONE): a completion. Else an embedding request pooled this way
                                    (enum model_pooling; engine/pooling.h): the prompt is prefilled only (no
                                    logits, no sampling: max_tokens, sampling, stop, ignore_eos, constraint are
@@ -119,6 +137,8 @@ struct engine_result {
     double t_added, t_first_token, t_finished; /* clock_now() seconds */
     float *embedding;        /* (n_embedding = n_embd) an embedding request's, malloc'd; else NULL, 0 */
     int32_t n_embedding;
+    struct logprob_entry *logprobs;        /* (n_tokens) with request.logprobs, malloc'd; else NULL */
+    struct logprob_entry *prompt_logprobs; /* (n_prompt) with request.prompt_logprobs, malloc'd; else NULL */
 };
 
 struct engine_stats {

@@ -162,6 +162,12 @@ int32_t kv_refcount(const kv_pool *p, int32_t id)
     return p->b[id].ref;
 }
 
+uint32_t kv_generation(const kv_pool *p, int32_t id)
+{
+    assert(valid_id(p, id));
+    return p->b[id].gen;
+}
+
 int kv_is_cached(const kv_pool *p, int32_t id)
 {
     assert(valid_id(p, id));

@@ -54,6 +54,9 @@ void kv_ref(kv_pool *p, int32_t id);
 void kv_unref(kv_pool *p, int32_t id);
 int32_t kv_refcount(const kv_pool *p, int32_t id);
 int kv_is_cached(const kv_pool *p, int32_t id);
+/* The block's generation: it changes each time the block leaves the prefix cache (eviction), so a
+ * (cached, generation) pair names one content of the block for as long as it stays cached. */
+uint32_t kv_generation(const kv_pool *p, int32_t id);
 /* The parent block id a cached block was registered under (KV_NONE for a first block). */
 int32_t kv_parent(const kv_pool *p, int32_t id);
 

@@ -323,7 +323,7 @@ static int schedule_running(sched *s, struct sched_seq *q, int32_t want)
 }
 
 /* Prefix-cache lookup for a sequence being admitted: takes the longest cached chain of full blocks that
- * still leaves at least one token to compute. */
+ * still leaves at least one token to compute (and that p.hit_ok accepts, block by block). */
 static void lookup_prefix(sched *s, struct sched_seq *q)
 {
     assert(q->n_blocks == 0 && q->n_computed == 0);
@@ -333,6 +333,10 @@ static void lookup_prefix(sched *s, struct sched_seq *q)
     for (int32_t i = 0; i < max_hits; i++) {
         int32_t id = kv_lookup(s->pool, parent, q->tokens + (size_t)i * (size_t)s->block_size);
         if (id == KV_NONE) break;
+        if (s->p.hit_ok && !s->p.hit_ok(s->p.hit_user, q, i, id)) {
+            kv_unref(s->pool, id); /* back to the LRU list if nobody else holds it */
+            break;
+        }
         q->blocks[q->n_blocks++] = id;
         parent = id;
     }

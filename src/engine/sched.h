@@ -32,10 +32,17 @@
 #include "engine/kvpool.h"
 #include "util/err.h"
 
+struct sched_seq;
+
 struct sched_params {
     int32_t max_batch_tokens; /* rows per step (>= 1) */
     int32_t max_seqs;         /* running sequences at once (>= 1, <= max_batch_tokens) */
     int prefix_cache;         /* 1: look up and register full blocks */
+    /* (optional) Whether a prefix-cache hit may give sequence q cached block `block` as its block number
+     * `index` (blocks before it are hits already); a refusal ends q's hit there. NULL: every hit is taken.
+     * (The engine refuses blocks whose prompt logprobs it cannot serve: engine/logprob.h.) */
+    int (*hit_ok)(void *user, const struct sched_seq *q, int32_t index, int32_t block);
+    void *hit_user;
 };
 
 enum sched_state { SCHED_NEW, SCHED_WAITING, SCHED_RUNNING };

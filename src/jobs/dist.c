@@ -87,7 +87,9 @@ int dist_pack_request(struct dist_buf *b, const struct engine_request *rq)
              dist_buf_put(b, rq->prompt, (size_t)rq->n_prompt * sizeof *rq->prompt) || dist_buf_put_i64(b, rq->max_tokens) ||
              dist_buf_put(b, &sp, sizeof sp) ||
              dist_buf_put(b, rq->sampling.logit_bias, (size_t)sp.n_logit_bias * sizeof *rq->sampling.logit_bias) ||
-             dist_buf_put_i64(b, rq->n_stop) || dist_buf_put_i64(b, rq->ignore_eos);
+             dist_buf_put_i64(b, rq->n_stop) || dist_buf_put_i64(b, rq->ignore_eos) || dist_buf_put_i64(b, rq->logprobs) ||
+             dist_buf_put_i64(b, rq->prompt_logprobs) || dist_buf_put_i64(b, rq->prompt_logprobs_from) ||
+             dist_buf_put_i64(b, rq->top_logprobs);
     for (int32_t i = 0; !rc && i < rq->n_stop; i++) rc = buf_put_str(b, rq->stop[i], strlen(rq->stop[i]));
     return rc ? -1 : 0;
 }
@@ -132,6 +134,10 @@ int dist_unpack_request(struct dist_buf *b, struct engine_request *rq, struct er
     buf_get(b, bias, (size_t)nb * sizeof *bias);
     rq->n_stop = get_count(b, 1 << 16, sizeof(int64_t));
     rq->ignore_eos = (int)dist_buf_get_i64(b);
+    rq->logprobs = (int)dist_buf_get_i64(b);
+    rq->prompt_logprobs = (int)dist_buf_get_i64(b);
+    rq->prompt_logprobs_from = (int32_t)dist_buf_get_i64(b);
+    rq->top_logprobs = (int32_t)dist_buf_get_i64(b); /* checked by the engine like any request's */
     char **stop = calloc((size_t)rq->n_stop + 1, sizeof *stop);
     rq->stop = (const char *const *)stop;
     if (!stop) goto oom;
@@ -147,13 +153,33 @@ oom:
     return err_set(e, "dist: out of memory reading a request");
 }
 
+/* Logprob entries: a count (-1: none) and the entries' bytes (ranks run the same binary). */
+static int put_logprobs(struct dist_buf *b, const struct logprob_entry *en, int32_t n)
+{
+    return dist_buf_put_i64(b, en ? n : -1) || (en && dist_buf_put(b, en, (size_t)n * sizeof *en));
+}
+
+static int get_logprobs(struct dist_buf *b, struct logprob_entry **out, int32_t want)
+{
+    *out = NULL;
+    int64_t n = dist_buf_get_i64(b);
+    if (n < 0) return b->bad;
+    if (n != want || (uint64_t)n * sizeof **out > b->n - b->at || !(*out = malloc(((size_t)n + 1) * sizeof **out)))
+        return -1;
+    buf_get(b, *out, (size_t)n * sizeof **out);
+    for (int64_t i = 0; i < n; i++)
+        if ((*out)[i].n_top < 0 || (*out)[i].n_top > LOGPROB_MAX_TOP) return -1;
+    return b->bad;
+}
+
 int dist_pack_result(struct dist_buf *b, const struct engine_result *r)
 {
     double latency = r->t_finished - r->t_added;
     return (dist_buf_put_i64(b, (int64_t)r->id) || dist_buf_put_i64(b, r->finish) || buf_put_str(b, r->text, r->text_len) ||
             buf_put_str(b, r->error, r->error ? strlen(r->error) : 0) || dist_buf_put_i64(b, r->n_tokens) ||
             dist_buf_put_i64(b, r->n_prompt) || dist_buf_put_i64(b, r->n_prompt_cached) || dist_buf_put_i64(b, r->n_preempted) ||
-            dist_buf_put(b, &latency, sizeof latency))
+            dist_buf_put(b, &latency, sizeof latency) || put_logprobs(b, r->logprobs, r->n_tokens) ||
+            put_logprobs(b, r->prompt_logprobs, r->n_prompt))
                ? -1
                : 0;
 }
@@ -171,6 +197,7 @@ int dist_unpack_result(struct dist_buf *b, struct engine_result *r, struct err *
     double latency;
     buf_get(b, &latency, sizeof latency);
     r->t_finished = latency;
+    if (get_logprobs(b, &r->logprobs, r->n_tokens) || get_logprobs(b, &r->prompt_logprobs, r->n_prompt)) goto bad;
     if (b->bad || finish < ENGINE_FINISH_STOP || finish > ENGINE_FINISH_CANCELLED) goto bad;
     r->finish = (enum engine_finish)finish;
     if (!r->text && !(r->text = strdup(""))) goto bad;

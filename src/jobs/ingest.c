@@ -223,6 +223,9 @@ static void request_of(const ingest_source *s, const struct input_item *it, cons
     rq->n_stop = g->n_stop;
     rq->ignore_eos = g->ignore_eos;
     rq->constraint = g->constraint.kind != CONSTRAINT_NONE ? &g->constraint : NULL;
+    rq->logprobs = g->logprobs >= 0; /* alternatives: completions' logprobs: N, chat's top_logprobs */
+    rq->top_logprobs = g->logprobs > g->top_logprobs ? g->logprobs : g->top_logprobs;
+    rq->prompt_logprobs = g->echo; /* the echoed text is the prompt's tokens (jobs/job) */
 }
 
 /* Asks the run's engine whether it would take p's requests (they differ only in their seeds), with its own
@@ -695,6 +698,7 @@ int ingest_line_info(void *user, const ledger *l, uint32_t li, struct ledger_lin
         out->dimensions = s->info_item.embed->dimensions;
         out->base64 = s->info_item.embed->base64;
     }
+    out->logprobs = s->info_item.kind != INPUT_KIND_EMBEDDING && s->info_item.gen.logprobs >= 0;
     out->message = s->info_message;
     return 0;
 }

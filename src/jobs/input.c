@@ -564,7 +564,10 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
     }
     if (prompt && messages) return set_bad(b, "invalid_value", "give either 'prompt' or 'messages', not both");
     if (!prompt && !messages) return set_bad(b, "missing_prompt", "no 'prompt' or 'messages'");
-    return messages ? parse_messages(messages, it, b) : parse_prompt(prompt, it, b);
+    if (messages ? parse_messages(messages, it, b) : parse_prompt(prompt, it, b)) return -1;
+    struct err ge;
+    const char *code; /* the checks between fields that depend on the endpoint (logprobs, echo, scoring) */
+    return genparam_check_endpoint(&it->gen, it->kind == INPUT_KIND_CHAT, &code, &ge) ? set_bad(b, code, "%s", ge.msg) : 0;
 }
 
 /* Registers the id (in the reader's own set, or through the id_seen callback); a duplicate is a bad line. */

@@ -483,18 +483,43 @@ static int put_embedding_line(const ledger *l, struct ledger_line *L, const stru
     return 0;
 }
 
+/* A line with logprobs: each done result holds its text then its logprobs (output_logprobs_pack, of no
+ * endpoint): ch[k] gets the text, and the logprobs object in the line's shape, rendered into lp. */
+static int put_choice_logprobs(const ledger *l, const struct ledger_line *L, const struct store_result *rs,
+                               struct output_choice *ch, struct output_buf *lp, struct err *e)
+{
+    size_t start[LEDGER_MAX_N];
+    for (int32_t k = 0; k < L->n; k++) {
+        start[k] = lp->n;
+        if (rs[k].status != STORE_STATUS_DONE) continue;
+        if (!l->p.vocab || output_logprobs_unpack(rs[k].text, rs[k].text_len, &ch[k].text, &ch[k].len) ||
+            output_logprobs_render(lp, l->p.vocab, L->kind == INPUT_KIND_CHAT, rs[k].text, rs[k].text_len))
+            return err_set(e, "store: the logprobs of backlog line %u cannot be read (or no vocabulary: bug)", L->no);
+        ch[k].logprobs_len = lp->n - start[k];
+    }
+    for (int32_t k = 0; k < L->n; k++) /* lp->p is final now */
+        if (ch[k].logprobs_len) ch[k].logprobs = lp->p + start[k];
+    return 0;
+}
+
 /* Appends the line of L's results rs (n entries) to b: a result line, or an error line when one failed. */
 static int put_result_line(const ledger *l, struct ledger_line *L, const struct ledger_line_info *info,
                            const struct store_result *rs, struct output_choice *ch, struct output_buf *b,
                            struct err *e)
 {
+    struct output_buf lp = {0};
     int32_t failed = -1;
     int64_t gen = 0, created = 0;
     for (int32_t k = 0; k < L->n; k++) {
         if (rs[k].status != STORE_STATUS_DONE && failed < 0) failed = k;
         gen += rs[k].n_gen;
         if (rs[k].created > created) created = rs[k].created;
-        ch[k] = (struct output_choice){rs[k].text, rs[k].text_len, finish_name(rs[k].finish)};
+        ch[k] = (struct output_choice){.text = rs[k].text, .len = rs[k].text_len,
+                                       .finish_reason = finish_name(rs[k].finish)};
+    }
+    if (failed < 0 && info->logprobs && put_choice_logprobs(l, L, rs, ch, &lp, e)) {
+        output_buf_free(&lp);
+        return -1;
     }
     if (failed < 0 && L->kind == INPUT_KIND_EMBEDDING) return put_embedding_line(l, L, info, rs, b, e);
     if (failed >= 0) {
@@ -510,6 +535,7 @@ static int put_result_line(const ledger *l, struct ledger_line *L, const struct 
         output_ok_line(b, &o);
         L->file = STORE_FILE_OUTPUT;
     }
+    output_buf_free(&lp);
     return 0;
 }
 

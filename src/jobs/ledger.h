@@ -106,6 +106,7 @@ struct ledger_line_info {
     const char *message;    /* a bad line's message */
     int32_t dimensions;     /* an embeddings line's output options (jobs/embedding), else 0 */
     int base64;
+    int logprobs;           /* 1: its results are stored with their logprobs (output_logprobs_pack) */
 };
 /* Fills *out for line li; the strings stay valid until the next call. */
 typedef int (*ledger_info_fn)(void *user, const struct ledger *l, uint32_t li, struct ledger_line_info *out,
@@ -131,6 +132,8 @@ struct ledger_params {
     int order_input;        /* lines reach the files in input order (else as they finish) */
     int debug_checks;       /* 1: ledger_check after every commit (tests; O(lines + refs) each) */
     void (*test_hook)(const char *point); /* see job_config.test_hook; NULL normally */
+    const tok_vocab *vocab; /* spells the tokens of results with logprobs (output_logprobs_render); NULL: a
+                               line with logprobs cannot be built */
 };
 
 struct ledger_finished; /* a result handed in and not yet committed (ledger.c) */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,11 +172,263 @@ static void put_choices(struct output_buf *b, const struct output_ok *o)
             put_str(b, ",\"text\":");
             output_buf_put_json_string(b, c->text, c->len);
         }
-        put_str(b, ",\"logprobs\":null,\"finish_reason\":");
+        put_str(b, ",\"logprobs\":");
+        if (c->logprobs) output_buf_put(b, c->logprobs, c->logprobs_len);
+        else put_str(b, "null");
+        put_str(b, ",\"finish_reason\":");
         output_buf_put_json_string(b, c->finish_reason, strlen(c->finish_reason));
         put_str(b, "}");
     }
     put_str(b, "]");
+}
+
+/* --- logprobs --- */
+
+static void put_logprob(struct output_buf *b, double lp)
+{
+    char t[40];
+    if (!isfinite(lp)) {
+        put_str(b, "null");
+        return;
+    }
+    int n = snprintf(t, sizeof t, "%.17g", lp);
+    output_buf_put(b, t, (size_t)n);
+}
+
+/* A token's bytes (control tokens spelled out), into buf (cap) or a malloc'd buffer when longer; *n bytes. */
+static char *token_bytes(const tok_vocab *v, int32_t id, int special, char *buf, size_t cap, int *n)
+{
+    *n = tok_token_bytes(v, id, special, buf, cap);
+    if (*n < 0) *n = 0;
+    if ((size_t)*n <= cap) return buf;
+    char *big = malloc((size_t)*n);
+    if (big) tok_token_bytes(v, id, special, big, (size_t)*n);
+    else *n = 0;
+    return big ? big : buf;
+}
+
+static void put_token_string(struct output_buf *b, const tok_vocab *v, int32_t id)
+{
+    char buf[128];
+    int n;
+    char *s = token_bytes(v, id, 1, buf, sizeof buf, &n);
+    output_buf_put_json_string(b, s, (size_t)n);
+    if (s != buf) free(s);
+}
+
+static void put_token_bytes(struct output_buf *b, const tok_vocab *v, int32_t id)
+{
+    char buf[128];
+    int n;
+    char *s = token_bytes(v, id, 1, buf, sizeof buf, &n);
+    put_str(b, "[");
+    for (int i = 0; i < n; i++) {
+        if (i) put_str(b, ",");
+        put_i64(b, (unsigned char)s[i]);
+    }
+    put_str(b, "]");
+    if (s != buf) free(s);
+}
+
+/* One chat content entry: token, logprob, bytes and (with alternatives) top_logprobs. */
+static void put_chat_entry(struct output_buf *b, const tok_vocab *v, const struct logprob_entry *en)
+{
+    put_str(b, "{\"token\":");
+    put_token_string(b, v, en->token);
+    put_str(b, ",\"logprob\":");
+    put_logprob(b, en->logprob);
+    put_str(b, ",\"bytes\":");
+    put_token_bytes(b, v, en->token);
+    put_str(b, ",\"top_logprobs\":[");
+    for (int32_t k = 0; k < en->n_top; k++) {
+        put_str(b, k ? ",{\"token\":" : "{\"token\":");
+        put_token_string(b, v, en->top[k].token);
+        put_str(b, ",\"logprob\":");
+        put_logprob(b, en->top[k].logprob);
+        put_str(b, ",\"bytes\":");
+        put_token_bytes(b, v, en->top[k].token);
+        put_str(b, "}");
+    }
+    put_str(b, "]}");
+}
+
+/* The entries of prompt then gen, as one sequence: entry i of n_prompt + n_gen. */
+static const struct logprob_entry *entry_at(const struct logprob_entry *prompt, int32_t n_prompt,
+                                            const struct logprob_entry *gen, int32_t i)
+{
+    return i < n_prompt ? &prompt[i] : &gen[i - n_prompt];
+}
+
+static void put_completion_logprobs(struct output_buf *b, const tok_vocab *v, const struct logprob_entry *prompt,
+                                    int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space)
+{
+    const int32_t n = n_prompt + n_gen;
+    put_str(b, "{\"tokens\":[");
+    for (int32_t i = 0; i < n; i++) {
+        if (i) put_str(b, ",");
+        put_token_string(b, v, entry_at(prompt, n_prompt, gen, i)->token);
+    }
+    put_str(b, "],\"token_logprobs\":[");
+    for (int32_t i = 0; i < n; i++) {
+        if (i) put_str(b, ",");
+        put_logprob(b, entry_at(prompt, n_prompt, gen, i)->logprob);
+    }
+    put_str(b, "],\"top_logprobs\":[");
+    for (int32_t i = 0; i < n; i++) {
+        const struct logprob_entry *en = entry_at(prompt, n_prompt, gen, i);
+        if (i) put_str(b, ",");
+        if (!isfinite(en->logprob)) { /* nothing predicts it: a prompt's first token */
+            put_str(b, "null");
+            continue;
+        }
+        put_str(b, "{");
+        for (int32_t k = 0; k < en->n_top; k++) {
+            if (k) put_str(b, ",");
+            put_token_string(b, v, en->top[k].token);
+            put_str(b, ":");
+            put_logprob(b, en->top[k].logprob);
+        }
+        put_str(b, "}");
+    }
+    put_str(b, "],\"text_offset\":[");
+    int64_t off = 0;
+    for (int32_t i = 0; i < n; i++) {
+        char buf[8];
+        if (i) put_str(b, ",");
+        put_i64(b, off);
+        int len = tok_token_bytes(v, entry_at(prompt, n_prompt, gen, i)->token, 0, buf, sizeof buf);
+        if (len > 0 && drop_space) { /* the first token with text: its space is not in the text */
+            len--;
+            drop_space = 0;
+        }
+        off += len > 0 ? len : 0;
+    }
+    put_str(b, "]}");
+}
+
+int output_echo_space(const tok_vocab *v, const struct logprob_entry *prompt, int32_t n_prompt)
+{
+    if (!tok_add_space_prefix(v) || !prompt) return 0;
+    for (int32_t i = 0; i < n_prompt; i++) {
+        char buf[8];
+        int n = tok_token_bytes(v, prompt[i].token, 0, buf, sizeof buf);
+        if (n > 0) return buf[0] == ' ';
+    }
+    return 0;
+}
+
+void output_logprobs(struct output_buf *b, const tok_vocab *v, int chat, const struct logprob_entry *prompt,
+                     int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space)
+{
+    if (!prompt) n_prompt = 0;
+    if (!gen) n_gen = 0;
+    if (!chat) {
+        put_completion_logprobs(b, v, prompt, n_prompt, gen, n_gen, drop_space);
+        return;
+    }
+    put_str(b, "{\"content\":[");
+    for (int32_t i = 0; i < n_gen; i++) {
+        if (i) put_str(b, ",");
+        put_chat_entry(b, v, &gen[i]);
+    }
+    put_str(b, "],\"refusal\":null}");
+}
+
+static void put_le(struct output_buf *b, uint64_t x, int n)
+{
+    unsigned char t[8];
+    for (int i = 0; i < n; i++) t[i] = (unsigned char)(x >> (8 * i));
+    output_buf_put(b, t, (size_t)n);
+}
+
+static void put_packed_entry(struct output_buf *b, const struct logprob_entry *en)
+{
+    uint64_t bits;
+    put_le(b, (uint32_t)en->token, 4);
+    memcpy(&bits, &en->logprob, 8);
+    put_le(b, bits, 8);
+    put_le(b, (uint64_t)en->n_top, 1);
+    for (int32_t k = 0; k < en->n_top; k++) {
+        put_le(b, (uint32_t)en->top[k].token, 4);
+        memcpy(&bits, &en->top[k].logprob, 8);
+        put_le(b, bits, 8);
+    }
+}
+
+void output_logprobs_pack(struct output_buf *b, const char *text, size_t text_len, const struct logprob_entry *prompt,
+                          int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space)
+{
+    char head[16];
+    if (!prompt) n_prompt = 0;
+    if (!gen) n_gen = 0;
+    snprintf(head, sizeof head, "%08x", (unsigned)text_len);
+    output_buf_put(b, head, 8);
+    output_buf_put(b, text, text_len);
+    put_le(b, (uint32_t)n_prompt, 4);
+    put_le(b, (uint32_t)n_gen, 4);
+    put_le(b, drop_space != 0, 1);
+    for (int32_t i = 0; i < n_prompt + n_gen; i++) put_packed_entry(b, i < n_prompt ? &prompt[i] : &gen[i - n_prompt]);
+}
+
+int output_logprobs_unpack(const char *blob, size_t len, const char **text, size_t *text_len)
+{
+    size_t n = 0;
+    for (int i = 0; i < 8 && len >= 8; i++) {
+        char h = blob[i];
+        int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        n = n * 16 + (size_t)d;
+    }
+    if (len < 8 || n > len - 8 || len - 8 - n < 9) return -1;
+    *text = blob + 8;
+    *text_len = n;
+    return 0;
+}
+
+/* Reads n bytes (little-endian) at *p, advancing it; -1 past end. */
+static int get_le(const unsigned char **p, const unsigned char *end, int n, uint64_t *x)
+{
+    if (end - *p < n) return -1;
+    *x = 0;
+    for (int i = 0; i < n; i++) *x |= (uint64_t)(*p)[i] << (8 * i);
+    *p += n;
+    return 0;
+}
+
+static int get_packed_entry(const unsigned char **p, const unsigned char *end, int32_t n_vocab, struct logprob_entry *en)
+{
+    uint64_t tok, bits, n_top;
+    if (get_le(p, end, 4, &tok) || get_le(p, end, 8, &bits) || get_le(p, end, 1, &n_top) || n_top > LOGPROB_MAX_TOP ||
+        (int32_t)tok < 0 || (int32_t)tok >= n_vocab)
+        return -1;
+    en->token = (int32_t)tok;
+    memcpy(&en->logprob, &bits, 8);
+    en->n_top = (int32_t)n_top;
+    for (int32_t k = 0; k < en->n_top; k++) {
+        if (get_le(p, end, 4, &tok) || get_le(p, end, 8, &bits) || (int32_t)tok < 0 || (int32_t)tok >= n_vocab) return -1;
+        en->top[k].token = (int32_t)tok;
+        memcpy(&en->top[k].logprob, &bits, 8);
+    }
+    return 0;
+}
+
+int output_logprobs_render(struct output_buf *b, const tok_vocab *v, int chat, const char *blob, size_t len)
+{
+    const char *text;
+    size_t text_len;
+    if (output_logprobs_unpack(blob, len, &text, &text_len)) return -1;
+    const unsigned char *p = (const unsigned char *)text + text_len, *end = (const unsigned char *)blob + len;
+    uint64_t n_prompt, n_gen, drop;
+    if (get_le(&p, end, 4, &n_prompt) || get_le(&p, end, 4, &n_gen) || get_le(&p, end, 1, &drop) ||
+        n_prompt + n_gen > (uint64_t)(end - p) / 13) /* an entry is 13 bytes at least */
+        return -1;
+    struct logprob_entry *en = malloc(((size_t)(n_prompt + n_gen) + 1) * sizeof *en);
+    if (!en) return -1;
+    int rc = 0;
+    for (uint64_t i = 0; i < n_prompt + n_gen && !rc; i++) rc = get_packed_entry(&p, end, tok_n_vocab(v), &en[i]);
+    if (!rc && p == end) output_logprobs(b, v, chat, en, (int32_t)n_prompt, en + n_prompt, (int32_t)n_gen, (int)drop);
+    free(en);
+    return rc || p != end || b->oom ? -1 : 0;
 }
 
 void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens)

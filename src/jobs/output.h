@@ -25,7 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/logprob.h"
 #include "jobs/store.h"
+#include "tokenizer/tok.h"
 #include "util/err.h"
 
 /* A growable byte buffer. */
@@ -44,7 +46,39 @@ struct output_choice {
     const char *text;
     size_t len;
     const char *finish_reason; /* "stop", "length" */
+    const char *logprobs;      /* (logprobs_len) the choice's logprobs object as JSON (output_logprobs), or
+                                  NULL: null */
+    size_t logprobs_len;
 };
+
+/* Appends the logprobs object of one choice (engine/logprob.h says what the values are: the model's raw
+ * log-softmax), in OpenAI's shapes:
+ *   chat        {"content":[{"token","logprob","bytes":[..],"top_logprobs":[{"token","logprob","bytes"}..]}..],
+ *               "refusal":null}
+ *   completions {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{token: logprob, ..} | null ..],
+ *               "text_offset":[..]}
+ * for prompt (n_prompt entries: echo, completions only; the first has logprob null and top_logprobs null),
+ * then gen (n_gen: the generated tokens, EOS/EOT included). A token's string is its bytes with control
+ * tokens spelled out (invalid UTF-8 written as U+FFFD; bytes holds the exact bytes); text_offset is the
+ * byte offset in the choice's text where the token's text starts (control tokens have none: the offset
+ * does not advance; see drop_space). Logprobs are printed with 17 significant digits (the double exactly); NAN as null. */
+void output_logprobs(struct output_buf *b, const tok_vocab *v, int chat, const struct logprob_entry *prompt,
+                     int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space);
+/* drop_space (echo with an SPM space prefix, tok_add_space_prefix): the text does not hold the space the
+ * first prompt token with text begins with (the echoed text is the prompt as given), so offsets after it
+ * are one less. output_echo_space tells whether a prompt's text drops it. */
+int output_echo_space(const tok_vocab *v, const struct logprob_entry *prompt, int32_t n_prompt);
+/* A result with logprobs is stored (jobs/store, one text blob per result) in a form of no endpoint, so that
+ * a chat line and a completion line with the same key share it: 8 lowercase hex digits of the text's length,
+ * the text, then the entries: u32 n_prompt, u32 n_gen, u8 drop_space, and per entry (prompt's, then gen's)
+ * i32 token, f64 logprob, u8 n_top, n_top x (i32 token, f64 logprob), little-endian. output_logprobs_pack
+ * appends it to b; output_logprobs_unpack finds the text in blob (-1 when it is not such a blob); and
+ * output_logprobs_render appends the logprobs object of the endpoint (output_logprobs) from it (-1 when the
+ * entries are malformed or out of memory). */
+void output_logprobs_pack(struct output_buf *b, const char *text, size_t text_len, const struct logprob_entry *prompt,
+                          int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space);
+int output_logprobs_unpack(const char *blob, size_t len, const char **text, size_t *text_len);
+int output_logprobs_render(struct output_buf *b, const tok_vocab *v, int chat, const char *blob, size_t len);
 
 struct output_ok {
     const char *run_id;        /* names the line's ids (see above) */

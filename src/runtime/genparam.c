@@ -18,7 +18,7 @@
 /* Order matters for the key encoding (jobs/key.c, KEY_VERSION): rows that enter the key are encoded in this
  * order, which is the layout of key version 2. */
 const struct genparam genparam_table[] = {
-    {"max_tokens", "max_tokens", "max_completion_tokens", "--max-tokens", "-n", GENPARAM_INT, 1,
+    {"max_tokens", "max_tokens", "max_completion_tokens", "--max-tokens", "-n", GENPARAM_INT, 0,
      GENPARAM_MAX_TOKENS_LIMIT, 0, 256, 0, GENPARAM_KEY_YES, G(max_tokens), -1,
      "tokens to generate at most (default 256; clamped to the context)"},
     {"top_k", "top_k", NULL, "--top-k", NULL, GENPARAM_INT, 0, INT32_MAX, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(top_k),
@@ -60,6 +60,12 @@ const struct genparam genparam_table[] = {
     {"guided_grammar", "guided_grammar", NULL, "--guided-grammar", NULL, GENPARAM_CONSTRAINT,
      CONSTRAINT_GRAMMAR, CONSTRAINT_GRAMMAR, 0, 0, 0, GENPARAM_KEY_YES, G(constraint), -1,
      "output matching a GBNF grammar (root rule)"},
+    /* logprobs and scoring: last, entering the key only when set (so other requests keep their keys) */
+    {"logprobs", "logprobs", NULL, NULL, NULL, GENPARAM_LOGPROBS, 0, LOGPROB_MAX_TOP, 0, -1, -1, GENPARAM_KEY_IF_SET,
+     G(logprobs), -1, NULL},
+    {"top_logprobs", "top_logprobs", NULL, NULL, NULL, GENPARAM_INT, 0, LOGPROB_MAX_TOP, 0, 0, 0, GENPARAM_KEY_IF_SET,
+     G(top_logprobs), -1, NULL},
+    {"echo", "echo", NULL, NULL, NULL, GENPARAM_BOOL, 0, 1, 0, 0, 0, GENPARAM_KEY_IF_SET, G(echo), -1, NULL},
 };
 const int genparam_count = (int)(sizeof genparam_table / sizeof genparam_table[0]);
 
@@ -85,7 +91,7 @@ struct gen_params genparam_defaults(void)
     memset(&g, 0, sizeof g);
     for (int i = 0; i < genparam_count; i++) {
         const struct genparam *p = &genparam_table[i];
-        if (p->type == GENPARAM_INT) *int_at(&g, p) = (int32_t)p->def;
+        if (p->type == GENPARAM_INT || p->type == GENPARAM_LOGPROBS) *int_at(&g, p) = (int32_t)p->def;
         else if (p->type == GENPARAM_FLOAT) *float_at(&g, p) = (float)p->def;
         else if (p->type == GENPARAM_BOOL) *(int *)((char *)&g + p->offset) = p->def != 0;
     }
@@ -171,6 +177,10 @@ static int check_row(const struct genparam *p, const struct gen_params *g, struc
                 return err_set(e, "stop strings must be 1..%d bytes", GENPARAM_MAX_STOP_BYTES);
         }
         return 0;
+    case GENPARAM_LOGPROBS:
+        if (*cint_at(g, p) != -1 && !in_range(p, *cint_at(g, p)))
+            return err_set(e, "%s must be -1 (off) or %s, got %d", p->name, r, *cint_at(g, p));
+        return 0;
     case GENPARAM_LOGIT_BIAS:
         for (int32_t i = 0; i < g->n_logit_bias; i++) {
             float b = g->logit_bias[i].bias;
@@ -187,6 +197,8 @@ int genparam_check(const struct gen_params *g, struct err *e)
 {
     for (int i = 0; i < genparam_count; i++)
         if (check_row(&genparam_table[i], g, e)) return -1;
+    if (g->max_tokens == 0 && !g->echo) /* a request may score its prompt; a run-wide default would score all */
+        return err_set(e, "max_tokens must be at least 1 (0 only for a request with echo, to score its prompt)");
     return 0;
 }
 
@@ -201,7 +213,7 @@ static int check_constraint_row(int i, struct err *e)
     while (first < genparam_count && genparam_table[first].type != GENPARAM_CONSTRAINT)
         first++;
     if (p->type != GENPARAM_CONSTRAINT)
-        return i > first && p->key != GENPARAM_KEY_NO
+        return i > first && p->key != GENPARAM_KEY_NO && p->key != GENPARAM_KEY_IF_SET
                    ? err_set(e, "genparam: %s enters the key after the constraint rows", p->name)
                    : 0;
     if (p->lo < 1 || p->hi > CONSTRAINT_GRAMMAR || p->lo > p->hi)
@@ -533,6 +545,17 @@ static int json_row(const struct genparam *p, const char *field, const json_t *v
     case GENPARAM_STOP: return json_stop(v, g, code, e);
     case GENPARAM_LOGIT_BIAS: return json_logit_bias(v, g, code, e);
     case GENPARAM_CONSTRAINT: return apply_constraint(p, field, v, g, code, e);
+    case GENPARAM_LOGPROBS:
+        if (json_is_boolean(v)) {
+            *int_at(g, p) = json_is_true(v) ? 0 : -1;
+            return 0;
+        }
+        if (!json_is_integer(v))
+            return bad(code, "invalid_type", e, "'%s' must be a boolean or an integer, got %s", field,
+                       genparam_json_type(v));
+        if (json_int_in(v, field, (long long)p->lo, (long long)p->hi, &x, code, e)) return -1;
+        *int_at(g, p) = (int32_t)x;
+        return 0;
     }
     return 0;
 }
@@ -567,6 +590,25 @@ static int other_neutral(const char *k, const json_t *v)
         const json_t *m = json_array_get(v, 0);
         return json_is_array(v) && json_array_size(v) == 1 && json_is_string(m) && !strcmp(json_string_value(m), "text");
     }
+    return 0;
+}
+
+int genparam_check_endpoint(const struct gen_params *g, int chat, const char **code, struct err *e)
+{
+    *code = "invalid_value";
+    if (chat && g->echo) {
+        *code = "unsupported_parameter";
+        return err_set(e, "'echo' is a /v1/completions field; chat completions do not echo the prompt");
+    }
+    if (g->top_logprobs > 0 && g->logprobs < 0) return err_set(e, "'top_logprobs' needs 'logprobs': true");
+    if (!chat && g->top_logprobs > 0)
+        return err_set(e, "'top_logprobs' is a chat completions field; /v1/completions takes 'logprobs': N");
+    if (!chat && g->logprobs > GENPARAM_MAX_COMPLETION_LOGPROBS)
+        return err_set(e, "'logprobs' must be in [0, %d] for /v1/completions (OpenAI's limit), got %d",
+                       GENPARAM_MAX_COMPLETION_LOGPROBS, (int)g->logprobs);
+    if (g->max_tokens == 0 && (chat || !g->echo))
+        return err_set(e, "'max_tokens' must be at least 1 (0 only with 'echo': true on /v1/completions, to score "
+                          "the prompt)");
     return 0;
 }
 
@@ -677,6 +719,7 @@ int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char
     case GENPARAM_BOOL: *(int *)((char *)g + p->offset) = 1; return 0;
     case GENPARAM_STOP: return flag_stop(g, value, e);
     case GENPARAM_LOGIT_BIAS: return err_set(e, "%s: logit_bias has no flag", flag);
+    case GENPARAM_LOGPROBS: return err_set(e, "%s: logprobs has no flag", flag);
     case GENPARAM_CONSTRAINT: return flag_constraint(g, p, flag, value, e);
     }
     return 0;
@@ -687,7 +730,7 @@ void genparam_usage(FILE *out)
     for (int i = 0; i < genparam_count; i++) {
         const struct genparam *p = &genparam_table[i];
         if (!p->flag) continue;
-        static const char *const metavar[] = {" N", " X", "", " S", " STR", "", " TEXT"};
+        static const char *const metavar[] = {" N", " X", "", " S", " STR", "", " TEXT", " N"};
         const char *alias = p->flag_alias;
         int short_alias = alias && alias[1] != '-';
         char left[64];
@@ -739,8 +782,16 @@ void genparam_setting(const struct genparam *p, const struct gen_params *g, char
 {
     size_t off = 0;
     buf[0] = '\0';
+    if (p->key == GENPARAM_KEY_IF_SET) { /* at its default "none": what a store made before the row had */
+        int32_t v = p->type == GENPARAM_BOOL ? *(const int *)((const char *)g + p->offset) : *cint_at(g, p);
+        if (v == (int32_t)p->def) {
+            snprintf(buf, cap, "none");
+            return;
+        }
+    }
     switch (p->type) {
-    case GENPARAM_INT: snprintf(buf, cap, "%d", *cint_at(g, p)); return;
+    case GENPARAM_INT:
+    case GENPARAM_LOGPROBS: snprintf(buf, cap, "%d", *cint_at(g, p)); return;
     case GENPARAM_FLOAT: snprintf(buf, cap, "%.9g", (double)*cfloat_at(g, p)); return;
     case GENPARAM_BOOL: snprintf(buf, cap, "%d", *(const int *)((const char *)g + p->offset)); return;
     case GENPARAM_SEED:
@@ -771,6 +822,7 @@ static json_t *row_json(const struct genparam *p, const struct gen_params *g)
 {
     switch (p->type) {
     case GENPARAM_INT: return json_integer(*cint_at(g, p));
+    case GENPARAM_LOGPROBS: return *cint_at(g, p) < 0 ? json_false() : json_integer(*cint_at(g, p));
     case GENPARAM_FLOAT: return json_real((double)*cfloat_at(g, p));
     case GENPARAM_BOOL: return json_boolean(*(const int *)((const char *)g + p->offset));
     case GENPARAM_SEED: return g->has_seed ? json_integer((json_int_t)g->seed) : json_null();
@@ -824,6 +876,13 @@ void genparam_key_encode(const struct gen_params *g, uint64_t seed_used,
     for (int i = 0; i < genparam_count; i++) {
         const struct genparam *p = &genparam_table[i];
         if (p->key == GENPARAM_KEY_NO) continue;
+        if (p->key == GENPARAM_KEY_IF_SET) { /* INT, BOOL and LOGPROBS rows: int32_t and int alike */
+            int32_t v = p->type == GENPARAM_BOOL ? *(const int *)((const char *)g + p->offset) : *cint_at(g, p);
+            if (v == (int32_t)p->def) continue;
+            put_u32(put, w, 0x80010000u | (uint32_t)i);
+            put_u32(put, w, (uint32_t)v);
+            continue;
+        }
         int off = greedy && p->key == GENPARAM_KEY_SAMPLING;
         switch (p->type) {
         case GENPARAM_INT: put_u32(put, w, (uint32_t)(off ? (int32_t)p->off : *cint_at(g, p))); break;
@@ -850,6 +909,7 @@ void genparam_key_encode(const struct gen_params *g, uint64_t seed_used,
                 put_f32(put, w, g->logit_bias[k].bias);
             }
             break;
+        case GENPARAM_LOGPROBS: break; /* KEY_IF_SET only */
         case GENPARAM_CONSTRAINT:
             if (!row_has(p, &g->constraint)) break;
             put_u32(put, w, 0x80000000u | (uint32_t)g->constraint.kind);

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "constrain/constraint.h"
+#include "engine/logprob.h"
 #include "engine/sampler.h"
 #include "util/err.h"
 
@@ -27,6 +28,8 @@
 #define GENPARAM_MAX_LOGIT_BIAS 1024
 #define GENPARAM_MAX_N 128
 #define GENPARAM_MAX_TOKENS_LIMIT (1 << 24)
+#define GENPARAM_MAX_COMPLETION_LOGPROBS 5 /* /v1/completions' logprobs: N at most (OpenAI's limit); chat's
+                                              top_logprobs goes to LOGPROB_MAX_TOP (20) */
 
 /* The values of every parameter for one request (or the run-wide defaults). Owns stop and logit_bias. */
 struct gen_params {
@@ -48,6 +51,10 @@ struct gen_params {
     int32_t n_logit_bias;
     struct logit_bias *logit_bias; /* (n_logit_bias) owned, sorted by token, unique tokens */
     struct constraint_spec constraint; /* structured output (owned); kind NONE: unconstrained */
+    int32_t logprobs;              /* -1 (default, or false): none; N >= 0 (true: 0): each token's logprob with
+                                      N alternatives (/v1/completions' logprobs: N) */
+    int32_t top_logprobs;          /* alternatives per token (/v1/chat/completions, with logprobs: true) */
+    int echo;                      /* /v1/completions: the text (and the logprobs) begin with the prompt */
     int constraint_field;          /* 1 + the row whose request field set the constraint, 0: none did (a
                                       second constraint field in one request is an error); not a value:
                                       it enters neither the key nor the settings */
@@ -65,14 +72,17 @@ enum genparam_type {
     GENPARAM_SEED,       /* has_seed + uint64_t: JSON any int64 (stored as its bit pattern), flag 0..2^64-1 */
     GENPARAM_STOP,       /* string or list of strings; the flag is repeatable */
     GENPARAM_LOGIT_BIAS, /* {"token id": bias}; no flag */
-    GENPARAM_CONSTRAINT  /* structured output (constraint.h): the row carries the constraint kinds lo..hi; the
+    GENPARAM_CONSTRAINT, /* structured output (constraint.h): the row carries the constraint kinds lo..hi; the
                             request field and flag take the row's source (see genparam.c) */
+    GENPARAM_LOGPROBS    /* int32_t: -1 off; a JSON boolean (true: 0, false: -1) or an integer in [lo, hi] */
 };
 
 enum genparam_key {
     GENPARAM_KEY_NO,       /* does not enter the request key (n: each completion has its own key) */
     GENPARAM_KEY_YES,      /* enters the key as its value */
-    GENPARAM_KEY_SAMPLING  /* enters the key as its value, or as `off` for greedy requests (temperature 0) */
+    GENPARAM_KEY_SAMPLING, /* enters the key as its value, or as `off` for greedy requests (temperature 0) */
+    GENPARAM_KEY_IF_SET    /* enters the key only when not at its default, marked (see genparam_key_encode), so
+                              requests without it keep the keys they had before the row existed */
 };
 
 struct genparam {
@@ -96,13 +106,16 @@ extern const struct genparam genparam_table[];
 extern const int genparam_count;
 
 /* The table's defaults: max_tokens 256, temperature 1, top_p 1, top_k 0, min_p 0, no penalties,
- * repeat_last_n 64, no seed, n 1, no stop strings, no logit bias, ignore_eos 0, no constraint. */
+ * repeat_last_n 64, no seed, n 1, no stop strings, no logit bias, ignore_eos 0, no constraint, no logprobs
+ * (-1), top_logprobs 0, echo 0. */
 struct gen_params genparam_defaults(void);
 /* Deep copy (dst is overwritten, not freed). */
 int genparam_copy(struct gen_params *dst, const struct gen_params *src, struct err *e);
 void genparam_free(struct gen_params *g);
 
-/* Checks every row's range; the message names the parameter ("temperature must be in [0, 2], got 3"). */
+/* Checks every row's range, and max_tokens 0 only with echo; the message names the parameter ("temperature
+ * must be in [0, 2], got 3"). For run-wide defaults (flags); a request's fields are checked as they are
+ * applied and by genparam_check_endpoint. */
 int genparam_check(const struct gen_params *g, struct err *e);
 /* Debug check of the table itself (see the invariant above). */
 int genparam_check_table(struct err *e);
@@ -113,6 +126,11 @@ int genparam_check_table(struct err *e);
 int genparam_apply_json(struct gen_params *g, const char *field, const json_t *v, const char **code,
                         struct err *e);
 /* (genparam_apply_json also sets the row's bit in g->given when v is not null and applied.) */
+
+/* The checks between fields that depend on the endpoint (chat: /v1/chat/completions, else /v1/completions),
+ * for a request line whose fields are applied: logprobs, top_logprobs, echo and max_tokens 0 (scoring).
+ * 0, or -1 with *code ("invalid_value", "unsupported_parameter") and a message naming the field first. */
+int genparam_check_endpoint(const struct gen_params *g, int chat, const char **code, struct err *e);
 
 /* What nightshift does with a request field that is not a generation field (OpenAI's and vLLM's names). */
 enum genparam_other {
@@ -139,7 +157,8 @@ int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char
 /* The flag lines for --help, aligned at column 28. */
 void genparam_usage(FILE *out);
 
-/* Store settings: the row's value as a string ("%d", "%.9g", "none" or the seed, a JSON array of stop
+/* Store settings: the row's value as a string ("none" for a GENPARAM_KEY_IF_SET row at its default; else
+ * "%d", "%.9g", "none" or the seed, a JSON array of stop
  * strings, "token:bias,...", "none" or "KIND:TEXT" for a constraint of the row's kinds, with "KIND:sha256:HEX"
  * of the text when it is longer than 200 bytes). Truncated to cap. */
 void genparam_setting(const struct genparam *p, const struct gen_params *g, char *buf, size_t cap);
@@ -149,7 +168,8 @@ json_t *genparam_to_json(const struct gen_params *g);
 /* The key: calls put(w, bytes, n) for every row that enters the key, in table order, little-endian (INT and
  * BOOL u32, FLOAT the f32 bit pattern with -0 as +0, SEED the u64 seed_used, STOP u32 count then u32 length +
  * bytes each, LOGIT_BIAS u32 count then (i32 token, f32 bias) each, CONSTRAINT nothing when the request's
- * constraint is not of the row's kinds, else u32 0x80000000 | kind, u32 length and the canonical text).
+ * constraint is not of the row's kinds, else u32 0x80000000 | kind, u32 length and the canonical text;
+ * GENPARAM_KEY_IF_SET rows nothing at their default, else u32 0x80010000 | row index and u32 value).
  * Greedy requests encode GENPARAM_KEY_SAMPLING rows and the seed as their off values. The constraint rows
  * come last and encode nothing for unconstrained requests, so those keep the keys they had before
  * constraints existed; the marker's high bit cannot be a prompt length, so no two encodings collide. */

@@ -1,11 +1,13 @@
-/* ppl — see ppl.h for the windows, the scoring and the KV layout.
+/* ppl — see ppl.h for the windows and the scoring.
  *
- * Invariant of a run (ppl_check_batch, checked on every batch before it goes to the backend): rows are
- * (window, position) pairs in order, positions 0 .. ctx - 2 of each window; a window's rows in one batch
- * are contiguous with consecutive positions and one step_seq pointing at its slot's blocks; no two windows
- * of a batch share a slot; logit rows are exactly the rows at positions first .. ctx - 2, increasing.
+ * Invariant of a run: window w is engine request w, whose prompt is the window (BOS at position 0 when
+ * bos >= 0) and which asks for the logprobs of positions first + 1 .. ctx - 1 only; stats hold the NLLs of
+ * windows 0 .. next_sum - 1 exactly, each window's in position order; the ring holds finished windows
+ * next_sum .. next_add - 1 (at most n_ring), each at its index modulo n_ring.
  */
 #include "runtime/ppl.h"
+
+#include "engine/engine.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -75,113 +77,88 @@ double ppl_stats_err(const struct ppl_stats *s)
     return exp(mean) * sqrt((var > 0 ? var : 0) / (double)(s->n - 1));
 }
 
-/* Buffers of one run, sized for max_batch_tokens rows. */
+/* One run: windows go to the engine as scoring requests (request id = window index), at most max_seqs * 2
+ * queued or running at a time; results come back in any order and are summed in window order from the
+ * ring of those that finished ahead of their turn. */
 struct ppl_run {
     const struct ppl_params *p;
     struct ppl_plan plan;
-    int32_t n_vocab, n_slots, blocks_per_window;
-    int32_t *block_ids;      /* (n_slots, blocks_per_window): slot s holds blocks s * bpw .. */
-    int32_t *tokens, *pos, *seq, *logit_rows, *targets; /* (max_batch_tokens) */
-    int32_t *row_window;     /* (max_batch_tokens) the window of each row */
-    struct step_seq *seqs;   /* (n_slots) */
-    float *logits;           /* (max_batch_tokens, n_vocab) */
+    engine *eng;
+    int32_t *window;               /* (ctx) the request being added */
+    struct engine_result *ring;    /* (n_ring) window w's result at w % n_ring; id == UINT64_MAX: empty */
+    int32_t n_ring, next_add, next_sum;
 };
 
 static void ppl_run_free(struct ppl_run *r)
 {
-    free(r->block_ids);
-    free(r->tokens);
-    free(r->pos);
-    free(r->seq);
-    free(r->logit_rows);
-    free(r->targets);
-    free(r->row_window);
-    free(r->seqs);
-    free(r->logits);
+    for (int32_t i = 0; r->ring && i < r->n_ring; i++) engine_result_free(&r->ring[i]);
+    free(r->ring);
+    free(r->window);
+    engine_free(r->eng);
 }
 
-static int ppl_run_alloc(struct ppl_run *r, struct err *e)
-{
-    const size_t B = (size_t)r->p->max_batch_tokens;
-    r->n_slots = r->p->max_batch_tokens / (r->p->ctx - 1) + 2;
-    r->blocks_per_window = (r->p->ctx + r->p->kv_block - 1) / r->p->kv_block;
-    const size_t n_blocks = (size_t)r->n_slots * (size_t)r->blocks_per_window;
-    r->block_ids = malloc(n_blocks * sizeof *r->block_ids);
-    r->tokens = malloc(B * sizeof *r->tokens);
-    r->pos = malloc(B * sizeof *r->pos);
-    r->seq = malloc(B * sizeof *r->seq);
-    r->logit_rows = malloc(B * sizeof *r->logit_rows);
-    r->targets = malloc(B * sizeof *r->targets);
-    r->row_window = malloc(B * sizeof *r->row_window);
-    r->seqs = malloc((size_t)r->n_slots * sizeof *r->seqs);
-    r->logits = malloc(B * (size_t)r->n_vocab * sizeof *r->logits);
-    if (!r->block_ids || !r->tokens || !r->pos || !r->seq || !r->logit_rows || !r->targets || !r->row_window ||
-        !r->seqs || !r->logits)
-        return err_set(e, "out of memory for a batch of %zu rows over %d tokens of vocabulary", B,
-                       (int)r->n_vocab);
-    for (size_t i = 0; i < n_blocks; i++)
-        r->block_ids[i] = (int32_t)i;
-    return 0;
-}
-
-/* Fills b with the rows from (window *w, position *j) on, up to max_batch_tokens rows, and advances the
- * cursor past them. */
-static void ppl_fill_batch(struct ppl_run *r, const int32_t *text, int32_t *w, int32_t *j, struct step_batch *b)
+/* The engine for the run: every window fits at once (max_seqs of them, KV for each), no prefix cache
+ * (windows share no prefix but BOS), no drafts. */
+static int ppl_run_open(struct ppl_run *r, struct backend *be, const struct model *m, struct err *e)
 {
     const struct ppl_params *p = r->p;
-    int32_t n = 0, n_logits = 0, n_seqs = 0;
-    while (n < p->max_batch_tokens && *w < r->plan.n_windows) {
-        if (n == 0 || r->row_window[n - 1] != *w) {
-            const int32_t slot = *w % r->n_slots;
-            r->seqs[n_seqs++] = (struct step_seq){r->block_ids + (size_t)slot * r->blocks_per_window,
-                                                  r->blocks_per_window};
-        }
-        const int64_t at = (int64_t)*w * r->plan.step + *j;
-        r->tokens[n] = *j == 0 && p->bos >= 0 ? p->bos : text[at];
-        r->pos[n] = *j;
-        r->seq[n] = n_seqs - 1;
-        r->row_window[n] = *w;
-        if (*j >= r->plan.first) {
-            r->logit_rows[n_logits] = n;
-            r->targets[n_logits++] = text[at + 1];
-        }
-        n++;
-        if (++*j == p->ctx - 1) {
-            *j = 0;
-            ++*w;
-        }
-    }
-    *b = (struct step_batch){n, r->tokens, r->pos, r->seq, n_seqs, r->seqs, n_logits, r->logit_rows, 0, NULL, NULL};
-}
-
-static int ppl_check_batch(const struct ppl_run *r, const struct step_batch *b, struct err *e)
-{
-    int32_t k = 0;
-    for (int32_t i = 0; i < b->n_rows; i++) {
-        const int new_seq = i == 0 || b->seq[i] != b->seq[i - 1];
-        if ((new_seq && i > 0 && (b->seq[i] != b->seq[i - 1] + 1 || r->row_window[i] == r->row_window[i - 1])) ||
-            (!new_seq && (r->row_window[i] != r->row_window[i - 1] || b->pos[i] != b->pos[i - 1] + 1)) ||
-            b->pos[i] < 0 || b->pos[i] > r->p->ctx - 2)
-            return err_set(e, "perplexity: internal error: batch row %d breaks the window layout", (int)i);
-        if (b->pos[i] >= r->plan.first && (k >= b->n_logits || b->logit_rows[k++] != i))
-            return err_set(e, "perplexity: internal error: batch row %d should have logits", (int)i);
-    }
-    if (k != b->n_logits || b->n_seqs > r->n_slots)
-        return err_set(e, "perplexity: internal error: %d logit rows, %d sequences", (int)b->n_logits, (int)b->n_seqs);
+    struct engine_params ep = engine_default_params();
+    int64_t seqs = p->max_batch_tokens / (p->ctx - 1) + 2;
+    ep.kv_block = p->kv_block;
+    ep.kv_type = p->kv_type;
+    ep.max_batch_tokens = p->max_batch_tokens;
+    ep.max_seqs = (int32_t)(seqs < 64 ? seqs : 64);
+    ep.kv_blocks = (int64_t)ep.max_seqs * ((p->ctx + p->kv_block - 1) / p->kv_block);
+    ep.prefix_cache = 0;
+    ep.lookup = 0;
+    if (engine_init(m, be, NULL, &ep, &r->eng, e)) return -1;
+    r->n_ring = ep.max_seqs * 2;
+    r->window = malloc((size_t)p->ctx * sizeof *r->window);
+    r->ring = calloc((size_t)r->n_ring, sizeof *r->ring);
+    if (!r->window || !r->ring) return err_set(e, "out of memory for %d windows", (int)r->n_ring);
+    for (int32_t i = 0; i < r->n_ring; i++) r->ring[i].id = UINT64_MAX;
     return 0;
 }
 
-/* Adds the batch's NLLs in row order and reports each window that ends in it. */
-static void ppl_score_batch(const struct ppl_run *r, const struct step_batch *b, ppl_window_fn on_window,
-                            void *user, struct ppl_stats *s)
+/* Queues windows while fewer than n_ring are unsummed. */
+static int ppl_add_windows(struct ppl_run *r, const int32_t *text, struct err *e)
 {
-    int32_t k = 0;
-    for (int32_t i = 0; i < b->n_rows; i++) {
-        if (k < b->n_logits && b->logit_rows[k] == i) {
-            ppl_stats_add(s, ppl_nll(r->logits + (size_t)k * (size_t)r->n_vocab, r->n_vocab, r->targets[k]));
-            k++;
+    const struct ppl_params *p = r->p;
+    while (r->next_add < r->plan.n_windows && r->next_add - r->next_sum < r->n_ring) {
+        const int64_t at = (int64_t)r->next_add * r->plan.step;
+        memcpy(r->window, text + at, (size_t)p->ctx * sizeof *r->window);
+        if (p->bos >= 0) r->window[0] = p->bos;
+        struct engine_request rq = {.id = (uint64_t)r->next_add, .prompt = r->window, .n_prompt = p->ctx,
+                                    .max_tokens = 0, .sampling = sampler_default_params(), .prompt_logprobs = 1,
+                                    .prompt_logprobs_from = r->plan.first + 1};
+        if (engine_add(r->eng, &rq, e)) return -1;
+        r->next_add++;
+    }
+    return 0;
+}
+
+/* Takes finished windows into the ring, then sums those whose turn it is (in window order, position order)
+ * and reports each. */
+static int ppl_take_windows(struct ppl_run *r, ppl_window_fn on_window, void *user, struct ppl_stats *s,
+                            struct err *e)
+{
+    struct engine_result res;
+    while (engine_take(r->eng, &res)) {
+        if (res.finish == ENGINE_FINISH_ERROR || !res.prompt_logprobs) {
+            err_set(e, "window %d: %s", (int)res.id + 1, res.error ? res.error : "no logprobs (bug)");
+            engine_result_free(&res);
+            return -1;
         }
-        if (b->pos[i] == r->p->ctx - 2 && on_window) on_window(user, r->row_window[i], s);
+        r->ring[res.id % (uint64_t)r->n_ring] = res;
+    }
+    for (;;) {
+        struct engine_result *w = &r->ring[r->next_sum % r->n_ring];
+        if (w->id != (uint64_t)r->next_sum) return 0;
+        for (int32_t j = r->plan.first + 1; j < r->p->ctx; j++) ppl_stats_add(s, -w->prompt_logprobs[j].logprob);
+        engine_result_free(w);
+        w->id = UINT64_MAX;
+        if (on_window) on_window(user, r->next_sum, s);
+        r->next_sum++;
     }
 }
 
@@ -189,25 +166,20 @@ int ppl_run(struct backend *be, const struct model *m, const int32_t *tokens, in
             const struct ppl_params *p, ppl_window_fn on_window, void *user, struct ppl_stats *out,
             struct ppl_plan *plan_out, struct err *e)
 {
-    struct ppl_run r = {.p = p, .n_vocab = m->hp.n_vocab};
+    struct ppl_run r = {.p = p};
     int rc = -1;
     memset(out, 0, sizeof *out);
     if (ppl_plan(p, n_tokens, m->hp.n_ctx_train, &r.plan, e)) return -1;
     if (plan_out) *plan_out = r.plan;
     if (p->bos >= m->hp.n_vocab) return err_set(e, "BOS token %d is outside the vocabulary", (int)p->bos);
-    if (ppl_run_alloc(&r, e)) goto done;
-    if (be->ops->kv_alloc(be->ctx, r.n_slots * r.blocks_per_window, p->kv_block, p->kv_type, e)) goto done;
-    int32_t w = 0, j = 0;
-    while (w < r.plan.n_windows) {
-        struct step_batch b;
-        const int32_t w0 = w;
-        ppl_fill_batch(&r, tokens, &w, &j, &b);
-        if (ppl_check_batch(&r, &b, e)) goto done;
-        if (be->ops->forward(be->ctx, &b, r.logits, e)) {
-            err_prefix(e, "window %d", (int)w0 + 1);
+    if (ppl_run_open(&r, be, m, e)) goto done;
+    while (r.next_sum < r.plan.n_windows) {
+        if (ppl_add_windows(&r, tokens, e)) goto done;
+        if (engine_step(r.eng, e)) {
+            err_prefix(e, "window %d", (int)r.next_sum + 1);
             goto done;
         }
-        ppl_score_batch(&r, &b, on_window, user, out);
+        if (ppl_take_windows(&r, on_window, user, out, e)) goto done;
     }
     rc = 0;
 done:

@@ -1,5 +1,6 @@
-/* ppl — perplexity of a model on a token sequence, through a backend's forward step (no engine: the
- * windows below are fixed, so this module lays out their KV blocks itself).
+/* ppl — perplexity of a model on a token sequence, through the engine: each window is a scoring request
+ * (max_tokens 0, prompt logprobs of the positions it scores: engine.h), so perplexity runs on any backend
+ * the engine drives, batched with the engine's step (several windows per step when they fit).
  *
  * Windows (ppl_plan), following llama.cpp's perplexity tool so numbers compare:
  *   - default (stride 0): the text is cut into n_tokens / ctx windows of ctx tokens, side by side; each
@@ -19,12 +20,12 @@
  * (what llama.cpp prints as "+/-"). Sums are taken in window order, position order, so the result does
  * not depend on max_batch_tokens, and (the CPU backend's invariant) is bit-identical for any batch size.
  *
- * Steps: a window runs positions 0 .. ctx - 2 (the last token is only a target). Rows of consecutive
- * windows are packed into forward calls of up to max_batch_tokens rows (a window may span calls: its KV
- * stays in its blocks); each window in flight uses its own slot of ceil(ctx / kv_block) KV blocks, window
- * w slot w % n_slots, with n_slots = max_batch_tokens / (ctx - 1) + 2: more windows than one call can
- * touch, so two windows in one call never share a slot. Memory: that KV pool plus (max_batch_tokens,
- * n_vocab) floats of logits.
+ * Steps: the engine runs a window's ctx positions (the last only for its KV, which nothing reads) in chunks
+ * of at most max_batch_tokens rows, several windows per step, as many in flight as the batch can hold
+ * (max_batch_tokens / (ctx - 1) + 2, at most 64); logprobs are computed from each scored row's logits
+ * (engine/logprob.h: -logprob is ppl_nll bit for bit), and each logits row is bit-identical whatever the
+ * batch (CPU), so the result does not depend on max_batch_tokens. Memory: that many windows' KV blocks plus
+ * (max_batch_tokens, n_vocab) floats of logits, as when ppl drove the backend itself.
  */
 #ifndef NS_RUNTIME_PPL_H
 #define NS_RUNTIME_PPL_H
@@ -78,7 +79,8 @@ double ppl_stats_err(const struct ppl_stats *s);
 typedef void (*ppl_window_fn)(void *user, int32_t window, const struct ppl_stats *so_far);
 
 /* Scores tokens[0 .. n_tokens) on backend b with model m's weights already loaded (runtime_open_backend),
- * reallocating b's KV pool (all KV is invalidated). Fills *out with the sums over every scored token and
+ * through an engine of its own (which reallocates b's KV pool: all KV is invalidated; kv_block must be a
+ * power of two, engine.h). Fills *out with the sums over every scored token and
  * *plan_out (optional) with the plan. */
 int ppl_run(struct backend *b, const struct model *m, const int32_t *tokens, int64_t n_tokens,
             const struct ppl_params *p, ppl_window_fn on_window, void *user, struct ppl_stats *out,

@@ -241,7 +241,8 @@ char *openai_response(const struct server_req *r, const char *id, const char *mo
     int64_t gen = 0;
     for (int32_t i = 0; i < r->n_choices; i++) {
         const struct server_choice *c = &r->choices[i];
-        ch[i] = (struct output_choice){c->text ? c->text : "", c->text_len, openai_finish_reason(c->finish)};
+        ch[i] = (struct output_choice){.text = c->text ? c->text : "", .len = c->text_len,
+                                       .finish_reason = openai_finish_reason(c->finish)};
         gen += c->n_tokens;
     }
     struct output_ok o = {.chat = r->chat, .model = model, .created = created, .choices = ch,
