@@ -8,6 +8,7 @@
 #include "runtime/ppl.h"
 
 #include "engine/engine.h"
+#include "engine/logprob.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,13 +50,8 @@ int ppl_plan(const struct ppl_params *p, int64_t n_tokens, int32_t n_ctx_train, 
 
 double ppl_nll(const float *logits, int32_t n_vocab, int32_t target)
 {
-    float max = logits[0];
-    for (int32_t i = 1; i < n_vocab; i++)
-        if (logits[i] > max) max = logits[i];
-    double sum = 0.0;
-    for (int32_t i = 0; i < n_vocab; i++)
-        sum += exp((double)logits[i] - (double)max);
-    return log(sum) - ((double)logits[target] - (double)max);
+    const struct logprob_norm nm = logprob_norm_row(logits, n_vocab);
+    return -logprob_of(&nm, logits, target); /* -(a - b) is b - a exactly: the NLL of before, bit for bit */
 }
 
 void ppl_stats_add(struct ppl_stats *s, double nll)
