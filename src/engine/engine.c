@@ -340,7 +340,7 @@ int engine_add(engine *eng, const struct engine_request *r, struct err *e)
     struct eng_seq *es = calloc(1, sizeof *es);
     if (!es) return err_set(e, "engine: out of memory");
     struct err se;
-    const int one = r->embed_pooling || (r->prompt_logprobs && r->max_tokens == 0); /* no token to generate */
+    const int one = eng_req_no_token(r);
     if (sched_seq_init(&es->q, r->id, r->prompt, r->n_prompt, one ? 1 : r->max_tokens, eng->p.kv_block, &se)) {
         free(es);
         return fail_request(eng, r, se.msg, e);

@@ -45,8 +45,7 @@ enum engine_request_check engine_check_request(const engine *eng, const struct e
     struct err se;
     msg[0] = '\0';
     const int embed = r->embed_pooling != MODEL_POOLING_NONE;
-    const int scoring = !embed && r->prompt_logprobs && r->max_tokens == 0; /* prompt logprobs, no token */
-    const int one = embed || scoring; /* needs the KV of its prompt only: as a completion of one token would */
+    const int one = eng_req_no_token(r);
     if (r->n_prompt < 1 || !r->prompt) return snprintf(msg, cap, "empty prompt"), ENGINE_REQUEST_INVALID;
     if (embed && !pooling_supported(r->embed_pooling))
         return snprintf(msg, cap, "embeddings: pooling type %d is not one nightshift computes (1 mean, 2 CLS, 3 last token)",

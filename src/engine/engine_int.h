@@ -97,6 +97,18 @@ struct engine {
 /* sched_params.hit_ok: a sequence that wants prompt logprobs takes a cached block only when they are known
  * for the positions it covers (logprob_seq_hit_ok). */
 int eng_lp_hit_ok(void *user, const struct sched_seq *q, int32_t index, int32_t block);
+/* A scoring request: prompt logprobs and no token to generate (not an embedding). */
+static inline int eng_req_scoring(const struct engine_request *r)
+{
+    return r->prompt_logprobs && r->max_tokens == 0 && !r->embed_pooling;
+}
+/* A request that generates no token (an embedding or a scoring request): it needs the KV of its prompt only,
+ * as a completion of one token would. */
+static inline int eng_req_no_token(const struct engine_request *r)
+{
+    return r->embed_pooling || eng_req_scoring(r);
+}
+
 /* Sets up es's logprobs for request r (and the engine for prompt logprobs: full logits rows for a step, the
  * cache). -1 on out of memory. */
 int eng_lp_add(engine *eng, struct eng_seq *es, const struct engine_request *r);

@@ -36,7 +36,7 @@ static int full_logits(engine *eng)
 int eng_lp_add(engine *eng, struct eng_seq *es, const struct engine_request *r)
 {
     struct err e;
-    es->scoring = r->prompt_logprobs && r->max_tokens == 0 && !r->embed_pooling;
+    es->scoring = eng_req_scoring(r);
     if ((!r->logprobs && !r->prompt_logprobs) || r->embed_pooling) return 0;
     if (logprob_seq_init(&es->lp, r->prompt, r->n_prompt, es->scoring ? 0 : r->max_tokens, r->logprobs,
                          r->prompt_logprobs, r->prompt_logprobs_from, r->top_logprobs))

@@ -216,12 +216,17 @@ static void put_token_string(struct output_buf *b, const tok_vocab *v, int32_t i
     if (s != buf) free(s);
 }
 
-static void put_token_bytes(struct output_buf *b, const tok_vocab *v, int32_t id)
+/* {"token": its text, "logprob": lp, "bytes": [its bytes]}: one chat entry's fields (the bytes looked up once). */
+static void put_token_logprob(struct output_buf *b, const tok_vocab *v, int32_t id, double lp)
 {
     char buf[128];
     int n;
     char *s = token_bytes(v, id, 1, buf, sizeof buf, &n);
-    put_str(b, "[");
+    put_str(b, "{\"token\":");
+    output_buf_put_json_string(b, s, (size_t)n);
+    put_str(b, ",\"logprob\":");
+    put_logprob(b, lp);
+    put_str(b, ",\"bytes\":[");
     for (int i = 0; i < n; i++) {
         if (i) put_str(b, ",");
         put_i64(b, (unsigned char)s[i]);
@@ -230,23 +235,14 @@ static void put_token_bytes(struct output_buf *b, const tok_vocab *v, int32_t id
     if (s != buf) free(s);
 }
 
-/* One chat content entry: token, logprob, bytes and (with alternatives) top_logprobs. */
+/* One chat content entry: token, logprob, bytes and top_logprobs (each alternative with the same fields). */
 static void put_chat_entry(struct output_buf *b, const tok_vocab *v, const struct logprob_entry *en)
 {
-    put_str(b, "{\"token\":");
-    put_token_string(b, v, en->token);
-    put_str(b, ",\"logprob\":");
-    put_logprob(b, en->logprob);
-    put_str(b, ",\"bytes\":");
-    put_token_bytes(b, v, en->token);
+    put_token_logprob(b, v, en->token, en->logprob);
     put_str(b, ",\"top_logprobs\":[");
     for (int32_t k = 0; k < en->n_top; k++) {
-        put_str(b, k ? ",{\"token\":" : "{\"token\":");
-        put_token_string(b, v, en->top[k].token);
-        put_str(b, ",\"logprob\":");
-        put_logprob(b, en->top[k].logprob);
-        put_str(b, ",\"bytes\":");
-        put_token_bytes(b, v, en->top[k].token);
+        if (k) put_str(b, ",");
+        put_token_logprob(b, v, en->top[k].token, en->top[k].logprob);
         put_str(b, "}");
     }
     put_str(b, "]}");

@@ -14,6 +14,7 @@
 
 struct runtime_params runtime_default_params(void)
 {
+    const struct engine_params ep = engine_default_params(); /* the engine's defaults, one source */
     return (struct runtime_params){
         .model_path = NULL,
         .backend = NULL,
@@ -22,14 +23,14 @@ struct runtime_params runtime_default_params(void)
         .kv_memory = RUNTIME_AUTO,
         .headroom = RUNTIME_AUTO,
         .reserve = 0,
-        .kv_type = KV_TYPE_F16,
-        .kv_block = 16,
-        .max_batch_tokens = 0,
-        .max_seqs = 64,
-        .prefix_cache = 1,
-        .lookup = ENGINE_DEFAULT_LOOKUP,
-        .lookup_adaptive = 1,
-        .debug_checks = 0,
+        .kv_type = ep.kv_type,
+        .kv_block = ep.kv_block,
+        .max_batch_tokens = 0, /* the backend's default (caps), not the engine's */
+        .max_seqs = ep.max_seqs,
+        .prefix_cache = ep.prefix_cache,
+        .lookup = ep.lookup,
+        .lookup_adaptive = ep.lookup_adaptive,
+        .debug_checks = ep.debug_checks,
     };
 }
 
