@@ -98,9 +98,13 @@ b = {x["name"]: x for x in json.load(sys.stdin)["backends"]}
 sys.exit(0 if "cuda" in b and b["cuda"]["usable"] else 1)'; then
     expect_err arch_cuda_refuses 1 "architecture gemma3 is not supported by the cuda backend yet; use --backend cpu" \
         $NS generate -m "$T/gemma3-tiny.gguf" -p "once" -n 2 --backend cuda
+    # without --backend, the default picks cpu for a model the GPU backend does not run, and says so
+    out=$($NS generate -m "$T/gemma3-tiny.gguf" -p "once" -n 2 2>&1) && grep -q "backend cuda does not run this model (gemma3); using cpu" <<<"$out" &&
+        ok arch_auto_falls_back_to_cpu || fail arch_auto_falls_back_to_cpu "$out"
     $NS info "$T/gemma3-tiny.gguf" | grep -q "can run  *yes, on cpu" && ok arch_cuda_info ||
         fail arch_cuda_info "$($NS info "$T/gemma3-tiny.gguf" | tail -2)"
 else
     skip arch_cuda_refuses "no usable cuda backend here"
+    skip arch_auto_falls_back_to_cpu "no usable cuda backend here"
 fi
 exit $E2E_FAILED

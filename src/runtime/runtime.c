@@ -86,16 +86,35 @@ int runtime_check_weight_types(const struct model *m, const struct backend_caps 
                    ti ? ti->name : "unknown", backend_name, list);
 }
 
+/* rt's backend name and caps, from the backend just opened. */
+static int runtime_read_caps(struct runtime *rt, struct err *e)
+{
+    rt->backend_name = rt->backend.ops->name;
+    if (!rt->backend.ops->caps || !rt->backend.ops->memory)
+        return err_set(e, "backend %s: no caps or memory op (every backend in the registry needs both)", rt->backend_name);
+    rt->backend.ops->caps(rt->backend.ctx, &rt->caps);
+    return 0;
+}
+
+/* 1 if a backend of these caps runs m: its architecture and every weight type. */
+static int runtime_backend_runs(const struct model *m, const struct backend_caps *caps)
+{
+    return (caps->archs >> m->hp.arch & 1) && !runtime_find_unsupported(m, caps->weight_types);
+}
+
 int runtime_open_backend(struct runtime *rt, struct err *e)
 {
     const struct runtime_params *p = &rt->params;
     rt->threads = p->threads > 0 ? p->threads : threads_online_cores();
     struct backend_config cfg = {.n_threads = rt->threads, .device = p->device};
     if (backend_open(p->backend, &cfg, &rt->backend, e)) return -1;
-    rt->backend_name = rt->backend.ops->name;
-    if (!rt->backend.ops->caps || !rt->backend.ops->memory)
-        return err_set(e, "backend %s: no caps or memory op (every backend in the registry needs both)", rt->backend_name);
-    rt->backend.ops->caps(rt->backend.ctx, &rt->caps);
+    if (runtime_read_caps(rt, e)) return -1;
+    if ((!p->backend || !strcmp(p->backend, "auto")) && strcmp(rt->backend_name, "cpu") &&
+        !runtime_backend_runs(rt->model, &rt->caps)) { /* auto: the model is not for this one, cpu runs everything */
+        log_info("backend %s does not run this model (%s); using cpu", rt->backend_name, model_arch_name(rt->model->hp.arch));
+        backend_free(&rt->backend);
+        if (backend_open("cpu", &cfg, &rt->backend, e) || runtime_read_caps(rt, e)) return -1;
+    }
     if (runtime_check_weight_types(rt->model, &rt->caps, rt->backend_name, e)) return -1;
     if (rt->backend.ops->load(rt->backend.ctx, rt->model, e)) return -1;
 

@@ -48,7 +48,7 @@
 
 struct runtime_params {
     const char *model_path;   /* GGUF file (not copied: must outlive the runtime) */
-    const char *backend;      /* NULL or "auto" (default): the best available; else "cpu", "cuda", ... */
+    const char *backend;      /* NULL or "auto" (default): the best available that runs the model; else "cpu", "cuda" */
     int threads;              /* cpu threads; <= 0 (default): one per online core */
     int device;               /* GPU ordinal (default 0) */
     uint64_t kv_memory;       /* KV pool bytes; RUNTIME_AUTO (default): the budget from the backend's memory */
