@@ -60,9 +60,17 @@ extern "C" {
 
 #define CUDA_BLAS_WORKSPACE (32u << 20) /* cuBLAS workspace bytes (ours, so cuBLAS allocates nothing) */
 #define CUDA_STAGING (64u << 20)        /* pinned staging for the weight upload, two halves */
+
 #define CUDA_PARTS_BYTES (64u << 20)    /* attention partials (split decode rows) at most */
 #define CUDA_MAX_PARTS 65536
 #define CUDA_RESERVE_ROWS 64            /* scratch and logit buffers grow in steps of this many rows */
+
+/* 1 when the switch `name` is set to "off" in the environment. */
+static int cuda_env_off(const char *name)
+{
+    const char *v = getenv(name);
+    return v && !strcmp(v, "off");
+}
 
 
 /* Profile: the phase that just ended on the stream (no-op when the profile is off). */
@@ -619,7 +627,7 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
 static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void *x, int32_t n_rows, float *y,
                      struct err *e)
 {
-    return cuda_matmul(c->st, c->blas, w->d, w->bf16, x, n_rows, w->n_in, w->n_out, y, e);
+    return cuda_matmul(c->st, c->blas, w->d, w->bf16, x, n_rows, w->n_in, w->n_out, y, CUDA_ACT_F32, e);
 }
 
 static enum cuda_act cuda_act_of(const struct cuda_matrix *w)
@@ -633,6 +641,29 @@ static enum cuda_act cuda_act_of(const struct cuda_matrix *w)
         if (call) return err_prefix(e, "layer %d", (int)il);                                              \
         cuda_mark(c, phase);                                                                              \
     } while (0)
+
+/* A layer's attention into act, the split partials merged. Where the tensor-core kernels run both whole
+ * items (prefill) and split lone rows (decode) in this step, the split kernel goes on the side stream,
+ * forked after the K/V writes and joined before the combine: the decode kernel, bound by the KV bytes it
+ * reads, runs beside the prefill kernel, bound by its instructions. The same kernels on the same inputs,
+ * so the same bits. */
+static int cuda_run_attn(struct cuda_ctx *c, const struct cuda_batch_dev *bd, const struct cuda_attn_geom *g,
+                         int32_t qkv_stride, const void *k_layer, const void *v_layer, enum cuda_act out, struct err *e)
+{
+    const int fork = c->side && cuda_attn_tc_apart(g, bd);
+    if (fork) {
+        CU_TRY(cudaEventRecord(c->ev_fork, c->st));
+        CU_TRY(cudaStreamWaitEvent(c->side, c->ev_fork, 0));
+    }
+    if (cuda_launch_attn(c->st, fork ? c->side : c->st, g, bd, c->qkv, qkv_stride, k_layer, v_layer, c->act, out,
+                         c->part_acc, c->part_ml, e))
+        return -1;
+    if (fork) {
+        CU_TRY(cudaEventRecord(c->ev_join, c->side));
+        CU_TRY(cudaStreamWaitEvent(c->st, c->ev_join, 0));
+    }
+    return cuda_launch_attn_combine(c->st, g, bd, c->part_acc, c->part_ml, c->act, out, e);
+}
 
 /* One layer over all rows of the step: x += tmp (the previous layer's FFN output, il > 0), attention
  * block, feed-forward block; leaves this layer's FFN output in tmp (not yet added to x). */
@@ -649,15 +680,16 @@ static int cuda_run_layer(struct cuda_ctx *c, const struct cuda_batch_dev *bd, c
     CUDA_STEP(cuda_gemm(c, &L->qkv, c->act, n, c->qkv, e), CUDA_PROF_GEMM);
     CUDA_STEP(cuda_launch_qkv(c->st, g, bd, c->qkv, L->bqkv, L->q_norm, L->k_norm, c->cs, k_layer, v_layer, e),
               CUDA_PROF_QKV);
-    CUDA_STEP(cuda_launch_attn(c->st, g, bd, c->qkv, qkv_stride, k_layer, v_layer, c->act, cuda_act_of(&L->wo),
-                               c->part_acc, c->part_ml, e) ||
-                  cuda_launch_attn_combine(c->st, g, bd, c->part_acc, c->part_ml, c->act, cuda_act_of(&L->wo), e),
-              CUDA_PROF_ATTN);
+    CUDA_STEP(cuda_run_attn(c, bd, g, qkv_stride, k_layer, v_layer, cuda_act_of(&L->wo), e), CUDA_PROF_ATTN);
     CUDA_STEP(cuda_gemm(c, &L->wo, c->act, n, c->tmp, e), CUDA_PROF_GEMM);
     CUDA_STEP(cuda_launch_rmsnorm(c->st, c->x, c->tmp, L->ffn_norm, NULL, n, hp->n_embd, hp->norm_eps, c->act,
                                   cuda_act_of(&L->gate_up), e), CUDA_PROF_NORM);
-    CUDA_STEP(cuda_gemm(c, &L->gate_up, c->act, n, c->gu, e), CUDA_PROF_GEMM);
-    CUDA_STEP(cuda_launch_swiglu(c->st, c->gu, n, hp->n_ff, c->act, cuda_act_of(&L->down), e), CUDA_PROF_SWIGLU);
+    /* gate and up as BF16 under BF16 weights: half the bytes through SwiGLU, whose output into the BF16 GEMM
+     * is rounded to BF16 anyway */
+    const enum cuda_act gu_type = cuda_act_of(&L->gate_up);
+    CUDA_STEP(cuda_matmul(c->st, c->blas, L->gate_up.d, L->gate_up.bf16, c->act, n, L->gate_up.n_in, L->gate_up.n_out,
+                          c->gu, gu_type, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_launch_swiglu(c->st, c->gu, gu_type, n, hp->n_ff, c->act, cuda_act_of(&L->down), e), CUDA_PROF_SWIGLU);
     CUDA_STEP(cuda_gemm(c, &L->down, c->act, n, c->tmp, e), CUDA_PROF_GEMM);
     return 0;
 }
@@ -831,6 +863,9 @@ static void cuda_free(void *ctx)
     free(c->prof_ev);
     free(c->prof_phase);
     if (c->st) cudaStreamDestroy(c->st);
+    if (c->side) cudaStreamDestroy(c->side);
+    if (c->ev_fork) cudaEventDestroy(c->ev_fork);
+    if (c->ev_join) cudaEventDestroy(c->ev_join);
     free(c);
 }
 
@@ -849,6 +884,11 @@ static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)
                        p.name, p.major, p.minor);
     snprintf(c->device_name, sizeof c->device_name, "%s", p.name);
     CU_TRY(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
+    if (!cuda_env_off("NIGHTSHIFT_CUDA_SIDE")) {
+        CU_TRY(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+        CU_TRY(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming));
+        CU_TRY(cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming));
+    }
     CU_TRY(cudaEventCreate(&c->ev_start));
     CU_TRY(cudaEventCreate(&c->ev_head));
     CU_TRY(cudaEventCreate(&c->ev_copied));
@@ -856,8 +896,7 @@ static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)
     CUBLAS_TRY(cublasSetStream(c->blas, c->st));
     CU_TRY(cudaMalloc(&c->blas_ws, CUDA_BLAS_WORKSPACE));
     CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE));
-    const char *g = getenv("NIGHTSHIFT_CUDA_GRAPHS");
-    c->graphs_on = !(g && !strcmp(g, "off"));
+    c->graphs_on = !cuda_env_off("NIGHTSHIFT_CUDA_GRAPHS");
     return cuda_kernels_init(e);
 }
 

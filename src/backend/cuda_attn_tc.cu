@@ -521,8 +521,20 @@ int cuda_attn_tc_init(struct err *e)
     return 0;
 }
 
-int cuda_launch_attn_tc(cudaStream_t st, const cuda_attn_args &a, int32_t n_items, int out_bf16,
-                        struct err *e)
+/* Split lone rows that the split kernel runs: where a warp holds a row's queries (group <= 16). */
+static int32_t cuda_tc_n_split(const struct cuda_attn_geom *g, const struct cuda_batch_dev *b)
+{
+    return g->n_head / g->n_head_kv <= 16 ? b->n_split_items : 0;
+}
+
+int cuda_attn_tc_apart(const struct cuda_attn_geom *g, const struct cuda_batch_dev *b)
+{
+    const int32_t n_split = cuda_tc_n_split(g, b);
+    return g->attn != CUDA_ATTN_CORES && n_split > 0 && n_split < b->n_items;
+}
+
+int cuda_launch_attn_tc(cudaStream_t st, cudaStream_t split_st, const cuda_attn_args &a, int32_t n_items,
+                        int out_bf16, struct err *e)
 {
     size_t bytes = 0, split_bytes = 0;
     const int ldm = a.g.attn == CUDA_ATTN_TC;
@@ -530,15 +542,14 @@ int cuda_launch_attn_tc(cudaStream_t st, const cuda_attn_args &a, int32_t n_item
     const int32_t group = a.g.n_head / a.g.n_head_kv;
     cuda_tc_split_fn sf = cuda_tc_split_pick(a.g.head_dim, ldm, group <= 8 ? 1 : 2, &split_bytes);
     if (!fn || !sf) return err_set(e, "cuda backend: no tensor-core attention for head_dim %d", (int)a.g.head_dim);
-    /* split items by the warp kernel where a warp holds a row's queries (group <= 16) */
-    const int32_t n_split = group <= 16 ? a.b.n_split_items : 0, n_whole = n_items - n_split;
+    const int32_t n_split = cuda_tc_n_split(&a.g, &a.b), n_whole = n_items - n_split;
     if (n_whole > 0) {
         fn<<<dim3((unsigned)n_whole, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, bytes, st>>>(a);
         CU_LAUNCHED();
     }
     if (n_split > 0) {
         const unsigned blocks = (unsigned)((n_split + CUDA_TC_WARPS - 1) / CUDA_TC_WARPS);
-        sf<<<dim3(blocks, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, split_bytes, st>>>(a, n_whole, n_split);
+        sf<<<dim3(blocks, (unsigned)a.g.n_head_kv), 32 * CUDA_TC_WARPS, split_bytes, split_st>>>(a, n_whole, n_split);
         CU_LAUNCHED();
     }
     return 0;

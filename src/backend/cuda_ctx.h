@@ -49,6 +49,8 @@ struct cuda_ctx {
     int device;
     char device_name[256];
     cudaStream_t st;
+    cudaStream_t side;           /* decode attention beside prefill attention (cuda_run_attn); NULL: off */
+    cudaEvent_t ev_fork, ev_join; /* st -> side after the K/V writes, side -> st before the combine */
     cublasHandle_t blas;
     void *blas_ws;
     cudaEvent_t ev_start, ev_head, ev_copied;
@@ -75,7 +77,7 @@ struct cuda_ctx {
     float *x;    /* (cap, n_embd) residual stream */
     float *tmp;  /* (cap, n_embd) output of wo / down */
     float *qkv;  /* (cap, n_q + 2 n_kv) */
-    float *gu;   /* (cap, 2 n_ff) */
+    void *gu;    /* (cap, 2 n_ff) gate and up: BF16 under BF16 weights, else f32 (sized for f32) */
     float *cs;   /* (cap, n_rot / 2, 2) */
     void *act;   /* (cap, max(n_embd, n_q, n_ff)) GEMM input, BF16 or F32 */
     float *part_acc, *part_ml; /* (max_parts, n_head, head_dim), (max_parts, n_head, 2) */

@@ -68,9 +68,10 @@ __device__ __forceinline__ float cuda_att_merge_v(float X, float x, cuda_att_w w
 
 /* The tensor-core kernel's shared-memory limit, raised once (cuda_kernels_init calls it). */
 int cuda_attn_tc_init(struct err *e);
-/* Launches the tensor-core kernel (a.g.attn is CUDA_ATTN_TC or CUDA_ATTN_TC_LDS, cuda_attn_tc_fits holds)
- * over grid (n_items, n_head_kv); out_bf16 picks the output type. */
-int cuda_launch_attn_tc(cudaStream_t st, const cuda_attn_args &a, int32_t n_items, int out_bf16,
-                        struct err *e);
+/* Launches the tensor-core kernels (a.g.attn is CUDA_ATTN_TC or CUDA_ATTN_TC_LDS, cuda_attn_tc_fits holds):
+ * the items kernel over grid (whole and multi-row split items, n_head_kv) on st, the split kernel over the
+ * split lone rows on split_st; out_bf16 picks the output type. */
+int cuda_launch_attn_tc(cudaStream_t st, cudaStream_t split_st, const cuda_attn_args &a, int32_t n_items,
+                        int out_bf16, struct err *e);
 
 #endif

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda_device.cuh"
 #include "backend/cuda_kernels.h"
 
 #define CUDA_GEMV_WARPS 8  /* output rows per block */
@@ -35,9 +36,11 @@ __device__ __forceinline__ float cuda_gemv_fma8(float acc, uint4 w, uint4 xv)
     return acc;
 }
 
-/* y (n_out) f32 = W x, W (n_out, n_in) bf16, x (n_in) bf16; n_in % 8 == 0 (16-byte rows). */
+/* y (n_out) = W x as Y (f32, or rounded to bf16 once), W (n_out, n_in) bf16, x (n_in) bf16; n_in % 8 == 0
+ * (16-byte rows). */
+template <typename Y>
 __global__ void __launch_bounds__(32 * CUDA_GEMV_WARPS)
-    cuda_k_gemv(const __nv_bfloat16 *W, const __nv_bfloat16 *x, int32_t n_in, int32_t n_out, float *y)
+    cuda_k_gemv(const __nv_bfloat16 *W, const __nv_bfloat16 *x, int32_t n_in, int32_t n_out, Y *y)
 {
     const int lane = threadIdx.x & 31;
     const int64_t o = (int64_t)blockIdx.x * CUDA_GEMV_WARPS + (threadIdx.x >> 5);
@@ -56,24 +59,27 @@ __global__ void __launch_bounds__(32 * CUDA_GEMV_WARPS)
     }
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, d);
-    if (lane == 0) y[o] = acc;
+    if (lane == 0) y[o] = cuda_from_f32<Y>(acc);
 }
 
 int cuda_matmul(cudaStream_t st, cublasHandle_t blas, const void *w, int bf16, const void *x, int32_t n_rows,
-                int32_t n_in, int32_t n_out, float *y, struct err *e)
+                int32_t n_in, int32_t n_out, void *y, enum cuda_act y_type, struct err *e)
 {
     if (n_rows < 1) return 0;
+    const int y_bf16 = y_type == CUDA_ACT_BF16;
     if (bf16 && n_rows == 1 && n_in % 8 == 0 && !cuda_gemv_off()) {
         const unsigned blocks = (unsigned)((n_out + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS);
-        cuda_k_gemv<<<blocks, 32 * CUDA_GEMV_WARPS, 0, st>>>((const __nv_bfloat16 *)w, (const __nv_bfloat16 *)x, n_in,
-                                                              n_out, y);
+        const __nv_bfloat16 *wb = (const __nv_bfloat16 *)w, *xb = (const __nv_bfloat16 *)x;
+        if (y_bf16) cuda_k_gemv<<<blocks, 32 * CUDA_GEMV_WARPS, 0, st>>>(wb, xb, n_in, n_out, (__nv_bfloat16 *)y);
+        else cuda_k_gemv<<<blocks, 32 * CUDA_GEMV_WARPS, 0, st>>>(wb, xb, n_in, n_out, (float *)y);
         CU_LAUNCHED();
         return 0;
     }
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    const cublasStatus_t s = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_rows, n_in, &one, w, t, n_in, x, t,
-                                          n_in, &zero, y, CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const cublasStatus_t s =
+        cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n_out, n_rows, n_in, &one, w, t, n_in, x, t, n_in, &zero, y,
+                     y_bf16 ? CUDA_R_16BF : CUDA_R_32F, n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS) return cuda_fail(e, __FILE__, __LINE__, "cublasGemmEx", cublasGetStatusString(s));
     return 0;
 }

@@ -172,7 +172,7 @@ extern "C" int cuda_harness_swiglu(const float *gu, int32_t n_rows, int32_t n_ff
     if (cuda_hx_begin(&h, e)) return -1;
     HX(cuda_hx_upload(&h, gu, (size_t)n_rows * 2 * n_ff * 4, &dgu, e));
     HX(cuda_hx_alloc(&h, (size_t)n_rows * n_ff * (out_bf16 ? 2 : 4), &dout, e));
-    HX(cuda_launch_swiglu(h.st, (const float *)dgu, n_rows, n_ff, dout, out_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, e));
+    HX(cuda_launch_swiglu(h.st, dgu, CUDA_ACT_F32, n_rows, n_ff, dout, out_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dout, out_bf16 ? 1 : 0, (size_t)n_rows * n_ff, out, e));
     cuda_hx_free(&h);
@@ -246,7 +246,7 @@ extern "C" int cuda_harness_gemm(const void *w, const void *x, int bf16, int32_t
     HX(cuda_hx_alloc(&h, (size_t)n_rows * n_out * 4, &dy, e));
     CUBLAS_HX(cublasCreate(&blas));
     CUBLAS_HX(cublasSetStream(blas, h.st));
-    HX(cuda_matmul(h.st, blas, dw, bf16, dx, n_rows, n_in, n_out, (float *)dy, e));
+    HX(cuda_matmul(h.st, blas, dw, bf16, dx, n_rows, n_in, n_out, dy, CUDA_ACT_F32, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dy, 0, (size_t)n_rows * n_out, y, e));
     cublasDestroy(blas);
@@ -369,7 +369,7 @@ extern "C" int cuda_harness_attn(const struct cuda_harness_attn *a, const float 
         HX(cuda_hx_alloc(&h, parts * (size_t)n_q * 4, &dacc, e));
         HX(cuda_hx_alloc(&h, parts * (size_t)a->n_head * 2 * 4, &dml, e));
     }
-    HX(cuda_launch_attn(h.st, &g, &bd, (const float *)dqkv, w, dk, dv, dout, ot, (float *)dacc, (float *)dml, e));
+    HX(cuda_launch_attn(h.st, h.st, &g, &bd, (const float *)dqkv, w, dk, dv, dout, ot, (float *)dacc, (float *)dml, e));
     HX(cuda_launch_attn_combine(h.st, &g, &bd, (const float *)dacc, (const float *)dml, dout, ot, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dout, out_bf16 ? 1 : 0, (size_t)a->n_rows * n_q, out, e));

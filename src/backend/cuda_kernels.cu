@@ -585,9 +585,10 @@ int cuda_kernels_init(struct err *e)
     return cuda_attn_tc_init(e) || cuda_sample_init(e) ? -1 : 0;
 }
 
-int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
-                     const float *qkv, int32_t qkv_stride, const void *k_layer, const void *v_layer, void *out,
-                     enum cuda_act out_type, float *part_acc, float *part_ml, struct err *e)
+int cuda_launch_attn(cudaStream_t st, cudaStream_t split_st, const struct cuda_attn_geom *g,
+                     const struct cuda_batch_dev *b, const float *qkv, int32_t qkv_stride, const void *k_layer,
+                     const void *v_layer, void *out, enum cuda_act out_type, float *part_acc, float *part_ml,
+                     struct err *e)
 {
     if (b->n_items < 1) return 0;
     const cuda_attn_args a = {*g, *b, qkv, qkv_stride, k_layer, v_layer, out, part_acc, part_ml,
@@ -596,7 +597,7 @@ int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const stru
         if (!cuda_attn_tc_fits(g->head_dim, g->kv_type))
             return err_set(e, "cuda backend: the tensor-core attention needs f16 KV and head_dim 64 or 128 (%d)",
                            (int)g->head_dim);
-        return cuda_launch_attn_tc(st, a, b->n_items, out_type == CUDA_ACT_BF16, e);
+        return cuda_launch_attn_tc(st, split_st, a, b->n_items, out_type == CUDA_ACT_BF16, e);
     }
     const int32_t group = g->n_head / g->n_head_kv;
     const int need = (b->max_item_rows * group + CUDA_ATT_WARPS - 1) / CUDA_ATT_WARPS;
@@ -669,15 +670,20 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
         const int alone = r == 0 || seq[r - 1] != seq[r], whole_seq = alone && (end == n_rows || seq[end] != seq[r]);
         int64_t need = 0;
         for (int32_t k = r; k < end; k++) need += pos[k] / CUDA_ATT_CHUNK + 1;
-        /* a sequence whose rows of the step are one item (decode, with or without drafts): one item per chunk */
+        /* a sequence whose rows of the step are one item: split by chunk. Up to CUDA_ATT_LONE_ROWS rows (decode,
+         * with or without drafts) each row alone, an item per chunk of its own (the split kernel runs them all
+         * in parallel, in one launch with the other decode rows); more (a short prompt) an item per chunk. */
         if (whole_seq && nc > 1 && parts + need <= max_parts) {
+            const int each = end - r <= CUDA_ATT_LONE_ROWS;
             for (int32_t k = r; k < end; k++) {
+                const int32_t nk = pos[k] / CUDA_ATT_CHUNK + 1;
                 part_off[k] = (int32_t)parts;
                 split_rows[ns++] = k;
-                parts += pos[k] / CUDA_ATT_CHUNK + 1;
+                parts += nk;
+                for (int32_t c = 0; each && c < nk; c++) items[n++] = (struct cuda_attn_item){k, 1, c, 1};
+                lone += each ? nk : 0;
             }
-            for (int64_t c = 0; c < nc; c++) items[n++] = (struct cuda_attn_item){r, end - r, (int32_t)c, 1};
-            lone += end - r == 1 ? nc : 0;
+            for (int64_t c = 0; !each && c < nc; c++) items[n++] = (struct cuda_attn_item){r, end - r, (int32_t)c, 1};
         } else {
             items[n++] = (struct cuda_attn_item){r, end - r, last + 1, 0};
         }
@@ -693,42 +699,62 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
 
 /* ---------------------------------------------------------------- SwiGLU */
 
+/* VEC consecutive values from p as f32 (VEC = 4: one 16-byte load of f32 or an 8-byte one of bf16). */
+template <int VEC> __device__ __forceinline__ void cuda_swiglu_load(const float *p, float *v)
+{
+    if (VEC == 4) *(float4 *)v = *(const float4 *)p;
+    else
+#pragma unroll
+        for (int i = 0; i < VEC; i++) v[i] = p[i];
+}
+template <int VEC> __device__ __forceinline__ void cuda_swiglu_load(const __nv_bfloat16 *p, float *v)
+{
+    if (VEC == 4) {
+        const uint2 w = *(const uint2 *)p;
+        const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&w.y);
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    } else
+#pragma unroll
+        for (int i = 0; i < VEC; i++) v[i] = __bfloat162float(p[i]);
+}
+
 /* out[r][k] = silu(g) * u for g = gu[r][k], u = gu[r][n_ff + k]: a row per blockIdx.y (striding by gridDim.y),
- * VEC consecutive k per thread (16-byte loads when VEC = 4: n_ff % 4 == 0). */
-template <typename T, int VEC>
-__global__ void cuda_k_swiglu(const float *gu, int32_t n_rows, int32_t n_ff, T *out)
+ * VEC consecutive k per thread (vector loads when VEC = 4: n_ff % 4 == 0). */
+template <typename G, typename T, int VEC>
+__global__ void cuda_k_swiglu(const G *gu, int32_t n_rows, int32_t n_ff, T *out)
 {
     const int32_t k = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x) * VEC;
     if (k >= n_ff) return;
     for (int32_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
-        const float *g = gu + (int64_t)r * 2 * n_ff + k, *u = g + n_ff;
+        const G *g = gu + (int64_t)r * 2 * n_ff + k;
         float gv[VEC], uv[VEC];
-        if (VEC == 4) {
-            *(float4 *)gv = *(const float4 *)g;
-            *(float4 *)uv = *(const float4 *)u;
-        } else {
-#pragma unroll
-            for (int i = 0; i < VEC; i++) gv[i] = g[i], uv[i] = u[i];
-        }
+        cuda_swiglu_load<VEC>(g, gv);
+        cuda_swiglu_load<VEC>(g + n_ff, uv);
 #pragma unroll
         for (int i = 0; i < VEC; i++)
             out[(int64_t)r * n_ff + k + i] = cuda_from_f32<T>(__fmul_rn(gv[i] / (1.0f + expf(-gv[i])), uv[i]));
     }
 }
 
-int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t n_ff, void *out,
+template <typename G, typename T>
+static void cuda_swiglu_go(cudaStream_t st, const void *gu, int32_t n_rows, int32_t n_ff, void *out, int vec, dim3 grid,
+                           int threads)
+{
+    if (vec == 4) cuda_k_swiglu<G, T, 4><<<grid, threads, 0, st>>>((const G *)gu, n_rows, n_ff, (T *)out);
+    else cuda_k_swiglu<G, T, 1><<<grid, threads, 0, st>>>((const G *)gu, n_rows, n_ff, (T *)out);
+}
+
+int cuda_launch_swiglu(cudaStream_t st, const void *gu, enum cuda_act gu_type, int32_t n_rows, int32_t n_ff, void *out,
                        enum cuda_act out_type, struct err *e)
 {
     if (n_rows < 1 || n_ff < 1) return 0;
     const int vec = n_ff % 4 == 0 ? 4 : 1, threads = 256;
     const dim3 grid((unsigned)((n_ff / vec + threads - 1) / threads), (unsigned)(n_rows < 65535 ? n_rows : 65535));
-    if (out_type == CUDA_ACT_BF16) {
-        if (vec == 4) cuda_k_swiglu<__nv_bfloat16, 4><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (__nv_bfloat16 *)out);
-        else cuda_k_swiglu<__nv_bfloat16, 1><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (__nv_bfloat16 *)out);
-    } else {
-        if (vec == 4) cuda_k_swiglu<float, 4><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (float *)out);
-        else cuda_k_swiglu<float, 1><<<grid, threads, 0, st>>>(gu, n_rows, n_ff, (float *)out);
-    }
+    const int gb = gu_type == CUDA_ACT_BF16, ob = out_type == CUDA_ACT_BF16;
+    if (gb && ob) cuda_swiglu_go<__nv_bfloat16, __nv_bfloat16>(st, gu, n_rows, n_ff, out, vec, grid, threads);
+    else if (gb) cuda_swiglu_go<__nv_bfloat16, float>(st, gu, n_rows, n_ff, out, vec, grid, threads);
+    else if (ob) cuda_swiglu_go<float, __nv_bfloat16>(st, gu, n_rows, n_ff, out, vec, grid, threads);
+    else cuda_swiglu_go<float, float>(st, gu, n_rows, n_ff, out, vec, grid, threads);
     CU_LAUNCHED();
     return 0;
 }

@@ -40,6 +40,7 @@ extern "C" {
 #define CUDA_ATT_ITEM_QUERIES 16 /* queries a multi-row item aims at (4 per warp: more blocks resident) */
 #define CUDA_TC_QUERIES 64     /* queries per item of the tensor-core kernel: 4 warps x 16 (one m16 tile each) */
 #define CUDA_MAX_HEAD_DIM 256  /* head_dim at most, a multiple of 8 (load refuses others) */
+#define CUDA_ATT_LONE_ROWS 16  /* a sequence's rows of a step split one by one (decode and its drafts) at most */
 
 /* Records a failed CUDA call into e with file:line; returns -1. */
 int cuda_fail(struct err *e, const char *file, int line, const char *what, const char *msg);
@@ -114,7 +115,7 @@ int32_t cuda_attn_rows(int32_t group, enum cuda_attn_kernel k);
  * sequence contiguous); per: rows per item at most (cuda_attn_rows). items must hold cuda_attn_max_items()
  * and come out in launch groups: whole items (longest first), split items of several rows, split items of one
  * row (*n_lone_items of them, last). A sequence whose rows of the step fit one item (decode, drafts included)
- * is split into its chunks when it has more than one; part_off (n_rows) and split_rows (n_rows) are filled; max_parts bounds the
+ * is split into its chunks when it has more than one, row by row when it has at most CUDA_ATT_LONE_ROWS rows; part_off (n_rows) and split_rows (n_rows) are filled; max_parts bounds the
  * partial slots (sum over split rows of pos / CUDA_ATT_CHUNK + 1): rows that would pass it are not split.
  * Returns the number of items; *n_parts, *n_split_rows and *max_item_rows (rows of the largest item) out. */
 int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,
@@ -125,11 +126,11 @@ int64_t cuda_attn_max_items(int32_t n_rows, int64_t max_parts);
 
 /* ---- launchers ---- */
 
-/* y (n_rows, n_out) f32 = x (n_rows, n_in) * w^T, w (n_out, n_in) row-major BF16 (bf16 = 1; x BF16 too) or
- * F32: cuBLAS with FP32 accumulation, or for one row of BF16 with n_in % 8 == 0 cuda_gemv.cu's kernel
- * (unless NIGHTSHIFT_CUDA_GEMV=off). */
+/* y (n_rows, n_out) = x (n_rows, n_in) * w^T as y_type (F32, or BF16: the F32 sums rounded once), w (n_out,
+ * n_in) row-major BF16 (bf16 = 1; x BF16 too) or F32: cuBLAS with FP32 accumulation, or for one row of BF16
+ * with n_in % 8 == 0 cuda_gemv.cu's kernel (unless NIGHTSHIFT_CUDA_GEMV=off). */
 int cuda_matmul(cudaStream_t st, cublasHandle_t blas, const void *w, int bf16, const void *x, int32_t n_rows,
-                int32_t n_in, int32_t n_out, float *y, struct err *e);
+                int32_t n_in, int32_t n_out, void *y, enum cuda_act y_type, struct err *e);
 /* 1 when NIGHTSHIFT_CUDA_GEMV=off (read once): every product by cuBLAS. */
 int cuda_gemv_off(void);
 
@@ -154,16 +155,21 @@ int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struc
 /* Attention of the planned items with the kernel g->attn: q from qkv (n_rows, qkv_stride) f32; whole
  * items write out (n_rows, n_head * head_dim) as out_type; split items write partials acc (n_parts,
  * n_head, head_dim) and ml (n_parts, n_head, 2). Then cuda_launch_attn_combine for the split rows. The
+ * tensor-core kernel runs split lone rows by its split kernel on split_st (st for one stream). The
  * tensor-core kernel also reads the K/V of positions past a row's own (up to the largest position of its
  * item, masked to probability 0): every position up to a sequence's largest row in the step must hold
  * finite K/V (the engine writes them in order; a NaN there would leak through 0 * NaN). */
-int cuda_launch_attn(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
-                     const float *qkv, int32_t qkv_stride, const void *k_layer, const void *v_layer, void *out,
-                     enum cuda_act out_type, float *part_acc, float *part_ml, struct err *e);
+int cuda_launch_attn(cudaStream_t st, cudaStream_t split_st, const struct cuda_attn_geom *g,
+                     const struct cuda_batch_dev *b, const float *qkv, int32_t qkv_stride, const void *k_layer,
+                     const void *v_layer, void *out, enum cuda_act out_type, float *part_acc, float *part_ml,
+                     struct err *e);
+/* 1 if cuda_launch_attn runs this batch as two kernels, the items kernel and the split kernel (whose lone rows
+ * then go on split_st; the caller orders split_st after the K/V writes and the combine after it). */
+int cuda_attn_tc_apart(const struct cuda_attn_geom *g, const struct cuda_batch_dev *b);
 int cuda_launch_attn_combine(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b,
                              const float *part_acc, const float *part_ml, void *out, enum cuda_act out_type,
                              struct err *e);
-/* out (n_rows, n_ff) as out_type = silu(gu[:, :n_ff]) * gu[:, n_ff:]; gu (n_rows, 2 n_ff) f32. */
+
 /* The sample op's rows as the kernel reads them (cuda_sample.cu): mode, edits (struct logit_edit, 16 bytes
  * each: edits[edit0 .. edit0 + n_edits)), and a sampled row's filters and uniform. */
 enum cuda_draw_mode {
@@ -192,7 +198,8 @@ static inline struct cuda_draw_row cuda_draw_row_of(const struct sample_row *r, 
 int cuda_launch_sample(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids, const struct cuda_draw_row *rows,
                        const void *edits, int32_t n, int32_t *tokens, struct err *e);
 int cuda_sample_init(struct err *e);
-int cuda_launch_swiglu(cudaStream_t st, const float *gu, int32_t n_rows, int32_t n_ff, void *out,
+/* out (n_rows, n_ff) as out_type = silu(gu[:, :n_ff]) * gu[:, n_ff:] (in f32); gu (n_rows, 2 n_ff) as gu_type. */
+int cuda_launch_swiglu(cudaStream_t st, const void *gu, enum cuda_act gu_type, int32_t n_rows, int32_t n_ff, void *out,
                        enum cuda_act out_type, struct err *e);
 /* Raises the attention kernels' shared-memory limit (once per process and device; idempotent). */
 int cuda_kernels_init(struct err *e);
