@@ -5,11 +5,11 @@
  *    Matrices are row-major (n_out, n_in) BF16, or F32 when the source is F32 (an exact FP32 GEMM path
  *    for small test models; a real model's F16/BF16/quantized matrices are BF16). Every type that
  *    quant.h can dequantize is accepted: BF16 (and F32 into an F32 matrix) is copied as it is; every other
- *    type goes up as its raw GGUF bytes and is dequantized to BF16 on the device (cuda_dequant.cu),
- *    bit for bit what the host's quant_dequantize_row + quant_f32_to_bf16 give — 2 bytes per weight on
- *    the device, said in the start-up line. q, k and v of a layer are one matrix (rows q, then k, then v), gate and up one matrix (rows
- *    gate, then up), so each is one GEMM; such a fused matrix is F32 only if all its parts are. Norms,
- *    biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
+ *    type goes up as its raw GGUF bytes and is dequantized to BF16 on the device (cuda_dequant.cu), bit for
+ *    bit what the host's quant_dequantize_row + quant_f32_to_bf16 give — 2 bytes per weight on the device,
+ *    said in the start-up line. q, k and v of a layer are one matrix (rows q, then k, then v), gate and up
+ *    one matrix (rows gate, then up), so each is one GEMM; such a fused matrix is F32 only if all its parts
+ *    are. Norms, biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
  *  - KV pool: two device allocations (K, V), each [layer][block][kv_head][slot][head_dim] of f16 or f32
  *    (q8_0 is refused). A step writes K/V of each row (cuda_launch_qkv) before its attention reads
  *    positions <= the rows' own, so no slot is read before it is written. The attention kernel is chosen
@@ -408,6 +408,7 @@ static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
         goto out;
     }
     if (cudaMalloc(&u.dev_staging, CUDA_STAGING) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: cleared, so that no later launch check reports it */
         err_set(e, "cuda backend: cannot allocate %u MiB of device staging memory", CUDA_STAGING >> 20);
         goto out;
     }

@@ -214,9 +214,9 @@ int cuda_launch_dequant(cudaStream_t st, enum gguf_dtype t, const void *src, int
     if (n_rows == 0) return 0;
     const int threads = 256;
     const dim3 grid((unsigned)((n_in + threads - 1) / threads), (unsigned)(n_rows < 65535 ? n_rows : 65535));
+    const int64_t row_bytes = (int64_t)gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
     cuda_k_dequant<<<grid, threads, 0, st>>>(t, (const uint8_t *)src, n_rows, (int32_t)n_in, (int32_t)ti->block_size,
-                                             (int32_t)ti->block_bytes, (int64_t)gguf_row_bytes((uint32_t)t, (uint64_t)n_in),
-                                             dst);
+                                             (int32_t)ti->block_bytes, row_bytes, dst);
     CU_LAUNCHED();
     return 0;
 }
