@@ -4,11 +4,12 @@
  *  - Weights: uploaded once at load, into device memory the backend owns (freed by free / a new load).
  *    Matrices are row-major (n_out, n_in) BF16, or F32 when the source is F32 (an exact FP32 GEMM path
  *    for small test models; a real model's F16/BF16/quantized matrices are BF16). Every type that
- *    quant.h can dequantize is accepted: for this milestone the integer types are dequantized on the host
- *    (quant_dequantize_row) and uploaded as BF16 — 2 bytes per weight on the device, said in the start-up
- *    line. q, k and v of a layer are one matrix (rows q, then k, then v), gate and up one matrix (rows
- *    gate, then up), so each is one GEMM; such a fused matrix is F32 only if all its parts are. Norms,
- *    biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
+ *    quant.h can dequantize is accepted: BF16 (and F32 into an F32 matrix) is copied as it is; every other
+ *    type goes up as its raw GGUF bytes and is dequantized to BF16 on the device (cuda_dequant.cu), bit for
+ *    bit what the host's quant_dequantize_row + quant_f32_to_bf16 give — 2 bytes per weight on the device,
+ *    said in the start-up line. q, k and v of a layer are one matrix (rows q, then k, then v), gate and up
+ *    one matrix (rows gate, then up), so each is one GEMM; such a fused matrix is F32 only if all its parts
+ *    are. Norms, biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
  *  - KV pool: two device allocations (K, V), each [layer][block][kv_head][slot][head_dim] of f16 or f32
  *    (q8_0 is refused). A step writes K/V of each row (cuda_launch_qkv) before its attention reads
  *    positions <= the rows' own, so no slot is read before it is written. The attention kernel is chosen
@@ -241,54 +242,60 @@ static int cuda_check(void *ctx, struct err *e)
 
 /* ---------------------------------------------------------------- weights */
 
-/* Uploads rows [0, w->ne[1]) of w into dst (row-major, n_in = w->ne[0]) as BF16 or F32, through the two
- * halves of the pinned staging buffer (the host converts one half while the other is copied). */
-static int cuda_upload_rows(struct cuda_ctx *c, const struct model_weight *w, char *dst, int bf16, void *staging,
-                            cudaEvent_t *done, struct err *e)
+/* The weight upload's buffers: pinned staging in two halves (the host fills one while the other is in
+ * flight; done[k] is recorded after the work that reads half k) and its device twin, where quantized rows
+ * wait for the dequantization kernel. */
+struct cuda_upload {
+    void *staging;     /* pinned, CUDA_STAGING bytes */
+    void *dev_staging; /* device, CUDA_STAGING bytes */
+    cudaEvent_t done[2];
+};
+
+/* One chunk of cuda_upload_rows: nr rows of in_row bytes from src through staging half k to out (out_row
+ * bytes a row), copied as they are (raw) or dequantized to BF16 on the device from the device half. */
+static int cuda_upload_chunk(struct cuda_ctx *c, struct cuda_upload *u, int k, const struct model_weight *w,
+                             const char *src, int64_t nr, uint64_t in_row, int raw, char *out, size_t out_row,
+                             struct err *e)
+{
+    const size_t half = CUDA_STAGING / 2;
+    char *buf = (char *)u->staging + (size_t)k * half, *dbuf = (char *)u->dev_staging + (size_t)k * half;
+    CU_TRY(cudaEventSynchronize(u->done[k])); /* half k's previous copy (and kernel) are done with it */
+    memcpy(buf, src, (size_t)nr * in_row);
+    if (raw) {
+        CU_TRY(cudaMemcpyAsync(out, buf, (size_t)nr * out_row, cudaMemcpyHostToDevice, c->st));
+    } else {
+        CU_TRY(cudaMemcpyAsync(dbuf, buf, (size_t)nr * in_row, cudaMemcpyHostToDevice, c->st));
+        if (cuda_launch_dequant(c->st, w->type, dbuf, nr, w->ne[0], (uint16_t *)out, e)) return -1;
+    }
+    CU_TRY(cudaEventRecord(u->done[k], c->st));
+    return 0;
+}
+
+/* Uploads rows [0, w->ne[1]) of w into dst (row-major, n_in = w->ne[0]) as BF16 or F32. Rows already in
+ * the matrix's type (BF16 into BF16, F32 into F32) are copied as they are; the others go up as their raw
+ * bytes and cuda_launch_dequant writes them into dst as BF16. Chunks of rows alternate between the two
+ * staging halves, so the host copies one chunk while the previous one is on its way. */
+static int cuda_upload_rows(struct cuda_ctx *c, const struct model_weight *w, char *dst, int bf16,
+                            struct cuda_upload *u, struct err *e)
 {
     const int64_t n_in = w->ne[0], n_rows = w->ne[1];
     const size_t out_row = (size_t)n_in * (bf16 ? 2 : 4), half = CUDA_STAGING / 2;
     const uint64_t in_row = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
-    if (out_row > half) return err_set(e, "cuda backend: %s: rows of %lld elements are too long", w->name, (long long)n_in);
-    const int64_t per = (int64_t)(half / out_row);
     const int raw = (bf16 && w->type == GGUF_DTYPE_BF16) || (!bf16 && w->type == GGUF_DTYPE_F32);
-    float *row = raw ? NULL : (float *)malloc((size_t)n_in * sizeof(float));
-    if (!raw && !row) return err_set(e, "cuda backend: out of memory");
-    int rc = -1, k = 0;
+    if (!raw && (!bf16 || !cuda_dequant_supported(w->type)))
+        return err_set(e, "cuda backend: %s: cannot convert type %d on the device", w->name, (int)w->type);
+    if (in_row == 0 || in_row > half)
+        return err_set(e, "cuda backend: %s: rows of %lld elements are too long", w->name, (long long)n_in);
+    const int64_t per = (int64_t)(half / in_row);
+    int k = 0;
     for (int64_t r0 = 0; r0 < n_rows; r0 += per, k ^= 1) {
         const int64_t nr = n_rows - r0 < per ? n_rows - r0 : per;
-        char *buf = (char *)staging + (size_t)k * half;
-        if (cudaEventSynchronize(done[k]) != cudaSuccess) goto cuda_fail_;
-        const char *src = (const char *)w->data + (uint64_t)r0 * in_row;
-        if (raw) memcpy(buf, src, (size_t)nr * out_row);
-        else
-            for (int64_t r = 0; r < nr; r++) {
-                if (quant_dequantize_row(w->type, src + (uint64_t)r * in_row, row, n_in)) {
-                    err_set(e, "cuda backend: %s: cannot dequantize type %d", w->name, (int)w->type);
-                    goto out;
-                }
-                if (bf16)
-                    for (int64_t i = 0; i < n_in; i++) ((uint16_t *)buf)[r * n_in + i] = quant_f32_to_bf16(row[i]);
-                else memcpy(buf + (size_t)r * out_row, row, out_row);
-            }
-        if (cudaMemcpyAsync(dst + (size_t)r0 * out_row, buf, (size_t)nr * out_row, cudaMemcpyHostToDevice, c->st) !=
-                cudaSuccess ||
-            cudaEventRecord(done[k], c->st) != cudaSuccess)
-            goto cuda_fail_;
+        if (cuda_upload_chunk(c, u, k, w, (const char *)w->data + (uint64_t)r0 * in_row, nr, in_row, raw,
+                              dst + (size_t)r0 * out_row, out_row, e))
+            return err_prefix(e, "uploading %s", w->name);
     }
-    rc = 0;
-    goto out;
-cuda_fail_:
-    err_set(e, "cuda backend: uploading %s: %s", w->name, cudaGetErrorString(cudaGetLastError()));
-out:
-    free(row);
-    return rc;
+    return 0;
 }
-
-struct cuda_upload {
-    void *staging;
-    cudaEvent_t done[2];
-};
 
 /* Allocates a matrix of the stacked rows of ws[0..n) (same n_in) and uploads them. BF16 unless all are F32. */
 static int cuda_upload_matrix(struct cuda_ctx *c, struct cuda_upload *u, const struct model_weight *const *ws, int n,
@@ -311,7 +318,7 @@ static int cuda_upload_matrix(struct cuda_ctx *c, struct cuda_upload *u, const s
     c->weight_bytes += row_bytes * (size_t)rows;
     int64_t r0 = 0;
     for (int i = 0; i < n; i++) {
-        if (cuda_upload_rows(c, ws[i], (char *)out->d + (size_t)r0 * row_bytes, out->bf16, u->staging, u->done, e))
+        if (cuda_upload_rows(c, ws[i], (char *)out->d + (size_t)r0 * row_bytes, out->bf16, u, e))
             return -1;
         r0 += ws[i]->ne[1];
     }
@@ -399,13 +406,18 @@ static int cuda_upload_layer(struct cuda_ctx *c, struct cuda_upload *u, int32_t 
 static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
 {
     const struct model *m = c->m;
-    struct cuda_upload u = {NULL, {NULL, NULL}};
+    struct cuda_upload u = {NULL, NULL, {NULL, NULL}};
     int rc = -1;
     c->layers = (struct cuda_layer *)calloc((size_t)m->hp.n_layer, sizeof *c->layers);
     if (!c->layers) return err_set(e, "cuda backend: out of memory");
     if (cudaMallocHost(&u.staging, CUDA_STAGING) != cudaSuccess || cudaEventCreate(&u.done[0]) != cudaSuccess ||
         cudaEventCreate(&u.done[1]) != cudaSuccess) {
         err_set(e, "cuda backend: cannot allocate %u MiB of pinned staging memory", CUDA_STAGING >> 20);
+        goto out;
+    }
+    if (cudaMalloc(&u.dev_staging, CUDA_STAGING) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: cleared, so that no later launch check reports it */
+        err_set(e, "cuda backend: cannot allocate %u MiB of device staging memory", CUDA_STAGING >> 20);
         goto out;
     }
     cudaEventRecord(u.done[0], c->st);
@@ -419,16 +431,18 @@ static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
         for (int32_t il = 0; il < m->hp.n_layer; il++)
             if (cuda_upload_layer(c, &u, il, e)) goto out;
     }
-    if (cudaStreamSynchronize(c->st) != cudaSuccess) {
-        err_set(e, "cuda backend: weight upload: %s", cudaGetErrorString(cudaGetLastError()));
-        goto out;
+    {
+        const cudaError_t sr = cudaStreamSynchronize(c->st); /* a fault of the dequantization kernel shows here */
+        if (sr != cudaSuccess) {
+            err_set(e, "cuda backend: weight upload: %s", cudaGetErrorString(sr));
+            goto out;
+        }
     }
     rc = 0;
 out:
-    if (u.staging) {
-        cudaStreamSynchronize(c->st);
-        cudaFreeHost(u.staging);
-    }
+    cudaStreamSynchronize(c->st); /* nothing in flight reads the staging any more */
+    if (u.staging) cudaFreeHost(u.staging);
+    if (u.dev_staging) cudaFree(u.dev_staging);
     if (u.done[0]) cudaEventDestroy(u.done[0]);
     if (u.done[1]) cudaEventDestroy(u.done[1]);
     return rc;
@@ -506,7 +520,7 @@ static int cuda_load(void *ctx, const struct model *m, struct err *e)
     }
     log_info("cuda backend: %s: weights %.1f MiB on the device (%s) in %.1f s; %.1f of %.1f GiB free", c->device_name,
              (double)c->weight_bytes / (1 << 20),
-             quantized ? "integer types dequantized on the host to BF16: 2 bytes per weight"
+             quantized ? "integer types dequantized on the device to BF16: 2 bytes per weight"
                        : "BF16, F32 matrices kept F32",
              cuda_now() - t0, (double)free_b / (1 << 30),
              (double)total_b / (1 << 30));

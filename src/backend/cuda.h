@@ -2,7 +2,7 @@
  * Built only with `make CUDA=1` (NS_CUDA defined); this header is plain C, usable from C and CUDA C++.
  *
  * What it does (details at the top of cuda.cu): weights are uploaded once at load as BF16 (F16/BF16 and
- * every type quant.h can dequantize; the integer types are dequantized on the host for now), except F32
+ * every type quant.h can dequantize, converted on the device from the raw GGUF bytes), except F32
  * matrices, which stay F32 and run as FP32 GEMMs (the exact path for small test models); norms and biases
  * are F32. The KV pool lives in device memory (f16 or f32). A step uploads its batch once, runs cuBLAS
  * GEMMs over all rows for every linear layer (a GEMV kernel of its own for one row) and the backend's own

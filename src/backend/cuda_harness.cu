@@ -258,6 +258,33 @@ fail:
     return -1;
 }
 
+/* ---------------------------------------------------------------- weights at load */
+
+extern "C" int cuda_harness_dequant(enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in, uint16_t *out,
+                                    struct err *e)
+{
+    struct cuda_hx h;
+    void *ds, *dd;
+    const uint64_t row_bytes = gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
+    cudaError_t rc;
+    if (row_bytes == 0) return err_set(e, "cuda harness: %lld elements of type %d are not whole blocks", (long long)n_in, (int)t);
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, src, (size_t)(row_bytes * (uint64_t)n_rows), &ds, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_rows * (size_t)n_in * 2, &dd, e));
+    HX(cuda_launch_dequant(h.st, t, ds, n_rows, n_in, (uint16_t *)dd, e));
+    HX(cuda_hx_sync(&h, e));
+    rc = cudaMemcpy(out, dd, (size_t)n_rows * (size_t)n_in * 2, cudaMemcpyDeviceToHost);
+    if (rc != cudaSuccess) {
+        cuda_fail(e, __FILE__, __LINE__, "download", cudaGetErrorString(rc));
+        goto fail;
+    }
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
 /* ---------------------------------------------------------------- attention */
 
 extern "C" uint64_t cuda_harness_pool_floats(const struct cuda_harness_attn *h)

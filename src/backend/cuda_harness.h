@@ -35,6 +35,10 @@ int cuda_harness_swiglu(const float *gu, int32_t n_rows, int32_t n_ff, int out_b
 /* y (n_rows, n_out) f32 = x (n_rows, n_in) w^T (n_out, n_in); w, x BF16 bits (bf16 = 1) or F32. */
 int cuda_harness_gemm(const void *w, const void *x, int bf16, int32_t n_rows, int32_t n_in, int32_t n_out, float *y,
                       struct err *e);
+/* out (n_rows, n_in) BF16 bits = the rows at src (n_rows rows of gguf_row_bytes(t, n_in) bytes) of type t,
+ * dequantized on the device (cuda_launch_dequant; out poisoned with 0xFFFF first). */
+int cuda_harness_dequant(enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in, uint16_t *out,
+                         struct err *e);
 
 /* One layer's attention setup: geometry, KV pool (n_blocks blocks, layout [block][kv head][slot][dim]),
  * and a batch (rows of a sequence contiguous). bt: all block tables concatenated, bt_off (n_seqs). */

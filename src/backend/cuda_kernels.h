@@ -135,6 +135,17 @@ int cuda_matmul(cudaStream_t st, cublasHandle_t blas, const void *w, int bf16, c
 int cuda_gemv_off(void);
 
 
+/* Weights at load (cuda_dequant.cu): dst (n_rows, n_in) BF16 bits, row-major, = the n_rows rows at src of
+ * GGUF type t (ggml block layouts; row r at src + r * gguf_row_bytes(t, n_in), n_in a whole number of
+ * blocks). Bit for bit what the host gives (quant_dequantize_row, then quant_f32_to_bf16) wherever the
+ * blocks' f16 scales are finite (the file's top comment says what differs otherwise). src and dst are
+ * device memory; src must stay unchanged until the kernel has run (stream order). t must pass
+ * cuda_dequant_supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K (BF16 is copied, not
+ * converted). */
+int cuda_launch_dequant(cudaStream_t st, enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in,
+                        uint16_t *dst, struct err *e);
+int cuda_dequant_supported(enum gguf_dtype t);
+
 /* x (n_rows, n) f32 = the rows tokens[r] of the embedding table (n_vocab, n), BF16 (bf16 = 1) or F32. */
 int cuda_launch_embed(cudaStream_t st, const void *table, int bf16, const int32_t *tokens, int32_t n_rows, int32_t n,
                       float *x, struct err *e);
