@@ -3,6 +3,7 @@
 #include "engine/draft.h"
 
 #include <math.h>
+#include <string.h>
 #include <stdint.h>
 
 #include "test.h"
@@ -48,6 +49,39 @@ TEST(draft_cost_fit)
     draft_cost_add(&c, 5, NAN);
     draft_cost_add(&c, 0, 1.0);
     CHECK(draft_check(&c, NULL, &e) == 0);
+}
+
+/* Steps with drafts that cost more a token than steps without stop drafting, but for a probe every
+ * DRAFT_YIELD_PROBE steps; ones that cost less keep it; a change of machine is followed. */
+TEST(draft_yield_rule)
+{
+    struct err e;
+    struct draft_yield y = {0};
+    CHECK(draft_yield_allows(&y)); /* nothing measured */
+    /* GPU-like at 4 sequences: 1 ms and 4 tokens without drafts, 2 ms and 6 tokens with them */
+    int allowed = 0;
+    for (int i = 0; i < 320; i++) {
+        int d = draft_yield_allows(&y);
+        allowed += d;
+        draft_yield_add(&y, d ? 0.002 : 0.001, d ? 6 : 4, d);
+        CHECK(draft_yield_check(&y, &e) == 0);
+    }
+    fprintf(stderr, "# losing drafts: %d of 320 steps drafted\n", allowed);
+    CHECK_MSG(allowed <= 320 / DRAFT_YIELD_PROBE + 4, "%d steps drafted", allowed);
+    CHECK(allowed >= 320 / DRAFT_YIELD_PROBE - 1); /* the probes */
+    /* the drafts turn good (2 ms and 12 tokens): drafting resumes at the next probe and stays */
+    allowed = 0;
+    for (int i = 0; i < 320; i++) {
+        int d = draft_yield_allows(&y);
+        allowed += d;
+        draft_yield_add(&y, d ? 0.002 : 0.001, d ? 12 : 4, d);
+    }
+    CHECK_MSG(allowed >= 320 - DRAFT_YIELD_PROBE - 4, "%d steps drafted", allowed);
+    /* bad input is ignored */
+    struct draft_yield z = y;
+    draft_yield_add(&y, NAN, 3, 1);
+    draft_yield_add(&y, 0.001, 0, 0);
+    CHECK(memcmp(&y, &z, sizeof y) == 0);
 }
 
 TEST(draft_seq_acceptance)
@@ -116,6 +150,7 @@ TEST(draft_len_rule)
 int main(void)
 {
     RUN(draft_cost_fit);
+    RUN(draft_yield_rule);
     RUN(draft_seq_acceptance);
     RUN(draft_len_rule);
     return test_summary();

@@ -70,6 +70,35 @@ double draft_cost_share(const struct draft_cost *c, int32_t rows)
     return r / (r + draft_cost_knee(c));
 }
 
+void draft_yield_add(struct draft_yield *y, double seconds, int32_t tokens, int drafted)
+{
+    if (tokens < 1 || !(seconds >= 0) || !isfinite(seconds)) return;
+    y->w_plain *= DRAFT_YIELD_DECAY; /* both forget with every step: a kind seen rarely (the probes) moves fast */
+    y->w_draft *= DRAFT_YIELD_DECAY;
+    double *m = drafted ? &y->draft : &y->plain, *w = drafted ? &y->w_draft : &y->w_plain;
+    *w += 1;
+    *m += (seconds / tokens - *m) / *w; /* the decayed mean: this step weighs 1 against *w */
+}
+
+int draft_yield_allows(struct draft_yield *y)
+{
+    if (y->w_draft == 0) return 1; /* measure each kind first */
+    if (y->w_plain == 0) return 0;
+    const int prefer = y->draft <= y->plain;
+    if (++y->since_probe < DRAFT_YIELD_PROBE) return prefer;
+    y->since_probe = 0;
+    return !prefer; /* the other kind, measured again */
+}
+
+int draft_yield_check(const struct draft_yield *y, struct err *e)
+{
+    if (!isfinite(y->plain) || !isfinite(y->draft) || y->plain < 0 || y->draft < 0 || !(y->w_plain >= 0) ||
+        !(y->w_draft >= 0) || y->since_probe < 0)
+        return err_set(e, "draft_yield_check: means %g / %g s a token, weights %g / %g", y->plain, y->draft,
+                       y->w_plain, y->w_draft);
+    return 0;
+}
+
 void draft_seq_init(struct draft_seq *s)
 {
     s->hits = 1.0f;

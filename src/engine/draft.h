@@ -18,6 +18,15 @@
  * make it low and long drafts pay; many rows (compute-bound) push it to 1, so at high concurrency lookup
  * drafts little or nothing and costs (almost) nothing.
  *
+ * Yield: the cost line does not see everything a step with drafts costs: a GPU backend replays a captured
+ * graph for a decode step of one row a sequence but launches every kernel of a step with drafts, a GEMM of
+ * a few rows more than a tile may take a tile more. So the engine also measures what drafting achieves:
+ * draft_yield keeps the decayed mean seconds per token kept (sampled or accepted) of the steps with drafts
+ * and of those without. While steps with drafts cost more a token than steps without, a step verifies
+ * none (the proposals are still made and scored as shadows, keeping each sequence's acceptance current). One
+ * step in DRAFT_YIELD_PROBE that could draft does the other kind, which keeps both measurements current;
+ * where drafting pays, that is one step without drafts in DRAFT_YIELD_PROBE of those that could draft.
+ *
  * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
  * prior, and half a miss of doubt in every estimate: drafting when the estimate is high picks the lucky
  * streaks, whose next tokens are accepted less often than the streak says); the d-th token of a draft is
@@ -44,6 +53,16 @@ struct draft_cost {
     double w, sx, sy, sxx, sxy;
 };
 
+#define DRAFT_YIELD_DECAY 0.95 /* per step: the last ~20 steps count most */
+#define DRAFT_YIELD_PROBE 16   /* one step in this many that could draft does what the yield does not prefer */
+
+/* Decayed mean seconds per kept token of steps with drafts and without (weights w_*); steps that could draft
+ * since the last probe. */
+struct draft_yield {
+    double plain, draft, w_plain, w_draft;
+    int32_t since_probe;
+};
+
 /* Decayed counts of draft tokens accepted (hits) and rejected (misses), prior included. */
 struct draft_seq {
     float hits, misses;
@@ -56,6 +75,11 @@ void draft_cost_add(struct draft_cost *c, int32_t rows, double seconds);
 double draft_cost_knee(const struct draft_cost *c);
 /* share(rows) = rows / (rows + knee), in (0, 1]. */
 double draft_cost_share(const struct draft_cost *c, int32_t rows);
+
+/* Adds one step whose rows all sample: seconds, tokens kept, whether it verified drafts. */
+void draft_yield_add(struct draft_yield *y, double seconds, int32_t tokens, int drafted);
+/* Counts a step that has drafts to verify; 1 if it may verify them (the rule at the top). */
+int draft_yield_allows(struct draft_yield *y);
 
 void draft_seq_init(struct draft_seq *s);
 /* Records hits accepted tokens, then a miss (rejected: 1, or 0 when every verified token was accepted). */
@@ -73,5 +97,7 @@ double draft_expected(const struct draft_seq *s, int32_t d);
 
 /* Debug check: sums finite and consistent (w >= 0, sxx >= 0, ...), counts positive. */
 int draft_check(const struct draft_cost *c, const struct draft_seq *s, struct err *e);
+/* Debug check: means finite and not negative, weights not negative. */
+int draft_yield_check(const struct draft_yield *y, struct err *e);
 
 #endif

@@ -72,9 +72,12 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->ent_logit0 = malloc((size_t)S * sizeof *eng->ent_logit0);
     eng->ent_n_plp = malloc((size_t)S * sizeof *eng->ent_n_plp);
     eng->draft = malloc((size_t)(eng->p.lookup > 0 ? eng->p.lookup : 1) * sizeof *eng->draft);
+    eng->ent_draft = malloc((size_t)S * sizeof *eng->ent_draft);
     draft_cost_init(&eng->cost);
+    eng->yield = (struct draft_yield){0};
     if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits ||
-        !eng->verdicts || !eng->draft || !eng->srows || !eng->drawn || !eng->ent_logit0 || !eng->ent_n_plp) {
+        !eng->verdicts || !eng->draft || !eng->ent_draft || !eng->srows || !eng->drawn || !eng->ent_logit0 ||
+        !eng->ent_n_plp) {
         err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
         goto fail;
     }
@@ -154,6 +157,7 @@ void engine_free(engine *eng)
     free(eng->srows);
     free(eng->drawn);
     free(eng->edits);
+    free(eng->ent_draft);
     free(eng->ent_logit0);
     free(eng->ent_n_plp);
     free(eng->lp_copy);
@@ -580,30 +584,56 @@ static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t 
     return 1;
 }
 
-/* Adds draft rows to the plan's entries that sample (oldest first): each sequence's proposal, cut to what
- * draft_len finds worth verifying in a step of the rows planned so far (value: the tokens they yield, a
- * planned row 1, a draft row its chance of acceptance). */
-static void plan_drafts(engine *eng, const struct sched_plan *pl)
+/* Plans the drafts of the plan's entries that sample (oldest first) into eng->ent_draft: each sequence's
+ * proposal (kept whole as its shadow), cut to what draft_len finds worth verifying in a step of the rows
+ * planned so far (value: the tokens they yield, a planned row 1, a draft row its chance of acceptance).
+ * Returns the draft rows planned; *value out. */
+static int32_t choose_drafts(engine *eng, const struct sched_plan *pl, double *value)
 {
-    int32_t n_logits = 0;
-    double value = pl->n_rows, knee = draft_cost_knee(&eng->cost);
+    int32_t n_logits = 0, n_draft = 0;
+    double knee = draft_cost_knee(&eng->cost);
+    *value = pl->n_rows;
     for (int32_t i = 0; i < pl->n_entries; i++) n_logits += samples(&pl->entries[i]);
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         struct eng_seq *es = (struct eng_seq *)en->seq;
+        eng->ent_draft[i] = 0;
         /* a constrained sequence drafts nothing: each draft row would need its own position's mask */
-        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows, value)) continue;
+        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows, *value)) continue;
         int32_t n_prop = propose(eng, es);
-        es->i_shadow = es->n_shadow = 0;
+        es->i_shadow = 0;
+        es->n_shadow = n_prop;
         if (n_prop == 0) continue;
-        double before = value;
-        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows, &value, n_prop) : n_prop;
+        memcpy(es->shadow, eng->draft, (size_t)n_prop * sizeof *es->shadow);
+        double before = *value;
+        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows, value, n_prop) : n_prop;
         k = reserve_logits(eng, n_logits + k) - n_logits;
-        int32_t got = k > 0 ? sched_draft(eng->s, i, eng->draft, k) : 0;
-        n_logits += got;
-        value = before + draft_expected(&es->acc, got);
-        es->n_shadow = n_prop - got; /* what follows the verified drafts */
-        memcpy(es->shadow, eng->draft + got, (size_t)es->n_shadow * sizeof *es->shadow);
+        if (k < 0) k = 0;
+        eng->ent_draft[i] = k;
+        n_logits += k;
+        n_draft += k;
+        *value = before + draft_expected(&es->acc, k);
+    }
+    return n_draft;
+}
+
+/* Adds the planned draft rows to the plan's entries, unless steps with drafts have been yielding tokens at a
+ * higher cost than steps without (draft_yield_allows; every proposal is verified with --lookup-always); a
+ * sequence's shadow is then what follows its verified drafts. Otherwise the step verifies none, and each
+ * proposal stays a shadow, scored against the tokens drawn at no cost in rows (so the sequences' acceptance
+ * stays current while the step rule holds drafting back). */
+static void plan_drafts(engine *eng, const struct sched_plan *pl)
+{
+    double value;
+    eng->step_drafts = 0;
+    if (choose_drafts(eng, pl, &value) == 0 || (eng->p.lookup_adaptive && !draft_yield_allows(&eng->yield))) return;
+    for (int32_t i = 0; i < pl->n_entries; i++) {
+        if (eng->ent_draft[i] == 0) continue;
+        struct eng_seq *es = (struct eng_seq *)pl->entries[i].seq;
+        int32_t got = sched_draft(eng->s, i, es->shadow, eng->ent_draft[i]);
+        eng->step_drafts += got;
+        es->n_shadow -= got;
+        memmove(es->shadow, es->shadow + got, (size_t)es->n_shadow * sizeof *es->shadow);
     }
 }
 
@@ -812,7 +842,7 @@ static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_l
 static int check_step(engine *eng, struct err *e)
 {
     if (sched_check(eng->s, e) || sampler_check(eng->smp, e) || check_constraints(eng, e) ||
-        draft_check(&eng->cost, NULL, e))
+        draft_check(&eng->cost, NULL, e) || draft_yield_check(&eng->yield, e))
         return -1;
     for (const struct eng_seq *es = eng->live; es; es = es->live_next)
         if ((es->ix && lookup_check(es->ix, es->q.tokens, e)) || draft_check(NULL, &es->acc, e))
@@ -827,6 +857,7 @@ int engine_step(engine *eng, struct err *e)
     if (pl->n_entries == 0)
         return err_set(e, "engine: the scheduler planned nothing with %d running and %d waiting (bug)",
                        (int)sched_n_running(eng->s), (int)sched_n_waiting(eng->s));
+    eng->step_drafts = 0;
     if (eng->p.lookup > 0) plan_drafts(eng, pl);
     struct step_batch batch = build_batch(eng, pl);
     if (eng->cc && prefetch_masks(eng, pl, e)) return err_prefix(e, "engine step");
@@ -849,7 +880,7 @@ int engine_step(engine *eng, struct err *e)
     eng->st.rows_computed += batch.n_rows;
     if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_cost_add(&eng->cost, batch.n_rows, dt);
     /* verify, then commit only what the sequences keep */
-    int32_t n_entries = pl->n_entries;
+    int32_t n_entries = pl->n_entries, n_kept = 0;
     const struct sched_entry *ents = pl->entries;
     for (int32_t i = 0; i < n_entries; i++) {
         if (!samples(&ents[i])) continue;
@@ -858,7 +889,9 @@ int engine_step(engine *eng, struct err *e)
                          &eng->verdicts[i], e))
             return err_prefix(e, "engine step");
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);
+        n_kept += eng->verdicts[i].n_keep;
     }
+    if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_yield_add(&eng->yield, dt, n_kept, eng->step_drafts > 0);
     sched_commit(eng->s);
     if (eng_lp_offer(eng, pl, e)) return -1;
     /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. An

@@ -75,7 +75,10 @@ struct engine {
     int32_t *hidden_rows; /* (max_batch_tokens) */
     int hidden_states;    /* the backend's caps.hidden_states */
     int32_t *draft;                                       /* (lookup) a proposal */
+    int32_t *ent_draft;                                   /* (max_seqs) draft tokens planned per plan entry */
+    int32_t step_drafts;                                  /* draft rows of the step being run */
     struct draft_cost cost;                               /* forward seconds against rows */
+    struct draft_yield yield;                             /* seconds a kept token, steps with drafts and without */
     sampler *smp;                                         /* scratch for one draw at a time */
     constraint_cache *cc;                                 /* compiled constraints and masks (on first use) */
     constraint **pf_cons;                                 /* (max_seqs) the step's constrained sequences ... */
