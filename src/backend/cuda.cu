@@ -18,7 +18,10 @@
  *    kernels between steps.
  *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
  *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's
- *    stream (cuBLAS GEMMs with FP32 accumulation over all rows; the kernels of cuda_kernels.cu); only the
+ *    stream (cuBLAS GEMMs with FP32 accumulation over all rows, F32 outputs but for gate/up, which SwiGLU reads
+ *    as BF16 under BF16 weights; the kernels of cuda_kernels.cu), but for the split kernel of a step that also
+ *    has whole attention items: it runs on the side stream (cuda_run_attn; NIGHTSHIFT_CUDA_SIDE=off keeps
+ *    one stream), forked after the layer's K/V writes and joined before its combine; only the
  *    logit rows go through the output head. With a logits buffer, forward copies them back through a pinned
  *    buffer and returns after the stream is synchronized; without (the engine's draws on the device), it
  *    returns with the step in flight (pending) and the op sample enqueues the draws (cuda_sample.cu), copies
@@ -61,7 +64,6 @@ extern "C" {
 
 #define CUDA_BLAS_WORKSPACE (32u << 20) /* cuBLAS workspace bytes (ours, so cuBLAS allocates nothing) */
 #define CUDA_STAGING (64u << 20)        /* pinned staging for the weight upload, two halves */
-
 #define CUDA_PARTS_BYTES (64u << 20)    /* attention partials (split decode rows) at most */
 #define CUDA_MAX_PARTS 65536
 #define CUDA_RESERVE_ROWS 64            /* scratch and logit buffers grow in steps of this many rows */
@@ -72,7 +74,6 @@ static int cuda_env_off(const char *name)
     const char *v = getenv(name);
     return v && !strcmp(v, "off");
 }
-
 
 /* Profile: the phase that just ended on the stream (no-op when the profile is off). */
 void cuda_mark(struct cuda_ctx *c, enum cuda_prof phase)
@@ -637,11 +638,11 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
     return 0;
 }
 
-/* y (n_rows, w->n_out) f32 = x (n_rows, w->n_in) * w^T; x of w's type. Column-major view: y^T = W x^T. */
-static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void *x, int32_t n_rows, float *y,
-                     struct err *e)
+/* y (n_rows, w->n_out) = x (n_rows, w->n_in) * w^T as y_type; x of w's type. Column-major view: y^T = W x^T. */
+static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void *x, int32_t n_rows, void *y,
+                     enum cuda_act y_type, struct err *e)
 {
-    return cuda_matmul(c->st, c->blas, w->d, w->bf16, x, n_rows, w->n_in, w->n_out, y, CUDA_ACT_F32, e);
+    return cuda_matmul(c->st, c->blas, w->d, w->bf16, x, n_rows, w->n_in, w->n_out, y, y_type, e);
 }
 
 static enum cuda_act cuda_act_of(const struct cuda_matrix *w)
@@ -691,20 +692,19 @@ static int cuda_run_layer(struct cuda_ctx *c, const struct cuda_batch_dev *bd, c
     char *v_layer = (char *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
     CUDA_STEP(cuda_launch_rmsnorm(c->st, c->x, il > 0 ? c->tmp : NULL, L->attn_norm, NULL, n, hp->n_embd, hp->norm_eps,
                                   c->act, cuda_act_of(&L->qkv), e), CUDA_PROF_NORM);
-    CUDA_STEP(cuda_gemm(c, &L->qkv, c->act, n, c->qkv, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_gemm(c, &L->qkv, c->act, n, c->qkv, CUDA_ACT_F32, e), CUDA_PROF_GEMM);
     CUDA_STEP(cuda_launch_qkv(c->st, g, bd, c->qkv, L->bqkv, L->q_norm, L->k_norm, c->cs, k_layer, v_layer, e),
               CUDA_PROF_QKV);
     CUDA_STEP(cuda_run_attn(c, bd, g, qkv_stride, k_layer, v_layer, cuda_act_of(&L->wo), e), CUDA_PROF_ATTN);
-    CUDA_STEP(cuda_gemm(c, &L->wo, c->act, n, c->tmp, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_gemm(c, &L->wo, c->act, n, c->tmp, CUDA_ACT_F32, e), CUDA_PROF_GEMM);
     CUDA_STEP(cuda_launch_rmsnorm(c->st, c->x, c->tmp, L->ffn_norm, NULL, n, hp->n_embd, hp->norm_eps, c->act,
                                   cuda_act_of(&L->gate_up), e), CUDA_PROF_NORM);
     /* gate and up as BF16 under BF16 weights: half the bytes through SwiGLU, whose output into the BF16 GEMM
      * is rounded to BF16 anyway */
     const enum cuda_act gu_type = cuda_act_of(&L->gate_up);
-    CUDA_STEP(cuda_matmul(c->st, c->blas, L->gate_up.d, L->gate_up.bf16, c->act, n, L->gate_up.n_in, L->gate_up.n_out,
-                          c->gu, gu_type, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_gemm(c, &L->gate_up, c->act, n, c->gu, gu_type, e), CUDA_PROF_GEMM);
     CUDA_STEP(cuda_launch_swiglu(c->st, c->gu, gu_type, n, hp->n_ff, c->act, cuda_act_of(&L->down), e), CUDA_PROF_SWIGLU);
-    CUDA_STEP(cuda_gemm(c, &L->down, c->act, n, c->tmp, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_gemm(c, &L->down, c->act, n, c->tmp, CUDA_ACT_F32, e), CUDA_PROF_GEMM);
     return 0;
 }
 
@@ -731,7 +731,7 @@ int cuda_enqueue_step(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32
         /* the last residual add, the output norm and the head, for the logit rows only */
         if (cuda_launch_rmsnorm(c->st, c->x, c->tmp, c->output_norm, bd->logit_rows, n_logits, hp->n_embd,
                                 hp->norm_eps, c->act, cuda_act_of(&c->output), e) ||
-            cuda_gemm(c, &c->output, c->act, n_logits, c->logits_d, e))
+            cuda_gemm(c, &c->output, c->act, n_logits, c->logits_d, CUDA_ACT_F32, e))
             return err_prefix(e, "output head");
         cuda_mark(c, CUDA_PROF_HEAD);
     }
