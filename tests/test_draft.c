@@ -51,8 +51,9 @@ TEST(draft_cost_fit)
     CHECK(draft_check(&c, NULL, &e) == 0);
 }
 
-/* Steps with drafts that cost more a token than steps without stop drafting, but for a probe every
- * DRAFT_YIELD_PROBE steps; ones that cost less keep it; a change of machine is followed. */
+/* Steps with drafts that cost more a token than steps without stop drafting, but for a probe when their
+ * measurement is stale (about every DRAFT_YIELD_STALE_STEPS steps); ones that cost less keep it; a change
+ * of machine is followed. */
 TEST(draft_yield_rule)
 {
     struct err e;
@@ -67,8 +68,8 @@ TEST(draft_yield_rule)
         CHECK(draft_yield_check(&y, &e) == 0);
     }
     fprintf(stderr, "# losing drafts: %d of 320 steps drafted\n", allowed);
-    CHECK_MSG(allowed <= 320 / DRAFT_YIELD_PROBE + 4, "%d steps drafted", allowed);
-    CHECK(allowed >= 320 / DRAFT_YIELD_PROBE - 1); /* the probes */
+    CHECK_MSG(allowed <= 320 / (DRAFT_YIELD_STALE_STEPS - 8) + 4, "%d steps drafted", allowed);
+    CHECK_MSG(allowed >= 320 / (DRAFT_YIELD_STALE_STEPS + 8) - 1, "%d steps drafted", allowed); /* the probes */
     /* the drafts turn good (2 ms and 12 tokens): drafting resumes at the next probe and stays */
     allowed = 0;
     for (int i = 0; i < 320; i++) {
@@ -76,7 +77,7 @@ TEST(draft_yield_rule)
         allowed += d;
         draft_yield_add(&y, d ? 0.002 : 0.001, d ? 12 : 4, d);
     }
-    CHECK_MSG(allowed >= 320 - DRAFT_YIELD_PROBE - 4, "%d steps drafted", allowed);
+    CHECK_MSG(allowed >= 320 - 2 * (DRAFT_YIELD_STALE_STEPS + 8) - 4, "%d steps drafted", allowed);
     /* bad input is ignored */
     struct draft_yield z = y;
     draft_yield_add(&y, NAN, 3, 1);

@@ -946,7 +946,7 @@ TEST(engine_fake_lookup_yield)
     }
     g_fake_plain_us = g_fake_draft_us = 0;
     g_fake_copy = 0;
-    /* held back: the first measurements and the probes (one step in DRAFT_YIELD_PROBE) */
+    /* held back: the first measurements and the probes (about one step in DRAFT_YIELD_STALE_STEPS) */
     CHECK_MSG(share[0] < 0.1, "costly drafts: %.2f of the steps drafted", share[0]);
     CHECK_MSG(share[1] > 0.15, "paying drafts: only %.2f of the steps drafted", share[1]);
 }

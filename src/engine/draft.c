@@ -80,20 +80,18 @@ void draft_yield_add(struct draft_yield *y, double seconds, int32_t tokens, int 
     *m += (seconds / tokens - *m) / *w; /* the decayed mean: this step weighs 1 against *w */
 }
 
-int draft_yield_allows(struct draft_yield *y)
+int draft_yield_allows(const struct draft_yield *y)
 {
     if (y->w_draft == 0) return 1; /* measure each kind first */
     if (y->w_plain == 0) return 0;
-    const int prefer = y->draft <= y->plain;
-    if (++y->since_probe < DRAFT_YIELD_PROBE) return prefer;
-    y->since_probe = 0;
-    return !prefer; /* the other kind, measured again */
+    const int prefer = y->draft <= y->plain * DRAFT_YIELD_MARGIN;
+    return (prefer ? y->w_plain : y->w_draft) < DRAFT_YIELD_STALE ? !prefer : prefer; /* a stale kind: measure it */
 }
 
 int draft_yield_check(const struct draft_yield *y, struct err *e)
 {
     if (!isfinite(y->plain) || !isfinite(y->draft) || y->plain < 0 || y->draft < 0 || !(y->w_plain >= 0) ||
-        !(y->w_draft >= 0) || y->since_probe < 0)
+        !(y->w_draft >= 0))
         return err_set(e, "draft_yield_check: means %g / %g s a token, weights %g / %g", y->plain, y->draft,
                        y->w_plain, y->w_draft);
     return 0;

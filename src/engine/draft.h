@@ -22,10 +22,11 @@
  * graph for a decode step of one row a sequence but launches every kernel of a step with drafts, a GEMM of
  * a few rows more than a tile may take a tile more. So the engine also measures what drafting achieves:
  * draft_yield keeps the decayed mean seconds per token kept (sampled or accepted) of the steps with drafts
- * and of those without. While steps with drafts cost more a token than steps without, a step verifies
- * none (the proposals are still made and scored as shadows, keeping each sequence's acceptance current). One
- * step in DRAFT_YIELD_PROBE that could draft does the other kind, which keeps both measurements current;
- * where drafting pays, that is one step without drafts in DRAFT_YIELD_PROBE of those that could draft.
+ * and of those without, each with a weight that decays with every step. While steps with drafts cost more
+ * a token than steps without (by DRAFT_YIELD_MARGIN: the times are noisy), a step verifies none (the proposals are still made and scored as shadows,
+ * keeping each sequence's acceptance current). When the kind not preferred has not been seen for about
+ * DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which keeps both measurements current (where
+ * steps of both kinds occur anyway, as they do where some steps find nothing to propose, it never has to).
  *
  * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
  * prior, and half a miss of doubt in every estimate: drafting when the estimate is high picks the lucky
@@ -54,13 +55,13 @@ struct draft_cost {
 };
 
 #define DRAFT_YIELD_DECAY 0.95 /* per step: the last ~20 steps count most */
-#define DRAFT_YIELD_PROBE 16   /* one step in this many that could draft does what the yield does not prefer */
+#define DRAFT_YIELD_MARGIN 1.1 /* drafts are held back only when they cost this much more a token (noise) */
+#define DRAFT_YIELD_STALE 0.2  /* a kind's weight below this (~DRAFT_YIELD_STALE_STEPS steps unseen) is stale */
+#define DRAFT_YIELD_STALE_STEPS 32
 
-/* Decayed mean seconds per kept token of steps with drafts and without (weights w_*); steps that could draft
- * since the last probe. */
+/* Decayed mean seconds per kept token of steps with drafts and without, and their weights (0: never seen). */
 struct draft_yield {
     double plain, draft, w_plain, w_draft;
-    int32_t since_probe;
 };
 
 /* Decayed counts of draft tokens accepted (hits) and rejected (misses), prior included. */
@@ -78,8 +79,8 @@ double draft_cost_share(const struct draft_cost *c, int32_t rows);
 
 /* Adds one step whose rows all sample: seconds, tokens kept, whether it verified drafts. */
 void draft_yield_add(struct draft_yield *y, double seconds, int32_t tokens, int drafted);
-/* Counts a step that has drafts to verify; 1 if it may verify them (the rule at the top). */
-int draft_yield_allows(struct draft_yield *y);
+/* 1 if a step that has drafts to verify may verify them (the rule at the top). */
+int draft_yield_allows(const struct draft_yield *y);
 
 void draft_seq_init(struct draft_seq *s);
 /* Records hits accepted tokens, then a miss (rejected: 1, or 0 when every verified token was accepted). */

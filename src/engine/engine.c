@@ -586,7 +586,8 @@ static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t 
 
 /* Plans the drafts of the plan's entries that sample (oldest first) into eng->ent_draft: each sequence's
  * proposal (kept whole as its shadow), cut to what draft_len finds worth verifying in a step of the rows
- * planned so far (value: the tokens they yield, a planned row 1, a draft row its chance of acceptance).
+ * planned so far, drafts included (value: the tokens they yield, a planned row 1, a draft row its chance of
+ * acceptance).
  * Returns the draft rows planned; *value out. */
 static int32_t choose_drafts(engine *eng, const struct sched_plan *pl, double *value)
 {
@@ -599,14 +600,14 @@ static int32_t choose_drafts(engine *eng, const struct sched_plan *pl, double *v
         struct eng_seq *es = (struct eng_seq *)en->seq;
         eng->ent_draft[i] = 0;
         /* a constrained sequence drafts nothing: each draft row would need its own position's mask */
-        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows, *value)) continue;
+        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows + n_draft, *value)) continue;
         int32_t n_prop = propose(eng, es);
         es->i_shadow = 0;
         es->n_shadow = n_prop;
         if (n_prop == 0) continue;
         memcpy(es->shadow, eng->draft, (size_t)n_prop * sizeof *es->shadow);
         double before = *value;
-        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows, value, n_prop) : n_prop;
+        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows + n_draft, value, n_prop) : n_prop;
         k = reserve_logits(eng, n_logits + k) - n_logits;
         if (k < 0) k = 0;
         eng->ent_draft[i] = k;
