@@ -587,33 +587,31 @@ static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t 
 /* Plans the drafts of the plan's entries that sample (oldest first) into eng->ent_draft: each sequence's
  * proposal (kept whole as its shadow), cut to what draft_len finds worth verifying in a step of the rows
  * planned so far, drafts included (value: the tokens they yield, a planned row 1, a draft row its chance of
- * acceptance).
- * Returns the draft rows planned; *value out. */
-static int32_t choose_drafts(engine *eng, const struct sched_plan *pl, double *value)
+ * acceptance). Returns the draft rows planned. */
+static int32_t choose_drafts(engine *eng, const struct sched_plan *pl)
 {
     int32_t n_logits = 0, n_draft = 0;
-    double knee = draft_cost_knee(&eng->cost);
-    *value = pl->n_rows;
+    double value = pl->n_rows, knee = draft_cost_knee(&eng->cost);
     for (int32_t i = 0; i < pl->n_entries; i++) n_logits += samples(&pl->entries[i]);
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         struct eng_seq *es = (struct eng_seq *)en->seq;
         eng->ent_draft[i] = 0;
         /* a constrained sequence drafts nothing: each draft row would need its own position's mask */
-        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows + n_draft, *value)) continue;
+        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows + n_draft, value)) continue;
         int32_t n_prop = propose(eng, es);
         es->i_shadow = 0;
         es->n_shadow = n_prop;
         if (n_prop == 0) continue;
         memcpy(es->shadow, eng->draft, (size_t)n_prop * sizeof *es->shadow);
-        double before = *value;
-        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows + n_draft, value, n_prop) : n_prop;
+        double before = value;
+        int32_t k = eng->p.lookup_adaptive ? draft_len(knee, &es->acc, pl->n_rows + n_draft, &value, n_prop) : n_prop;
         k = reserve_logits(eng, n_logits + k) - n_logits;
         if (k < 0) k = 0;
         eng->ent_draft[i] = k;
         n_logits += k;
         n_draft += k;
-        *value = before + draft_expected(&es->acc, k);
+        value = before + draft_expected(&es->acc, k);
     }
     return n_draft;
 }
@@ -625,9 +623,7 @@ static int32_t choose_drafts(engine *eng, const struct sched_plan *pl, double *v
  * stays current while the step rule holds drafting back). */
 static void plan_drafts(engine *eng, const struct sched_plan *pl)
 {
-    double value;
-    eng->step_drafts = 0;
-    if (choose_drafts(eng, pl, &value) == 0 || (eng->p.lookup_adaptive && !draft_yield_allows(&eng->yield))) return;
+    if (choose_drafts(eng, pl) == 0 || (eng->p.lookup_adaptive && !draft_yield_allows(&eng->yield))) return;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         if (eng->ent_draft[i] == 0) continue;
         struct eng_seq *es = (struct eng_seq *)pl->entries[i].seq;
