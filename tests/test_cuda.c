@@ -1018,6 +1018,23 @@ struct synth_case {
     double rms_tol, max_tol;
 };
 
+/* Builds the synthetic model of cfg and checks a step's logits on the device against the cpu backend's
+ * (compare_steps) within the tolerances, printing the errors. */
+static void check_synth_step(const char *name, const struct synth_cfg *cfg, enum kv_type kv, double rms_tol,
+                             double max_tol)
+{
+    struct err e;
+    struct synth_model sm;
+    CHECK_MSG(synth_build(cfg, 1, &sm, &e) == 0, "%s: %s", name, e.msg);
+    double rms, mx;
+    int rc = compare_steps(sm.m, kv, &rms, &mx, &e);
+    synth_free(&sm);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    fprintf(stderr, "# %s: logits error / std: rms %.3g (tol %.3g), max %.3g (tol %.3g)\n", name, rms, rms_tol, mx,
+            max_tol);
+    CHECK_MSG(rms <= rms_tol && mx <= max_tol, "%s: rms %.3g, max %.3g", name, rms, mx);
+}
+
 TEST(step_vs_cpu_synthetic)
 {
     const struct synth_case cases[] = {
@@ -1037,7 +1054,6 @@ TEST(step_vs_cpu_synthetic)
         {"qwen2 q4_1", "qwen2", GGUF_DTYPE_Q4_1, 0, 0, 0, KV_TYPE_F16, 8e-2, 0.5},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct err e;
         struct synth_cfg cfg = synth_default();
         cfg.arch = cases[i].arch;
         cfg.type = cases[i].type;
@@ -1051,15 +1067,7 @@ TEST(step_vs_cpu_synthetic)
         cfg.tied = cases[i].tied;
         cfg.rope_freqs = cases[i].rope_freqs;
         cfg.seed = 7 + i;
-        struct synth_model sm;
-        CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s: %s", cases[i].name, e.msg);
-        double rms, mx;
-        int rc = compare_steps(sm.m, cases[i].kv, &rms, &mx, &e);
-        synth_free(&sm);
-        CHECK_MSG(rc == 0, "%s: %s", cases[i].name, e.msg);
-        fprintf(stderr, "# %s: logits error / std: rms %.3g (tol %.3g), max %.3g (tol %.3g)\n", cases[i].name, rms,
-                cases[i].rms_tol, mx, cases[i].max_tol);
-        CHECK_MSG(rms <= cases[i].rms_tol && mx <= cases[i].max_tol, "%s: rms %.3g, max %.3g", cases[i].name, rms, mx);
+        check_synth_step(cases[i].name, &cfg, cases[i].kv, cases[i].rms_tol, cases[i].max_tol);
     }
 }
 
@@ -1093,7 +1101,6 @@ TEST(step_vs_cpu_kquant)
         enum gguf_dtype (*type_of)(const char *);
     } cases[] = {{"llama q4_k_m", "llama", mix_q4_k_m}, {"qwen2 q5_k q3_k q2_k q5_0 q6_k", "qwen2", mix_k_others}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct err e;
         struct synth_cfg cfg = synth_default();
         cfg.arch = cases[i].arch;
         cfg.type = GGUF_DTYPE_Q4_K;
@@ -1105,14 +1112,7 @@ TEST(step_vs_cpu_kquant)
         cfg.n_vocab = 320;
         cfg.n_ctx = 1024;
         cfg.seed = 41 + i;
-        struct synth_model sm;
-        CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s: %s", cases[i].name, e.msg);
-        double rms, mx;
-        int rc = compare_steps(sm.m, KV_TYPE_F16, &rms, &mx, &e);
-        synth_free(&sm);
-        CHECK_MSG(rc == 0, "%s: %s", cases[i].name, e.msg);
-        fprintf(stderr, "# %s: logits error / std: rms %.3g (tol 8e-2), max %.3g (tol 0.5)\n", cases[i].name, rms, mx);
-        CHECK_MSG(rms <= 8e-2 && mx <= 0.5, "%s: rms %.3g, max %.3g", cases[i].name, rms, mx);
+        check_synth_step(cases[i].name, &cfg, KV_TYPE_F16, 8e-2, 0.5);
     }
 }
 

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "drawer_backend.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "synth_util.h"
@@ -159,95 +160,6 @@ static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int 
     return 0;
 }
 
-/* ---- a backend that draws greedy rows itself (the op sample), around the CPU backend: its own arithmetic
- * for the edits and the argmax (backend.h's contract), sampler_draw for sampled rows, and it declines every
- * third row it could draw (sending its edited logits to the host instead), as a backend may. */
-struct drawer {
-    struct backend inner;
-    sampler *smp;  /* (n_ids) for the sampled rows it draws */
-    float *logits; /* (cap, n_vocab) the last step's logit rows */
-    int32_t cap, n_vocab, n_logits;
-    int64_t drawn, declined;
-};
-
-static int drawer_load(void *ctx, const struct model *m, struct err *e)
-{
-    struct drawer *d = ctx;
-    d->n_vocab = m->hp.n_vocab;
-    return d->inner.ops->load(d->inner.ctx, m, e);
-}
-
-static int drawer_kv_alloc(void *ctx, int32_t n, int32_t bs, enum kv_type t, struct err *e)
-{
-    struct drawer *d = ctx;
-    return d->inner.ops->kv_alloc(d->inner.ctx, n, bs, t, e);
-}
-
-static int drawer_forward(void *ctx, const struct step_batch *b, float *logits, struct err *e)
-{
-    struct drawer *d = ctx;
-    if (logits) return err_set(e, "drawer: forward with host logits (the engine should keep them here)");
-    if (b->n_logits > d->cap) {
-        free(d->logits);
-        d->cap = b->n_logits;
-        if (!(d->logits = malloc((size_t)d->cap * (size_t)d->n_vocab * sizeof(float)))) return err_set(e, "drawer: oom");
-    }
-    d->n_logits = b->n_logits;
-    return d->inner.ops->forward(d->inner.ctx, b, d->logits, e);
-}
-
-static int drawer_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
-                         struct err *e)
-{
-    struct drawer *d = ctx;
-    if (n != d->n_logits) return err_set(e, "drawer: %d rows to resolve, the step had %d", (int)n, (int)d->n_logits);
-    for (int32_t i = 0; i < n; i++) {
-        float *l = d->logits + (size_t)i * (size_t)d->n_vocab;
-        tokens[i] = -1;
-        if (rows[i].mode != SAMPLE_HOST)
-            for (int32_t k = 0; k < rows[i].n_edits; k++) {
-                const struct logit_edit *ed = &rows[i].edits[k];
-                float x = l[ed->token] + ed->add;
-                if (ed->rep != 1.0f) x = x > 0.0f ? x / ed->rep : x * ed->rep;
-                l[ed->token] = x - ed->sub;
-            }
-        if (rows[i].mode == SAMPLE_HOST || (d->drawn + d->declined) % 3 == 2) { /* declined: edited logits back */
-            d->declined += rows[i].mode != SAMPLE_HOST;
-            memcpy(logits + (size_t)i * (size_t)d->n_vocab, l, (size_t)d->n_vocab * sizeof(float));
-            continue;
-        }
-        if (rows[i].mode == SAMPLE_GREEDY) {
-            int32_t best = 0;
-            for (int32_t t = 1; t < n_ids; t++)
-                if (l[t] > l[best]) best = t;
-            tokens[i] = best;
-        } else { /* the host sampler's steps after the edits, from the row's filters and uniform */
-            struct sampler_params p = sampler_default_params();
-            p.temperature = rows[i].temperature;
-            p.top_k = rows[i].top_k;
-            p.top_p = rows[i].top_p;
-            p.min_p = rows[i].min_p;
-            tokens[i] = sampler_draw(d->smp, &p, rows[i].u, l);
-        }
-        d->drawn++;
-    }
-    return 0;
-}
-
-static uint64_t drawer_scratch_bytes(void *ctx, int32_t max_rows)
-{
-    struct drawer *d = ctx;
-    return d->inner.ops->scratch_bytes(d->inner.ctx, max_rows);
-}
-
-static void drawer_free(void *ctx)
-{
-    (void)ctx;
-}
-
-static const struct backend_ops drawer_ops = {.name = "drawer", .load = drawer_load, .kv_alloc = drawer_kv_alloc,
-                                              .forward = drawer_forward, .scratch_bytes = drawer_scratch_bytes,
-                                              .free = drawer_free, .sample = drawer_sample};
 static struct drawer g_drawer;
 static int g_draw = 0; /* 1: run() goes through the drawer */
 
@@ -431,11 +343,7 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
     CHECK_MSG(d == 0, "rows drawn by the backend differ at request %d", d - 1);
     CHECK_MSG(cons_every == 1 || (g_drawer.drawn > 0 && g_drawer.declined > 0), "drawn %lld, declined %lld",
               (long long)g_drawer.drawn, (long long)g_drawer.declined);
-    free(g_drawer.logits);
-    sampler_free(g_drawer.smp);
-    g_drawer.logits = NULL;
-    g_drawer.smp = NULL;
-    g_drawer.cap = 0;
+    drawer_release(&g_drawer);
 
     /* with the prefix cache, in steps of 64 rows (requests admitted in the same step as the first compute
      * the prefix side by side; later ones hit it); with lookup (drafts share the 64 rows) */

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "drawer_backend.h"
 #include "engine/engine.h"
 #include "engine/kvpool.h"
 #include "engine/sampler.h"
@@ -227,15 +228,23 @@ static void unload(struct loaded *L)
     gguf_close(L->f);
 }
 
-static engine *new_engine(struct loaded *L, int32_t max_seqs, int prefix_cache, struct err *e)
+/* The engine parameters of these tests: kv_blocks blocks, max_seqs, f32 KV, debug checks, steps of 64 rows
+ * (prompts span several steps). */
+static struct engine_params test_params(int32_t kv_blocks, int32_t max_seqs, int prefix_cache)
 {
     struct engine_params p = engine_default_params();
-    p.kv_blocks = 256;
+    p.kv_blocks = kv_blocks;
     p.max_seqs = max_seqs;
-    p.max_batch_tokens = 64; /* prompts span several steps */
+    p.max_batch_tokens = 64;
     p.prefix_cache = prefix_cache;
     p.kv_type = KV_TYPE_F32;
     p.debug_checks = 1;
+    return p;
+}
+
+static engine *new_engine(struct loaded *L, int32_t max_seqs, int prefix_cache, struct err *e)
+{
+    struct engine_params p = test_params(256, max_seqs, prefix_cache);
     engine *eng = NULL;
     return engine_init(L->m, &L->be, L->v, &p, &eng, e) ? NULL : eng;
 }
@@ -451,78 +460,6 @@ TEST(engine_logprobs_are_raw)
     unload(&L);
 }
 
-/* ---- a backend that samples "on the device" (the CPU backend underneath): greedy rows are drawn there,
- * sampled rows declined (edited logits back), SAMPLE_HOST rows copied unedited ---- */
-
-struct dev {
-    struct backend inner;
-    float *logits; /* (cap, n_vocab) the last step's */
-    int32_t cap, n_vocab, n_logits;
-    int64_t host_rows, device_rows;
-};
-
-static int dev_load(void *ctx, const struct model *m, struct err *e)
-{
-    struct dev *d = ctx;
-    d->n_vocab = m->hp.n_vocab;
-    return d->inner.ops->load(d->inner.ctx, m, e);
-}
-
-static int dev_kv_alloc(void *ctx, int32_t n, int32_t bs, enum kv_type t, struct err *e)
-{
-    struct dev *d = ctx;
-    return d->inner.ops->kv_alloc(d->inner.ctx, n, bs, t, e);
-}
-
-static int dev_forward(void *ctx, const struct step_batch *b, float *logits, struct err *e)
-{
-    struct dev *d = ctx;
-    if (logits) return err_set(e, "dev: forward with host logits");
-    if (b->n_logits > d->cap) {
-        free(d->logits);
-        d->cap = b->n_logits;
-        if (!(d->logits = malloc((size_t)d->cap * (size_t)d->n_vocab * sizeof(float)))) return err_set(e, "dev: oom");
-    }
-    d->n_logits = b->n_logits;
-    return d->inner.ops->forward(d->inner.ctx, b, d->logits, e);
-}
-
-static int dev_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
-                      struct err *e)
-{
-    struct dev *d = ctx;
-    if (n != d->n_logits) return err_set(e, "dev: %d rows, the step had %d", (int)n, (int)d->n_logits);
-    for (int32_t i = 0; i < n; i++) {
-        float *l = d->logits + (size_t)i * (size_t)d->n_vocab;
-        tokens[i] = -1;
-        if (rows[i].mode == SAMPLE_HOST) {
-            d->host_rows++;
-            memcpy(logits + (size_t)i * (size_t)d->n_vocab, l, (size_t)d->n_vocab * sizeof(float));
-            continue;
-        }
-        d->device_rows++;
-        sampler_apply_edits(rows[i].edits, rows[i].n_edits, l);
-        if (rows[i].mode == SAMPLE_GREEDY) tokens[i] = sampler_argmax(l, n_ids);
-        else memcpy(logits + (size_t)i * (size_t)d->n_vocab, l, (size_t)d->n_vocab * sizeof(float)); /* declined */
-    }
-    return 0;
-}
-
-static uint64_t dev_scratch_bytes(void *ctx, int32_t max_rows)
-{
-    struct dev *d = ctx;
-    return d->inner.ops->scratch_bytes(d->inner.ctx, max_rows);
-}
-
-static void dev_free(void *ctx)
-{
-    (void)ctx;
-}
-
-static const struct backend_ops dev_ops = {.name = "dev", .load = dev_load, .kv_alloc = dev_kv_alloc,
-                                           .forward = dev_forward, .scratch_bytes = dev_scratch_bytes,
-                                           .free = dev_free, .sample = dev_sample};
-
 /* The mixed requests of the device and preemption tests: greedy and sampled, with and without logprobs,
  * with prompt logprobs, with prompts that repeat (so prompt lookup proposes drafts). */
 static void mixed_requests(struct engine_request *r, int32_t (*prompts)[NP], int n, const struct loaded *L)
@@ -562,8 +499,9 @@ static int same_results(const struct engine_result *a, const struct engine_resul
     return 1;
 }
 
-/* A backend that draws on the device: the rows of requests with logprobs (and prompt logprob rows) come to
- * the host unedited (SAMPLE_HOST), the others are drawn there; results equal the host-only engine's. */
+/* A backend that draws on the device (drawer_backend.h): the rows of requests with logprobs (and prompt
+ * logprob rows) come to the host unedited (SAMPLE_HOST), the others are drawn there (or declined); results
+ * equal the host-only engine's. */
 TEST(engine_logprob_rows_come_to_the_host)
 {
     struct loaded L;
@@ -579,23 +517,22 @@ TEST(engine_logprob_rows_come_to_the_host)
     engine *eng = new_engine(&L, 8, 1, &e);
     CHECK_MSG(eng && run_all(eng, r, N, host, &e) == 0, "%s", e.msg);
     engine_free(eng);
-    static struct dev d;
+    static struct drawer d;
     memset(&d, 0, sizeof d);
     d.inner = L.be;
     d.n_vocab = L.m->hp.n_vocab;
-    struct backend db = {&dev_ops, &d};
-    struct engine_params p = engine_default_params();
-    p.kv_blocks = 256;
-    p.max_seqs = 8;
-    p.max_batch_tokens = 64;
-    p.kv_type = KV_TYPE_F32;
-    p.debug_checks = 1;
-    CHECK_MSG(engine_init(L.m, &db, L.v, &p, &eng, &e) == 0 && run_all(eng, r, N, dev, &e) == 0, "%s", e.msg);
+    struct backend db = {&drawer_ops, &d};
+    struct engine_params p = test_params(256, 8, 1);
+    const int32_t n_ids = tok_n_vocab(L.v) < d.n_vocab ? tok_n_vocab(L.v) : d.n_vocab;
+    CHECK_MSG(sampler_init(n_ids, &d.smp, &e) == 0 && engine_init(L.m, &db, L.v, &p, &eng, &e) == 0 &&
+                  run_all(eng, r, N, dev, &e) == 0,
+              "%s", e.msg);
     engine_free(eng);
-    free(d.logits);
+    const int64_t device_rows = d.drawn + d.declined, host_rows = d.host_rows;
+    drawer_release(&d);
     CHECK_MSG(same_results(host, dev, N), "results differ with device sampling");
-    CHECK_MSG(d.device_rows > 0 && d.host_rows > 0, "%lld device rows, %lld host rows", (long long)d.device_rows,
-              (long long)d.host_rows);
+    CHECK_MSG(device_rows > 0 && host_rows > 0, "%lld device rows, %lld host rows", (long long)device_rows,
+              (long long)host_rows);
     for (int i = 0; i < N; i++) {
         engine_result_free(&host[i]);
         engine_result_free(&dev[i]);
@@ -620,14 +557,9 @@ TEST(engine_logprobs_survive_preemption_and_drafts)
     engine *eng = new_engine(&L, 8, 1, &e);
     CHECK_MSG(eng && run_all(eng, r, N, base, &e) == 0, "%s", e.msg);
     engine_free(eng);
-    struct engine_params p = engine_default_params();
-    p.kv_blocks = 10;
-    p.max_seqs = 8;
-    p.max_batch_tokens = 64;
-    p.kv_type = KV_TYPE_F32;
+    struct engine_params p = test_params(10, 8, 1);
     p.lookup = 4;
     p.lookup_adaptive = 0;
-    p.debug_checks = 1;
     struct engine_stats st;
     CHECK_MSG(engine_init(L.m, &L.be, L.v, &p, &eng, &e) == 0 && run_all(eng, r, N, tight, &e) == 0, "%s", e.msg);
     engine_get_stats(eng, &st);
