@@ -25,8 +25,8 @@
 
 int cuda_graph_fits(const struct cuda_ctx *c, const struct step_batch *b, const float *logits)
 {
-    return c->graphs_on && !c->prof_on && !logits && b->n_rows <= CUDA_GRAPH_ROWS && b->n_logits == b->n_rows &&
-           b->n_hidden == 0;
+    return c->graphs_on && !c->prof_on && !logits && b->n_rows <= CUDA_GRAPH_ROWS && b->n_seqs <= CUDA_GRAPH_SEQS &&
+           b->n_logits == b->n_rows && b->n_hidden == 0;
 }
 
 static int cuda_graph_key_eq(const struct cuda_graph_key *a, const struct cuda_graph_key *b)
