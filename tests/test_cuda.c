@@ -1246,9 +1246,12 @@ static struct sampler_params mixed_params(int i, struct logit_bias *bias)
 }
 
 /* Runs requests (greedy; g_mixed: mixed_params) through an engine on be; fills got. */
+static int g_lookup_always; /* 1: run_engine verifies every proposal (--lookup 8 --lookup-always) */
+
 static int run_engine(struct loaded *L, struct backend *be, struct gen_req *r, int n, int32_t max_seqs, struct err *e)
 {
     struct engine_params p = engine_default_params();
+    if (g_lookup_always) p.lookup_adaptive = 0;
     p.kv_blocks = 4096;
     p.max_seqs = max_seqs;
     p.max_batch_tokens = 512;
@@ -1399,10 +1402,13 @@ TEST(engine_device_sampling)
 /* Decode steps as CUDA graphs (cuda_graph.cu) against the same steps launched one kernel at a time: the same
  * greedy tokens at concurrency 1 and 4 (steps of 1..4 rows, graphs), and graphs were launched far more often
  * than captured (one capture per row count and attention plan). */
-TEST(engine_graphs_on_vs_off)
+/* Graphs vs launches one by one on stories260K, at max_seqs 1 and 4; with every proposal verified (lookup)
+ * the decode steps carry drafts too. */
+static void graphs_on_vs_off(int lookup)
 {
     struct err e;
     struct loaded L;
+    g_lookup_always = lookup;
     const char *path = test_shared("models/stories260K.gguf");
     if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
     CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
@@ -1418,17 +1424,28 @@ TEST(engine_graphs_on_vs_off)
              run_engine(&L, &be, b, N, 1, &e) == 0 && run_engine(&L, &be, d, N, 4, &e) == 0;
     backend_free(&be);
     unload_model(&L);
+    g_lookup_always = 0;
     CHECK_MSG(ok, "%s", e.msg);
     int differ = 0;
     for (int i = 0; i < N; i++) {
         differ += a[i].n_got != b[i].n_got || memcmp(a[i].got, b[i].got, (size_t)a[i].n_got * 4) != 0;
         differ += c[i].n_got != d[i].n_got || memcmp(c[i].got, d[i].got, (size_t)c[i].n_got * 4) != 0;
     }
-    fprintf(stderr, "# graphs: %lld launches, %lld captures; %d of %d requests differ from the launches one by one\n",
-            (long long)launches, (long long)captures, differ, 2 * N);
+    fprintf(stderr, "# graphs%s: %lld launches, %lld captures; %d of %d requests differ from the launches one by one\n",
+            lookup ? " (every proposal verified)" : "", (long long)launches, (long long)captures, differ, 2 * N);
     CHECK_MSG(differ == 0, "%d of %d requests differ", differ, 2 * N);
-    CHECK_MSG(launches >= 16 * 48 / 2 && captures * 4 < launches, "%lld graph launches, %lld captures", (long long)launches,
-              (long long)captures);
+    CHECK_MSG(launches >= (lookup ? 1 : 16 * 48 / 2) && (lookup || captures * 4 < launches),
+              "%lld graph launches, %lld captures", (long long)launches, (long long)captures);
+}
+
+TEST(engine_graphs_on_vs_off)
+{
+    graphs_on_vs_off(0);
+}
+
+TEST(engine_graphs_on_vs_off_drafts)
+{
+    graphs_on_vs_off(1);
 }
 
 /* TEST_CUDA_ONLY=prefix runs only the tests whose names start with it (e.g. "kernel_" under
@@ -1464,6 +1481,7 @@ int main(void)
     RUN_SEL(engine_concurrency_1_vs_64);
     RUN_SEL(engine_device_sampling);
     RUN_SEL(engine_graphs_on_vs_off);
+    RUN_SEL(engine_graphs_on_vs_off_drafts);
     return test_summary();
 }
 

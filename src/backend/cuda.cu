@@ -800,7 +800,7 @@ static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, st
     c->host_ms[0] += (t_started - t_in) * 1e3;
     if (cuda_upload_batch(c, b, &bd, e)) return -1;
     cuda_mark(c, CUDA_PROF_UPLOAD);
-    if (cuda_graph_fits(c, b, logits) ? cuda_graph_run(c, &bd, b->n_logits, e) : cuda_enqueue_step(c, &bd, b->n_logits, e))
+    if (cuda_graph_fits(c, b, logits) ? cuda_graph_run(c, &bd, b->n_seqs, b->n_logits, e) : cuda_enqueue_step(c, &bd, b->n_logits, e))
         return -1;
     CU_TRY(cudaEventRecord(c->ev_head, c->st));
     c->host_ms[1] += (cuda_now() - t_started) * 1e3;

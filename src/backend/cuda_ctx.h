@@ -34,11 +34,12 @@ struct cuda_io {
 };
 
 /* A captured decode step for one row count (cuda_graph.cu): valid while its key matches the step's. */
-#define CUDA_GRAPH_ROWS 8 /* decode steps of at most this many rows run as CUDA graphs */
+#define CUDA_GRAPH_ROWS 32 /* decode steps (drafts included) of at most this many rows ... */
+#define CUDA_GRAPH_SEQS 8  /* ... and sequences run as CUDA graphs (more sequences change the key too often) */
 struct cuda_graph_key {
     int64_t gen;     /* cuda_ctx.gen when captured: buffers the graph's nodes point into */
     const void *batch_d;
-    int32_t n_items, n_split_rows, max_item_rows, n_split_items;
+    int32_t n_seqs, n_items, n_split_rows, max_item_rows, n_split_items;
 };
 struct cuda_graph {
     cudaGraphExec_t exec; /* NULL: none yet */
@@ -125,11 +126,12 @@ int cuda_finish(struct cuda_ctx *c, uint64_t logit_bytes, struct err *e);
 int cuda_copy_logit_rows(struct cuda_ctx *c, int32_t i0, int32_t i1, struct err *e);
 /* Enqueues a step's layers and (for n_logits > 0) its output head on the stream, for an uploaded batch. */
 int cuda_enqueue_step(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_logits, struct err *e);
-/* Whether a step runs as a CUDA graph: a decode step (one row a sequence, every row drawn on the device) of
- * at most CUDA_GRAPH_ROWS rows, graphs on and the profile off. */
+/* Whether a step runs as a CUDA graph: a decode step (every row drawn on the device: a sequence's last token
+ * and its drafts) of at most CUDA_GRAPH_ROWS rows and CUDA_GRAPH_SEQS sequences, graphs on and the profile
+ * off. */
 int cuda_graph_fits(const struct cuda_ctx *c, const struct step_batch *b, const float *logits);
 /* cuda_enqueue_step as the graph for bd->n_rows rows: launched when its key matches, else captured again. */
-int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_logits, struct err *e);
+int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_seqs, int32_t n_logits, struct err *e);
 /* Destroys every graph (at release). */
 void cuda_graph_free(struct cuda_ctx *c);
 /* The op sample (backend.h; cuda_draw.cu). */

@@ -9,8 +9,9 @@
  * from the batch buffer, whose layout is a function of (n_rows, n_logits, n_seqs) alone (cuda.cu,
  * cuda_upload_batch), so a graph replays correctly for any later batch of the same shape as long as the
  * values baked into its nodes are the same: the buffers' addresses (cuda_ctx.gen, bumped when one moves,
- * and the batch buffer's address) and the attention plan's counts, which set grid sizes. That is the key
- * (struct cuda_graph_key); a step whose key differs captures its graph again and updates the executable
+ * and the batch buffer's address), the number of sequences and the attention plan's counts, which set
+ * grid sizes. That is the key (struct cuda_graph_key); graphs are kept by row count. Steps whose rows all
+ * draw on the device fit, drafts included (a sequence with drafts has several rows); a step whose key differs captures its graph again and updates the executable
  * (cudaGraphExecUpdate; a new instantiation where that fails). At batch 1 the plan changes when the
  * sequence enters a new chunk of CUDA_ATT_CHUNK positions, so one capture serves ~128 steps.
  *
@@ -24,13 +25,13 @@
 
 int cuda_graph_fits(const struct cuda_ctx *c, const struct step_batch *b, const float *logits)
 {
-    return c->graphs_on && !c->prof_on && !logits && b->n_rows <= CUDA_GRAPH_ROWS && b->n_logits == b->n_rows &&
-           b->n_seqs == b->n_rows && b->n_hidden == 0;
+    return c->graphs_on && !c->prof_on && !logits && b->n_rows <= CUDA_GRAPH_ROWS && b->n_seqs <= CUDA_GRAPH_SEQS &&
+           b->n_logits == b->n_rows && b->n_hidden == 0;
 }
 
 static int cuda_graph_key_eq(const struct cuda_graph_key *a, const struct cuda_graph_key *b)
 {
-    return a->gen == b->gen && a->batch_d == b->batch_d && a->n_items == b->n_items &&
+    return a->gen == b->gen && a->batch_d == b->batch_d && a->n_seqs == b->n_seqs && a->n_items == b->n_items &&
            a->n_split_rows == b->n_split_rows && a->max_item_rows == b->max_item_rows &&
            a->n_split_items == b->n_split_items;
 }
@@ -65,10 +66,10 @@ static int cuda_graph_capture(struct cuda_ctx *c, struct cuda_graph *g, const st
     return 0;
 }
 
-int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_logits, struct err *e)
+int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_seqs, int32_t n_logits, struct err *e)
 {
     struct cuda_graph *g = &c->graphs[bd->n_rows];
-    const struct cuda_graph_key key = {c->gen, c->batch.d, bd->n_items, bd->n_split_rows, bd->max_item_rows,
+    const struct cuda_graph_key key = {c->gen, c->batch.d, n_seqs, bd->n_items, bd->n_split_rows, bd->max_item_rows,
                                        bd->n_split_items};
     if (!g->exec || !cuda_graph_key_eq(&g->key, &key)) {
         g->key.gen = -1; /* invalid until the capture succeeds */
