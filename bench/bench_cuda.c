@@ -2,7 +2,7 @@
  * the same run: a BF16 GEMM rate (cuBLAS, 8192^3, random data) and a device-to-device copy bandwidth
  * (bytes read + written).
  *
- *   bench_cuda MODEL [-L 1024] [-B 1,64,256] [-N 512,2048] [--steps 8]
+ *   bench_cuda MODEL [-L 1024] [-B 1,64,256] [-N 512,2048] [--steps 8] [--kv-type f16|f32|q8_0]
  *
  * Prefill: max(B) sequences of L tokens each are prefilled in steps of N rows (rows packed across
  * sequences; logits only for a sequence's last prompt row), for each N in the list (the KV is rewritten
@@ -40,6 +40,7 @@ struct bench {
     const struct model *m;
     struct backend be;
     int32_t L, n_seqs, blocks_per_seq;
+    enum kv_type kv_type; /* of the pool (--kv-type; f16 by default) */
     int32_t *bt; /* (n_seqs, blocks_per_seq) */
     double gemm_tflops, copy_gbs;
     /* step buffers */
@@ -184,7 +185,7 @@ static int bench_decode(struct bench *B, int32_t nb, int n_steps, uint64_t weigh
     qsort(t, (size_t)n_steps, sizeof t[0], cmp_double);
     const double sec = t[n_steps / 2];
     const int32_t ctx = B->L + n_steps / 2 + 2;
-    const double kv_bytes = (double)nb * ctx * (double)model_kv_bytes_per_token(hp, KV_TYPE_F16);
+    const double kv_bytes = (double)nb * ctx * (double)model_kv_bytes_per_token(hp, B->kv_type);
     const double bytes = (double)weight_bytes + kv_bytes;
     const double flops = nb * (flops_linear_row(hp) + flops_attn_row(hp, ctx) + flops_head_row(hp));
     printf("decode  B=%-5d  ctx %5d  %8.3f ms/step  %9.0f tok/s  bytes %6.2f GB: %5.1f%% of copy bw  %5.1f%% of GEMM rate"
@@ -214,18 +215,23 @@ static int bench_alloc(struct bench *B, int32_t cap_rows, int32_t n_seqs)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_cuda MODEL [-L 1024] [-B 1,64,256] [-N 512,2048] [--steps 8]\n");
+        fprintf(stderr, "usage: bench_cuda MODEL [-L 1024] [-B 1,64,256] [-N 512,2048] [--steps 8] [--kv-type f16]\n");
         return 2;
     }
     struct bench B = {0};
     int32_t bl[MAX_LIST], nl[MAX_LIST];
     int n_b = parse_list("1,64,256", bl), n_n = parse_list("512,2048", nl), n_steps = 8;
     B.L = 1024;
+    B.kv_type = KV_TYPE_F16;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-L")) B.L = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-B")) n_b = parse_list(argv[i + 1], bl);
         else if (!strcmp(argv[i], "-N")) n_n = parse_list(argv[i + 1], nl);
         else if (!strcmp(argv[i], "--steps")) n_steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--kv-type") && model_kv_type_parse(argv[i + 1], &B.kv_type)) {
+            fprintf(stderr, "bench_cuda: --kv-type %s: expected f32, f16 or q8_0\n", argv[i + 1]);
+            return 2;
+        }
     }
     struct err e = {{0}};
     log_set_level(LOG_INFO); /* the backend's start-up lines: device, weights, KV pool, attention kernel */
@@ -250,7 +256,7 @@ int main(int argc, char **argv)
     B.n_seqs = max_b;
     B.blocks_per_seq = (B.L + n_steps + 2 + BS - 1) / BS + 1;
     if (backend_cuda_init(&B.be, NULL, &e) || B.be.ops->load(B.be.ctx, m, &e) ||
-        B.be.ops->kv_alloc(B.be.ctx, B.n_seqs * B.blocks_per_seq, BS, KV_TYPE_F16, &e) ||
+        B.be.ops->kv_alloc(B.be.ctx, B.n_seqs * B.blocks_per_seq, BS, B.kv_type, &e) ||
         bench_alloc(&B, max_n, max_b)) {
         fprintf(stderr, "bench_cuda: %s\n", e.msg[0] ? e.msg : "out of memory");
         return 1;
@@ -260,7 +266,7 @@ int main(int argc, char **argv)
            "%.1f s\n",
            argv[1], model_arch_name(hp->arch), (int)hp->n_layer, (int)hp->n_embd, (int)hp->n_head, (int)hp->n_head_kv,
            (int)hp->head_dim, (int)hp->n_ff, (int)hp->n_vocab, (double)wbytes / 1e9, clock_now() - t0);
-    printf("KV f16, %d sequences x %d tokens (block %d)\n", (int)B.n_seqs, (int)B.L, BS);
+    printf("KV %s, %d sequences x %d tokens (block %d)\n", model_kv_type_name(B.kv_type), (int)B.n_seqs, (int)B.L, BS);
     for (int i = 0; i < n_n; i++)
         if (bench_prefill(&B, nl[i], &e)) goto fail;
     for (int i = 0; i < n_b; i++)

@@ -10,12 +10,18 @@
  *    said in the start-up line. q, k and v of a layer are one matrix (rows q, then k, then v), gate and up
  *    one matrix (rows gate, then up), so each is one GEMM; such a fused matrix is F32 only if all its parts
  *    are. Norms, biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
- *  - KV pool: two device allocations (K, V), each [layer][block][kv_head][slot][head_dim] of f16 or f32
- *    (q8_0 is refused). A step writes K/V of each row (cuda_launch_qkv) before its attention reads
- *    positions <= the rows' own, so no slot is read before it is written. The attention kernel is chosen
- *    with the pool (cuda_attn_choose: tensor cores for f16 KV at head_dim 64/128 under BF16 weights, the
- *    exact CUDA-core kernel otherwise) and kept while the pool lives, so a sequence's rows never switch
- *    kernels between steps.
+ *  - KV pool: two device allocations (K, V), each n_layer layers of kv_layer_bytes. A layer holds the head
+ *    vectors [block][kv_head][slot][head_dim] of f32, f16 or q8_0's int8 values, and for q8_0 after them
+ *    the f16 scales [block][kv_head][slot][head_dim / 32] (one per 32 consecutive elements; head_dim must be
+ *    a multiple of 32), the layer rounded up to 16 bytes: with N = n_blocks * n_head_kv * block_size,
+ *    kv_layer_bytes = N * head_dim * 4 (f32), N * head_dim * 2 (f16), or (N * head_dim * 17 / 16) rounded up
+ *    to a multiple of 16 (q8_0: 34 bytes per 32 elements, as model_kv_bytes_per_token counts; see
+ *    cuda_kv_layer_bytes). q8_0 is written bit for bit as the host's quant_quantize_row would (cuda_q8.cuh)
+ *    and read back exactly (q * scale in f32). A step writes K/V of each row (cuda_launch_qkv) before its
+ *    attention reads positions <= the rows' own, so no slot is read before it is written. The attention
+ *    kernel is chosen with the pool (cuda_attn_choose: tensor cores for f16 KV at head_dim 64/128 under BF16
+ *    weights, the exact CUDA-core kernel otherwise, always for f32 and q8_0) and kept while the pool lives,
+ *    so a sequence's rows never switch kernels between steps.
  *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
  *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's
  *    stream (cuBLAS GEMMs with FP32 accumulation over all rows, F32 outputs but for gate/up, which SwiGLU reads
@@ -231,10 +237,12 @@ static int cuda_check(void *ctx, struct err *e)
     if (c->cap_rows > 0 && !c->scratch) return err_set(e, "cuda_check: scratch missing");
     if (c->cap_logits > 0 && (!c->logits_d || !c->logits_h)) return err_set(e, "cuda_check: logits buffers missing");
     if (c->k_cache) {
-        const uint64_t el = c->kv_type == KV_TYPE_F16 ? 2 : 4;
-        if (c->kv_layer_bytes != (uint64_t)c->n_blocks * (uint64_t)c->block_size * (uint64_t)hp->n_head_kv *
-                                     (uint64_t)hp->head_dim * el || !c->v_cache)
+        const uint64_t n_vec = (uint64_t)c->n_blocks * (uint64_t)c->block_size * (uint64_t)hp->n_head_kv;
+        if (c->kv_layer_bytes != cuda_kv_layer_bytes(n_vec, hp->head_dim, c->kv_type) || c->kv_layer_bytes % 16 ||
+            !c->v_cache)
             return err_set(e, "cuda_check: KV pool sizes inconsistent");
+        if (c->kv_type == KV_TYPE_Q8_0 && hp->head_dim % 32)
+            return err_set(e, "cuda_check: q8_0 KV pool with head_dim %d", (int)hp->head_dim);
         if (c->attn != CUDA_ATTN_CORES && !cuda_attn_tc_fits(hp->head_dim, c->kv_type))
             return err_set(e, "cuda_check: tensor-core attention on a pool it does not fit");
     }
@@ -537,12 +545,16 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
     if (n_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)))
         return err_set(e, "cuda backend: bad KV pool %d blocks x %d tokens (a power of two)", (int)n_blocks,
                        (int)block_size);
-    if (t == KV_TYPE_Q8_0) return err_set(e, "cuda backend: KV type q8_0 is not supported yet; use f16 or f32");
-    if (t != KV_TYPE_F32 && t != KV_TYPE_F16) return err_set(e, "cuda backend: unknown KV type %d", (int)t);
+    if (t != KV_TYPE_F32 && t != KV_TYPE_F16 && t != KV_TYPE_Q8_0)
+        return err_set(e, "cuda backend: unknown KV type %d", (int)t);
+    if (t == KV_TYPE_Q8_0 && hp->head_dim % 32 != 0)
+        return err_set(e, "cuda backend: KV type q8_0 needs a head dimension that is a multiple of 32 (this "
+                          "model's is %d); use f16 or f32",
+                       (int)hp->head_dim);
     cudaStreamSynchronize(c->st);
     cuda_free_kv(c);
-    const uint64_t el = t == KV_TYPE_F16 ? 2 : 4;
-    const uint64_t layer = (uint64_t)n_blocks * (uint64_t)block_size * (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * el;
+    const uint64_t layer = cuda_kv_layer_bytes((uint64_t)n_blocks * (uint64_t)block_size * (uint64_t)hp->n_head_kv,
+                                               hp->head_dim, t);
     const uint64_t total = layer * (uint64_t)hp->n_layer;
     cudaError_t rc = cudaMalloc(&c->k_cache, total);
     if (rc == cudaSuccess) rc = cudaMalloc(&c->v_cache, total);
@@ -559,7 +571,8 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
     int act_bf16 = 1;
     for (int32_t il = 0; il < hp->n_layer; il++) act_bf16 &= c->layers[il].wo.bf16;
     c->attn = cuda_attn_choose(hp->head_dim, t, act_bf16);
-    log_info("cuda backend: attention on %s", cuda_attn_kernel_name(c->attn));
+    log_info("cuda backend: KV pool %.1f MiB (%d blocks x %d tokens, %s); attention on %s", 2.0 * (double)total / (1 << 20),
+             (int)n_blocks, (int)block_size, model_kv_type_name(t), cuda_attn_kernel_name(c->attn));
     c->n_blocks = n_blocks;
     c->block_size = block_size;
     c->kv_layer_bytes = layer;
@@ -712,8 +725,11 @@ static int cuda_run_layer(struct cuda_ctx *c, const struct cuda_batch_dev *bd, c
 static int cuda_run_layers(struct cuda_ctx *c, const struct cuda_batch_dev *bd, struct err *e)
 {
     const struct model_hparams *hp = &c->m->hp;
-    const struct cuda_attn_geom g = {hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox,
-                                     c->block_size, c->kv_type, hp->norm_eps, c->attn};
+    const uint64_t n_vec = (uint64_t)c->n_blocks * (uint64_t)c->block_size * (uint64_t)hp->n_head_kv;
+    const struct cuda_attn_geom g = {hp->n_head,    hp->n_head_kv, hp->head_dim, hp->n_rot,
+                                     hp->rope_neox, c->block_size, c->kv_type,   hp->norm_eps,
+                                     c->attn,
+                                     c->kv_type == KV_TYPE_Q8_0 ? cuda_kv_values_bytes(n_vec, hp->head_dim, c->kv_type) : 0};
     if (cuda_launch_rope_table(c->st, bd->pos, bd->n_rows, c->inv_freq, hp->n_rot, c->cs, e) ||
         cuda_launch_embed(c->st, c->embd.d, c->embd.bf16, bd->tokens, bd->n_rows, hp->n_embd, c->x, e))
         return -1;

@@ -69,8 +69,9 @@ struct cuda_ctx {
     enum kv_type kv_type;
     enum cuda_attn_kernel attn; /* chosen with the pool (cuda_attn_choose), fixed while it lives */
     int32_t n_blocks, block_size;
-    void *k_cache, *v_cache;  /* (n_layer, n_blocks, n_head_kv, block_size, head_dim) each */
-    uint64_t kv_layer_bytes;  /* one layer of K (or V) */
+    void *k_cache, *v_cache;  /* (n_layer, n_blocks, n_head_kv, block_size, head_dim) each; q8_0: each layer's
+                                 f16 scales after its values (cuda.cu's top comment) */
+    uint64_t kv_layer_bytes;  /* one layer of K (or V): cuda_kv_layer_bytes */
 
     /* step scratch (device), for up to cap_rows rows */
     int32_t cap_rows;

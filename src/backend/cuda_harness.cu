@@ -77,14 +77,14 @@ static int cuda_hx_download(const void *dev, int type, size_t n, float *out, str
     return 0;
 }
 
-/* Uploads n host floats as f32 or f16 (f16 = 1). */
-static int cuda_hx_upload_kv(struct cuda_hx *x, const float *host, size_t n, int f16, void **out, struct err *e)
+/* Uploads a pool layer of a given as floats (cuda_harness_pool_floats), packed into its KV type. */
+static int cuda_hx_upload_kv(struct cuda_hx *x, const struct cuda_harness_attn *a, const float *host, void **out,
+                             struct err *e)
 {
-    if (!f16) return cuda_hx_upload(x, host, n * 4, out, e);
-    uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
+    const size_t n = (size_t)cuda_harness_pool_bytes(a);
+    void *h = malloc(n + 16);
     if (!h) return err_set(e, "cuda harness: out of memory");
-    for (size_t i = 0; i < n; i++) h[i] = quant_f32_to_f16(host[i]);
-    int rc = cuda_hx_upload(x, h, n * 2, out, e);
+    int rc = cuda_harness_pool_pack(a, host, h, e) || cuda_hx_upload(x, h, n, out, e) ? -1 : 0;
     free(h);
     return rc;
 }
@@ -292,11 +292,79 @@ extern "C" uint64_t cuda_harness_pool_floats(const struct cuda_harness_attn *h)
     return (uint64_t)h->n_blocks * (uint64_t)h->n_head_kv * (uint64_t)h->block_size * (uint64_t)h->head_dim;
 }
 
+/* Head vectors of one layer of h. */
+static uint64_t cuda_hx_pool_vecs(const struct cuda_harness_attn *h)
+{
+    return (uint64_t)h->n_blocks * (uint64_t)h->n_head_kv * (uint64_t)h->block_size;
+}
+
+extern "C" uint64_t cuda_harness_pool_bytes(const struct cuda_harness_attn *h)
+{
+    return cuda_kv_layer_bytes(cuda_hx_pool_vecs(h), h->head_dim, h->kv_type);
+}
+
+/* Q8_0 needs whole groups of 32 in every head vector. */
+static int cuda_hx_check_q8(const struct cuda_harness_attn *h, struct err *e)
+{
+    if (h->kv_type == KV_TYPE_Q8_0 && h->head_dim % 32)
+        return err_set(e, "cuda harness: q8_0 KV needs head_dim %% 32 == 0 (%d)", (int)h->head_dim);
+    return 0;
+}
+
+extern "C" int cuda_harness_pool_pack(const struct cuda_harness_attn *h, const float *pool, void *bytes, struct err *e)
+{
+    const uint64_t n = cuda_harness_pool_floats(h);
+    uint8_t *out = (uint8_t *)bytes;
+    if (cuda_hx_check_q8(h, e)) return -1;
+    memset(out, 0, (size_t)cuda_harness_pool_bytes(h));
+    if (h->kv_type == KV_TYPE_F32) {
+        memcpy(out, pool, (size_t)n * 4);
+    } else if (h->kv_type == KV_TYPE_F16) {
+        for (uint64_t i = 0; i < n; i++) {
+            const uint16_t v = quant_f32_to_f16(pool[i]);
+            memcpy(out + 2 * i, &v, 2);
+        }
+    } else {
+        uint8_t blk[34]; /* a GGUF Q8_0 block: f16 scale, 32 int8 */
+        for (uint64_t g = 0; g < n / 32; g++) {
+            quant_quantize_row(GGUF_DTYPE_Q8_0, pool + 32 * g, blk, 32);
+            memcpy(out + 32 * g, blk + 2, 32);
+            memcpy(out + n + 2 * g, blk, 2);
+        }
+    }
+    return 0;
+}
+
+extern "C" int cuda_harness_pool_unpack(const struct cuda_harness_attn *h, const void *bytes, float *pool, struct err *e)
+{
+    const uint64_t n = cuda_harness_pool_floats(h);
+    const uint8_t *in = (const uint8_t *)bytes;
+    if (cuda_hx_check_q8(h, e)) return -1;
+    if (h->kv_type == KV_TYPE_F32) {
+        memcpy(pool, in, (size_t)n * 4);
+    } else if (h->kv_type == KV_TYPE_F16) {
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, in + 2 * i, 2);
+            pool[i] = quant_f16_to_f32(v);
+        }
+    } else {
+        uint8_t blk[34];
+        for (uint64_t g = 0; g < n / 32; g++) {
+            memcpy(blk, in + n + 2 * g, 2);
+            memcpy(blk + 2, in + 32 * g, 32);
+            quant_dequantize_row(GGUF_DTYPE_Q8_0, blk, pool + 32 * g, 32);
+        }
+    }
+    return 0;
+}
+
 static struct cuda_attn_geom cuda_hx_geom(const struct cuda_harness_attn *a)
 {
-    return {a->n_head,     a->n_head_kv, a->head_dim, a->n_rot,
-            a->rope_neox,  a->block_size, a->kv_type,  a->norm_eps,
-            (enum cuda_attn_kernel)a->kernel};
+    const uint64_t scales = a->kv_type == KV_TYPE_Q8_0 ? cuda_kv_values_bytes(cuda_hx_pool_vecs(a), a->head_dim, a->kv_type) : 0;
+    return {a->n_head,    a->n_head_kv,  a->head_dim, a->n_rot,
+            a->rope_neox, a->block_size, a->kv_type,  a->norm_eps,
+            (enum cuda_attn_kernel)a->kernel, scales};
 }
 
 /* Uploads the batch of a (and its attention plan: split or not) into bd. */
@@ -339,36 +407,58 @@ out:
     return rc;
 }
 
-extern "C" int cuda_harness_qkv(const struct cuda_harness_attn *a, float *qkv, const float *bias,
-                                const float *q_norm, const float *k_norm, const float *cs, float *k_pool, float *v_pool,
-                                struct err *e)
+extern "C" int cuda_harness_qkv_bytes(const struct cuda_harness_attn *a, float *qkv, const float *bias,
+                                      const float *q_norm, const float *k_norm, const float *cs, void *k_bytes,
+                                      void *v_bytes, struct err *e)
 {
     struct cuda_hx h;
     struct cuda_batch_dev bd;
     void *dqkv, *db, *dqn, *dkn, *dcs, *dk, *dv;
     const struct cuda_attn_geom g = cuda_hx_geom(a);
-    const int32_t w = (a->n_head + 2 * a->n_head_kv) * a->head_dim, f16 = a->kv_type == KV_TYPE_F16;
-    const size_t pool = cuda_harness_pool_floats(a);
-    if (cuda_hx_begin(&h, e)) return -1;
+    const int32_t w = (a->n_head + 2 * a->n_head_kv) * a->head_dim;
+    const size_t pool = (size_t)cuda_harness_pool_bytes(a);
+    cudaError_t rc;
+    if (cuda_hx_begin(&h, e)) return -1; /* q8_0 at head_dim % 32 != 0: the launcher refuses it (tested) */
     HX(cuda_hx_batch(&h, a, 0, &bd, e));
     HX(cuda_hx_upload(&h, qkv, (size_t)a->n_rows * w * 4, &dqkv, e));
     HX(cuda_hx_upload(&h, bias, (size_t)w * 4, &db, e));
     HX(cuda_hx_upload(&h, q_norm, (size_t)a->head_dim * 4, &dqn, e));
     HX(cuda_hx_upload(&h, k_norm, (size_t)a->head_dim * 4, &dkn, e));
     HX(cuda_hx_upload(&h, cs, (size_t)a->n_rows * a->n_rot * 4 + 4, &dcs, e));
-    HX(cuda_hx_upload_kv(&h, k_pool, pool, f16, &dk, e));
-    HX(cuda_hx_upload_kv(&h, v_pool, pool, f16, &dv, e));
+    HX(cuda_hx_upload(&h, k_bytes, pool, &dk, e));
+    HX(cuda_hx_upload(&h, v_bytes, pool, &dv, e));
     HX(cuda_launch_qkv(h.st, &g, &bd, (float *)dqkv, (const float *)db, (const float *)dqn, (const float *)dkn,
                        (const float *)dcs, dk, dv, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dqkv, 0, (size_t)a->n_rows * w, qkv, e));
-    HX(cuda_hx_download(dk, f16 ? 2 : 0, pool, k_pool, e));
-    HX(cuda_hx_download(dv, f16 ? 2 : 0, pool, v_pool, e));
+    rc = cudaMemcpy(k_bytes, dk, pool, cudaMemcpyDeviceToHost);
+    if (rc == cudaSuccess) rc = cudaMemcpy(v_bytes, dv, pool, cudaMemcpyDeviceToHost);
+    if (rc != cudaSuccess) {
+        cuda_fail(e, __FILE__, __LINE__, "download", cudaGetErrorString(rc));
+        goto fail;
+    }
     cuda_hx_free(&h);
     return 0;
 fail:
     cuda_hx_free(&h);
     return -1;
+}
+
+extern "C" int cuda_harness_qkv(const struct cuda_harness_attn *a, float *qkv, const float *bias,
+                                const float *q_norm, const float *k_norm, const float *cs, float *k_pool, float *v_pool,
+                                struct err *e)
+{
+    const size_t pool = (size_t)cuda_harness_pool_bytes(a);
+    void *kb = malloc(pool + 16), *vb = malloc(pool + 16);
+    int rc = -1;
+    if (!kb || !vb) err_set(e, "cuda harness: out of memory");
+    else if (!cuda_harness_pool_pack(a, k_pool, kb, e) && !cuda_harness_pool_pack(a, v_pool, vb, e) &&
+             !cuda_harness_qkv_bytes(a, qkv, bias, q_norm, k_norm, cs, kb, vb, e) &&
+             !cuda_harness_pool_unpack(a, kb, k_pool, e) && !cuda_harness_pool_unpack(a, vb, v_pool, e))
+        rc = 0;
+    free(kb);
+    free(vb);
+    return rc;
 }
 
 extern "C" int cuda_harness_attn(const struct cuda_harness_attn *a, const float *qkv, const float *k_pool,
@@ -380,14 +470,12 @@ extern "C" int cuda_harness_attn(const struct cuda_harness_attn *a, const float 
     void *dqkv, *dk, *dv, *dout, *dacc, *dml;
     const struct cuda_attn_geom g = cuda_hx_geom(a);
     const int32_t w = (a->n_head + 2 * a->n_head_kv) * a->head_dim, n_q = a->n_head * a->head_dim;
-    const int f16 = a->kv_type == KV_TYPE_F16;
-    const size_t pool = cuda_harness_pool_floats(a);
     const enum cuda_act ot = out_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32;
     if (cuda_hx_begin(&h, e)) return -1;
     HX(cuda_hx_batch(&h, a, split, &bd, e));
     HX(cuda_hx_upload(&h, qkv, (size_t)a->n_rows * w * 4, &dqkv, e));
-    HX(cuda_hx_upload_kv(&h, k_pool, pool, f16, &dk, e));
-    HX(cuda_hx_upload_kv(&h, v_pool, pool, f16, &dv, e));
+    HX(cuda_hx_upload_kv(&h, a, k_pool, &dk, e));
+    HX(cuda_hx_upload_kv(&h, a, v_pool, &dv, e));
     HX(cuda_hx_alloc(&h, (size_t)a->n_rows * n_q * (out_bf16 ? 2 : 4), &dout, e));
     /* partials: as many slots as the plan used (at most Σ pos / chunk + 1 over the rows) */
     {

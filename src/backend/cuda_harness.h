@@ -41,12 +41,14 @@ int cuda_harness_dequant(enum gguf_dtype t, const void *src, int64_t n_rows, int
                          struct err *e);
 
 /* One layer's attention setup: geometry, KV pool (n_blocks blocks, layout [block][kv head][slot][dim]),
- * and a batch (rows of a sequence contiguous). bt: all block tables concatenated, bt_off (n_seqs). */
+ * and a batch (rows of a sequence contiguous). bt: all block tables concatenated, bt_off (n_seqs).
+ * The wrappers take a pool layer as floats (pool_floats, in that layout) and pack it into the device's
+ * bytes of kv_type (cuda_harness_pool_pack), or as those bytes (the _bytes variants). */
 struct cuda_harness_attn {
     int32_t n_head, n_head_kv, head_dim, n_rot, rope_neox;
     float norm_eps;
     int32_t block_size, n_blocks;
-    enum kv_type kv_type; /* F32 or F16 */
+    enum kv_type kv_type; /* F32, F16 or Q8_0 (head_dim % 32 == 0) */
     int32_t n_rows;
     const int32_t *pos, *seq; /* (n_rows) */
     int32_t n_seqs;
@@ -57,12 +59,26 @@ struct cuda_harness_attn {
 };
 /* Floats of one layer's K (or V) pool of h. */
 uint64_t cuda_harness_pool_floats(const struct cuda_harness_attn *h);
+/* Bytes of one layer's K (or V) pool of h on the device (cuda_kv_layer_bytes): pool_floats values of 4
+ * (F32), 2 (F16) or 1 byte (Q8_0, whose f16 scales follow at byte pool_floats: scale g covers values
+ * [32 g, 32 g + 32)), rounded up to 16 bytes for Q8_0. */
+uint64_t cuda_harness_pool_bytes(const struct cuda_harness_attn *h);
+/* pool (pool_floats) -> bytes (pool_bytes) in h's KV type: F32 as is, F16 by quant_f32_to_f16, Q8_0 by
+ * quant_quantize_row per 32 floats (padding zeroed); and back (F16 and Q8_0 read back exactly). Fail only
+ * for Q8_0 with head_dim % 32 != 0. */
+int cuda_harness_pool_pack(const struct cuda_harness_attn *h, const float *pool, void *bytes, struct err *e);
+int cuda_harness_pool_unpack(const struct cuda_harness_attn *h, const void *bytes, float *pool, struct err *e);
 /* The q/k/v epilogue: qkv (n_rows, (n_head + 2 n_head_kv) head_dim) in/out (q rotated in place); bias,
  * q_norm, k_norm may be NULL; cs from cuda_harness_rope_table. k_pool / v_pool (pool floats) are
- * uploaded (converted to the KV type), the kernel writes the rows' slots, and they come back as f32. */
+ * uploaded (packed into the KV type), the kernel writes the rows' slots, and they come back unpacked. A
+ * Q8_0 pool cannot carry NaN poison through the packing (a group of NaN packs to zeros): use _bytes. */
 int cuda_harness_qkv(const struct cuda_harness_attn *h, float *qkv, const float *bias, const float *q_norm,
                      const float *k_norm, const float *cs, float *k_pool, float *v_pool, struct err *e);
-/* Attention (and the combine) over k_pool / v_pool (converted to the KV type): out (n_rows, n_head
+/* The same on pools given as their device bytes (pool_bytes each): uploaded as they are, and what the
+ * kernel left there comes back as it is (every byte it did not write unchanged). */
+int cuda_harness_qkv_bytes(const struct cuda_harness_attn *h, float *qkv, const float *bias, const float *q_norm,
+                           const float *k_norm, const float *cs, void *k_bytes, void *v_bytes, struct err *e);
+/* Attention (and the combine) over k_pool / v_pool (packed into the KV type): out (n_rows, n_head
  * head_dim) as BF16 (out_bf16) or F32. split: 0 = no item split; 1 = the backend's plan (decode rows
  * split into chunks, the split items by their own kernel where there is one); 2 = the same plan, every item
  * by the item kernel; *n_split_rows (may be NULL) says how many rows were split. */

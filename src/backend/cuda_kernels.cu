@@ -3,6 +3,10 @@
  * launchers; cuda_launch_attn hands tensor-core pools to cuda_attn_tc.cu. See cuda_kernels.h for the
  * contracts and the attention's invariant.
  *
+ * The KV pool's element type is a template argument of the KV writes and of the attention: float, __half,
+ * or cuda_kv_q8 (q8_0: int8 values, an f16 scale per 32 elements apart; cuda_q8.cuh holds its arithmetic,
+ * shared with the host test that checks it against gguf/quant.c).
+ *
  * Arithmetic that the attention's invariant depends on (the per-chunk online softmax and the merge) is
  * written with explicit round-to-nearest intrinsics (__fmul_rn, __fmaf_rn, __fsub_rn), so that the
  * compiler cannot contract it differently in the two places it runs (whole items and the combine).
@@ -10,6 +14,7 @@
  */
 #include "backend/cuda_kernels.h"
 #include "backend/cuda_device.cuh"
+#include "backend/cuda_q8.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -222,6 +227,36 @@ int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float
 
 #define CUDA_QKV_WARPS 4
 
+/* A q8_0 element of the KV pool: its int8 value (one byte; the scales live after the layer's values,
+ * cuda_attn_geom.kv_scales). As a template argument it picks the q8_0 instances of the KV writes and of
+ * the attention's tile loads. */
+struct cuda_kv_q8 {
+    int8_t q;
+};
+
+/* Writes the head vector h (hd f32, this warp's shared buffer) into its slot dst (hd elements); scales (hd
+ * / 32 f16 bits) is its slot's scales, used by q8_0 only. Lane l writes elements l, l + 32, ... */
+template <typename KV>
+__device__ __forceinline__ void cuda_kv_put(KV *dst, unsigned short *scales, const float *h, int32_t hd, int lane)
+{
+    (void)scales;
+    for (int32_t i = lane; i < hd; i += 32) dst[i] = cuda_from_f32<KV>(h[i]);
+}
+
+/* q8_0: group g is elements [32 g, 32 g + 32), one a lane; its amax is a warp max (exact in any order),
+ * then cuda_q8.cuh's steps, which are quant_quantize_row's. */
+template <>
+__device__ __forceinline__ void cuda_kv_put<cuda_kv_q8>(cuda_kv_q8 *dst, unsigned short *scales, const float *h,
+                                                        int32_t hd, int lane)
+{
+    for (int32_t g = 0; g < hd / CUDA_Q8_GROUP; g++) {
+        const float x = h[g * CUDA_Q8_GROUP + lane];
+        const float d = cuda_q8_scale(fmaxf(0.0f, cuda_warp_max(fabsf(x))));
+        dst[g * CUDA_Q8_GROUP + lane].q = (int8_t)cuda_q8_quantize(x, d);
+        if (lane == 0) scales[g] = cuda_q8_scale_bits(d);
+    }
+}
+
 struct cuda_qkv_args {
     struct cuda_attn_geom g;
     struct cuda_batch_dev b;
@@ -272,17 +307,23 @@ __global__ void cuda_k_qkv(const cuda_qkv_args a)
     const int32_t pos = a.b.pos[r], bs = a.g.block_size;
     const int32_t blk = a.b.bt[a.b.bt_off[a.b.seq[r]] + pos / bs], slot = pos % bs;
     const int32_t kvh = hi - nh - (kind == 2 ? nkv : 0);
-    KV *dst = (KV *)(kind == 1 ? a.k : a.v) + (((int64_t)blk * nkv + kvh) * bs + slot) * hd;
-    for (int32_t i = lane; i < hd; i += 32) dst[i] = cuda_from_f32<KV>(h[i]);
+    const int64_t vec = ((int64_t)blk * nkv + kvh) * bs + slot; /* the head vector's index in the layer */
+    char *layer = (char *)(kind == 1 ? a.k : a.v);
+    cuda_kv_put<KV>((KV *)layer + vec * hd, (unsigned short *)(layer + a.g.kv_scales) + vec * (hd / CUDA_Q8_GROUP), h,
+                    hd, lane);
 }
 
 int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b, float *qkv,
                     const float *bias, const float *q_norm, const float *k_norm, const float *cs, void *k_layer,
                     void *v_layer, struct err *e)
 {
+    if (g->kv_type == KV_TYPE_Q8_0 && g->head_dim % CUDA_Q8_GROUP)
+        return err_set(e, "cuda backend: q8_0 KV needs a head dimension that is a multiple of %d (%d)", CUDA_Q8_GROUP,
+                       (int)g->head_dim);
     const cuda_qkv_args a = {*g, *b, qkv, bias, q_norm, k_norm, cs, k_layer, v_layer};
     const dim3 grid((unsigned)b->n_rows, (unsigned)((g->n_head + 2 * g->n_head_kv + CUDA_QKV_WARPS - 1) / CUDA_QKV_WARPS));
     if (g->kv_type == KV_TYPE_F16) cuda_k_qkv<__half><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
+    else if (g->kv_type == KV_TYPE_Q8_0) cuda_k_qkv<cuda_kv_q8><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
     else cuda_k_qkv<float><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
     CU_LAUNCHED();
     return 0;
@@ -301,26 +342,46 @@ static size_t cuda_attn_smem_floats(int32_t hd, int qw)
            (size_t)CUDA_ATT_WARPS * qw * CUDA_ATT_TILE;
 }
 
-/* Element u (a compile-time constant after unrolling) of a 16-byte vector of KV values, as f32. */
-template <typename KV> __device__ __forceinline__ float cuda_vec_elem(const uint4 &x, int u);
-template <> __device__ __forceinline__ float cuda_vec_elem<__half>(const uint4 &x, int u)
+/* Whether vectors of KV carry a q8_0 scale. */
+template <typename KV> struct cuda_kv_scaled {
+    static constexpr bool value = false;
+};
+template <> struct cuda_kv_scaled<cuda_kv_q8> {
+    static constexpr bool value = true;
+};
+
+/* Element u (a compile-time constant after unrolling) of a 16-byte vector of KV values, as f32 (exact);
+ * s: the vector's scale as f32 (q8_0; the other types ignore it). */
+template <typename KV> __device__ __forceinline__ float cuda_vec_elem(const uint4 &x, int u, float s);
+template <> __device__ __forceinline__ float cuda_vec_elem<__half>(const uint4 &x, int u, float)
 {
     const uint32_t w = u < 2 ? x.x : u < 4 ? x.y : u < 6 ? x.z : x.w;
     return __half2float(__ushort_as_half((unsigned short)(u & 1 ? w >> 16 : w & 0xffffu)));
 }
-template <> __device__ __forceinline__ float cuda_vec_elem<float>(const uint4 &x, int u)
+template <> __device__ __forceinline__ float cuda_vec_elem<float>(const uint4 &x, int u, float)
 {
     return __uint_as_float(u == 0 ? x.x : u == 1 ? x.y : u == 2 ? x.z : x.w);
 }
+template <> __device__ __forceinline__ float cuda_vec_elem<cuda_kv_q8>(const uint4 &x, int u, float s)
+{
+    const uint32_t w = u < 4 ? x.x : u < 8 ? x.y : u < 12 ? x.z : x.w;
+    const int b = (int)((w >> 8 * (u & 3)) & 0xffu); /* the int8 value, sign-extended below */
+    return cuda_q8_value(b < 128 ? b : b - 256, s);
+}
 
-/* One K/V tile in flight: each thread's 16-byte vectors (head_dim is a multiple of 8). */
+/* One K/V tile in flight: each thread's 16-byte vectors (head_dim is a multiple of 8; of 32 for q8_0, whose
+ * vectors of 16 values are half a group each and carry their group's scale). */
 template <int DL, typename KV> struct cuda_att_tile {
+    static constexpr bool Q8 = cuda_kv_scaled<KV>::value;
     static constexpr int EV = 16 / sizeof(KV); /* elements per vector */
     static constexpr int NV = (CUDA_ATT_TILE * 32 * DL / EV + 32 * CUDA_ATT_WARPS - 1) / (32 * CUDA_ATT_WARPS);
     uint4 k[NV], v[NV];
+    unsigned short kd[Q8 ? NV : 1], vd[Q8 ? NV : 1]; /* q8_0: each vector's scale (f16 bits) */
 
-    /* Issues the loads of positions [t0, t0 + nt) (zeros past nt); nothing waits for them here. */
-    __device__ __forceinline__ void issue(const KV *kb, const KV *vb, const int32_t *bt, int32_t bs,
+    /* Issues the loads of positions [t0, t0 + nt) (zeros past nt); nothing waits for them here. kd_base,
+     * vd_base: the scales of the values at kb, vb (element i's at index i / 32; q8_0 only). */
+    __device__ __forceinline__ void issue(const KV *kb, const KV *vb, const unsigned short *kd_base,
+                                          const unsigned short *vd_base, const int32_t *bt, int32_t bs,
                                           int64_t blk_stride, int32_t hd, int32_t t0, int32_t nt)
     {
         const int32_t vpr = hd / EV, n_vec = CUDA_ATT_TILE * vpr;
@@ -328,11 +389,16 @@ template <int DL, typename KV> struct cuda_att_tile {
         for (int j = 0; j < NV; j++) {
             const int32_t i = threadIdx.x + 32 * CUDA_ATT_WARPS * j, t = i / vpr;
             k[j] = v[j] = make_uint4(0u, 0u, 0u, 0u);
+            if constexpr (Q8) kd[j] = vd[j] = 0; /* past nt: 0 * 0 */
             if (i < n_vec && t < nt) {
                 const int32_t p = t0 + t;
                 const int64_t off = bt[p / bs] * blk_stride + (int64_t)(p % bs) * hd + (i % vpr) * EV;
                 k[j] = *(const uint4 *)(kb + off);
                 v[j] = *(const uint4 *)(vb + off);
+                if constexpr (Q8) {
+                    kd[j] = kd_base[off / CUDA_Q8_GROUP];
+                    vd[j] = vd_base[off / CUDA_Q8_GROUP];
+                }
             }
         }
     }
@@ -346,14 +412,19 @@ template <int DL, typename KV> struct cuda_att_tile {
             const int32_t i = threadIdx.x + 32 * CUDA_ATT_WARPS * j;
             if (i >= n_vec) continue;
             const int32_t t = i / vpr, d0 = (i % vpr) * EV;
+            float sk = 1.0f, sv = 1.0f; /* the vectors' scales (q8_0) */
+            if constexpr (Q8) {
+                sk = cuda_q8_scale_value(kd[j]);
+                sv = cuda_q8_scale_value(vd[j]);
+            }
 #pragma unroll
             for (int u = 0; u < EV; u += 4) {
                 *(float4 *)(ks + t * (hd + 4) + d0 + u) =
-                    make_float4(cuda_vec_elem<KV>(k[j], u), cuda_vec_elem<KV>(k[j], u + 1),
-                                cuda_vec_elem<KV>(k[j], u + 2), cuda_vec_elem<KV>(k[j], u + 3));
+                    make_float4(cuda_vec_elem<KV>(k[j], u, sk), cuda_vec_elem<KV>(k[j], u + 1, sk),
+                                cuda_vec_elem<KV>(k[j], u + 2, sk), cuda_vec_elem<KV>(k[j], u + 3, sk));
                 *(float4 *)(vs + t * hd + d0 + u) =
-                    make_float4(cuda_vec_elem<KV>(v[j], u), cuda_vec_elem<KV>(v[j], u + 1),
-                                cuda_vec_elem<KV>(v[j], u + 2), cuda_vec_elem<KV>(v[j], u + 3));
+                    make_float4(cuda_vec_elem<KV>(v[j], u, sv), cuda_vec_elem<KV>(v[j], u + 1, sv),
+                                cuda_vec_elem<KV>(v[j], u + 2, sv), cuda_vec_elem<KV>(v[j], u + 3, sv));
             }
         }
     }
@@ -396,12 +467,17 @@ __global__ void __launch_bounds__(32 * CUDA_ATT_WARPS, CUDA_ATT_MIN_BLOCKS(QW)) 
     for (int32_t r = 0; r < it.n_rows; r++) max_pos = max(max_pos, a.b.pos[it.row0 + r]);
     const int32_t *bt = a.b.bt + a.b.bt_off[a.b.seq[it.row0]];
     const KV *kb = (const KV *)a.k + (int64_t)kvh * bs * hd, *vb = (const KV *)a.v + (int64_t)kvh * bs * hd;
+    const unsigned short *kd = NULL, *vd = NULL; /* q8_0: the scales of kb, vb */
+    if constexpr (cuda_att_tile<DL, KV>::Q8) {
+        kd = (const unsigned short *)((const char *)a.k + a.g.kv_scales) + (int64_t)kvh * bs * hd / CUDA_Q8_GROUP;
+        vd = (const unsigned short *)((const char *)a.v + a.g.kv_scales) + (int64_t)kvh * bs * hd / CUDA_Q8_GROUP;
+    }
     const int64_t blk_stride = (int64_t)nkv * bs * hd;
     const int32_t t_begin = (it.split ? it.chunk : 0) * CUDA_ATT_CHUNK;
     const int32_t t_end = it.split ? min(t_begin + CUDA_ATT_CHUNK, max_pos + 1) : max_pos + 1;
 
     cuda_att_tile<DL, KV> tile;
-    tile.issue(kb, vb, bt, bs, blk_stride, hd, t_begin, min(CUDA_ATT_TILE, t_end - t_begin));
+    tile.issue(kb, vb, kd, vd, bt, bs, blk_stride, hd, t_begin, min(CUDA_ATT_TILE, t_end - t_begin));
     float M[QW], L[QW], O[QW][DL], m[QW], l[QW], acc[QW][DL];
 #pragma unroll
     for (int i = 0; i < QW; i++) {
@@ -416,7 +492,8 @@ __global__ void __launch_bounds__(32 * CUDA_ATT_WARPS, CUDA_ATT_MIN_BLOCKS(QW)) 
         tile.commit(hd, ks, vs);
         __syncthreads();
         if (t0 + CUDA_ATT_TILE < t_end)
-            tile.issue(kb, vb, bt, bs, blk_stride, hd, t0 + CUDA_ATT_TILE, min(CUDA_ATT_TILE, t_end - t0 - CUDA_ATT_TILE));
+            tile.issue(kb, vb, kd, vd, bt, bs, blk_stride, hd, t0 + CUDA_ATT_TILE,
+                       min(CUDA_ATT_TILE, t_end - t0 - CUDA_ATT_TILE));
         if (t0 % CUDA_ATT_CHUNK == 0) { /* a chunk starts: fresh per-chunk states */
 #pragma unroll
             for (int i = 0; i < QW; i++) {
@@ -545,31 +622,38 @@ __global__ void cuda_k_attn_combine(const cuda_attn_args a)
 
 typedef void (*cuda_attn_fn)(const cuda_attn_args);
 
-template <int DL, int QW>
-static cuda_attn_fn cuda_attn_pick3(int kv_f16, int out_bf16)
+template <int DL, int QW, typename KV>
+static cuda_attn_fn cuda_attn_pick4(int out_bf16)
 {
-    if (kv_f16) return out_bf16 ? cuda_k_attn<DL, QW, __half, __nv_bfloat16> : cuda_k_attn<DL, QW, __half, float>;
-    return out_bf16 ? cuda_k_attn<DL, QW, float, __nv_bfloat16> : cuda_k_attn<DL, QW, float, float>;
+    return out_bf16 ? cuda_k_attn<DL, QW, KV, __nv_bfloat16> : cuda_k_attn<DL, QW, KV, float>;
+}
+
+template <int DL, int QW>
+static cuda_attn_fn cuda_attn_pick3(enum kv_type kv, int out_bf16)
+{
+    if (kv == KV_TYPE_F16) return cuda_attn_pick4<DL, QW, __half>(out_bf16);
+    if (kv == KV_TYPE_Q8_0) return cuda_attn_pick4<DL, QW, cuda_kv_q8>(out_bf16);
+    return cuda_attn_pick4<DL, QW, float>(out_bf16);
 }
 
 template <int DL>
-static cuda_attn_fn cuda_attn_pick2(int qw, int kv_f16, int out_bf16)
+static cuda_attn_fn cuda_attn_pick2(int qw, enum kv_type kv, int out_bf16)
 {
-    if (qw <= 1) return cuda_attn_pick3<DL, 1>(kv_f16, out_bf16);
-    if (qw <= 2) return cuda_attn_pick3<DL, 2>(kv_f16, out_bf16);
-    if (qw <= 4) return cuda_attn_pick3<DL, 4>(kv_f16, out_bf16);
-    return cuda_attn_pick3<DL, 8>(kv_f16, out_bf16);
+    if (qw <= 1) return cuda_attn_pick3<DL, 1>(kv, out_bf16);
+    if (qw <= 2) return cuda_attn_pick3<DL, 2>(kv, out_bf16);
+    if (qw <= 4) return cuda_attn_pick3<DL, 4>(kv, out_bf16);
+    return cuda_attn_pick3<DL, 8>(kv, out_bf16);
 }
 
 /* The instance for (head_dim, queries per warp, kv type, output type); NULL if head_dim is not a multiple
- * of 8 up to CUDA_MAX_HEAD_DIM. */
-static cuda_attn_fn cuda_attn_pick(int32_t hd, int qw, int kv_f16, int out_bf16)
+ * of 8 (of 32 for q8_0) up to CUDA_MAX_HEAD_DIM. */
+static cuda_attn_fn cuda_attn_pick(int32_t hd, int qw, enum kv_type kv, int out_bf16)
 {
-    if (hd % 8) return NULL;
-    if (hd <= 32) return cuda_attn_pick2<1>(qw, kv_f16, out_bf16);
-    if (hd <= 64) return cuda_attn_pick2<2>(qw, kv_f16, out_bf16);
-    if (hd <= 128) return cuda_attn_pick2<4>(qw, kv_f16, out_bf16);
-    if (hd <= CUDA_MAX_HEAD_DIM) return cuda_attn_pick2<8>(qw, kv_f16, out_bf16);
+    if (hd % (kv == KV_TYPE_Q8_0 ? CUDA_Q8_GROUP : 8)) return NULL;
+    if (hd <= 32) return cuda_attn_pick2<1>(qw, kv, out_bf16);
+    if (hd <= 64) return cuda_attn_pick2<2>(qw, kv, out_bf16);
+    if (hd <= 128) return cuda_attn_pick2<4>(qw, kv, out_bf16);
+    if (hd <= CUDA_MAX_HEAD_DIM) return cuda_attn_pick2<8>(qw, kv, out_bf16);
     return NULL;
 }
 
@@ -578,9 +662,9 @@ int cuda_kernels_init(struct err *e)
     const int bytes = (int)(cuda_attn_smem_floats(CUDA_MAX_HEAD_DIM, CUDA_ATT_QW) * sizeof(float));
     for (int32_t hd = 32; hd <= CUDA_MAX_HEAD_DIM; hd *= 2)
         for (int qw = 1; qw <= 8; qw *= 2)
-            for (int kv = 0; kv < 2; kv++)
+            for (int kv = KV_TYPE_F32; kv <= KV_TYPE_Q8_0; kv++)
                 for (int ob = 0; ob < 2; ob++)
-                    CU_TRY(cudaFuncSetAttribute(cuda_attn_pick(hd, qw, kv, ob),
+                    CU_TRY(cudaFuncSetAttribute(cuda_attn_pick(hd, qw, (enum kv_type)kv, ob),
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
     return cuda_attn_tc_init(e) || cuda_sample_init(e) ? -1 : 0;
 }
@@ -602,10 +686,10 @@ int cuda_launch_attn(cudaStream_t st, cudaStream_t split_st, const struct cuda_a
     const int32_t group = g->n_head / g->n_head_kv;
     const int need = (b->max_item_rows * group + CUDA_ATT_WARPS - 1) / CUDA_ATT_WARPS;
     const int qw = need <= 1 ? 1 : need <= 2 ? 2 : need <= 4 ? 4 : 8; /* the instance cuda_attn_pick2 takes */
-    cuda_attn_fn fn = cuda_attn_pick(g->head_dim, qw, g->kv_type == KV_TYPE_F16, out_type == CUDA_ACT_BF16);
+    cuda_attn_fn fn = cuda_attn_pick(g->head_dim, qw, g->kv_type, out_type == CUDA_ACT_BF16);
     if (!fn)
-        return err_set(e, "cuda backend: head dimension %d is not a multiple of 8 up to %d", (int)g->head_dim,
-                       CUDA_MAX_HEAD_DIM);
+        return err_set(e, "cuda backend: head dimension %d is not a multiple of %d up to %d (%s KV)", (int)g->head_dim,
+                       g->kv_type == KV_TYPE_Q8_0 ? CUDA_Q8_GROUP : 8, CUDA_MAX_HEAD_DIM, model_kv_type_name(g->kv_type));
     const dim3 grid((unsigned)b->n_items, (unsigned)g->n_head_kv);
     fn<<<grid, 32 * CUDA_ATT_WARPS, cuda_attn_smem_floats(g->head_dim, qw) * sizeof(float), st>>>(a);
     CU_LAUNCHED();

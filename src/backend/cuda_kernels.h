@@ -15,8 +15,9 @@
  * the host may split or not as it likes (it splits single-row items, decode, for parallelism).
  *
  * Two attention kernels follow that structure (enum cuda_attn_kernel, chosen per KV pool, never per step):
- * the CUDA-core kernel (f32 arithmetic throughout: the exact path, any head_dim, f32 or f16 KV) and the
- * tensor-core kernel of cuda_attn_tc.cu (f16 KV, head_dim 64 or 128: f16 operands, f32 accumulation). Each
+ * the CUDA-core kernel (f32 arithmetic throughout: the exact path, any head_dim, f32, f16 or q8_0 KV, each
+ * element converted exactly to f32 as its tile is loaded) and the tensor-core kernel of cuda_attn_tc.cu
+ * (f16 KV, head_dim 64 or 128: f16 operands, f32 accumulation). Each
  * is batch-invariant on its own: a row's bits depend on its q, its position and its sequence's KV, never on
  * the other rows of the step, the items the plan makes or whether a row is split. The two kernels give
  * different bits, so the backend picks one for the whole life of a KV pool (cuda_attn_choose).
@@ -82,22 +83,44 @@ struct cuda_batch_dev {
                               for the split kernel; 0: every item by the item kernel (the same bits) */
 };
 
-/* Geometry of the model's attention and of one layer of the KV pool ([block][kv head][slot][head_dim],
- * K and V separately, elements of kv_type: F32 or F16). */
 /* The attention kernel of a KV pool. CUDA_ATTN_TC_LDS is the tensor-core kernel with its K/V operands
  * read by plain shared-memory loads instead of ldmatrix: the same values into the same mma, so the same
  * bits (tests/test_cuda.c checks it; a fallback selectable by NIGHTSHIFT_CUDA_ATTN). */
 enum cuda_attn_kernel { CUDA_ATTN_CORES = 0, CUDA_ATTN_TC = 1, CUDA_ATTN_TC_LDS = 2 };
 
+/* Geometry of the model's attention and of one layer of the KV pool, K and V separately: the head vectors
+ * [block][kv head][slot][head_dim] of kv_type elements (F32, F16, or Q8_0's int8 values), and for Q8_0 after
+ * them, kv_scales bytes from the layer's base, the f16 scales [block][kv head][slot][head_dim / 32]: one per
+ * 32 consecutive elements of a head vector, so element i of the layer (counted in the values array) has
+ * scale i / 32 (cuda_q8.cuh states the arithmetic). Q8_0 needs head_dim % 32 == 0. */
 struct cuda_attn_geom {
     int32_t n_head, n_head_kv, head_dim, n_rot, rope_neox;
     int32_t block_size;
     enum kv_type kv_type;
     float norm_eps;
     enum cuda_attn_kernel attn; /* a tensor-core kernel only where cuda_attn_tc_fits */
+    uint64_t kv_scales;         /* Q8_0: cuda_kv_values_bytes of the layer; 0 for F32 and F16 */
 };
 
-/* Whether the tensor-core kernel handles this head_dim and KV type (f16 KV, head_dim 64 or 128). */
+/* Bytes of the values of one layer (K or V) of n_vec head vectors (n_blocks * n_head_kv * block_size) of
+ * head_dim elements of type t: 4 (F32), 2 (F16) or 1 (Q8_0: the int8 values, without the scales) each. */
+static inline uint64_t cuda_kv_values_bytes(uint64_t n_vec, int32_t head_dim, enum kv_type t)
+{
+    return n_vec * (uint64_t)head_dim * (t == KV_TYPE_F32 ? 4u : t == KV_TYPE_F16 ? 2u : 1u);
+}
+
+/* Bytes of one layer (K or V): the values, and for Q8_0 the f16 scales after them (2 bytes per 32 elements:
+ * 34 bytes per 32 elements, as model_kv_bytes_per_token counts), rounded up to a multiple of 16 bytes so
+ * that every layer starts 16-byte aligned (the attention reads 16-byte vectors; F32 and F16 layers are
+ * multiples of 16 already, head_dim being a multiple of 8). */
+static inline uint64_t cuda_kv_layer_bytes(uint64_t n_vec, int32_t head_dim, enum kv_type t)
+{
+    const uint64_t n = cuda_kv_values_bytes(n_vec, head_dim, t);
+    return t == KV_TYPE_Q8_0 ? (n + n / 16 + 15) / 16 * 16 : n;
+}
+
+/* Whether the tensor-core kernel handles this head_dim and KV type (f16 KV, head_dim 64 or 128; never
+ * Q8_0, which the CUDA-core kernel reads). */
 int cuda_attn_tc_fits(int32_t head_dim, enum kv_type t);
 /* The kernel for a KV pool: the tensor-core kernel where it fits and the GEMM inputs are BF16 (act_bf16:
  * its f16 rounding of q and of the probabilities is then below the rounding of its BF16 output), else the
@@ -159,7 +182,9 @@ int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float
 /* The q/k/v epilogue of a layer on qkv (n_rows, (n_head + 2 n_head_kv) * head_dim) f32, heads in that
  * order: + bias (may be NULL), qwen3 per-head RMSNorm of q and k (q_norm/k_norm may be NULL), RoPE of q
  * and k with cs; q is written back in place, K and V go to their slots of this layer's pool (k_layer,
- * v_layer) through the sequences' block tables. */
+ * v_layer) through the sequences' block tables: rounded to f16, or for Q8_0 quantized per 32 elements bit
+ * for bit as quant_quantize_row (GGUF_DTYPE_Q8_0) would from the same f32 values (cuda_q8.cuh). Q8_0 with
+ * head_dim % 32 != 0 is refused (an error, nothing launched). */
 int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struct cuda_batch_dev *b, float *qkv,
                     const float *bias, const float *q_norm, const float *k_norm, const float *cs, void *k_layer,
                     void *v_layer, struct err *e);
