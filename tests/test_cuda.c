@@ -1457,12 +1457,16 @@ static struct sampler_params mixed_params(int i, struct logit_bias *bias)
 }
 
 /* Runs requests (greedy; g_mixed: mixed_params) through an engine on be; fills got. */
-static int g_lookup_always; /* 1: run_engine verifies every proposal (--lookup 8 --lookup-always) */
+/* run_engine's prompt lookup: -1 the engine's default (adaptive), 0 off, 1 every proposal verified (--lookup 8
+ * --lookup-always). Adaptive drafting follows step times, so two runs may differ in their steps' rows; tests
+ * that compare runs step for step use 0 or 1. */
+static int g_lookup = -1;
 
 static int run_engine(struct loaded *L, struct backend *be, struct gen_req *r, int n, int32_t max_seqs, struct err *e)
 {
     struct engine_params p = engine_default_params();
-    if (g_lookup_always) p.lookup_adaptive = 0;
+    if (g_lookup == 0) p.lookup = 0;
+    if (g_lookup == 1) p.lookup_adaptive = 0;
     p.kv_blocks = 4096;
     p.max_seqs = max_seqs;
     p.max_batch_tokens = 512;
@@ -1610,16 +1614,15 @@ TEST(engine_device_sampling)
     CHECK_MSG(greedy_differ == 0 && differ <= 2, "%d of %d requests differ, %d of them greedy", differ, N, greedy_differ);
 }
 
-/* Decode steps as CUDA graphs (cuda_graph.cu) against the same steps launched one kernel at a time: the same
- * greedy tokens at concurrency 1 and 4 (steps of 1..4 rows, graphs), and graphs were launched far more often
- * than captured (one capture per row count and attention plan). */
-/* Graphs vs launches one by one on stories260K, at max_seqs 1 and 4; with every proposal verified (lookup)
- * the decode steps carry drafts too. */
+/* Decode steps as CUDA graphs (cuda_graph.cu) against the same steps launched one kernel at a time on
+ * stories260K: the same greedy tokens at concurrency 1 and 4 (steps of 1..4 rows), and without drafts graphs
+ * were launched far more often than captured (one capture per row count and attention plan). lookup 0: no
+ * drafts; 1: every proposal verified, so decode steps carry drafts (up to 4 x 9 rows). */
 static void graphs_on_vs_off(int lookup)
 {
     struct err e;
     struct loaded L;
-    g_lookup_always = lookup;
+    g_lookup = lookup;
     const char *path = test_shared("models/stories260K.gguf");
     if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
     CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
@@ -1635,7 +1638,7 @@ static void graphs_on_vs_off(int lookup)
              run_engine(&L, &be, b, N, 1, &e) == 0 && run_engine(&L, &be, d, N, 4, &e) == 0;
     backend_free(&be);
     unload_model(&L);
-    g_lookup_always = 0;
+    g_lookup = -1;
     CHECK_MSG(ok, "%s", e.msg);
     int differ = 0;
     for (int i = 0; i < N; i++) {
