@@ -12,13 +12,13 @@ TEST(draft_cost_fit)
 {
     struct err e;
     struct draft_cost c;
-    draft_cost_init(&c);
+    draft_cost_init(&c, 0);
     CHECK(draft_cost_knee(&c) == DRAFT_PRIOR_KNEE); /* no data */
     /* rows that never vary say nothing about the slope: the prior stands */
     for (int i = 0; i < 100; i++) draft_cost_add(&c, 64, 0.1);
     CHECK(fabs(draft_cost_knee(&c) - DRAFT_PRIOR_KNEE) < 1e-9);
     /* T = 4 ms + 1.5 ms per row over rows 1..9 and 200: knee 2.67 (the prior pulls a little) */
-    draft_cost_init(&c);
+    draft_cost_init(&c, 0);
     for (int i = 0; i < 400; i++) {
         int32_t rows = i % 10 == 9 ? 200 : 1 + i % 9;
         double noise = (i % 3 - 1) * 1e-5;
@@ -36,19 +36,32 @@ TEST(draft_cost_fit)
     fprintf(stderr, "# compute-bound: knee %.3f\n", draft_cost_knee(&c));
     CHECK_MSG(draft_cost_knee(&c) < 1.0, "knee %g", draft_cost_knee(&c));
     /* a step 10x slower than the fit (another process ran) moves it little */
-    draft_cost_init(&c);
+    draft_cost_init(&c, 0);
     for (int i = 0; i < 200; i++) draft_cost_add(&c, 1 + i % 9, 0.004 + 0.0015 * (1 + i % 9));
     knee = draft_cost_knee(&c);
     draft_cost_add(&c, 2, 0.2);
     CHECK_MSG(fabs(draft_cost_knee(&c) - knee) < 0.25, "knee %g -> %g", knee, draft_cost_knee(&c));
     /* slopes that say rows are free are noise: back to the prior */
-    draft_cost_init(&c);
+    draft_cost_init(&c, 0);
     for (int i = 0; i < 100; i++) draft_cost_add(&c, 1 + i % 9, 0.01 - 0.001 * (i % 9));
     CHECK(draft_cost_knee(&c) == DRAFT_PRIOR_KNEE);
     /* bad observations are ignored */
     draft_cost_add(&c, 5, NAN);
     draft_cost_add(&c, 0, 1.0);
     CHECK(draft_check(&c, NULL, &e) == 0);
+    /* a backend's prior (a GPU's 128 rows) stands where the rows never vary, and the fit learns a CPU-like
+     * line from there (the flat prior still pulls it up a little: 5.5 for the true 2.67) */
+    draft_cost_init(&c, 128);
+    CHECK(draft_cost_knee(&c) == 128);
+    for (int i = 0; i < 100; i++) draft_cost_add(&c, 64, 0.002);
+    CHECK(fabs(draft_cost_knee(&c) - 128) < 1e-6);
+    CHECK(draft_cost_share(&c, 64) < 0.34); /* a step of 64 rows is far from compute-bound */
+    for (int i = 0; i < 2000; i++) draft_cost_add(&c, 1 + i % 9, 0.004 + 0.0015 * (1 + i % 9));
+    CHECK_MSG(draft_cost_knee(&c) < 8, "knee %g", draft_cost_knee(&c));
+    /* a flat line (time hardly grows with rows, as on a GPU at small batches) keeps the knee large */
+    draft_cost_init(&c, 128);
+    for (int i = 0; i < 400; i++) draft_cost_add(&c, 1 + 8 * (i % 9), 0.002 + 1e-7 * (1 + 8 * (i % 9)));
+    CHECK_MSG(draft_cost_knee(&c) > 256, "knee %g", draft_cost_knee(&c)); /* 682 for the true 20,000 */
 }
 
 /* Steps with drafts that cost more a token than steps without stop drafting, but for a probe when their
@@ -119,7 +132,7 @@ TEST(draft_len_rule)
 {
     struct draft_cost c;
     struct draft_seq hi, mid, lo;
-    draft_cost_init(&c); /* prior knee 4: the bar is E / (R + 4) */
+    draft_cost_init(&c, 0); /* prior knee 4: the bar is E / (R + 4) */
     hi.hits = 99, hi.misses = 1;   /* p 0.985 */
     mid.hits = 8, mid.misses = 2;  /* p 0.762 */
     lo.hits = 1, lo.misses = 9;    /* p 0.095 */

@@ -98,6 +98,9 @@ struct backend_caps {
                                          n_hidden > 0 is an error */
     uint32_t archs;                   /* bit (1u << enum model_arch) set for each architecture its forward
                                          step computes (load refuses the others); 0: not stated */
+    double step_knee_rows;            /* about how many rows a step carries before its time doubles (t0 / c
+                                         of draft.h's cost line): the prior of the engine's fit, which then
+                                         learns the real one; 0: not stated (the engine assumes a CPU's) */
 };
 
 /* Checks a step batch against the contract above for a pool of n_blocks blocks of block_size tokens,
@@ -141,6 +144,9 @@ struct backend_ops {
      * applied for a declined one. Callable once per such forward. */
     int (*sample)(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
                   struct err *e);
+    /* (optional) 1 if the last forward paid a one-off cost that the next steps of its shape will not (a CUDA
+     * graph captured): the engine leaves that step out of the step times it learns from (draft.h). */
+    int (*step_one_off)(void *ctx);
 };
 
 struct backend {

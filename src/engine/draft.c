@@ -1,7 +1,7 @@
 /* draft — the rule in draft.h.
  *
- * Invariant (checked by draft_check): the cost sums are finite, w >= 0 and the weighted variance of rows
- * is not negative beyond rounding; a sequence's counts are finite and positive (the prior never decays to
+ * Invariant (checked by draft_check): the cost sums are finite, w >= 0, the weighted variance of rows
+ * is not negative beyond rounding and the prior knee is positive; a sequence's counts are finite and positive (the prior never decays to
  * zero: each observation scales the counts by DRAFT_SEQ_DECAY and adds one).
  */
 #include "engine/draft.h"
@@ -13,9 +13,9 @@
                                  the estimate selects the lucky streaks), so p stays below 0.97 */
 #define DRAFT_KNEE_MAX 1e6
 
-void draft_cost_init(struct draft_cost *c)
+void draft_cost_init(struct draft_cost *c, double prior_knee)
 {
-    *c = (struct draft_cost){0};
+    *c = (struct draft_cost){.prior_knee = prior_knee > 0 ? prior_knee : DRAFT_PRIOR_KNEE};
 }
 
 /* The least-squares line through the observations and the prior (slope, intercept); 0 when it has none. */
@@ -23,10 +23,11 @@ static int cost_fit(const struct draft_cost *c, double *slope, double *t0)
 {
     if (c->w <= 0 || c->sy <= 0) return 0;
     double mx = c->sx / c->w, my = c->sy / c->w;
-    /* the prior: DRAFT_PRIOR_W pseudo-steps, half at 1 row and half at 1 + 2 * knee rows, on the line
-     * s * (knee + R) through the observations' mean */
-    double k = DRAFT_PRIOR_KNEE, s = my / (k + mx), half = DRAFT_PRIOR_W / 2;
-    double xa = 1, xb = 1 + 2 * k, ya = s * (k + xa), yb = s * (k + xb);
+    /* the prior: DRAFT_PRIOR_W pseudo-steps, half at 1 row and half at 1 + 2 * DRAFT_PRIOR_KNEE rows, on the
+     * line s * (knee + R) through the observations' mean (the same span whatever the knee, so that a large
+     * prior knee does not outweigh steps over a few rows by its leverage) */
+    double k = c->prior_knee, s = my / (k + mx), half = DRAFT_PRIOR_W / 2;
+    double xa = 1, xb = 1 + 2 * DRAFT_PRIOR_KNEE, ya = s * (k + xa), yb = s * (k + xb);
     double w = c->w + DRAFT_PRIOR_W, sx = c->sx + half * (xa + xb), sy = c->sy + half * (ya + yb);
     double sxx = c->sxx + half * (xa * xa + xb * xb), sxy = c->sxy + half * (xa * ya + xb * yb);
     mx = sx / w;
@@ -58,8 +59,8 @@ void draft_cost_add(struct draft_cost *c, int32_t rows, double seconds)
 double draft_cost_knee(const struct draft_cost *c)
 {
     double slope, t0;
-    if (!cost_fit(c, &slope, &t0)) return DRAFT_PRIOR_KNEE;
-    if (!(slope > 0)) return DRAFT_PRIOR_KNEE; /* noise: rows are never free */
+    if (!cost_fit(c, &slope, &t0)) return c->prior_knee;
+    if (!(slope > 0)) return c->prior_knee; /* noise: rows are never free */
     double knee = t0 / slope;
     return knee < DRAFT_KNEE_MIN ? DRAFT_KNEE_MIN : knee > DRAFT_KNEE_MAX ? DRAFT_KNEE_MAX : knee;
 }
@@ -142,7 +143,7 @@ int draft_check(const struct draft_cost *c, const struct draft_seq *s, struct er
 {
     if (c) {
         if (!isfinite(c->w) || !isfinite(c->sx) || !isfinite(c->sy) || !isfinite(c->sxx) || !isfinite(c->sxy) || c->w < 0 ||
-            c->sx < 0 || c->sy < 0 || c->sxx * c->w < c->sx * c->sx * (1 - 1e-9))
+            c->sx < 0 || c->sy < 0 || c->sxx * c->w < c->sx * c->sx * (1 - 1e-9) || !(c->prior_knee > 0))
             return err_set(e, "draft_check: step cost sums are inconsistent (w %g, rows %g, rows^2 %g)", c->w, c->sx, c->sxx);
     }
     if (s && (!(s->hits > 0) || !(s->misses > 0) || !isfinite(s->hits) || !isfinite(s->misses)))

@@ -5,8 +5,10 @@
  * (reading the weights, launching work), c the cost of a row. draft_cost fits t0 and c to the forward times
  * of the steps the engine observes (the engine gives it steps whose rows all sample, the steps drafts join):
  * least squares, exponentially forgetting (the last ~DRAFT_COST_HALF_LIFE steps count most), regularized by
- * DRAFT_PRIOR_W pseudo-steps on the prior line t0 = DRAFT_PRIOR_KNEE * c (scaled to the observed times), so
- * that steps of one size, which say nothing about the slope, leave the prior; a time more than
+ * DRAFT_PRIOR_W pseudo-steps on the prior line t0 = knee * c (scaled to the observed times; knee is the
+ * backend's (backend_caps.step_knee_rows: a GPU's is large, its steps' time hardly grows with rows) or
+ * DRAFT_PRIOR_KNEE, about a CPU's), so that steps of one size, which say nothing about the slope, leave the
+ * prior; a time more than
  * DRAFT_CLIP times off the current fit counts as that bound (a step slowed by another process does not
  * turn the fit over).
  *
@@ -18,15 +20,18 @@
  * make it low and long drafts pay; many rows (compute-bound) push it to 1, so at high concurrency lookup
  * drafts little or nothing and costs (almost) nothing.
  *
- * Yield: the cost line does not see everything a step with drafts costs: a GPU backend replays a captured
- * graph for a decode step of one row a sequence but launches every kernel of a step with drafts, a GEMM of
- * a few rows more than a tile may take a tile more. So the engine also measures what drafting achieves:
+ * Yield: the cost line does not see everything a step with drafts costs: a GPU backend replays captured
+ * graphs for decode steps of a few sequences but launches every kernel of a larger step, a GEMM of a few
+ * rows more than a tile may take a tile more. So the engine also measures what drafting achieves:
  * draft_yield keeps the decayed mean seconds per token kept (sampled or accepted) of the steps with drafts
  * and of those without, each with a weight that decays with every step. While steps with drafts cost more
- * a token than steps without (by DRAFT_YIELD_MARGIN: the times are noisy), a step verifies none (the proposals are still made and scored as shadows,
- * keeping each sequence's acceptance current). When the kind not preferred has not been seen for about
+ * a token than steps without (by DRAFT_YIELD_MARGIN: the times are noisy), a step verifies none (the
+ * proposals are still made and scored as shadows, keeping each sequence's acceptance current). When the kind not preferred has not been seen for about
  * DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which keeps both measurements current (where
  * steps of both kinds occur anyway, as they do where some steps find nothing to propose, it never has to).
+ * Neither the line nor the yield learns from a step the backend says paid a one-off cost
+ * (backend_ops.step_one_off: a GPU capturing the graph of a shape): such a probe would measure the capture,
+ * not the kind, and hold drafts back again.
  *
  * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
  * prior, and half a miss of doubt in every estimate: drafting when the estimate is high picks the lucky
@@ -43,7 +48,8 @@
 
 #include "util/err.h"
 
-#define DRAFT_PRIOR_KNEE 4.0    /* t0 / c assumed before the fit has data (rows; about a CPU's) */
+#define DRAFT_PRIOR_KNEE 4.0    /* t0 / c assumed before the fit has data where the backend states none (rows;
+                                   about a CPU's) */
 #define DRAFT_PRIOR_W 16.0      /* weight of the prior, in steps */
 #define DRAFT_COST_HALF_LIFE 64 /* steps */
 #define DRAFT_CLIP 2.0          /* observations are clipped to [fit / DRAFT_CLIP, fit * DRAFT_CLIP] */
@@ -52,6 +58,7 @@
 /* Exponentially weighted sums of (rows, seconds) per step. */
 struct draft_cost {
     double w, sx, sy, sxx, sxy;
+    double prior_knee; /* rows: the knee the fit starts from and falls back to */
 };
 
 #define DRAFT_YIELD_DECAY 0.95 /* per step: the last ~20 steps count most */
@@ -69,10 +76,12 @@ struct draft_seq {
     float hits, misses;
 };
 
-void draft_cost_init(struct draft_cost *c);
+/* prior_knee: the backend's knee in rows (> 0), or 0 for DRAFT_PRIOR_KNEE. */
+void draft_cost_init(struct draft_cost *c, double prior_knee);
 /* Adds one step: rows run, seconds in the forward pass. */
 void draft_cost_add(struct draft_cost *c, int32_t rows, double seconds);
-/* t0 / c from the fit, in [DRAFT_KNEE_MIN, 1e6] (DRAFT_PRIOR_KNEE with no data). */
+/* t0 / c from the fit, in [DRAFT_KNEE_MIN, 1e6] (the prior knee with no data, or where the fit's slope is not
+ * positive). */
 double draft_cost_knee(const struct draft_cost *c);
 /* share(rows) = rows / (rows + knee), in (0, 1]. */
 double draft_cost_share(const struct draft_cost *c, int32_t rows);

@@ -73,7 +73,6 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     eng->ent_n_plp = malloc((size_t)S * sizeof *eng->ent_n_plp);
     eng->draft = malloc((size_t)(eng->p.lookup > 0 ? eng->p.lookup : 1) * sizeof *eng->draft);
     eng->ent_draft = malloc((size_t)S * sizeof *eng->ent_draft);
-    draft_cost_init(&eng->cost);
     eng->yield = (struct draft_yield){0};
     if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits ||
         !eng->verdicts || !eng->draft || !eng->ent_draft || !eng->srows || !eng->drawn || !eng->ent_logit0 ||
@@ -91,11 +90,10 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
         goto fail;
     }
     eng->st.kv_blocks_total = eng->p.kv_blocks;
-    if (b->ops->caps) {
-        struct backend_caps caps = {0};
-        b->ops->caps(b->ctx, &caps);
-        eng->hidden_states = caps.hidden_states;
-    }
+    struct backend_caps caps = {0};
+    if (b->ops->caps) b->ops->caps(b->ctx, &caps);
+    eng->hidden_states = caps.hidden_states;
+    draft_cost_init(&eng->cost, caps.step_knee_rows);
     *out = eng;
     return 0;
 fail:
@@ -875,7 +873,11 @@ int engine_step(engine *eng, struct err *e)
     if (batch.n_hidden > 0) pool_rows(eng, pl, &batch);
     if (batch.n_logits > 0) eng_lp_take_prompt(eng, pl);
     eng->st.rows_computed += batch.n_rows;
-    if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_cost_add(&eng->cost, batch.n_rows, dt);
+    /* the step times the draft rule learns from: steps whose rows all sample (those drafts join), less any
+     * that paid a one-off cost */
+    const int timed = eng->p.lookup > 0 && batch.n_logits == batch.n_rows &&
+                      !(eng->b->ops->step_one_off && eng->b->ops->step_one_off(eng->b->ctx));
+    if (timed) draft_cost_add(&eng->cost, batch.n_rows, dt);
     /* verify, then commit only what the sequences keep */
     int32_t n_entries = pl->n_entries, n_kept = 0;
     const struct sched_entry *ents = pl->entries;
@@ -888,7 +890,7 @@ int engine_step(engine *eng, struct err *e)
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);
         n_kept += eng->verdicts[i].n_keep;
     }
-    if (eng->p.lookup > 0 && batch.n_logits == batch.n_rows) draft_yield_add(&eng->yield, dt, n_kept, eng->step_drafts > 0);
+    if (timed) draft_yield_add(&eng->yield, dt, n_kept, eng->step_drafts > 0);
     sched_commit(eng->s);
     if (eng_lp_offer(eng, pl, e)) return -1;
     /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. An
