@@ -816,8 +816,10 @@ static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, st
     c->host_ms[0] += (t_started - t_in) * 1e3;
     if (cuda_upload_batch(c, b, &bd, e)) return -1;
     cuda_mark(c, CUDA_PROF_UPLOAD);
+    const int64_t captures = c->n_graph_captures;
     if (cuda_graph_fits(c, b, logits) ? cuda_graph_run(c, &bd, b->n_seqs, b->n_logits, e) : cuda_enqueue_step(c, &bd, b->n_logits, e))
         return -1;
+    c->one_off = c->n_graph_captures != captures;
     CU_TRY(cudaEventRecord(c->ev_head, c->st));
     c->host_ms[1] += (cuda_now() - t_started) * 1e3;
     if (!logits) {
@@ -856,6 +858,12 @@ static void cuda_caps(void *ctx, struct backend_caps *out)
     out->weights_mapped = 0;
     out->gpu = 1;
     out->hidden_states = 0; /* embeddings: not yet (step_batch.hidden) */
+    /* A step's fixed part (every weight read, ~10 kernels a layer) against a row's (its FLOPs and attention):
+     * BF16 GEMMs break even at ~200 rows on an H200 (989 TFLOP/s over 4.8 TB/s), small models' steps are
+     * bound by kernel latency far beyond that; attention over long contexts makes rows dearer. A prior: the
+     * engine's fit learns the real line (bench/NOTES.md, 2026-12-02: with a CPU's prior of 4 rows, SmolLM2 at
+     * concurrency 64 verified almost no drafts, while verifying every proposal was 1.3-1.5x faster). */
+    out->step_knee_rows = 128;
     out->archs = 1u << MODEL_ARCH_LLAMA | 1u << MODEL_ARCH_QWEN2 | 1u << MODEL_ARCH_QWEN3; /* as cuda_load */
     out->weight_types = 0;
     for (int t = 0; t < 64; t++)
@@ -899,9 +907,14 @@ static void cuda_free(void *ctx)
     free(c);
 }
 
+static int cuda_step_one_off(void *ctx)
+{
+    return ((const struct cuda_ctx *)ctx)->one_off;
+}
+
 static const struct backend_ops cuda_ops = {
     "cuda", cuda_load, cuda_kv_alloc, cuda_forward, cuda_scratch_bytes, cuda_free, cuda_check,
-    cuda_weight_copy_bytes, cuda_memory, cuda_caps, cuda_sample,
+    cuda_weight_copy_bytes, cuda_memory, cuda_caps, cuda_sample, cuda_step_one_off,
 };
 
 static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)

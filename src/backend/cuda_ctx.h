@@ -34,8 +34,10 @@ struct cuda_io {
 };
 
 /* A captured decode step for one row count (cuda_graph.cu): valid while its key matches the step's. */
-#define CUDA_GRAPH_ROWS 32 /* decode steps (drafts included) of at most this many rows ... */
+#define CUDA_GRAPH_ROWS 72 /* decode steps (drafts included: 8 sequences of 1 + 8 rows) of at most this many rows */
 #define CUDA_GRAPH_SEQS 8  /* ... and sequences run as CUDA graphs (more sequences change the key too often) */
+#define CUDA_GRAPH_WAYS 4  /* graphs kept per row count, the least recently launched replaced: with drafts, steps
+                              of one row count alternate between attention plans */
 struct cuda_graph_key {
     int64_t gen;     /* cuda_ctx.gen when captured: buffers the graph's nodes point into */
     const void *batch_d;
@@ -44,6 +46,7 @@ struct cuda_graph_key {
 struct cuda_graph {
     cudaGraphExec_t exec; /* NULL: none yet */
     struct cuda_graph_key key;
+    int64_t used; /* cuda_ctx.n_graph_launches when last launched */
 };
 
 struct cuda_ctx {
@@ -94,8 +97,9 @@ struct cuda_ctx {
     /* CUDA graphs of decode steps (cuda_graph.cu) */
     int graphs_on;                                 /* NIGHTSHIFT_CUDA_GRAPHS=off clears it at init */
     int64_t gen;                                   /* bumped whenever a buffer a graph may point into moves */
-    struct cuda_graph graphs[CUDA_GRAPH_ROWS + 1]; /* by row count */
+    struct cuda_graph graphs[CUDA_GRAPH_ROWS + 1][CUDA_GRAPH_WAYS]; /* by row count */
     int64_t n_graph_launches, n_graph_captures;
+    int one_off; /* 1: the last forward captured a graph (backend_ops.step_one_off) */
 
     struct cuda_step_times last;
     double busy_ms;        /* sum of the steps' device times (last.step_ms) */

@@ -10,10 +10,13 @@
  * cuda_upload_batch), so a graph replays correctly for any later batch of the same shape as long as the
  * values baked into its nodes are the same: the buffers' addresses (cuda_ctx.gen, bumped when one moves,
  * and the batch buffer's address), the number of sequences and the attention plan's counts, which set
- * grid sizes. That is the key (struct cuda_graph_key); graphs are kept by row count. Steps whose rows all
- * draw on the device fit, drafts included (a sequence with drafts has several rows); a step whose key differs captures its graph again and updates the executable
- * (cudaGraphExecUpdate; a new instantiation where that fails). At batch 1 the plan changes when the
- * sequence enters a new chunk of CUDA_ATT_CHUNK positions, so one capture serves ~128 steps.
+ * grid sizes. That is the key (struct cuda_graph_key). Steps whose rows all draw on the device fit, drafts
+ * included (a sequence with drafts has several rows). Graphs are kept by row count, CUDA_GRAPH_WAYS of
+ * them each; a step whose key none of them has is captured again into the least recently launched one,
+ * updating its executable (cudaGraphExecUpdate; a new instantiation where that fails). At batch 1 the plan
+ * changes when the sequence enters a new chunk of CUDA_ATT_CHUNK positions, so one capture serves ~128
+ * steps; with drafts, the same row count comes with different plans (which sequence has how many rows),
+ * which the ways keep apart.
  *
  * The arithmetic is that of cuda_enqueue_step itself: a graph gives the same bits (tests/test_cuda.c,
  * engine_graphs_on_vs_off).
@@ -66,26 +69,41 @@ static int cuda_graph_capture(struct cuda_ctx *c, struct cuda_graph *g, const st
     return 0;
 }
 
+/* The way of ways that holds key, else NULL; *lru: the way to capture into then (an empty one first). */
+static struct cuda_graph *cuda_graph_find(struct cuda_graph *ways, const struct cuda_graph_key *key,
+                                          struct cuda_graph **lru)
+{
+    *lru = &ways[0];
+    for (int i = 0; i < CUDA_GRAPH_WAYS; i++) {
+        struct cuda_graph *g = &ways[i];
+        if (g->exec && cuda_graph_key_eq(&g->key, key)) return g;
+        if ((*lru)->exec && (!g->exec || g->used < (*lru)->used)) *lru = g;
+    }
+    return NULL;
+}
+
 int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_seqs, int32_t n_logits, struct err *e)
 {
-    struct cuda_graph *g = &c->graphs[bd->n_rows];
     const struct cuda_graph_key key = {c->gen, c->batch.d, n_seqs, bd->n_items, bd->n_split_rows, bd->max_item_rows,
                                        bd->n_split_items};
-    if (!g->exec || !cuda_graph_key_eq(&g->key, &key)) {
+    struct cuda_graph *lru, *g = cuda_graph_find(c->graphs[bd->n_rows], &key, &lru);
+    if (!g) {
+        g = lru;
         g->key.gen = -1; /* invalid until the capture succeeds */
         if (cuda_graph_capture(c, g, bd, n_logits, e)) return -1;
         g->key = key;
     }
     CU_TRY(cudaGraphLaunch(g->exec, c->st));
-    c->n_graph_launches++;
+    g->used = ++c->n_graph_launches;
     return 0;
 }
 
 void cuda_graph_free(struct cuda_ctx *c)
 {
-    for (int i = 0; i <= CUDA_GRAPH_ROWS; i++) {
-        if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
-        c->graphs[i].exec = NULL;
-    }
+    for (int i = 0; i <= CUDA_GRAPH_ROWS; i++)
+        for (int w = 0; w < CUDA_GRAPH_WAYS; w++) {
+            if (c->graphs[i][w].exec) cudaGraphExecDestroy(c->graphs[i][w].exec);
+            c->graphs[i][w].exec = NULL;
+        }
     c->gen++;
 }
