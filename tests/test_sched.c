@@ -948,7 +948,8 @@ TEST(engine_fake_lookup_yield)
     on.lookup_adaptive = 1;
     run_engine(g_reqs, n, &off, &g_base);
     CHECK(g_base.ok);
-    const int delays[3][3] = {{500, 4000, 0}, {600, 600, 0}, {600, 600, 12000}}; /* (plain, draft, one-off) us */
+    /* (plain, draft, one-off) us: steps of milliseconds, so that a loaded machine's scheduling noise stays small */
+    const int delays[3][3] = {{2000, 16000, 0}, {2000, 2000, 0}, {2000, 2000, 30000}};
     double share[3];
     for (int k = 0; k < 3; k++) {
         g_fake_plain_us = delays[k][0];

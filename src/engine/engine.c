@@ -848,6 +848,7 @@ static int check_step(engine *eng, struct err *e)
 int engine_step(engine *eng, struct err *e)
 {
     if (!eng->live) return 0;
+    const double t_step = clock_now();
     const struct sched_plan *pl = sched_schedule(eng->s);
     if (pl->n_entries == 0)
         return err_set(e, "engine: the scheduler planned nothing with %d running and %d waiting (bug)",
@@ -874,7 +875,9 @@ int engine_step(engine *eng, struct err *e)
     if (batch.n_logits > 0) eng_lp_take_prompt(eng, pl);
     eng->st.rows_computed += batch.n_rows;
     /* the step times the draft rule learns from: steps whose rows all sample (those drafts join), less any
-     * that paid a one-off cost */
+     * that paid a one-off cost; the line fits the forward's time, the yield the whole step's (planning,
+     * proposing and verifying drafts are host work the forward's time does not show, and on a fast device
+     * it counts) */
     const int timed = eng->p.lookup > 0 && batch.n_logits == batch.n_rows &&
                       !(eng->b->ops->step_one_off && eng->b->ops->step_one_off(eng->b->ctx));
     if (timed) draft_cost_add(&eng->cost, batch.n_rows, dt);
@@ -890,7 +893,6 @@ int engine_step(engine *eng, struct err *e)
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);
         n_kept += eng->verdicts[i].n_keep;
     }
-    if (timed) draft_yield_add(&eng->yield, dt, n_kept, eng->step_drafts > 0);
     sched_commit(eng->s);
     if (eng_lp_offer(eng, pl, e)) return -1;
     /* Settling may finish (and free) sequences; the plan's pointers are not used after their entry. An
@@ -904,6 +906,7 @@ int engine_step(engine *eng, struct err *e)
             finish_seq(eng, es, es->scoring ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP, e))
             return -1;
     }
+    if (timed) draft_yield_add(&eng->yield, clock_now() - t_step, n_kept, eng->step_drafts > 0);
     eng->st.n_steps++;
     if (eng->p.debug_checks && check_step(eng, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;
