@@ -5,6 +5,8 @@
  * group's int8 values and f16 scale must equal quant_quantize_row's (GGUF_DTYPE_Q8_0), and every value read
  * back must equal quant_dequantize_row's, over random groups of many magnitudes, groups of zeros, tiny and
  * subnormal values, scales that round to zero or overflow as f16, and quotients that are exact ties (k + 0.5).
+ * The tensor-core read (cuda_q8_half4: byte permutes and f16x2 arithmetic) must give, for every int8 value in
+ * every byte of a word and every finite f16 scale, the f16 of the exact f32 value read back.
  */
 #include <math.h>
 #include <stdint.h>
@@ -47,6 +49,34 @@ static inline _Float16 __ushort_as_half(unsigned short b)
 static inline float __half2float(_Float16 h)
 {
     return (float)h;
+}
+/* __byte_perm(a, b, s): byte i of the result is byte (s >> 4 i) & 7 of the 8 bytes b:a (a's bytes 0..3) */
+static inline unsigned int __byte_perm(unsigned int a, unsigned int b, unsigned int s)
+{
+    const uint64_t x = (uint64_t)b << 32 | a;
+    unsigned int r = 0;
+    for (int i = 0; i < 4; i++) r |= (unsigned int)(x >> 8 * ((s >> 4 * i) & 7) & 0xffu) << 8 * i;
+    return r;
+}
+/* f16x2 a - b and a * b, each half rounded once: the difference of two f16 is exact in double, the product
+ * of two f16 exact in float */
+static inline unsigned int h2_pack(_Float16 lo, _Float16 hi)
+{
+    return __half_as_ushort(lo) | (unsigned int)__half_as_ushort(hi) << 16;
+}
+static inline _Float16 h2_half(unsigned int x, int i)
+{
+    return __ushort_as_half((unsigned short)(x >> 16 * i));
+}
+static inline unsigned int cuda_q8_hsub2(unsigned int a, unsigned int b)
+{
+    return h2_pack((_Float16)((double)h2_half(a, 0) - (double)h2_half(b, 0)),
+                   (_Float16)((double)h2_half(a, 1) - (double)h2_half(b, 1)));
+}
+static inline unsigned int cuda_q8_hmul2(unsigned int a, unsigned int b)
+{
+    return h2_pack(__float2half_rn((float)h2_half(a, 0) * (float)h2_half(b, 0)),
+                   __float2half_rn((float)h2_half(a, 1) * (float)h2_half(b, 1)));
 }
 #include "backend/cuda_q8.cuh"
 
@@ -182,10 +212,39 @@ TEST(value_is_exact)
     CHECK_MSG(differ == 0, "%ld products are not exact", differ);
 }
 
+TEST(half4_is_value_rounded_once)
+{
+    /* every int8 value in each of the four bytes (w's bytes are b, b + 1, b + 2, b + 3), every finite f16
+     * scale of either sign: the f16 bits of q * scale (exact in f32) rounded by quant_f32_to_f16 */
+    long n = 0, differ = 0;
+    char first[120] = "";
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00) continue; /* infinities and NaNs are not scales */
+        const float sv = cuda_q8_scale_value((unsigned short)h);
+        for (uint32_t b = 0; b < 256; b++) {
+            uint32_t w = 0, got[2];
+            for (uint32_t i = 0; i < 4; i++) w |= ((b + i) & 0xffu) << 8 * i;
+            cuda_q8_half4(w, h << 16 | h, &got[0], &got[1]);
+            for (uint32_t i = 0; i < 4; i++) {
+                const int q = (int8_t)(uint8_t)(b + i);
+                const uint16_t want = quant_f32_to_f16(cuda_q8_value(q, sv));
+                const uint16_t g = (uint16_t)(got[i / 2] >> 16 * (i % 2));
+                if (g != want && differ++ == 0)
+                    snprintf(first, sizeof first, "q %d, scale bits 0x%04x: 0x%04x, want 0x%04x", q, (unsigned)h, g,
+                             want);
+                n++;
+            }
+        }
+    }
+    fprintf(stderr, "# half4: %ld values, %ld differ%s%s\n", n, differ, differ ? "; the first: " : "", first);
+    CHECK_MSG(differ == 0, "%ld of %ld f16 reads differ (the first: %s)", differ, n, first);
+}
+
 int main(void)
 {
     RUN(f16_stand_in_matches_quant_f32_to_f16);
     RUN(groups_match_quant_c);
     RUN(value_is_exact);
+    RUN(half4_is_value_rounded_once);
     return test_summary();
 }

@@ -19,8 +19,8 @@
  *    cuda_kv_layer_bytes). q8_0 is written bit for bit as the host's quant_quantize_row would (cuda_q8.cuh)
  *    and read back exactly (q * scale in f32). A step writes K/V of each row (cuda_launch_qkv) before its
  *    attention reads positions <= the rows' own, so no slot is read before it is written. The attention
- *    kernel is chosen with the pool (cuda_attn_choose: tensor cores for f16 KV at head_dim 64/128 under BF16
- *    weights, the exact CUDA-core kernel otherwise, always for f32 and q8_0) and kept while the pool lives,
+ *    kernel is chosen with the pool (cuda_attn_choose: tensor cores for f16 and q8_0 KV at head_dim 64/128
+ *    under BF16 weights, the exact CUDA-core kernel otherwise, always for f32) and kept while the pool lives,
  *    so a sequence's rows never switch kernels between steps.
  *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
  *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's

@@ -55,7 +55,8 @@ struct cuda_harness_attn {
     const int32_t *bt_off, *bt;
     int32_t n_bt;
     int32_t kernel; /* attention kernel: 0 CUDA cores, 1 tensor cores, 2 tensor cores with plain shared
-                       loads (enum cuda_attn_kernel; 1 and 2 need f16 KV and head_dim 64 or 128) */
+                       loads (enum cuda_attn_kernel; 1 and 2 need f16 or Q8_0 KV and head_dim 64 or
+                       128) */
 };
 /* Floats of one layer's K (or V) pool of h. */
 uint64_t cuda_harness_pool_floats(const struct cuda_harness_attn *h);

@@ -679,8 +679,8 @@ int cuda_launch_attn(cudaStream_t st, cudaStream_t split_st, const struct cuda_a
                               (1.0f / sqrtf((float)g->head_dim)) * 1.44269504088896340736f};
     if (g->attn != CUDA_ATTN_CORES) {
         if (!cuda_attn_tc_fits(g->head_dim, g->kv_type))
-            return err_set(e, "cuda backend: the tensor-core attention needs f16 KV and head_dim 64 or 128 (%d)",
-                           (int)g->head_dim);
+            return err_set(e, "cuda backend: the tensor-core attention needs f16 or q8_0 KV and head_dim 64 or 128 "
+                              "(%s, %d)", model_kv_type_name(g->kv_type), (int)g->head_dim);
         return cuda_launch_attn_tc(st, split_st, a, b->n_items, out_type == CUDA_ACT_BF16, e);
     }
     const int32_t group = g->n_head / g->n_head_kv;

@@ -17,7 +17,8 @@
  * Two attention kernels follow that structure (enum cuda_attn_kernel, chosen per KV pool, never per step):
  * the CUDA-core kernel (f32 arithmetic throughout: the exact path, any head_dim, f32, f16 or q8_0 KV, each
  * element converted exactly to f32 as its tile is loaded) and the tensor-core kernel of cuda_attn_tc.cu
- * (f16 KV, head_dim 64 or 128: f16 operands, f32 accumulation). Each
+ * (f16 or q8_0 KV, head_dim 64 or 128: f16 operands, f32 accumulation; q8_0 elements rounded to f16 as
+ * their tile is converted). Each
  * is batch-invariant on its own: a row's bits depend on its q, its position and its sequence's KV, never on
  * the other rows of the step, the items the plan makes or whether a row is split. The two kernels give
  * different bits, so the backend picks one for the whole life of a KV pool (cuda_attn_choose).
@@ -119,8 +120,7 @@ static inline uint64_t cuda_kv_layer_bytes(uint64_t n_vec, int32_t head_dim, enu
     return t == KV_TYPE_Q8_0 ? (n + n / 16 + 15) / 16 * 16 : n;
 }
 
-/* Whether the tensor-core kernel handles this head_dim and KV type (f16 KV, head_dim 64 or 128; never
- * Q8_0, which the CUDA-core kernel reads). */
+/* Whether the tensor-core kernel handles this head_dim and KV type (f16 or Q8_0 KV, head_dim 64 or 128). */
 int cuda_attn_tc_fits(int32_t head_dim, enum kv_type t);
 /* The kernel for a KV pool: the tensor-core kernel where it fits and the GEMM inputs are BF16 (act_bf16:
  * its f16 rounding of q and of the probabilities is then below the rounding of its BF16 output), else the
