@@ -1,6 +1,6 @@
 /* cuda_diag — the CUDA backend's entries for tests and benchmarks (cuda.h): the last step's times, the
  * profile of a step's phases (its marks: cuda_mark, cuda.cu), and the switches that A/B runs flip in one
- * process: CUDA graphs (cuda_graph.cu). */
+ * process: CUDA graphs (cuda_graph.cu) and the fused GEMVs of one-row steps (cuda.cu). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,4 +51,15 @@ extern "C" int backend_cuda_graphs(struct backend *b, int on, int64_t *launches,
     if (launches) *launches = c->n_graph_launches;
     if (captures) *captures = c->n_graph_captures;
     return 0;
+}
+
+extern "C" int backend_cuda_fuse(struct backend *b, int on)
+{
+    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
+    struct cuda_ctx *c = (struct cuda_ctx *)b->ctx;
+    if (on >= 0 && on != c->fuse_on) {
+        c->fuse_on = on;
+        c->gen++; /* the graphs captured hold the other kernels */
+    }
+    return c->fuse_on;
 }
