@@ -9,6 +9,9 @@
  *      RMSNorm: residual x + add exact, F32 out |diff| <= 1e-5 |ref| + 1e-6, BF16 out <= 2^-8 |ref| + 1e-6;
  *      SwiGLU: F32 <= 1e-5 |ref| + 1e-6, BF16 <= 2^-8 |ref| + 1e-6;
  *      GEMM (BF16 and F32 operands, F32 accumulation): |diff| <= 1e-5 sum|w x| + 1e-6;
+ *      fused GEMV (RMSNorm or SwiGLU inside the one-row GEMV): bit for bit the norm or SwiGLU kernel followed
+ *        by the GEMV, whose input row equals the host's f32 RMSNorm exactly (SwiGLU within BF16 rounding) and
+ *        whose product is within the GEMM tolerance of the host's sum on it; the residual row exact;
  *      weights at load (F32, F16, Q4_0..Q8_0, Q2_K..Q6_K to BF16): bit for bit the host's
  *        quant_dequantize_row + quant_f32_to_bf16 (the number of differing elements is printed, must be 0);
  *      q/k/v epilogue: q <= 1e-5 (|ref| + 1), K/V slots (F32) likewise, (F16) within 1 half ulp + 1e-5,
@@ -34,6 +37,9 @@
  *    may round the other way on the two backends; see the cases); BF16 weights with q8_0 KV (head_dim 64,
  *    128: the tensor-core attention) rms <= 4e-2, max <= 0.25; q8_0 KV refused at head_dim 16.
  *  - the same steps twice give bit-identical logits (f16 and q8_0 KV, both on the tensor cores).
+ *  - steps of one row on a BF16 model (a prompt whose last row wants logits, decode steps launched and as
+ *    CUDA graphs): the fused GEMVs on and off give bit-identical logits; fused vs the CPU backend within the
+ *    BF16 tolerances above.
  *  - through the engine: greedy completions of stories260K equal ../shared/testdata/golden; greedy outputs
  *    at max_seqs 1 and 64 compared (the number of differing requests is printed and must be 0).
  */
@@ -351,6 +357,97 @@ TEST(kernel_gemm)
     free(xb);
     free(ref);
     free(mag);
+}
+
+/* One case of kernel_gemv_fused: the product of a random BF16 W (n_out, n_in) with the BF16 row that RMSNorm
+ * (swiglu 0; row `row` of n_x rows, with the residual add or not) or SwiGLU (swiglu 1) makes, fused and
+ * apart. */
+static void gemv_fused_case(int swiglu, int32_t n_in, int32_t n_out, int32_t n_x, int32_t row, int with_add, int y_bf16)
+{
+    struct err e;
+    const size_t nx = (size_t)n_x * n_in;
+    uint16_t *w = xmalloc((size_t)n_out * n_in * 2), *gu = xmalloc((size_t)n_in * 4);
+    float *x = xmalloc(nx * 4), *add = xmalloc(nx * 4), *nw = xmalloc((size_t)n_in * 4), *act = xmalloc((size_t)n_in * 4);
+    float *y[2] = {xmalloc((size_t)n_out * 4), xmalloc((size_t)n_out * 4)};
+    float *xo[2] = {xmalloc((size_t)n_in * 4), xmalloc((size_t)n_in * 4)};
+    for (size_t i = 0; i < (size_t)n_out * n_in; i++) w[i] = quant_f32_to_bf16(frand(1.0f));
+    for (int32_t i = 0; i < 2 * n_in; i++) gu[i] = quant_f32_to_bf16(frand(6.0f));
+    fill(x, nx, 3.0f);
+    fill(add, nx, 1.0f);
+    for (int32_t i = 0; i < n_in; i++) nw[i] = 1.0f + frand(0.1f);
+    const struct cuda_harness_gemv_in in = {swiglu, x, with_add ? add : NULL, n_x, row, nw, 1e-5f, gu};
+    for (int fused = 0; fused < 2; fused++)
+        CHECK_MSG(cuda_harness_gemv_in(&in, w, n_in, n_out, fused, y_bf16, y[fused], xo[fused], fused ? NULL : act,
+                                       &e) == 0, "%s", e.msg);
+    /* the input row apart against the host: RMSNorm exactly as the device rounds it (v = x + add in f32, the
+     * scale in f32 from the sum of squares in double, two rounded products), SwiGLU within BF16 rounding */
+    const float *xr = x + (size_t)row * n_in, *ar = add + (size_t)row * n_in;
+    double ss = 0;
+    for (int32_t k = 0; k < n_in; k++) {
+        const float v = with_add ? xr[k] + ar[k] : xr[k];
+        if (!swiglu) CHECK_MSG(xo[0][k] == v && xo[1][k] == v, "residual elem %d: apart %g fused %g, want %g", (int)k,
+                               xo[0][k], xo[1][k], v);
+        ss += (double)v * v;
+    }
+    const float scale = 1.0f / sqrtf((float)(ss / n_in) + 1e-5f);
+    for (int32_t k = 0; k < n_in; k++) {
+        int bad;
+        if (swiglu) {
+            const double g = quant_bf16_to_f32(gu[k]), u = quant_bf16_to_f32(gu[n_in + k]);
+            const double ref = g / (1.0 + exp(-g)) * u;
+            bad = !(fabs(act[k] - ref) <= fabs(ref) / 256 + 1e-6);
+        } else {
+            const float v = with_add ? xr[k] + ar[k] : xr[k], t = v * scale;
+            bad = act[k] != bf16_round(t * nw[k]);
+        }
+        CHECK_MSG(!bad, "input elem %d: %g", (int)k, act[k]);
+    }
+    /* the product apart against the host's sum on that row (kernel_gemm's tolerance), fused bit for bit the same */
+    double wv = 0;
+    for (int32_t o = 0; o < n_out; o++) {
+        double ref = 0, mag = 0;
+        for (int32_t k = 0; k < n_in; k++) {
+            const double p = (double)quant_bf16_to_f32(w[(size_t)o * n_in + k]) * act[k];
+            ref += p;
+            mag += fabs(p);
+        }
+        const double d = fabs(y[0][o] - ref) / ((y_bf16 ? fabs(ref) / 256 : 0) + 1e-5 * mag + 1e-6);
+        if (isnan(y[0][o]) || d > wv) wv = isnan(y[0][o]) ? INFINITY : d;
+    }
+    int differ = 0;
+    for (int32_t o = 0; o < n_out; o++) differ += memcmp(&y[0][o], &y[1][o], 4) != 0;
+    fprintf(stderr, "# gemv fused %s n_in %d n_out %d add %d y bf16 %d: apart worst %.3g of tolerance, %d of %d fused "
+            "outputs differ\n", swiglu ? "swiglu" : "norm", (int)n_in, (int)n_out, with_add, y_bf16, wv, differ,
+            (int)n_out);
+    CHECK_MSG(wv <= 1.0 && differ == 0, "%s n_in %d: %.3g of tolerance, %d differ", swiglu ? "swiglu" : "norm",
+              (int)n_in, wv, differ);
+    free(w);
+    free(gu);
+    free(x);
+    free(add);
+    free(nw);
+    free(act);
+    free(y[0]);
+    free(y[1]);
+    free(xo[0]);
+    free(xo[1]);
+}
+
+/* The fused GEMVs (cuda_launch_gemv_fused) against the same kernels apart, on poisoned outputs: norm rows of
+ * 256 (one float4 a thread of the norm's 32-thread layout, J 2), 576 (a partly idle warp, J 3), 4096 and 8192
+ * (the largest), with and without the residual add, a gathered row (the head's); SwiGLU rows of 512, 14336
+ * (llama-8b's) and 16384 (the largest); n_out from 64 to 20003 (several rows a warp); F32 and BF16 outputs. */
+TEST(kernel_gemv_fused)
+{
+    const char *gemv = getenv("NIGHTSHIFT_CUDA_GEMV");
+    if (gemv && !strcmp(gemv, "off")) SKIP("NIGHTSHIFT_CUDA_GEMV=off: no GEMV to fuse");
+    const int32_t norm[4][6] = {{256, 20003, 3, 2, 1, 0}, {576, 333, 1, 0, 0, 1}, {4096, 1005, 1, 0, 1, 0},
+                                {8192, 97, 2, 1, 1, 1}};
+    for (int i = 0; i < 4 && !test_cur_failed; i++)
+        gemv_fused_case(0, norm[i][0], norm[i][1], norm[i][2], norm[i][3], norm[i][4], norm[i][5]);
+    const int32_t swiglu[3][3] = {{512, 4099, 1}, {14336, 257, 0}, {16384, 64, 0}};
+    for (int i = 0; i < 3 && !test_cur_failed; i++)
+        gemv_fused_case(1, swiglu[i][0], swiglu[i][1], 1, 0, 0, swiglu[i][2]);
 }
 
 /* ---------------------------------------------------------------- weights at load */
@@ -1230,6 +1327,24 @@ static void script_advance(struct script *s, int k)
     for (int q = 0; q < 3; q++) s->len[q] += plan[k][q];
 }
 
+/* The error of logit row y against the cpu backend's x (n_vocab), as rms and max over std(x), folded into
+ * *rms and *mx (their maxima); NaN counts as infinite. */
+static void logit_error(const float *x, const float *y, int32_t nv, double *rms, double *mx)
+{
+    double s = 0, s2 = 0, d2 = 0, dm = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        s += x[i];
+        s2 += (double)x[i] * x[i];
+        double d = fabs((double)x[i] - y[i]);
+        if (isnan(d)) d = INFINITY;
+        d2 += d * d;
+        dm = fmax(dm, d);
+    }
+    const double sd = sqrt(fmax(s2 / nv - (s / nv) * (s / nv), 1e-30));
+    *rms = fmax(*rms, sqrt(d2 / nv) / sd);
+    *mx = fmax(*mx, dm / sd);
+}
+
 /* The script on both backends; worst rms and max error / std(cpu logits) over steps and rows. */
 static int compare_steps(const struct model *m, enum kv_type t, double *rms_out, double *max_out, struct err *e)
 {
@@ -1246,21 +1361,7 @@ static int compare_steps(const struct model *m, enum kv_type t, double *rms_out,
         for (size_t i = 0; i < (size_t)SCRIPT_MAX_ROWS * nv; i++) b[i] = NAN;
         if (script_step(&sc, k, &p.cpu, a, &n, e) || script_step(&sc, k, &p.gpu, b, &n2, e)) goto out;
         script_advance(&sc, k);
-        for (int32_t r = 0; r < n; r++) {
-            const float *x = a + (size_t)r * nv, *y = b + (size_t)r * nv;
-            double s = 0, s2 = 0, d2 = 0, dm = 0;
-            for (int32_t i = 0; i < nv; i++) {
-                s += x[i];
-                s2 += (double)x[i] * x[i];
-                double d = fabs((double)x[i] - y[i]);
-                if (isnan(d)) d = INFINITY;
-                d2 += d * d;
-                dm = fmax(dm, d);
-            }
-            const double sd = sqrt(fmax(s2 / nv - (s / nv) * (s / nv), 1e-30));
-            *rms_out = fmax(*rms_out, sqrt(d2 / nv) / sd);
-            *max_out = fmax(*max_out, dm / sd);
-        }
+        for (int32_t r = 0; r < n; r++) logit_error(a + (size_t)r * nv, b + (size_t)r * nv, nv, rms_out, max_out);
     }
     rc = 0;
 out:
@@ -1486,6 +1587,88 @@ TEST(step_deterministic)
     free(out[1]);
     CHECK_MSG(ok, "%s", e.msg);
     CHECK_MSG(same, "two runs of the same steps gave different logits");
+}
+
+/* One sequence as the engine runs it alone: a prompt of ONE_PROMPT rows whose last row wants logits (the
+ * output head of one row in a step of many), then ONE_DECODE decode steps of one row; the first half with a
+ * logits buffer (launched kernel by kernel), the second half (keep = 1) kept on the device and brought back
+ * by the op sample as a SAMPLE_HOST row (CUDA graphs where the backend has them); keep = 0: all with a
+ * buffer. out (1 + ONE_DECODE, n_vocab). */
+#define ONE_PROMPT 37
+#define ONE_DECODE 12
+
+static int one_seq_steps(struct backend *be, int32_t nv, int keep, float *out, struct err *e)
+{
+    static const int32_t bt[4] = {3, 0, 2, 1}; /* 64 positions of 16-token blocks */
+    int32_t tokens[ONE_PROMPT], pos[ONE_PROMPT], seq[ONE_PROMPT] = {0};
+    const struct sample_row host_row = {SAMPLE_HOST, 0, NULL, 0.0f, 1.0f, 0.0f, 0.0f, 0};
+    for (int32_t i = 0; i < ONE_PROMPT; i++) {
+        tokens[i] = 1 + (i * 7919) % (nv - 1);
+        pos[i] = i;
+    }
+    for (int k = 0; k <= ONE_DECODE; k++) {
+        const int32_t n = k ? 1 : ONE_PROMPT, p0 = k ? ONE_PROMPT + k - 1 : 0, last = n - 1;
+        if (k) {
+            tokens[0] = 1 + (p0 * 104729) % (nv - 1);
+            pos[0] = p0;
+        }
+        const struct step_seq ss = {bt, (p0 + n + 15) / 16};
+        const struct step_batch b = {n, tokens, pos, seq, 1, &ss, 1, &last, 0, NULL, NULL};
+        float *row = out + (size_t)k * nv;
+        int32_t tok = 0;
+        if (!keep || 2 * k <= ONE_DECODE) {
+            if (be->ops->forward(be->ctx, &b, row, e)) return -1;
+        } else if (be->ops->forward(be->ctx, &b, NULL, e) || be->ops->sample(be->ctx, &host_row, 1, nv, &tok, row, e)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Steps of one row on a BF16 model with the fused GEMVs on and off (backend_cuda_fuse): bit-identical logits
+ * (the fused kernels make the same inputs as the norm and SwiGLU kernels, and take the same products), graphed
+ * steps among them; the fused run against the cpu backend within the BF16 tolerances of step_vs_cpu_synthetic. */
+TEST(step_fused_vs_unfused)
+{
+    struct err e;
+    struct synth_cfg cfg = synth_default();
+    cfg.type = GGUF_DTYPE_BF16;
+    cfg.n_embd = 256;
+    cfg.n_head = 8;
+    cfg.n_head_kv = 2;
+    cfg.n_ff = 512;
+    cfg.n_vocab = 1000;
+    cfg.n_ctx = 1024;
+    cfg.head_dim = 64;
+    struct synth_model sm;
+    CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
+    const size_t n = (size_t)(1 + ONE_DECODE) * cfg.n_vocab;
+    float *ref = xmalloc(n * 4), *out[2] = {xmalloc(n * 4), xmalloc(n * 4)};
+    int64_t launches[3] = {0, 0, 0};
+    struct pair p;
+    int ok = pair_init(&p, sm.m, 64, 16, KV_TYPE_F16, &e) == 0 && one_seq_steps(&p.cpu, cfg.n_vocab, 0, ref, &e) == 0;
+    for (int fuse = 0; ok && fuse < 2; fuse++) {
+        for (size_t i = 0; i < n; i++) out[fuse][i] = NAN;
+        ok = backend_cuda_fuse(&p.gpu, fuse) == fuse && backend_cuda_graphs(&p.gpu, -1, &launches[fuse], NULL) == 0 &&
+             one_seq_steps(&p.gpu, cfg.n_vocab, 1, out[fuse], &e) == 0;
+    }
+    ok = ok && backend_cuda_graphs(&p.gpu, -1, &launches[2], NULL) == 0;
+    pair_free(&p);
+    synth_free(&sm);
+    CHECK_MSG(ok, "%s", e.msg);
+    double rms = 0, mx = 0;
+    for (int k = 0; k <= ONE_DECODE; k++)
+        logit_error(ref + (size_t)k * cfg.n_vocab, out[1] + (size_t)k * cfg.n_vocab, cfg.n_vocab, &rms, &mx);
+    const int same = memcmp(out[0], out[1], n * 4) == 0;
+    fprintf(stderr, "# one-row steps: fused %s unfused; graph launches %lld unfused, %lld fused; fused vs cpu: rms "
+            "%.3g (tol 2e-2), max %.3g (tol 1.5e-1)\n", same ? "==" : "DIFFER from",
+            (long long)(launches[1] - launches[0]), (long long)(launches[2] - launches[1]), rms, mx);
+    free(ref);
+    free(out[0]);
+    free(out[1]);
+    CHECK_MSG(same, "fused and unfused logits differ");
+    CHECK_MSG(launches[1] > launches[0] && launches[2] > launches[1], "no graphed step");
+    CHECK_MSG(rms <= 2e-2 && mx <= 1.5e-1, "fused vs cpu: rms %.3g, max %.3g", rms, mx);
 }
 
 /* ---------------------------------------------------------------- through the engine */
@@ -1766,6 +1949,7 @@ int main(void)
     RUN_SEL(kernel_rmsnorm);
     RUN_SEL(kernel_swiglu);
     RUN_SEL(kernel_gemm);
+    RUN_SEL(kernel_gemv_fused);
     RUN_SEL(kernel_dequant);
     RUN_SEL(kernel_sample);
     RUN_SEL(kernel_qkv);
@@ -1777,6 +1961,7 @@ int main(void)
     RUN_SEL(step_vs_cpu_kquant);
     RUN_SEL(step_vs_cpu_stories260K);
     RUN_SEL(step_deterministic);
+    RUN_SEL(step_fused_vs_unfused);
     RUN_SEL(engine_golden_stories260K);
     RUN_SEL(engine_concurrency_1_vs_64);
     RUN_SEL(engine_device_sampling);

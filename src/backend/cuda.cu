@@ -37,7 +37,12 @@
  *    the batch buffers likewise); the attention partials hold max_parts chunk states, fixed at load. Every
  *    move of a buffer bumps gen, which invalidates the CUDA graphs of decode steps (cuda_graph.cu: decode
  *    steps of up to CUDA_GRAPH_ROWS rows replay a captured cuda_enqueue_step).
- *  - GEMMs: cuda_matmul (cuda_gemv.cu): cuBLAS, or a GEMV kernel of ours for one BF16 row.
+ *  - GEMMs: cuda_matmul (cuda_gemv.cu): cuBLAS, or a GEMV kernel of ours for one BF16 row. A step of one row
+ *    (and the output head of one logit row) fuses the kernel that makes a BF16 GEMV's input into the GEMV
+ *    (cuda_launch_gemv_fused: every block makes the row itself, bit for bit as the kernel would): the two
+ *    norms of a layer into qkv and gate/up, SwiGLU into down, the output norm into the head; the residual
+ *    stream then alternates between x and x_alt within a layer (cuda_run_layer), so a graph replays it with
+ *    the same buffers. NIGHTSHIFT_CUDA_FUSE=off (read at init) keeps the kernels apart.
  *  - Determinism: no atomics anywhere; cuBLAS is bit-reproducible run to run for the same shapes on the
  *    same GPU (its documented default), so the same steps give the same logits. Batch invariance holds
  *    for every kernel of this backend (per-row arithmetic), but not necessarily for cuBLAS, whose kernel
@@ -183,6 +188,7 @@ static uint64_t cuda_layout_scratch(struct cuda_ctx *c, int32_t rows, char *base
     } while (0)
     CARVE(x, float, (int64_t)rows * hp->n_embd);
     CARVE(tmp, float, (int64_t)rows * hp->n_embd);
+    CARVE(x_alt, float, hp->n_embd);
     CARVE(qkv, float, (int64_t)rows * (n_q + 2 * n_kv));
     CARVE(gu, float, (int64_t)rows * 2 * hp->n_ff);
     CARVE(cs, float, (int64_t)rows * hp->n_rot + 2);
@@ -693,8 +699,37 @@ static int cuda_run_attn(struct cuda_ctx *c, const struct cuda_batch_dev *bd, co
     return cuda_launch_attn_combine(c->st, g, bd, c->part_acc, c->part_ml, c->act, out, e);
 }
 
-/* One layer over all rows of the step: x += tmp (the previous layer's FFN output, il > 0), attention
- * block, feed-forward block; leaves this layer's FFN output in tmp (not yet added to x). */
+/* Whether a product of w over n rows whose input `kind` makes runs fused (cuda_launch_gemv_fused). */
+static int cuda_fuse(const struct cuda_ctx *c, const struct cuda_matrix *w, enum cuda_gemv_in_kind kind, int32_t n)
+{
+    return n == 1 && c->fuse_on && w->bf16 && cuda_gemv_fused_fits(kind, w->n_in);
+}
+
+/* y (n, w->n_out) = act w^T as y_type, act the n rows that `in` describes: fused, in one kernel; else in's
+ * kernel into act (the profile's phase in_phase), then the GEMM. Unfused, a norm adds in place: in->x_out
+ * must be in->x. */
+static int cuda_gemm_in(struct cuda_ctx *c, int fused, const struct cuda_gemv_in *in, int32_t n,
+                        const struct cuda_matrix *w, void *y, enum cuda_act y_type, enum cuda_prof in_phase,
+                        struct err *e)
+{
+    if (fused) return cuda_launch_gemv_fused(c->st, w->d, w->n_in, w->n_out, in, y, y_type, e);
+    const enum cuda_act act_type = cuda_act_of(w);
+    if (in->kind == CUDA_GEMV_IN_NORM
+            ? cuda_launch_rmsnorm(c->st, in->x_out, in->add, in->w, in->rows, n, w->n_in, in->eps, c->act, act_type, e)
+            : cuda_launch_swiglu(c->st, in->gu, in->gu_type, n, w->n_in, c->act, act_type, e))
+        return -1;
+    cuda_mark(c, in_phase);
+    return cuda_gemm(c, w, c->act, n, y, y_type, e);
+}
+
+/* One layer over all rows of the step. On entry x holds the residual stream and tmp (il > 0) the previous
+ * layer's FFN output, not yet added; on return the same for this layer. In between: qkv = norm(x + tmp)
+ * Wqkv; q roped in place, K/V into the pool; act = attention; tmp = act Wo; gu = norm(x + tmp) Wgu (x the
+ * stream after the first add); tmp = SwiGLU(gu) Wdown. Apart, each norm adds in place (x += tmp) and writes
+ * act, as SwiGLU does. Fused (one row, BF16 matrices; act then holds only the attention): the qkv GEMV
+ * writes x + tmp into x_alt and leaves x as it was (all its blocks read x while one writes x_alt, so none
+ * reads a half-written row), the gate/up GEMV likewise x_alt + tmp into x. x ends where it started either
+ * way, so every step, and a graph's replay, uses the same buffers. */
 static int cuda_run_layer(struct cuda_ctx *c, const struct cuda_batch_dev *bd, const struct cuda_attn_geom *g,
                           int32_t il, struct err *e)
 {
@@ -703,21 +738,24 @@ static int cuda_run_layer(struct cuda_ctx *c, const struct cuda_batch_dev *bd, c
     const int32_t n = bd->n_rows, qkv_stride = (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
     char *k_layer = (char *)c->k_cache + (uint64_t)il * c->kv_layer_bytes;
     char *v_layer = (char *)c->v_cache + (uint64_t)il * c->kv_layer_bytes;
-    CUDA_STEP(cuda_launch_rmsnorm(c->st, c->x, il > 0 ? c->tmp : NULL, L->attn_norm, NULL, n, hp->n_embd, hp->norm_eps,
-                                  c->act, cuda_act_of(&L->qkv), e), CUDA_PROF_NORM);
-    CUDA_STEP(cuda_gemm(c, &L->qkv, c->act, n, c->qkv, CUDA_ACT_F32, e), CUDA_PROF_GEMM);
+    const int fused = cuda_fuse(c, &L->qkv, CUDA_GEMV_IN_NORM, n) && cuda_fuse(c, &L->gate_up, CUDA_GEMV_IN_NORM, n) &&
+                      cuda_fuse(c, &L->down, CUDA_GEMV_IN_SWIGLU, n);
+    float *x_mid = fused ? c->x_alt : c->x; /* the stream between the two adds */
+    /* gate and up as BF16 under BF16 weights: half the bytes through SwiGLU, whose output into the BF16 GEMM
+     * is rounded to BF16 anyway */
+    const enum cuda_act gu_type = cuda_act_of(&L->gate_up);
+    const float eps = hp->norm_eps;
+    const struct cuda_gemv_in attn_in = cuda_gemv_norm(c->x, il > 0 ? c->tmp : NULL, L->attn_norm, NULL, eps, x_mid),
+                              ffn_in = cuda_gemv_norm(x_mid, c->tmp, L->ffn_norm, NULL, eps, c->x),
+                              down_in = cuda_gemv_swiglu(c->gu, gu_type);
+    CUDA_STEP(cuda_gemm_in(c, fused, &attn_in, n, &L->qkv, c->qkv, CUDA_ACT_F32, CUDA_PROF_NORM, e), CUDA_PROF_GEMM);
     CUDA_STEP(cuda_launch_qkv(c->st, g, bd, c->qkv, L->bqkv, L->q_norm, L->k_norm, c->cs, k_layer, v_layer, e),
               CUDA_PROF_QKV);
     CUDA_STEP(cuda_run_attn(c, bd, g, qkv_stride, k_layer, v_layer, cuda_act_of(&L->wo), e), CUDA_PROF_ATTN);
     CUDA_STEP(cuda_gemm(c, &L->wo, c->act, n, c->tmp, CUDA_ACT_F32, e), CUDA_PROF_GEMM);
-    CUDA_STEP(cuda_launch_rmsnorm(c->st, c->x, c->tmp, L->ffn_norm, NULL, n, hp->n_embd, hp->norm_eps, c->act,
-                                  cuda_act_of(&L->gate_up), e), CUDA_PROF_NORM);
-    /* gate and up as BF16 under BF16 weights: half the bytes through SwiGLU, whose output into the BF16 GEMM
-     * is rounded to BF16 anyway */
-    const enum cuda_act gu_type = cuda_act_of(&L->gate_up);
-    CUDA_STEP(cuda_gemm(c, &L->gate_up, c->act, n, c->gu, gu_type, e), CUDA_PROF_GEMM);
-    CUDA_STEP(cuda_launch_swiglu(c->st, c->gu, gu_type, n, hp->n_ff, c->act, cuda_act_of(&L->down), e), CUDA_PROF_SWIGLU);
-    CUDA_STEP(cuda_gemm(c, &L->down, c->act, n, c->tmp, CUDA_ACT_F32, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_gemm_in(c, fused, &ffn_in, n, &L->gate_up, c->gu, gu_type, CUDA_PROF_NORM, e), CUDA_PROF_GEMM);
+    CUDA_STEP(cuda_gemm_in(c, fused, &down_in, n, &L->down, c->tmp, CUDA_ACT_F32, CUDA_PROF_SWIGLU, e),
+              CUDA_PROF_GEMM);
     return 0;
 }
 
@@ -744,10 +782,12 @@ int cuda_enqueue_step(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32
     const struct model_hparams *hp = &c->m->hp;
     if (cuda_run_layers(c, bd, e)) return -1;
     if (n_logits > 0) {
-        /* the last residual add, the output norm and the head, for the logit rows only */
-        if (cuda_launch_rmsnorm(c->st, c->x, c->tmp, c->output_norm, bd->logit_rows, n_logits, hp->n_embd,
-                                hp->norm_eps, c->act, cuda_act_of(&c->output), e) ||
-            cuda_gemm(c, &c->output, c->act, n_logits, c->logits_d, CUDA_ACT_F32, e))
+        /* the last residual add, the output norm and the head, for the logit rows only (fused, the sum is not
+         * kept: nothing reads x after the head) */
+        const int fused = cuda_fuse(c, &c->output, CUDA_GEMV_IN_NORM, n_logits);
+        const struct cuda_gemv_in in =
+            cuda_gemv_norm(c->x, c->tmp, c->output_norm, bd->logit_rows, hp->norm_eps, fused ? NULL : c->x);
+        if (cuda_gemm_in(c, fused, &in, n_logits, &c->output, c->logits_d, CUDA_ACT_F32, CUDA_PROF_HEAD, e))
             return err_prefix(e, "output head");
         cuda_mark(c, CUDA_PROF_HEAD);
     }
@@ -940,6 +980,7 @@ static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)
     CU_TRY(cudaMalloc(&c->blas_ws, CUDA_BLAS_WORKSPACE));
     CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE));
     c->graphs_on = !cuda_env_off("NIGHTSHIFT_CUDA_GRAPHS");
+    c->fuse_on = !cuda_env_off("NIGHTSHIFT_CUDA_FUSE");
     return cuda_kernels_init(e);
 }
 
@@ -958,52 +999,5 @@ extern "C" int backend_cuda_init(struct backend *b, const struct backend_config 
     }
     b->ops = &cuda_ops;
     b->ctx = c;
-    return 0;
-}
-
-extern "C" int backend_cuda_last_times(const struct backend *b, struct cuda_step_times *out)
-{
-    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
-    *out = ((const struct cuda_ctx *)b->ctx)->last;
-    return 0;
-}
-
-extern "C" const char *backend_cuda_profile_name(int phase)
-{
-    static const char *const names[CUDA_PROF_N] = {"upload", "embed", "norm", "gemm", "qkv", "attn", "swiglu", "head", "copy"};
-    return phase >= 0 && phase < CUDA_PROF_N ? names[phase] : "?";
-}
-
-extern "C" int backend_cuda_profile_enable(struct backend *b, int on)
-{
-    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
-    struct cuda_ctx *c = (struct cuda_ctx *)b->ctx;
-    if (on && !c->prof_ev) {
-        c->prof_ev = (cudaEvent_t *)calloc(CUDA_PROF_MARKS, sizeof *c->prof_ev);
-        c->prof_phase = (uint8_t *)calloc(CUDA_PROF_MARKS, 1);
-        if (!c->prof_ev || !c->prof_phase) return -1;
-        for (int i = 0; i < CUDA_PROF_MARKS; i++)
-            if (cudaEventCreate(&c->prof_ev[i]) != cudaSuccess) return -1;
-    }
-    c->prof_on = on;
-    c->n_marks = 0;
-    memset(&c->prof, 0, sizeof c->prof);
-    return 0;
-}
-
-extern "C" int backend_cuda_profile_get(const struct backend *b, struct cuda_profile *out)
-{
-    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
-    *out = ((const struct cuda_ctx *)b->ctx)->prof;
-    return 0;
-}
-
-extern "C" int backend_cuda_graphs(struct backend *b, int on, int64_t *launches, int64_t *captures)
-{
-    if (!b->ops || strcmp(b->ops->name, "cuda") != 0) return -1;
-    struct cuda_ctx *c = (struct cuda_ctx *)b->ctx;
-    if (on >= 0) c->graphs_on = on;
-    if (launches) *launches = c->n_graph_launches;
-    if (captures) *captures = c->n_graph_captures;
     return 0;
 }

@@ -72,6 +72,12 @@ int backend_cuda_profile_get(const struct backend *b, struct cuda_profile *out);
  * captures so far. b must be a CUDA backend; 0 on success. */
 int backend_cuda_graphs(struct backend *b, int on, int64_t *launches, int64_t *captures);
 
+/* Fused GEMVs in steps of one row (cuda.cu: each norm and SwiGLU inside the GEMV it feeds, the same bits as
+ * apart): on unless NIGHTSHIFT_CUDA_FUSE=off at init; on = 1 / 0 turns them on / off (graphs captured under
+ * the other setting are recaptured), -1 leaves them. Returns 1 when on, 0 when off, -1 when b is not a CUDA
+ * backend. */
+int backend_cuda_fuse(struct backend *b, int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -81,6 +81,7 @@ struct cuda_ctx {
     void *scratch;
     float *x;    /* (cap, n_embd) residual stream */
     float *tmp;  /* (cap, n_embd) output of wo / down */
+    float *x_alt; /* (n_embd) the residual stream between the two adds of a fused layer (one row: cuda.cu) */
     float *qkv;  /* (cap, n_q + 2 n_kv) */
     void *gu;    /* (cap, 2 n_ff) gate and up: BF16 under BF16 weights, else f32 (sized for f32) */
     float *cs;   /* (cap, n_rot / 2, 2) */
@@ -93,6 +94,8 @@ struct cuda_ctx {
     struct cuda_io sample; /* the sample op's rows and edits up, tokens down */
     int pending;           /* 1: a forward's work is enqueued and not yet waited for (cuda_finish) */
     int32_t kept_logits;   /* logit rows a forward with logits NULL left on the device for sample */
+
+    int fuse_on; /* fused GEMVs in steps of one row (cuda.cu); NIGHTSHIFT_CUDA_FUSE=off clears it at init */
 
     /* CUDA graphs of decode steps (cuda_graph.cu) */
     int graphs_on;                                 /* NIGHTSHIFT_CUDA_GRAPHS=off clears it at init */

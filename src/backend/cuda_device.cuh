@@ -1,6 +1,7 @@
 /* cuda_device — device-side pieces shared by the CUDA backend's kernel files (CUDA C++; private to
- * src/backend/): element conversions, the attention kernels' arguments and their chunk merge, and the
- * tensor-core attention's entry points (cuda_attn_tc.cu) that cuda_kernels.cu dispatches to.
+ * src/backend/): element conversions, the row arithmetic of RMSNorm and SwiGLU (their kernels and the fused
+ * GEMVs of cuda_gemv.cu), the attention kernels' arguments and their chunk merge, and the tensor-core
+ * attention's entry points (cuda_attn_tc.cu) that cuda_kernels.cu dispatches to.
  */
 #ifndef NS_BACKEND_CUDA_DEVICE_CUH
 #define NS_BACKEND_CUDA_DEVICE_CUH
@@ -35,6 +36,72 @@ __device__ __forceinline__ float cuda_to_f32(__nv_bfloat16 v)
 __device__ __forceinline__ float cuda_to_f32(__half v)
 {
     return __half2float(v);
+}
+
+/* ---- RMSNorm and SwiGLU: the arithmetic their own kernels (cuda_kernels.cu) and the fused GEMVs' prologues
+ * (cuda_gemv.cu) share, so that both give the same bits */
+
+#define CUDA_NORM4_MAX 4 /* float4s per thread of cuda_k_rmsnorm4 at most (n <= 16384 at 1024 threads) */
+
+/* Butterfly sum in double: every lane ends with the same value. */
+__device__ __forceinline__ double cuda_warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Threads of cuda_k_rmsnorm4's block for rows of n (n % 4 == 0, n <= 4 * 1024 * CUDA_NORM4_MAX): about
+ * CUDA_NORM4_MAX float4s each (a function of n alone). */
+static inline int cuda_norm4_threads(int32_t n)
+{
+    const int32_t per = (n / 4 + CUDA_NORM4_MAX - 1) / CUDA_NORM4_MAX;
+    return (per + 31) / 32 * 32;
+}
+
+/* o[0..3] = a, b, c, d as T, one 16-byte (f32) or 8-byte (bf16) store; o aligned to it. */
+__device__ __forceinline__ void cuda_store4(float *o, float a, float b, float c, float d)
+{
+    *(float4 *)o = make_float4(a, b, c, d);
+}
+
+__device__ __forceinline__ void cuda_store4(__nv_bfloat16 *o, float a, float b, float c, float d)
+{
+    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
+    uint2 u;
+    u.x = *(const uint32_t *)&lo;
+    u.y = *(const uint32_t *)&hi;
+    *(uint2 *)o = u;
+}
+
+/* ss + the squares of v's four elements, in order, in double (each square is exact). */
+__device__ __forceinline__ double cuda_norm_ss4(double ss, float4 v)
+{
+    ss += (double)v.x * (double)v.x;
+    ss += (double)v.y * (double)v.y;
+    ss += (double)v.z * (double)v.z;
+    ss += (double)v.w * (double)v.w;
+    return ss;
+}
+
+/* RMSNorm's scale 1 / sqrt(mean + eps) for a row of n whose sum of squares the block's threads hold in
+ * parts (ss): a butterfly per warp, then the warps' sums in warp order (part: 32 doubles of shared memory).
+ * Every thread of the block calls it (a barrier inside) and gets the scale. A warp that holds none of the
+ * row adds 0.0, which leaves the sum as it is (it is >= 0): the scale is a function of the threads' parts
+ * alone, not of the block size. */
+__device__ __forceinline__ float cuda_norm_scale(double ss, int32_t n, float eps, double *part)
+{
+    ss = cuda_warp_sum_d(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    double total = 0.0;
+    for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
+    return 1.0f / sqrtf((float)(total / (double)n) + eps);
+}
+
+/* SwiGLU of one element: silu(g) * u in f32. */
+__device__ __forceinline__ float cuda_silu_mul(float g, float u)
+{
+    return __fmul_rn(g / (1.0f + expf(-g)), u);
 }
 
 struct cuda_attn_args {

@@ -258,6 +258,62 @@ fail:
     return -1;
 }
 
+/* The unfused side of cuda_harness_gemv_in: the input's kernel into act (n_in BF16, device), then cuda_matmul. */
+static int cuda_hx_gemv_apart(struct cuda_hx *h, const struct cuda_gemv_in *in, const void *dw, int32_t n_in,
+                              int32_t n_out, void *act, void *dy, enum cuda_act y_type, struct err *e)
+{
+    cublasHandle_t blas = NULL;
+    int rc = in->kind == CUDA_GEMV_IN_NORM
+                 ? cuda_launch_rmsnorm(h->st, in->x_out, in->add, in->w, in->rows, 1, n_in, in->eps, act, CUDA_ACT_BF16, e)
+                 : cuda_launch_swiglu(h->st, in->gu, CUDA_ACT_BF16, 1, n_in, act, CUDA_ACT_BF16, e);
+    if (!rc && (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas, h->st) != CUBLAS_STATUS_SUCCESS))
+        rc = err_set(e, "cuda harness: cannot set up cuBLAS");
+    if (!rc) rc = cuda_matmul(h->st, blas, dw, 1, act, 1, n_in, n_out, dy, y_type, e);
+    if (!rc) rc = cuda_hx_sync(h, e);
+    if (blas) cublasDestroy(blas);
+    return rc;
+}
+
+extern "C" int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const uint16_t *w, int32_t n_in,
+                                    int32_t n_out, int fused, int y_bf16, float *y, float *x_out, float *act,
+                                    struct err *e)
+{
+    struct cuda_hx h;
+    void *dw, *dx = NULL, *dadd = NULL, *dnw = NULL, *drow = NULL, *dgu = NULL, *dxo = NULL, *dact = NULL, *dy;
+    const size_t nx = (size_t)in->n_x_rows * n_in;
+    const enum cuda_act y_type = y_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, w, (size_t)n_out * n_in * 2, &dw, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_out * (y_bf16 ? 2 : 4), &dy, e));
+    if (in->swiglu) {
+        HX(cuda_hx_upload(&h, in->gu, (size_t)n_in * 4, &dgu, e));
+    } else {
+        HX(cuda_hx_upload(&h, in->x, nx * 4, &dx, e));
+        HX(cuda_hx_upload(&h, in->add, nx * 4, &dadd, e));
+        HX(cuda_hx_upload(&h, in->norm_w, (size_t)n_in * 4, &dnw, e));
+        HX(cuda_hx_upload(&h, &in->row, 4, &drow, e));
+        if (fused) HX(cuda_hx_alloc(&h, (size_t)n_in * 4, &dxo, e));
+    }
+    {
+        const struct cuda_gemv_in gi =
+            in->swiglu ? cuda_gemv_swiglu(dgu, CUDA_ACT_BF16)
+                       : cuda_gemv_norm((const float *)dx, (const float *)dadd, (const float *)dnw, (const int32_t *)drow,
+                                        in->eps, fused ? (float *)dxo : (float *)dx);
+        if (fused) HX(cuda_launch_gemv_fused(h.st, dw, n_in, n_out, &gi, dy, y_type, e) || cuda_hx_sync(&h, e));
+        else HX(cuda_hx_alloc(&h, (size_t)n_in * 2, &dact, e) ||
+                cuda_hx_gemv_apart(&h, &gi, dw, n_in, n_out, dact, dy, y_type, e));
+    }
+    HX(cuda_hx_download(dy, y_bf16 ? 1 : 0, (size_t)n_out, y, e));
+    if (!in->swiglu)
+        HX(cuda_hx_download(fused ? dxo : (char *)dx + (size_t)in->row * n_in * 4, 0, (size_t)n_in, x_out, e));
+    if (!fused && act) HX(cuda_hx_download(dact, 1, (size_t)n_in, act, e));
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
 /* ---------------------------------------------------------------- weights at load */
 
 extern "C" int cuda_harness_dequant(enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in, uint16_t *out,

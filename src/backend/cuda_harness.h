@@ -35,6 +35,22 @@ int cuda_harness_swiglu(const float *gu, int32_t n_rows, int32_t n_ff, int out_b
 /* y (n_rows, n_out) f32 = x (n_rows, n_in) w^T (n_out, n_in); w, x BF16 bits (bf16 = 1) or F32. */
 int cuda_harness_gemm(const void *w, const void *x, int bf16, int32_t n_rows, int32_t n_in, int32_t n_out, float *y,
                       struct err *e);
+/* A one-row product whose input a kernel makes (cuda_kernels.h, struct cuda_gemv_in): y (n_out) = act w^T,
+ * w (n_out, n_in) BF16 bits, y F32 or rounded to BF16 (y_bf16), act the BF16 row of RMSNorm (swiglu 0: row
+ * `row` of x (n_x_rows, n_in) f32, plus that of add (may be NULL), weights norm_w (n_in), eps) or of SwiGLU
+ * (swiglu 1: gu (2 n_in) BF16 bits, gate then up). fused 1: cuda_launch_gemv_fused, x_out (n_in; norm only) =
+ * its x_out; fused 0: the norm or SwiGLU kernel into act, then cuda_matmul, x_out = the row of x after the
+ * norm's in-place add, and act (n_in; may be NULL) = that kernel's output. */
+struct cuda_harness_gemv_in {
+    int swiglu;
+    const float *x, *add;
+    int32_t n_x_rows, row;
+    const float *norm_w;
+    float eps;
+    const uint16_t *gu;
+};
+int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const uint16_t *w, int32_t n_in, int32_t n_out,
+                         int fused, int y_bf16, float *y, float *x_out, float *act, struct err *e);
 /* out (n_rows, n_in) BF16 bits = the rows at src (n_rows rows of gguf_row_bytes(t, n_in) bytes) of type t,
  * dequantized on the device (cuda_launch_dequant; out poisoned with 0xFFFF first). */
 int cuda_harness_dequant(enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in, uint16_t *out,

@@ -89,12 +89,6 @@ static int cuda_norm_threads(int32_t n)
     return t < 32 ? 32 : t > 1024 ? 1024 : t;
 }
 
-__device__ __forceinline__ double cuda_warp_sum_d(double v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* The sum of squares in double: per-thread partial sums over i = tid mod blockDim in index order, a
  * butterfly per warp, then the warps' sums in warp order (the block size depends on n only).
  * out = (x * (1 / sqrt(mean + eps))) * w, two rounded products like the cpu backend. */
@@ -114,36 +108,15 @@ __global__ void cuda_k_rmsnorm(float *x, const float *add, const float *w, const
         }
         ss += (double)v * (double)v;
     }
-    ss = cuda_warp_sum_d(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    double total = 0.0;
-    for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
-    const float scale = 1.0f / sqrtf((float)(total / (double)n) + eps);
+    const float scale = cuda_norm_scale(ss, n, eps, part);
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
         out[i_out * n + i] = cuda_from_f32<T>(__fmul_rn(__fmul_rn(xr[i], scale), w[i]));
 }
 
-#define CUDA_NORM4_MAX 4 /* float4s per thread of cuda_k_rmsnorm4 at most (n <= 16384 at 1024 threads) */
-
-/* o[0..3] = a, b, c, d as T, one 16-byte (f32) or 8-byte (bf16) store; o aligned to it. */
-__device__ __forceinline__ void cuda_store4(float *o, float a, float b, float c, float d)
-{
-    *(float4 *)o = make_float4(a, b, c, d);
-}
-
-__device__ __forceinline__ void cuda_store4(__nv_bfloat16 *o, float a, float b, float c, float d)
-{
-    __nv_bfloat162 lo = __floats2bfloat162_rn(a, b), hi = __floats2bfloat162_rn(c, d);
-    uint2 u;
-    u.x = *(const uint32_t *)&lo;
-    u.y = *(const uint32_t *)&hi;
-    *(uint2 *)o = u;
-}
-
 /* cuda_k_rmsnorm for n % 4 == 0 with 16-byte accesses: thread t owns the float4s t, t + blockDim, ... (J of
  * them, in registers between the two passes); its partial sum runs over its elements in index order, then
- * the same butterfly and warp order (a function of n alone, like the block size). */
+ * the same butterfly and warp order (a function of n alone, like the block size). cuda_gemv.cu's fused
+ * GEMVs repeat this arithmetic (cuda_gemv_norm_in). */
 template <typename T, int J>
 __global__ void cuda_k_rmsnorm4(float *x, const float *add, const float *w, const int32_t *rows, int32_t n, float eps,
                                 T *out)
@@ -171,17 +144,9 @@ __global__ void cuda_k_rmsnorm4(float *x, const float *add, const float *w, cons
                                __fadd_rn(v[j].w, a[j].w));
             xr[i] = v[j];
         }
-        ss += (double)v[j].x * (double)v[j].x;
-        ss += (double)v[j].y * (double)v[j].y;
-        ss += (double)v[j].z * (double)v[j].z;
-        ss += (double)v[j].w * (double)v[j].w;
+        ss = cuda_norm_ss4(ss, v[j]);
     }
-    ss = cuda_warp_sum_d(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    double total = 0.0;
-    for (int k = 0; k < (int)(blockDim.x >> 5); k++) total += part[k];
-    const float scale = 1.0f / sqrtf((float)(total / (double)n) + eps);
+    const float scale = cuda_norm_scale(ss, n, eps, part);
 #pragma unroll
     for (int j = 0; j < J; j++) {
         const int32_t i = threadIdx.x + j * blockDim.x;
@@ -210,8 +175,7 @@ int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float
     if (n % 4 == 0 && n <= 4 * 1024 * CUDA_NORM4_MAX) { /* 16-byte rows (every row start is: n % 4 == 0) */
         /* about CUDA_NORM4_MAX float4s a thread: several loads in flight each, and small blocks, so many rows
          * share a multiprocessor (one float4 a thread in 1,024-thread blocks was latency-bound) */
-        const int32_t n4 = n / 4, per = (n4 + CUDA_NORM4_MAX - 1) / CUDA_NORM4_MAX;
-        const int threads = (per + 31) / 32 * 32, j = (n4 + threads - 1) / threads;
+        const int threads = cuda_norm4_threads(n), j = (n / 4 + threads - 1) / threads;
         if (bf) cuda_rmsnorm4(st, n_out, threads, j, x, add, w, rows, n, eps, (__nv_bfloat16 *)out);
         else cuda_rmsnorm4(st, n_out, threads, j, x, add, w, rows, n, eps, (float *)out);
     } else {
@@ -816,7 +780,7 @@ __global__ void cuda_k_swiglu(const G *gu, int32_t n_rows, int32_t n_ff, T *out)
         cuda_swiglu_load<VEC>(g + n_ff, uv);
 #pragma unroll
         for (int i = 0; i < VEC; i++)
-            out[(int64_t)r * n_ff + k + i] = cuda_from_f32<T>(__fmul_rn(gv[i] / (1.0f + expf(-gv[i])), uv[i]));
+            out[(int64_t)r * n_ff + k + i] = cuda_from_f32<T>(cuda_silu_mul(gv[i], uv[i]));
     }
 }
 

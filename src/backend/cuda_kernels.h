@@ -157,6 +157,41 @@ int cuda_matmul(cudaStream_t st, cublasHandle_t blas, const void *w, int bf16, c
 /* 1 when NIGHTSHIFT_CUDA_GEMV=off (read once): every product by cuBLAS. */
 int cuda_gemv_off(void);
 
+/* The input of a fused GEMV: the kernel that would make the GEMV's input row, run by every block of the GEMV
+ * itself, into its shared memory (cuda_launch_gemv_fused). */
+enum cuda_gemv_in_kind {
+    CUDA_GEMV_IN_NORM,   /* cuda_launch_rmsnorm for one row, with the residual add */
+    CUDA_GEMV_IN_SWIGLU, /* cuda_launch_swiglu for one row */
+};
+struct cuda_gemv_in {
+    enum cuda_gemv_in_kind kind;
+    /* NORM: the row r = rows ? rows[0] : 0 of x (., n) f32, plus that of add (NULL: none), normalized with the
+     * weights w (n) and eps */
+    const float *x, *add, *w;
+    const int32_t *rows;
+    float eps;
+    float *x_out; /* NORM: (n) the row's x + add (x without add), written by one block; NULL: not kept; not x, add */
+    const void *gu; /* SWIGLU: (2 n) gate, then up, as gu_type */
+    enum cuda_act gu_type;
+};
+static inline struct cuda_gemv_in cuda_gemv_norm(const float *x, const float *add, const float *w, const int32_t *rows,
+                                                  float eps, float *x_out)
+{
+    return {CUDA_GEMV_IN_NORM, x, add, w, rows, eps, x_out, NULL, CUDA_ACT_F32};
+}
+static inline struct cuda_gemv_in cuda_gemv_swiglu(const void *gu, enum cuda_act gu_type)
+{
+    return {CUDA_GEMV_IN_SWIGLU, NULL, NULL, NULL, NULL, 0.0f, NULL, gu, gu_type};
+}
+/* y (n_out) = W act as y_type, W (n_out, n_in) BF16, act the BF16 row that `in` describes: bit for bit
+ * cuda_launch_rmsnorm or cuda_launch_swiglu (one row, BF16 output) followed by cuda_matmul (one row), in one
+ * kernel; for NORM, also x_out. Needs cuda_gemv_fused_fits(in->kind, n_in) and, for SWIGLU, gu BF16. */
+int cuda_launch_gemv_fused(cudaStream_t st, const void *W, int32_t n_in, int32_t n_out, const struct cuda_gemv_in *in,
+                           void *y, enum cuda_act y_type, struct err *e);
+/* 1 if cuda_launch_gemv_fused takes inputs of this kind of n_in (n_in % 8 == 0; at most 8192 for NORM, 16384
+ * for SWIGLU) and the GEMV is not off. */
+int cuda_gemv_fused_fits(enum cuda_gemv_in_kind kind, int32_t n_in);
+
 
 /* Weights at load (cuda_dequant.cu): dst (n_rows, n_in) BF16 bits, row-major, = the n_rows rows at src of
  * GGUF type t (ggml block layouts; row r at src + r * gguf_row_bytes(t, n_in), n_in a whole number of
