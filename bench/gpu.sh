@@ -14,7 +14,10 @@
 #   synth    `synth --shape SHAPE --type TYPE` (llama-8b bf16: 128,256 token rows) to MODEL, unless an
 #            earlier call on this (warm) machine left it there
 #   bench    `nightshift bench` PROMPT / GEN tokens (1,024 / 300, random ids, EOS ignored) at LEVELS (1,64;
-#            2 x level requests each), peak device memory sampled by nvidia-smi every 0.5 s
+#            2 x level requests each) with LEVEL_EXTRA flags (default `--lookup 0`: batch-1 decode is then one
+#            token a step, the terms of the bandwidth limit; with lookup, greedy continuations of random
+#            weights repeat themselves and drafts inflate it), peak device memory sampled by nvidia-smi
+#            every 0.5 s
 #   steps    bench_cuda's step timings at PROMPT context, batches 1, 64 and BEST (STEPS=1 runs it; needs
 #            D/bench_cuda from `make CUDA=1 BUILD=build-cuda build-cuda/bench/bench_cuda`)
 #   hf       bench/hf_generate.py: transformers' static generate in the same shape, batch HF_BATCH (256),
@@ -29,7 +32,7 @@
 # Usage (device):  bash bench/gpu.sh
 #   the full measurement of ~2,000 requests at the best level: SKIP_TESTS=1 E2E=0 bash bench/gpu.sh
 # env: D OUT BUDGET (580 s) SHAPE (llama-8b) TYPE (bf16) VOCAB (a --vocab GGUF; default built-in, padded)
-#      MODEL (/tmp/nightshift-SHAPE-TYPE[-VOCAB].gguf) BACKEND (cuda) PROMPT GEN LEVELS BEST BEST_REQS FIT
+#      MODEL (/tmp/nightshift-SHAPE-TYPE[-VOCAB].gguf) BACKEND (cuda) PROMPT GEN LEVELS LEVEL_EXTRA BEST BEST_REQS FIT
 #      EXTRA (more bench flags, e.g. "--lookup 0") HF_BATCH HF_COMPILE (0: transformers' auto-compile off,
 #      see hf_generate.py) HF_TIMEOUT (200) TEST_TIMEOUT (150) SKIP_TESTS E2E SKIP_HF SKIP_BEST STEPS DEVICE
 set -u
@@ -39,7 +42,7 @@ OUT=${OUT:-/tmp/gpu}
 BUDGET=${BUDGET:-580}
 SHAPE=${SHAPE:-llama-8b} TYPE=${TYPE:-bf16} VOCAB=${VOCAB:-} BACKEND=${BACKEND:-cuda} DEVICE=${DEVICE:-0}
 MODEL=${MODEL:-/tmp/nightshift-$SHAPE-$TYPE${VOCAB:+-$(basename "$VOCAB" .gguf)}.gguf}
-PROMPT=${PROMPT:-1024} GEN=${GEN:-300} LEVELS=${LEVELS:-1,64} EXTRA=${EXTRA:-}
+PROMPT=${PROMPT:-1024} GEN=${GEN:-300} LEVELS=${LEVELS:-1,64} EXTRA=${EXTRA:-} LEVEL_EXTRA=${LEVEL_EXTRA:---lookup 0}
 BEST=${BEST:-256} BEST_REQS=${BEST_REQS:-2048} FIT=${FIT:-1}
 HF_BATCH=${HF_BATCH:-256} HF_COMPILE=${HF_COMPILE:-0} HF_TIMEOUT=${HF_TIMEOUT:-200}
 TEST_TIMEOUT=${TEST_TIMEOUT:-150} SKIP_TESTS=${SKIP_TESTS:-0} E2E=${E2E:-1} SKIP_HF=${SKIP_HF:-0}
@@ -67,7 +70,7 @@ phase gpu
 nvidia-smi -i "$DEVICE" --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 echo "commit: $(cat "$D/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "settings: SHAPE=$SHAPE TYPE=$TYPE VOCAB=${VOCAB:-built-in} MODEL=$MODEL BACKEND=$BACKEND PROMPT=$PROMPT" \
-    "GEN=$GEN LEVELS=$LEVELS BEST=$BEST BEST_REQS=$BEST_REQS FIT=$FIT EXTRA='$EXTRA' HF_BATCH=$HF_BATCH" \
+    "GEN=$GEN LEVELS=$LEVELS BEST=$BEST BEST_REQS=$BEST_REQS FIT=$FIT EXTRA='$EXTRA' LEVEL_EXTRA='$LEVEL_EXTRA' HF_BATCH=$HF_BATCH" \
     "HF_COMPILE=$HF_COMPILE SKIP_TESTS=$SKIP_TESTS E2E=$E2E SKIP_HF=$SKIP_HF SKIP_BEST=$SKIP_BEST STEPS=$STEPS" \
     "BUDGET=$BUDGET"
 [ -x "$NS" ] || { echo "no $NS: build with make CUDA=1 BUILD=build-cuda and carry $D"; exit 1; }
@@ -160,7 +163,8 @@ BENCHES=() MEMS=()
 if [ -s "$OUT/info.json" ]; then
     phase "bench $PROMPT/$GEN at concurrency $LEVELS"
     hf_t=$([ "$SKIP_HF" = 1 ] && echo 0 || echo "$HF_TIMEOUT")
-    run_bench levels "$(cap 240 $(($(rem) - hf_t - 30)))" --concurrency "$LEVELS"
+    # shellcheck disable=SC2086 # LEVEL_EXTRA is a list of flags
+    run_bench levels "$(cap 240 $(($(rem) - hf_t - 30)))" --concurrency "$LEVELS" $LEVEL_EXTRA
     json_ok "$OUT/bench_levels.json" && BENCHES+=("$OUT/bench_levels.json") MEMS+=("$LEVELS=$PEAK")
 else
     echo "no model: the bench phases are skipped"
