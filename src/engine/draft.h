@@ -2,8 +2,9 @@
  * while the rows are cheap and the drafts are likely right.
  *
  * Cost: a step of R rows takes about T(R) = t0 + c * R seconds: t0 the part every step pays whatever its rows
- * (reading the weights, launching work), c the cost of a row. draft_cost fits t0 and c to the forward times
- * of the steps the engine observes (the engine gives it steps whose rows all sample, the steps drafts join):
+ * (reading the weights, launching work), c the cost of a row (its FLOPs, and the host's work on it). draft_cost
+ * fits t0 and c to the times of the steps the engine observes (whole engine steps whose rows all sample, the
+ * steps drafts join):
  * least squares, exponentially forgetting (the last ~DRAFT_COST_HALF_LIFE steps count most), regularized by
  * DRAFT_PRIOR_W pseudo-steps on the prior line t0 = knee * c (scaled to the observed times; knee is the
  * backend's (backend_caps.step_knee_rows: a GPU's is large, its steps' time hardly grows with rows) or
@@ -22,17 +23,16 @@
  *
  * Yield: the cost line does not see everything a step with drafts costs: a GPU backend replays captured
  * graphs for decode steps of a few sequences but launches every kernel of a larger step, a GEMM of a few
- * rows more than a tile may take a tile more, and the host's work on drafts (proposing, verifying) is not in
- * the forward's time at all. So the engine also measures what drafting achieves: draft_yield keeps the
- * decayed mean seconds per token kept (sampled or accepted) of whole engine steps with drafts and without,
- * each with a weight that decays with every step. While steps with drafts cost more a token than steps
- * without (by DRAFT_YIELD_MARGIN: the times are noisy), a step verifies none (the proposals are still made
- * and scored as shadows, keeping each sequence's acceptance current). When the kind not preferred has not
- * been seen for about DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which keeps both measurements
- * current (where steps of both kinds occur anyway, as they do where some steps find nothing to propose, it
- * never has to). Neither the line nor the yield learns from a step the backend says paid a one-off cost
- * (backend_ops.step_one_off: a GPU capturing the graph of a shape): such a probe would measure the capture,
- * not the kind, and hold drafts back again.
+ * rows more than a tile may take a tile more. So the engine also measures what drafting achieves:
+ * draft_yield keeps the decayed mean seconds per token kept (sampled or accepted) of the steps with drafts
+ * and of those without, each with a weight that decays with every step. While steps with drafts cost more
+ * a token than steps without (by DRAFT_YIELD_MARGIN: the times are noisy), a step verifies none (the
+ * proposals are still made and scored as shadows, keeping each sequence's acceptance current). When the
+ * kind not preferred has not been seen for about DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which
+ * keeps both measurements current (where steps of both kinds occur anyway, as they do where some steps find
+ * nothing to propose, it never has to). Neither the line nor the yield learns from a step the backend says
+ * paid a one-off cost (backend_ops.step_one_off: a GPU capturing the graph of a shape): such a probe would
+ * measure the capture, not the kind, and hold drafts back again.
  *
  * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
  * prior, and half a miss of doubt in every estimate: drafting when the estimate is high picks the lucky

@@ -874,13 +874,12 @@ int engine_step(engine *eng, struct err *e)
     if (batch.n_hidden > 0) pool_rows(eng, pl, &batch);
     if (batch.n_logits > 0) eng_lp_take_prompt(eng, pl);
     eng->st.rows_computed += batch.n_rows;
-    /* the step times the draft rule learns from: steps whose rows all sample (those drafts join), less any
-     * that paid a one-off cost; the line fits the forward's time, the yield the whole step's (planning,
-     * proposing and verifying drafts are host work the forward's time does not show, and on a fast device
-     * it counts) */
+    /* the steps the draft rule learns from: those whose rows all sample (the steps drafts join), less any
+     * that paid a one-off cost; timed whole, from planning to settling (building, verifying and committing
+     * rows and proposing drafts are host work the forward's time does not show; with a small model on a
+     * fast device it is most of a step) */
     const int timed = eng->p.lookup > 0 && batch.n_logits == batch.n_rows &&
                       !(eng->b->ops->step_one_off && eng->b->ops->step_one_off(eng->b->ctx));
-    if (timed) draft_cost_add(&eng->cost, batch.n_rows, dt);
     /* verify, then commit only what the sequences keep */
     int32_t n_entries = pl->n_entries, n_kept = 0;
     const struct sched_entry *ents = pl->entries;
@@ -906,7 +905,11 @@ int engine_step(engine *eng, struct err *e)
             finish_seq(eng, es, es->scoring ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP, e))
             return -1;
     }
-    if (timed) draft_yield_add(&eng->yield, clock_now() - t_step, n_kept, eng->step_drafts > 0);
+    if (timed) {
+        const double t = clock_now() - t_step;
+        draft_cost_add(&eng->cost, batch.n_rows, t);
+        draft_yield_add(&eng->yield, t, n_kept, eng->step_drafts > 0);
+    }
     eng->st.n_steps++;
     if (eng->p.debug_checks && check_step(eng, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;
