@@ -898,11 +898,8 @@ static void cuda_caps(void *ctx, struct backend_caps *out)
     out->weights_mapped = 0;
     out->gpu = 1;
     out->hidden_states = 0; /* embeddings: not yet (step_batch.hidden) */
-    /* A step's fixed part (every weight read, ~10 kernels a layer) against a row's (its FLOPs and attention):
-     * BF16 GEMMs break even at ~200 rows on an H200 (989 TFLOP/s over 4.8 TB/s), small models' steps are
-     * bound by kernel latency far beyond that; attention over long contexts makes rows dearer. A prior: the
-     * engine's fit learns the real line (bench/NOTES.md, 2026-12-02: with a CPU's prior of 4 rows, SmolLM2 at
-     * concurrency 64 verified almost no drafts, while verifying every proposal was 1.3-1.5x faster). */
+    /* BF16 GEMMs break even at ~200 rows on an H200 (989 TFLOP/s over 4.8 TB/s), small models' steps are bound
+     * by kernel latency far beyond; long contexts make rows dearer. The engine's fit learns the real line. */
     out->step_knee_rows = 128;
     out->archs = 1u << MODEL_ARCH_LLAMA | 1u << MODEL_ARCH_QWEN2 | 1u << MODEL_ARCH_QWEN3; /* as cuda_load */
     out->weight_types = 0;
