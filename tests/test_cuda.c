@@ -1544,10 +1544,10 @@ TEST(step_vs_cpu_stories260K)
     CHECK(rms <= 1e-4 && mx <= 1e-3);
 }
 
-/* The script twice on one GPU backend (the KV pool re-used): bit-identical logits. */
-TEST(step_deterministic)
+/* A small synthetic llama in BF16 at head_dim 64: f16 and q8_0 KV both run the tensor-core attention, and
+ * one-row steps the (fused) GEMVs. */
+static struct synth_cfg bf16_hd64_cfg(void)
 {
-    struct err e;
     struct synth_cfg cfg = synth_default();
     cfg.type = GGUF_DTYPE_BF16;
     cfg.n_embd = 256;
@@ -1556,7 +1556,15 @@ TEST(step_deterministic)
     cfg.n_ff = 512;
     cfg.n_vocab = 1000;
     cfg.n_ctx = 1024;
-    cfg.head_dim = 64; /* BF16 weights, head_dim 64: f16 and q8_0 KV both run the tensor-core attention */
+    cfg.head_dim = 64;
+    return cfg;
+}
+
+/* The script twice on one GPU backend (the KV pool re-used): bit-identical logits. */
+TEST(step_deterministic)
+{
+    struct err e;
+    const struct synth_cfg cfg = bf16_hd64_cfg();
     struct synth_model sm;
     CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
     struct backend be;
@@ -1631,15 +1639,7 @@ static int one_seq_steps(struct backend *be, int32_t nv, int keep, float *out, s
 TEST(step_fused_vs_unfused)
 {
     struct err e;
-    struct synth_cfg cfg = synth_default();
-    cfg.type = GGUF_DTYPE_BF16;
-    cfg.n_embd = 256;
-    cfg.n_head = 8;
-    cfg.n_head_kv = 2;
-    cfg.n_ff = 512;
-    cfg.n_vocab = 1000;
-    cfg.n_ctx = 1024;
-    cfg.head_dim = 64;
+    const struct synth_cfg cfg = bf16_hd64_cfg();
     struct synth_model sm;
     CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
     const size_t n = (size_t)(1 + ONE_DECODE) * cfg.n_vocab;

@@ -67,9 +67,9 @@ const char *backend_cuda_profile_name(int phase);
 int backend_cuda_profile_enable(struct backend *b, int on);
 int backend_cuda_profile_get(const struct backend *b, struct cuda_profile *out);
 
-/* CUDA graphs for decode steps of up to 8 sequences and 72 rows, drafts included (cuda_graph.cu): on unless
- * NIGHTSHIFT_CUDA_GRAPHS=off at init; on = 1 / 0 turns them on / off, -1 leaves them; *launches and *captures (may be NULL): graph launches and
- * captures so far. b must be a CUDA backend; 0 on success. */
+/* CUDA graphs for decode steps of up to 8 sequences and 72 rows, drafts included (cuda_graph.cu): on
+ * unless NIGHTSHIFT_CUDA_GRAPHS=off at init; on = 1 / 0 turns them on / off, -1 leaves them; *launches
+ * and *captures (may be NULL): graph launches and captures so far. b must be a CUDA backend; 0 on success. */
 int backend_cuda_graphs(struct backend *b, int on, int64_t *launches, int64_t *captures);
 
 /* Fused GEMVs in steps of one row (cuda.cu: each norm and SwiGLU inside the GEMV it feeds, the same bits as

@@ -13,8 +13,8 @@
  *
  * Fused GEMVs (cuda_launch_gemv_fused): at batch 1 the RMSNorms and SwiGLU that make a GEMV's input are
  * one-block kernels that read a few KB and cost a launch gap and a latency each (97 a step on llama-8b:
- * three a layer and the output norm), not bytes. Here every block of the GEMV makes the input row itself, into shared memory, with the
- * arithmetic of those kernels in their order (cuda_device.cuh: the same sum of squares, scale and SwiGLU),
+ * three a layer and the output norm), not bytes. Here every block of the GEMV makes the input row itself,
+ * into shared memory, with the arithmetic of those kernels in their order (cuda_device.cuh: the same sum of squares, scale and SwiGLU),
  * so the row and the products are bit for bit those of the two kernels apart (tests/test_cuda.c
  * kernel_gemv_fused, step_fused_vs_unfused). Its blocks are large (1,024 threads, at most 32 registers so
  * that two fit a multiprocessor) and as many as fit the device at once, each warp taking a few rows: the
@@ -179,6 +179,12 @@ __global__ void __launch_bounds__(32 * CUDA_GEMV_FUSED_WARPS, 2)
     }
 }
 
+/* Dynamic shared memory of a fused GEMV: the NORM row in f32 (act over it), the SWIGLU row's act in bf16. */
+static size_t cuda_gemv_fused_smem(enum cuda_gemv_in_kind kind, int32_t n_in)
+{
+    return (size_t)n_in * (kind == CUDA_GEMV_IN_NORM ? 4 : 2);
+}
+
 /* Launches the fused GEMV with as many blocks as fit on the device at once (one wave, a few rows per warp),
  * fewer where n_out has fewer rows than warps. Host queries only (no stream work): capture-safe. */
 template <int KIND, typename Y>
@@ -186,7 +192,7 @@ static int cuda_gemv_fused_go(cudaStream_t st, const __nv_bfloat16 *W, int32_t n
                               const struct cuda_gemv_in *in, Y *y, struct err *e)
 {
     const int threads = 32 * CUDA_GEMV_FUSED_WARPS;
-    const size_t smem = (size_t)n_in * (KIND == CUDA_GEMV_IN_NORM ? 4 : 2);
+    const size_t smem = cuda_gemv_fused_smem((enum cuda_gemv_in_kind)KIND, n_in);
     int dev = 0, n_sm = 0, per_sm = 0;
     CU_TRY(cudaGetDevice(&dev));
     CU_TRY(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
@@ -218,8 +224,7 @@ int cuda_launch_gemv_fused(cudaStream_t st, const void *W, int32_t n_in, int32_t
 
 int cuda_gemv_fused_fits(enum cuda_gemv_in_kind kind, int32_t n_in)
 {
-    const size_t smem = (size_t)n_in * (kind == CUDA_GEMV_IN_NORM ? 4 : 2);
-    return n_in % 8 == 0 && smem <= CUDA_GEMV_FUSED_SMEM && !cuda_gemv_off();
+    return n_in % 8 == 0 && cuda_gemv_fused_smem(kind, n_in) <= CUDA_GEMV_FUSED_SMEM && !cuda_gemv_off();
 }
 
 int cuda_matmul(cudaStream_t st, cublasHandle_t blas, const void *w, int bf16, const void *x, int32_t n_rows,

@@ -1,8 +1,8 @@
 /* draft — the rule in draft.h.
  *
- * Invariant (checked by draft_check): the cost sums are finite, w >= 0, the weighted variance of rows
- * is not negative beyond rounding and the prior knee is positive; a sequence's counts are finite and positive (the prior never decays to
- * zero: each observation scales the counts by DRAFT_SEQ_DECAY and adds one).
+ * Invariant (checked by draft_check): the cost sums are finite, w >= 0, the weighted variance of rows is
+ * not negative beyond rounding and the prior knee is positive; a sequence's counts are finite and positive
+ * (the prior never decays to zero: each observation scales the counts by DRAFT_SEQ_DECAY and adds one).
  */
 #include "engine/draft.h"
 
