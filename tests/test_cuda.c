@@ -738,6 +738,40 @@ struct att_shape {
     int32_t n_head, n_kv, hd, bs;
 };
 
+/* The attention plan (host): a decode row's sequence with drafts is split row by row even past the rows an
+ * item holds (8 here: 16 queries / group 2), so every item of a decode step has one row and the CUDA-core
+ * kernel runs with one query per warp; a short prompt's rows are one item; a sequence of more rows than
+ * CUDA_ATT_LONE_ROWS is cut into items of up to 8 rows. */
+static void plan_case(const int32_t *pos, const int32_t *seq, int32_t n, int64_t want_items, int32_t want_lone,
+                      int32_t want_rows)
+{
+    struct cuda_harness_attn h = {0};
+    h.n_head = 8;
+    h.n_head_kv = 4;
+    h.n_rows = n;
+    h.pos = pos;
+    h.seq = seq;
+    int32_t lone = -1, rows = -1;
+    const int64_t items = cuda_harness_attn_plan(&h, &lone, &rows);
+    CHECK_MSG(items == want_items && lone == want_lone && rows == want_rows,
+              "%d rows: %lld items (want %lld), %d lone (want %d), largest %d rows (want %d)", (int)n, (long long)items,
+              (long long)want_items, (int)lone, (int)want_lone, (int)rows, (int)want_rows);
+}
+
+TEST(attn_plan_lone_rows)
+{
+    int32_t pos[40], seq[40], n = 0;
+    pos[n] = 300, seq[n++] = 0; /* 3 chunks */
+    for (int32_t k = 0; k < 9; k++) pos[n] = 200 + k, seq[n++] = 1; /* 1 + 8 drafts, 2 chunks each */
+    pos[n] = 130, seq[n++] = 2;
+    plan_case(pos, seq, n, 3 + 18 + 2, 23, 1);
+    for (int32_t k = 0; k < 5; k++) pos[n] = k, seq[n++] = 3; /* a prompt of 5 rows in its first chunk */
+    plan_case(pos, seq, n, 24, 23, 5);
+    n = 0;
+    for (int32_t k = 0; k < 17; k++) pos[n] = 200 + k, seq[n++] = 0; /* past CUDA_ATT_LONE_ROWS: 8 + 8 + 1 rows */
+    plan_case(pos, seq, n, 3, 0, 8);
+}
+
 TEST(kernel_attention)
 {
     struct err e;
@@ -1671,6 +1705,32 @@ TEST(step_fused_vs_unfused)
     CHECK_MSG(rms <= 2e-2 && mx <= 1.5e-1, "fused vs cpu: rms %.3g, max %.3g", rms, mx);
 }
 
+/* A graph is captured at a key's second sight (cuda_graph.cu): of one_seq_steps' decode steps that may be
+ * graphed (every one the same key: one row, one sequence, one attention plan), the first runs kernel by
+ * kernel, the second captures, the rest launch that graph. */
+TEST(graphs_second_sight)
+{
+    struct err e;
+    const struct synth_cfg cfg = bf16_hd64_cfg();
+    struct synth_model sm;
+    CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
+    float *out = xmalloc((size_t)(1 + ONE_DECODE) * cfg.n_vocab * 4);
+    int64_t launches = -1, captures = -1;
+    struct pair p;
+    const int ok = pair_init(&p, sm.m, 64, 16, KV_TYPE_F16, &e) == 0 && backend_cuda_graphs(&p.gpu, 1, NULL, NULL) == 0 &&
+                   one_seq_steps(&p.gpu, cfg.n_vocab, 1, out, &e) == 0 &&
+                   backend_cuda_graphs(&p.gpu, -1, &launches, &captures) == 0;
+    pair_free(&p);
+    synth_free(&sm);
+    free(out);
+    CHECK_MSG(ok, "%s", e.msg);
+    const int graphable = ONE_DECODE - ONE_DECODE / 2; /* one_seq_steps: keep = 1 from k > ONE_DECODE / 2 */
+    fprintf(stderr, "# %d steps of one key: %lld captures, %lld graph launches\n", graphable, (long long)captures,
+            (long long)launches);
+    CHECK_MSG(captures == 1 && launches == graphable - 1, "%lld captures, %lld graph launches of %d steps",
+              (long long)captures, (long long)launches, graphable);
+}
+
 /* ---------------------------------------------------------------- through the engine */
 
 /* Parses the integer array after "key":[ in a JSON line; returns the count (at most cap). */
@@ -1953,6 +2013,7 @@ int main(void)
     RUN_SEL(kernel_dequant);
     RUN_SEL(kernel_sample);
     RUN_SEL(kernel_qkv);
+    RUN_SEL(attn_plan_lone_rows);
     RUN_SEL(kernel_attention);
     RUN_SEL(kernel_attention_tc);
     RUN_SEL(kernel_attention_q8);
@@ -1962,6 +2023,7 @@ int main(void)
     RUN_SEL(step_vs_cpu_stories260K);
     RUN_SEL(step_deterministic);
     RUN_SEL(step_fused_vs_unfused);
+    RUN_SEL(graphs_second_sight);
     RUN_SEL(engine_golden_stories260K);
     RUN_SEL(engine_concurrency_1_vs_64);
     RUN_SEL(engine_device_sampling);

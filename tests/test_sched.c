@@ -932,7 +932,7 @@ TEST(engine_fake_lookup_invariance)
 }
 
 /* The adaptive rule holds drafts back where steps with drafts cost more a token than steps without (a step
- * with drafts 8x a plain one, whatever its rows), and drafts where they pay (the same time either way), also
+ * with drafts 8x a plain one, whatever its rows; then only probes propose), and drafts where they pay (the same time either way), also
  * where the first step with drafts after steps without pays a one-off 20x a step (a GPU capturing a graph:
  * measured, that would hold drafts back for good, each probe paying it again); the outputs are the same as
  * without lookup in all. */
@@ -950,7 +950,7 @@ TEST(engine_fake_lookup_yield)
     CHECK(g_base.ok);
     /* (plain, draft, one-off) us: steps of milliseconds, so that a loaded machine's scheduling noise stays small */
     const int delays[3][3] = {{2000, 16000, 0}, {2000, 2000, 0}, {2000, 2000, 30000}};
-    double share[3];
+    double share[3], proposals[3];
     for (int k = 0; k < 3; k++) {
         g_fake_plain_us = delays[k][0];
         g_fake_draft_us = delays[k][1];
@@ -959,14 +959,19 @@ TEST(engine_fake_lookup_yield)
         CHECK_MSG(g_other.ok && same_outputs(&g_base, &g_other, n), "delays %d/%d us: outputs changed", delays[k][0],
                   delays[k][1]);
         share[k] = (double)g_other.draft_steps / (double)(g_other.sampling_steps ? g_other.sampling_steps : 1);
-        fprintf(stderr, "# delays %d/%d/%d us: %lld of %lld sampling steps drafted (%lld/%lld draft tokens accepted)\n",
-                delays[k][0], delays[k][1], delays[k][2], (long long)g_other.draft_steps, (long long)g_other.sampling_steps,
-                (long long)g_other.st.draft_accepted, (long long)g_other.st.draft_tokens);
+        proposals[k] = (double)g_other.st.proposals / (double)(g_other.st.seq_steps ? g_other.st.seq_steps : 1);
+        fprintf(stderr, "# delays %d/%d/%d us: %lld of %lld sampling steps drafted (%lld/%lld draft tokens accepted), "
+                "%.2f proposals a sequence-step\n", delays[k][0], delays[k][1], delays[k][2], (long long)g_other.draft_steps,
+                (long long)g_other.sampling_steps, (long long)g_other.st.draft_accepted, (long long)g_other.st.draft_tokens,
+                proposals[k]);
     }
     g_fake_plain_us = g_fake_draft_us = g_fake_one_off_us = 0;
     g_fake_copy = 0;
     /* held back: the first measurements and the probes (about one step in DRAFT_YIELD_STALE_STEPS) */
     CHECK_MSG(share[0] < 0.1, "costly drafts: %.2f of the steps drafted", share[0]);
+    /* held back, only the sequences' probes propose: proposing is host work a step pays */
+    CHECK_MSG(proposals[0] < 0.5 * proposals[1], "costly drafts: %.2f proposals a sequence-step (paying: %.2f)",
+              proposals[0], proposals[1]);
     CHECK_MSG(share[1] > 0.15, "paying drafts: only %.2f of the steps drafted", share[1]);
     CHECK_MSG(share[2] > 0.15, "paying drafts after one-off costs: only %.2f of the steps drafted", share[2]);
 }

@@ -925,6 +925,13 @@ static void cuda_free(void *ctx)
                  c->busy_ms / 1e3, wall, 100.0 * c->busy_ms / 1e3 / wall, c->host_ms[0] / 1e3, c->host_ms[1] / 1e3,
                  c->host_ms[2] / 1e3, c->host_ms[3] / 1e3);
     }
+    if (c->prof_on && c->prof.n_steps) { /* NIGHTSHIFT_CUDA_PROFILE */
+        char line[512];
+        int n = snprintf(line, sizeof line, "cuda profile: %lld steps, device ms/step:", (long long)c->prof.n_steps);
+        for (int i = 0; i < CUDA_PROF_N && n < (int)sizeof line - 32; i++)
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", backend_cuda_profile_name(i), c->prof.ms[i] / (double)c->prof.n_steps);
+        log_info("%s", line);
+    }
     cudaSetDevice(c->device);
     cuda_release(c);
     cuda_graph_free(c);
@@ -996,5 +1003,9 @@ extern "C" int backend_cuda_init(struct backend *b, const struct backend_config 
     }
     b->ops = &cuda_ops;
     b->ctx = c;
+    /* each step's device time by phase, logged at exit (events between phases: ~1 us of host time each; no
+     * graphs while it is on) */
+    if (getenv("NIGHTSHIFT_CUDA_PROFILE") && backend_cuda_profile_enable(b, 1))
+        log_warn("cuda backend: NIGHTSHIFT_CUDA_PROFILE: cannot create the profile's events; no profile");
     return 0;
 }

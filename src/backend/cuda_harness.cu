@@ -517,6 +517,24 @@ extern "C" int cuda_harness_qkv(const struct cuda_harness_attn *a, float *qkv, c
     return rc;
 }
 
+extern "C" int64_t cuda_harness_attn_plan(const struct cuda_harness_attn *h, int32_t *n_lone, int32_t *max_item_rows)
+{
+    const int32_t R = h->n_rows;
+    const int64_t max_parts = 1 << 20;
+    struct cuda_attn_item *items =
+        (struct cuda_attn_item *)malloc((size_t)cuda_attn_max_items(R, max_parts) * sizeof *items);
+    int32_t *part_off = (int32_t *)malloc((size_t)R * 4), *split_rows = (int32_t *)malloc((size_t)R * 4);
+    int64_t n = -1, n_parts = 0;
+    int32_t n_split = 0;
+    if (items && part_off && split_rows)
+        n = cuda_attn_plan(R, h->pos, h->seq, cuda_attn_rows(h->n_head / h->n_head_kv, (enum cuda_attn_kernel)h->kernel),
+                           max_parts, items, part_off, split_rows, &n_parts, &n_split, max_item_rows, n_lone);
+    free(items);
+    free(part_off);
+    free(split_rows);
+    return n;
+}
+
 extern "C" int cuda_harness_attn(const struct cuda_harness_attn *a, const float *qkv, const float *k_pool,
                                  const float *v_pool, int split, int out_bf16, float *out, int32_t *n_split_rows,
                                  struct err *e)

@@ -95,6 +95,10 @@ int cuda_harness_qkv(const struct cuda_harness_attn *h, float *qkv, const float 
  * kernel left there comes back as it is (every byte it did not write unchanged). */
 int cuda_harness_qkv_bytes(const struct cuda_harness_attn *h, float *qkv, const float *bias, const float *q_norm,
                            const float *k_norm, const float *cs, void *k_bytes, void *v_bytes, struct err *e);
+/* The backend's attention plan of h's rows (cuda_attn_plan, partial slots unbounded): the number of items,
+ * *n_lone (items of one split row) and *max_item_rows (rows of the largest item, which sets the CUDA-core
+ * kernel's queries per warp for the whole launch). -1 on out of memory. */
+int64_t cuda_harness_attn_plan(const struct cuda_harness_attn *h, int32_t *n_lone, int32_t *max_item_rows);
 /* Attention (and the combine) over k_pool / v_pool (packed into the KV type): out (n_rows, n_head
  * head_dim) as BF16 (out_bf16) or F32. split: 0 = no item split; 1 = the backend's plan (decode rows
  * split into chunks, the split items by their own kernel where there is one); 2 = the same plan, every item

@@ -703,6 +703,14 @@ static int cuda_attn_item_cmp(const void *pa, const void *pb)
     return (a->chunk > b->chunk) - (a->chunk < b->chunk);
 }
 
+/* Partial slots a split of rows [r, end) takes: each row's chunks. */
+static int64_t cuda_attn_parts(const int32_t *pos, int32_t r, int32_t end)
+{
+    int64_t need = 0;
+    for (int32_t k = r; k < end; k++) need += pos[k] / CUDA_ATT_CHUNK + 1;
+    return need;
+}
+
 int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,
                        struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
                        int32_t *n_split_rows, int32_t *max_item_rows, int32_t *n_lone_items)
@@ -710,31 +718,48 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
     int64_t n = 0, parts = 0, lone = 0;
     int32_t ns = 0, mr = 1;
     for (int32_t r = 0; r < n_rows;) {
+        /* a sequence of up to CUDA_ATT_LONE_ROWS rows in the step (decode, with or without drafts) past its first
+         * chunk: each row alone, an item per chunk of its own, however many rows an item may hold (the split
+         * kernel runs them all in parallel, in one launch with the other decode rows) */
+        int32_t s_end = r + 1;
+        while (s_end < n_rows && seq[s_end] == seq[r] && s_end - r <= CUDA_ATT_LONE_ROWS) s_end++;
+        const int alone = r == 0 || seq[r - 1] != seq[r];
+        if (alone && s_end - r <= CUDA_ATT_LONE_ROWS && (s_end == n_rows || seq[s_end] != seq[r])) {
+            int32_t last = pos[r];
+            for (int32_t k = r; k < s_end; k++) last = last > pos[k] ? last : pos[k];
+            const int64_t need = cuda_attn_parts(pos, r, s_end);
+            if (last >= CUDA_ATT_CHUNK && parts + need <= max_parts) {
+                for (int32_t k = r; k < s_end; k++) {
+                    const int32_t nk = pos[k] / CUDA_ATT_CHUNK + 1;
+                    part_off[k] = (int32_t)parts;
+                    split_rows[ns++] = k;
+                    parts += nk;
+                    for (int32_t c = 0; c < nk; c++) items[n++] = (struct cuda_attn_item){k, 1, c, 1};
+                }
+                lone += need;
+                r = s_end;
+                continue;
+            }
+        }
+        /* else items of up to `per` rows: a sequence whose rows of the step are one item (a short prompt) an
+         * item per chunk; the rest whole */
         int32_t end = r + 1, last = pos[r];
         while (end < n_rows && seq[end] == seq[r] && end - r < per) last = last > pos[end] ? last : pos[end], end++;
         for (int32_t k = r; k < end; k++) part_off[k] = -1;
-        if (end - r > mr) mr = end - r;
         const int64_t nc = last / CUDA_ATT_CHUNK + 1;
-        const int alone = r == 0 || seq[r - 1] != seq[r], whole_seq = alone && (end == n_rows || seq[end] != seq[r]);
-        int64_t need = 0;
-        for (int32_t k = r; k < end; k++) need += pos[k] / CUDA_ATT_CHUNK + 1;
-        /* a sequence whose rows of the step are one item: split by chunk. Up to CUDA_ATT_LONE_ROWS rows (decode,
-         * with or without drafts) each row alone, an item per chunk of its own (the split kernel runs them all
-         * in parallel, in one launch with the other decode rows); more (a short prompt) an item per chunk. */
+        const int whole_seq = alone && (end == n_rows || seq[end] != seq[r]);
+        const int64_t need = cuda_attn_parts(pos, r, end);
         if (whole_seq && nc > 1 && parts + need <= max_parts) {
-            const int each = end - r <= CUDA_ATT_LONE_ROWS;
             for (int32_t k = r; k < end; k++) {
-                const int32_t nk = pos[k] / CUDA_ATT_CHUNK + 1;
                 part_off[k] = (int32_t)parts;
                 split_rows[ns++] = k;
-                parts += nk;
-                for (int32_t c = 0; each && c < nk; c++) items[n++] = (struct cuda_attn_item){k, 1, c, 1};
-                lone += each ? nk : 0;
+                parts += pos[k] / CUDA_ATT_CHUNK + 1;
             }
-            for (int64_t c = 0; !each && c < nc; c++) items[n++] = (struct cuda_attn_item){r, end - r, (int32_t)c, 1};
+            for (int64_t c = 0; c < nc; c++) items[n++] = (struct cuda_attn_item){r, end - r, (int32_t)c, 1};
         } else {
             items[n++] = (struct cuda_attn_item){r, end - r, last + 1, 0};
         }
+        if (end - r > mr) mr = end - r;
         r = end;
     }
     qsort(items, (size_t)n, sizeof *items, cuda_attn_item_cmp);

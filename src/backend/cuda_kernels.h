@@ -137,8 +137,10 @@ int32_t cuda_attn_rows(int32_t group, enum cuda_attn_kernel k);
 /* Plans the attention items of a batch (host). rows: n_rows positions pos and sequences seq (rows of a
  * sequence contiguous); per: rows per item at most (cuda_attn_rows). items must hold cuda_attn_max_items()
  * and come out in launch groups: whole items (longest first), split items of several rows, split items of one
- * row (*n_lone_items of them, last). A sequence whose rows of the step fit one item (decode, drafts included)
- * is split into its chunks when it has more than one, row by row when it has at most CUDA_ATT_LONE_ROWS rows; part_off (n_rows) and split_rows (n_rows) are filled; max_parts bounds the
+ * row (*n_lone_items of them, last). A sequence of at most CUDA_ATT_LONE_ROWS rows in the step (decode, drafts
+ * included) past its first chunk is split row by row, an item per row and chunk, whatever per is; else one
+ * whose rows fit one item is split into its chunks when it has more than one (an item of its rows per
+ * chunk). part_off (n_rows) and split_rows (n_rows) are filled; max_parts bounds the
  * partial slots (sum over split rows of pos / CUDA_ATT_CHUNK + 1): rows that would pass it are not split.
  * Returns the number of items; *n_parts, *n_split_rows and *max_item_rows (rows of the largest item) out. */
 int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,

@@ -71,9 +71,10 @@ double draft_cost_share(const struct draft_cost *c, int32_t rows)
     return r / (r + draft_cost_knee(c));
 }
 
-void draft_yield_add(struct draft_yield *y, double seconds, int32_t tokens, int drafted)
+void draft_yield_add(struct draft_yield *y, double seconds, double proposing, int32_t tokens, int drafted)
 {
-    if (tokens < 1 || !(seconds >= 0) || !isfinite(seconds)) return;
+    if (tokens < 1 || !(seconds >= 0) || !isfinite(seconds) || !(proposing >= 0) || !(proposing <= seconds)) return;
+    if (!drafted) seconds -= proposing; /* without lookup it would not have proposed */
     y->w_plain *= DRAFT_YIELD_DECAY; /* both forget with every step: a kind seen rarely (the probes) moves fast */
     y->w_draft *= DRAFT_YIELD_DECAY;
     double *m = drafted ? &y->draft : &y->plain, *w = drafted ? &y->w_draft : &y->w_plain;
@@ -85,7 +86,7 @@ int draft_yield_allows(const struct draft_yield *y)
 {
     if (y->w_draft == 0) return 1; /* measure each kind first */
     if (y->w_plain == 0) return 0;
-    const int prefer = y->draft <= y->plain * DRAFT_YIELD_MARGIN;
+    const int prefer = y->draft <= y->plain;
     return (prefer ? y->w_plain : y->w_draft) < DRAFT_YIELD_STALE ? !prefer : prefer; /* a stale kind: measure it */
 }
 

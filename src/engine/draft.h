@@ -23,11 +23,13 @@
  *
  * Yield: the cost line does not see everything a step with drafts costs: a GPU backend replays captured
  * graphs for decode steps of a few sequences but launches every kernel of a larger step, a GEMM of a few
- * rows more than a tile may take a tile more. So the engine also measures what drafting achieves:
- * draft_yield keeps the decayed mean seconds per token kept (sampled or accepted) of the steps with drafts
- * and of those without, each with a weight that decays with every step. While steps with drafts cost more
- * a token than steps without (by DRAFT_YIELD_MARGIN: the times are noisy), a step verifies none (the
- * proposals are still made and scored as shadows, keeping each sequence's acceptance current). When the
+ * rows more than a tile may take a tile more, and proposing (bringing each sequence's index up to date) is
+ * host work that a small model's steps on a fast device feel. So the engine also measures what drafting
+ * achieves: draft_yield keeps the decayed mean seconds per token kept (sampled or accepted) of the steps
+ * with drafts and of those without, the latter less the seconds they spent proposing (what they would
+ * cost without lookup), each with a weight that decays with every step. While steps with drafts cost more
+ * a token than that, a step verifies none, and only the sequences' probes propose (scored as shadows,
+ * keeping their acceptance current). When the
  * kind not preferred has not been seen for about DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which
  * keeps both measurements current (where steps of both kinds occur anyway, as they do where some steps find
  * nothing to propose, it never has to). Neither the line nor the yield learns from a step the backend says
@@ -63,7 +65,6 @@ struct draft_cost {
 };
 
 #define DRAFT_YIELD_DECAY 0.95 /* per step: the last ~20 steps count most */
-#define DRAFT_YIELD_MARGIN 1.1 /* drafts are held back only when they cost this much more a token (noise) */
 #define DRAFT_YIELD_STALE 0.2  /* a kind's weight below this (~DRAFT_YIELD_STALE_STEPS steps unseen) is stale */
 #define DRAFT_YIELD_STALE_STEPS 32
 
@@ -87,8 +88,9 @@ double draft_cost_knee(const struct draft_cost *c);
 /* share(rows) = rows / (rows + knee), in (0, 1]. */
 double draft_cost_share(const struct draft_cost *c, int32_t rows);
 
-/* Adds one step whose rows all sample: seconds, tokens kept, whether it verified drafts. */
-void draft_yield_add(struct draft_yield *y, double seconds, int32_t tokens, int drafted);
+/* Adds one step whose rows all sample: seconds, of them the seconds spent proposing, tokens kept, whether
+ * it verified drafts. */
+void draft_yield_add(struct draft_yield *y, double seconds, double proposing, int32_t tokens, int drafted);
 /* 1 if a step that has drafts to verify may verify them (the rule at the top). */
 int draft_yield_allows(const struct draft_yield *y);
 

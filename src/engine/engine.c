@@ -565,18 +565,19 @@ static int32_t propose(engine *eng, struct eng_seq *es)
     struct sched_seq *q = &es->q;
     if (!es->ix && !(es->ix = lookup_new())) return 0;
     if (!es->shadow && !(es->shadow = malloc((size_t)eng->p.lookup * sizeof *es->shadow))) return 0;
+    eng->st.proposals++;
     if (lookup_update(es->ix, q->tokens, q->n_tokens)) return 0;
     return lookup_propose(es->ix, q->tokens, q->n_tokens, eng->p.lookup, eng->draft, NULL);
 }
 
-/* 1 if es proposes a draft this step: always when every proposal is verified; else when even one draft
- * token could pay; else, while no shadow is being scored, when its probe is due (that proposal is only
- * scored against the tokens it draws, keeping its acceptance current at no cost in rows). Probes back off
- * while their first token misses: proposing means bringing the sequence's index up to date, whose cache
- * misses add up over many sequences and cheap steps. */
-static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t rows, double value)
+/* 1 if es proposes a draft this step: always when every proposal is verified; else, in a step that may
+ * verify drafts (verify), when even one draft token could pay; else, while no shadow is being scored, when
+ * its probe is due (that proposal is only scored against the tokens it draws, keeping its acceptance current
+ * at no cost in rows). Probes back off while their first token misses: proposing means bringing the
+ * sequence's index up to date, whose cache misses add up over many sequences and cheap steps. */
+static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t rows, double value, int verify)
 {
-    if (!eng->p.lookup_adaptive || draft_len(knee, &es->acc, rows, &value, 1) > 0) return 1;
+    if (!eng->p.lookup_adaptive || (verify && draft_len(knee, &es->acc, rows, &value, 1) > 0)) return 1;
     if (es->i_shadow < es->n_shadow || --es->probe_in > 0) return 0;
     es->probe_in = es->probe_every;
     return 1;
@@ -585,8 +586,8 @@ static int wants_proposal(engine *eng, struct eng_seq *es, double knee, int32_t 
 /* Plans the drafts of the plan's entries that sample (oldest first) into eng->ent_draft: each sequence's
  * proposal (kept whole as its shadow), cut to what draft_len finds worth verifying in a step of the rows
  * planned so far, drafts included (value: the tokens they yield, a planned row 1, a draft row its chance of
- * acceptance). Returns the draft rows planned. */
-static int32_t choose_drafts(engine *eng, const struct sched_plan *pl)
+ * acceptance). verify 0: the step verifies none, only probes propose. Returns the draft rows planned. */
+static int32_t choose_drafts(engine *eng, const struct sched_plan *pl, int verify)
 {
     int32_t n_logits = 0, n_draft = 0;
     double value = pl->n_rows, knee = draft_cost_knee(&eng->cost);
@@ -596,7 +597,7 @@ static int32_t choose_drafts(engine *eng, const struct sched_plan *pl)
         struct eng_seq *es = (struct eng_seq *)en->seq;
         eng->ent_draft[i] = 0;
         /* a constrained sequence drafts nothing: each draft row would need its own position's mask */
-        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows + n_draft, value)) continue;
+        if (!samples(en) || es->cons || !wants_proposal(eng, es, knee, pl->n_rows + n_draft, value, verify)) continue;
         int32_t n_prop = propose(eng, es);
         es->i_shadow = 0;
         es->n_shadow = n_prop;
@@ -616,12 +617,18 @@ static int32_t choose_drafts(engine *eng, const struct sched_plan *pl)
 
 /* Adds the planned draft rows to the plan's entries, unless steps with drafts have been yielding tokens at a
  * higher cost than steps without (draft_yield_allows; every proposal is verified with --lookup-always); a
- * sequence's shadow is then what follows its verified drafts. Otherwise the step verifies none, and each
- * proposal stays a shadow, scored against the tokens drawn at no cost in rows (so the sequences' acceptance
- * stays current while the step rule holds drafting back). */
+ * sequence's shadow is then what follows its verified drafts. Otherwise the step verifies none and only the
+ * sequences' probes propose, their proposals shadows scored against the tokens drawn at no cost in rows (so
+ * the sequences' acceptance stays current while the step rule holds drafting back). Times the proposing
+ * (eng->step_proposing). */
 static void plan_drafts(engine *eng, const struct sched_plan *pl)
 {
-    if (choose_drafts(eng, pl) == 0 || (eng->p.lookup_adaptive && !draft_yield_allows(&eng->yield))) return;
+    const int verify = !eng->p.lookup_adaptive || draft_yield_allows(&eng->yield);
+    const double t0 = clock_now();
+    const int32_t n_draft = choose_drafts(eng, pl, verify);
+    eng->step_proposing = clock_now() - t0;
+    eng->st.draft_held_steps += !verify;
+    if (!verify || n_draft == 0) return;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         if (eng->ent_draft[i] == 0) continue;
         struct eng_seq *es = (struct eng_seq *)pl->entries[i].seq;
@@ -854,10 +861,12 @@ int engine_step(engine *eng, struct err *e)
         return err_set(e, "engine: the scheduler planned nothing with %d running and %d waiting (bug)",
                        (int)sched_n_running(eng->s), (int)sched_n_waiting(eng->s));
     eng->step_drafts = 0;
+    eng->step_proposing = 0;
     if (eng->p.lookup > 0) plan_drafts(eng, pl);
     struct step_batch batch = build_batch(eng, pl);
     if (eng->cc && prefetch_masks(eng, pl, e)) return err_prefix(e, "engine step");
     double t0 = clock_now();
+    eng->st.t_plan += t0 - t_step;
     const int on_backend = eng->p.device_sampling && eng->b->ops->sample;
     int frc = eng->b->ops->forward(eng->b->ctx, &batch, on_backend ? NULL : eng->logits, e);
     if (!frc && batch.n_logits > 0) frc = on_backend ? draw_on_backend(eng, pl, batch.n_logits, e) : no_draws(eng, batch.n_logits);
@@ -905,11 +914,18 @@ int engine_step(engine *eng, struct err *e)
             finish_seq(eng, es, es->scoring ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP, e))
             return -1;
     }
+    const double t_end = clock_now();
+    eng->st.t_settle += t_end - t0 - dt;
     if (timed) {
-        const double t = clock_now() - t_step;
+        const double t = t_end - t_step;
         draft_cost_add(&eng->cost, batch.n_rows, t);
-        draft_yield_add(&eng->yield, t, n_kept, eng->step_drafts > 0);
+        const int drafted = eng->step_drafts > 0;
+        draft_yield_add(&eng->yield, t, eng->step_proposing, n_kept, drafted);
+        eng->st.timed_steps[drafted]++;
+        eng->st.timed_tokens[drafted] += n_kept;
+        eng->st.t_timed[drafted] += drafted ? t : t - eng->step_proposing; /* as draft_yield_add counts them */
     }
+    eng->st.draft_steps += eng->step_drafts > 0;
     eng->st.n_steps++;
     if (eng->p.debug_checks && check_step(eng, e)) return err_prefix(e, "engine step %lld", (long long)eng->st.n_steps);
     return 0;

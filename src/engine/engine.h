@@ -154,6 +154,8 @@ struct engine_stats {
     int32_t n_running, n_waiting;
     int32_t n_running_batch, n_waiting_batch; /* of those, requests below ENGINE_PRIORITY_INTERACTIVE */
     double t_forward;               /* seconds inside backend forward */
+    double t_plan;                  /* seconds planning steps (schedule, drafts, the step batch) */
+    double t_settle;                /* seconds after the forwards (verify, commit, settle the sequences) */
     int64_t kv_blocks_cached;       /* now: refcount-0 blocks kept by the prefix cache (evictable) */
     int64_t kv_evictions;           /* cached blocks evicted to make room */
     int64_t rows_computed;          /* all rows run (prompt, generated, recomputed, drafts) */
@@ -163,6 +165,12 @@ struct engine_stats {
     int64_t draft_accepted;         /* of those, accepted by the sampler (acceptance rate = / draft_tokens) */
     int64_t n_drafts;               /* sequence-steps that verified a draft (mean accepted length =
                                        draft_accepted / n_drafts) */
+    int64_t proposals;              /* times a sequence's lookup index was brought up to date and asked */
+    int64_t draft_steps;            /* steps that verified drafts */
+    int64_t draft_held_steps;       /* steps the draft rule held back (draft.h, yield): only probes proposed */
+    int64_t timed_steps[2];         /* the steps the draft rule learned from, [0] without drafts, [1] with: */
+    int64_t timed_tokens[2];        /*   tokens they kept */
+    double t_timed[2];              /*   their seconds (whole steps; without drafts, less the proposing) */
     double t_constrain;             /* seconds masking logits and advancing constraint states (on the
                                        engine's thread: masks computed during the forward are not in it) */
     int64_t constrain_masks;        /* masks computed (the rest came from the cache) */

@@ -77,6 +77,7 @@ struct engine {
     int32_t *draft;                                       /* (lookup) a proposal */
     int32_t *ent_draft;                                   /* (max_seqs) draft tokens planned per plan entry */
     int32_t step_drafts;                                  /* draft rows of the step being run */
+    double step_proposing;                                /* its seconds planning drafts (proposals) */
     struct draft_cost cost;                               /* forward seconds against rows */
     struct draft_yield yield;                             /* seconds a kept token, steps with drafts and without */
     sampler *smp;                                         /* scratch for one draw at a time */
