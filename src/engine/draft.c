@@ -74,28 +74,33 @@ double draft_cost_share(const struct draft_cost *c, int32_t rows)
 void draft_yield_add(struct draft_yield *y, double seconds, double proposing, int32_t tokens, int drafted)
 {
     if (tokens < 1 || !(seconds >= 0) || !isfinite(seconds) || !(proposing >= 0) || !(proposing <= seconds)) return;
-    if (!drafted) seconds -= proposing; /* without lookup it would not have proposed */
-    y->w_plain *= DRAFT_YIELD_DECAY; /* both forget with every step: a kind seen rarely (the probes) moves fast */
-    y->w_draft *= DRAFT_YIELD_DECAY;
-    double *m = drafted ? &y->draft : &y->plain, *w = drafted ? &y->w_draft : &y->w_plain;
-    *w += 1;
-    *m += (seconds / tokens - *m) / *w; /* the decayed mean: this step weighs 1 against *w */
+    const int k = drafted != 0;
+    if (!k) seconds -= proposing; /* without lookup it would not have proposed */
+    for (int i = 0; i < 2; i++) { /* both forget with every step: a kind seen rarely (the probes) moves fast */
+        y->seconds[i] *= DRAFT_YIELD_DECAY;
+        y->tokens[i] *= DRAFT_YIELD_DECAY;
+        y->w[i] *= DRAFT_YIELD_DECAY;
+    }
+    y->seconds[k] += seconds;
+    y->tokens[k] += tokens;
+    y->w[k] += 1;
 }
 
 int draft_yield_allows(const struct draft_yield *y)
 {
-    if (y->w_draft == 0) return 1; /* measure each kind first */
-    if (y->w_plain == 0) return 0;
-    const int prefer = y->draft <= y->plain;
-    return (prefer ? y->w_plain : y->w_draft) < DRAFT_YIELD_STALE ? !prefer : prefer; /* a stale kind: measure it */
+    if (y->w[1] == 0) return 1; /* measure each kind first */
+    if (y->w[0] == 0) return 0;
+    const int prefer = y->seconds[1] * y->tokens[0] <= y->seconds[0] * y->tokens[1]; /* s1 / k1 <= s0 / k0 */
+    return y->w[!prefer] < DRAFT_YIELD_STALE ? !prefer : prefer; /* the kind not preferred stale: measure it */
 }
 
 int draft_yield_check(const struct draft_yield *y, struct err *e)
 {
-    if (!isfinite(y->plain) || !isfinite(y->draft) || y->plain < 0 || y->draft < 0 || !(y->w_plain >= 0) ||
-        !(y->w_draft >= 0))
-        return err_set(e, "draft_yield_check: means %g / %g s a token, weights %g / %g", y->plain, y->draft,
-                       y->w_plain, y->w_draft);
+    for (int i = 0; i < 2; i++)
+        if (!isfinite(y->seconds[i]) || !isfinite(y->tokens[i]) || !(y->seconds[i] >= 0) || !(y->tokens[i] >= 0) ||
+            !(y->w[i] >= 0))
+            return err_set(e, "draft_yield_check: steps %s drafts: %g s, %g tokens, weight %g", i ? "with" : "without",
+                           y->seconds[i], y->tokens[i], y->w[i]);
     return 0;
 }
 

@@ -25,9 +25,9 @@
  * graphs for decode steps of a few sequences but launches every kernel of a larger step, a GEMM of a few
  * rows more than a tile may take a tile more, and proposing (bringing each sequence's index up to date) is
  * host work that a small model's steps on a fast device feel. So the engine also measures what drafting
- * achieves: draft_yield keeps the decayed mean seconds per token kept (sampled or accepted) of the steps
- * with drafts and of those without, the latter less the seconds they spent proposing (what they would
- * cost without lookup), each with a weight that decays with every step. While steps with drafts cost more
+ * achieves: draft_yield keeps the decayed seconds per token kept (sampled or accepted) of the steps with
+ * drafts and of those without, the latter less the seconds they spent proposing (what they would cost
+ * without lookup), each with a weight that decays with every step. While steps with drafts cost more
  * a token than that, a step verifies none, and only the sequences' probes propose (scored as shadows,
  * keeping their acceptance current). When the
  * kind not preferred has not been seen for about DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which
@@ -68,9 +68,12 @@ struct draft_cost {
 #define DRAFT_YIELD_STALE 0.2  /* a kind's weight below this (~DRAFT_YIELD_STALE_STEPS steps unseen) is stale */
 #define DRAFT_YIELD_STALE_STEPS 32
 
-/* Decayed mean seconds per kept token of steps with drafts and without, and their weights (0: never seen). */
+/* Per kind of step ([0] without drafts, [1] with): decayed sums of seconds and of tokens kept (their ratio,
+ * not a mean of each step's ratio: a step with drafts keeps 1 to 1 + N tokens, and a mean of ratios would
+ * weigh the steps whose drafts were rejected as if they were the rule), and the decayed count of steps
+ * (0: never seen). */
 struct draft_yield {
-    double plain, draft, w_plain, w_draft;
+    double seconds[2], tokens[2], w[2];
 };
 
 /* Decayed counts of draft tokens accepted (hits) and rejected (misses), prior included. */
@@ -110,7 +113,7 @@ double draft_expected(const struct draft_seq *s, int32_t d);
 
 /* Debug check: sums finite and consistent (w >= 0, sxx >= 0, ...), counts positive. */
 int draft_check(const struct draft_cost *c, const struct draft_seq *s, struct err *e);
-/* Debug check: means finite and not negative, weights not negative. */
+/* Debug check: sums finite and not negative. */
 int draft_yield_check(const struct draft_yield *y, struct err *e);
 
 #endif
