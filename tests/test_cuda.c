@@ -1705,32 +1705,6 @@ TEST(step_fused_vs_unfused)
     CHECK_MSG(rms <= 2e-2 && mx <= 1.5e-1, "fused vs cpu: rms %.3g, max %.3g", rms, mx);
 }
 
-/* A graph is captured at a key's second sight (cuda_graph.cu): of one_seq_steps' decode steps that may be
- * graphed (every one the same key: one row, one sequence, one attention plan), the first runs kernel by
- * kernel, the second captures, the rest launch that graph. */
-TEST(graphs_second_sight)
-{
-    struct err e;
-    const struct synth_cfg cfg = bf16_hd64_cfg();
-    struct synth_model sm;
-    CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
-    float *out = xmalloc((size_t)(1 + ONE_DECODE) * cfg.n_vocab * 4);
-    int64_t launches = -1, captures = -1;
-    struct pair p;
-    const int ok = pair_init(&p, sm.m, 64, 16, KV_TYPE_F16, &e) == 0 && backend_cuda_graphs(&p.gpu, 1, NULL, NULL) == 0 &&
-                   one_seq_steps(&p.gpu, cfg.n_vocab, 1, out, &e) == 0 &&
-                   backend_cuda_graphs(&p.gpu, -1, &launches, &captures) == 0;
-    pair_free(&p);
-    synth_free(&sm);
-    free(out);
-    CHECK_MSG(ok, "%s", e.msg);
-    const int graphable = ONE_DECODE - ONE_DECODE / 2; /* one_seq_steps: keep = 1 from k > ONE_DECODE / 2 */
-    fprintf(stderr, "# %d steps of one key: %lld captures, %lld graph launches\n", graphable, (long long)captures,
-            (long long)launches);
-    CHECK_MSG(captures == 1 && launches == graphable - 1, "%lld captures, %lld graph launches of %d steps",
-              (long long)captures, (long long)launches, graphable);
-}
-
 /* ---------------------------------------------------------------- through the engine */
 
 /* Parses the integer array after "key":[ in a JSON line; returns the count (at most cap). */
@@ -2023,7 +1997,6 @@ int main(void)
     RUN_SEL(step_vs_cpu_stories260K);
     RUN_SEL(step_deterministic);
     RUN_SEL(step_fused_vs_unfused);
-    RUN_SEL(graphs_second_sight);
     RUN_SEL(engine_golden_stories260K);
     RUN_SEL(engine_concurrency_1_vs_64);
     RUN_SEL(engine_device_sampling);

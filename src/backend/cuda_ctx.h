@@ -101,7 +101,6 @@ struct cuda_ctx {
     int graphs_on;                                 /* NIGHTSHIFT_CUDA_GRAPHS=off clears it at init */
     int64_t gen;                                   /* bumped whenever a buffer a graph may point into moves */
     struct cuda_graph graphs[CUDA_GRAPH_ROWS + 1][CUDA_GRAPH_WAYS]; /* by row count */
-    struct cuda_graph_key graph_seen[CUDA_GRAPH_ROWS + 1]; /* by row count: the last key launched without a graph */
     int64_t n_graph_launches, n_graph_captures;
     int one_off; /* 1: the last forward captured a graph (backend_ops.step_one_off) */
 
@@ -139,8 +138,7 @@ int cuda_enqueue_step(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32
  * and its drafts) of at most CUDA_GRAPH_ROWS rows and CUDA_GRAPH_SEQS sequences, graphs on and the profile
  * off. */
 int cuda_graph_fits(const struct cuda_ctx *c, const struct step_batch *b, const float *logits);
-/* cuda_enqueue_step as the graph for bd->n_rows rows: launched when its key matches, else captured again if
- * the key is graph_seen's for the row count, else launched kernel by kernel (and remembered there). */
+/* cuda_enqueue_step as the graph for bd->n_rows rows: launched when its key matches, else captured again. */
 int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_seqs, int32_t n_logits, struct err *e);
 /* Destroys every graph (at release). */
 void cuda_graph_free(struct cuda_ctx *c);

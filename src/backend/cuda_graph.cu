@@ -13,10 +13,7 @@
  * grid sizes. That is the key (struct cuda_graph_key). Steps whose rows all draw on the device fit, drafts
  * included (a sequence with drafts has several rows). Graphs are kept by row count, CUDA_GRAPH_WAYS of
  * them each; a step whose key none of them has is captured again into the least recently launched one,
- * updating its executable (cudaGraphExecUpdate; a new instantiation where that fails), but only at the key's
- * second sight: a key that is not the last one its row count launched without a graph runs as launches. A
- * capture costs several launches' time, and with drafts many shapes occur once (as sequences finish at the
- * end of a run, each step has other rows and plans). At batch 1 the plan
+ * updating its executable (cudaGraphExecUpdate; a new instantiation where that fails). At batch 1 the plan
  * changes when the sequence enters a new chunk of CUDA_ATT_CHUNK positions, so one capture serves ~128
  * steps; with drafts, the same row count comes with different plans (which sequence has how many rows),
  * which the ways keep apart.
@@ -91,10 +88,6 @@ int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t 
                                        bd->n_split_items};
     struct cuda_graph *lru, *g = cuda_graph_find(c->graphs[bd->n_rows], &key, &lru);
     if (!g) {
-        if (!cuda_graph_key_eq(&c->graph_seen[bd->n_rows], &key)) { /* first sight: launched, not captured */
-            c->graph_seen[bd->n_rows] = key;
-            return cuda_enqueue_step(c, bd, n_logits, e);
-        }
         g = lru;
         g->key.gen = -1; /* invalid until the capture succeeds */
         if (cuda_graph_capture(c, g, bd, n_logits, e)) return -1;

@@ -27,14 +27,14 @@
  * host work that a small model's steps on a fast device feel. So the engine also measures what drafting
  * achieves: draft_yield keeps the decayed seconds per token kept (sampled or accepted) of the steps with
  * drafts and of those without, the latter less the seconds they spent proposing (what they would cost
- * without lookup), each with a weight that decays with every step. While steps with drafts cost more
+ * without lookup), and each kind's weight, which decays with every step. While steps with drafts cost more
  * a token than that, a step verifies none, and only the sequences' probes propose (scored as shadows,
- * keeping their acceptance current). When the
- * kind not preferred has not been seen for about DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which
- * keeps both measurements current (where steps of both kinds occur anyway, as they do where some steps find
- * nothing to propose, it never has to). Neither the line nor the yield learns from a step the backend says
- * paid a one-off cost (backend_ops.step_one_off: a GPU capturing the graph of a shape): such a probe would
- * measure the capture, not the kind, and hold drafts back again.
+ * keeping their acceptance current). When the kind not preferred has not been seen for about
+ * DRAFT_YIELD_STALE_STEPS steps, a step does that kind, which keeps both measurements current (where steps
+ * of both kinds occur anyway, as they do where some steps find nothing to propose, it never has to).
+ * Neither the line nor the yield learns from a step the backend says paid a one-off cost
+ * (backend_ops.step_one_off: a GPU capturing the graph of a shape): such a probe would measure the capture,
+ * not the kind, and hold drafts back again.
  *
  * Acceptance: each sequence keeps decayed counts of draft tokens the sampler accepted and rejected (plus a
  * prior, and half a miss of doubt in every estimate: drafting when the estimate is high picks the lucky
