@@ -57,7 +57,10 @@ static int cuda_hx_begin(struct cuda_hx *x, struct err *e)
 {
     memset(x, 0, sizeof *x);
     if (cuda_kernels_init(e)) return -1;
-    CU_TRY(cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking));
+    /* a blocking stream: its kernels wait for the poisoning memsets and the uploads before them, which run on
+     * the legacy default stream (a non-blocking stream let a kernel run while an upload's DMA or a memset was
+     * still landing: a pool's NaN poison over K/V slots the kernel had written, kernel_qkv case 5) */
+    CU_TRY(cudaStreamCreate(&x->st));
     return 0;
 }
 
