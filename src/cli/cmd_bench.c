@@ -314,13 +314,13 @@ static double acceptance(const struct bench_level *lv)
     return lv->draft_tokens ? (double)lv->draft_accepted / (double)lv->draft_tokens : 0.0;
 }
 
-/* The prompt-lookup figures of a level, for its JSON object. */
 /* Microseconds a kept token of the timed steps of one kind (k: 0 without drafts, 1 with); 0 with none. */
 static double timed_us_per_token(const struct bench_level *lv, int k)
 {
     return lv->timed_tokens[k] ? 1e6 * lv->t_timed[k] / (double)lv->timed_tokens[k] : 0.0;
 }
 
+/* The prompt-lookup figures of a level, for its JSON object. */
 static json_t *lookup_json(const struct bench_level *lv)
 {
     json_t *j = json_pack("{s:I, s:f, s:I, s:I, s:I, s:f, s:f}", "seq_steps", (json_int_t)lv->seq_steps, "tokens_per_step",
