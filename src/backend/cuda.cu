@@ -523,6 +523,13 @@ static int cuda_load(void *ctx, const struct model *m, struct err *e)
         cuda_release(c);
         return -1;
     }
+    /* the small uploads are cudaMemcpy on the legacy stream, which the steps' non-blocking stream does not wait
+     * for (a pageable copy returns once staged): all of it lands before any step reads it */
+    const cudaError_t synced = cudaDeviceSynchronize();
+    if (synced != cudaSuccess) {
+        cuda_release(c);
+        return err_set(e, "cuda backend: uploading the weights: %s", cudaGetErrorString(synced));
+    }
     const uint64_t part_bytes = (uint64_t)hp->n_head * ((uint64_t)hp->head_dim + 2) * sizeof(float);
     c->max_parts = (int64_t)(CUDA_PARTS_BYTES / part_bytes);
     if (c->max_parts > CUDA_MAX_PARTS) c->max_parts = CUDA_MAX_PARTS;
