@@ -5,7 +5,10 @@
 #   bench/lookup_ab.sh REPS LOOKUP BENCH_ARGS...
 #   e.g. bench/lookup_ab.sh 5 8 -m models/SmolLM2-135M-Instruct.Q4_1.gguf --workload copy --concurrency 1 --requests 4
 #
-# One concurrency level per call (the medians are per level). NS: the binary (default build/nightshift).
+# One concurrency level per call (the medians are per level). NS: the binary (default build/nightshift); on a GPU
+# NS=build-cuda/nightshift and --backend cuda among the bench arguments (issue 17's table in bench/NOTES.md,
+# 2026-12-02 10:35). Each run also prints what the draft rule did: proposals made, steps it held drafts back,
+# and the engine's planning seconds.
 set -eu
 reps=$1 lookup=$2
 shift 2
@@ -27,8 +30,9 @@ for line in open(sys.argv[1]):
 keys = ["gen_tok_s", "decode_tok_s", "total_tok_s"]
 for (c, l), lvs in sorted(runs.items()):
     for lv in lvs:
-        print("c%-3d lookup %-2d gen %8.1f decode %8.1f total %8.1f tok/step %.2f acc %.3f" % (
-            c, l, lv["gen_tok_s"], lv["decode_tok_s"], lv["total_tok_s"], lv["tokens_per_step"], lv["draft_acceptance"]))
+        print("c%-3d lookup %-2d gen %8.1f decode %8.1f total %8.1f tok/step %.2f acc %.3f proposals %d held %d "
+              "plan %.3f s" % (c, l, lv["gen_tok_s"], lv["decode_tok_s"], lv["total_tok_s"], lv["tokens_per_step"],
+              lv["draft_acceptance"], lv["proposals"], lv["draft_held_steps"], lv["plan_s"]))
 for c in sorted({c for c, _ in runs}):
     med = {l: {k: statistics.median(lv[k] for lv in lvs) for k in keys + ["tokens_per_step", "draft_acceptance"]}
            for (cc, l), lvs in runs.items() if cc == c}

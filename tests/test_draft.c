@@ -64,32 +64,37 @@ TEST(draft_cost_fit)
     CHECK_MSG(draft_cost_knee(&c) > 256, "knee %g", draft_cost_knee(&c)); /* 682 for the true 20,000 */
 }
 
+/* 320 steps under the yield rule: a step without drafts takes plain_s seconds (proposing_s of them proposing)
+ * and keeps plain_k tokens; the j-th with drafts takes draft_s and keeps draft_k[j % 2]. Checks the sums after
+ * every step; *allowed: the steps that drafted. */
+static void yield_run(struct draft_yield *y, double plain_s, double proposing_s, int32_t plain_k, double draft_s,
+                      const int32_t draft_k[2], int *allowed)
+{
+    struct err e;
+    *allowed = 0;
+    for (int i = 0; i < 320; i++) {
+        const int d = draft_yield_allows(y);
+        draft_yield_add(y, d ? draft_s : plain_s, proposing_s, d ? draft_k[*allowed % 2] : plain_k, d);
+        *allowed += d;
+        CHECK(draft_yield_check(y, &e) == 0);
+    }
+}
+
 /* Steps with drafts that cost more a token than steps without stop drafting, but for a probe when their
  * measurement is stale (about every DRAFT_YIELD_STALE_STEPS steps); ones that cost less keep it; a change
  * of machine is followed. */
 TEST(draft_yield_rule)
 {
-    struct err e;
     struct draft_yield y = {0};
     CHECK(draft_yield_allows(&y)); /* nothing measured */
     /* GPU-like at 4 sequences: 1 ms and 4 tokens without drafts, 2 ms and 6 tokens with them */
-    int allowed = 0;
-    for (int i = 0; i < 320; i++) {
-        int d = draft_yield_allows(&y);
-        allowed += d;
-        draft_yield_add(&y, d ? 0.002 : 0.001, 0, d ? 6 : 4, d);
-        CHECK(draft_yield_check(&y, &e) == 0);
-    }
+    int allowed;
+    yield_run(&y, 0.001, 0, 4, 0.002, (const int32_t[2]){6, 6}, &allowed);
     fprintf(stderr, "# losing drafts: %d of 320 steps drafted\n", allowed);
     CHECK_MSG(allowed <= 320 / (DRAFT_YIELD_STALE_STEPS - 8) + 4, "%d steps drafted", allowed);
     CHECK_MSG(allowed >= 320 / (DRAFT_YIELD_STALE_STEPS + 8) - 1, "%d steps drafted", allowed); /* the probes */
     /* the drafts turn good (2 ms and 12 tokens): drafting resumes at the next probe and stays */
-    allowed = 0;
-    for (int i = 0; i < 320; i++) {
-        int d = draft_yield_allows(&y);
-        allowed += d;
-        draft_yield_add(&y, d ? 0.002 : 0.001, 0, d ? 12 : 4, d);
-    }
+    yield_run(&y, 0.001, 0, 4, 0.002, (const int32_t[2]){12, 12}, &allowed);
     CHECK_MSG(allowed >= 320 - 2 * (DRAFT_YIELD_STALE_STEPS + 8) - 4, "%d steps drafted", allowed);
     /* bad input is ignored */
     struct draft_yield z = y;
@@ -105,12 +110,8 @@ TEST(draft_yield_rule)
 TEST(draft_yield_ratio_of_sums)
 {
     struct draft_yield y = {0};
-    int allowed = 0, n_draft = 0;
-    for (int i = 0; i < 320; i++) {
-        int d = draft_yield_allows(&y);
-        allowed += d;
-        draft_yield_add(&y, d ? 0.001 : 0.0005, 0, d ? (n_draft++ % 2 ? 9 : 1) : 1, d);
-    }
+    int allowed;
+    yield_run(&y, 0.0005, 0, 1, 0.001, (const int32_t[2]){1, 9}, &allowed);
     /* at most one hold at the start (its first step with drafts kept 1 token), then drafts */
     CHECK_MSG(allowed >= 320 - 2 * (DRAFT_YIELD_STALE_STEPS + 8) - 4, "%d of 320 steps drafted", allowed);
 }
@@ -122,21 +123,12 @@ TEST(draft_yield_ratio_of_sums)
 TEST(draft_yield_counts_proposing)
 {
     struct draft_yield y = {0};
-    int allowed = 0;
-    for (int i = 0; i < 320; i++) {
-        int d = draft_yield_allows(&y);
-        allowed += d;
-        draft_yield_add(&y, 0.001, 0.0001, d ? 42 : 40, d);
-    }
+    int allowed;
+    yield_run(&y, 0.001, 0.0001, 40, 0.001, (const int32_t[2]){42, 42}, &allowed);
     fprintf(stderr, "# drafts gaining less than their proposals: %d of 320 steps drafted\n", allowed);
     CHECK_MSG(allowed <= 320 / (DRAFT_YIELD_STALE_STEPS - 8) + 4, "%d steps drafted", allowed);
     y = (struct draft_yield){0};
-    allowed = 0;
-    for (int i = 0; i < 320; i++) {
-        int d = draft_yield_allows(&y);
-        allowed += d;
-        draft_yield_add(&y, 0.001, 0, d ? 41 : 40, d);
-    }
+    yield_run(&y, 0.001, 0, 40, 0.001, (const int32_t[2]){41, 41}, &allowed);
     CHECK_MSG(allowed >= 320 - 320 / (DRAFT_YIELD_STALE_STEPS - 8) - 4, "%d steps drafted", allowed);
 }
 
