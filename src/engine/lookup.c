@@ -13,9 +13,11 @@
 #include "engine/lookup.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #define LOOKUP_EMPTY (-1)
 #define LOOKUP_CAP0 64u
+#define LOOKUP_BATCH 16 /* positions whose slots lookup_update prefetches together */
 
 struct lookup_table {
     int32_t *slot; /* (cap) positions or LOOKUP_EMPTY */
@@ -27,21 +29,33 @@ struct lookup {
     int32_t n_indexed;
 };
 
-static uint64_t gram_hash(const int32_t *g, int n)
+/* The hash of the n-gram ending just before end (tokens end[-n] .. end[-1]), taken from its last token back
+ * to its first, so that the 1-, 2- and 3-grams ending at one position share their steps (gram_hashes). */
+static uint64_t hash_step(uint64_t h, int32_t tok)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)n;
-    for (int k = 0; k < n; k++) {
-        h = (h ^ (uint32_t)g[k]) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-    }
+    h = (h ^ (uint32_t)tok) * 0xbf58476d1ce4e5b9ull;
+    return h ^ h >> 31;
+}
+
+static uint64_t gram_hash(const int32_t *end, int n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (int k = 1; k <= n; k++) h = hash_step(h, end[-k]);
     return h;
+}
+
+/* h[n - 1] = gram_hash(end, n) for n = 1 .. n_max. */
+static void gram_hashes(const int32_t *end, int n_max, uint64_t *h)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int n = 1; n <= n_max; n++) h[n - 1] = x = hash_step(x, end[-n]);
 }
 
 static int table_init(struct lookup_table *t, uint32_t cap)
 {
     t->slot = malloc((size_t)cap * sizeof *t->slot);
     if (!t->slot) return -1;
-    for (uint32_t i = 0; i < cap; i++) t->slot[i] = LOOKUP_EMPTY;
+    memset(t->slot, 0xff, (size_t)cap * sizeof *t->slot); /* every slot LOOKUP_EMPTY (-1) */
     t->cap = cap;
     t->n = 0;
     return 0;
@@ -78,32 +92,39 @@ static int gram_equal(const int32_t *a, const int32_t *b, int n)
     return 1;
 }
 
-/* The slot holding gram (n tokens), or the empty slot where it would go. */
-static uint32_t table_find(const struct lookup_table *t, const int32_t *tokens, const int32_t *gram, int n)
+/* The slot holding the n-gram ending just before end, or the empty slot where it would go; h its hash. */
+static uint32_t table_find_h(const struct lookup_table *t, const int32_t *tokens, const int32_t *end, int n,
+                             uint64_t h)
 {
-    uint32_t mask = t->cap - 1, i = (uint32_t)gram_hash(gram, n) & mask;
+    uint32_t mask = t->cap - 1, i = (uint32_t)h & mask;
     for (;;) {
         int32_t p = t->slot[i];
-        if (p == LOOKUP_EMPTY || gram_equal(tokens + p - n, gram, n)) return i;
+        if (p == LOOKUP_EMPTY || gram_equal(tokens + p - n, end - n, n)) return i;
         i = (i + 1) & mask;
     }
 }
 
-/* Grows the table to hold `need` entries at half load (a power of two) and re-inserts its entries (each
- * n-gram is in it once). */
+static uint32_t table_find(const struct lookup_table *t, const int32_t *tokens, const int32_t *end, int n)
+{
+    return table_find_h(t, tokens, end, n, gram_hash(end, n));
+}
+
+/* Grows the table to hold `need` entries at a quarter load (a power of two), so that as many again fit
+ * before it grows next (a sequence's tokens arrive a few at a time: each growth re-inserts every entry),
+ * and re-inserts its entries (each n-gram is in it once). */
 static int table_grow(struct lookup_table *t, const int32_t *tokens, int n, uint32_t need)
 {
     struct lookup_table g;
     uint32_t cap = t->cap;
-    while (cap / 2 < need) {
-        if (cap > UINT32_MAX / 4) return -1;
+    while (cap / 4 < need) {
+        if (cap > UINT32_MAX / 8) return -1;
         cap *= 2;
     }
     if (table_init(&g, cap)) return -1;
     for (uint32_t i = 0; i < t->cap; i++) {
         int32_t p = t->slot[i];
         if (p == LOOKUP_EMPTY) continue;
-        g.slot[table_find(&g, tokens, tokens + p - n, n)] = p;
+        g.slot[table_find(&g, tokens, tokens + p, n)] = p;
         g.n++;
     }
     free(t->slot);
@@ -113,21 +134,36 @@ static int table_grow(struct lookup_table *t, const int32_t *tokens, int n, uint
 
 int lookup_update(lookup *ix, const int32_t *tokens, int32_t n_tokens)
 {
-    /* room for every new token at once (a prompt is indexed in one call): one rehash, not one per doubling */
-    uint32_t add = n_tokens > ix->n_indexed ? (uint32_t)(n_tokens - ix->n_indexed) : 0;
-    for (int n = 1; n <= LOOKUP_MAX_N && add > 1; n++) {
+    if (n_tokens <= ix->n_indexed) return 0;
+    /* room for every new token at once (a prompt is indexed in one call): one rehash, not one per doubling,
+     * and none inside the loop below, whose slot numbers depend on the tables' sizes */
+    const uint32_t add = (uint32_t)(n_tokens - ix->n_indexed);
+    for (int n = 1; n <= LOOKUP_MAX_N; n++) {
         struct lookup_table *t = &ix->t[n - 1];
-        if ((t->n + add) * 2 > t->cap && add < UINT32_MAX / 4 && table_grow(t, tokens, n, t->n + add)) return -1;
+        if ((uint64_t)(t->n + add) * 2 <= t->cap) continue;
+        if (add >= UINT32_MAX / 4 || table_grow(t, tokens, n, t->n + add)) return -1;
     }
-    for (int32_t p = ix->n_indexed; p < n_tokens; p++) {
-        for (int n = 1; n <= LOOKUP_MAX_N && n <= p; n++) {
-            struct lookup_table *t = &ix->t[n - 1];
-            if ((t->n + 1) * 2 > t->cap && table_grow(t, tokens, n, t->n + 1)) return -1;
-            uint32_t i = table_find(t, tokens, tokens + p - n, n);
-            if (t->slot[i] == LOOKUP_EMPTY) t->n++;
-            t->slot[i] = p; /* p is the most recent occurrence */
+    /* LOOKUP_BATCH positions at a time: first every slot their n-grams hash to is fetched into the cache,
+     * then they are inserted in order, so that the misses of a table not touched for a while overlap */
+    for (int32_t p0 = ix->n_indexed; p0 < n_tokens; p0 += LOOKUP_BATCH) {
+        const int32_t p1 = n_tokens - p0 < LOOKUP_BATCH ? n_tokens : p0 + LOOKUP_BATCH;
+        uint64_t h[LOOKUP_BATCH][LOOKUP_MAX_N];
+        for (int32_t p = p0; p < p1; p++) {
+            const int n_max = p < LOOKUP_MAX_N ? p : LOOKUP_MAX_N;
+            gram_hashes(tokens + p, n_max, h[p - p0]);
+            for (int n = 1; n <= n_max; n++) {
+                const struct lookup_table *t = &ix->t[n - 1];
+                __builtin_prefetch(&t->slot[(uint32_t)h[p - p0][n - 1] & (t->cap - 1)], 1);
+            }
         }
-        ix->n_indexed = p + 1;
+        for (int32_t p = p0; p < p1; p++)
+            for (int n = 1; n <= LOOKUP_MAX_N && n <= p; n++) {
+                struct lookup_table *t = &ix->t[n - 1];
+                uint32_t i = table_find_h(t, tokens, tokens + p, n, h[p - p0][n - 1]);
+                if (t->slot[i] == LOOKUP_EMPTY) t->n++;
+                t->slot[i] = p; /* p is the most recent occurrence */
+            }
+        ix->n_indexed = p1;
     }
     return 0;
 }
@@ -140,7 +176,7 @@ int32_t lookup_propose(const lookup *ix, const int32_t *tokens, int32_t n_tokens
     for (int n = LOOKUP_MAX_N; n >= 1; n--) {
         if (n >= n_tokens) continue; /* an earlier occurrence needs at least one token before the suffix */
         const struct lookup_table *t = &ix->t[n - 1];
-        int32_t p = t->slot[table_find(t, tokens, tokens + n_tokens - n, n)];
+        int32_t p = t->slot[table_find(t, tokens, tokens + n_tokens, n)];
         if (p == LOOKUP_EMPTY) continue;
         /* p < n_tokens: the copy source runs on into the draft when it reaches the end of the tokens */
         for (int32_t m = 0; m < max_draft; m++) {
@@ -166,12 +202,12 @@ int lookup_check(const lookup *ix, const int32_t *tokens, struct err *e)
             count++;
             if (p < n || p >= ix->n_indexed)
                 return err_set(e, "lookup_check: %d-gram slot %u holds position %d of %d", n, i, (int)p, (int)ix->n_indexed);
-            if (table_find(t, tokens, tokens + p - n, n) != i)
+            if (table_find(t, tokens, tokens + p, n) != i)
                 return err_set(e, "lookup_check: %d-gram at %d is not reachable at slot %u (or is there twice)", n, (int)p, i);
         }
         if (count != t->n) return err_set(e, "lookup_check: %d-gram table counts %u entries, holds %u", n, t->n, count);
         for (int32_t p = n; p < ix->n_indexed; p++) {
-            int32_t q = t->slot[table_find(t, tokens, tokens + p - n, n)];
+            int32_t q = t->slot[table_find(t, tokens, tokens + p, n)];
             if (q < p) return err_set(e, "lookup_check: the %d-gram ending at %d is indexed at %d", n, (int)(p - 1), (int)q);
         }
     }

@@ -5,8 +5,8 @@
  *
  * The index reads the caller's token array and copies none of it: tokens[0 .. n_indexed) must not change
  * between calls (a sequence's tokens are final once appended). lookup_update indexes the tokens added since
- * the last call, each once: O(1) expected per token (open addressing, tables doubled at half load), never a
- * scan of the sequence per step.
+ * the last call, each once: O(1) expected per token (open addressing; a table half full is grown to a quarter
+ * load), never a scan of the sequence per step.
  *
  * Proposal: for n = 3, 2, 1 (longest first), the n-gram that ends the sequence is looked up; at its most
  * recent earlier occurrence, the tokens that followed it are the draft. A draft may run past the end of the
