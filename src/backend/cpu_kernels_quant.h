@@ -1,7 +1,8 @@
 /* cpu_kernels_quant.h — template of the integer dot kernels, private to cpu_kernels.c, which includes it
  * three times: with CPU_VNNI 0 (AVX2: maddubs + madd + add), with CPU_VNNI 1 inside a target("avxvnni")
- * region (one VEX vpdpbusd), and with CPU_VNNI 2 inside an AVX-512 VNNI/VL/BW region (one EVEX vpdpbusd on
- * 256-bit vectors, which may use all 32 vector registers: CPU_QMAX 8 rows per call instead of 4). All
+ * region (one VEX vpdpbusd), and with CPU_VNNI 2 inside an AVX-512 VNNI/VL/BW region (EVEX vpdpbusd, which
+ * may use all 32 vector registers: CPU_QMAX 8 rows per call instead of 4; Q4_0 and Q4_1 calls of more than 4
+ * rows on 512-bit vectors, two chunks at a time, the rest on 256-bit ones). All
  * produce the same exact 32-bit lane sums (each lane adds products of four consecutive bytes), and the
  * float part is the same code per row, so the variants give bit-identical results. CPU_QNAME(x) names a
  * function of the variant; CPU_QNO_Q8_0 1 leaves the Q8_0 functions out. Layouts: see cpu_kernels.h. */
@@ -18,17 +19,13 @@ CPU_INLINE __m256i CPU_QNAME(dot4)(__m256i acc, __m256i u, __m256i s)
 #endif
 }
 
-/* One interleaved group of 8 blocks (weights wg, activation groups xg[i]) into acc[i]. kind: 0 Q8_0,
- * 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1 (signed kinds 0, 1, 3 use the sign trick: |w| x sign(x, w); the offset
- * kinds 2 and 4 multiply the unsigned quants and add m * s). The integer lane sums use P partial accumulators per row (exact, so P is free to vary:
- * more partials for fewer rows shorten the dependency chains). */
-CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_group *const *xg, int NX, int kind,
-                                       __m256 *acc)
+/* The integer part of one interleaved group: isum[i] = the 8 blocks' exact lane sums for row i. */
+CPU_INLINE void CPU_QNAME(group_ints)(const uint8_t *wq, const uint8_t *wh, const struct cpu_q8_group *const *xg,
+                                      int NX, int kind, __m256i *isum)
 {
     enum { P = 4 };
     const int np = NX == 1 ? 4 : NX <= 4 ? 2 : 1;
     const int has_min = kind == 2 || kind == 4;
-    const uint8_t *wq = wg + 16 + (has_min ? 16 : 0) + (kind >= 3 ? 32 : 0), *wh = wg + (has_min ? 32 : 16);
     __m256i ai[CPU_QMAX][P];
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++)
@@ -58,15 +55,81 @@ CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_gr
             ai[i][c % np] = CPU_QNAME(dot4)(ai[i][c % np], wu, xq);
         }
     }
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; i++) {
+        isum[i] = ai[i][0];
+#pragma GCC unroll 8
+        for (int k = 1; k < np; k++) isum[i] = _mm256_add_epi32(isum[i], ai[i][k]);
+    }
+}
+
+#if CPU_VNNI == 2
+/* group_ints for Q4_0 and Q4_1 (kind 1, 2) on 512-bit vectors, two chunks (c, c + 1) per vpdpbusd: lanes
+ * 0-7 take chunk c's lanes, lanes 8-15 chunk c + 1's, and the halves are added at the end, which gives the
+ * same exact lane sums. Used for calls of more than 4 rows: bench_matmul (bench/NOTES.md, 2026-12-02) gave
+ * +7% to +29% there on a Zen 5 and a Xeon, but -9% for 1-4 rows of Q4_1 on the Xeon; Q5_0 and Q5_1 were no
+ * faster, so they keep 256-bit vectors. */
+CPU_INLINE void CPU_QNAME(group_ints_q4_512)(const uint8_t *wq, const struct cpu_q8_group *const *xg, int NX,
+                                             int kind, __m256i *isum)
+{
+    enum { P = 2 };
+    const int np = NX <= 2 ? 2 : 1;
+    __m512i ai[CPU_QMAX][P];
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; i++)
+#pragma GCC unroll 8
+        for (int k = 0; k < np; k++) ai[i][k] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) {
+        /* chunks c and c + 1 packed (16 bytes each) with their high nibbles beside, 128-bit lanes
+         * [c, c + 1, c >> 4, c + 1 >> 4], reordered to the activations' [c lo, c hi, c + 1 lo, c + 1 hi] */
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(wq + 16 * c));
+        __m512i wu = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+        wu = _mm512_and_si512(_mm512_shuffle_i64x2(wu, wu, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+        __mmask64 neg = 0;
+        if (kind == 1) { /* the sign trick: |w| x (x negated where w < 0) */
+            const __m512i wsgn = _mm512_sub_epi8(wu, _mm512_set1_epi8(8));
+            neg = _mm512_movepi8_mask(wsgn);
+            wu = _mm512_abs_epi8(wsgn);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NX; i++) {
+            __m512i xq = _mm512_loadu_si512((const void *)(xg[i]->q + 32 * c));
+            if (kind == 1) xq = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);
+            ai[i][(c / 2) % np] = _mm512_dpbusd_epi32(ai[i][(c / 2) % np], wu, xq);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NX; i++) {
+        const __m512i t = np == 2 ? _mm512_add_epi32(ai[i][0], ai[i][1]) : ai[i][0];
+        isum[i] = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
+    }
+}
+#endif
+
+/* One interleaved group of 8 blocks (weights wg, activation groups xg[i]) into acc[i]. kind: 0 Q8_0,
+ * 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1 (signed kinds 0, 1, 3 use the sign trick: |w| x sign(x, w); the offset
+ * kinds 2 and 4 multiply the unsigned quants and add m * s). The integer lane sums use P partial
+ * accumulators per row (exact, so P is free to vary: more partials for fewer rows shorten the dependency
+ * chains). */
+CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_group *const *xg, int NX, int kind,
+                                       __m256 *acc)
+{
+    const int has_min = kind == 2 || kind == 4;
+    const uint8_t *wq = wg + 16 + (has_min ? 16 : 0) + (kind >= 3 ? 32 : 0), *wh = wg + (has_min ? 32 : 16);
+    __m256i isum[CPU_QMAX];
+#if CPU_VNNI == 2
+    if ((kind == 1 || kind == 2) && NX > 4)
+        CPU_QNAME(group_ints_q4_512)(wq, xg, NX, kind, isum);
+    else
+#endif
+        CPU_QNAME(group_ints)(wq, wh, xg, NX, kind, isum);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg));
     const __m256 mw = has_min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wg + 16))) : _mm256_setzero_ps();
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++) {
-        __m256i isum = ai[i][0];
-#pragma GCC unroll 8
-        for (int k = 1; k < np; k++) isum = _mm256_add_epi32(isum, ai[i][k]);
         __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(xg[i]->d));
-        acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum), acc[i]);
+        acc[i] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[i]), acc[i]);
         if (has_min) acc[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xg[i]->s), acc[i]);
     }
 }
