@@ -18,6 +18,7 @@
 #define LOOKUP_EMPTY (-1)
 #define LOOKUP_CAP0 64u
 #define LOOKUP_BATCH 16 /* positions whose slots lookup_update prefetches together */
+#define LOOKUP_N_AT(p) ((p) < LOOKUP_MAX_N ? (p) : LOOKUP_MAX_N) /* n-grams that end before position p */
 
 struct lookup_table {
     int32_t *slot; /* (cap) positions or LOOKUP_EMPTY */
@@ -37,18 +38,18 @@ static uint64_t hash_step(uint64_t h, int32_t tok)
     return h ^ h >> 31;
 }
 
-static uint64_t gram_hash(const int32_t *end, int n)
-{
-    uint64_t h = 0x9e3779b97f4a7c15ull;
-    for (int k = 1; k <= n; k++) h = hash_step(h, end[-k]);
-    return h;
-}
-
-/* h[n - 1] = gram_hash(end, n) for n = 1 .. n_max. */
+/* h[n - 1] = the hash of the n-gram ending before end, for n = 1 .. n_max. */
 static void gram_hashes(const int32_t *end, int n_max, uint64_t *h)
 {
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int n = 1; n <= n_max; n++) h[n - 1] = x = hash_step(x, end[-n]);
+}
+
+static uint64_t gram_hash(const int32_t *end, int n)
+{
+    uint64_t h[LOOKUP_MAX_N];
+    gram_hashes(end, n, h);
+    return h[n - 1];
 }
 
 static int table_init(struct lookup_table *t, uint32_t cap)
@@ -149,15 +150,14 @@ int lookup_update(lookup *ix, const int32_t *tokens, int32_t n_tokens)
         const int32_t p1 = n_tokens - p0 < LOOKUP_BATCH ? n_tokens : p0 + LOOKUP_BATCH;
         uint64_t h[LOOKUP_BATCH][LOOKUP_MAX_N];
         for (int32_t p = p0; p < p1; p++) {
-            const int n_max = p < LOOKUP_MAX_N ? p : LOOKUP_MAX_N;
-            gram_hashes(tokens + p, n_max, h[p - p0]);
-            for (int n = 1; n <= n_max; n++) {
+            gram_hashes(tokens + p, LOOKUP_N_AT(p), h[p - p0]);
+            for (int n = 1; n <= LOOKUP_N_AT(p); n++) {
                 const struct lookup_table *t = &ix->t[n - 1];
                 __builtin_prefetch(&t->slot[(uint32_t)h[p - p0][n - 1] & (t->cap - 1)], 1);
             }
         }
         for (int32_t p = p0; p < p1; p++)
-            for (int n = 1; n <= LOOKUP_MAX_N && n <= p; n++) {
+            for (int n = 1; n <= LOOKUP_N_AT(p); n++) {
                 struct lookup_table *t = &ix->t[n - 1];
                 uint32_t i = table_find_h(t, tokens, tokens + p, n, h[p - p0][n - 1]);
                 if (t->slot[i] == LOOKUP_EMPTY) t->n++;
@@ -172,11 +172,13 @@ int32_t lookup_propose(const lookup *ix, const int32_t *tokens, int32_t n_tokens
                        int32_t *draft, int32_t *match_n)
 {
     if (match_n) *match_n = 0;
-    if (max_draft < 1 || n_tokens != ix->n_indexed) return 0;
-    for (int n = LOOKUP_MAX_N; n >= 1; n--) {
-        if (n >= n_tokens) continue; /* an earlier occurrence needs at least one token before the suffix */
+    if (max_draft < 1 || n_tokens != ix->n_indexed || n_tokens < 2) return 0;
+    /* an earlier occurrence needs at least one token before the suffix: n < n_tokens */
+    uint64_t h[LOOKUP_MAX_N];
+    gram_hashes(tokens + n_tokens, LOOKUP_N_AT(n_tokens - 1), h);
+    for (int n = LOOKUP_N_AT(n_tokens - 1); n >= 1; n--) {
         const struct lookup_table *t = &ix->t[n - 1];
-        int32_t p = t->slot[table_find(t, tokens, tokens + n_tokens, n)];
+        int32_t p = t->slot[table_find_h(t, tokens, tokens + n_tokens, n, h[n - 1])];
         if (p == LOOKUP_EMPTY) continue;
         /* p < n_tokens: the copy source runs on into the draft when it reaches the end of the tokens */
         for (int32_t m = 0; m < max_draft; m++) {
