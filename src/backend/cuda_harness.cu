@@ -426,43 +426,59 @@ static struct cuda_attn_geom cuda_hx_geom(const struct cuda_harness_attn *a)
             (enum cuda_attn_kernel)a->kernel, scales};
 }
 
+/* The backend's attention plan of a's rows (cuda_attn_plan), in host memory (cuda_hx_plan_free frees it). */
+struct cuda_hx_plan {
+    struct cuda_attn_item *items;
+    int32_t *part_off, *split_rows;
+    int64_t n_items, n_parts;
+    int32_t n_split, max_rows, n_lone;
+};
+
+static void cuda_hx_plan_free(struct cuda_hx_plan *p)
+{
+    free(p->items);
+    free(p->part_off);
+    free(p->split_rows);
+}
+
+/* 0 ok, -1 out of memory (p freeable either way). max_parts 0: no item split. */
+static int cuda_hx_plan_make(const struct cuda_harness_attn *a, int64_t max_parts, struct cuda_hx_plan *p)
+{
+    const int32_t R = a->n_rows;
+    *p = {};
+    p->items = (struct cuda_attn_item *)malloc((size_t)cuda_attn_max_items(R, max_parts) * sizeof *p->items);
+    p->part_off = (int32_t *)malloc((size_t)R * 4);
+    p->split_rows = (int32_t *)malloc((size_t)R * 4);
+    if (!p->items || !p->part_off || !p->split_rows) return -1;
+    const int32_t per = cuda_attn_rows(a->n_head / a->n_head_kv, (enum cuda_attn_kernel)a->kernel);
+    p->n_items = cuda_attn_plan(R, a->pos, a->seq, per, max_parts, p->items, p->part_off, p->split_rows, &p->n_parts,
+                                &p->n_split, &p->max_rows, &p->n_lone);
+    return 0;
+}
+
 /* Uploads the batch of a (and its attention plan: split or not) into bd. */
 static int cuda_hx_batch(struct cuda_hx *x, const struct cuda_harness_attn *a, int split, struct cuda_batch_dev *bd,
                          struct err *e)
 {
     const int32_t R = a->n_rows;
-    const int64_t max_parts = split ? 1 << 20 : 0;
-    struct cuda_attn_item *items =
-        (struct cuda_attn_item *)malloc((size_t)cuda_attn_max_items(R, max_parts) * sizeof *items);
-    int32_t *part_off = (int32_t *)malloc((size_t)R * 4), *split_rows = (int32_t *)malloc((size_t)R * 4);
-    int64_t n_parts = 0;
-    int32_t n_split = 0, max_rows = 1, n_lone = 0;
+    struct cuda_hx_plan p;
     void *dpos, *dseq, *doff, *dbt, *dpo, *dsr, *dit;
     int rc = -1;
-    if (!items || !part_off || !split_rows) {
+    if (cuda_hx_plan_make(a, split ? 1 << 20 : 0, &p)) {
         err_set(e, "cuda harness: out of memory");
-        goto out;
-    }
-    {
-        const int32_t per = cuda_attn_rows(a->n_head / a->n_head_kv, (enum cuda_attn_kernel)a->kernel);
-        const int64_t n_items = cuda_attn_plan(R, a->pos, a->seq, per, max_parts, items, part_off, split_rows,
-                                               &n_parts, &n_split, &max_rows, &n_lone);
-        if (cuda_hx_upload(x, a->pos, (size_t)R * 4, &dpos, e) || cuda_hx_upload(x, a->seq, (size_t)R * 4, &dseq, e) ||
-            cuda_hx_upload(x, a->bt_off, (size_t)a->n_seqs * 4, &doff, e) ||
-            cuda_hx_upload(x, a->bt, (size_t)a->n_bt * 4, &dbt, e) ||
-            cuda_hx_upload(x, part_off, (size_t)R * 4, &dpo, e) ||
-            cuda_hx_upload(x, split_rows, (size_t)R * 4, &dsr, e) ||
-            cuda_hx_upload(x, items, (size_t)n_items * sizeof *items, &dit, e))
-            goto out;
+    } else if (!(cuda_hx_upload(x, a->pos, (size_t)R * 4, &dpos, e) ||
+                 cuda_hx_upload(x, a->seq, (size_t)R * 4, &dseq, e) ||
+                 cuda_hx_upload(x, a->bt_off, (size_t)a->n_seqs * 4, &doff, e) ||
+                 cuda_hx_upload(x, a->bt, (size_t)a->n_bt * 4, &dbt, e) ||
+                 cuda_hx_upload(x, p.part_off, (size_t)R * 4, &dpo, e) ||
+                 cuda_hx_upload(x, p.split_rows, (size_t)R * 4, &dsr, e) ||
+                 cuda_hx_upload(x, p.items, (size_t)p.n_items * sizeof *p.items, &dit, e))) {
         *bd = {R, NULL, (const int32_t *)dpos, (const int32_t *)dseq, (const int32_t *)doff, (const int32_t *)dbt,
-               (const int32_t *)dpo, NULL, (const struct cuda_attn_item *)dit, (int32_t)n_items,
-               (const int32_t *)dsr, n_split, max_rows, split == 1 ? n_lone : 0};
+               (const int32_t *)dpo, NULL, (const struct cuda_attn_item *)dit, (int32_t)p.n_items,
+               (const int32_t *)dsr, p.n_split, p.max_rows, split == 1 ? p.n_lone : 0};
         rc = 0;
     }
-out:
-    free(items);
-    free(part_off);
-    free(split_rows);
+    cuda_hx_plan_free(&p);
     return rc;
 }
 
@@ -522,20 +538,12 @@ extern "C" int cuda_harness_qkv(const struct cuda_harness_attn *a, float *qkv, c
 
 extern "C" int64_t cuda_harness_attn_plan(const struct cuda_harness_attn *h, int32_t *n_lone, int32_t *max_item_rows)
 {
-    const int32_t R = h->n_rows;
-    const int64_t max_parts = 1 << 20;
-    struct cuda_attn_item *items =
-        (struct cuda_attn_item *)malloc((size_t)cuda_attn_max_items(R, max_parts) * sizeof *items);
-    int32_t *part_off = (int32_t *)malloc((size_t)R * 4), *split_rows = (int32_t *)malloc((size_t)R * 4);
-    int64_t n = -1, n_parts = 0;
-    int32_t n_split = 0;
-    if (items && part_off && split_rows)
-        n = cuda_attn_plan(R, h->pos, h->seq, cuda_attn_rows(h->n_head / h->n_head_kv, (enum cuda_attn_kernel)h->kernel),
-                           max_parts, items, part_off, split_rows, &n_parts, &n_split, max_item_rows, n_lone);
-    free(items);
-    free(part_off);
-    free(split_rows);
-    return n;
+    struct cuda_hx_plan p;
+    const int rc = cuda_hx_plan_make(h, 1 << 20, &p);
+    *n_lone = p.n_lone;
+    *max_item_rows = p.max_rows;
+    cuda_hx_plan_free(&p);
+    return rc ? -1 : p.n_items;
 }
 
 extern "C" int cuda_harness_attn(const struct cuda_harness_attn *a, const float *qkv, const float *k_pool,

@@ -711,6 +711,17 @@ static int64_t cuda_attn_parts(const int32_t *pos, int32_t r, int32_t end)
     return need;
 }
 
+/* Marks rows [r, end) split: each row's partial slots from *parts on, the row in split_rows. */
+static void cuda_attn_split(const int32_t *pos, int32_t r, int32_t end, int32_t *part_off, int32_t *split_rows,
+                            int32_t *ns, int64_t *parts)
+{
+    for (int32_t k = r; k < end; k++) {
+        part_off[k] = (int32_t)*parts;
+        split_rows[(*ns)++] = k;
+        *parts += pos[k] / CUDA_ATT_CHUNK + 1;
+    }
+}
+
 int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, int32_t per, int64_t max_parts,
                        struct cuda_attn_item *items, int32_t *part_off, int32_t *split_rows, int64_t *n_parts,
                        int32_t *n_split_rows, int32_t *max_item_rows, int32_t *n_lone_items)
@@ -729,13 +740,10 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
             for (int32_t k = r; k < s_end; k++) last = last > pos[k] ? last : pos[k];
             const int64_t need = cuda_attn_parts(pos, r, s_end);
             if (last >= CUDA_ATT_CHUNK && parts + need <= max_parts) {
-                for (int32_t k = r; k < s_end; k++) {
-                    const int32_t nk = pos[k] / CUDA_ATT_CHUNK + 1;
-                    part_off[k] = (int32_t)parts;
-                    split_rows[ns++] = k;
-                    parts += nk;
-                    for (int32_t c = 0; c < nk; c++) items[n++] = (struct cuda_attn_item){k, 1, c, 1};
-                }
+                cuda_attn_split(pos, r, s_end, part_off, split_rows, &ns, &parts);
+                for (int32_t k = r; k < s_end; k++)
+                    for (int32_t c = 0; c <= pos[k] / CUDA_ATT_CHUNK; c++)
+                        items[n++] = (struct cuda_attn_item){k, 1, c, 1};
                 lone += need;
                 r = s_end;
                 continue;
@@ -750,11 +758,7 @@ int64_t cuda_attn_plan(int32_t n_rows, const int32_t *pos, const int32_t *seq, i
         const int whole_seq = alone && (end == n_rows || seq[end] != seq[r]);
         const int64_t need = cuda_attn_parts(pos, r, end);
         if (whole_seq && nc > 1 && parts + need <= max_parts) {
-            for (int32_t k = r; k < end; k++) {
-                part_off[k] = (int32_t)parts;
-                split_rows[ns++] = k;
-                parts += pos[k] / CUDA_ATT_CHUNK + 1;
-            }
+            cuda_attn_split(pos, r, end, part_off, split_rows, &ns, &parts);
             for (int64_t c = 0; c < nc; c++) items[n++] = (struct cuda_attn_item){r, end - r, (int32_t)c, 1};
         } else {
             items[n++] = (struct cuda_attn_item){r, end - r, last + 1, 0};
