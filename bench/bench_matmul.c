@@ -1,11 +1,11 @@
-/* bench/bench_matmul.c — the CPU backend's matmul kernel alone: one (8192 x 2048) weight matrix of type T
+/* bench/bench_matmul.c — the CPU backend's matmul kernel alone: one (N_OUT x N_IN, default 8192 x 2048) weight matrix of type T
  * (ggml id: 8 Q8_0, 2 Q4_0, 3 Q4_1, 0 F32, 1 F16, 10..14 Q2_K..Q6_K) times R activation rows on H
  * threads, 20 repetitions. Prints GMAC/s by wall time and by process CPU time (the latter is what a
  * shared, loaded machine can still measure). The weights (~17 MB for Q8_0, ~9.4 MB for Q4_K) mostly fit
  * in L3: this times compute, not DRAM. K-quant weights are random valid blocks (the kernels' speed does
  * not depend on the values); the others are quantized from a fixed pattern.
  *
- *   bench_matmul [ROWS=1] [THREADS=1] [TYPE=8]      (make build/bench/bench_matmul)
+ *   bench_matmul [ROWS=1] [THREADS=1] [TYPE=8] [N_IN=2048] [N_OUT=8192]      (make build/bench/bench_matmul)
  *   NIGHTSHIFT_CPU_KERNELS=avx2|scalar caps the kernel variant, as for nightshift. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,9 +43,9 @@ int main(int argc, char **argv)
 {
     int rows = argc > 1 ? atoi(argv[1]) : 1, nth = argc > 2 ? atoi(argv[2]) : 1;
     enum gguf_dtype t = argc > 3 ? (enum gguf_dtype)atoi(argv[3]) : GGUF_DTYPE_Q8_0;
-    const int64_t n_in = 2048, n_out = 8192;
+    const int64_t n_in = argc > 4 ? atoll(argv[4]) : 2048, n_out = argc > 5 ? atoll(argv[5]) : 8192;
     uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
-    if (rows < 1 || rows > 512 || rb == 0 || !cpu_kernel_best(t).tile) return 2;
+    if (rows < 1 || rows > 512 || n_in < 32 || n_out < 1 || rb == 0 || !cpu_kernel_best(t).tile) return 2;
     char *w = malloc(rb * (uint64_t)cpu_packed_rows(t, n_out)), *w0 = malloc(rb * (uint64_t)n_out);
     float *row = malloc((size_t)n_in * 4), *x = malloc((size_t)n_in * 4 * (size_t)rows);
     uint8_t *xq = malloc((size_t)cpu_q8_row_bytes(n_in) * (size_t)rows);
@@ -76,8 +76,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < iters; i++) cpu_matmul(p, &job, 1, x, xq, xk, rows, NULL);
     double dt = (clock_now() - t0) / iters, dc = (cpu_seconds() - c0) / iters;
     double macs = (double)n_in * (double)n_out * rows;
-    printf("type %s rows %d threads %d: %.3f ms/matmul, %.1f GMAC/s wall, %.1f GMAC per CPU-second\n",
-           gguf_dtype_info(t)->name, rows, nth, dt * 1e3, macs / dt / 1e9, macs / dc / 1e9);
+    printf("type %s %lld x %lld rows %d threads %d: %.3f ms/matmul, %.1f GMAC/s wall, %.1f GMAC per CPU-second\n",
+           gguf_dtype_info(t)->name, (long long)n_out, (long long)n_in, rows, nth, dt * 1e3, macs / dt / 1e9, macs / dc / 1e9);
     threads_free(p);
     return 0;
 }

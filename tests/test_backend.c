@@ -258,7 +258,7 @@ static void tile_case(int64_t n, int n_w)
             for (int n_x = 1; n_x <= k.max_x; n_x++) {
                 k.tile(n, w, (int64_t)rb, n_w, xin, xs, n_x, y, 80);
                 for (int o = 0; o < n_w; o++) {
-                    k.dot(n, (q8 ? w : w0) + o * rb, xin, xs, n_x, ref);
+                    k.dot(n, (q8 && !cpu_type_panels(t) ? w : w0) + o * rb, xin, xs, n_x, ref);
                     for (int i = 0; i < n_x; i++)
                         CHECK_MSG(memcmp(&y[i * 80 + o], &ref[i], sizeof(float)) == 0,
                                   "type %s variant %d n %lld n_w %d n_x %d o %d i %d: %.9g vs %.9g",

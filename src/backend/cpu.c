@@ -27,8 +27,8 @@
  *    block). The general kernels never load a slot past that; the fast path loads K of whole 16-slot
  *    groups inside the sequence's own last block, and the lanes of unwritten slots (any bits, NaN
  *    included) are replaced by -inf before anything uses them (cpu_attn.h).
- *  - Weights: at load every matrix is repacked once (cpu_repack_rows: Q8_0/Q4_x/Q5_x into groups of 8
- *    interleaved blocks, same size; F32/F16/BF16 into panels of 16 rows, padded to a multiple of 16
+ *  - Weights: at load every matrix is repacked once (cpu_repack_rows: Q5_x into groups of 8 interleaved
+ *    blocks, same size; F32/F16/BF16/Q4_x/Q8_0 into panels of 16 rows, padded to a multiple of 16
  *    rows; the K-quants Q2_K..Q6_K copied as they are, cpu_kquant.h) into one buffer that the backend owns (memory = the matrices' bytes again; the model's
  *    mapping is then read only for token embedding rows and the small F32 tensors). As rows are
  *    repacked, their pages of a file mapping are dropped from the process (MADV_DONTNEED;
@@ -63,7 +63,7 @@ struct cpu_ctx {
     const struct model *m;
     double *inv_freq; /* (n_rot / 2) RoPE angular frequency per pair, rope_freqs applied */
     double *inv_freq_local; /* (n_rot / 2) the same for local layers when their RoPE differs (cpu_local_rope), else NULL */
-    /* The model's matrices as the kernels read them: integer types repacked (cpu_repack_row) into
+    /* The model's matrices as the kernels read them: repacked (cpu_repack_rows) into
      * `packed`, others pointing at the model's data; norms and biases are the model's. */
     struct model_layer *layers; /* (n_layer) */
     struct model_weight output;

@@ -5,14 +5,17 @@
  * the row length; n_x only decides how many rows share one decode of a weight block. The matmul splits
  * work over weight rows (output columns), never over the reduction dimension.
  *
- * Integer paths (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 weights, repacked into groups of 8 interleaved blocks; see
- * cpu_kernels.h): per group, exact 32-bit lane sums (lane j = block j) of the weight quants times the
- * activation's int8 quants, then acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q4_1 and
- * Q5_1 add one more FMA m_w[8] * s_x[8]). Leftover blocks (nb % 8) go through a per-block path into a
- * second accumulator. The row's result is hsum(acc + acc_tail) + the tail's offsets: a fixed order. The
- * integer part may be split into any number of partial sums (exact), the float part never is.
- * Overflow: |q_x| <= 127; Q8_0 uses |q_w| <= 128 via the sign trick, so a maddubs pair sum is at most
- * 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); a lane of a group sums 32 products < 2^20.
+ * Integer paths, Q4_0, Q4_1 and Q8_0 weights (repacked into panels of 16 rows; cpu_kernels_qpanel.h): one
+ * vector lane per output, exact integer sums per block, then per block acc = fma(d_w * d_x, isum, acc)
+ * (Q4: then acc = fma(m_w, s_x, acc)), in block order from the first block to the last.
+ * Q5_0 and Q5_1 (repacked into groups of 8 interleaved blocks; cpu_kernels_quant.h): per group, exact
+ * 32-bit lane sums (lane j = block j) of the weight quants times the activation's int8 quants, then
+ * acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q5_1 adds one more FMA m_w[8] * s_x[8]).
+ * Leftover blocks (nb % 8) go through a per-block path into a second accumulator. The row's result is
+ * hsum(acc + acc_tail) + the tail's offsets: a fixed order.
+ * The integer part may be split into any number of partial sums (exact), the float part never is.
+ * Overflow: |q_x| <= 127; the sign trick keeps |q_w| <= 128 (Q8_0) or 16 (Q5_0), so a maddubs pair sum is
+ * at most 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); a lane of a group sums 32 products < 2^20.
  * The K-quants (Q2_K .. Q6_K) have their own kernels and activation blocks: cpu_kquant.c.
  */
 #include "backend/cpu_kernels.h"
@@ -164,29 +167,20 @@ static int cpu_has_min(enum gguf_dtype t)
     return t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q5_1;
 }
 
-static int cpu_is_q5(enum gguf_dtype t)
-{
-    return t == GGUF_DTYPE_Q5_0 || t == GGUF_DTYPE_Q5_1;
-}
-
-/* Bytes of a repacked group's header, before its 128 nibble bytes (Q8_0: its 256 quant bytes): f16 d[8],
- * then f16 m[8] (Q4_1, Q5_1), then the fifth bits (Q5_0, Q5_1) as uint32 qh[8], word k for chunk k. */
+/* Bytes of a repacked Q5 group's header, before its 128 nibble bytes: f16 d[8], then f16 m[8] (Q5_1),
+ * then the fifth bits as uint32 qh[8], word k for chunk k. */
 static int64_t cpu_group_header(enum gguf_dtype t)
 {
-    return 16 + (cpu_has_min(t) ? 16 : 0) + (cpu_is_q5(t) ? 32 : 0);
+    return 16 + (cpu_has_min(t) ? 16 : 0) + 32;
 }
 
-/* The 32 quants of ggml block src as bytes in element order: Q8_0 int8 values, Q4 nibbles 0..15, Q5
- * 0..31 (nibble | fifth bit << 4, bit e of the little-endian qh word for element e). */
+/* The 32 quants of a Q5 ggml block as bytes 0..31 in element order (nibble | fifth bit << 4, bit e of the
+ * little-endian qh word for element e). */
 static void cpu_block_quants(enum gguf_dtype t, const uint8_t *src, uint8_t *v)
 {
-    if (t == GGUF_DTYPE_Q8_0) {
-        memcpy(v, src + 2, 32);
-        return;
-    }
     const uint8_t *p = src + (cpu_has_min(t) ? 4 : 2);
-    const uint32_t qh = cpu_is_q5(t) ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24 : 0;
-    const uint8_t *qs = p + (cpu_is_q5(t) ? 4 : 0);
+    const uint32_t qh = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    const uint8_t *qs = p + 4;
     for (int e = 0; e < 16; e++) {
         v[e] = (uint8_t)((qs[e] & 0x0F) | ((qh >> e) & 1) << 4);
         v[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
@@ -195,7 +189,7 @@ static void cpu_block_quants(enum gguf_dtype t, const uint8_t *src, uint8_t *v)
 
 void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
 {
-    if (!cpu_type_uses_q8(t)) {
+    if (!cpu_type_uses_q8(t) || cpu_type_panels(t)) {
         memcpy(dst, src, (size_t)gguf_row_bytes((uint32_t)t, (uint64_t)n));
         return;
     }
@@ -214,23 +208,58 @@ void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
             for (int c = 0; c < 8; c++) memcpy(&chunks[c][j * 4], v + 4 * c, 4);
         }
         uint8_t *q = d + hdr;
-        if (t == GGUF_DTYPE_Q8_0) {
-            memcpy(q, chunks, 256);
-        } else {
-            for (int k = 0; k < 8; k++) {
-                uint32_t qh = 0; /* Q5: bit b = the fifth bit of chunk k's byte b */
-                for (int b = 0; b < 32; b++) qh |= (uint32_t)(chunks[k][b] >> 4) << b;
-                for (int b = 0; b < 16; b++) q[16 * k + b] = (uint8_t)((chunks[k][b] & 15) | (chunks[k][16 + b] & 15) << 4);
-                if (cpu_is_q5(t)) memcpy(d + qh_off + 4 * k, &qh, 4);
-            }
+        for (int k = 0; k < 8; k++) {
+            uint32_t qh = 0; /* bit b = the fifth bit of chunk k's byte b */
+            for (int b = 0; b < 32; b++) qh |= (uint32_t)(chunks[k][b] >> 4) << b;
+            for (int b = 0; b < 16; b++) q[16 * k + b] = (uint8_t)((chunks[k][b] & 15) | (chunks[k][16 + b] & 15) << 4);
+            memcpy(d + qh_off + 4 * k, &qh, 4);
         }
     }
     memcpy(d, s, (size_t)((nb - ng * CPU_QG) * bb)); /* the remaining blocks as they are */
 }
 
-static int cpu_type_panels(enum gguf_dtype t)
+static int cpu_float_type(enum gguf_dtype t)
 {
     return t == GGUF_DTYPE_F32 || t == GGUF_DTYPE_F16 || t == GGUF_DTYPE_BF16;
+}
+
+/* The integer types in panels (cpu_kernels_qpanel.h). */
+static int cpu_qp_type(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q8_0;
+}
+
+int cpu_type_panels(enum gguf_dtype t)
+{
+    return cpu_float_type(t) || cpu_qp_type(t);
+}
+
+/* Bytes of a panel block's header: f16 d[16], then Q4_1's f16 m[16]. */
+static int64_t cpu_qp_header(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_Q4_1 ? 64 : 32;
+}
+
+/* Rows p0 .. p0 + 15 of a Q4_0 / Q4_1 / Q8_0 matrix (src: row p0, n_valid rows left, nb blocks a row) as one
+ * panel at dst (layout: cpu_kernels.h); rows past n_valid are zeros. */
+static void cpu_repack_qp_panel(enum gguf_dtype t, const uint8_t *src, uint64_t rb, int64_t n_valid, int64_t nb,
+                                uint8_t *dst)
+{
+    const int64_t bb = cpu_block_bytes(t), hdr = cpu_qp_header(t);
+    memset(dst, 0, (size_t)(CPU_PANEL * rb));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *pb = dst + b * CPU_PANEL * bb;
+        for (int64_t o = 0; o < n_valid && o < CPU_PANEL; o++) {
+            const uint8_t *blk = src + (uint64_t)o * rb + (uint64_t)(b * bb);
+            memcpy(pb + 2 * o, blk, 2); /* d */
+            if (t == GGUF_DTYPE_Q4_1) memcpy(pb + 32 + 2 * o, blk + 2, 2); /* m */
+            const uint8_t *qs = blk + (t == GGUF_DTYPE_Q4_1 ? 4 : 2);
+            if (t == GGUF_DTYPE_Q8_0) /* step s = elements 4s .. 4s + 3 */
+                for (int s8 = 0; s8 < 8; s8++) memcpy(pb + hdr + 64 * s8 + 4 * o, qs + 4 * s8, 4);
+            else /* step k (0-3): bytes 4k .. 4k + 3 (elements 4k .. 4k + 3 low, + 16 high) */
+                for (int k = 0; k < 4; k++) memcpy(pb + hdr + 64 * k + 4 * o, qs + 4 * k, 4);
+        }
+    }
 }
 
 int64_t cpu_packed_rows(enum gguf_dtype t, int64_t n_out)
@@ -249,6 +278,11 @@ void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n
         return;
     }
     assert(r0 % CPU_PANEL == 0 && (r1 % CPU_PANEL == 0 || r1 == n_out));
+    if (cpu_qp_type(t)) {
+        for (int64_t p0 = r0; p0 < r1; p0 += CPU_PANEL)
+            cpu_repack_qp_panel(t, s + (uint64_t)p0 * rb, rb, n_out - p0, n_in / CPU_QK, d + (uint64_t)p0 * rb);
+        return;
+    }
     const size_t esz = t == GGUF_DTYPE_F32 ? 4 : 2;
     const int64_t end = r1 == n_out ? cpu_packed_rows(t, n_out) : r1;
     for (int64_t p0 = r0; p0 < end; p0 += CPU_PANEL) {
@@ -326,8 +360,8 @@ static uint16_t cpu_rd16(const uint8_t *p)
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
-/* Block b of a repacked weight row: scale, Q4_1/Q5_1 offset (else 0) and the 32 values q (Q8_0: int8,
- * Q4_0: nibble - 8, Q4_1: nibble, Q5_0: 5-bit value - 16, Q5_1: 5-bit value) in element order. */
+/* Block b of a repacked Q5 weight row: scale, Q5_1's offset (else 0) and the 32 values q (Q5_0: 5-bit
+ * value - 16, Q5_1: 5-bit value) in element order. */
 static void cpu_weight_block(enum gguf_dtype t, const uint8_t *row, int64_t nb, int64_t b, float *d, float *m,
                              int *q)
 {
@@ -348,18 +382,11 @@ static void cpu_weight_block(enum gguf_dtype t, const uint8_t *row, int64_t nb, 
         for (int c = 0; c < 8; c++)
             for (int k = 0; k < 4; k++) {
                 int idx = j * 4 + k; /* byte of chunk c */
-                if (t == GGUF_DTYPE_Q8_0)
-                    v[4 * c + k] = qs[c * 32 + idx];
-                else
-                    v[4 * c + k] = (uint8_t)((idx < 16 ? (qs[16 * c + idx] & 0x0F) : (qs[16 * c + idx - 16] >> 4)) |
-                                             (cpu_is_q5(t) ? ((qh[4 * c + idx / 8] >> (idx % 8)) & 1) << 4 : 0));
+                v[4 * c + k] = (uint8_t)((idx < 16 ? (qs[16 * c + idx] & 0x0F) : (qs[16 * c + idx - 16] >> 4)) |
+                                         ((qh[4 * c + idx / 8] >> (idx % 8)) & 1) << 4);
             }
     }
-    for (int e = 0; e < 32; e++)
-        q[e] = t == GGUF_DTYPE_Q8_0  ? (int8_t)v[e]
-               : t == GGUF_DTYPE_Q4_0 ? (int)v[e] - 8
-               : t == GGUF_DTYPE_Q5_0 ? (int)v[e] - 16
-                                      : (int)v[e];
+    for (int e = 0; e < 32; e++) q[e] = t == GGUF_DTYPE_Q5_0 ? (int)v[e] - 16 : (int)v[e];
 }
 
 /* Block b of a quantized activation row. */
@@ -389,7 +416,7 @@ float cpu_q8_value(const void *row, int64_t n, int64_t i)
     return d * (float)q[i % CPU_QK];
 }
 
-/* sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q4_1, Q5_1), in block order. */
+/* Q5_0, Q5_1: sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q5_1), in block order. */
 static void dot_quant_scalar(enum gguf_dtype t, int64_t n, const void *w, const void *x, int64_t xs, int n_x,
                              float *out)
 {
@@ -411,20 +438,75 @@ static void dot_quant_scalar(enum gguf_dtype t, int64_t n, const void *w, const 
     }
 }
 
-static void dot_q8_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+/* Block b of output o as the panel kernels see it: d, m (Q4_1's offset, Q4_0's -8 d, Q8_0 0) and the 32
+ * quants the integer sum takes (Q4: the nibbles, Q8_0: q) in element order; from a ggml row (panel NULL)
+ * or from a panel (row NULL). */
+static void cpu_qp_weight_block(enum gguf_dtype t, const uint8_t *row, const uint8_t *panel, int o, int64_t b,
+                                float *d, float *m, int *u)
 {
-    dot_quant_scalar(GGUF_DTYPE_Q8_0, n, w, x, xs, n_x, out);
+    const int64_t bb = cpu_block_bytes(t), nq = t == GGUF_DTYPE_Q8_0 ? 32 : 16;
+    uint8_t qs[32]; /* the ggml block's quant bytes */
+    if (row) {
+        const uint8_t *blk = row + b * bb;
+        *d = quant_f16_to_f32(cpu_rd16(blk));
+        *m = t == GGUF_DTYPE_Q4_1 ? quant_f16_to_f32(cpu_rd16(blk + 2)) : 0.0f;
+        memcpy(qs, blk + (t == GGUF_DTYPE_Q4_1 ? 4 : 2), (size_t)nq);
+    } else {
+        const uint8_t *pb = panel + b * CPU_PANEL * bb, *q = pb + cpu_qp_header(t);
+        *d = quant_f16_to_f32(cpu_rd16(pb + 2 * o));
+        *m = t == GGUF_DTYPE_Q4_1 ? quant_f16_to_f32(cpu_rd16(pb + 32 + 2 * o)) : 0.0f;
+        for (int e = 0; e < nq; e++) qs[e] = q[64 * (e / 4) + 4 * o + e % 4];
+    }
+    if (t == GGUF_DTYPE_Q8_0) {
+        for (int e = 0; e < 32; e++) u[e] = (int8_t)qs[e];
+        return;
+    }
+    if (t == GGUF_DTYPE_Q4_0) *m = -8.0f * *d;
+    for (int e = 0; e < 16; e++) {
+        u[e] = qs[e] & 15;
+        u[e + 16] = qs[e] >> 4;
+    }
 }
 
-static void dot_q4_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
+/* One output of the panel kernels (cpu_kernels_qpanel.h), their float part in scalar code: per block,
+ * acc = fma(d_w * d_x, isum, acc), then for Q4 acc = fma(m_w, s_x, acc). */
+static float cpu_qp_ref(enum gguf_dtype t, int64_t n, const uint8_t *row, const uint8_t *panel, int o,
+                        const uint8_t *xr)
 {
-    dot_quant_scalar(GGUF_DTYPE_Q4_0, n, w, x, xs, n_x, out);
+    const int64_t nb = n / CPU_QK;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        float dw, mw, dx, sx;
+        int u[32];
+        int8_t qx[32];
+        cpu_qp_weight_block(t, row, panel, o, b, &dw, &mw, u);
+        cpu_act_block(xr, nb, b, &dx, &sx, qx);
+        int isum = 0;
+        for (int k = 0; k < 32; k++) isum += u[k] * qx[k];
+        acc = fmaf(dw * dx, (float)isum, acc);
+        if (t != GGUF_DTYPE_Q8_0) acc = fmaf(mw, sx, acc);
+    }
+    return acc;
 }
 
-static void dot_q4_1_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
-{
-    dot_quant_scalar(GGUF_DTYPE_Q4_1, n, w, x, xs, n_x, out);
-}
+/* The panel types' dot of every variant, on an unpacked (ggml) row as for the float types, and their
+ * scalar tile. */
+#define DEFINE_QP_SCALAR(name, t)                                                                         \
+    static void dot_##name##_row(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out) \
+    {                                                                                                     \
+        for (int i = 0; i < n_x; i++) out[i] = cpu_qp_ref(t, n, w, NULL, 0, (const uint8_t *)x + i * xs); \
+    }                                                                                                     \
+    static void tile_##name##_scalar(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, \
+                                     int n_x, float *y, int64_t ys)                                       \
+    {                                                                                                     \
+        for (int o = 0; o < n_w; o++)                                                                     \
+            for (int i = 0; i < n_x; i++)                                                                 \
+                y[i * ys + o] = cpu_qp_ref(t, n, NULL, (const uint8_t *)w + (int64_t)(o - o % CPU_PANEL) * ws, \
+                                           o % CPU_PANEL, (const uint8_t *)x + i * xs);                   \
+    }
+DEFINE_QP_SCALAR(q4_0, GGUF_DTYPE_Q4_0)
+DEFINE_QP_SCALAR(q4_1, GGUF_DTYPE_Q4_1)
+DEFINE_QP_SCALAR(q8_0, GGUF_DTYPE_Q8_0)
 
 static void dot_q5_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
 {
@@ -446,9 +528,6 @@ static void dot_q5_1_scalar(int64_t n, const void *w, const void *x, int64_t xs,
             for (int i = 0; i < n_x; i++) y[i * ys + o] = t[i];                                           \
         }                                                                                                 \
     }
-DEFINE_SCALAR_TILE(dot_q8_0_scalar)
-DEFINE_SCALAR_TILE(dot_q4_0_scalar)
-DEFINE_SCALAR_TILE(dot_q4_1_scalar)
 DEFINE_SCALAR_TILE(dot_q5_0_scalar)
 DEFINE_SCALAR_TILE(dot_q5_1_scalar)
 
@@ -630,6 +709,7 @@ CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
 #define CPU_QCASES CPU_QCASES4
 #define CPU_QNAME(x) x##_avx2
 #include "backend/cpu_kernels_quant.h"
+#include "backend/cpu_kernels_qpanel.h"
 #undef CPU_VNNI
 #undef CPU_QNAME
 
@@ -639,6 +719,7 @@ CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
 #define CPU_VNNI 1
 #define CPU_QNAME(x) x##_vnni
 #include "backend/cpu_kernels_quant.h"
+#include "backend/cpu_kernels_qpanel.h"
 #undef CPU_VNNI
 #undef CPU_QNAME
 #pragma GCC pop_options
@@ -649,13 +730,12 @@ CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
 #undef CPU_QCASES
 #define CPU_VNNI 2
 #define CPU_QMAX 8
-#define CPU_QNO_Q8_0 1 /* Q8_0 stays with the 4-row AVX-VNNI kernels: at 8 rows it measured slower */
 #define CPU_QCASES CPU_QCASES8
 #define CPU_QNAME(x) x##_vnni512
 #include "backend/cpu_kernels_quant.h"
+#include "backend/cpu_kernels_qpanel.h"
 #undef CPU_VNNI
 #undef CPU_QNAME
-#undef CPU_QNO_Q8_0
 #pragma GCC pop_options
 
 static int cpu_have_vnni512(void)
@@ -683,9 +763,9 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_F32: K2(dot_f32_scalar, tile_f32_scalar); break;
         case GGUF_DTYPE_F16: K2(dot_f16_scalar, tile_f16_scalar); break;
         case GGUF_DTYPE_BF16: K2(dot_bf16_scalar, tile_bf16_scalar); break;
-        case GGUF_DTYPE_Q8_0: K(dot_q8_0_scalar); break;
-        case GGUF_DTYPE_Q4_0: K(dot_q4_0_scalar); break;
-        case GGUF_DTYPE_Q4_1: K(dot_q4_1_scalar); break;
+        case GGUF_DTYPE_Q8_0: K2(dot_q8_0_row, tile_q8_0_scalar); break;
+        case GGUF_DTYPE_Q4_0: K2(dot_q4_0_row, tile_q4_0_scalar); break;
+        case GGUF_DTYPE_Q4_1: K2(dot_q4_1_row, tile_q4_1_scalar); break;
         case GGUF_DTYPE_Q5_0: K(dot_q5_0_scalar); break;
         case GGUF_DTYPE_Q5_1: K(dot_q5_1_scalar); break;
         default: break;
@@ -697,9 +777,9 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_F32: K2(dot_f32_scalar, tile_f32_avx2); break;
         case GGUF_DTYPE_F16: K2(dot_f16_scalar, tile_f16_avx2); break;
         case GGUF_DTYPE_BF16: K2(dot_bf16_scalar, tile_bf16_avx2); break;
-        case GGUF_DTYPE_Q8_0: K2(dot_q8_0_avx2, dot_q8_0_tile_avx2); break;
-        case GGUF_DTYPE_Q4_0: K2(dot_q4_0_avx2, dot_q4_0_tile_avx2); break;
-        case GGUF_DTYPE_Q4_1: K2(dot_q4_1_avx2, dot_q4_1_tile_avx2); break;
+        case GGUF_DTYPE_Q8_0: K2(dot_q8_0_row, tile_q8_0_avx2); break;
+        case GGUF_DTYPE_Q4_0: K2(dot_q4_0_row, tile_q4_0_avx2); break;
+        case GGUF_DTYPE_Q4_1: K2(dot_q4_1_row, tile_q4_1_avx2); break;
         case GGUF_DTYPE_Q5_0: K2(dot_q5_0_avx2, dot_q5_0_tile_avx2); break;
         case GGUF_DTYPE_Q5_1: K2(dot_q5_1_avx2, dot_q5_1_tile_avx2); break;
         default: break;
@@ -710,9 +790,9 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
 #if CPU_HAVE_VNNI
         if (!__builtin_cpu_supports("avxvnni")) break;
         switch (t) {
-        case GGUF_DTYPE_Q8_0: K2(dot_q8_0_vnni, dot_q8_0_tile_vnni); break;
-        case GGUF_DTYPE_Q4_0: K2(dot_q4_0_vnni, dot_q4_0_tile_vnni); break;
-        case GGUF_DTYPE_Q4_1: K2(dot_q4_1_vnni, dot_q4_1_tile_vnni); break;
+        case GGUF_DTYPE_Q8_0: K2(dot_q8_0_row, tile_q8_0_vnni); break;
+        case GGUF_DTYPE_Q4_0: K2(dot_q4_0_row, tile_q4_0_vnni); break;
+        case GGUF_DTYPE_Q4_1: K2(dot_q4_1_row, tile_q4_1_vnni); break;
         case GGUF_DTYPE_Q5_0: K2(dot_q5_0_vnni, dot_q5_0_tile_vnni); break;
         case GGUF_DTYPE_Q5_1: K2(dot_q5_1_vnni, dot_q5_1_tile_vnni); break;
         default: break;
@@ -727,8 +807,9 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_F16: K2(dot_f16_scalar, tile_f16_avx512); break;
         case GGUF_DTYPE_BF16: K2(dot_bf16_scalar, tile_bf16_avx512); break;
 #if CPU_HAVE_VNNI
-        case GGUF_DTYPE_Q4_0: if (cpu_have_vnni512()) K8(dot_q4_0_vnni512, dot_q4_0_tile_vnni512); break;
-        case GGUF_DTYPE_Q4_1: if (cpu_have_vnni512()) K8(dot_q4_1_vnni512, dot_q4_1_tile_vnni512); break;
+        case GGUF_DTYPE_Q8_0: if (cpu_have_vnni512()) K8(dot_q8_0_row, tile_q8_0_vnni512); break;
+        case GGUF_DTYPE_Q4_0: if (cpu_have_vnni512()) K8(dot_q4_0_row, tile_q4_0_vnni512); break;
+        case GGUF_DTYPE_Q4_1: if (cpu_have_vnni512()) K8(dot_q4_1_row, tile_q4_1_vnni512); break;
         case GGUF_DTYPE_Q5_0: if (cpu_have_vnni512()) K8(dot_q5_0_vnni512, dot_q5_0_tile_vnni512); break;
         case GGUF_DTYPE_Q5_1: if (cpu_have_vnni512()) K8(dot_q5_1_vnni512, dot_q5_1_tile_vnni512); break;
 #endif

@@ -59,23 +59,32 @@ void cpu_quantize_row_q8_ref(const float *x, void *y, int64_t n);
 /* Element i of a quantized activation row of n elements, dequantized (d * q): for tests. */
 float cpu_q8_value(const void *row, int64_t n, int64_t i);
 
-/* Weight rows of the integer types are repacked once (at backend load) into the same group layout:
- * per group of 8 blocks, Q8_0: {f16 d[8]; int8 q[256] interleaved} (272 bytes); Q4_0: {f16 d[8]; uint8
- * qs[128]} (144); Q4_1: {f16 d[8]; f16 m[8]; uint8 qs[128]} (160); Q5_0: {f16 d[8]; uint32 qh[8]; uint8
- * qs[128]} (176); Q5_1: {f16 d[8]; f16 m[8]; uint32 qh[8]; uint8 qs[128]} (192), where for k = 0..7 the
- * 16 bytes qs[16k..16k+15] hold interleaved chunk k as nibbles: low nibble of byte t = chunk byte t, high
- * nibble = chunk byte 16 + t, and bit t of qh[k] is the fifth bit of chunk k's byte t. The nb % 8
- * remaining blocks keep their ggml layout. Same size as the ggml row.
- * Other types (the K-quants included, see cpu_kquant.h) are copied as they are. dst must not overlap src. */
+/* Weight rows of Q5_0 and Q5_1 are repacked once (at backend load) into a group layout: per group of 8
+ * blocks, Q5_0: {f16 d[8]; uint32 qh[8]; uint8 qs[128]} (176 bytes); Q5_1: {f16 d[8]; f16 m[8]; uint32
+ * qh[8]; uint8 qs[128]} (192), where for k = 0..7 the 16 bytes qs[16k..16k+15] hold interleaved chunk k as
+ * nibbles: low nibble of byte t = chunk byte t, high nibble = chunk byte 16 + t, and bit t of qh[k] is the
+ * fifth bit of chunk k's byte t. The nb % 8 remaining blocks keep their ggml layout. Same size as the
+ * ggml row. The panel types (cpu_type_panels: F32, F16, BF16, Q4_0, Q4_1, Q8_0) and the others (the
+ * K-quants, see cpu_kquant.h) are copied as they are: a panel needs 16 rows (cpu_repack_rows), and those
+ * types' dot reads the unpacked row. dst must not overlap src. */
 void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n);
 
-/* Repacking of whole matrices, what the backend does at load for every type it computes. Integer types:
- * row by row as cpu_repack_row. Float types (F32, F16, BF16): panels of CPU_PANEL rows; panel p holds
- * rows 16p .. 16p + 15 with element k of row 16p + j at index k * 16 + j (elements of the weight type),
- * and starts at byte 16p * rb of the repacked matrix (rb = the source row bytes), so weight row o's data
- * "starts" at o * rb for every type when o is a multiple of 16. The last panel's rows past n_out are
- * zeros: the repacked matrix takes cpu_packed_rows(t, n_out) * rb bytes. */
+/* Repacking of whole matrices, what the backend does at load for every type it computes. Q5_0, Q5_1 and
+ * the K-quants: row by row as cpu_repack_row. The panel types: panels of CPU_PANEL rows; panel p holds rows
+ * 16p .. 16p + 15 and starts at byte 16p * rb of the repacked matrix (rb = the source row bytes), so weight
+ * row o's data "starts" at o * rb for every type when o is a multiple of 16. The last panel's rows past
+ * n_out are zeros: the repacked matrix takes cpu_packed_rows(t, n_out) * rb bytes. Within a panel:
+ *  - F32, F16, BF16: element k of row 16p + j at index k * 16 + j (elements of the weight type).
+ *  - Q4_0, Q4_1, Q8_0: block after block (16 ggml blocks' bytes each), a block as f16 d[16] (row j's scale
+ *    at j), then Q4_1's f16 m[16], then the quants as 64-byte lines, 4 bytes per row: row j's bytes
+ *    4j .. 4j + 3 of line k hold its elements 4k .. 4k + 3 (Q8_0: lines 0-7, int8) or, Q4, its ggml qs
+ *    bytes 4k .. 4k + 3 (lines 0-3: elements 4k .. 4k + 3 in the low nibbles, 16 + 4k .. in the high ones).
+ *    Q4_0: 288 bytes a block, Q4_1: 320, Q8_0: 544. */
 int64_t cpu_packed_rows(enum gguf_dtype t, int64_t n_out);
+
+/* 1 for the types repacked into panels of CPU_PANEL rows (F32, F16, BF16, Q4_0, Q4_1, Q8_0): their dot
+ * reads an unpacked row, their tile a panel. */
+int cpu_type_panels(enum gguf_dtype t);
 
 /* Repacks rows [r0, r1) of a matrix of n_out rows of n_in elements (src: its row 0, rows rb bytes apart)
  * into dst (the repacked matrix's start). r0 is a multiple of CPU_PANEL; so is r1 unless r1 == n_out
@@ -94,8 +103,8 @@ enum cpu_act cpu_type_act(enum gguf_dtype t);
 /* 1 if weights of type t are multiplied with q8-quantized activations (cpu_type_act(t) == CPU_ACT_Q8). */
 int cpu_type_uses_q8(enum gguf_dtype t);
 
-/* out[i] = dot(w (n elements of the weight type; integer types repacked, float types an unpacked row: the
- * reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride
+/* out[i] = dot(w (n elements of the weight type; Q5_0, Q5_1 and the K-quants repacked (cpu_repack_row), the
+ * panel types an unpacked row: the reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride
  * bytes and is an activation row in the type's form (cpu_type_act): n floats, or a row quantized by
  * cpu_quantize_row_q8 or cpu_quantize_row_q8k. */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);
@@ -104,11 +113,11 @@ enum cpu_kernel_variant {
     CPU_KERNEL_SCALAR, /* plain C reference */
     CPU_KERNEL_AVX2,   /* AVX2/FMA/F16C (compiled in with the Makefile's default flags) */
     CPU_KERNEL_VNNI,   /* AVX2 + AVX-VNNI for the integer kernels, when the CPU has it (run-time check) */
-    CPU_KERNEL_AVX512  /* AVX-512F for the float kernels; for the integer ones AVX-512 VNNI/VL/BW on 256-bit
-                          vectors, 8 rows per call (run-time checks) */
+    CPU_KERNEL_AVX512  /* AVX-512F for the float kernels; for the integer ones AVX-512 VNNI/VL/BW, 8 rows per
+                          call (512-bit vectors for the panel types, 256-bit for the others; run-time checks) */
 };
 
-/* y[i * y_stride + o] = dot(weight row o, x_i) for o < n_w (weight rows w_stride bytes apart; float types:
+/* y[i * y_stride + o] = dot(weight row o, x_i) for o < n_w (weight rows w_stride bytes apart; panel types:
  * w at a panel start, w_stride the source row bytes), i < n_x <= the kernel's max_x: the same arithmetic per
  * (o, i) as cpu_dot_fn, in one call per tile. */
 typedef void (*cpu_tile_fn)(int64_t n, const void *w, int64_t w_stride, int n_w, const void *x, int64_t x_stride,

@@ -1,11 +1,11 @@
-/* cpu_kernels_quant.h — template of the integer dot kernels, private to cpu_kernels.c, which includes it
+/* cpu_kernels_quant.h — template of the integer dot kernels of the group layout (Q5_0, Q5_1; Q4_0, Q4_1
+ * and Q8_0 have panels, cpu_kernels_qpanel.h), private to cpu_kernels.c, which includes it
  * three times: with CPU_VNNI 0 (AVX2: maddubs + madd + add), with CPU_VNNI 1 inside a target("avxvnni")
- * region (one VEX vpdpbusd), and with CPU_VNNI 2 inside an AVX-512 VNNI/VL/BW region (EVEX vpdpbusd, which
- * may use all 32 vector registers: CPU_QMAX 8 rows per call instead of 4; Q4_0 and Q4_1 calls of more than 4
- * rows on 512-bit vectors, two chunks at a time, the rest on 256-bit ones). All
+ * region (one VEX vpdpbusd), and with CPU_VNNI 2 inside an AVX-512 VNNI/VL/BW region (EVEX vpdpbusd on
+ * 256-bit vectors, which may use all 32 vector registers: CPU_QMAX 8 rows per call instead of 4). All
  * produce the same exact 32-bit lane sums (each lane adds products of four consecutive bytes), and the
  * float part is the same code per row, so the variants give bit-identical results. CPU_QNAME(x) names a
- * function of the variant; CPU_QNO_Q8_0 1 leaves the Q8_0 functions out. Layouts: see cpu_kernels.h. */
+ * function of the variant. Layouts: see cpu_kernels.h. */
 
 /* acc + the exact 32-bit lane sums of u8 x s8 products, four bytes per lane. */
 CPU_INLINE __m256i CPU_QNAME(dot4)(__m256i acc, __m256i u, __m256i s)
@@ -25,7 +25,7 @@ CPU_INLINE void CPU_QNAME(group_ints)(const uint8_t *wq, const uint8_t *wh, cons
 {
     enum { P = 4 };
     const int np = NX == 1 ? 4 : NX <= 4 ? 2 : 1;
-    const int has_min = kind == 2 || kind == 4;
+    const int has_min = kind == 4;
     __m256i ai[CPU_QMAX][P];
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++)
@@ -34,19 +34,12 @@ CPU_INLINE void CPU_QNAME(group_ints)(const uint8_t *wq, const uint8_t *wh, cons
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         __m256i wu, wsgn = _mm256_setzero_si256();
-        if (kind == 0) {
-            wsgn = _mm256_loadu_si256((const __m256i *)(wq + 32 * c));
-            wu = _mm256_sign_epi8(wsgn, wsgn); /* |q_w| */
-        } else if (kind == 1) {
-            wsgn = _mm256_sub_epi8(unpack_nibbles(wq + 16 * c), _mm256_set1_epi8(8));
-            wu = _mm256_sign_epi8(wsgn, wsgn);
-        } else if (kind == 3) {
+        if (kind == 3) {
             wsgn = _mm256_or_si256(unpack_nibbles(wq + 16 * c), unpack_bits16(cpu_rd32(wh + 4 * c)));
             wsgn = _mm256_sub_epi8(wsgn, _mm256_set1_epi8(16));
             wu = _mm256_sign_epi8(wsgn, wsgn);
         } else {
-            wu = unpack_nibbles(wq + 16 * c);
-            if (kind == 4) wu = _mm256_or_si256(wu, unpack_bits16(cpu_rd32(wh + 4 * c)));
+            wu = _mm256_or_si256(unpack_nibbles(wq + 16 * c), unpack_bits16(cpu_rd32(wh + 4 * c)));
         }
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
@@ -63,67 +56,17 @@ CPU_INLINE void CPU_QNAME(group_ints)(const uint8_t *wq, const uint8_t *wh, cons
     }
 }
 
-#if CPU_VNNI == 2
-/* group_ints for Q4_0 and Q4_1 (kind 1, 2) on 512-bit vectors, two chunks (c, c + 1) per vpdpbusd: lanes
- * 0-7 take chunk c's lanes, lanes 8-15 chunk c + 1's, and the halves are added at the end, which gives the
- * same exact lane sums. Used for calls of more than 4 rows: bench_matmul (bench/NOTES.md, 2026-12-02) gave
- * +7% to +29% there on a Zen 5 and a Xeon, but -9% for 1-4 rows of Q4_1 on the Xeon; Q5_0 and Q5_1 were no
- * faster, so they keep 256-bit vectors. */
-CPU_INLINE void CPU_QNAME(group_ints_q4_512)(const uint8_t *wq, const struct cpu_q8_group *const *xg, int NX,
-                                             int kind, __m256i *isum)
-{
-    enum { P = 2 };
-    const int np = NX <= 2 ? 2 : 1;
-    __m512i ai[CPU_QMAX][P];
-#pragma GCC unroll 8
-    for (int i = 0; i < NX; i++)
-#pragma GCC unroll 8
-        for (int k = 0; k < np; k++) ai[i][k] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int c = 0; c < 8; c += 2) {
-        /* chunks c and c + 1 packed (16 bytes each) with their high nibbles beside, 128-bit lanes
-         * [c, c + 1, c >> 4, c + 1 >> 4], reordered to the activations' [c lo, c hi, c + 1 lo, c + 1 hi] */
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(wq + 16 * c));
-        __m512i wu = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-        wu = _mm512_and_si512(_mm512_shuffle_i64x2(wu, wu, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
-        __mmask64 neg = 0;
-        if (kind == 1) { /* the sign trick: |w| x (x negated where w < 0) */
-            const __m512i wsgn = _mm512_sub_epi8(wu, _mm512_set1_epi8(8));
-            neg = _mm512_movepi8_mask(wsgn);
-            wu = _mm512_abs_epi8(wsgn);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < NX; i++) {
-            __m512i xq = _mm512_loadu_si512((const void *)(xg[i]->q + 32 * c));
-            if (kind == 1) xq = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq);
-            ai[i][(c / 2) % np] = _mm512_dpbusd_epi32(ai[i][(c / 2) % np], wu, xq);
-        }
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < NX; i++) {
-        const __m512i t = np == 2 ? _mm512_add_epi32(ai[i][0], ai[i][1]) : ai[i][0];
-        isum[i] = _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64(t, 1));
-    }
-}
-#endif
-
-/* One interleaved group of 8 blocks (weights wg, activation groups xg[i]) into acc[i]. kind: 0 Q8_0,
- * 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1 (signed kinds 0, 1, 3 use the sign trick: |w| x sign(x, w); the offset
- * kinds 2 and 4 multiply the unsigned quants and add m * s). The integer lane sums use P partial
+/* One interleaved group of 8 blocks (weights wg, activation groups xg[i]) into acc[i]. kind: 3 Q5_0 (the
+ * sign trick: |w| x sign(x, w)), 4 Q5_1 (the unsigned quants, then m * s added). The integer lane sums use P partial
  * accumulators per row (exact, so P is free to vary: more partials for fewer rows shorten the dependency
  * chains). */
 CPU_INLINE void CPU_QNAME(quant_group)(const uint8_t *wg, const struct cpu_q8_group *const *xg, int NX, int kind,
                                        __m256 *acc)
 {
-    const int has_min = kind == 2 || kind == 4;
-    const uint8_t *wq = wg + 16 + (has_min ? 16 : 0) + (kind >= 3 ? 32 : 0), *wh = wg + (has_min ? 32 : 16);
+    const int has_min = kind == 4;
+    const uint8_t *wq = wg + 16 + (has_min ? 16 : 0) + 32, *wh = wg + (has_min ? 32 : 16);
     __m256i isum[CPU_QMAX];
-#if CPU_VNNI == 2
-    if ((kind == 1 || kind == 2) && NX > 4)
-        CPU_QNAME(group_ints_q4_512)(wq, xg, NX, kind, isum);
-    else
-#endif
-        CPU_QNAME(group_ints)(wq, wh, xg, NX, kind, isum);
+    CPU_QNAME(group_ints)(wq, wh, xg, NX, kind, isum);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wg));
     const __m256 mw = has_min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wg + 16))) : _mm256_setzero_ps();
 #pragma GCC unroll 8
@@ -139,22 +82,14 @@ CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_bl
                                        __m256 *acc, float *accm)
 {
     float dw = _cvtsh_ss(cpu_rd16(wb));
-    const int has_min = kind == 2 || kind == 4;
+    const int has_min = kind == 4;
     __m256i wu, wsgn = _mm256_setzero_si256();
-    if (kind == 0) {
-        wsgn = _mm256_loadu_si256((const __m256i *)(wb + 2));
-        wu = _mm256_sign_epi8(wsgn, wsgn);
-    } else if (kind == 1) {
-        wsgn = _mm256_sub_epi8(unpack_nibbles(wb + 2), _mm256_set1_epi8(8));
-        wu = _mm256_sign_epi8(wsgn, wsgn);
-    } else if (kind == 3) { /* d, qh, qs */
+    if (kind == 3) { /* d, qh, qs */
         wsgn = _mm256_or_si256(unpack_nibbles(wb + 6), unpack_bits16(cpu_rd32(wb + 2)));
         wsgn = _mm256_sub_epi8(wsgn, _mm256_set1_epi8(16));
         wu = _mm256_sign_epi8(wsgn, wsgn);
-    } else if (kind == 4) { /* d, m, qh, qs */
+    } else { /* d, m, qh, qs */
         wu = _mm256_or_si256(unpack_nibbles(wb + 8), unpack_bits16(cpu_rd32(wb + 4)));
-    } else {
-        wu = unpack_nibbles(wb + 4);
     }
     float mw = has_min ? _cvtsh_ss(cpu_rd16(wb + 2)) : 0.0f;
     const __m256 vdw = _mm256_set1_ps(dw);
@@ -173,7 +108,7 @@ CPU_INLINE void CPU_QNAME(quant_block)(const uint8_t *wb, const struct cpu_q8_bl
 CPU_INLINE void CPU_QNAME(dot_quant_nx)(int64_t n, const void *w, const void *x, int64_t xs, int NX, int kind,
                                         float *out)
 {
-    const int64_t bb = kind == 0 ? 34 : kind == 1 ? 18 : kind == 2 ? 20 : kind == 3 ? 22 : 24;
+    const int64_t bb = kind == 3 ? 22 : 24;
     const int64_t nb = n / 32, ng = nb / CPU_QG;
     const uint8_t *xr[CPU_QMAX];
     __m256 acc[CPU_QMAX], acc_t[CPU_QMAX];
@@ -221,11 +156,6 @@ CPU_INLINE void CPU_QNAME(dot_quant_nx)(int64_t n, const void *w, const void *x,
         })                                                                                                \
         }                                                                                                 \
     }
-#if !CPU_QNO_Q8_0
-CPU_DEFINE_QUANT_DOT(dot_q8_0, 0)
-#endif
-CPU_DEFINE_QUANT_DOT(dot_q4_0, 1)
-CPU_DEFINE_QUANT_DOT(dot_q4_1, 2)
 CPU_DEFINE_QUANT_DOT(dot_q5_0, 3)
 CPU_DEFINE_QUANT_DOT(dot_q5_1, 4)
 #undef CPU_DEFINE_QUANT_DOT
