@@ -224,9 +224,9 @@ TEST(test_dot_simd_vs_scalar)
 }
 
 /* The tile kernels (what the matmul calls) of every variant this CPU has equal per-row dot calls bit for
- * bit, for every n_x, over 13, 37 and 80 weight rows (float panels: one partial; two whole and a partial;
- * four at once (AVX-512) and one more) and several row lengths. For
- * the float types the reference dot reads the unpacked row: scalar, AVX2 and AVX-512 panel kernels must
+ * bit, for every n_x, over 13, 20, 37 and 80 weight rows (panels: one partial; a whole and a partial; two
+ * whole and a partial; four at once (AVX-512 float kernels) and one more) and several row lengths. For
+ * the panel types the reference dot reads the unpacked row: scalar, AVX2 and AVX-512 panel kernels must
  * all give its bits. */
 static void tile_case(int64_t n, int n_w)
 {
@@ -274,7 +274,7 @@ static void tile_case(int64_t n, int n_w)
 TEST(test_tile_equals_dot)
 {
     const int64_t lens[] = {320, 172, 64, 8, 13, 100, 512, 768, 1056}; /* 512+: 2, 3, 4 block groups */
-    const int n_ws[] = {13, 37, 80};
+    const int n_ws[] = {13, 20, 37, 80};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         for (size_t j = 0; j < sizeof n_ws / sizeof n_ws[0]; j++) {
             tile_case(lens[i], n_ws[j]);
