@@ -39,7 +39,8 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const in
                                 : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
     __m512i p[CPU_QMAX][2];
 #pragma GCC unroll 8
-    for (int i = 0; i < NX; i++) p[i][0] = p[i][1] = _mm512_setzero_si512();
+    for (int i = 0; i < NX; i++)
+        p[i][0] = p[i][1] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) { /* steps k and k + 4 */
         __m512i wa, wb;
@@ -80,9 +81,11 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const in
     qs += 32 * h;
     __m256i p[CPU_QMAX];
 #pragma GCC unroll 4
-    for (int i = 0; i < NX; i++) p[i] = _mm256_setzero_si256();
+    for (int i = 0; i < NX; i++)
+        p[i] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) { /* steps k and k + 4; Q8_0: signed weights sa, sb, their magnitudes wa, wb */
+    /* steps k and k + 4; Q8_0: the signed weights sa, sb, their magnitudes wa, wb */
+    for (int k = 0; k < 4; k++) {
         __m256i wa, wb, sa = _mm256_setzero_si256(), sb = _mm256_setzero_si256();
         if (kind == 2) {
             sa = _mm256_loadu_si256((const __m256i *)(qs + 64 * k));
@@ -103,10 +106,12 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const in
 #else
             if (kind == 2) { /* a pair of |q| * q_x reaches 32512: 32-bit sums per step */
                 const __m256i one = _mm256_set1_epi16(1);
-                p[i] = _mm256_add_epi32(p[i], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, xa), one),
-                                                               _mm256_madd_epi16(_mm256_maddubs_epi16(wb, xb), one)));
+                p[i] = _mm256_add_epi32(
+                    p[i], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, xa), one),
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(wb, xb), one)));
             } else {
-                p[i] = _mm256_add_epi16(p[i], _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb)));
+                p[i] = _mm256_add_epi16(
+                    p[i], _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb)));
             }
 #endif
         }
@@ -126,19 +131,22 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const in
 
 #ifndef CPU_QP_PREFETCH
 /* Bytes ahead of the block in use that the panel kernels prefetch: without it a row streamed from DRAM ran
- * at ~55% of the bandwidth the machine has (bench_matmul; bench/NOTES.md, 2026-12-02 15:42). Prefetches
- * past the matrix's end are harmless (they do not fault). */
+ * at ~55% of the bandwidth the machine has (bench_matmul; bench/NOTES.md, 2026-12-02 15:42). The 256-bit
+ * variants' second pass over a panel (its data in cache by then) prefetches the next panel's block instead,
+ * so that the memory keeps streaming during that pass. Prefetches past the matrix's end are harmless (they
+ * do not fault). */
 #define CPU_QP_PREFETCH 4096
 CPU_INLINE void cpu_qp_prefetch(const uint8_t *pb, int64_t pbb)
 {
-    for (int64_t l = 0; l < pbb; l += 64) _mm_prefetch((const char *)pb + CPU_QP_PREFETCH + l, _MM_HINT_T0);
+    for (int64_t l = 0; l < pbb; l += 64)
+        _mm_prefetch((const char *)pb + CPU_QP_PREFETCH + l, _MM_HINT_T0);
 }
 #endif
 
-/* One panel (m <= 16 valid outputs) times NX activation rows xr (cpu_q8 layout, nb blocks) into
- * y[i * ys + o]. A panel block is 16 * bb bytes (bb: the ggml block's bytes). */
-CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t nb, int kind, const uint8_t *const *xr, int NX,
-                                    float *y, int64_t ys, int m)
+/* One panel (m <= 16 valid outputs; the next panel pst bytes on) times NX activation rows xr (cpu_q8
+ * layout, nb blocks) into y[i * ys + o]. A panel block is 16 * bb bytes (bb: the ggml block's bytes). */
+CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t nb, int kind,
+                                    const uint8_t *const *xr, int NX, float *y, int64_t ys, int m)
 {
     const int64_t pbb = CPU_PANEL * (kind == 0 ? 18 : kind == 1 ? 20 : 34), ng = nb / CPU_QG;
     const int8_t *xq[CPU_QMAX];
@@ -146,7 +154,8 @@ CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t nb, int kind, 
     CPU_QPV acc[CPU_QMAX];
     for (int h = 0; h < (CPU_VNNI == 2 ? 1 : 2); h++) {
 #pragma GCC unroll 8
-        for (int i = 0; i < NX; i++) acc[i] = CPU_QPZERO();
+        for (int i = 0; i < NX; i++)
+            acc[i] = CPU_QPZERO();
         const uint8_t *pb = panel;
         for (int64_t g = 0; g < ng; g++)
             for (int j = 0; j < CPU_QG; j++, pb += pbb) {
@@ -155,17 +164,18 @@ CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t nb, int kind, 
                     const struct cpu_q8_group *xg = (const struct cpu_q8_group *)xr[i] + g;
                     xq[i] = xg->q + 4 * j, xd[i] = &xg->d[j], xs[i] = &xg->s[j];
                 }
-                if (h == 0) cpu_qp_prefetch(pb, pbb);
+                cpu_qp_prefetch(pb + h * pst, pbb);
                 CPU_QNAME(qp_block)(pb, h, kind, xq, 32, xd, xs, NX, acc);
             }
         for (int64_t b = ng * CPU_QG; b < nb; b++, pb += pbb) {
 #pragma GCC unroll 8
             for (int i = 0; i < NX; i++) {
                 const struct cpu_q8_block *xb =
-                    (const struct cpu_q8_block *)((const struct cpu_q8_group *)xr[i] + ng) + (b - ng * CPU_QG);
+                    (const struct cpu_q8_block *)((const struct cpu_q8_group *)xr[i] + ng) +
+                    (b - ng * CPU_QG);
                 xq[i] = xb->q, xd[i] = &xb->d, xs[i] = &xb->s;
             }
-            if (h == 0) cpu_qp_prefetch(pb, pbb);
+            cpu_qp_prefetch(pb + h * pst, pbb);
             CPU_QNAME(qp_block)(pb, h, kind, xq, 4, xd, xs, NX, acc);
         }
 #pragma GCC unroll 8
@@ -187,19 +197,21 @@ CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t nb, int kind, 
 }
 
 /* The tile kernels (cpu_tile_fn): w at a panel start, ws the row bytes. */
-#define CPU_DEFINE_QP_TILE(name, kind)                                                                    \
-    static void CPU_QNAME(name)(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,  \
-                                int n_x, float *y, int64_t ys)                                            \
-    {                                                                                                     \
-        const uint8_t *xr[CPU_QMAX];                                                                      \
-        for (int i = 0; i < n_x && i < CPU_QMAX; i++) xr[i] = (const uint8_t *)x + i * xs;               \
-        for (int o = 0; o < n_w; o += CPU_PANEL) {                                                        \
-            const uint8_t *panel = (const uint8_t *)w + (int64_t)o * ws;                                  \
-            const int m = n_w - o < CPU_PANEL ? n_w - o : CPU_PANEL;                                      \
-            switch (n_x) {                                                                                \
-            CPU_QCASES(CPU_QNAME(qp_panel)(panel, n / CPU_QK, kind, xr, NXC, y + o, ys, m))              \
-            }                                                                                             \
-        }                                                                                                 \
+#define CPU_DEFINE_QP_TILE(name, kind)                                                                       \
+    static void CPU_QNAME(name)(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,    \
+                                int n_x, float *y, int64_t ys)                                               \
+    {                                                                                                        \
+        const uint8_t *xr[CPU_QMAX];                                                                         \
+        for (int i = 0; i < n_x && i < CPU_QMAX; i++)                                                        \
+            xr[i] = (const uint8_t *)x + i * xs;                                                             \
+        for (int o = 0; o < n_w; o += CPU_PANEL) {                                                           \
+            const uint8_t *panel = (const uint8_t *)w + (int64_t)o * ws;                                     \
+            const int m = n_w - o < CPU_PANEL ? n_w - o : CPU_PANEL;                                         \
+            switch (n_x) {                                                                                   \
+                CPU_QCASES(                                                                                  \
+                    CPU_QNAME(qp_panel)(panel, CPU_PANEL * ws, n / CPU_QK, kind, xr, NXC, y + o, ys, m))     \
+            }                                                                                                \
+        }                                                                                                    \
     }
 CPU_DEFINE_QP_TILE(tile_q4_0, 0)
 CPU_DEFINE_QP_TILE(tile_q4_1, 1)
