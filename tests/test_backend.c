@@ -126,8 +126,7 @@ static double max_abs_diff(const float *a, const float *b, int64_t n)
     return m;
 }
 
-/* The synthetic model of these tests: wide enough (n_embd 256 = 1 interleaved group, n_ff 320 = 1 group
- * + 2 leftover blocks) that both kernel paths run inside a whole forward pass. */
+/* The synthetic model of these tests: n_embd 256 (8 blocks a row), n_ff 320 (10 blocks). */
 static struct synth_cfg backend_cfg(void)
 {
     struct synth_cfg c = synth_default();
@@ -143,7 +142,7 @@ static const enum gguf_dtype all_types[] = {GGUF_DTYPE_F32,  GGUF_DTYPE_F16,  GG
 
 TEST(test_dot_simd_vs_scalar)
 {
-    /* integer types: 1..2 interleaved groups with and without leftover blocks, and leftovers alone */
+    /* integer types: 1 .. 33 blocks (the tiles, test_tile_equals_dot, are checked against these dots) */
     const int64_t lens[] = {32, 64, 96, 160, 256, 320, 576, 1024, 1056, 8, 172, 100, 7};
     for (size_t ti = 0; ti < sizeof all_types / sizeof all_types[0]; ti++) {
         enum gguf_dtype t = all_types[ti];
@@ -153,15 +152,14 @@ TEST(test_dot_simd_vs_scalar)
             if (q8 && n % 32) continue;
             float *wf = malloc((size_t)n * 4), *wd = malloc((size_t)n * 4), *x = malloc(8 * (size_t)n * 4);
             uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n);
-            void *w0 = malloc(rb), *w = malloc(rb);
+            void *w = malloc(rb);
             int64_t qrb = cpu_q8_row_bytes(n);
             uint8_t *xq = malloc(8 * (size_t)qrb + 1);
-            CHECK(wf && wd && x && w0 && w && xq);
+            CHECK(wf && wd && x && w && xq);
             for (int64_t i = 0; i < n; i++) wf[i] = frand(1.0f);
             for (int64_t i = 0; i < 8 * n; i++) x[i] = frand(2.0f);
-            CHECK(quant_quantize_row(t, wf, w0, n) == 0);
-            CHECK(quant_dequantize_row(t, w0, wd, n) == 0);
-            cpu_repack_row(t, w0, w, n); /* what the backend does at load */
+            CHECK(quant_quantize_row(t, wf, w, n) == 0); /* dot reads the row as the file has it */
+            CHECK(quant_dequantize_row(t, w, wd, n) == 0);
             const void *xin = x;
             int64_t xs = n * 4;
             if (q8) {
@@ -216,7 +214,6 @@ TEST(test_dot_simd_vs_scalar)
             free(wf);
             free(wd);
             free(x);
-            free(w0);
             free(w);
             free(xq);
         }
@@ -273,7 +270,7 @@ static void tile_case(int64_t n, int n_w)
 
 TEST(test_tile_equals_dot)
 {
-    const int64_t lens[] = {320, 172, 64, 8, 13, 100, 512, 768, 1056}; /* 512+: 2, 3, 4 block groups */
+    const int64_t lens[] = {320, 172, 64, 8, 13, 100, 512, 768, 1056}; /* integer types: 2 .. 33 blocks */
     const int n_ws[] = {13, 20, 37, 80};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         for (size_t j = 0; j < sizeof n_ws / sizeof n_ws[0]; j++) {
@@ -286,7 +283,7 @@ TEST(test_tile_equals_dot)
  * scales, exact .5 ties, zeros, denormals, huge values, inf and NaN. */
 TEST(test_quantize_row_vs_ref)
 {
-    enum { N = 1056 }; /* 4 groups of 8 blocks and one leftover block */
+    enum { N = 1056 }; /* 33 blocks */
     static float x[N];
     static uint8_t a[N / 32 * 40], b[N / 32 * 40];
     for (int round = 0; round < 40 && !test_cur_failed; round++) {
@@ -305,28 +302,31 @@ TEST(test_quantize_row_vs_ref)
     }
 }
 
-/* Q8_0 weights of -128 (not produced by the quantizer, legal in a file) must not saturate, in an
- * interleaved group and in a leftover block. */
+/* Q8_0 weights of -128 (not produced by the quantizer, legal in a file) must not saturate, in every
+ * variant's tiles (16 rows, 9 blocks). */
 TEST(test_dot_q8_0_extremes)
 {
-    enum { NB = 9, N = NB * 32 };
-    uint8_t w0[NB * 34], w[NB * 34];
-    for (int b = 0; b < NB; b++) {
+    enum { NB = 9, N = NB * 32, ROWS = 16 };
+    static uint8_t w0[ROWS * NB * 34], w[ROWS * NB * 34];
+    for (int b = 0; b < ROWS * NB; b++) {
         w0[b * 34] = 0x00;
         w0[b * 34 + 1] = 0x3C; /* f16 1.0 */
         for (int i = 0; i < 32; i++) w0[b * 34 + 2 + i] = 0x80; /* -128 */
     }
-    cpu_repack_row(GGUF_DTYPE_Q8_0, w0, w, N);
+    cpu_repack_rows(GGUF_DTYPE_Q8_0, w0, N, ROWS, 0, ROWS, w);
     float x[N];
     for (int i = 0; i < N; i++) x[i] = -1.0f; /* quantizes to d = 1/127, q = -127 */
     static uint8_t xq[NB * 40];
     cpu_quantize_row_q8(x, xq, N);
-    float a, b;
-    cpu_kernel_best(GGUF_DTYPE_Q8_0).dot(N, w, xq, sizeof xq, 1, &a);
-    cpu_kernel_variant(GGUF_DTYPE_Q8_0, CPU_KERNEL_SCALAR).dot(N, w, xq, sizeof xq, 1, &b);
-    double want = 128.0 * 127.0 * N * (1.0 / 127.0);
-    CHECK_MSG(fabs(a - want) < 1e-3 * want, "simd %g want %g", a, want);
-    CHECK_MSG(fabs(b - want) < 1e-3 * want, "scalar %g want %g", b, want);
+    const double want = 128.0 * 127.0 * N * (1.0 / 127.0);
+    for (int v = CPU_KERNEL_SCALAR; v <= CPU_KERNEL_AVX512; v++) {
+        struct cpu_kernel k = cpu_kernel_variant(GGUF_DTYPE_Q8_0, (enum cpu_kernel_variant)v);
+        if (!k.tile) continue;
+        float y[ROWS];
+        k.tile(N, w, NB * 34, ROWS, xq, sizeof xq, 1, y, ROWS);
+        for (int o = 0; o < ROWS; o++)
+            CHECK_MSG(fabs(y[o] - want) < 1e-3 * want, "variant %d row %d: %g want %g", v, o, y[o], want);
+    }
 }
 
 /* ---------------------------------------------------------------- batch invariance */

@@ -27,9 +27,8 @@
  *    block). The general kernels never load a slot past that; the fast path loads K of whole 16-slot
  *    groups inside the sequence's own last block, and the lanes of unwritten slots (any bits, NaN
  *    included) are replaced by -inf before anything uses them (cpu_attn.h).
- *  - Weights: at load every matrix is repacked once (cpu_repack_rows: Q5_x into groups of 8 interleaved
- *    blocks, same size; F32/F16/BF16/Q4_x/Q8_0 into panels of 16 rows, padded to a multiple of 16
- *    rows; the K-quants Q2_K..Q6_K copied as they are, cpu_kquant.h) into one buffer that the backend owns (memory = the matrices' bytes again; the model's
+ *  - Weights: at load every matrix is repacked once (cpu_repack_rows: F32/F16/BF16/Q4_x/Q5_x/Q8_0 into
+ *    panels of 16 rows, padded to a multiple of 16 rows; the K-quants Q2_K..Q6_K copied as they are, cpu_kquant.h) into one buffer that the backend owns (memory = the matrices' bytes again; the model's
  *    mapping is then read only for token embedding rows and the small F32 tensors). As rows are
  *    repacked, their pages of a file mapping are dropped from the process (MADV_DONTNEED;
  *    cpu_releasable says when), so peak RSS stays ~1x the weights, not 2x. c->layers/c->output are the

@@ -5,17 +5,11 @@
  * the row length; n_x only decides how many rows share one decode of a weight block. The matmul splits
  * work over weight rows (output columns), never over the reduction dimension.
  *
- * Integer paths, Q4_0, Q4_1 and Q8_0 weights (repacked into panels of 16 rows; cpu_kernels_qpanel.h): one
- * vector lane per output, exact integer sums per block, then per block acc = fma(d_w * d_x, isum, acc)
- * (Q4: then acc = fma(m_w, s_x, acc)), in block order from the first block to the last.
- * Q5_0 and Q5_1 (repacked into groups of 8 interleaved blocks; cpu_kernels_quant.h): per group, exact
- * 32-bit lane sums (lane j = block j) of the weight quants times the activation's int8 quants, then
- * acc += (d_w[8] * d_x[8]) * lanes in float (one FMA per group; Q5_1 adds one more FMA m_w[8] * s_x[8]).
- * Leftover blocks (nb % 8) go through a per-block path into a second accumulator. The row's result is
- * hsum(acc + acc_tail) + the tail's offsets: a fixed order.
- * The integer part may be split into any number of partial sums (exact), the float part never is.
- * Overflow: |q_x| <= 127; the sign trick keeps |q_w| <= 128 (Q8_0) or 16 (Q5_0), so a maddubs pair sum is
- * at most 2 * 128 * 127 = 32512 < 32767 (no i16 saturation); a lane of a group sums 32 products < 2^20.
+ * Integer paths (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 weights, repacked into panels of 16 rows; see cpu_kernels.h
+ * and cpu_kernels_qpanel.h): one vector lane per output, exact integer sums per block, then per block
+ * acc = fma(d_w * d_x, isum, acc) (but for Q8_0 then acc = fma(m_w, s_x, acc)), in block order from the
+ * first block to the last. The integer part may be split into any number of partial sums (exact), the
+ * float part never is.
  * The K-quants (Q2_K .. Q6_K) have their own kernels and activation blocks: cpu_kquant.c.
  */
 #include "backend/cpu_kernels.h"
@@ -128,17 +122,8 @@ typedef void (*cpu_quantize_block_fn)(const float *xb, float *d_out, float *s_ou
 
 static void cpu_quantize_row_with(cpu_quantize_block_fn block, const float *x, void *y, int64_t n)
 {
-    const int64_t nb = n / CPU_QK, ng = nb / CPU_QG;
-    struct cpu_q8_group *g = y;
-    for (int64_t gi = 0; gi < ng; gi++) {
-        for (int j = 0; j < CPU_QG; j++) {
-            int8_t q[CPU_QK];
-            block(x + (gi * CPU_QG + j) * CPU_QK, &g[gi].d[j], &g[gi].s[j], q);
-            for (int c = 0; c < 8; c++) memcpy(&g[gi].q[c * 32 + j * 4], q + 4 * c, 4);
-        }
-    }
-    struct cpu_q8_block *t = (struct cpu_q8_block *)(g + ng);
-    for (int64_t b = ng * CPU_QG; b < nb; b++, t++) block(x + b * CPU_QK, &t->d, &t->s, t->q);
+    struct cpu_q8_block *t = y;
+    for (int64_t b = 0; b < n / CPU_QK; b++, t++) block(x + b * CPU_QK, &t->d, &t->s, t->q);
 }
 
 void cpu_quantize_row_q8(const float *x, void *y, int64_t n)
@@ -167,55 +152,9 @@ static int cpu_has_min(enum gguf_dtype t)
     return t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q5_1;
 }
 
-/* Bytes of a repacked Q5 group's header, before its 128 nibble bytes: f16 d[8], then f16 m[8] (Q5_1),
- * then the fifth bits as uint32 qh[8], word k for chunk k. */
-static int64_t cpu_group_header(enum gguf_dtype t)
+static int cpu_is_q5(enum gguf_dtype t)
 {
-    return 16 + (cpu_has_min(t) ? 16 : 0) + 32;
-}
-
-/* The 32 quants of a Q5 ggml block as bytes 0..31 in element order (nibble | fifth bit << 4, bit e of the
- * little-endian qh word for element e). */
-static void cpu_block_quants(enum gguf_dtype t, const uint8_t *src, uint8_t *v)
-{
-    const uint8_t *p = src + (cpu_has_min(t) ? 4 : 2);
-    const uint32_t qh = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    const uint8_t *qs = p + 4;
-    for (int e = 0; e < 16; e++) {
-        v[e] = (uint8_t)((qs[e] & 0x0F) | ((qh >> e) & 1) << 4);
-        v[e + 16] = (uint8_t)((qs[e] >> 4) | ((qh >> (e + 16)) & 1) << 4);
-    }
-}
-
-void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n)
-{
-    if (!cpu_type_uses_q8(t) || cpu_type_panels(t)) {
-        memcpy(dst, src, (size_t)gguf_row_bytes((uint32_t)t, (uint64_t)n));
-        return;
-    }
-    const int64_t nb = n / CPU_QK, ng = nb / CPU_QG, bb = cpu_block_bytes(t);
-    const int64_t hdr = cpu_group_header(t), qh_off = cpu_has_min(t) ? 32 : 16;
-    const uint8_t *s = src;
-    uint8_t *d = dst;
-    for (int64_t gi = 0; gi < ng; gi++, s += CPU_QG * bb, d += CPU_QG * bb) {
-        uint8_t chunks[8][32];
-        for (int j = 0; j < CPU_QG; j++) {
-            const uint8_t *blk = s + j * bb;
-            memcpy(d + 2 * j, blk, 2); /* d */
-            if (cpu_has_min(t)) memcpy(d + 16 + 2 * j, blk + 2, 2); /* m */
-            uint8_t v[32];
-            cpu_block_quants(t, blk, v);
-            for (int c = 0; c < 8; c++) memcpy(&chunks[c][j * 4], v + 4 * c, 4);
-        }
-        uint8_t *q = d + hdr;
-        for (int k = 0; k < 8; k++) {
-            uint32_t qh = 0; /* bit b = the fifth bit of chunk k's byte b */
-            for (int b = 0; b < 32; b++) qh |= (uint32_t)(chunks[k][b] >> 4) << b;
-            for (int b = 0; b < 16; b++) q[16 * k + b] = (uint8_t)((chunks[k][b] & 15) | (chunks[k][16 + b] & 15) << 4);
-            memcpy(d + qh_off + 4 * k, &qh, 4);
-        }
-    }
-    memcpy(d, s, (size_t)((nb - ng * CPU_QG) * bb)); /* the remaining blocks as they are */
+    return t == GGUF_DTYPE_Q5_0 || t == GGUF_DTYPE_Q5_1;
 }
 
 static int cpu_float_type(enum gguf_dtype t)
@@ -223,41 +162,50 @@ static int cpu_float_type(enum gguf_dtype t)
     return t == GGUF_DTYPE_F32 || t == GGUF_DTYPE_F16 || t == GGUF_DTYPE_BF16;
 }
 
-/* The integer types in panels (cpu_kernels_qpanel.h). */
-static int cpu_qp_type(enum gguf_dtype t)
-{
-    return t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q8_0;
-}
-
 int cpu_type_panels(enum gguf_dtype t)
 {
-    return cpu_float_type(t) || cpu_qp_type(t);
+    return cpu_float_type(t) || cpu_type_uses_q8(t);
 }
 
-/* Bytes of a panel block's header: f16 d[16], then Q4_1's f16 m[16]. */
-static int64_t cpu_qp_header(enum gguf_dtype t)
+/* Bytes of a panel block's scales: f16 d[16], then the offsets' f16 m[16] (Q4_1, Q5_1); Q5's qh plane (64
+ * bytes) follows, then the quants. */
+static int64_t cpu_qp_scales(enum gguf_dtype t)
 {
-    return t == GGUF_DTYPE_Q4_1 ? 64 : 32;
+    return cpu_has_min(t) ? 64 : 32;
 }
 
-/* Rows p0 .. p0 + 15 of a Q4_0 / Q4_1 / Q8_0 matrix (src: row p0, n_valid rows left, nb blocks a row) as one
- * panel at dst (layout: cpu_kernels.h); rows past n_valid are zeros. */
+/* Element e of a ggml block (its fifth bit for Q5) within a panel block: step s = e / 4 (Q8_0), or s = k
+ * for the low nibbles of qs bytes 4k .. 4k + 3 (elements 4k .. 4k + 3) and s = k + 4 for their high ones
+ * (elements 16 + 4k ..); byte j = e % 4 of the step. */
+static int cpu_qp_step(int e)
+{
+    return e < 16 ? e / 4 : 4 + (e - 16) / 4;
+}
+
+/* Rows p0 .. p0 + 15 of an integer matrix (src: row p0, n_valid rows left, nb blocks a row) as one panel at
+ * dst (layout: cpu_kernels.h); rows past n_valid are zeros. */
 static void cpu_repack_qp_panel(enum gguf_dtype t, const uint8_t *src, uint64_t rb, int64_t n_valid, int64_t nb,
                                 uint8_t *dst)
 {
-    const int64_t bb = cpu_block_bytes(t), hdr = cpu_qp_header(t);
+    const int64_t bb = cpu_block_bytes(t), sc = cpu_qp_scales(t), qs_at = sc + (cpu_is_q5(t) ? 64 : 0);
     memset(dst, 0, (size_t)(CPU_PANEL * rb));
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *pb = dst + b * CPU_PANEL * bb;
         for (int64_t o = 0; o < n_valid && o < CPU_PANEL; o++) {
             const uint8_t *blk = src + (uint64_t)o * rb + (uint64_t)(b * bb);
             memcpy(pb + 2 * o, blk, 2); /* d */
-            if (t == GGUF_DTYPE_Q4_1) memcpy(pb + 32 + 2 * o, blk + 2, 2); /* m */
-            const uint8_t *qs = blk + (t == GGUF_DTYPE_Q4_1 ? 4 : 2);
-            if (t == GGUF_DTYPE_Q8_0) /* step s = elements 4s .. 4s + 3 */
-                for (int s8 = 0; s8 < 8; s8++) memcpy(pb + hdr + 64 * s8 + 4 * o, qs + 4 * s8, 4);
-            else /* step k (0-3): bytes 4k .. 4k + 3 (elements 4k .. 4k + 3 low, + 16 high) */
-                for (int k = 0; k < 4; k++) memcpy(pb + hdr + 64 * k + 4 * o, qs + 4 * k, 4);
+            if (cpu_has_min(t)) memcpy(pb + 32 + 2 * o, blk + 2, 2); /* m */
+            const uint8_t *qs = blk + (cpu_has_min(t) ? 4 : 2) + (cpu_is_q5(t) ? 4 : 0);
+            if (t == GGUF_DTYPE_Q8_0) { /* step s = elements 4s .. 4s + 3 */
+                for (int s8 = 0; s8 < 8; s8++) memcpy(pb + qs_at + 64 * s8 + 4 * o, qs + 4 * s8, 4);
+                continue;
+            }
+            for (int k = 0; k < 4; k++) memcpy(pb + qs_at + 64 * k + 4 * o, qs + 4 * k, 4);
+            if (cpu_is_q5(t)) { /* plane byte 4o + j: bit s = the fifth bit of step s's byte j */
+                const uint8_t *qh = blk + (cpu_has_min(t) ? 4 : 2);
+                const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+                for (int e = 0; e < 32; e++) pb[sc + 4 * o + e % 4] |= (uint8_t)(((h >> e) & 1) << cpu_qp_step(e));
+            }
         }
     }
 }
@@ -273,12 +221,12 @@ void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n
     const uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
     const uint8_t *s = src;
     uint8_t *d = dst;
-    if (!cpu_type_panels(t)) {
-        for (int64_t r = r0; r < r1; r++) cpu_repack_row(t, s + (uint64_t)r * rb, d + (uint64_t)r * rb, n_in);
+    if (!cpu_type_panels(t)) { /* the K-quants: as they are */
+        memcpy(d + (uint64_t)r0 * rb, s + (uint64_t)r0 * rb, (size_t)((uint64_t)(r1 - r0) * rb));
         return;
     }
     assert(r0 % CPU_PANEL == 0 && (r1 % CPU_PANEL == 0 || r1 == n_out));
-    if (cpu_qp_type(t)) {
+    if (cpu_type_uses_q8(t)) {
         for (int64_t p0 = r0; p0 < r1; p0 += CPU_PANEL)
             cpu_repack_qp_panel(t, s + (uint64_t)p0 * rb, rb, n_out - p0, n_in / CPU_QK, d + (uint64_t)p0 * rb);
         return;
@@ -360,116 +308,61 @@ static uint16_t cpu_rd16(const uint8_t *p)
     return (uint16_t)(p[0] | (p[1] << 8));
 }
 
-/* Block b of a repacked Q5 weight row: scale, Q5_1's offset (else 0) and the 32 values q (Q5_0: 5-bit
- * value - 16, Q5_1: 5-bit value) in element order. */
-static void cpu_weight_block(enum gguf_dtype t, const uint8_t *row, int64_t nb, int64_t b, float *d, float *m,
-                             int *q)
-{
-    const int64_t bb = cpu_block_bytes(t), ng = nb / CPU_QG;
-    uint8_t v[32];
-    *m = 0.0f;
-    if (b >= ng * CPU_QG) {
-        const uint8_t *blk = row + b * bb; /* tail blocks keep the ggml layout */
-        *d = quant_f16_to_f32(cpu_rd16(blk));
-        if (cpu_has_min(t)) *m = quant_f16_to_f32(cpu_rd16(blk + 2));
-        cpu_block_quants(t, blk, v);
-    } else {
-        const uint8_t *g = row + (b / CPU_QG) * CPU_QG * bb;
-        const int j = (int)(b % CPU_QG);
-        *d = quant_f16_to_f32(cpu_rd16(g + 2 * j));
-        if (cpu_has_min(t)) *m = quant_f16_to_f32(cpu_rd16(g + 16 + 2 * j));
-        const uint8_t *qs = g + cpu_group_header(t), *qh = g + (cpu_has_min(t) ? 32 : 16);
-        for (int c = 0; c < 8; c++)
-            for (int k = 0; k < 4; k++) {
-                int idx = j * 4 + k; /* byte of chunk c */
-                v[4 * c + k] = (uint8_t)((idx < 16 ? (qs[16 * c + idx] & 0x0F) : (qs[16 * c + idx - 16] >> 4)) |
-                                         ((qh[4 * c + idx / 8] >> (idx % 8)) & 1) << 4);
-            }
-    }
-    for (int e = 0; e < 32; e++) q[e] = t == GGUF_DTYPE_Q5_0 ? (int)v[e] - 16 : (int)v[e];
-}
-
 /* Block b of a quantized activation row. */
-static void cpu_act_block(const uint8_t *row, int64_t nb, int64_t b, float *d, float *s, int8_t *q)
+static void cpu_act_block(const uint8_t *row, int64_t b, float *d, float *s, int8_t *q)
 {
-    const int64_t ng = nb / CPU_QG;
-    if (b >= ng * CPU_QG) {
-        const struct cpu_q8_block *t = (const struct cpu_q8_block *)(row + ng * (int64_t)sizeof(struct cpu_q8_group)) +
-                                       (b - ng * CPU_QG);
-        *d = t->d;
-        *s = t->s;
-        memcpy(q, t->q, 32);
-        return;
-    }
-    const struct cpu_q8_group *g = (const struct cpu_q8_group *)row + b / CPU_QG;
-    const int j = (int)(b % CPU_QG);
-    *d = g->d[j];
-    *s = g->s[j];
-    for (int c = 0; c < 8; c++) memcpy(q + 4 * c, &g->q[c * 32 + j * 4], 4);
+    const struct cpu_q8_block *t = (const struct cpu_q8_block *)row + b;
+    *d = t->d;
+    *s = t->s;
+    memcpy(q, t->q, 32);
 }
 
 float cpu_q8_value(const void *row, int64_t n, int64_t i)
 {
+    (void)n; /* the blocks lie one after another */
     float d, s;
     int8_t q[32];
-    cpu_act_block(row, n / CPU_QK, i / CPU_QK, &d, &s, q);
+    cpu_act_block(row, i / CPU_QK, &d, &s, q);
     return d * (float)q[i % CPU_QK];
 }
 
-/* Q5_0, Q5_1: sum over blocks of d_w * d_x * isum (+ m_w * s_x for Q5_1), in block order. */
-static void dot_quant_scalar(enum gguf_dtype t, int64_t n, const void *w, const void *x, int64_t xs, int n_x,
-                             float *out)
-{
-    const int64_t nb = n / 32;
-    for (int i = 0; i < n_x; i++) {
-        const uint8_t *xr = (const uint8_t *)x + i * xs;
-        float s = 0.0f;
-        for (int64_t b = 0; b < nb; b++) {
-            float dw, mw, dx, sx;
-            int qw[32];
-            int8_t qx[32];
-            cpu_weight_block(t, w, nb, b, &dw, &mw, qw);
-            cpu_act_block(xr, nb, b, &dx, &sx, qx);
-            int isum = 0;
-            for (int k = 0; k < 32; k++) isum += qw[k] * qx[k];
-            s += dw * dx * (float)isum + mw * sx;
-        }
-        out[i] = s;
-    }
-}
-
-/* Block b of output o as the panel kernels see it: d, m (Q4_1's offset, Q4_0's -8 d, Q8_0 0) and the 32
- * quants the integer sum takes (Q4: the nibbles, Q8_0: q) in element order; from a ggml row (panel NULL)
- * or from a panel (row NULL). */
+/* Block b of output o as the panel kernels see it: d, m (the offset of Q4_1 and Q5_1, -8 d for Q4_0, -16 d
+ * for Q5_0, 0 for Q8_0) and the 32 quants the integer sum takes (Q4, Q5: unsigned, Q8_0: q) in element
+ * order; from a ggml row (panel NULL) or from a panel (row NULL). */
 static void cpu_qp_weight_block(enum gguf_dtype t, const uint8_t *row, const uint8_t *panel, int o, int64_t b,
                                 float *d, float *m, int *u)
 {
     const int64_t bb = cpu_block_bytes(t), nq = t == GGUF_DTYPE_Q8_0 ? 32 : 16;
-    uint8_t qs[32]; /* the ggml block's quant bytes */
+    uint8_t qs[32];  /* the ggml block's quant bytes */
+    uint32_t h = 0; /* Q5's fifth bits, bit e for element e */
     if (row) {
-        const uint8_t *blk = row + b * bb;
+        const uint8_t *blk = row + b * bb, *q = blk + (cpu_has_min(t) ? 4 : 2);
         *d = quant_f16_to_f32(cpu_rd16(blk));
-        *m = t == GGUF_DTYPE_Q4_1 ? quant_f16_to_f32(cpu_rd16(blk + 2)) : 0.0f;
-        memcpy(qs, blk + (t == GGUF_DTYPE_Q4_1 ? 4 : 2), (size_t)nq);
+        *m = cpu_has_min(t) ? quant_f16_to_f32(cpu_rd16(blk + 2)) : 0.0f;
+        if (cpu_is_q5(t)) h = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24, q += 4;
+        memcpy(qs, q, (size_t)nq);
     } else {
-        const uint8_t *pb = panel + b * CPU_PANEL * bb, *q = pb + cpu_qp_header(t);
+        const uint8_t *pb = panel + b * CPU_PANEL * bb, *plane = pb + cpu_qp_scales(t);
+        const uint8_t *q = plane + (cpu_is_q5(t) ? 64 : 0);
         *d = quant_f16_to_f32(cpu_rd16(pb + 2 * o));
-        *m = t == GGUF_DTYPE_Q4_1 ? quant_f16_to_f32(cpu_rd16(pb + 32 + 2 * o)) : 0.0f;
+        *m = cpu_has_min(t) ? quant_f16_to_f32(cpu_rd16(pb + 32 + 2 * o)) : 0.0f;
         for (int e = 0; e < nq; e++) qs[e] = q[64 * (e / 4) + 4 * o + e % 4];
+        if (cpu_is_q5(t))
+            for (int e = 0; e < 32; e++) h |= (uint32_t)((plane[4 * o + e % 4] >> cpu_qp_step(e)) & 1) << e;
     }
     if (t == GGUF_DTYPE_Q8_0) {
         for (int e = 0; e < 32; e++) u[e] = (int8_t)qs[e];
         return;
     }
-    if (t == GGUF_DTYPE_Q4_0) *m = -8.0f * *d;
+    if (!cpu_has_min(t)) *m = (cpu_is_q5(t) ? -16.0f : -8.0f) * *d;
     for (int e = 0; e < 16; e++) {
-        u[e] = qs[e] & 15;
-        u[e + 16] = qs[e] >> 4;
+        u[e] = (qs[e] & 15) | (int)((h >> e) & 1) << 4;
+        u[e + 16] = (qs[e] >> 4) | (int)((h >> (e + 16)) & 1) << 4;
     }
 }
 
 /* One output of the panel kernels (cpu_kernels_qpanel.h), their float part in scalar code: per block,
- * acc = fma(d_w * d_x, isum, acc), then for Q4 acc = fma(m_w, s_x, acc). */
+ * acc = fma(d_w * d_x, isum, acc), then but for Q8_0 acc = fma(m_w, s_x, acc). */
 static float cpu_qp_ref(enum gguf_dtype t, int64_t n, const uint8_t *row, const uint8_t *panel, int o,
                         const uint8_t *xr)
 {
@@ -480,7 +373,7 @@ static float cpu_qp_ref(enum gguf_dtype t, int64_t n, const uint8_t *row, const 
         int u[32];
         int8_t qx[32];
         cpu_qp_weight_block(t, row, panel, o, b, &dw, &mw, u);
-        cpu_act_block(xr, nb, b, &dx, &sx, qx);
+        cpu_act_block(xr, b, &dx, &sx, qx);
         int isum = 0;
         for (int k = 0; k < 32; k++) isum += u[k] * qx[k];
         acc = fmaf(dw * dx, (float)isum, acc);
@@ -507,30 +400,8 @@ static float cpu_qp_ref(enum gguf_dtype t, int64_t n, const uint8_t *row, const 
 DEFINE_QP_SCALAR(q4_0, GGUF_DTYPE_Q4_0)
 DEFINE_QP_SCALAR(q4_1, GGUF_DTYPE_Q4_1)
 DEFINE_QP_SCALAR(q8_0, GGUF_DTYPE_Q8_0)
-
-static void dot_q5_0_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
-{
-    dot_quant_scalar(GGUF_DTYPE_Q5_0, n, w, x, xs, n_x, out);
-}
-
-static void dot_q5_1_scalar(int64_t n, const void *w, const void *x, int64_t xs, int n_x, float *out)
-{
-    dot_quant_scalar(GGUF_DTYPE_Q5_1, n, w, x, xs, n_x, out);
-}
-
-#define DEFINE_SCALAR_TILE(name)                                                                          \
-    static void name##_tile(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,     \
-                            int n_x, float *y, int64_t ys)                                                \
-    {                                                                                                     \
-        float t[CPU_DOT_MAX_X];                                                                           \
-        for (int o = 0; o < n_w; o++) {                                                                   \
-            name(n, (const char *)w + o * ws, x, xs, n_x, t);                                             \
-            for (int i = 0; i < n_x; i++) y[i * ys + o] = t[i];                                           \
-        }                                                                                                 \
-    }
-DEFINE_SCALAR_TILE(dot_q5_0_scalar)
-DEFINE_SCALAR_TILE(dot_q5_1_scalar)
-
+DEFINE_QP_SCALAR(q5_0, GGUF_DTYPE_Q5_0)
+DEFINE_QP_SCALAR(q5_1, GGUF_DTYPE_Q5_1)
 
 /* ---------------------------------------------------------------- AVX2 / FMA */
 #if CPU_HAVE_AVX2
@@ -674,27 +545,6 @@ DEFINE_PANEL_TILE_512(tile_f16_avx512, 1)
 DEFINE_PANEL_TILE_512(tile_bf16_avx512, 2)
 #endif
 
-/* 32 nibbles of a Q4 block as bytes 0..15 in element order (low nibbles = elements 0..15). */
-CPU_INLINE __m256i unpack_nibbles(const uint8_t *qs)
-{
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(0x0F);
-    __m128i lo = _mm_and_si128(v, m);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), m);
-    return _mm256_set_m128i(hi, lo);
-}
-
-/* 32 bytes 0x10 or 0: byte t is 0x10 when bit t of the 32-bit word qh is set (Q5's fifth bits). */
-CPU_INLINE __m256i unpack_bits16(uint32_t qh)
-{
-    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                                          3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(16));
-}
-
 CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
 {
     uint32_t v;
@@ -702,13 +552,12 @@ CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
     return v;
 }
 
-/* The integer kernels: dot_q8_0_avx2 ... from the template, then dot_q8_0_vnni ... (AVX-VNNI), then
- * dot_q8_0_vnni512 ... (AVX-512 VNNI on 256-bit vectors, 8 rows per call). */
+/* The integer kernels: tile_q4_0_avx2 ... from the template, then tile_q4_0_vnni ... (AVX-VNNI), then
+ * tile_q4_0_vnni512 ... (AVX-512 VNNI, 8 rows per call). */
 #define CPU_VNNI 0
 #define CPU_QMAX 4
 #define CPU_QCASES CPU_QCASES4
 #define CPU_QNAME(x) x##_avx2
-#include "backend/cpu_kernels_quant.h"
 #include "backend/cpu_kernels_qpanel.h"
 #undef CPU_VNNI
 #undef CPU_QNAME
@@ -718,7 +567,6 @@ CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
 #pragma GCC target("avxvnni")
 #define CPU_VNNI 1
 #define CPU_QNAME(x) x##_vnni
-#include "backend/cpu_kernels_quant.h"
 #include "backend/cpu_kernels_qpanel.h"
 #undef CPU_VNNI
 #undef CPU_QNAME
@@ -732,7 +580,6 @@ CPU_INLINE uint32_t cpu_rd32(const uint8_t *p)
 #define CPU_QMAX 8
 #define CPU_QCASES CPU_QCASES8
 #define CPU_QNAME(x) x##_vnni512
-#include "backend/cpu_kernels_quant.h"
 #include "backend/cpu_kernels_qpanel.h"
 #undef CPU_VNNI
 #undef CPU_QNAME
@@ -754,7 +601,6 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
 {
     struct cpu_kernel k = {NULL, NULL, 0};
     if (cpu_kquant_type(t)) return cpu_kquant_variant(t, v);
-#define K(name) k = (struct cpu_kernel){name, name##_tile, CPU_DOT_MAX_X}
 #define K2(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_DOT_MAX_X}
 #define K8(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_TILE_MAX_X}
     switch (v) {
@@ -766,8 +612,8 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_Q8_0: K2(dot_q8_0_row, tile_q8_0_scalar); break;
         case GGUF_DTYPE_Q4_0: K2(dot_q4_0_row, tile_q4_0_scalar); break;
         case GGUF_DTYPE_Q4_1: K2(dot_q4_1_row, tile_q4_1_scalar); break;
-        case GGUF_DTYPE_Q5_0: K(dot_q5_0_scalar); break;
-        case GGUF_DTYPE_Q5_1: K(dot_q5_1_scalar); break;
+        case GGUF_DTYPE_Q5_0: K2(dot_q5_0_row, tile_q5_0_scalar); break;
+        case GGUF_DTYPE_Q5_1: K2(dot_q5_1_row, tile_q5_1_scalar); break;
         default: break;
         }
         break;
@@ -780,8 +626,8 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_Q8_0: K2(dot_q8_0_row, tile_q8_0_avx2); break;
         case GGUF_DTYPE_Q4_0: K2(dot_q4_0_row, tile_q4_0_avx2); break;
         case GGUF_DTYPE_Q4_1: K2(dot_q4_1_row, tile_q4_1_avx2); break;
-        case GGUF_DTYPE_Q5_0: K2(dot_q5_0_avx2, dot_q5_0_tile_avx2); break;
-        case GGUF_DTYPE_Q5_1: K2(dot_q5_1_avx2, dot_q5_1_tile_avx2); break;
+        case GGUF_DTYPE_Q5_0: K2(dot_q5_0_row, tile_q5_0_avx2); break;
+        case GGUF_DTYPE_Q5_1: K2(dot_q5_1_row, tile_q5_1_avx2); break;
         default: break;
         }
 #endif
@@ -793,8 +639,8 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_Q8_0: K2(dot_q8_0_row, tile_q8_0_vnni); break;
         case GGUF_DTYPE_Q4_0: K2(dot_q4_0_row, tile_q4_0_vnni); break;
         case GGUF_DTYPE_Q4_1: K2(dot_q4_1_row, tile_q4_1_vnni); break;
-        case GGUF_DTYPE_Q5_0: K2(dot_q5_0_vnni, dot_q5_0_tile_vnni); break;
-        case GGUF_DTYPE_Q5_1: K2(dot_q5_1_vnni, dot_q5_1_tile_vnni); break;
+        case GGUF_DTYPE_Q5_0: K2(dot_q5_0_row, tile_q5_0_vnni); break;
+        case GGUF_DTYPE_Q5_1: K2(dot_q5_1_row, tile_q5_1_vnni); break;
         default: break;
         }
 #endif
@@ -810,15 +656,14 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
         case GGUF_DTYPE_Q8_0: if (cpu_have_vnni512()) K8(dot_q8_0_row, tile_q8_0_vnni512); break;
         case GGUF_DTYPE_Q4_0: if (cpu_have_vnni512()) K8(dot_q4_0_row, tile_q4_0_vnni512); break;
         case GGUF_DTYPE_Q4_1: if (cpu_have_vnni512()) K8(dot_q4_1_row, tile_q4_1_vnni512); break;
-        case GGUF_DTYPE_Q5_0: if (cpu_have_vnni512()) K8(dot_q5_0_vnni512, dot_q5_0_tile_vnni512); break;
-        case GGUF_DTYPE_Q5_1: if (cpu_have_vnni512()) K8(dot_q5_1_vnni512, dot_q5_1_tile_vnni512); break;
+        case GGUF_DTYPE_Q5_0: if (cpu_have_vnni512()) K8(dot_q5_0_row, tile_q5_0_vnni512); break;
+        case GGUF_DTYPE_Q5_1: if (cpu_have_vnni512()) K8(dot_q5_1_row, tile_q5_1_vnni512); break;
 #endif
         default: break;
         }
 #endif
         break;
     }
-#undef K
 #undef K2
 #undef K8
     return k;

@@ -22,30 +22,18 @@
 #include "util/threads.h"
 
 #define CPU_QK 32       /* activation quantization block */
-#define CPU_QG 8        /* blocks per interleaved group */
 #define CPU_DOT_MAX_X 4  /* activation rows per kernel call, except where a kernel's max_x says more */
 #define CPU_TILE_MAX_X 8 /* the most rows any kernel takes per call */
-#define CPU_PANEL 16    /* float weight rows per panel */
+#define CPU_PANEL 16    /* weight rows per panel */
 
 /* Activations for the integer kernels. A row of n elements (n % 32 == 0) is nb = n / 32 blocks, each
  * quantized as x ~= d * q with d = amax / 127 (q rounded to nearest even, |q| <= 127) and s = d * sum(q)
- * (used by the offset term of Q4_1 and Q5_1). The row is stored as nb / 8 interleaved groups of 8 blocks followed by the
- * nb % 8 remaining blocks as plain cpu_q8_blocks; cpu_q8_row_bytes(n) = nb * 40 bytes.
- *
- * Interleaving (weights repacked at load use the same one): within a group, chunk c (0..7) is 32 bytes
- * holding bytes 4c..4c+3 of block 0, then of block 1, ..., of block 7. So 32-bit lane j of every chunk
- * belongs to block j, and the integer dot of a group accumulates in 8 lanes = 8 blocks without any
- * horizontal reduction; one multiply by the 8 blocks' scales and one FMA finish the group. */
+ * (used by the offset term of Q4_0, Q4_1, Q5_0 and Q5_1), stored one after another: cpu_q8_row_bytes(n) =
+ * nb * 40 bytes. */
 struct cpu_q8_block {
     float d;
     float s;
     int8_t q[CPU_QK];
-};
-
-struct cpu_q8_group {
-    float d[CPU_QG];
-    float s[CPU_QG];
-    int8_t q[CPU_QG * CPU_QK]; /* q[c * 32 + j * 4 + k] = block j's q[4c + k] */
 };
 
 /* Bytes of one quantized activation row of n elements. */
@@ -59,31 +47,25 @@ void cpu_quantize_row_q8_ref(const float *x, void *y, int64_t n);
 /* Element i of a quantized activation row of n elements, dequantized (d * q): for tests. */
 float cpu_q8_value(const void *row, int64_t n, int64_t i);
 
-/* Weight rows of Q5_0 and Q5_1 are repacked once (at backend load) into a group layout: per group of 8
- * blocks, Q5_0: {f16 d[8]; uint32 qh[8]; uint8 qs[128]} (176 bytes); Q5_1: {f16 d[8]; f16 m[8]; uint32
- * qh[8]; uint8 qs[128]} (192), where for k = 0..7 the 16 bytes qs[16k..16k+15] hold interleaved chunk k as
- * nibbles: low nibble of byte t = chunk byte t, high nibble = chunk byte 16 + t, and bit t of qh[k] is the
- * fifth bit of chunk k's byte t. The nb % 8 remaining blocks keep their ggml layout. Same size as the
- * ggml row. The panel types (cpu_type_panels: F32, F16, BF16, Q4_0, Q4_1, Q8_0) and the others (the
- * K-quants, see cpu_kquant.h) are copied as they are: a panel needs 16 rows (cpu_repack_rows), and those
- * types' dot reads the unpacked row. dst must not overlap src. */
-void cpu_repack_row(enum gguf_dtype t, const void *src, void *dst, int64_t n);
 
-/* Repacking of whole matrices, what the backend does at load for every type it computes. Q5_0, Q5_1 and
- * the K-quants: row by row as cpu_repack_row. The panel types: panels of CPU_PANEL rows; panel p holds rows
+/* Repacking of whole matrices, what the backend does at load for every type it computes. The K-quants are
+ * copied as they are (see cpu_kquant.h). The panel types: panels of CPU_PANEL rows; panel p holds rows
  * 16p .. 16p + 15 and starts at byte 16p * rb of the repacked matrix (rb = the source row bytes), so weight
  * row o's data "starts" at o * rb for every type when o is a multiple of 16. The last panel's rows past
  * n_out are zeros: the repacked matrix takes cpu_packed_rows(t, n_out) * rb bytes. Within a panel:
  *  - F32, F16, BF16: element k of row 16p + j at index k * 16 + j (elements of the weight type).
- *  - Q4_0, Q4_1, Q8_0: block after block (16 ggml blocks' bytes each), a block as f16 d[16] (row j's scale
- *    at j), then Q4_1's f16 m[16], then the quants as 64-byte lines, 4 bytes per row: row j's bytes
- *    4j .. 4j + 3 of line k hold its elements 4k .. 4k + 3 (Q8_0: lines 0-7, int8) or, Q4, its ggml qs
- *    bytes 4k .. 4k + 3 (lines 0-3: elements 4k .. 4k + 3 in the low nibbles, 16 + 4k .. in the high ones).
- *    Q4_0: 288 bytes a block, Q4_1: 320, Q8_0: 544. */
+ *  - Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: block after block (16 ggml blocks' bytes each), a block as f16 d[16]
+ *    (row j's scale at j), then the f16 offsets m[16] (Q4_1, Q5_1), then Q5's 64-byte qh plane, then the
+ *    quants as 64-byte lines, 4 bytes per row. Row j's bytes 4j .. 4j + 3 of line k hold its elements
+ *    4k .. 4k + 3 (Q8_0: lines 0-7, int8) or, Q4 and Q5, its ggml qs bytes 4k .. 4k + 3 (lines 0-3: the
+ *    low nibbles are elements 4k .. 4k + 3, the high ones 16 + 4k ..). Byte 4j + i of the qh plane holds
+ *    in bit s the fifth bit of row j's element 4s + i (s < 4) or 16 + 4(s - 4) + i (s >= 4): the elements
+ *    of byte i of line s's low nibbles (s < 4) or line s - 4's high nibbles.
+ *    Q4_0: 288 bytes a block, Q4_1: 320, Q5_0: 352, Q5_1: 384, Q8_0: 544. */
 int64_t cpu_packed_rows(enum gguf_dtype t, int64_t n_out);
 
-/* 1 for the types repacked into panels of CPU_PANEL rows (F32, F16, BF16, Q4_0, Q4_1, Q8_0): their dot
- * reads an unpacked row, their tile a panel. */
+/* 1 for the types repacked into panels of CPU_PANEL rows (all but the K-quants: F32, F16, BF16, Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0): their dot reads an unpacked row, their tile a panel. */
 int cpu_type_panels(enum gguf_dtype t);
 
 /* Repacks rows [r0, r1) of a matrix of n_out rows of n_in elements (src: its row 0, rows rb bytes apart)
@@ -103,8 +85,7 @@ enum cpu_act cpu_type_act(enum gguf_dtype t);
 /* 1 if weights of type t are multiplied with q8-quantized activations (cpu_type_act(t) == CPU_ACT_Q8). */
 int cpu_type_uses_q8(enum gguf_dtype t);
 
-/* out[i] = dot(w (n elements of the weight type; Q5_0, Q5_1 and the K-quants repacked (cpu_repack_row), the
- * panel types an unpacked row: the reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride
+/* out[i] = dot(w (n elements of the weight type, a row as the model file has it: the reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride
  * bytes and is an activation row in the type's form (cpu_type_act): n floats, or a row quantized by
  * cpu_quantize_row_q8 or cpu_quantize_row_q8k. */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);

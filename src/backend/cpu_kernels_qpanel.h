@@ -1,19 +1,21 @@
-/* cpu_kernels_qpanel.h — template of the panel kernels of Q4_0, Q4_1 and Q8_0 (layout: cpu_kernels.h),
- * private to cpu_kernels.c, which includes it three times: CPU_VNNI 0 (AVX2: maddubs into 16-bit sums, one
- * madd per block), 1 (AVX-VNNI: vpdpbusd) and 2 (AVX-512 VNNI: a panel's 16 outputs in one zmm, CPU_QMAX 8
+/* cpu_kernels_qpanel.h — template of the panel kernels of the integer types Q4_0, Q4_1, Q5_0, Q5_1 and
+ * Q8_0 (layout: cpu_kernels.h), private to cpu_kernels.c, which includes it three times: CPU_VNNI 0 (AVX2:
+ * maddubs + madd), 1 (AVX-VNNI: vpdpbusd) and 2 (AVX-512 VNNI: a panel's 16 outputs in one zmm, CPU_QMAX 8
  * rows a call). The 256-bit variants take a panel as two halves of 8 outputs, one pass over the blocks each.
  *
  * A vector lane is one output. A block is 8 steps of 4 elements: a step's weight vector holds those 4
- * quants of every output (Q4: steps 0-3 are the low nibbles of the panel's qs, 4-7 the high ones; Q8_0:
- * one 64-byte row of the panel per step) and is multiplied with the activation's 4 bytes of that step
- * broadcast to every lane. The lane's exact integer sum isum then goes through the float part that every
- * variant and the scalar reference (cpu_qp_ref) share, block after block: acc = fma(d_w * d_x, isum, acc),
- * and for Q4 then acc = fma(m_w, s_x, acc). Q4's isum multiplies the unsigned nibbles u, and m_w is Q4_1's
- * offset or -8 d_w for Q4_0 (u = q + 8); Q8_0's isum is of the signed quants (sign trick: |q| times q_x
- * negated where q < 0). No horizontal sum and no leftover-block path: every output is one lane from the
- * first block to the last.
+ * quants of every output (Q4, Q5: steps 0-3 are the low nibbles of the panel's qs, 4-7 the high ones, Q5
+ * with its fifth bits from the qh plane; Q8_0: one 64-byte line of the panel per step) and is multiplied
+ * with the activation's 4 bytes of that step broadcast to every lane. The lane's exact integer sum isum then
+ * goes through the float part that every variant and the scalar reference (cpu_qp_ref) share, block after
+ * block: acc = fma(d_w * d_x, isum, acc), then, but for Q8_0, acc = fma(m_w, s_x, acc). Q4's and Q5's isum
+ * multiplies the unsigned quants u, and m_w is the offset of Q4_1 and Q5_1, or -8 d_w (Q4_0, u = q + 8) or
+ * -16 d_w (Q5_0, u = q + 16); Q8_0's isum is of the signed quants (sign trick: |q| times q_x negated where
+ * q < 0). No horizontal sum and no leftover-block path: every output is one lane from the first block to
+ * the last.
  * Overflow: |q_x| <= 127. AVX2 sums Q4's maddubs in 16 bits: a pair is at most 2 * 15 * 127 = 3810, a
- * block's 8 steps 30480 < 32767; Q8_0's pairs (up to 2 * 128 * 127 = 32512) go to 32 bits each step. */
+ * block's 8 steps 30480 < 32767; Q5's (pairs up to 7874) two steps at a time, Q8_0's (pairs up to 2 * 128 *
+ * 127 = 32512) one step at a time, then to 32 bits. */
 
 #if CPU_VNNI == 2
 #define CPU_QPV __m512
@@ -24,19 +26,21 @@
 #endif
 
 /* One block of a panel (pb: its header, then the quants) times NX activation blocks into acc: the whole
- * panel (AVX-512) or half h (outputs 8h .. 8h + 7). The activation's step-s bytes are the 4 at
- * xq[i] + s * stride (stride 32 inside an interleaved group, 4 in a leftover block); its d and s at xd[i],
- * xs[i]. kind: 0 Q4_0, 1 Q4_1, 2 Q8_0. */
-CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const int8_t *const *xq, int stride,
-                                    const float *const *xd, const float *const *xs, int NX, CPU_QPV *acc)
+ * panel (AVX-512) or half h (outputs 8h .. 8h + 7); xb[i]: row i's activation block (step s: its bytes
+ * 4s .. 4s + 3). kind: 0 Q4_0, 1 Q4_1, 2 Q8_0, 3 Q5_0, 4 Q5_1. */
+CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const struct cpu_q8_block *const *xb,
+                                    int NX, CPU_QPV *acc)
 {
-    const uint8_t *qs = pb + (kind == 1 ? 64 : 32);
+    const int has_m = kind == 1 || kind == 4, q5 = kind >= 3;
+    const float m_of_d = kind == 0 ? -8.0f : -16.0f; /* Q4_0, Q5_0 */
+    const uint8_t *qh = pb + (has_m ? 64 : 32), *qs = qh + (q5 ? 64 : 0);
 #if CPU_VNNI == 2
     (void)h;
-    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pb));
-    const __m512 mw = kind == 1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pb + 32)))
-                                : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
+    const __m512 mw = has_m ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pb + 32)))
+                            : _mm512_mul_ps(dw, _mm512_set1_ps(m_of_d));
+    const __m512i plane = q5 ? _mm512_loadu_si512((const void *)qh) : _mm512_setzero_si512();
     __m512i p[CPU_QMAX][2];
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++)
@@ -54,37 +58,45 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const in
             const __m512i v = _mm512_loadu_si512((const void *)(qs + 64 * k));
             wa = _mm512_and_si512(v, lo4);
             wb = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+            if (q5) { /* bits k and k + 4 of each plane byte, moved to bit 4 (no bit crosses a byte) */
+                wa = _mm512_or_si512(wa, _mm512_and_si512(_mm512_slli_epi16(plane, 4 - k), b4));
+                wb = _mm512_or_si512(wb, _mm512_and_si512(_mm512_srli_epi16(plane, k), b4));
+            }
         }
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
-            __m512i xa = _mm512_set1_epi32((int)cpu_rd32((const uint8_t *)xq[i] + k * stride));
-            __m512i xb = _mm512_set1_epi32((int)cpu_rd32((const uint8_t *)xq[i] + (k + 4) * stride));
+            __m512i qa = _mm512_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * k));
+            __m512i qb = _mm512_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * (k + 4)));
             if (kind == 2) {
-                xa = _mm512_mask_sub_epi8(xa, na, _mm512_setzero_si512(), xa);
-                xb = _mm512_mask_sub_epi8(xb, nb, _mm512_setzero_si512(), xb);
+                qa = _mm512_mask_sub_epi8(qa, na, _mm512_setzero_si512(), qa);
+                qb = _mm512_mask_sub_epi8(qb, nb, _mm512_setzero_si512(), qb);
             }
-            p[i][0] = _mm512_dpbusd_epi32(p[i][0], wa, xa);
-            p[i][1] = _mm512_dpbusd_epi32(p[i][1], wb, xb);
+            p[i][0] = _mm512_dpbusd_epi32(p[i][0], wa, qa);
+            p[i][1] = _mm512_dpbusd_epi32(p[i][1], wb, qb);
         }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < NX; i++) {
         const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(p[i][0], p[i][1]));
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(*xd[i])), f, acc[i]);
-        if (kind != 2) acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(*xs[i]), acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb[i]->d)), f, acc[i]);
+        if (kind != 2) acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb[i]->s), acc[i]);
     }
 #else
-    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
+#if !CPU_VNNI
+    const __m256i one = _mm256_set1_epi16(1);
+#endif
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + 16 * h)));
-    const __m256 mw = kind == 1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + 32 + 16 * h)))
-                                : _mm256_mul_ps(dw, _mm256_set1_ps(-8.0f));
+    const __m256 mw = has_m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + 32 + 16 * h)))
+                            : _mm256_mul_ps(dw, _mm256_set1_ps(m_of_d));
+    const __m256i plane = q5 ? _mm256_loadu_si256((const __m256i *)(qh + 32 * h)) : _mm256_setzero_si256();
     qs += 32 * h;
     __m256i p[CPU_QMAX];
 #pragma GCC unroll 4
     for (int i = 0; i < NX; i++)
         p[i] = _mm256_setzero_si256();
-#pragma GCC unroll 4
     /* steps k and k + 4; Q8_0: the signed weights sa, sb, their magnitudes wa, wb */
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         __m256i wa, wb, sa = _mm256_setzero_si256(), sb = _mm256_setzero_si256();
         if (kind == 2) {
@@ -95,24 +107,29 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const in
             const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 64 * k));
             wa = _mm256_and_si256(v, lo4);
             wb = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+            if (q5) {
+                wa = _mm256_or_si256(wa, _mm256_and_si256(_mm256_slli_epi16(plane, 4 - k), b4));
+                wb = _mm256_or_si256(wb, _mm256_and_si256(_mm256_srli_epi16(plane, k), b4));
+            }
         }
 #pragma GCC unroll 4
         for (int i = 0; i < NX; i++) {
-            __m256i xa = _mm256_set1_epi32((int)cpu_rd32((const uint8_t *)xq[i] + k * stride));
-            __m256i xb = _mm256_set1_epi32((int)cpu_rd32((const uint8_t *)xq[i] + (k + 4) * stride));
-            if (kind == 2) xa = _mm256_sign_epi8(xa, sa), xb = _mm256_sign_epi8(xb, sb);
+            __m256i qa = _mm256_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * k));
+            __m256i qb = _mm256_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * (k + 4)));
+            if (kind == 2) qa = _mm256_sign_epi8(qa, sa), qb = _mm256_sign_epi8(qb, sb);
 #if CPU_VNNI
-            p[i] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(p[i], wa, xa), wb, xb);
+            p[i] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(p[i], wa, qa), wb, qb);
 #else
-            if (kind == 2) { /* a pair of |q| * q_x reaches 32512: 32-bit sums per step */
-                const __m256i one = _mm256_set1_epi16(1);
+            if (kind == 2) /* 32-bit sums each step */
+                p[i] = _mm256_add_epi32(p[i], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, qa), one),
+                                                               _mm256_madd_epi16(_mm256_maddubs_epi16(wb, qb), one)));
+            else if (q5) /* 32-bit sums each two steps */
                 p[i] = _mm256_add_epi32(
-                    p[i], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, xa), one),
-                                           _mm256_madd_epi16(_mm256_maddubs_epi16(wb, xb), one)));
-            } else {
-                p[i] = _mm256_add_epi16(
-                    p[i], _mm256_add_epi16(_mm256_maddubs_epi16(wa, xa), _mm256_maddubs_epi16(wb, xb)));
-            }
+                    p[i], _mm256_madd_epi16(
+                              _mm256_add_epi16(_mm256_maddubs_epi16(wa, qa), _mm256_maddubs_epi16(wb, qb)), one));
+            else /* Q4: 16-bit sums over the block */
+                p[i] = _mm256_add_epi16(p[i],
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(wa, qa), _mm256_maddubs_epi16(wb, qb)));
 #endif
         }
     }
@@ -121,10 +138,10 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const in
 #if CPU_VNNI
         const __m256i isum = p[i];
 #else
-        const __m256i isum = kind == 2 ? p[i] : _mm256_madd_epi16(p[i], _mm256_set1_epi16(1));
+        const __m256i isum = kind == 0 || kind == 1 ? _mm256_madd_epi16(p[i], one) : p[i];
 #endif
-        acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(*xd[i])), _mm256_cvtepi32_ps(isum), acc[i]);
-        if (kind != 2) acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xs[i]), acc[i]);
+        acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb[i]->d)), _mm256_cvtepi32_ps(isum), acc[i]);
+        if (kind != 2) acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[i]->s), acc[i]);
     }
 #endif
 }
@@ -148,35 +165,20 @@ CPU_INLINE void cpu_qp_prefetch(const uint8_t *pb, int64_t pbb)
 CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t nb, int kind,
                                     const uint8_t *const *xr, int NX, float *y, int64_t ys, int m)
 {
-    const int64_t pbb = CPU_PANEL * (kind == 0 ? 18 : kind == 1 ? 20 : 34), ng = nb / CPU_QG;
-    const int8_t *xq[CPU_QMAX];
-    const float *xd[CPU_QMAX], *xs[CPU_QMAX];
+    const int64_t pbb = CPU_PANEL * (kind == 0 ? 18 : kind == 1 ? 20 : kind == 2 ? 34 : kind == 3 ? 22 : 24);
+    const struct cpu_q8_block *xb[CPU_QMAX];
     CPU_QPV acc[CPU_QMAX];
     for (int h = 0; h < (CPU_VNNI == 2 ? 1 : 2); h++) {
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++)
             acc[i] = CPU_QPZERO();
         const uint8_t *pb = panel;
-        for (int64_t g = 0; g < ng; g++)
-            for (int j = 0; j < CPU_QG; j++, pb += pbb) {
+        for (int64_t b = 0; b < nb; b++, pb += pbb) {
 #pragma GCC unroll 8
-                for (int i = 0; i < NX; i++) {
-                    const struct cpu_q8_group *xg = (const struct cpu_q8_group *)xr[i] + g;
-                    xq[i] = xg->q + 4 * j, xd[i] = &xg->d[j], xs[i] = &xg->s[j];
-                }
-                cpu_qp_prefetch(pb + h * pst, pbb);
-                CPU_QNAME(qp_block)(pb, h, kind, xq, 32, xd, xs, NX, acc);
-            }
-        for (int64_t b = ng * CPU_QG; b < nb; b++, pb += pbb) {
-#pragma GCC unroll 8
-            for (int i = 0; i < NX; i++) {
-                const struct cpu_q8_block *xb =
-                    (const struct cpu_q8_block *)((const struct cpu_q8_group *)xr[i] + ng) +
-                    (b - ng * CPU_QG);
-                xq[i] = xb->q, xd[i] = &xb->d, xs[i] = &xb->s;
-            }
+            for (int i = 0; i < NX; i++)
+                xb[i] = (const struct cpu_q8_block *)xr[i] + b;
             cpu_qp_prefetch(pb + h * pst, pbb);
-            CPU_QNAME(qp_block)(pb, h, kind, xq, 4, xd, xs, NX, acc);
+            CPU_QNAME(qp_block)(pb, h, kind, xb, NX, acc);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
@@ -216,6 +218,8 @@ CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t n
 CPU_DEFINE_QP_TILE(tile_q4_0, 0)
 CPU_DEFINE_QP_TILE(tile_q4_1, 1)
 CPU_DEFINE_QP_TILE(tile_q8_0, 2)
+CPU_DEFINE_QP_TILE(tile_q5_0, 3)
+CPU_DEFINE_QP_TILE(tile_q5_1, 4)
 #undef CPU_DEFINE_QP_TILE
 #undef CPU_QPV
 #undef CPU_QPZERO
