@@ -174,6 +174,12 @@ static int64_t cpu_qp_scales(enum gguf_dtype t)
     return cpu_has_min(t) ? 64 : 32;
 }
 
+/* The little-endian 32-bit word at p (Q5's qh). */
+static uint32_t cpu_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* Element e of a ggml block (its fifth bit for Q5) within a panel block: step s = e / 4 (Q8_0), or s = k
  * for the low nibbles of qs bytes 4k .. 4k + 3 (elements 4k .. 4k + 3) and s = k + 4 for their high ones
  * (elements 16 + 4k ..); byte j = e % 4 of the step. */
@@ -202,8 +208,7 @@ static void cpu_repack_qp_panel(enum gguf_dtype t, const uint8_t *src, uint64_t 
             }
             for (int k = 0; k < 4; k++) memcpy(pb + qs_at + 64 * k + 4 * o, qs + 4 * k, 4);
             if (cpu_is_q5(t)) { /* plane byte 4o + j: bit s = the fifth bit of step s's byte j */
-                const uint8_t *qh = blk + (cpu_has_min(t) ? 4 : 2);
-                const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+                const uint32_t h = cpu_le32(blk + (cpu_has_min(t) ? 4 : 2));
                 for (int e = 0; e < 32; e++) pb[sc + 4 * o + e % 4] |= (uint8_t)(((h >> e) & 1) << cpu_qp_step(e));
             }
         }
@@ -339,7 +344,7 @@ static void cpu_qp_weight_block(enum gguf_dtype t, const uint8_t *row, const uin
         const uint8_t *blk = row + b * bb, *q = blk + (cpu_has_min(t) ? 4 : 2);
         *d = quant_f16_to_f32(cpu_rd16(blk));
         *m = cpu_has_min(t) ? quant_f16_to_f32(cpu_rd16(blk + 2)) : 0.0f;
-        if (cpu_is_q5(t)) h = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24, q += 4;
+        if (cpu_is_q5(t)) h = cpu_le32(q), q += 4;
         memcpy(qs, q, (size_t)nq);
     } else {
         const uint8_t *pb = panel + b * CPU_PANEL * bb, *plane = pb + cpu_qp_scales(t);
