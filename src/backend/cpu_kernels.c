@@ -168,10 +168,22 @@ int cpu_type_panels(enum gguf_dtype t)
 }
 
 /* Bytes of a panel block's scales: f16 d[16], then the offsets' f16 m[16] (Q4_1, Q5_1); Q5's qh plane (64
- * bytes) follows, then the quants. */
+ * bytes) follows, then the quants, at cpu_qp_quants. */
 static int64_t cpu_qp_scales(enum gguf_dtype t)
 {
     return cpu_has_min(t) ? 64 : 32;
+}
+
+static int64_t cpu_qp_quants(enum gguf_dtype t)
+{
+    return cpu_qp_scales(t) + (cpu_is_q5(t) ? 64 : 0);
+}
+
+/* The offset m_w of the types that store none, per unit of d_w: Q4_0's quants are taken as q + 8, Q5_0's
+ * as q + 16 (Q8_0's are signed: no offset term). */
+static float cpu_qp_m_of_d(enum gguf_dtype t)
+{
+    return t == GGUF_DTYPE_Q5_0 ? -16.0f : -8.0f;
 }
 
 /* The little-endian 32-bit word at p (Q5's qh). */
@@ -193,7 +205,7 @@ static int cpu_qp_step(int e)
 static void cpu_repack_qp_panel(enum gguf_dtype t, const uint8_t *src, uint64_t rb, int64_t n_valid, int64_t nb,
                                 uint8_t *dst)
 {
-    const int64_t bb = cpu_block_bytes(t), sc = cpu_qp_scales(t), qs_at = sc + (cpu_is_q5(t) ? 64 : 0);
+    const int64_t bb = cpu_block_bytes(t), sc = cpu_qp_scales(t), qs_at = cpu_qp_quants(t);
     memset(dst, 0, (size_t)(CPU_PANEL * rb));
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *pb = dst + b * CPU_PANEL * bb;
@@ -347,8 +359,7 @@ static void cpu_qp_weight_block(enum gguf_dtype t, const uint8_t *row, const uin
         if (cpu_is_q5(t)) h = cpu_le32(q), q += 4;
         memcpy(qs, q, (size_t)nq);
     } else {
-        const uint8_t *pb = panel + b * CPU_PANEL * bb, *plane = pb + cpu_qp_scales(t);
-        const uint8_t *q = plane + (cpu_is_q5(t) ? 64 : 0);
+        const uint8_t *pb = panel + b * CPU_PANEL * bb, *plane = pb + cpu_qp_scales(t), *q = pb + cpu_qp_quants(t);
         *d = quant_f16_to_f32(cpu_rd16(pb + 2 * o));
         *m = cpu_has_min(t) ? quant_f16_to_f32(cpu_rd16(pb + 32 + 2 * o)) : 0.0f;
         for (int e = 0; e < nq; e++) qs[e] = q[64 * (e / 4) + 4 * o + e % 4];
@@ -359,7 +370,7 @@ static void cpu_qp_weight_block(enum gguf_dtype t, const uint8_t *row, const uin
         for (int e = 0; e < 32; e++) u[e] = (int8_t)qs[e];
         return;
     }
-    if (!cpu_has_min(t)) *m = (cpu_is_q5(t) ? -16.0f : -8.0f) * *d;
+    if (!cpu_has_min(t)) *m = cpu_qp_m_of_d(t) * *d;
     for (int e = 0; e < 16; e++) {
         u[e] = (qs[e] & 15) | (int)((h >> e) & 1) << 4;
         u[e + 16] = (qs[e] >> 4) | (int)((h >> (e + 16)) & 1) << 4;

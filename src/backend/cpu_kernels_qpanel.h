@@ -27,19 +27,18 @@
 
 /* One block of a panel (pb: its header, then the quants) times NX activation blocks into acc: the whole
  * panel (AVX-512) or half h (outputs 8h .. 8h + 7); xb[i]: row i's activation block (step s: its bytes
- * 4s .. 4s + 3). kind: 0 Q4_0, 1 Q4_1, 2 Q8_0, 3 Q5_0, 4 Q5_1. */
-CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const struct cpu_q8_block *const *xb,
-                                    int NX, CPU_QPV *acc)
+ * 4s .. 4s + 3). t: the weight type (a constant in every call, so the type tests fold away). */
+CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, enum gguf_dtype t,
+                                    const struct cpu_q8_block *const *xb, int NX, CPU_QPV *acc)
 {
-    const int has_m = kind == 1 || kind == 4, q5 = kind >= 3;
-    const float m_of_d = kind == 0 ? -8.0f : -16.0f; /* Q4_0, Q5_0 */
-    const uint8_t *qh = pb + (has_m ? 64 : 32), *qs = qh + (q5 ? 64 : 0);
+    const int has_m = cpu_has_min(t), q5 = cpu_is_q5(t), q8 = t == GGUF_DTYPE_Q8_0;
+    const uint8_t *qh = pb + cpu_qp_scales(t), *qs = pb + cpu_qp_quants(t);
 #if CPU_VNNI == 2
     (void)h;
     const __m512i lo4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)pb));
     const __m512 mw = has_m ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(pb + 32)))
-                            : _mm512_mul_ps(dw, _mm512_set1_ps(m_of_d));
+                            : _mm512_mul_ps(dw, _mm512_set1_ps(cpu_qp_m_of_d(t)));
     const __m512i plane = q5 ? _mm512_loadu_si512((const void *)qh) : _mm512_setzero_si512();
     __m512i p[CPU_QMAX][2];
 #pragma GCC unroll 8
@@ -49,7 +48,7 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const st
     for (int k = 0; k < 4; k++) { /* steps k and k + 4 */
         __m512i wa, wb;
         __mmask64 na = 0, nb = 0; /* Q8_0: the negative weights, whose activations are negated */
-        if (kind == 2) {
+        if (q8) {
             wa = _mm512_loadu_si512((const void *)(qs + 64 * k));
             wb = _mm512_loadu_si512((const void *)(qs + 64 * (k + 4)));
             na = _mm512_movepi8_mask(wa), nb = _mm512_movepi8_mask(wb);
@@ -67,7 +66,7 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const st
         for (int i = 0; i < NX; i++) {
             __m512i qa = _mm512_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * k));
             __m512i qb = _mm512_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * (k + 4)));
-            if (kind == 2) {
+            if (q8) {
                 qa = _mm512_mask_sub_epi8(qa, na, _mm512_setzero_si512(), qa);
                 qb = _mm512_mask_sub_epi8(qb, nb, _mm512_setzero_si512(), qb);
             }
@@ -79,7 +78,7 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const st
     for (int i = 0; i < NX; i++) {
         const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(p[i][0], p[i][1]));
         acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb[i]->d)), f, acc[i]);
-        if (kind != 2) acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb[i]->s), acc[i]);
+        if (!q8) acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb[i]->s), acc[i]);
     }
 #else
     const __m256i lo4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
@@ -88,18 +87,18 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const st
 #endif
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + 16 * h)));
     const __m256 mw = has_m ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pb + 32 + 16 * h)))
-                            : _mm256_mul_ps(dw, _mm256_set1_ps(m_of_d));
+                            : _mm256_mul_ps(dw, _mm256_set1_ps(cpu_qp_m_of_d(t)));
     const __m256i plane = q5 ? _mm256_loadu_si256((const __m256i *)(qh + 32 * h)) : _mm256_setzero_si256();
     qs += 32 * h;
     __m256i p[CPU_QMAX];
 #pragma GCC unroll 4
     for (int i = 0; i < NX; i++)
         p[i] = _mm256_setzero_si256();
-    /* steps k and k + 4; Q8_0: the signed weights sa, sb, their magnitudes wa, wb */
+        /* steps k and k + 4; Q8_0: the signed weights sa, sb, their magnitudes wa, wb */
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         __m256i wa, wb, sa = _mm256_setzero_si256(), sb = _mm256_setzero_si256();
-        if (kind == 2) {
+        if (q8) {
             sa = _mm256_loadu_si256((const __m256i *)(qs + 64 * k));
             sb = _mm256_loadu_si256((const __m256i *)(qs + 64 * (k + 4)));
             wa = _mm256_sign_epi8(sa, sa), wb = _mm256_sign_epi8(sb, sb);
@@ -116,20 +115,22 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const st
         for (int i = 0; i < NX; i++) {
             __m256i qa = _mm256_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * k));
             __m256i qb = _mm256_set1_epi32((int)cpu_rd32((const uint8_t *)xb[i]->q + 4 * (k + 4)));
-            if (kind == 2) qa = _mm256_sign_epi8(qa, sa), qb = _mm256_sign_epi8(qb, sb);
+            if (q8) qa = _mm256_sign_epi8(qa, sa), qb = _mm256_sign_epi8(qb, sb);
 #if CPU_VNNI
             p[i] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(p[i], wa, qa), wb, qb);
 #else
-            if (kind == 2) /* 32-bit sums each step */
-                p[i] = _mm256_add_epi32(p[i], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, qa), one),
-                                                               _mm256_madd_epi16(_mm256_maddubs_epi16(wb, qb), one)));
-            else if (q5) /* 32-bit sums each two steps */
+            if (q8) /* 32-bit sums each step */
                 p[i] = _mm256_add_epi32(
-                    p[i], _mm256_madd_epi16(
-                              _mm256_add_epi16(_mm256_maddubs_epi16(wa, qa), _mm256_maddubs_epi16(wb, qb)), one));
+                    p[i], _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wa, qa), one),
+                                           _mm256_madd_epi16(_mm256_maddubs_epi16(wb, qb), one)));
+            else if (q5) /* 32-bit sums each two steps */
+                p[i] =
+                    _mm256_add_epi32(p[i], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(wa, qa),
+                                                                              _mm256_maddubs_epi16(wb, qb)),
+                                                             one));
             else /* Q4: 16-bit sums over the block */
-                p[i] = _mm256_add_epi16(p[i],
-                                        _mm256_add_epi16(_mm256_maddubs_epi16(wa, qa), _mm256_maddubs_epi16(wb, qb)));
+                p[i] = _mm256_add_epi16(
+                    p[i], _mm256_add_epi16(_mm256_maddubs_epi16(wa, qa), _mm256_maddubs_epi16(wb, qb)));
 #endif
         }
     }
@@ -138,10 +139,11 @@ CPU_INLINE void CPU_QNAME(qp_block)(const uint8_t *pb, int h, int kind, const st
 #if CPU_VNNI
         const __m256i isum = p[i];
 #else
-        const __m256i isum = kind == 0 || kind == 1 ? _mm256_madd_epi16(p[i], one) : p[i];
+        const __m256i isum = q8 || q5 ? p[i] : _mm256_madd_epi16(p[i], one);
 #endif
-        acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb[i]->d)), _mm256_cvtepi32_ps(isum), acc[i]);
-        if (kind != 2) acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[i]->s), acc[i]);
+        acc[i] =
+            _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb[i]->d)), _mm256_cvtepi32_ps(isum), acc[i]);
+        if (!q8) acc[i] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[i]->s), acc[i]);
     }
 #endif
 }
@@ -162,10 +164,10 @@ CPU_INLINE void cpu_qp_prefetch(const uint8_t *pb, int64_t pbb)
 
 /* One panel (m <= 16 valid outputs; the next panel pst bytes on) times NX activation rows xr (cpu_q8
  * layout, nb blocks) into y[i * ys + o]. A panel block is 16 * bb bytes (bb: the ggml block's bytes). */
-CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t nb, int kind,
+CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t nb, enum gguf_dtype t,
                                     const uint8_t *const *xr, int NX, float *y, int64_t ys, int m)
 {
-    const int64_t pbb = CPU_PANEL * (kind == 0 ? 18 : kind == 1 ? 20 : kind == 2 ? 34 : kind == 3 ? 22 : 24);
+    const int64_t pbb = CPU_PANEL * cpu_block_bytes(t);
     const struct cpu_q8_block *xb[CPU_QMAX];
     CPU_QPV acc[CPU_QMAX];
     for (int h = 0; h < (CPU_VNNI == 2 ? 1 : 2); h++) {
@@ -178,7 +180,7 @@ CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t n
             for (int i = 0; i < NX; i++)
                 xb[i] = (const struct cpu_q8_block *)xr[i] + b;
             cpu_qp_prefetch(pb + h * pst, pbb);
-            CPU_QNAME(qp_block)(pb, h, kind, xb, NX, acc);
+            CPU_QNAME(qp_block)(pb, h, t, xb, NX, acc);
         }
 #pragma GCC unroll 8
         for (int i = 0; i < NX; i++) {
@@ -199,7 +201,7 @@ CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t n
 }
 
 /* The tile kernels (cpu_tile_fn): w at a panel start, ws the row bytes. */
-#define CPU_DEFINE_QP_TILE(name, kind)                                                                       \
+#define CPU_DEFINE_QP_TILE(name, t)                                                                          \
     static void CPU_QNAME(name)(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs,    \
                                 int n_x, float *y, int64_t ys)                                               \
     {                                                                                                        \
@@ -210,16 +212,15 @@ CPU_INLINE void CPU_QNAME(qp_panel)(const uint8_t *panel, int64_t pst, int64_t n
             const uint8_t *panel = (const uint8_t *)w + (int64_t)o * ws;                                     \
             const int m = n_w - o < CPU_PANEL ? n_w - o : CPU_PANEL;                                         \
             switch (n_x) {                                                                                   \
-                CPU_QCASES(                                                                                  \
-                    CPU_QNAME(qp_panel)(panel, CPU_PANEL * ws, n / CPU_QK, kind, xr, NXC, y + o, ys, m))     \
+                CPU_QCASES(CPU_QNAME(qp_panel)(panel, CPU_PANEL * ws, n / CPU_QK, t, xr, NXC, y + o, ys, m)) \
             }                                                                                                \
         }                                                                                                    \
     }
-CPU_DEFINE_QP_TILE(tile_q4_0, 0)
-CPU_DEFINE_QP_TILE(tile_q4_1, 1)
-CPU_DEFINE_QP_TILE(tile_q8_0, 2)
-CPU_DEFINE_QP_TILE(tile_q5_0, 3)
-CPU_DEFINE_QP_TILE(tile_q5_1, 4)
+CPU_DEFINE_QP_TILE(tile_q4_0, GGUF_DTYPE_Q4_0)
+CPU_DEFINE_QP_TILE(tile_q4_1, GGUF_DTYPE_Q4_1)
+CPU_DEFINE_QP_TILE(tile_q8_0, GGUF_DTYPE_Q8_0)
+CPU_DEFINE_QP_TILE(tile_q5_0, GGUF_DTYPE_Q5_0)
+CPU_DEFINE_QP_TILE(tile_q5_1, GGUF_DTYPE_Q5_1)
 #undef CPU_DEFINE_QP_TILE
 #undef CPU_QPV
 #undef CPU_QPZERO
