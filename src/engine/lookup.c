@@ -9,6 +9,8 @@
  *  - every position p in [n, n_indexed) has its n-gram in the table, at a position p' >= p (the most
  *    recent occurrence wins);
  *  - the table counts its entries, and is at most half full (cap a power of two).
+ * And of the last proposal: src (where its draft was copied from) < at (n_tokens then) <= n_indexed, or
+ * src = at = LOOKUP_EMPTY when there is none.
  */
 #include "engine/lookup.h"
 
@@ -28,6 +30,7 @@ struct lookup_table {
 struct lookup {
     struct lookup_table t[LOOKUP_MAX_N]; /* t[n - 1]: n-grams */
     int32_t n_indexed;
+    int32_t src, at; /* the last proposal: its draft's source position, and n_tokens then */
 };
 
 /* The hash of the n-gram ending just before end (tokens end[-n] .. end[-1]), taken from its last token back
@@ -66,6 +69,7 @@ lookup *lookup_new(void)
 {
     lookup *ix = calloc(1, sizeof *ix);
     if (!ix) return NULL;
+    ix->src = ix->at = LOOKUP_EMPTY;
     for (int n = 1; n <= LOOKUP_MAX_N; n++)
         if (table_init(&ix->t[n - 1], LOOKUP_CAP0)) {
             lookup_free(ix);
@@ -168,11 +172,19 @@ int lookup_update(lookup *ix, const int32_t *tokens, int32_t n_tokens)
     return 0;
 }
 
-int32_t lookup_propose(const lookup *ix, const int32_t *tokens, int32_t n_tokens, int32_t max_draft,
-                       int32_t *draft, int32_t *match_n)
+/* The position the draft continues from when the tokens appended since the last proposal all equal the
+ * tokens its source went on with (src + i < at + i <= n_tokens: always known), else LOOKUP_EMPTY. */
+static int32_t continued_source(const lookup *ix, const int32_t *tokens, int32_t n_tokens)
 {
-    if (match_n) *match_n = 0;
-    if (max_draft < 1 || n_tokens != ix->n_indexed || n_tokens < 2) return 0;
+    if (ix->src == LOOKUP_EMPTY || ix->at > n_tokens) return LOOKUP_EMPTY;
+    for (int32_t i = 0; i < n_tokens - ix->at; i++)
+        if (tokens[ix->at + i] != tokens[ix->src + i]) return LOOKUP_EMPTY;
+    return ix->src + (n_tokens - ix->at);
+}
+
+/* The source position of the draft found by the longest earlier n-gram (n into *n), or LOOKUP_EMPTY. */
+static int32_t ngram_source(const lookup *ix, const int32_t *tokens, int32_t n_tokens, int32_t *n_out)
+{
     /* an earlier occurrence needs at least one token before the suffix: n < n_tokens */
     uint64_t h[LOOKUP_MAX_N];
     gram_hashes(tokens + n_tokens, LOOKUP_N_AT(n_tokens - 1), h);
@@ -180,19 +192,36 @@ int32_t lookup_propose(const lookup *ix, const int32_t *tokens, int32_t n_tokens
         const struct lookup_table *t = &ix->t[n - 1];
         int32_t p = t->slot[table_find_h(t, tokens, tokens + n_tokens, n, h[n - 1])];
         if (p == LOOKUP_EMPTY) continue;
-        /* p < n_tokens: the copy source runs on into the draft when it reaches the end of the tokens */
-        for (int32_t m = 0; m < max_draft; m++) {
-            int32_t src = p + m;
-            draft[m] = src < n_tokens ? tokens[src] : draft[src - n_tokens];
-        }
-        if (match_n) *match_n = n;
-        return max_draft;
+        *n_out = n;
+        return p;
     }
-    return 0;
+    return LOOKUP_EMPTY;
+}
+
+int32_t lookup_propose(lookup *ix, const int32_t *tokens, int32_t n_tokens, int32_t max_draft, int32_t *draft,
+                       int32_t *match_n)
+{
+    if (match_n) *match_n = 0;
+    if (max_draft < 1 || n_tokens != ix->n_indexed || n_tokens < 2) return 0;
+    int32_t n = 0, p = continued_source(ix, tokens, n_tokens);
+    if (p == LOOKUP_EMPTY) p = ngram_source(ix, tokens, n_tokens, &n);
+    ix->src = p, ix->at = p == LOOKUP_EMPTY ? LOOKUP_EMPTY : n_tokens;
+    if (p == LOOKUP_EMPTY) return 0;
+    /* p < n_tokens: the copy source runs on into the draft when it reaches the end of the tokens */
+    for (int32_t m = 0; m < max_draft; m++) {
+        int32_t src = p + m;
+        draft[m] = src < n_tokens ? tokens[src] : draft[src - n_tokens];
+    }
+    if (match_n) *match_n = n;
+    return max_draft;
 }
 
 int lookup_check(const lookup *ix, const int32_t *tokens, struct err *e)
 {
+    if ((ix->src == LOOKUP_EMPTY) != (ix->at == LOOKUP_EMPTY) ||
+        (ix->src != LOOKUP_EMPTY && (ix->src < 0 || ix->src >= ix->at || ix->at > ix->n_indexed)))
+        return err_set(e, "lookup_check: last proposal's source %d, made at %d of %d tokens", (int)ix->src,
+                       (int)ix->at, (int)ix->n_indexed);
     for (int n = 1; n <= LOOKUP_MAX_N; n++) {
         const struct lookup_table *t = &ix->t[n - 1];
         if (!t->cap || (t->cap & (t->cap - 1)) || t->n * 2 > t->cap)

@@ -8,10 +8,13 @@
  * the last call, each once: O(1) expected per token (open addressing; a table half full is grown to a quarter
  * load), never a scan of the sequence per step.
  *
- * Proposal: for n = 3, 2, 1 (longest first), the n-gram that ends the sequence is looked up; at its most
- * recent earlier occurrence, the tokens that followed it are the draft. A draft may run past the end of the
- * known tokens into itself (the copy source then lies in the draft already proposed), so a repeating pattern
- * extends periodically.
+ * Proposal: when every token appended since the last proposal equals the token its draft was copied from
+ * (the sequence went on copying that source), the draft continues from where the copy has got to. Else, for
+ * n = 3, 2, 1 (longest first), the n-gram that ends the sequence is looked up; at its most recent earlier
+ * occurrence, the tokens that followed it are the draft. (A text that repeats its short n-grams, as prose
+ * does, has several earlier occurrences of them; the most recent one is often not the one being copied, and
+ * the copy's own position tells them apart.) A draft may run past the end of the known tokens into itself
+ * (the copy source then lies in the draft already proposed), so a repeating pattern extends periodically.
  */
 #ifndef NS_ENGINE_LOOKUP_H
 #define NS_ENGINE_LOOKUP_H
@@ -34,12 +37,14 @@ int lookup_update(lookup *ix, const int32_t *tokens, int32_t n_tokens);
 /* Tokens indexed so far. */
 int32_t lookup_n_indexed(const lookup *ix);
 
-/* Proposes up to max_draft tokens (into draft) that follow the longest n-gram (n <= LOOKUP_MAX_N) ending
- * tokens[0 .. n_tokens) that also occurred earlier; *match_n (may be NULL) is that n. Returns the number
- * proposed: 0 when no suffix occurred before. Needs lookup_update(ix, tokens, n_tokens) first.
- * O(max_draft + LOOKUP_MAX_N) expected. */
-int32_t lookup_propose(const lookup *ix, const int32_t *tokens, int32_t n_tokens, int32_t max_draft,
-                       int32_t *draft, int32_t *match_n);
+/* Proposes up to max_draft tokens (into draft): the continuation of the last proposal's source while the
+ * tokens since then followed it (*match_n = 0), else what follows the longest n-gram (n <= LOOKUP_MAX_N)
+ * ending tokens[0 .. n_tokens) that also occurred earlier (*match_n = n; match_n may be NULL). Returns the
+ * number proposed: 0 when neither applies. Needs lookup_update(ix, tokens, n_tokens) first. Remembers
+ * where the draft was copied from, for the next call. O(max_draft + LOOKUP_MAX_N + the tokens appended
+ * since the last proposal) expected. */
+int32_t lookup_propose(lookup *ix, const int32_t *tokens, int32_t n_tokens, int32_t max_draft, int32_t *draft,
+                       int32_t *match_n);
 
 /* Debug check of the invariant at the top of lookup.c against the tokens it indexed. O(n_indexed). */
 int lookup_check(const lookup *ix, const int32_t *tokens, struct err *e);
