@@ -73,15 +73,29 @@ __attribute__((target("amx-tile,amx-int8"))) static void tiles(void)
     }
 }
 
+/* The block's made-up weight scales and offsets (what the panel header would hold). */
+__attribute__((target("avx512f"))) static inline void block_scales(int k, __m512 *dw, __m512 *mw)
+{
+    *dw = _mm512_set1_ps(1.0f + (float)k), *mw = _mm512_set1_ps(0.5f);
+}
+
+/* The shared float part of one row and block: isum scaled by d_w * d_x, plus m_w * s_x (xb: the row's
+ * activation block: d, s, quants). */
+__attribute__((target("avx512f"))) static inline __m512 float_row(__m512 acc, __m512i isum, const uint8_t *xb,
+                                                                  __m512 dw, __m512 mw)
+{
+    float d, sx;
+    memcpy(&d, xb, 4), memcpy(&sx, xb + 4, 4);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(d)), _mm512_cvtepi32_ps(isum), acc);
+    return _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc);
+}
+
 __attribute__((target("avx512f"))) static inline void float_block(int k, int nx, __m512 *acc)
 {
-    const __m512 dw = _mm512_set1_ps(1.0f + (float)k), mw = _mm512_set1_ps(0.5f);
-    for (int i = 0; i < nx; i++) {
-        const float *xb = (const float *)(act[i] + k * 40);
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf[k] + 16 * i));
-        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb[0])), f, acc[i]);
-        acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb[1]), acc[i]);
-    }
+    __m512 dw, mw;
+    block_scales(k, &dw, &mw);
+    for (int i = 0; i < nx; i++)
+        acc[i] = float_row(acc[i], _mm512_load_si512(cbuf[k] + 16 * i), act[i] + k * 40, dw, mw);
 }
 
 __attribute__((target("avx512f"))) static void floats(int nx, __m512 *acc)
@@ -104,7 +118,8 @@ __attribute__((target("avx512f,amx-tile,amx-int8"))) static void both(int nx, __
 __attribute__((target("avx512f,avx512vnni"), always_inline)) static inline void vnni_rows(int k, int i0, int N,
                                                                                          __m512 *acc)
 {
-    const __m512 dw = _mm512_set1_ps(1.0f + (float)k), mw = _mm512_set1_ps(0.5f);
+    __m512 dw, mw;
+    block_scales(k, &dw, &mw);
     __m512i w[8], p[8][2];
 #pragma GCC unroll 8
     for (int s = 0; s < 8; s++) w[s] = _mm512_load_si512(bbuf[k] + 64 * s);
@@ -121,14 +136,8 @@ __attribute__((target("avx512f,avx512vnni"), always_inline)) static inline void 
             p[i][1] = _mm512_dpbusd_epi32(p[i][1], w[s + 4], _mm512_set1_epi32(b));
         }
 #pragma GCC unroll 8
-    for (int i = 0; i < N; i++) {
-        const uint8_t *xb = act[i0 + i] + k * 40;
-        float d, sx;
-        memcpy(&d, xb, 4), memcpy(&sx, xb + 4, 4);
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(p[i][0], p[i][1]));
-        acc[i0 + i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(d)), f, acc[i0 + i]);
-        acc[i0 + i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(sx), acc[i0 + i]);
-    }
+    for (int i = 0; i < N; i++)
+        acc[i0 + i] = float_row(acc[i0 + i], _mm512_add_epi32(p[i][0], p[i][1]), act[i0 + i] + k * 40, dw, mw);
 }
 
 /* The AVX-512 VNNI kernel takes up to 8 rows a call: NX = 16 is two calls. */

@@ -173,10 +173,11 @@ int lookup_update(lookup *ix, const int32_t *tokens, int32_t n_tokens)
 }
 
 /* The position the draft continues from when the tokens appended since the last proposal all equal the
- * tokens its source went on with (src + i < at + i <= n_tokens: always known), else LOOKUP_EMPTY. */
+ * tokens its source went on with (src + i < at + i <= n_tokens: always known), else LOOKUP_EMPTY. Called
+ * with n_tokens == n_indexed >= at. */
 static int32_t continued_source(const lookup *ix, const int32_t *tokens, int32_t n_tokens)
 {
-    if (ix->src == LOOKUP_EMPTY || ix->at > n_tokens) return LOOKUP_EMPTY;
+    if (ix->src == LOOKUP_EMPTY) return LOOKUP_EMPTY;
     for (int32_t i = 0; i < n_tokens - ix->at; i++)
         if (tokens[ix->at + i] != tokens[ix->src + i]) return LOOKUP_EMPTY;
     return ix->src + (n_tokens - ix->at);
@@ -205,8 +206,11 @@ int32_t lookup_propose(lookup *ix, const int32_t *tokens, int32_t n_tokens, int3
     if (max_draft < 1 || n_tokens != ix->n_indexed || n_tokens < 2) return 0;
     int32_t n = 0, p = continued_source(ix, tokens, n_tokens);
     if (p == LOOKUP_EMPTY) p = ngram_source(ix, tokens, n_tokens, &n);
-    ix->src = p, ix->at = p == LOOKUP_EMPTY ? LOOKUP_EMPTY : n_tokens;
-    if (p == LOOKUP_EMPTY) return 0;
+    if (p == LOOKUP_EMPTY) {
+        ix->src = ix->at = LOOKUP_EMPTY;
+        return 0;
+    }
+    ix->src = p, ix->at = n_tokens;
     /* p < n_tokens: the copy source runs on into the draft when it reaches the end of the tokens */
     for (int32_t m = 0; m < max_draft; m++) {
         int32_t src = p + m;
