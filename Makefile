@@ -36,7 +36,7 @@ CU_SRCS  = $(wildcard src/*/*.cu)
 CU_OBJS  = $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 LIB_OBJS += $(CU_OBJS)
 NS_CFLAGS += -DNS_CUDA=1
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
 endif
 
 # MPI: the same sources through the MPI compiler wrapper; src/jobs/dist_mpi.c compiles to nothing without it.

@@ -256,6 +256,32 @@ TEST(runtime_unknown_backend)
     CHECK(backend_probe("tpu", why, sizeof why) == 0 && strstr(why, "unknown backend"));
 }
 
+/* --gpu-weights on a backend whose weights are the file's own: refused before loading, naming the value and
+ * the backend; the names parse back to their values and nothing else parses. */
+TEST(runtime_gpu_weights_need_a_gpu)
+{
+    NEED_MODEL();
+    for (int w = 0; w < BACKEND_WEIGHTS_N; w++) {
+        enum backend_weights back;
+        CHECK(backend_weights_parse(backend_weights_name((enum backend_weights)w), &back) == 0 && (int)back == w);
+    }
+    enum backend_weights bw;
+    CHECK(backend_weights_parse("fp16", &bw) != 0 && backend_weights_parse("", &bw) != 0);
+    const enum backend_weights asked[2] = {BACKEND_WEIGHTS_BF16, BACKEND_WEIGHTS_FP8};
+    for (int i = 0; i < 2; i++) {
+        struct runtime_params p = runtime_default_params();
+        p.model_path = model_path();
+        p.backend = "cpu";
+        p.gpu_weights = asked[i];
+        struct runtime rt;
+        struct err e;
+        CHECK(runtime_open(&p, &rt, &e) != 0);
+        CHECK_MSG(strstr(e.msg, "--gpu-weights") && strstr(e.msg, backend_weights_name(asked[i])) &&
+                      strstr(e.msg, "backend cpu"),
+                  "%s", e.msg);
+    }
+}
+
 TEST(registry_names)
 {
     struct err e;
@@ -319,6 +345,7 @@ int main(void)
     RUN(runtime_staged_engines);
     RUN(runtime_weight_type_not_computed);
     RUN(runtime_unknown_backend);
+    RUN(runtime_gpu_weights_need_a_gpu);
     RUN(registry_names);
     RUN(registry_cuda_not_built);
     return test_summary();

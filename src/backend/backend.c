@@ -132,6 +132,23 @@ int backend_open(const char *name, const struct backend_config *cfg, struct back
     return 0;
 }
 
+static const char *const backend_weights_names[BACKEND_WEIGHTS_N] = {"auto", "bf16", "fp8"};
+
+const char *backend_weights_name(enum backend_weights w)
+{
+    return (unsigned)w < BACKEND_WEIGHTS_N ? backend_weights_names[w] : "?";
+}
+
+int backend_weights_parse(const char *s, enum backend_weights *out)
+{
+    for (int i = 0; i < BACKEND_WEIGHTS_N; i++)
+        if (!strcmp(s, backend_weights_names[i])) {
+            *out = (enum backend_weights)i;
+            return 0;
+        }
+    return -1;
+}
+
 void backend_free(struct backend *b)
 {
     if (!b || !b->ops) return;

@@ -155,9 +155,18 @@ struct backend {
 };
 
 /* How to start a backend; fields a backend does not use are ignored. */
+/* The precision of a GPU backend's weight matrices (--gpu-weights). AUTO: the file's own precision (BF16 for
+ * every type but F32) when its weights fit with room for a useful KV pool, else FP8; the backend says which
+ * and why at load. A backend whose weights are the file's own (cpu) takes AUTO only. */
+enum backend_weights { BACKEND_WEIGHTS_AUTO = 0, BACKEND_WEIGHTS_BF16, BACKEND_WEIGHTS_FP8, BACKEND_WEIGHTS_N };
+/* "auto", "bf16", "fp8"; parse: 0 ok, -1 for any other string. */
+const char *backend_weights_name(enum backend_weights w);
+int backend_weights_parse(const char *s, enum backend_weights *out);
+
 struct backend_config {
-    int n_threads; /* cpu: <= 0 one per online core */
-    int device;    /* GPU ordinal (default 0) */
+    int n_threads;                /* cpu: <= 0 one per online core */
+    int device;                   /* GPU ordinal (default 0) */
+    enum backend_weights weights; /* GPU matrices' precision (default AUTO) */
 };
 
 /* ---- the registry: backends by name ----

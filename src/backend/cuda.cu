@@ -193,6 +193,8 @@ static uint64_t cuda_layout_scratch(struct cuda_ctx *c, int32_t rows, char *base
     CARVE(gu, float, (int64_t)rows * 2 * hp->n_ff);
     CARVE(cs, float, (int64_t)rows * hp->n_rot + 2);
     CARVE(act, float, (int64_t)rows * cuda_max3(hp->n_embd, n_q, hp->n_ff));
+    CARVE(act8, uint8_t, (int64_t)rows * cuda_max3(hp->n_embd, n_q, hp->n_ff));
+    CARVE(act_scale, float, rows);
     CARVE(part_acc, float, c->max_parts * n_q);
     CARVE(part_ml, float, c->max_parts * hp->n_head * 2);
 #undef CARVE
@@ -235,7 +237,9 @@ static int cuda_check(void *ctx, struct err *e)
     if (!c->layers || !c->embd.d || !c->output.d || !c->output_norm) return err_set(e, "cuda_check: weights not bound");
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const struct cuda_layer *L = &c->layers[il];
-        if (!L->qkv.d || !L->wo.d || !L->gate_up.d || !L->down.d ||
+        if (!L->qkv.d || !L->wo.d || !L->gate_up.d || !L->down.d || (L->qkv.type == CUDA_W_FP8) != !!L->qkv.scale ||
+            (L->wo.type == CUDA_W_FP8) != !!L->wo.scale || (L->gate_up.type == CUDA_W_FP8) != !!L->gate_up.scale ||
+            (L->down.type == CUDA_W_FP8) != !!L->down.scale ||
             L->qkv.n_out != (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim || L->gate_up.n_out != 2 * hp->n_ff ||
             L->down.n_in != hp->n_ff || L->wo.n_out != hp->n_embd)
             return err_set(e, "cuda_check: layer %d matrices missing or of the wrong shape", (int)il);
@@ -263,58 +267,78 @@ static int cuda_check(void *ctx, struct err *e)
 struct cuda_upload {
     void *staging;     /* pinned, CUDA_STAGING bytes */
     void *dev_staging; /* device, CUDA_STAGING bytes */
+    void *dev_bf16;    /* device, CUDA_STAGING / 2 bytes: a chunk's BF16 rows on their way to FP8 (FP8 loads) */
     cudaEvent_t done[2];
 };
 
-/* One chunk of cuda_upload_rows: nr rows of in_row bytes from src through staging half k to out (out_row
- * bytes a row), copied as they are (raw) or dequantized to BF16 on the device from the device half. */
+static size_t cuda_wtype_bytes(enum cuda_wtype t)
+{
+    return t == CUDA_W_F32 ? 4 : t == CUDA_W_BF16 ? 2 : 1;
+}
+
+/* One chunk of cuda_upload_rows: nr rows of in_row bytes from src through staging half k into rows r0.. of
+ * mx: copied as they are (raw), or dequantized to BF16 on the device from the device half, or for an FP8
+ * matrix quantized on the device (from the raw BF16 or F32 rows, or from their BF16 dequantization in
+ * dev_bf16, which the stream's order frees before the next chunk writes it). */
 static int cuda_upload_chunk(struct cuda_ctx *c, struct cuda_upload *u, int k, const struct model_weight *w,
-                             const char *src, int64_t nr, uint64_t in_row, int raw, char *out, size_t out_row,
+                             const char *src, int64_t nr, uint64_t in_row, int raw, struct cuda_matrix *mx, int64_t r0,
                              struct err *e)
 {
-    const size_t half = CUDA_STAGING / 2;
+    const size_t half = CUDA_STAGING / 2, out_row = (size_t)mx->n_in * cuda_wtype_bytes(mx->type);
     char *buf = (char *)u->staging + (size_t)k * half, *dbuf = (char *)u->dev_staging + (size_t)k * half;
+    char *out = (char *)mx->d + (size_t)r0 * out_row;
     CU_TRY(cudaEventSynchronize(u->done[k])); /* half k's previous copy (and kernel) are done with it */
     memcpy(buf, src, (size_t)nr * in_row);
     if (raw) {
         CU_TRY(cudaMemcpyAsync(out, buf, (size_t)nr * out_row, cudaMemcpyHostToDevice, c->st));
     } else {
         CU_TRY(cudaMemcpyAsync(dbuf, buf, (size_t)nr * in_row, cudaMemcpyHostToDevice, c->st));
-        if (cuda_launch_dequant(c->st, w->type, dbuf, nr, w->ne[0], (uint16_t *)out, e)) return -1;
+        const int direct = mx->type == CUDA_W_FP8 && (w->type == GGUF_DTYPE_BF16 || w->type == GGUF_DTYPE_F32);
+        void *bf16 = mx->type == CUDA_W_FP8 ? u->dev_bf16 : out;
+        if (!direct && cuda_launch_dequant(c->st, w->type, dbuf, nr, w->ne[0], (uint16_t *)bf16, e)) return -1;
+        if (mx->type == CUDA_W_FP8 &&
+            cuda_launch_fp8_rows(c->st, direct ? dbuf : bf16, w->type == GGUF_DTYPE_F32 ? CUDA_ACT_F32 : CUDA_ACT_BF16,
+                                 nr, mx->n_in, (uint8_t *)out, mx->scale + r0, e))
+            return -1;
     }
     CU_TRY(cudaEventRecord(u->done[k], c->st));
     return 0;
 }
 
-/* Uploads rows [0, w->ne[1]) of w into dst (row-major, n_in = w->ne[0]) as BF16 or F32. Rows already in
- * the matrix's type (BF16 into BF16, F32 into F32) are copied as they are; the others go up as their raw
- * bytes and cuda_launch_dequant writes them into dst as BF16. Chunks of rows alternate between the two
- * staging halves, so the host copies one chunk while the previous one is on its way. */
-static int cuda_upload_rows(struct cuda_ctx *c, const struct model_weight *w, char *dst, int bf16,
+/* Uploads the rows of w into rows r0.. of mx (n_in = w->ne[0]). Rows already in the matrix's type (BF16
+ * into BF16, F32 into F32) are copied as they are; the others go up as their raw bytes and the device
+ * converts them (cuda_upload_chunk). Chunks of rows alternate between the two staging halves, so the host
+ * copies one chunk while the previous one is on its way. */
+static int cuda_upload_rows(struct cuda_ctx *c, const struct model_weight *w, struct cuda_matrix *mx, int64_t r0,
                             struct cuda_upload *u, struct err *e)
 {
     const int64_t n_in = w->ne[0], n_rows = w->ne[1];
-    const size_t out_row = (size_t)n_in * (bf16 ? 2 : 4), half = CUDA_STAGING / 2;
+    const size_t half = CUDA_STAGING / 2;
     const uint64_t in_row = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
-    const int raw = (bf16 && w->type == GGUF_DTYPE_BF16) || (!bf16 && w->type == GGUF_DTYPE_F32);
-    if (!raw && (!bf16 || !cuda_dequant_supported(w->type)))
+    const int raw = (mx->type == CUDA_W_BF16 && w->type == GGUF_DTYPE_BF16) ||
+                    (mx->type == CUDA_W_F32 && w->type == GGUF_DTYPE_F32);
+    const int fp8_direct = mx->type == CUDA_W_FP8 && (w->type == GGUF_DTYPE_BF16 || w->type == GGUF_DTYPE_F32);
+    if (!raw && !fp8_direct && (mx->type == CUDA_W_F32 || !cuda_dequant_supported(w->type)))
         return err_set(e, "cuda backend: %s: cannot convert type %d on the device", w->name, (int)w->type);
-    if (in_row == 0 || in_row > half)
+    /* a chunk's raw rows fit a staging half, and for FP8 its BF16 rows fit dev_bf16 */
+    const uint64_t per_row = mx->type == CUDA_W_FP8 && 2 * (uint64_t)n_in > in_row ? 2 * (uint64_t)n_in : in_row;
+    if (in_row == 0 || per_row > half)
         return err_set(e, "cuda backend: %s: rows of %lld elements are too long", w->name, (long long)n_in);
-    const int64_t per = (int64_t)(half / in_row);
+    const int64_t per = (int64_t)(half / per_row);
     int k = 0;
-    for (int64_t r0 = 0; r0 < n_rows; r0 += per, k ^= 1) {
-        const int64_t nr = n_rows - r0 < per ? n_rows - r0 : per;
-        if (cuda_upload_chunk(c, u, k, w, (const char *)w->data + (uint64_t)r0 * in_row, nr, in_row, raw,
-                              dst + (size_t)r0 * out_row, out_row, e))
+    for (int64_t i = 0; i < n_rows; i += per, k ^= 1) {
+        const int64_t nr = n_rows - i < per ? n_rows - i : per;
+        if (cuda_upload_chunk(c, u, k, w, (const char *)w->data + (uint64_t)i * in_row, nr, in_row, raw, mx, r0 + i, e))
             return err_prefix(e, "uploading %s", w->name);
     }
     return 0;
 }
 
-/* Allocates a matrix of the stacked rows of ws[0..n) (same n_in) and uploads them. BF16 unless all are F32. */
+/* Allocates a matrix of the stacked rows of ws[0..n) (same n_in) and uploads them: FP8 when fp8 is asked and
+ * the rows are whole 16-byte groups of e4m3 (n_in % 16 == 0: the FP8 GEMM's and GEMV's access), else BF16
+ * unless all are F32. */
 static int cuda_upload_matrix(struct cuda_ctx *c, struct cuda_upload *u, const struct model_weight *const *ws, int n,
-                              struct cuda_matrix *out, struct err *e)
+                              int fp8, struct cuda_matrix *out, struct err *e)
 {
     int64_t rows = 0;
     int all_f32 = 1;
@@ -325,16 +349,19 @@ static int cuda_upload_matrix(struct cuda_ctx *c, struct cuda_upload *u, const s
         rows += ws[i]->ne[1];
         all_f32 &= ws[i]->type == GGUF_DTYPE_F32;
     }
-    out->bf16 = !all_f32;
     out->n_in = (int32_t)ws[0]->ne[0];
     out->n_out = (int32_t)rows;
-    const size_t row_bytes = (size_t)out->n_in * (out->bf16 ? 2 : 4);
-    CU_TRY(cudaMalloc(&out->d, row_bytes * (size_t)rows));
-    c->weight_bytes += row_bytes * (size_t)rows;
+    out->type = fp8 && out->n_in % 16 == 0 ? CUDA_W_FP8 : all_f32 ? CUDA_W_F32 : CUDA_W_BF16;
+    const size_t bytes = (size_t)out->n_in * cuda_wtype_bytes(out->type) * (size_t)rows;
+    CU_TRY(cudaMalloc(&out->d, bytes));
+    c->weight_bytes += bytes;
+    if (out->type == CUDA_W_FP8) {
+        CU_TRY(cudaMalloc(&out->scale, (size_t)rows * sizeof(float)));
+        c->weight_bytes += (size_t)rows * sizeof(float);
+    }
     int64_t r0 = 0;
     for (int i = 0; i < n; i++) {
-        if (cuda_upload_rows(c, ws[i], (char *)out->d + (size_t)r0 * row_bytes, out->bf16, u, e))
-            return -1;
+        if (cuda_upload_rows(c, ws[i], out, r0, u, e)) return -1;
         r0 += ws[i]->ne[1];
     }
     return 0;
@@ -355,6 +382,7 @@ static int cuda_upload_f32(struct cuda_ctx *c, const struct model_weight *w, flo
 static void cuda_free_matrix(struct cuda_matrix *mx)
 {
     cuda_free_ptr(&mx->d);
+    cuda_free_ptr((void **)&mx->scale);
 }
 
 static void cuda_free_weights(struct cuda_ctx *c)
@@ -376,7 +404,7 @@ static void cuda_free_weights(struct cuda_ctx *c)
     }
     free(c->layers);
     c->layers = NULL;
-    if (c->output.d == c->embd.d) c->output.d = NULL;
+    if (c->output.d == c->embd.d) c->output.d = c->output.scale = NULL;
     cuda_free_matrix(&c->output);
     cuda_free_matrix(&c->embd);
     cuda_free_ptr((void **)&c->output_norm);
@@ -409,11 +437,12 @@ static int cuda_upload_layer(struct cuda_ctx *c, struct cuda_upload *u, int32_t 
     struct cuda_layer *L = &c->layers[il];
     const struct model_weight *qkv[] = {&M->wq, &M->wk, &M->wv}, *wo[] = {&M->wo}, *gu[] = {&M->w_gate, &M->w_up},
                               *down[] = {&M->w_down};
+    const int fp8 = c->layer_wtype == CUDA_W_FP8;
     if (cuda_upload_f32(c, &M->attn_norm, &L->attn_norm, e) || cuda_upload_f32(c, &M->ffn_norm, &L->ffn_norm, e) ||
         cuda_upload_f32(c, &M->q_norm, &L->q_norm, e) || cuda_upload_f32(c, &M->k_norm, &L->k_norm, e) ||
-        cuda_upload_bias(c, M, &L->bqkv, e) || cuda_upload_matrix(c, u, qkv, 3, &L->qkv, e) ||
-        cuda_upload_matrix(c, u, wo, 1, &L->wo, e) || cuda_upload_matrix(c, u, gu, 2, &L->gate_up, e) ||
-        cuda_upload_matrix(c, u, down, 1, &L->down, e))
+        cuda_upload_bias(c, M, &L->bqkv, e) || cuda_upload_matrix(c, u, qkv, 3, fp8, &L->qkv, e) ||
+        cuda_upload_matrix(c, u, wo, 1, fp8, &L->wo, e) || cuda_upload_matrix(c, u, gu, 2, fp8, &L->gate_up, e) ||
+        cuda_upload_matrix(c, u, down, 1, fp8, &L->down, e))
         return err_prefix(e, "layer %d", (int)il);
     return 0;
 }
@@ -421,7 +450,7 @@ static int cuda_upload_layer(struct cuda_ctx *c, struct cuda_upload *u, int32_t 
 static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
 {
     const struct model *m = c->m;
-    struct cuda_upload u = {NULL, NULL, {NULL, NULL}};
+    struct cuda_upload u = {NULL, NULL, NULL, {NULL, NULL}};
     int rc = -1;
     c->layers = (struct cuda_layer *)calloc((size_t)m->hp.n_layer, sizeof *c->layers);
     if (!c->layers) return err_set(e, "cuda backend: out of memory");
@@ -430,7 +459,8 @@ static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
         err_set(e, "cuda backend: cannot allocate %u MiB of pinned staging memory", CUDA_STAGING >> 20);
         goto out;
     }
-    if (cudaMalloc(&u.dev_staging, CUDA_STAGING) != cudaSuccess) {
+    if (cudaMalloc(&u.dev_staging, CUDA_STAGING) != cudaSuccess ||
+        (c->layer_wtype == CUDA_W_FP8 && cudaMalloc(&u.dev_bf16, CUDA_STAGING / 2) != cudaSuccess)) {
         cudaGetLastError(); /* not sticky: cleared, so that no later launch check reports it */
         err_set(e, "cuda backend: cannot allocate %u MiB of device staging memory", CUDA_STAGING >> 20);
         goto out;
@@ -439,9 +469,10 @@ static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
     cudaEventRecord(u.done[1], c->st);
     {
         const struct model_weight *te[] = {&m->tok_embd}, *head[] = {&m->output};
-        if (cuda_upload_matrix(c, &u, te, 1, &c->embd, e)) goto out;
+        /* the embeddings and the head stay BF16 (or F32) under FP8 layers (bench/NOTES.md says why) */
+        if (cuda_upload_matrix(c, &u, te, 1, 0, &c->embd, e)) goto out;
         if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type) c->output = c->embd;
-        else if (cuda_upload_matrix(c, &u, head, 1, &c->output, e)) goto out;
+        else if (cuda_upload_matrix(c, &u, head, 1, 0, &c->output, e)) goto out;
         if (cuda_upload_f32(c, &m->output_norm, &c->output_norm, e)) goto out;
         for (int32_t il = 0; il < m->hp.n_layer; il++)
             if (cuda_upload_layer(c, &u, il, e)) goto out;
@@ -458,6 +489,7 @@ out:
     cudaStreamSynchronize(c->st); /* nothing in flight reads the staging any more */
     if (u.staging) cudaFreeHost(u.staging);
     if (u.dev_staging) cudaFree(u.dev_staging);
+    if (u.dev_bf16) cudaFree(u.dev_bf16);
     if (u.done[0]) cudaEventDestroy(u.done[0]);
     if (u.done[1]) cudaEventDestroy(u.done[1]);
     return rc;
@@ -501,6 +533,62 @@ static int cuda_upload_rope(struct cuda_ctx *c, struct err *e)
     return 0;
 }
 
+/* Elements of the layers' matrices (n_layer x (qkv, wo, gate/up, down)), and of the embeddings and the head
+ * (the head once when it is the embedding table). */
+static void cuda_count_weights(const struct model *m, uint64_t *layers, uint64_t *ends)
+{
+    *layers = 0;
+    for (int32_t il = 0; il < m->hp.n_layer; il++) {
+        const struct model_layer *L = &m->layers[il];
+        const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) *layers += (uint64_t)ws[i]->ne[0] * (uint64_t)ws[i]->ne[1];
+    }
+    *ends = (uint64_t)m->tok_embd.ne[0] * (uint64_t)m->tok_embd.ne[1];
+    if (m->output.data != m->tok_embd.data) *ends += (uint64_t)m->output.ne[0] * (uint64_t)m->output.ne[1];
+}
+
+/* The layers' matrix type for this load (c->weights_asked): BF16 (F32 matrices of an F32 file stay F32), or
+ * FP8 when asked, or under AUTO when the BF16 weights would leave the KV cache less than a quarter of the
+ * device's free memory past the headroom (cuda_memory's); why: the reason, for the start-up line. */
+static enum cuda_wtype cuda_pick_wtype(struct cuda_ctx *c, const struct model *m, char *why, size_t why_cap)
+{
+    uint64_t layers = 0, ends = 0;
+    cuda_count_weights(m, &layers, &ends);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    const uint64_t headroom = (2ull << 30) + total_b / 50, bf16 = 2 * (layers + ends), room = free_b / 4;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const uint64_t left = free_b > headroom + bf16 ? free_b - headroom - bf16 : 0;
+    if (c->weights_asked != BACKEND_WEIGHTS_AUTO) {
+        snprintf(why, why_cap, "--gpu-weights %s", backend_weights_name(c->weights_asked));
+        return c->weights_asked == BACKEND_WEIGHTS_FP8 ? CUDA_W_FP8 : CUDA_W_BF16;
+    }
+    if (left >= room) {
+        snprintf(why, why_cap, "auto: BF16 weights %.1f GiB leave %.1f GiB for the KV cache", (double)bf16 / gib,
+                 (double)left / gib);
+        return CUDA_W_BF16;
+    }
+    snprintf(why, why_cap, "auto: BF16 weights %.1f GiB would leave %.1f GiB of %.1f GiB free for the KV cache",
+             (double)bf16 / gib, (double)left / gib, (double)free_b / gib);
+    return CUDA_W_FP8;
+}
+
+/* "N of M layer matrices e4m3" for the start-up line, or the BF16 / F32 words. */
+static void cuda_describe_weights(const struct cuda_ctx *c, int quantized, char *out, size_t cap)
+{
+    int n_fp8 = 0, n = 0;
+    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
+        const struct cuda_matrix *ms[] = {&c->layers[il].qkv, &c->layers[il].wo, &c->layers[il].gate_up,
+                                          &c->layers[il].down};
+        for (int i = 0; i < 4; i++, n++) n_fp8 += ms[i]->type == CUDA_W_FP8;
+    }
+    if (c->layer_wtype == CUDA_W_FP8)
+        snprintf(out, cap, "FP8 e4m3 with a scale per output channel: %d of %d layer matrices (rows of a multiple "
+                           "of 16), embeddings and head BF16", n_fp8, n);
+    else snprintf(out, cap, "%s", quantized ? "integer types dequantized on the device to BF16: 2 bytes per weight"
+                                            : "BF16, F32 matrices kept F32");
+}
+
 static int cuda_load(void *ctx, const struct model *m, struct err *e)
 {
     struct cuda_ctx *c = (struct cuda_ctx *)ctx;
@@ -518,6 +606,8 @@ static int cuda_load(void *ctx, const struct model *m, struct err *e)
                        (int)hp->head_dim, CUDA_MAX_HEAD_DIM);
     cuda_release(c);
     c->m = m;
+    char why[256];
+    c->layer_wtype = cuda_pick_wtype(c, m, why, sizeof why);
     const double t0 = cuda_now();
     if (cuda_upload_weights(c, e) || cuda_upload_rope(c, e)) {
         cuda_release(c);
@@ -540,12 +630,11 @@ static int cuda_load(void *ctx, const struct model *m, struct err *e)
         const struct model_layer *L = &m->layers[il];
         quantized |= L->wq.type != GGUF_DTYPE_F32 && L->wq.type != GGUF_DTYPE_F16 && L->wq.type != GGUF_DTYPE_BF16;
     }
-    log_info("cuda backend: %s: weights %.1f MiB on the device (%s) in %.1f s; %.1f of %.1f GiB free", c->device_name,
-             (double)c->weight_bytes / (1 << 20),
-             quantized ? "integer types dequantized on the device to BF16: 2 bytes per weight"
-                       : "BF16, F32 matrices kept F32",
-             cuda_now() - t0, (double)free_b / (1 << 30),
-             (double)total_b / (1 << 30));
+    char what[256];
+    cuda_describe_weights(c, quantized, what, sizeof what);
+    log_info("cuda backend: %s: weights %.1f MiB on the device (%s; %s) in %.1f s; %.1f of %.1f GiB free",
+             c->device_name, (double)c->weight_bytes / (1 << 20), what, why, cuda_now() - t0,
+             (double)free_b / (1 << 30), (double)total_b / (1 << 30));
     return 0;
 }
 
@@ -582,7 +671,7 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
     }
     c->kv_type = t;
     int act_bf16 = 1;
-    for (int32_t il = 0; il < hp->n_layer; il++) act_bf16 &= c->layers[il].wo.bf16;
+    for (int32_t il = 0; il < hp->n_layer; il++) act_bf16 &= c->layers[il].wo.type != CUDA_W_F32;
     c->attn = cuda_attn_choose(hp->head_dim, t, act_bf16);
     log_info("cuda backend: KV pool %.1f MiB (%d blocks x %d tokens, %s); attention on %s", 2.0 * (double)total / (1 << 20),
              (int)n_blocks, (int)block_size, model_kv_type_name(t), cuda_attn_kernel_name(c->attn));
@@ -668,12 +757,20 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
 static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void *x, int32_t n_rows, void *y,
                      enum cuda_act y_type, struct err *e)
 {
-    return cuda_matmul(c->st, c->blas, w->d, w->bf16, x, n_rows, w->n_in, w->n_out, y, y_type, e);
+    if (w->type != CUDA_W_FP8)
+        return cuda_matmul(c->st, c->blas, w->d, w->type == CUDA_W_BF16, x, n_rows, w->n_in, w->n_out, y, y_type, e);
+    /* FP8 (x BF16): one row by the W8A16 GEMV; more quantized per row (act8), then cuBLASLt's W8A8 product */
+    if (n_rows == 1 && !cuda_gemv_off()) return cuda_launch_gemv(c->st, w->d, w->scale, x, w->n_in, w->n_out, y, y_type, e);
+    if (cuda_launch_fp8_rows(c->st, x, CUDA_ACT_BF16, n_rows, w->n_in, c->act8, c->act_scale, e)) return -1;
+    cuda_mark(c, CUDA_PROF_FP8);
+    return cuda_matmul_fp8(c->st, c->lt, (const uint8_t *)w->d, w->scale, c->act8, c->act_scale, n_rows, w->n_in,
+                           w->n_out, y, y_type, e);
 }
 
+/* The type of a matrix's input rows: F32 for an F32 matrix, BF16 for BF16 and FP8 (quantized where used). */
 static enum cuda_act cuda_act_of(const struct cuda_matrix *w)
 {
-    return w->bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32;
+    return w->type == CUDA_W_F32 ? CUDA_ACT_F32 : CUDA_ACT_BF16;
 }
 
 /* Runs one launcher; on failure returns with the layer in the message; else marks the phase. */
@@ -709,7 +806,7 @@ static int cuda_run_attn(struct cuda_ctx *c, const struct cuda_batch_dev *bd, co
 /* Whether a product of w over n rows whose input `kind` makes runs fused (cuda_launch_gemv_fused). */
 static int cuda_fuse(const struct cuda_ctx *c, const struct cuda_matrix *w, enum cuda_gemv_in_kind kind, int32_t n)
 {
-    return n == 1 && c->fuse_on && w->bf16 && cuda_gemv_fused_fits(kind, w->n_in);
+    return n == 1 && c->fuse_on && w->type != CUDA_W_F32 && cuda_gemv_fused_fits(kind, w->n_in);
 }
 
 /* y (n, w->n_out) = act w^T as y_type, act the n rows that `in` describes: fused, in one kernel; else in's
@@ -719,7 +816,7 @@ static int cuda_gemm_in(struct cuda_ctx *c, int fused, const struct cuda_gemv_in
                         const struct cuda_matrix *w, void *y, enum cuda_act y_type, enum cuda_prof in_phase,
                         struct err *e)
 {
-    if (fused) return cuda_launch_gemv_fused(c->st, w->d, w->n_in, w->n_out, in, y, y_type, e);
+    if (fused) return cuda_launch_gemv_fused(c->st, w->d, w->scale, w->n_in, w->n_out, in, y, y_type, e);
     const enum cuda_act act_type = cuda_act_of(w);
     if (in->kind == CUDA_GEMV_IN_NORM
             ? cuda_launch_rmsnorm(c->st, in->x_out, in->add, in->w, in->rows, n, w->n_in, in->eps, c->act, act_type, e)
@@ -776,7 +873,7 @@ static int cuda_run_layers(struct cuda_ctx *c, const struct cuda_batch_dev *bd, 
                                      c->attn,
                                      c->kv_type == KV_TYPE_Q8_0 ? cuda_kv_values_bytes(n_vec, hp->head_dim, c->kv_type) : 0};
     if (cuda_launch_rope_table(c->st, bd->pos, bd->n_rows, c->inv_freq, hp->n_rot, c->cs, e) ||
-        cuda_launch_embed(c->st, c->embd.d, c->embd.bf16, bd->tokens, bd->n_rows, hp->n_embd, c->x, e))
+        cuda_launch_embed(c->st, c->embd.d, c->embd.type == CUDA_W_BF16, bd->tokens, bd->n_rows, hp->n_embd, c->x, e))
         return -1;
     cuda_mark(c, CUDA_PROF_EMBED);
     for (int32_t il = 0; il < hp->n_layer; il++)
@@ -942,6 +1039,7 @@ static void cuda_free(void *ctx)
     cudaSetDevice(c->device);
     cuda_release(c);
     cuda_graph_free(c);
+    cuda_lt_free(c->lt);
     if (c->blas) cublasDestroy(c->blas);
     cuda_free_ptr(&c->blas_ws);
     if (c->ev_start) cudaEventDestroy(c->ev_start);
@@ -990,6 +1088,7 @@ static int cuda_init_ctx(struct cuda_ctx *c, struct err *e)
     CUBLAS_TRY(cublasSetStream(c->blas, c->st));
     CU_TRY(cudaMalloc(&c->blas_ws, CUDA_BLAS_WORKSPACE));
     CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, CUDA_BLAS_WORKSPACE));
+    if (cuda_lt_init(&c->lt, c->blas_ws, CUDA_BLAS_WORKSPACE, e)) return -1;
     c->graphs_on = !cuda_env_off("NIGHTSHIFT_CUDA_GRAPHS");
     c->fuse_on = !cuda_env_off("NIGHTSHIFT_CUDA_FUSE");
     return cuda_kernels_init(e);
@@ -1004,6 +1103,7 @@ extern "C" int backend_cuda_init(struct backend *b, const struct backend_config 
     struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof *c);
     if (!c) return err_set(e, "cuda backend: out of memory");
     c->device = cfg ? cfg->device : 0;
+    c->weights_asked = cfg ? cfg->weights : BACKEND_WEIGHTS_AUTO;
     if (cuda_init_ctx(c, e)) {
         cuda_free(c);
         return -1;

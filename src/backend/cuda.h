@@ -3,8 +3,9 @@
  *
  * What it does (details at the top of cuda.cu): weights are uploaded once at load as BF16 (F16/BF16 and
  * every type quant.h can dequantize, converted on the device from the raw GGUF bytes), except F32
- * matrices, which stay F32 and run as FP32 GEMMs (the exact path for small test models); norms and biases
- * are F32. The KV pool lives in device memory (f16 or f32). A step uploads its batch once, runs cuBLAS
+ * matrices, which stay F32 and run as FP32 GEMMs (the exact path for small test models); with
+ * backend_config.weights FP8 (or AUTO when BF16 does not fit) the layers' matrices are e4m3 with a scale
+ * per output channel instead (cuda_fp8.cu); norms and biases are F32. The KV pool lives in device memory (f16 or f32). A step uploads its batch once, runs cuBLAS
  * GEMMs over all rows for every linear layer (a GEMV kernel of its own for one row) and the backend's own
  * kernels (cuda_kernels.cu) for the rest, decode steps of a few rows as CUDA graphs, and draws the tokens on
  * the device (the op sample, cuda_sample.cu): only token ids come back, or the
@@ -54,6 +55,7 @@ enum cuda_prof {
     CUDA_PROF_QKV,    /* q/k/v epilogue (bias, norms, RoPE, KV writes) */
     CUDA_PROF_ATTN,   /* attention and its combine */
     CUDA_PROF_SWIGLU,
+    CUDA_PROF_FP8,    /* GEMM inputs quantized to e4m3 (FP8 matrices) */
     CUDA_PROF_HEAD,   /* final norm and the output head GEMM */
     CUDA_PROF_COPY,   /* logits to the host */
     CUDA_PROF_N

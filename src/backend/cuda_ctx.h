@@ -14,9 +14,14 @@ extern "C" {
 #include "backend/cuda.h"
 #include "backend/cuda_kernels.h"
 
+/* A matrix's element type on the device: F32 (an F32 file's exact path), BF16, or e4m3 with one f32 scale
+ * per row (cuda_fp8.cu). */
+enum cuda_wtype { CUDA_W_F32 = 0, CUDA_W_BF16 = 1, CUDA_W_FP8 = 2 };
+
 struct cuda_matrix {
-    void *d; /* (n_out, n_in) row-major, BF16 or F32 */
-    int bf16;
+    void *d;      /* (n_out, n_in) row-major, of type */
+    float *scale; /* FP8: (n_out) the rows' scales; NULL otherwise */
+    enum cuda_wtype type;
     int32_t n_in, n_out;
 };
 
@@ -57,6 +62,9 @@ struct cuda_ctx {
     cudaEvent_t ev_fork, ev_join; /* st -> side after the K/V writes, side -> st before the combine */
     cublasHandle_t blas;
     void *blas_ws;
+    struct cuda_lt *lt; /* FP8 products (cuBLASLt), sharing blas_ws: both run on st, one at a time */
+    enum backend_weights weights_asked; /* backend_config.weights */
+    enum cuda_wtype layer_wtype;        /* the layers' matrices in this load (FP8 where their rows allow) */
     cudaEvent_t ev_start, ev_head, ev_copied;
 
     const struct model *m;
@@ -86,6 +94,8 @@ struct cuda_ctx {
     void *gu;    /* (cap, 2 n_ff) gate and up: BF16 under BF16 weights, else f32 (sized for f32) */
     float *cs;   /* (cap, n_rot / 2, 2) */
     void *act;   /* (cap, max(n_embd, n_q, n_ff)) GEMM input, BF16 or F32 */
+    uint8_t *act8;    /* (cap, max(n_embd, n_q, n_ff)) act quantized to e4m3 for an FP8 GEMM */
+    float *act_scale; /* (cap) its rows' scales */
     float *part_acc, *part_ml; /* (max_parts, n_head, head_dim), (max_parts, n_head, 2) */
     int32_t cap_logits;
     float *logits_d; /* (cap_logits, n_vocab) */

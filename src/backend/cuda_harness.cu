@@ -262,8 +262,8 @@ fail:
 }
 
 /* The unfused side of cuda_harness_gemv_in: the input's kernel into act (n_in BF16, device), then cuda_matmul. */
-static int cuda_hx_gemv_apart(struct cuda_hx *h, const struct cuda_gemv_in *in, const void *dw, int32_t n_in,
-                              int32_t n_out, void *act, void *dy, enum cuda_act y_type, struct err *e)
+static int cuda_hx_gemv_apart(struct cuda_hx *h, const struct cuda_gemv_in *in, const void *dw, const float *dscale,
+                              int32_t n_in, int32_t n_out, void *act, void *dy, enum cuda_act y_type, struct err *e)
 {
     cublasHandle_t blas = NULL;
     int rc = in->kind == CUDA_GEMV_IN_NORM
@@ -271,22 +271,25 @@ static int cuda_hx_gemv_apart(struct cuda_hx *h, const struct cuda_gemv_in *in, 
                  : cuda_launch_swiglu(h->st, in->gu, CUDA_ACT_BF16, 1, n_in, act, CUDA_ACT_BF16, e);
     if (!rc && (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas, h->st) != CUBLAS_STATUS_SUCCESS))
         rc = err_set(e, "cuda harness: cannot set up cuBLAS");
-    if (!rc) rc = cuda_matmul(h->st, blas, dw, 1, act, 1, n_in, n_out, dy, y_type, e);
+    if (!rc) rc = dscale ? cuda_launch_gemv(h->st, dw, dscale, act, n_in, n_out, dy, y_type, e)
+                         : cuda_matmul(h->st, blas, dw, 1, act, 1, n_in, n_out, dy, y_type, e);
     if (!rc) rc = cuda_hx_sync(h, e);
     if (blas) cublasDestroy(blas);
     return rc;
 }
 
-extern "C" int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const uint16_t *w, int32_t n_in,
+extern "C" int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const void *w, int32_t n_in,
                                     int32_t n_out, int fused, int y_bf16, float *y, float *x_out, float *act,
                                     struct err *e)
 {
     struct cuda_hx h;
     void *dw, *dx = NULL, *dadd = NULL, *dnw = NULL, *drow = NULL, *dgu = NULL, *dxo = NULL, *dact = NULL, *dy;
+    void *dscale = NULL;
     const size_t nx = (size_t)in->n_x_rows * n_in;
     const enum cuda_act y_type = y_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32;
     if (cuda_hx_begin(&h, e)) return -1;
-    HX(cuda_hx_upload(&h, w, (size_t)n_out * n_in * 2, &dw, e));
+    HX(cuda_hx_upload(&h, w, (size_t)n_out * n_in * (in->w_scale ? 1 : 2), &dw, e));
+    HX(cuda_hx_upload(&h, in->w_scale, (size_t)n_out * 4, &dscale, e));
     HX(cuda_hx_alloc(&h, (size_t)n_out * (y_bf16 ? 2 : 4), &dy, e));
     if (in->swiglu) {
         HX(cuda_hx_upload(&h, in->gu, (size_t)n_in * 4, &dgu, e));
@@ -302,9 +305,11 @@ extern "C" int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const
             in->swiglu ? cuda_gemv_swiglu(dgu, CUDA_ACT_BF16)
                        : cuda_gemv_norm((const float *)dx, (const float *)dadd, (const float *)dnw, (const int32_t *)drow,
                                         in->eps, fused ? (float *)dxo : (float *)dx);
-        if (fused) HX(cuda_launch_gemv_fused(h.st, dw, n_in, n_out, &gi, dy, y_type, e) || cuda_hx_sync(&h, e));
+        if (fused)
+            HX(cuda_launch_gemv_fused(h.st, dw, (const float *)dscale, n_in, n_out, &gi, dy, y_type, e) ||
+               cuda_hx_sync(&h, e));
         else HX(cuda_hx_alloc(&h, (size_t)n_in * 2, &dact, e) ||
-                cuda_hx_gemv_apart(&h, &gi, dw, n_in, n_out, dact, dy, y_type, e));
+                cuda_hx_gemv_apart(&h, &gi, dw, (const float *)dscale, n_in, n_out, dact, dy, y_type, e));
     }
     HX(cuda_hx_download(dy, y_bf16 ? 1 : 0, (size_t)n_out, y, e));
     if (!in->swiglu)
@@ -313,6 +318,65 @@ extern "C" int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const
     cuda_hx_free(&h);
     return 0;
 fail:
+    cuda_hx_free(&h);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- FP8 */
+
+extern "C" int cuda_harness_fp8_rows(const float *in, int in_bf16, int64_t n_rows, int32_t n, uint8_t *q, float *scale,
+                                     struct err *e)
+{
+    struct cuda_hx h;
+    void *din, *dq, *ds;
+    const size_t count = (size_t)n_rows * (size_t)n;
+    uint16_t *b = NULL;
+    if (cuda_hx_begin(&h, e)) return -1;
+    if (in_bf16) {
+        b = (uint16_t *)malloc(count * 2);
+        if (!b) HX(err_set(e, "cuda harness: out of memory"));
+        for (size_t i = 0; i < count; i++) b[i] = quant_f32_to_bf16(in[i]);
+    }
+    HX(cuda_hx_upload(&h, in_bf16 ? (const void *)b : (const void *)in, count * (in_bf16 ? 2 : 4), &din, e));
+    HX(cuda_hx_alloc(&h, count, &dq, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_rows * 4, &ds, e));
+    HX(cuda_launch_fp8_rows(h.st, din, in_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, n_rows, n, (uint8_t *)dq, (float *)ds, e));
+    HX(cuda_hx_sync(&h, e));
+    CU_TRY(cudaMemcpy(q, dq, count, cudaMemcpyDeviceToHost));
+    CU_TRY(cudaMemcpy(scale, ds, (size_t)n_rows * 4, cudaMemcpyDeviceToHost));
+    free(b);
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    free(b);
+    cuda_hx_free(&h);
+    return -1;
+}
+
+extern "C" int cuda_harness_fp8_gemm(const uint8_t *w, const float *w_scale, const uint8_t *x, const float *x_scale,
+                                     int32_t n_rows, int32_t n_in, int32_t n_out, int y_bf16, float *y, struct err *e)
+{
+    struct cuda_hx h;
+    struct cuda_lt *lt = NULL;
+    void *dw, *dws, *dx, *dxs, *dy, *ws;
+    const size_t ws_bytes = 32u << 20;
+    if (cuda_hx_begin(&h, e)) return -1;
+    HX(cuda_hx_upload(&h, w, (size_t)n_out * n_in, &dw, e));
+    HX(cuda_hx_upload(&h, w_scale, (size_t)n_out * 4, &dws, e));
+    HX(cuda_hx_upload(&h, x, (size_t)n_rows * n_in, &dx, e));
+    HX(cuda_hx_upload(&h, x_scale, (size_t)n_rows * 4, &dxs, e));
+    HX(cuda_hx_alloc(&h, (size_t)n_rows * n_out * (y_bf16 ? 2 : 4), &dy, e));
+    HX(cuda_hx_alloc(&h, ws_bytes, &ws, e));
+    HX(cuda_lt_init(&lt, ws, ws_bytes, e));
+    HX(cuda_matmul_fp8(h.st, lt, (const uint8_t *)dw, (const float *)dws, (const uint8_t *)dx, (const float *)dxs, n_rows,
+                       n_in, n_out, dy, y_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, e));
+    HX(cuda_hx_sync(&h, e));
+    HX(cuda_hx_download(dy, y_bf16 ? 1 : 0, (size_t)n_rows * n_out, y, e));
+    cuda_lt_free(lt);
+    cuda_hx_free(&h);
+    return 0;
+fail:
+    cuda_lt_free(lt);
     cuda_hx_free(&h);
     return -1;
 }

@@ -48,9 +48,18 @@ struct cuda_harness_gemv_in {
     const float *norm_w;
     float eps;
     const uint16_t *gu;
+    const float *w_scale; /* NULL: w is BF16 bits; else w is e4m3 bytes with these row scales (n_out) */
 };
-int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const uint16_t *w, int32_t n_in, int32_t n_out,
+int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const void *w, int32_t n_in, int32_t n_out,
                          int fused, int y_bf16, float *y, float *x_out, float *act, struct err *e);
+/* q (n_rows, n) e4m3 bytes and scale (n_rows) = cuda_launch_fp8_rows of in (n_rows, n), uploaded as BF16
+ * (in_bf16: each value rounded by quant_f32_to_bf16 first) or F32; outputs poisoned first. */
+int cuda_harness_fp8_rows(const float *in, int in_bf16, int64_t n_rows, int32_t n, uint8_t *q, float *scale,
+                          struct err *e);
+/* y (n_rows, n_out) f32 (or rounded to BF16: y_bf16) = cuda_matmul_fp8 of e4m3 w (n_out, n_in) with w_scale
+ * (n_out) and e4m3 x (n_rows, n_in) with x_scale (n_rows). */
+int cuda_harness_fp8_gemm(const uint8_t *w, const float *w_scale, const uint8_t *x, const float *x_scale,
+                          int32_t n_rows, int32_t n_in, int32_t n_out, int y_bf16, float *y, struct err *e);
 /* out (n_rows, n_in) BF16 bits = the rows at src (n_rows rows of gguf_row_bytes(t, n_in) bytes) of type t,
  * dequantized on the device (cuda_launch_dequant; out poisoned with 0xFFFF first). */
 int cuda_harness_dequant(enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in, uint16_t *out,

@@ -185,11 +185,34 @@ static inline struct cuda_gemv_in cuda_gemv_swiglu(const void *gu, enum cuda_act
 {
     return {CUDA_GEMV_IN_SWIGLU, NULL, NULL, NULL, NULL, 0.0f, NULL, gu, gu_type};
 }
-/* y (n_out) = W act as y_type, W (n_out, n_in) BF16, act the BF16 row that `in` describes: bit for bit
- * cuda_launch_rmsnorm or cuda_launch_swiglu (one row, BF16 output) followed by cuda_matmul (one row), in one
- * kernel; for NORM, also x_out. Needs cuda_gemv_fused_fits(in->kind, n_in) and, for SWIGLU, gu BF16. */
-int cuda_launch_gemv_fused(cudaStream_t st, const void *W, int32_t n_in, int32_t n_out, const struct cuda_gemv_in *in,
-                           void *y, enum cuda_act y_type, struct err *e);
+/* y (n_out) = W act as y_type, W (n_out, n_in) BF16 (scale NULL) or e4m3 with its row scales (n_out), act
+ * the BF16 row that `in` describes: bit for bit cuda_launch_rmsnorm or cuda_launch_swiglu (one row, BF16
+ * output) followed by cuda_launch_gemv, in one kernel; for NORM, also x_out. Needs
+ * cuda_gemv_fused_fits(in->kind, n_in), for e4m3 n_in % 16 == 0, and for SWIGLU gu BF16. */
+int cuda_launch_gemv_fused(cudaStream_t st, const void *W, const float *scale, int32_t n_in, int32_t n_out,
+                           const struct cuda_gemv_in *in, void *y, enum cuda_act y_type, struct err *e);
+/* y (n_out) = W x as y_type for one BF16 row x (n_in): W BF16 (scale NULL; n_in % 8 == 0) or e4m3 with its row
+ * scales (n_in % 16 == 0), by cuda_gemv.cu's kernel (W8A16 for e4m3: x is not quantized). */
+int cuda_launch_gemv(cudaStream_t st, const void *w, const float *scale, const void *x, int32_t n_in, int32_t n_out,
+                     void *y, enum cuda_act y_type, struct err *e);
+
+/* ---- FP8 (cuda_fp8.cu: the format and the product's arithmetic) */
+
+/* q (n_rows, n) e4m3 and scale (n_rows) f32 = the rows of in (n_rows, n) BF16 or F32, each with its own scale
+ * amax / 448; n % 8 == 0. A row's result depends on that row alone. */
+int cuda_launch_fp8_rows(cudaStream_t st, const void *in, enum cuda_act in_type, int64_t n_rows, int32_t n,
+                         uint8_t *q, float *scale, struct err *e);
+/* cuBLASLt's state for FP8 products: a handle, the descriptor and the plans of the shapes seen, using the
+ * caller's workspace ws (ws_bytes, device memory that outlives it; one stream at a time). */
+struct cuda_lt;
+int cuda_lt_init(struct cuda_lt **lt, void *ws, size_t ws_bytes, struct err *e);
+void cuda_lt_free(struct cuda_lt *lt);
+/* y (n_rows, n_out) as y_type = (x w^T) scaled: w (n_out, n_in) e4m3 with w_scale (n_out), x (n_rows, n_in)
+ * e4m3 with x_scale (n_rows); y[r][o] = x_scale[r] w_scale[o] sum_k x[r][k] w[o][k] (f32 accumulation).
+ * n_in % 16 == 0; pointers 16-byte aligned. */
+int cuda_matmul_fp8(cudaStream_t st, struct cuda_lt *lt, const uint8_t *w, const float *w_scale, const uint8_t *x,
+                    const float *x_scale, int32_t n_rows, int32_t n_in, int32_t n_out, void *y, enum cuda_act y_type,
+                    struct err *e);
 /* 1 if cuda_launch_gemv_fused takes inputs of this kind of n_in (n_in % 8 == 0; at most 8192 for NORM, 16384
  * for SWIGLU) and the GEMV is not off. */
 int cuda_gemv_fused_fits(enum cuda_gemv_in_kind kind, int32_t n_in);

@@ -26,7 +26,7 @@
 #include "util/clock.h"
 
 struct ppl_opts {
-    const char *model, *text_path, *backend, *kv_type;
+    const char *model, *text_path, *backend, *kv_type, *gpu_weights;
     int32_t ctx, stride, batch, threads, device;
     int no_bos, json;
 };
@@ -51,6 +51,7 @@ static void ppl_usage(FILE *out)
             "  -t, --threads N    CPU threads (default: one per core)\n"
             "      --device N     GPU ordinal (default 0)\n"
             "      --kv-type T    f32, f16 (default), q8_0\n"
+            "      --gpu-weights W  auto (default), bf16 or fp8: a GPU's weight matrices\n"
             "      --no-bos       do not put BOS at each window's start even when the model adds BOS\n"
             "      --json         print one JSON object on stdout (running estimates on stderr)\n",
             cli_default_model(), backend_list());
@@ -69,6 +70,7 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o)
         {"--threads", "-t", CLI_OPT_INT32, &o->threads, 1, 1024, 0, NULL},
         {"--device", NULL, CLI_OPT_INT32, &o->device, 0, 1024, 0, NULL},
         {"--kv-type", NULL, CLI_OPT_STRING, &o->kv_type, 0, 0, 0, NULL},
+        {"--gpu-weights", NULL, CLI_OPT_STRING, &o->gpu_weights, 0, 0, 0, NULL},
         {"--no-bos", NULL, CLI_OPT_SET, &o->no_bos, 1, 0, 0, NULL},
         {"--json", NULL, CLI_OPT_SET, &o->json, 1, 0, 0, NULL},
     };
@@ -98,6 +100,11 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o)
     }
     if (o->kv_type && model_kv_type_parse(o->kv_type, &kt)) {
         cli_error("perplexity", "--kv-type %s: expected f32, f16 or q8_0", o->kv_type);
+        return 2;
+    }
+    enum backend_weights bw;
+    if (o->gpu_weights && backend_weights_parse(o->gpu_weights, &bw)) {
+        cli_error("perplexity", "--gpu-weights %s: expected auto, bf16 or fp8", o->gpu_weights);
         return 2;
     }
     return 0;
@@ -153,6 +160,7 @@ static int ppl_main(struct ppl_opts *o)
     rp.backend = o->backend;
     rp.threads = o->threads;
     rp.device = o->device;
+    if (o->gpu_weights) backend_weights_parse(o->gpu_weights, &rp.gpu_weights); /* checked by ppl_parse */
     struct runtime rt;
     struct err e = {{0}};
     int32_t *ids = NULL;

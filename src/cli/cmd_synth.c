@@ -61,6 +61,9 @@ static const struct synth_shape shapes[] = {
      128256, 0, 0, 0, 0, 0},
     {"llama-8b", "llama", "synth-Llama-3.1-8B", 4096, 32, 32, 8, 14336, 131072, 500000.0f, 1e-5f, 0, 0,
      128256, 0, 0, 0, 0, 0},
+    /* Llama 3.1 70B: 80 layers, 64 query / 8 KV heads of 128 */
+    {"llama-70b", "llama", "synth-Llama-3.1-70B", 8192, 80, 64, 8, 28672, 131072, 500000.0f, 1e-5f, 0, 0,
+     128256, 0, 0, 0, 0, 0},
     {"qwen2-7b", "qwen2", "synth-Qwen2-7B", 3584, 28, 28, 4, 18944, 131072, 1000000.0f, 1e-6f, 0, 1, 152064, 0,
      0, 0, 0, 0},
     /* issue 11's architectures, tiny; windows of 8 positions, so short prompts already slide past them.

@@ -14,6 +14,8 @@ void engine_flags_usage(FILE *out, const struct runtime_params *d)
     fprintf(out,
             "  --backend NAME          auto (default: the best available) or one of: %s\n"
             "  --device N              GPU ordinal (default 0)\n"
+            "  --gpu-weights W         auto, bf16 or fp8: a GPU's weight matrices (default auto: the file's own\n"
+            "                          precision when it fits with room for the KV cache, else fp8)\n"
             "  -t, --threads N         CPU threads (default: one per core)\n"
             "  --kv-memory SIZE|auto   KV cache budget, e.g. 512M, 2G (default auto: what the backend's memory has\n"
             "                          left after weights and headroom, capped at what --max-seqs can use; a SIZE\n"
@@ -60,6 +62,11 @@ static int engine_flags_value(struct runtime_params *p, const char *cmd, const c
     } else if (!strcmp(a, "--device")) {
         if (engine_flags_parse_long(cmd, a, v, 0, 1023, &n)) return -1;
         p->device = (int)n;
+    } else if (!strcmp(a, "--gpu-weights")) {
+        if (backend_weights_parse(v, &p->gpu_weights)) {
+            cli_error(cmd, "--gpu-weights %s: expected auto, bf16 or fp8", v);
+            return -1;
+        }
     } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
         if (engine_flags_parse_long(cmd, a, v, 1, 1024, &n)) return -1;
         p->threads = (int)n;
@@ -117,7 +124,7 @@ int engine_flags_parse(struct runtime_params *p, const char *cmd, int argc, char
         p->lookup_adaptive = 0;
         return 1;
     }
-    static const char *const with_value[] = {"--backend",  "--device",   "--threads",  "-t",
+    static const char *const with_value[] = {"--backend",  "--device",   "--gpu-weights", "--threads",  "-t",
                                              "--kv-memory", "--headroom", "--kv-type",  "--kv-block",
                                              "--max-batch-tokens", "--max-seqs", "--lookup", NULL};
     int known = 0;
@@ -139,8 +146,9 @@ static json_t *engine_flags_size(uint64_t bytes, const char *none)
 
 json_t *engine_flags_json(const struct runtime_params *p)
 {
-    return json_pack("{s:s, s:i, s:i, s:o, s:o, s:s, s:i, s:i, s:i, s:b, s:i, s:b}", "backend", p->backend ? p->backend : "auto",
-                     "device", p->device, "threads", p->threads, "kv_memory", engine_flags_size(p->kv_memory, "auto"),
+    return json_pack("{s:s, s:i, s:s, s:i, s:o, s:o, s:s, s:i, s:i, s:i, s:b, s:i, s:b}", "backend",
+                     p->backend ? p->backend : "auto", "device", p->device, "gpu_weights",
+                     backend_weights_name(p->gpu_weights), "threads", p->threads, "kv_memory", engine_flags_size(p->kv_memory, "auto"),
                      "headroom", engine_flags_size(p->headroom, "default"), "kv_type", model_kv_type_name(p->kv_type),
                      "kv_block", p->kv_block, "max_batch_tokens", p->max_batch_tokens, "max_seqs", p->max_seqs,
                      "prefix_cache", p->prefix_cache, "lookup", p->lookup, "lookup_adaptive", p->lookup_adaptive);

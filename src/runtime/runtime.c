@@ -20,6 +20,7 @@ struct runtime_params runtime_default_params(void)
         .backend = NULL,
         .threads = 0,
         .device = 0,
+        .gpu_weights = BACKEND_WEIGHTS_AUTO,
         .kv_memory = RUNTIME_AUTO,
         .headroom = RUNTIME_AUTO,
         .reserve = 0,
@@ -106,7 +107,7 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
 {
     const struct runtime_params *p = &rt->params;
     rt->threads = p->threads > 0 ? p->threads : threads_online_cores();
-    struct backend_config cfg = {.n_threads = rt->threads, .device = p->device};
+    struct backend_config cfg = {.n_threads = rt->threads, .device = p->device, .weights = p->gpu_weights};
     if (backend_open(p->backend, &cfg, &rt->backend, e)) return -1;
     if (runtime_read_caps(rt, e)) return -1;
     if ((!p->backend || !strcmp(p->backend, "auto")) && strcmp(rt->backend_name, "cpu") &&
@@ -116,6 +117,10 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
         if (backend_open("cpu", &cfg, &rt->backend, e) || runtime_read_caps(rt, e)) return -1;
     }
     if (runtime_check_weight_types(rt->model, &rt->caps, rt->backend_name, e)) return -1;
+    if (p->gpu_weights != BACKEND_WEIGHTS_AUTO && !rt->caps.gpu)
+        return err_set(e, "--gpu-weights %s: backend %s computes with the file's own weight types; %s weights need "
+                          "a GPU backend (--backend cuda)",
+                       backend_weights_name(p->gpu_weights), rt->backend_name, backend_weights_name(p->gpu_weights));
     if (rt->backend.ops->load(rt->backend.ctx, rt->model, e)) return -1;
 
     rt->ep = engine_default_params();

@@ -51,6 +51,7 @@ struct runtime_params {
     const char *backend;      /* NULL or "auto" (default): the best available that runs the model; else "cpu", "cuda" */
     int threads;              /* cpu threads; <= 0 (default): one per online core */
     int device;               /* GPU ordinal (default 0) */
+    enum backend_weights gpu_weights; /* a GPU backend's matrices (default AUTO); others take AUTO only */
     uint64_t kv_memory;       /* KV pool bytes; RUNTIME_AUTO (default): the budget from the backend's memory */
     uint64_t headroom;        /* bytes the auto budget leaves unused; RUNTIME_AUTO (default): the backend's */
     uint64_t reserve;         /* host bytes the caller will hold besides the engine (a run's book of its
