@@ -378,9 +378,9 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
         cli_error("run", "backlog %s", e.msg);
         return -1;
     }
-    /* an auto KV pool only as large as the backlog's longest request can use (rank 0 reads the backlog) */
+    /* an auto KV pool only as large as the backlog's longest good line can use (rank 0 reads the backlog) */
     if (dist_rank(d) == 0 && rp.kv_memory == RUNTIME_AUTO &&
-        ingest_seq_tokens_bound(A->c.backlog, A->c.input.defaults.max_tokens, &rp.seq_tokens, &e)) {
+        ingest_seq_tokens_bound(A->c.backlog, &A->c.input, &rp.seq_tokens, &e)) {
         cli_error("run", "backlog %s", e.msg);
         return -1;
     }
