@@ -448,6 +448,9 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
                 plan = plan_item_of(p->prompt + p->starts[k], p->starts[k + 1] - p->starts[k], s->m->ep.kv_block);
             if (completion_key(s, p, k, keys[k], &seed, e) != 0) return -1;
             if (ledger_add_work(l, li, k, keys[k], plan, &folded, e) != 0) return -1;
+            if (!folded) /* what the owner's request may generate (a folded one has the owner's key) */
+                l->works[ledger_line_work(l, &l->lines[li], k)].gen_units =
+                    ledger_gen_units(p->starts ? 0 : ingest_max_tokens(s->m, p->n_prompt, it->gen.max_tokens));
             st->folded_duplicates += folded;
         }
         if (it->embed)
