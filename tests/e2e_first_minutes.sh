@@ -2,7 +2,8 @@
 # The first ten minutes (issue 12, item 5): `nightshift info` says whether the file can run and on which
 # backends (and why not: an unsupported architecture); the auto KV pool of `run` holds what the backlog can
 # use, not what the machine has (max_seqs x (longest line + template slack + max_tokens) in blocks, a
-# quarter more), and a line whose max_tokens cannot be read gives the context's cap; one flag set: -n is
+# quarter more), and a bad line (a max_tokens that is not a number) widens nothing, nor changes --max-seqs
+# auto's choice; an explicit --max-seqs wins, and the record says which it was; one flag set: -n is
 # --max-tokens in run, generate and bench, --completions is the request's n (--n is refused, naming both);
 # --flag=value works; generate --chat renders a user message with the model's template; generate ends the
 # text with a newline only on a terminal; a rerun whose flags changed only a default that every line
@@ -39,11 +40,31 @@ kv() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["flags"][
 # 17 + 256 + 4 = 277 tokens: 17 blocks + 2 = 19 a sequence, x 8 = 152, + 38 = 190 blocks of 16
 [ "$(kv "$T/a.out.record.json")" = $((190 * 16)) ] && ok run_auto_kv_takes_what_the_backlog_uses ||
     fail run_auto_kv_takes_what_the_backlog_uses "kv_tokens $(kv "$T/a.out.record.json")"
-printf '{"id": "1", "prompt": "hi", "max_tokens": "4"}\n' >"$T/q.jsonl" # a max_tokens not a plain number: no bound
+printf '{"id": "1", "prompt": "hi", "max_tokens": "4"}\n' >"$T/q.jsonl" # a max_tokens not a number: a bad line
 $NS run "$T/q.jsonl" -o "$T/q.out" -m "$model" --threads 1 -q --max-seqs 8
-ctx=$($NS info --json "$model" | python3 -c 'import json,sys; print(json.load(sys.stdin)["hparams"]["context_length"])')
-[ "$(kv "$T/q.out.record.json")" = $((ctx * 8 * 2)) ] && ok run_auto_kv_unbounded_line_gets_the_context ||
-    fail run_auto_kv_unbounded_line_gets_the_context "kv_tokens $(kv "$T/q.out.record.json") ctx $ctx"
+# no good line: 1 token, 0 blocks + 2 a sequence, x 8 = 16, + 4 = 20 blocks of 16
+[ "$(kv "$T/q.out.record.json")" = $((20 * 16)) ] && ok run_auto_kv_bad_line_widens_nothing ||
+    fail run_auto_kv_bad_line_widens_nothing "kv_tokens $(kv "$T/q.out.record.json")"
+# examples/simple.jsonl with one malformed line more: the same pool and the same auto choice (start-up lines)
+cp examples/simple.jsonl "$T/simple.jsonl"
+cp examples/simple.jsonl "$T/simple_bad.jsonl"
+printf '{"id": "bad-max", "prompt": "%02000d", "max_tokens": "many"}\n' 0 >>"$T/simple_bad.jsonl"
+startup() { grep -E "KV pool|^max-seqs" "$1" | sed 's/[0-9.]* s$//'; }
+$NS run "$T/simple.jsonl" -o "$T/sa.out" -m "$model" --threads 1 >"$T/sa.log" 2>&1
+$NS run "$T/simple_bad.jsonl" -o "$T/sb.out" -m "$model" --threads 1 >"$T/sb.log" 2>&1
+grep -q "^max-seqs [0-9]* (auto: " "$T/sa.log" && [ "$(startup "$T/sa.log")" = "$(startup "$T/sb.log")" ] &&
+    [ "$(kv "$T/sa.out.record.json")" = "$(kv "$T/sb.out.record.json")" ] && ok run_bad_line_keeps_pool_and_max_seqs ||
+    fail run_bad_line_keeps_pool_and_max_seqs "$(startup "$T/sa.log") / $(startup "$T/sb.log")"
+seqs() { python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["max_seqs"]; print(m["value"], m["auto"])' "$1"; }
+[ "$(seqs "$T/sa.out.record.json")" = "$(grep -o '^max-seqs [0-9]*' "$T/sa.log" | cut -d' ' -f2) True" ] &&
+    ok run_record_says_auto || fail run_record_says_auto "$(seqs "$T/sa.out.record.json")"
+$NS run "$T/simple.jsonl" -o "$T/sc.out" -m "$model" --threads 1 --max-seqs 3 >"$T/sc.log" 2>&1
+grep -q "max-seqs 3 (given)" "$T/sc.log" && [ "$(seqs "$T/sc.out.record.json")" = "3 False" ] &&
+    ok run_explicit_max_seqs_wins || fail run_explicit_max_seqs_wins "$(grep max-seqs "$T/sc.log")"
+texts() { python3 -c 'import json,sys
+ls = map(json.loads, open(sys.argv[1]))
+print(sorted((l["custom_id"], [c["text"] for c in l["response"]["body"]["choices"]]) for l in ls))' "$1"; }
+[ "$(texts "$T/sa.out")" = "$(texts "$T/sc.out")" ] && ok run_auto_same_results || fail run_auto_same_results ""
 $NS run "$T/s.txt" -o "$T/g.out" -m "$model" --threads 1 -q --max-tokens 4 --max-seqs 8 --kv-memory 1M
 [ "$(kv "$T/g.out.record.json")" != $((190 * 16)) ] && ok run_given_kv_memory_is_kept || fail run_given_kv_memory_is_kept ""
 

@@ -320,30 +320,47 @@ TEST(a_stop_request_interrupts_reading)
 }
 
 /* ingest_prompt, the server's way in: the prompt a line would get, and the bad-line messages. */
-/* The bound on one sequence's tokens: the longest line's bytes + INGEST_TEMPLATE_TOKENS + the largest
- * max_tokens / max_completion_tokens a line names (or the default); 0 when a value is not a number. */
+/* The bound on one sequence's tokens: the most any good line needs, its bytes + INGEST_TEMPLATE_TOKENS +
+ * its own max_tokens / max_completion_tokens as genparam reads it (or the default); a bad line widens
+ * nothing. */
+static int64_t bound_of(const char *path, int32_t max_tokens, struct err *e)
+{
+    struct input_opts o = input_default_opts();
+    o.defaults.max_tokens = max_tokens;
+    int64_t t = -1;
+    return ingest_seq_tokens_bound(path, &o, &t, e) == 0 ? t : -1;
+}
+
 TEST(seq_tokens_bound)
 {
     struct err e;
-    int64_t t = -1;
-    const char *a = write_tmp("bound_a.jsonl", "{\"id\": \"1\", \"prompt\": \"hi\"}\n"
-                                                "{\"id\": \"2\", \"prompt\": \"a longer prompt\", \"max_tokens\" : 40}\n");
-    CHECK_MSG(ingest_seq_tokens_bound(a, 16, &t, &e) == 0, "%s", e.msg);
-    int64_t longest = (int64_t)strlen("{\"id\": \"2\", \"prompt\": \"a longer prompt\", \"max_tokens\" : 40}\n");
-    CHECK_EQ_INT(t, longest + INGEST_TEMPLATE_TOKENS + 40);
-    CHECK(ingest_seq_tokens_bound(a, 100, &t, &e) == 0);
-    CHECK_EQ_INT(t, longest + INGEST_TEMPLATE_TOKENS + 100); /* the default is larger */
-    const char *b = write_tmp("bound_b.jsonl", "{\"custom_id\": \"x\", \"body\": {\"max_completion_tokens\": 900, "
+    const char *l1 = "{\"id\": \"1\", \"prompt\": \"hi\"}\n";
+    const char *l2 = "{\"id\": \"2\", \"prompt\": \"a longer prompt\", \"max_tokens\" : 40}\n";
+    char both[256];
+    snprintf(both, sizeof both, "%s%s", l1, l2);
+    const char *a = write_tmp("bound_a.jsonl", both);
+    int64_t n1 = (int64_t)strlen(l1), n2 = (int64_t)strlen(l2);
+    int64_t t = bound_of(a, 16, &e);
+    CHECK_MSG(t >= 0, "%s", e.msg);
+    CHECK_EQ_INT(t, n2 + INGEST_TEMPLATE_TOKENS + 40);
+    CHECK_EQ_INT(bound_of(a, 100, &e), n1 + INGEST_TEMPLATE_TOKENS + 100); /* line 1 takes the default */
+    const char *b = write_tmp("bound_b.jsonl", "{\"custom_id\": \"x\", \"method\": \"POST\", \"url\": "
+                                                "\"/v1/chat/completions\", \"body\": {\"max_completion_tokens\": 900, "
                                                 "\"messages\": [{\"role\": \"user\", \"content\": \"say \\\"max_tokens\\\": no\"}]}}\n");
-    CHECK(ingest_seq_tokens_bound(b, 16, &t, &e) == 0);
     size_t n = 0;
     char *text = test_read_file(b, &n);
-    CHECK_EQ_INT(t, (int64_t)n + INGEST_TEMPLATE_TOKENS + 900); /* an escaped key in a string is not a field */
+    CHECK_EQ_INT(bound_of(b, 16, &e), (int64_t)n + INGEST_TEMPLATE_TOKENS + 900);
     free(text);
-    const char *c = write_tmp("bound_c.jsonl", "{\"id\": \"1\", \"prompt\": \"hi\", \"max_tokens\": \"12\"}\n");
-    CHECK(ingest_seq_tokens_bound(c, 16, &t, &e) == 0);
-    CHECK_EQ_INT(t, 0); /* not a plain number: no bound */
-    CHECK(ingest_seq_tokens_bound("/nonexistent/x.jsonl", 16, &t, &e) != 0);
+    /* bad lines, however long and whatever they ask for, widen nothing: the bound is line 1's */
+    char bad[4096];
+    snprintf(bad, sizeof bad, "%s{\"id\": \"3\", \"prompt\": \"%0999d\", \"max_tokens\": \"many\"}\n"
+             "{\"id\": \"4\", \"prompt\": \"x\", \"max_tokens\": 5000, \"temperature\": \"hot\"}\n"
+             "{\"id\": \"5\", \"prompt\": \"x\", \"max_tokens\": -3}\nnot json at all %0999d\n", l1, 7, 8);
+    const char *c = write_tmp("bound_c.jsonl", bad);
+    CHECK_EQ_INT(bound_of(c, 16, &e), n1 + INGEST_TEMPLATE_TOKENS + 16);
+    const char *d = write_tmp("bound_d.jsonl", "{\"id\": \"1\", \"prompt\": \"hi\", \"max_tokens\": \"12\"}\n");
+    CHECK_EQ_INT(bound_of(d, 16, &e), 1); /* no good line: nothing will run */
+    CHECK(bound_of("/nonexistent/x.jsonl", 16, &e) < 0);
 }
 
 TEST(prompt_of_one_request)

@@ -139,6 +139,46 @@ TEST(subset_with_stride)
     CHECK_EQ_INT(order[3], 4);
 }
 
+/* A request needs its prompt + what it may generate in whole blocks, one more, less a first block it shares
+ * with the request before it. */
+TEST(kv_blocks_of_a_request)
+{
+    struct plan_item a = {7, 40, 1}, b = {7, 50, 2}, c = {9, 50, 3}, tiny = {0, 5, 4};
+    CHECK_EQ_INT(plan_kv_blocks(&a, NULL, 24, 16), 4 + 1);  /* 64 tokens: 4 blocks, one more */
+    CHECK_EQ_INT(plan_kv_blocks(&a, NULL, 25, 16), 5 + 1);  /* 65: 5 */
+    CHECK_EQ_INT(plan_kv_blocks(&b, &a, 14, 16), 4 + 1 - 1); /* shares its first block with a */
+    CHECK_EQ_INT(plan_kv_blocks(&c, &a, 14, 16), 4 + 1);     /* another group */
+    CHECK_EQ_INT(plan_kv_blocks(&tiny, &tiny, 0, 16), 1 + 1); /* shorter than a block: shares nothing */
+}
+
+/* The largest n whose every window of n consecutive requests fits: more sequences when requests are short,
+ * fewer when they are long, the ceiling when everything fits, 1 when nothing does. */
+TEST(max_seqs_from_the_pool)
+{
+    uint32_t shorts[100], longs[100], mixed[100];
+    for (int i = 0; i < 100; i++) shorts[i] = 4, longs[i] = 40, mixed[i] = i < 50 ? 4 : 40;
+    struct plan_fit f = plan_max_seqs(shorts, 100, 400, 512);
+    CHECK_EQ_INT(f.n, 512); /* all 100 fit (400 blocks): the ceiling */
+    CHECK_EQ_INT(f.window_blocks, 400);
+    CHECK_EQ_INT(f.window_seqs, 100);
+    f = plan_max_seqs(shorts, 100, 399, 512);
+    CHECK_EQ_INT(f.n, 99); /* 99 x 4 = 396 */
+    CHECK_EQ_INT(f.window_seqs, 99);
+    f = plan_max_seqs(longs, 100, 400, 512);
+    CHECK_EQ_INT(f.n, 10); /* long prompts: fewer */
+    CHECK_EQ_INT(f.window_blocks, 400);
+    f = plan_max_seqs(mixed, 100, 400, 512);
+    CHECK_EQ_INT(f.n, 10); /* the long end of the order binds */
+    f = plan_max_seqs(shorts, 100, 400, 16);
+    CHECK_EQ_INT(f.n, 16); /* the ceiling (the knee) */
+    CHECK_EQ_INT(f.window_blocks, 64);
+    f = plan_max_seqs(longs, 100, 10, 16);
+    CHECK_EQ_INT(f.n, 1); /* not even one fits: one (the engine preempts or refuses) */
+    f = plan_max_seqs(NULL, 0, 10, 16);
+    CHECK_EQ_INT(f.n, 16);
+    CHECK_EQ_INT(f.window_seqs, 0);
+}
+
 int main(void)
 {
     RUN(keymap_folds_and_grows);
@@ -146,5 +186,7 @@ int main(void)
     RUN(identical_prompts_adjacent);
     RUN(large_permutation);
     RUN(subset_with_stride);
+    RUN(kv_blocks_of_a_request);
+    RUN(max_seqs_from_the_pool);
     return test_summary();
 }

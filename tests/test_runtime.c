@@ -5,8 +5,10 @@
 #include "runtime/runtime.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/backend.h"
+#include "engine/draft.h"
 #include "test.h"
 
 static const char *model_path(void)
@@ -18,6 +20,13 @@ static const char *model_path(void)
     do {                                                                                                  \
         if (access(model_path(), R_OK) != 0) SKIP("no models/stories260K.gguf under the shared folder");  \
     } while (0)
+
+/* The auto pool's cap for seqs sequences of tokens each: whole blocks of 16 and one more, a quarter more. */
+static uint64_t useful_bytes(const struct model_hparams *hp, uint64_t seqs, int64_t tokens)
+{
+    uint64_t blocks = seqs * ((uint64_t)tokens / 16 + 2);
+    return model_kv_bytes_per_token(hp, KV_TYPE_F16) * 16 * (blocks + blocks / 4);
+}
 
 /* Runs one greedy request of a few tokens on eng; 0 ok with its token count in *n_tokens. */
 static int run_one(engine *eng, int32_t *n_tokens, struct err *e)
@@ -88,8 +97,8 @@ TEST(runtime_auto_budget)
     CHECK_EQ_INT(b.scratch, scratch);
     CHECK_EQ_INT(b.headroom, 0);
     CHECK_EQ_INT(b.kv_free, b.available - b.weights - b.scratch);
-    /* capped at what 3 sequences of the full context can use twice over */
-    uint64_t useful = model_kv_bytes_per_token(&hp, KV_TYPE_F16) * (uint64_t)hp.n_ctx_train * 3 * 2;
+    /* capped at what 3 sequences of the full context use: whole blocks and one more each, a quarter more */
+    uint64_t useful = useful_bytes(&hp, 3, hp.n_ctx_train);
     CHECK_EQ_INT(b.kv_bytes, b.kv_free < useful ? b.kv_free : useful);
     CHECK_EQ_INT(b.kv_blocks, engine_kv_blocks_for_budget(&hp, KV_TYPE_F16, 16, b.kv_bytes));
 }
@@ -116,8 +125,59 @@ TEST(runtime_auto_budget_takes_what_the_workload_uses)
     CHECK_EQ_INT(b.kv_bytes, model_kv_bytes_per_token(&hp, KV_TYPE_F16) * 16 * 40);
     p.seq_tokens = hp.n_ctx_train + 1; /* past the context: the context's cap */
     CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
-    uint64_t useful = model_kv_bytes_per_token(&hp, KV_TYPE_F16) * (uint64_t)hp.n_ctx_train * 4 * 2;
+    uint64_t useful = useful_bytes(&hp, 4, hp.n_ctx_train);
     CHECK_EQ_INT(rt.budget.kv_bytes, rt.budget.kv_free < useful ? rt.budget.kv_free : useful);
+    runtime_close(&rt);
+}
+
+/* max_seqs auto: the engine is made with the backend's knee (the ceiling) and runs at most what the pool
+ * holds at seq_tokens a sequence; the pool's cap counts the knee's sequences. More sequences when the pool
+ * allows it, fewer when sequences are long; a given max_seqs wins. */
+TEST(runtime_auto_max_seqs)
+{
+    NEED_MODEL();
+    struct runtime_params p = runtime_default_params();
+    CHECK_EQ_INT(p.max_seqs, RUNTIME_MAX_SEQS_AUTO);
+    p.model_path = model_path();
+    p.headroom = 0;
+    p.seq_tokens = 100; /* 8 blocks a sequence */
+    struct runtime rt;
+    struct err e;
+    char why[256];
+    CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    int32_t knee = runtime_seq_knee(&rt.caps, rt.ep.max_batch_tokens);
+    CHECK_EQ_INT(knee, RUNTIME_KNEE_FACTOR * DRAFT_PRIOR_KNEE); /* cpu states no knee of its own */
+    CHECK(rt.seqs.automatic);
+    CHECK_EQ_INT(rt.ep.max_seqs, knee);
+    CHECK_EQ_INT(rt.seqs.n, knee); /* the pool was sized for the knee's sequences */
+    CHECK_EQ_INT(rt.budget.kv_blocks, knee * 8 + knee * 8 / 4);
+    runtime_describe_seqs(&rt.seqs, rt.backend_name, rt.budget.kv_bytes, why, sizeof why);
+    CHECK_MSG(strstr(why, "(auto: cpu knee") && strstr(why, "100 tokens (at the backlog"), "%s", why);
+    CHECK_MSG(runtime_check(&rt, &e) == 0, "%s", e.msg);
+    runtime_close(&rt);
+    /* a pool of 20 blocks: 2 sequences of 8 blocks fit, not 3 */
+    CHECK_MSG(runtime_open_model(&p, &rt, &e) == 0, "%s", e.msg);
+    uint64_t per_token = model_kv_bytes_per_token(&rt.model->hp, KV_TYPE_F16);
+    runtime_close(&rt);
+    p.kv_memory = per_token * 16 * 20;
+    CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    CHECK_EQ_INT(rt.budget.kv_blocks, 20);
+    CHECK_EQ_INT(rt.seqs.n, 2);
+    CHECK_EQ_INT(rt.ep.max_seqs, knee); /* the ceiling stays: a run's plan may choose again */
+    runtime_describe_seqs(&rt.seqs, rt.backend_name, rt.budget.kv_bytes, why, sizeof why);
+    CHECK_MSG(strstr(why, "max-seqs 2 (auto: KV for 2 x 100 tokens"), "%s", why);
+    runtime_close(&rt);
+    p.seq_tokens = 40; /* shorter: 4 blocks, 5 fit */
+    CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    CHECK_EQ_INT(rt.seqs.n, 5);
+    runtime_close(&rt);
+    p.max_seqs = 7; /* given: taken as it is */
+    CHECK_MSG(runtime_open(&p, &rt, &e) == 0, "%.900s", e.msg);
+    CHECK(!rt.seqs.automatic);
+    CHECK_EQ_INT(rt.seqs.n, 7);
+    CHECK_EQ_INT(rt.ep.max_seqs, 7);
+    runtime_describe_seqs(&rt.seqs, rt.backend_name, rt.budget.kv_bytes, why, sizeof why);
+    CHECK_MSG(!strcmp(why, "max-seqs 7 (given)"), "%s", why);
     runtime_close(&rt);
 }
 
@@ -339,6 +399,7 @@ int main(void)
     RUN(runtime_explicit_budget);
     RUN(runtime_auto_budget);
     RUN(runtime_auto_budget_takes_what_the_workload_uses);
+    RUN(runtime_auto_max_seqs);
     RUN(runtime_explicit_budget_too_large_is_capped);
     RUN(runtime_auto_budget_nothing_left);
     RUN(runtime_max_batch_tokens_from_caps);

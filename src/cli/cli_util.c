@@ -130,6 +130,7 @@ void cli_model_identity(struct job_model *m, const char *path, uint64_t size, co
     m->vocab = rt->vocab;
     m->eng = rt->eng;
     m->ep = rt->ep;
+    m->seqs = rt->seqs;
     m->backend = rt->backend_name;
     m->backend_gpu = rt->caps.gpu;
     m->threads = rt->threads;

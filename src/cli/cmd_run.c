@@ -378,9 +378,9 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
         cli_error("run", "backlog %s", e.msg);
         return -1;
     }
-    /* an auto KV pool only as large as the backlog's longest request can use (rank 0 reads the backlog) */
+    /* an auto KV pool only as large as the backlog's longest good line can use (rank 0 reads the backlog) */
     if (dist_rank(d) == 0 && rp.kv_memory == RUNTIME_AUTO &&
-        ingest_seq_tokens_bound(A->c.backlog, A->c.input.defaults.max_tokens, &rp.seq_tokens, &e)) {
+        ingest_seq_tokens_bound(A->c.backlog, &A->c.input, &rp.seq_tokens, &e)) {
         cli_error("run", "backlog %s", e.msg);
         return -1;
     }
@@ -388,9 +388,11 @@ static int run_open(struct run_args *A, const dist *d, struct job_model *m, stru
         cli_error("run", "%s: %s", model_path, e.msg);
         return -1;
     }
-    char desc[256];
+    char desc[256], seqs[256] = "";
     runtime_describe(rt, desc, sizeof desc);
-    log_info("nightshift run: %s", desc);
+    if (!rt->seqs.automatic || dist_rank(d) > 0) /* rank 0's auto choice is made again from the plan (jobs/job) */
+        runtime_describe_seqs(&rt->seqs, rt->backend_name, rt->budget.kv_bytes, seqs, sizeof seqs);
+    log_info("nightshift run: %s%s%s", desc, seqs[0] ? "; " : "", seqs);
     cli_model_identity(m, model_path, (uint64_t)st.st_size, rt, A->model_name, sizeof A->model_name);
     cli_model_chat(A->chat_name, rt->gf, &A->chat_jinja, m);
     return 0;
@@ -496,7 +498,7 @@ int cmd_run(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     struct job_summary s;
-    int jr = dist_rank(d) > 0 ? dist_work(d, rt.eng, rt.ep.max_seqs, &run_stop, c->test_hook, &e) : job_run(c, &m, &s, &e);
+    int jr = dist_rank(d) > 0 ? dist_work(d, rt.eng, rt.seqs.n, &run_stop, c->test_hook, &e) : job_run(c, &m, &s, &e);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     runtime_close(&rt);

@@ -248,10 +248,11 @@ static int serve_open(struct serve_args *A, server *srv, struct runtime *rt, bat
         return -1;
     }
     if (serve_start_batches(A, rt, &chat, bs)) return -1; /* the caller stops the server, closes rt */
-    char desc[256];
+    char desc[256], seqs[256];
     runtime_describe(rt, desc, sizeof desc);
-    log_info("nightshift serve: ready: %s; chat template %s (%s)", desc, chat_template_name(chat.chat, chat.chat_jinja),
-             chat.chat_source);
+    runtime_describe_seqs(&rt->seqs, rt->backend_name, rt->budget.kv_bytes, seqs, sizeof seqs);
+    log_info("nightshift serve: ready: %s; %s; chat template %s (%s)", desc, seqs,
+             chat_template_name(chat.chat, chat.chat_jinja), chat.chat_source);
     return 0;
 }
 

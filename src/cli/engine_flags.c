@@ -25,14 +25,15 @@ void engine_flags_usage(FILE *out, const struct runtime_params *d)
             "  --kv-type T             f32, f16, q8_0 (default %s)\n"
             "  --kv-block N            tokens per KV block, a power of two (default %d)\n"
             "  --max-batch-tokens N    rows per engine step (default: the backend's, cpu 512)\n"
-            "  --max-seqs N            sequences running at once (default %d)\n"
+            "  --max-seqs N|auto       sequences running at once (default auto: the backend's knee, fewer when\n"
+            "                          their KV at the backlog's lengths would not fit the pool)\n"
             "  --no-prefix-cache       do not reuse KV of shared prompt prefixes\n"
             "  --lookup N              prompt-lookup decoding: verify up to N draft tokens copied from the prompt\n"
             "                          and output per sequence and step; same results, fewer steps (0 = off,\n"
             "                          default %d)\n"
             "  --lookup-always         verify all N draft tokens proposed, however often they are rejected and\n"
             "                          however busy the step (measuring acceptance; default: as many as pay off)\n",
-            backend_list(), model_kv_type_name(d->kv_type), (int)d->kv_block, (int)d->max_seqs, (int)d->lookup);
+            backend_list(), model_kv_type_name(d->kv_type), (int)d->kv_block, (int)d->lookup);
 }
 
 int engine_flags_parse_long(const char *cmd, const char *flag, const char *s, long lo, long hi, long *out)
@@ -94,7 +95,8 @@ static int engine_flags_value(struct runtime_params *p, const char *cmd, const c
         if (engine_flags_parse_long(cmd, a, v, 1, 65536, &n)) return -1;
         p->max_batch_tokens = (int32_t)n;
     } else if (!strcmp(a, "--max-seqs")) {
-        if (engine_flags_parse_long(cmd, a, v, 1, 4096, &n)) return -1;
+        if (!strcmp(v, "auto")) n = RUNTIME_MAX_SEQS_AUTO;
+        else if (engine_flags_parse_long(cmd, a, v, 1, 4096, &n)) return -1;
         p->max_seqs = (int32_t)n;
     } else if (!strcmp(a, "--lookup")) {
         if (engine_flags_parse_long(cmd, a, v, 0, ENGINE_MAX_LOOKUP, &n)) return -1;
@@ -146,10 +148,12 @@ static json_t *engine_flags_size(uint64_t bytes, const char *none)
 
 json_t *engine_flags_json(const struct runtime_params *p)
 {
-    return json_pack("{s:s, s:i, s:s, s:i, s:o, s:o, s:s, s:i, s:i, s:i, s:b, s:i, s:b}", "backend",
+    json_t *max_seqs = p->max_seqs == RUNTIME_MAX_SEQS_AUTO ? json_string("auto") : json_integer(p->max_seqs);
+    return json_pack("{s:s, s:i, s:s, s:i, s:o, s:o, s:s, s:i, s:i, s:o, s:b, s:i, s:b}", "backend",
                      p->backend ? p->backend : "auto", "device", p->device, "gpu_weights",
-                     backend_weights_name(p->gpu_weights), "threads", p->threads, "kv_memory", engine_flags_size(p->kv_memory, "auto"),
+                     backend_weights_name(p->gpu_weights), "threads", p->threads, "kv_memory",
+                     engine_flags_size(p->kv_memory, "auto"),
                      "headroom", engine_flags_size(p->headroom, "default"), "kv_type", model_kv_type_name(p->kv_type),
-                     "kv_block", p->kv_block, "max_batch_tokens", p->max_batch_tokens, "max_seqs", p->max_seqs,
+                     "kv_block", p->kv_block, "max_batch_tokens", p->max_batch_tokens, "max_seqs", max_seqs,
                      "prefix_cache", p->prefix_cache, "lookup", p->lookup, "lookup_adaptive", p->lookup_adaptive);
 }

@@ -11,7 +11,7 @@
  *   --kv-type T           f32, f16 (default), q8_0
  *   --kv-block N          tokens per KV block, a power of two (default 16)
  *   --max-batch-tokens N  rows per engine step (default: the backend's)
- *   --max-seqs N          running sequences at once (default 64)
+ *   --max-seqs N|auto     running sequences at once (default auto: runtime/runtime.h)
  *   --no-prefix-cache     turn the prefix cache off
  *   --lookup N            prompt-lookup decoding: up to N draft tokens per sequence and step, 0 = off
  *   --lookup-always       verify every draft token proposed (no adaptive cut; for measuring acceptance)

@@ -448,6 +448,9 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
                 plan = plan_item_of(p->prompt + p->starts[k], p->starts[k + 1] - p->starts[k], s->m->ep.kv_block);
             if (completion_key(s, p, k, keys[k], &seed, e) != 0) return -1;
             if (ledger_add_work(l, li, k, keys[k], plan, &folded, e) != 0) return -1;
+            if (!folded) /* what the owner's request may generate (a folded one has the owner's key) */
+                l->works[ledger_line_work(l, &l->lines[li], k)].gen_units =
+                    ledger_gen_units(p->starts ? 0 : ingest_max_tokens(s->m, p->n_prompt, it->gen.max_tokens));
             st->folded_duplicates += folded;
         }
         if (it->embed)
@@ -573,41 +576,47 @@ int ingest_estimate_bytes(const char *path, int32_t n, uint64_t *bytes, struct e
     return 0;
 }
 
-/* The largest value of "key": N in line (*max), or -1 when one is not a plain number. */
-static int64_t line_field_max(const char *line, size_t n, const char *key, int64_t max)
+/* Never a duplicate: the bound's pass keeps no ids (a line whose only fault is a repeated id counts). */
+static int bound_id_unseen(void *user, const char *id, int64_t line, int64_t *first_line)
 {
-    size_t k = strlen(key);
-    for (const char *p = line, *end = line + n; (p = memmem(p, (size_t)(end - p), key, k)); p += k) {
-        const char *q = p + k;
-        while (q < end && (*q == ' ' || *q == '\t' || *q == ':')) q++;
-        if (q == end || *q < '0' || *q > '9') return -1;
-        int64_t v = 0;
-        for (; q < end && *q >= '0' && *q <= '9' && v < INT32_MAX; q++) v = v * 10 + (*q - '0');
-        if (v > max) max = v;
-    }
-    return max;
+    (void)user, (void)id, (void)line, (void)first_line;
+    return 0;
 }
 
-int ingest_seq_tokens_bound(const char *path, int32_t max_tokens, int64_t *tokens, struct err *e)
+/* What a good line read at off (its bytes end at end) can need: its bytes for the prompt, the template's
+ * tokens, and its own max_tokens as genparam parsed it. */
+static int64_t bound_of(const struct input_item *it, int64_t end)
+{
+    int64_t gen = it->kind == INPUT_KIND_EMBEDDING ? 0 : it->gen.max_tokens;
+    return end - it->off + INGEST_TEMPLATE_TOKENS + gen;
+}
+
+int ingest_seq_tokens_bound(const char *path, const struct input_opts *o, int64_t *tokens, struct err *e)
 {
     *tokens = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(e, "%s: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int64_t longest = 0, gen = max_tokens;
-    while (gen >= 0 && (n = getline(&line, &cap, f)) > 0) {
-        if (n > longest) longest = n;
-        gen = line_field_max(line, (size_t)n, "\"max_tokens\"", gen);
-        if (gen >= 0) gen = line_field_max(line, (size_t)n, "\"max_completion_tokens\"", gen);
+    struct input_opts opts = *o;
+    opts.id_seen = bound_id_unseen;
+    opts.id_user = NULL;
+    opts.quiet = 1; /* the run's own pass warns */
+    input_reader *r;
+    if (input_open(path, &opts, &r, e)) return -1;
+    struct input_item it = {0}, prev = {0};
+    int got, have_prev = 0;
+    while ((got = input_next(r, &it, e)) == 1) { /* a line's end is known when the next one starts */
+        if (have_prev && bound_of(&prev, it.off) > *tokens) *tokens = bound_of(&prev, it.off);
+        input_item_free(&prev);
+        have_prev = !it.code; /* a bad line widens nothing */
+        prev = it;
+        memset(&it, 0, sizeof it);
     }
-    int failed = ferror(f);
-    free(line);
-    fclose(f);
-    if (failed) return err_set(e, "%s: read: %s", path, strerror(errno));
-    *tokens = gen < 0 ? 0 : longest + INGEST_TEMPLATE_TOKENS + gen;
-    return 0;
+    if (got == 0 && have_prev && bound_of(&prev, (int64_t)input_n_bytes(r)) > *tokens)
+        *tokens = bound_of(&prev, (int64_t)input_n_bytes(r));
+    input_item_free(&prev);
+    input_item_free(&it);
+    input_close(r);
+    if (got < 0) *tokens = 0;
+    else if (*tokens == 0) *tokens = 1; /* no good line: nothing will run, the smallest pool does */
+    return got < 0 ? -1 : 0;
 }
 
 void ingest_source_close(ingest_source *s)

@@ -56,14 +56,16 @@ int ingest_estimate_bytes(const char *path, int32_t n, uint64_t *bytes, struct e
 #define INGEST_TEMPLATE_TOKENS 256
 
 /* What one sequence of the backlog can need at most, for sizing the KV pool before the run (no line is
- * tokenized yet): its prompt has at most as many tokens as the longest line has bytes (a token is at least
- * one byte of text; JSON escapes only add bytes) plus INGEST_TEMPLATE_TOKENS, and it generates at most the
- * largest "max_tokens" / "max_completion_tokens" any line names, or max_tokens (the default) when that is
- * larger. 0 when that cannot be bounded (a field whose value is not a plain number). One pass over the
- * file, like ingest_estimate_bytes. The pool stays correct however it is sized (the engine preempts and a
- * request too large for the pool fails at read time); this only keeps an auto pool from being far larger
- * than the backlog can touch. */
-int ingest_seq_tokens_bound(const char *path, int32_t max_tokens, int64_t *tokens, struct err *e);
+ * tokenized yet): the most any good line needs, where a line needs its own bytes (a token is at least one
+ * byte of text; JSON escapes and syntax only add bytes) plus INGEST_TEMPLATE_TOKENS for its prompt, plus its
+ * max_tokens as jobs/input and runtime/genparam read it (the line's "max_tokens" or
+ * "max_completion_tokens", else o->defaults'). Lines are read through jobs/input with o's format, line
+ * bound and defaults, the same parse the run gives them: a line that is bad there (not JSON, a field of the
+ * wrong type or out of range) widens nothing; one whose only fault is a repeated id counts (this pass keeps
+ * no ids). 1 when no line is good (nothing will run). One pass over the file, O(bytes). The pool stays
+ * correct however it is sized (the engine preempts and a request too large for the pool fails at read
+ * time); this only keeps an auto pool from being far larger than the backlog can touch. */
+int ingest_seq_tokens_bound(const char *path, const struct input_opts *o, int64_t *tokens, struct err *e);
 
 /* What reads the backlog's lines again during the run. */
 typedef struct ingest_source ingest_source;

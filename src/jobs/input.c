@@ -509,7 +509,7 @@ static void warn_unknown(input_reader *r, const char *prefix, const char *name, 
 {
     char full[160];
     snprintf(full, sizeof full, "%s%s", prefix, name);
-    if (strset_find(&r->warned, full) >= 0) return;
+    if (r->o.quiet || strset_find(&r->warned, full) >= 0) return;
     if (r->warned.n < 256) {
         strset_add(&r->warned, full, line);
         log_warn("%s: line %lld: unknown field '%s': lines with it fail (warned once per field name)", r->path,

@@ -82,6 +82,7 @@ struct input_opts {
      * has (the id is then this line's), -1 when it cannot tell (out of memory). */
     int (*id_seen)(void *user, const char *id, int64_t line, int64_t *first_line);
     void *id_user;
+    int quiet;                /* 1: no warnings (unknown fields): a pass before the one that reports */
 };
 
 struct input_opts input_default_opts(void);

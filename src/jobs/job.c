@@ -83,6 +83,7 @@ typedef struct job {
     int mirror_fd;        /* config.mirror: the output file read back (-1: none) */
     int64_t mirror_off;   /* bytes of the output file already written to config.mirror */
     double t_drain;       /* when config.drain was first seen set (0: not yet) */
+    struct runtime_seqs seqs; /* the running sequences of this run (choose_seqs) */
 } job;
 
 struct job_config job_default_config(void)
@@ -223,6 +224,45 @@ static int plan_work(job *j, uint32_t **order, size_t *n_order, struct err *e)
     j->latency = malloc(JOB_LATENCY_SAMPLES * sizeof *j->latency);
     if (!j->latency) return err_set(e, "out of memory");
     j->latency_rng = 0x9e3779b97f4a7c15ull;
+    return 0;
+}
+
+/* The blocks each planned work needs in the KV pool (plan_kv_blocks), in planned order; NULL when out of
+ * memory. */
+static uint32_t *plan_blocks(const job *j)
+{
+    const ledger *l = &j->book;
+    uint32_t *blocks = malloc((j->n_order ? j->n_order : 1) * sizeof *blocks);
+    if (!blocks) return NULL;
+    for (size_t i = 0; i < j->n_order; i++) {
+        const struct ledger_work *W = &l->works[j->order[i]], *P = i ? &l->works[j->order[i - 1]] : NULL;
+        int64_t b = plan_kv_blocks(&W->plan, P ? &P->plan : NULL, ledger_gen_tokens(W->gen_units), j->m->ep.kv_block);
+        blocks[i] = b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
+    }
+    return blocks;
+}
+
+/* j->seqs: the runtime's choice as given; with auto, chosen again from the plan (the backlog's own lengths
+ * in planned order, up to the knee), the engine capped at it and the choice logged. Not with config.engine
+ * (the engine is another's). */
+static int choose_seqs(job *j, struct err *e)
+{
+    const struct job_model *m = j->m;
+    j->seqs = m->seqs;
+    if (!j->seqs.n) j->seqs.n = m->ep.max_seqs; /* zeroed: given */
+    if (!m->seqs.automatic || j->c->engine) return 0;
+    uint32_t *blocks = plan_blocks(j);
+    if (!blocks) return err_set(e, "out of memory");
+    struct plan_fit f = plan_max_seqs(blocks, j->n_order, m->ep.kv_blocks, m->seqs.knee);
+    free(blocks);
+    int64_t per_seq = f.window_seqs ? f.window_blocks * m->ep.kv_block / f.window_seqs : 0;
+    runtime_seqs_fit(&j->seqs, f.n, per_seq, "at the backlog's lengths in planned order");
+    j->seqs.n = engine_set_max_seqs(m->eng, j->seqs.n);
+    char why[256];
+    uint64_t kv_bytes =
+        (uint64_t)m->ep.kv_blocks * (uint64_t)m->ep.kv_block * model_kv_bytes_per_token(m->hp, m->ep.kv_type);
+    runtime_describe_seqs(&j->seqs, m->backend, kv_bytes, why, sizeof why);
+    log_info("%s", why);
     return 0;
 }
 
@@ -452,8 +492,8 @@ static void snapshot(job *j, struct progress_snapshot *ps)
  * (dist_chunk). */
 static int submit_works(job *j, int64_t *in_engine, struct err *e)
 {
-    int32_t limit = 2 * j->m->ep.max_seqs; /* requests in the engine: max_seqs running, as many queued */
-    if (j->c->dist && *in_engine > j->m->ep.max_seqs) return 0;
+    int32_t limit = 2 * j->seqs.n; /* requests in the engine: max_seqs running, as many queued */
+    if (j->c->dist && *in_engine > j->seqs.n) return 0;
     j->feed.n_held_self = *in_engine;
     for (int64_t n = dist_chunk(j->c->dist, &j->feed, *in_engine, limit - *in_engine); n > 0; n--) {
         struct engine_request rq;
@@ -552,7 +592,7 @@ static int start_monitor(job *j, struct err *e)
     if (j->c->engine) return 0;
     j->mon = calloc(1, sizeof *j->mon);
     if (!j->mon) return err_set(e, "out of memory");
-    monitor_start(j->mon, j->m->eng, j->c->sample_interval, j->m->ep.max_seqs, j->c->watchdog, j->t_commit_last);
+    monitor_start(j->mon, j->m->eng, j->c->sample_interval, j->seqs.n, j->c->watchdog, j->t_commit_last);
     return 0;
 }
 
@@ -651,6 +691,16 @@ static json_t *dist_json(job *j)
                      dist_ranks_json(j->c->dist, me));
 }
 
+/* The running sequences for the record: {"value", "auto"} and, with auto, what chose it. */
+static json_t *seqs_json(const struct runtime_seqs *s)
+{
+    json_t *o = json_pack("{s:i, s:b}", "value", (json_int_t)s->n, "auto", s->automatic);
+    if (s->automatic)
+        json_object_update_new(o, json_pack("{s:i, s:I, s:s}", "knee", (json_int_t)s->knee, "seq_tokens",
+                                            (json_int_t)s->seq_tokens, "basis", s->basis ? s->basis : ""));
+    return o;
+}
+
 static int write_record(job *j, int64_t t_start_unix, const struct record_energy *energy, struct err *e)
 {
     struct engine_stats es;
@@ -658,6 +708,7 @@ static int write_record(job *j, int64_t t_start_unix, const struct record_energy
     struct record_run rr = {j->c, j->m, j->sum, &es, j->latency, j->n_latency, j->n_latency_seen, j->backlog_json,
                             j->repair_json, t_start_unix, energy, ledger_bytes(&j->book) + ingest_source_bytes(j->src)};
     json_t *rec = record_build(&rr);
+    json_object_set_new(rec, "max_seqs", seqs_json(&j->seqs));
     if (j->c->dist) json_object_set_new(rec, "distributed", dist_json(j));
     if (j->mon) {
         json_object_set_new(rec, "timeline", monitor_timeline_json(j->mon));
@@ -720,6 +771,7 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
     j->order = order;
     j->n_order = n_order;
     j->feed.n_left = n_order;
+    if (choose_seqs(j, e) != 0) goto done;
     if (run_engine(j, e) != 0) goto done;
     sum->t_dist = dist_serve_seconds(c->dist);
     if (finish_files(j, e) != 0) goto done;

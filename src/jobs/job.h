@@ -33,6 +33,7 @@
 #include "jobs/plan.h"
 #include "jobs/progress.h"
 #include "jobs/store.h"
+#include "runtime/runtime.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/tok.h"
 
@@ -108,6 +109,9 @@ struct job_model {
     engine *eng;
     struct engine_params ep;       /* what eng was made with; its debug_checks also runs the ledger's
                                       invariant check after every commit */
+    struct runtime_seqs seqs;      /* how many sequences run at once (the runtime's rt->seqs). automatic: the
+                                      run chooses again from its plan, up to seqs.knee = ep.max_seqs
+                                      (plan_max_seqs), and records the choice; zeroed: ep.max_seqs, given */
     const char *backend;
     int backend_gpu;               /* the backend runs on a GPU (backend_caps.gpu): its energy is recorded */
     int threads;

@@ -68,8 +68,21 @@ struct ledger_work {
     uint32_t ref_head;      /* the other lines that need it: first entry in ledger.refs, LEDGER_NO_REF when none */
     uint8_t state;          /* enum ledger_work_state */
     uint8_t index;          /* which completion of its owner it is (its seed and key follow from it) */
+    uint16_t gen_units;     /* tokens it may generate (max_tokens as clamped to the context; 0 for an
+                               embedding) in units of LEDGER_GEN_UNIT, rounded up, saturated: what the
+                               concurrency plan needs (plan_kv_blocks), in bytes that were padding */
     int64_t result_id;      /* its row in the store's results once DONE / FAILED, else 0 */
 };
+
+#define LEDGER_GEN_UNIT 16 /* tokens a unit of ledger_work.gen_units (2^20 tokens fit) */
+
+/* gen_units of n_gen tokens, and the tokens that many units stand for (at least the n_gen they came from). */
+static inline uint16_t ledger_gen_units(int64_t n_gen)
+{
+    int64_t u = n_gen > 0 ? (n_gen + LEDGER_GEN_UNIT - 1) / LEDGER_GEN_UNIT : 0;
+    return (uint16_t)(u < UINT16_MAX ? u : UINT16_MAX);
+}
+static inline int64_t ledger_gen_tokens(uint16_t units) { return (int64_t)units * LEDGER_GEN_UNIT; }
 
 struct ledger_ref {
     uint32_t line;

@@ -208,3 +208,38 @@ int plan_check_order(const uint32_t *order, size_t n)
     free(seen);
     return rc;
 }
+
+/* --- concurrency --- */
+
+int64_t plan_kv_blocks(const struct plan_item *it, const struct plan_item *prev, int64_t n_gen, int32_t kv_block)
+{
+    int64_t tokens = (int64_t)it->n_prompt + (n_gen > 0 ? n_gen : 0), block = kv_block > 0 ? kv_block : 1;
+    int64_t blocks = (tokens + block - 1) / block + 1;
+    if (prev && it->group && it->group == prev->group) blocks--; /* the shared first block is held once */
+    return blocks;
+}
+
+/* The most blocks any window of n consecutive requests needs (all of them when n >= n_req). */
+static int64_t window_max(const uint32_t *blocks, size_t n_req, size_t n)
+{
+    int64_t sum = 0, most = 0;
+    for (size_t i = 0; i < n_req; i++) {
+        sum += blocks[i];
+        if (i >= n) sum -= blocks[i - n];
+        if (sum > most) most = sum;
+    }
+    return most;
+}
+
+struct plan_fit plan_max_seqs(const uint32_t *blocks, size_t n_req, int64_t kv_blocks, int32_t ceiling)
+{
+    int32_t lo = 1, hi = ceiling > 1 ? ceiling : 1; /* invariant: lo fits or is 1; no n above hi fits */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (window_max(blocks, n_req, (size_t)mid) <= kv_blocks) lo = mid;
+        else hi = mid - 1;
+    }
+    struct plan_fit f = {lo, window_max(blocks, n_req, (size_t)lo), 0};
+    f.window_seqs = (size_t)lo < n_req ? lo : (int32_t)n_req;
+    return f;
+}

@@ -64,6 +64,25 @@ struct plan_item plan_item_of(const int32_t *prompt, int32_t n_prompt, int32_t k
  * (4 bytes an index, for the group means). Checks that the result holds the same indices. */
 int plan_order(const void *items, size_t stride, uint32_t *order, size_t n, enum plan_sort sort, struct err *e);
 
+/* Concurrency from the KV pool (plan_max_seqs). A request in flight needs plan_kv_blocks blocks: its prompt
+ * and what it may generate (n_gen) in whole blocks, one more for the draft rows past its end, less its first
+ * block when it shares it with the request before it in submission order (prev; NULL: none): the prefix
+ * cache holds a shared block once. With n sequences running, the running set is about n consecutive
+ * requests of the order (finished ones are replaced by the next), so n fits the pool when every window of
+ * n consecutive requests needs at most its blocks; then no sequence is ever preempted for room. */
+int64_t plan_kv_blocks(const struct plan_item *it, const struct plan_item *prev, int64_t n_gen, int32_t kv_block);
+
+struct plan_fit {
+    int32_t n;             /* the largest n in [1, ceiling] that fits (1 when not even one request does) */
+    int64_t window_blocks; /* the most blocks any n consecutive requests need (all of them when fewer) */
+    int32_t window_seqs;   /* how many requests that window holds (n, or all when fewer) */
+};
+
+/* The fit for requests needing blocks[0..n_req) (in submission order) in a pool of kv_blocks blocks, at most
+ * ceiling at once. Monotone: a window of n - 1 is inside one of n, so the largest n is found by bisection,
+ * O(n_req log ceiling). */
+struct plan_fit plan_max_seqs(const uint32_t *blocks, size_t n_req, int64_t kv_blocks, int32_t ceiling);
+
 /* Debug check: order is a permutation of [0, n). 0 when it holds. */
 int plan_check_order(const uint32_t *order, size_t n);
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/draft.h"
 #include "util/log.h"
 #include "util/threads.h"
 
@@ -27,7 +28,7 @@ struct runtime_params runtime_default_params(void)
         .kv_type = ep.kv_type,
         .kv_block = ep.kv_block,
         .max_batch_tokens = 0, /* the backend's default (caps), not the engine's */
-        .max_seqs = ep.max_seqs,
+        .max_seqs = RUNTIME_MAX_SEQS_AUTO,
         .prefix_cache = ep.prefix_cache,
         .lookup = ep.lookup,
         .lookup_adaptive = ep.lookup_adaptive,
@@ -133,6 +134,7 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
     rt->ep.debug_checks = p->debug_checks;
     if (p->max_batch_tokens > 0) rt->ep.max_batch_tokens = p->max_batch_tokens;
     else if (rt->caps.default_max_batch_tokens > 0) rt->ep.max_batch_tokens = rt->caps.default_max_batch_tokens;
+    if (p->max_seqs == RUNTIME_MAX_SEQS_AUTO) rt->ep.max_seqs = runtime_seq_knee(&rt->caps, rt->ep.max_batch_tokens);
     rt->ep.kv_blocks = 0;
     return 0;
 }
@@ -204,22 +206,92 @@ int runtime_plan_kv(struct runtime *rt, uint64_t kv_memory, uint64_t cap, struct
     return 0;
 }
 
-/* Bytes of KV that max_seqs sequences of the full context can use twice over (the prefix cache keeps
- * finished blocks): more is never touched. With params.seq_tokens (the workload's longest sequence, at most
- * the context): max_seqs sequences of that many tokens in whole blocks, one more block each, and a quarter
- * more for the prefix cache. UINT64_MAX (no cap) if the model's KV size is unknown. */
-static uint64_t runtime_useful_kv_bytes(const struct runtime *rt)
+int32_t runtime_seq_knee(const struct backend_caps *caps, int32_t max_batch_tokens)
+{
+    double rows = caps->step_knee_rows > 0 ? caps->step_knee_rows : DRAFT_PRIOR_KNEE;
+    double knee = RUNTIME_KNEE_FACTOR * rows, most = max_batch_tokens < 4096 ? max_batch_tokens : 4096;
+    return knee < 1 ? 1 : knee > most ? (int32_t)most : (int32_t)knee;
+}
+
+/* Tokens a sequence of the workload is counted at: params.seq_tokens, at most the model's context; the
+ * context when 0. *basis says which. */
+static int64_t runtime_seq_tokens(const struct runtime *rt, const char **basis)
 {
     const struct model_hparams *hp = &rt->model->hp;
-    uint64_t per_token = model_kv_bytes_per_token(hp, rt->ep.kv_type);
-    uint64_t ctx = hp->n_ctx_train > 0 ? (uint64_t)hp->n_ctx_train : RUNTIME_CTX_UNKNOWN;
-    uint64_t seqs = (uint64_t)rt->ep.max_seqs, block = (uint64_t)rt->ep.kv_block;
-    uint64_t useful = per_token * ctx * seqs * 2;
-    if (rt->params.seq_tokens > 0 && (uint64_t)rt->params.seq_tokens < ctx) {
-        uint64_t blocks = seqs * ((uint64_t)rt->params.seq_tokens / block + 2);
-        useful = per_token * block * (blocks + blocks / 4);
-    }
+    int64_t ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : RUNTIME_CTX_UNKNOWN;
+    *basis = "at the model's context";
+    if (rt->params.seq_tokens <= 0 || rt->params.seq_tokens >= ctx) return ctx;
+    *basis = "at the backlog's longest line";
+    return rt->params.seq_tokens;
+}
+
+/* Blocks one sequence of seq_tokens can hold: whole blocks and one more. */
+static int64_t runtime_seq_blocks(const struct runtime *rt, int64_t seq_tokens)
+{
+    return seq_tokens / rt->ep.kv_block + 2;
+}
+
+/* Bytes of KV that max_seqs sequences of runtime_seq_tokens each can use, in whole blocks and one more
+ * block each, and a quarter more for the prefix cache (it keeps finished blocks): more is never touched.
+ * UINT64_MAX (no cap) if the model's KV size is unknown. */
+static uint64_t runtime_useful_kv_bytes(const struct runtime *rt)
+{
+    const char *basis;
+    uint64_t per_token = model_kv_bytes_per_token(&rt->model->hp, rt->ep.kv_type);
+    uint64_t blocks = (uint64_t)rt->ep.max_seqs * (uint64_t)runtime_seq_blocks(rt, runtime_seq_tokens(rt, &basis));
+    uint64_t useful = per_token * (uint64_t)rt->ep.kv_block * (blocks + blocks / 4);
     return useful ? useful : UINT64_MAX;
+}
+
+void runtime_seqs_fit(struct runtime_seqs *s, int32_t n_fit, int64_t seq_tokens, const char *basis)
+{
+    s->n = n_fit < 1 ? 1 : n_fit < s->knee ? n_fit : s->knee;
+    s->seq_tokens = seq_tokens;
+    s->basis = basis;
+}
+
+/* rt->seqs after runtime_plan_kv: the given max_seqs, or auto's choice at runtime_seq_tokens a sequence. */
+static void runtime_choose_seqs(struct runtime *rt)
+{
+    struct runtime_seqs *s = &rt->seqs;
+    memset(s, 0, sizeof *s);
+    s->automatic = rt->params.max_seqs == RUNTIME_MAX_SEQS_AUTO;
+    s->n = s->knee = rt->ep.max_seqs;
+    if (!s->automatic) return;
+    const char *basis;
+    int64_t tokens = runtime_seq_tokens(rt, &basis), fit = rt->ep.kv_blocks / runtime_seq_blocks(rt, tokens);
+    runtime_seqs_fit(s, fit > INT32_MAX ? INT32_MAX : (int32_t)fit, tokens, basis);
+}
+
+/* n with thousands separated by commas ("1,324"). */
+static void runtime_thousands(int64_t n, char *out, size_t cap)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%lld", (long long)(n < 0 ? 0 : n)), o = 0;
+    for (int i = 0; i < len && (size_t)o + 2 < cap; i++) {
+        if (i && (len - i) % 3 == 0) out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+}
+
+void runtime_describe_seqs(const struct runtime_seqs *s, const char *backend, uint64_t kv_bytes, char *out,
+                           size_t cap)
+{
+    if (!s->automatic) {
+        snprintf(out, cap, "max-seqs %d (given)", (int)s->n);
+        return;
+    }
+    char tokens[32], size[32];
+    runtime_thousands(s->seq_tokens, tokens, sizeof tokens);
+    if (kv_bytes >= RUNTIME_GIB) snprintf(size, sizeof size, "%.1f GiB", (double)kv_bytes / (double)RUNTIME_GIB);
+    else snprintf(size, sizeof size, "%.1f MiB", runtime_mib(kv_bytes));
+    if (s->n < s->knee)
+        snprintf(out, cap, "max-seqs %d (auto: KV for %d x %s tokens (%s) fits %s; %s knee %d)", (int)s->n, (int)s->n,
+                 tokens, s->basis, size, backend, (int)s->knee);
+    else
+        snprintf(out, cap, "max-seqs %d (auto: %s knee %d; KV for %d x %s tokens (%s) fits %s)", (int)s->n, backend,
+                 (int)s->knee, (int)s->n, tokens, s->basis, size);
 }
 
 int runtime_new_engine(struct runtime *rt, const struct engine_params *ep, engine **out, struct err *e)
@@ -231,7 +303,9 @@ int runtime_open(const struct runtime_params *p, struct runtime *rt, struct err 
 {
     if (runtime_open_model(p, rt, e) || runtime_open_backend(rt, e)) goto fail;
     if (runtime_plan_kv(rt, p->kv_memory, runtime_useful_kv_bytes(rt), e)) goto fail;
+    runtime_choose_seqs(rt);
     if (runtime_new_engine(rt, &rt->ep, &rt->eng, e)) goto fail;
+    rt->seqs.n = engine_set_max_seqs(rt->eng, rt->seqs.n); /* the ceiling stays rt->ep.max_seqs */
     if (p->debug_checks && runtime_check(rt, e)) goto fail;
     return 0;
 fail:
@@ -254,6 +328,10 @@ int runtime_check(const struct runtime *rt, struct err *e)
     if (b->kv_tokens != b->kv_blocks * rt->ep.kv_block || (b->kv_blocks && b->kv_blocks != rt->ep.kv_blocks))
         return err_set(e, "runtime check: budget of %lld blocks (%lld tokens) for a pool of %lld blocks x %d",
                        (long long)b->kv_blocks, (long long)b->kv_tokens, (long long)rt->ep.kv_blocks, (int)rt->ep.kv_block);
+    const struct runtime_seqs *s = &rt->seqs;
+    if (rt->eng && (s->n < 1 || s->n > rt->ep.max_seqs || (s->automatic && s->knee != rt->ep.max_seqs)))
+        return err_set(e, "runtime check: %d running sequences for an engine of max_seqs %d (auto %d, knee %d)",
+                       (int)s->n, (int)rt->ep.max_seqs, s->automatic, (int)s->knee);
     if (b->kv_bytes && (b->kv_bytes > b->kv_free || b->kv_free != runtime_kv_free(b)))
         return err_set(e, "runtime check: a budget of %llu bytes does not follow from its figures",
                        (unsigned long long)b->kv_bytes);

@@ -21,10 +21,17 @@
  * file mapping (backend_caps.weights_mapped), scratch is the backend's for a step of max_batch_tokens rows,
  * headroom is the caller's or the backend's default, and reserve is what the caller holds besides the
  * engine in host memory (a run's book of its backlog: counted only when the backend's memory is host RAM,
- * i.e. not caps.gpu). runtime_open caps the pool at what max_seqs sequences of the full context can use
- * twice over (more is never touched), or when params.seq_tokens says what the workload needs, at what
- * max_seqs sequences of seq_tokens (at most the context) use, rounded up to whole blocks, plus one block a
- * sequence and a quarter more for the prefix cache. A given --kv-memory is held to the same kv_free.
+ * i.e. not caps.gpu). runtime_open caps the pool at what max_seqs sequences (auto: the knee's) of
+ * seq_tokens each use (params.seq_tokens, what the workload needs, at most the model's context; the context
+ * when 0), rounded up to whole blocks, plus one block a sequence and a quarter more for the prefix cache:
+ * more is never touched. A given --kv-memory is held to the same kv_free.
+ *
+ * Running sequences ("auto", params.max_seqs = RUNTIME_MAX_SEQS_AUTO, the default): at most the backend's
+ * knee in sequences (runtime_seq_knee), and at most what the pool holds at seq_tokens (or the context) a
+ * sequence. The engine is made with the knee as its max_seqs, the ceiling, and capped at the choice
+ * (engine_set_max_seqs), so that a caller who knows the workload's real lengths (a run's plan: jobs/job)
+ * can choose again, up to the knee. The pool's cap above counts the knee's sequences. rt->seqs says what
+ * was chosen and why (runtime_describe_seqs). A given max_seqs is taken as it is.
  *
  * Invariant after runtime_open_backend: backend_name names the backend that was opened, every weight
  * matrix of the model has a type in caps.weight_types, and ep holds valid engine params but kv_blocks
@@ -45,6 +52,12 @@
 
 /* kv_memory and headroom: work it out (see the top of this file). */
 #define RUNTIME_AUTO UINT64_MAX
+/* max_seqs: chosen from the backend's knee and the KV pool (see the top of this file). */
+#define RUNTIME_MAX_SEQS_AUTO 0
+/* The knee in sequences is this many times the backend's step_knee_rows (t0 / c of a step's cost line
+ * t0 + c * rows): a step of 4 t0 / c rows reaches 80% of the throughput the line allows, and twice as many
+ * sequences (twice the KV, twice the latency) would gain at most 11% more. */
+#define RUNTIME_KNEE_FACTOR 4
 
 struct runtime_params {
     const char *model_path;   /* GGUF file (not copied: must outlive the runtime) */
@@ -60,7 +73,7 @@ struct runtime_params {
     enum kv_type kv_type;     /* default KV_TYPE_F16 */
     int32_t kv_block;         /* tokens per KV block, a power of two (default 16) */
     int32_t max_batch_tokens; /* rows per engine step; 0 (default): the backend's */
-    int32_t max_seqs;         /* running sequences at once (default 64) */
+    int32_t max_seqs;         /* running sequences at once; RUNTIME_MAX_SEQS_AUTO (default): chosen */
     int64_t seq_tokens;       /* tokens one sequence of the workload can need at most (prompt + generated,
                                  from the caller, e.g. a run's backlog); 0 (default): the model's context */
     int prefix_cache;         /* 1 (default): reuse the KV of shared prompt prefixes */
@@ -86,6 +99,16 @@ struct runtime_budget {
     int64_t kv_tokens;  /* kv_blocks * kv_block */
 };
 
+/* How many sequences run at once, and why (for the start-up line and the run record). */
+struct runtime_seqs {
+    int automatic;       /* 1: max_seqs was auto */
+    int32_t n;           /* running sequences at once: the given max_seqs, or auto's choice */
+    int32_t knee;        /* auto's ceiling: the backend's knee in sequences (runtime_seq_knee) */
+    int64_t seq_tokens;  /* auto: the tokens a sequence was counted at (the mean of the window that binds) */
+    const char *basis;   /* auto: where seq_tokens comes from ("at the backlog's longest line", "at the
+                            model's context", "at the backlog's lengths in planned order": a run's plan) */
+};
+
 /* Everything open. Fields are read-only to callers; runtime_close frees them. */
 struct runtime {
     struct runtime_params params; /* as given */
@@ -98,14 +121,15 @@ struct runtime {
     int threads;                  /* params.threads, or the number of online cores */
     struct engine_params ep;      /* the engine's params (kv_blocks set by runtime_plan_kv) */
     struct runtime_budget budget; /* set by runtime_plan_kv */
+    struct runtime_seqs seqs;     /* set by runtime_open */
     engine *eng;                  /* runtime_open's engine; NULL when opened in stages */
 };
 
 struct runtime_params runtime_default_params(void);
 
 /* Opens everything: runtime_open_model, runtime_open_backend, runtime_plan_kv with params.kv_memory (auto
- * capped at what max_seqs sequences of the full context can use twice over), then rt->eng. On failure rt
- * is closed. */
+ * capped as the top of this file says), rt->seqs, then rt->eng (capped at rt->seqs.n). On failure rt is
+ * closed. */
 int runtime_open(const struct runtime_params *p, struct runtime *rt, struct err *e);
 
 /* The stages. runtime_open_model zeroes rt, keeps a copy of *p, and opens GGUF -> model -> vocab (a
@@ -135,6 +159,19 @@ int runtime_check_weight_types(const struct model *m, const struct backend_caps 
 /* Debug check of the invariant at the top of this file and of the budget's arithmetic (tests call it after
  * each stage). */
 int runtime_check(const struct runtime *rt, struct err *e);
+
+/* The backend's knee in sequences: RUNTIME_KNEE_FACTOR x caps->step_knee_rows (DRAFT_PRIOR_KNEE, a CPU's,
+ * where the backend states none), in [1, max_batch_tokens] (a step's rows) and at most 4096. */
+int32_t runtime_seq_knee(const struct backend_caps *caps, int32_t max_batch_tokens);
+
+/* s for n_fit sequences of seq_tokens each from basis: auto's choice is the knee or n_fit, the smaller. */
+void runtime_seqs_fit(struct runtime_seqs *s, int32_t n_fit, int64_t seq_tokens, const char *basis);
+
+/* The choice for start-up lines: "max-seqs 384 (auto: KV for 384 x 1,344 tokens (BASIS) fits 58.9 GiB;
+ * cuda knee 512)", "max-seqs 16 (auto: cpu knee 16; KV for 16 x 80 tokens (BASIS) fits 1.2 MiB)",
+ * "max-seqs 64 (given)". kv_bytes: the pool's. */
+void runtime_describe_seqs(const struct runtime_seqs *s, const char *backend, uint64_t kv_bytes, char *out,
+                           size_t cap);
 
 /* One line for start-up logs: "cpu backend, 4 threads; KV pool 4096 tokens (256 blocks x 16, f16, 8.0 MiB)". */
 void runtime_describe(const struct runtime *rt, char *out, size_t cap);
