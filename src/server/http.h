@@ -22,8 +22,8 @@
  * while not waiting on the server is closed (libmicrohttpd's timeout).
  *
  * Open connections are bounded by the open-file limit (its soft limit is raised to the hard one at start,
- * and logged), less a reserve for the server's files, at most 65536: past that libmicrohttpd closes a new
- * connection unanswered, the one case where a client gets no status.
+ * and logged), less a reserve for the server's files, at most 65536: at that many libmicrohttpd stops
+ * accepting, and new connections wait in the kernel's listen queue (4096) until one closes.
  *
  * No part of a request is ever used as a file path: the only files opened after start-up are the Files and
  * Batches API's, under names the server made (server/files, server/batches). An upload (POST /v1/files) is
