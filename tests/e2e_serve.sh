@@ -60,7 +60,7 @@ check() { # check NAME WANT_CODE PYTHON_CONDITION (over d, the body's JSON)
     if [ "$c" = "$2" ] && [ "$(json "bool($3)")" = True ]; then ok "$1"; else fail "$1" "HTTP $c: $(head -c 300 "$e2e_tmp/body")"; fi
 }
 
-if ! start_server main --chat-template chatml --api-key sekret --max-body-bytes 100000 --idle-timeout 2 --header-timeout 3; then
+if ! start_server main --chat-template chatml --api-key sekret --max-body-bytes 100000 --idle-timeout 2 --header-timeout 3 --body-timeout 3; then
     fail serve_start "$(tail -5 "$e2e_tmp/main.log")"
     exit 1
 fi
@@ -167,6 +167,25 @@ try:
 except socket.timeout:
     sys.exit(1)
 sys.exit(0 if time.time() - t0 < 8 else 1)
+PY
+# a client that trickles its body (a byte every 0.5 s: never idle) is answered 408 by --body-timeout
+python3 - "$PORT" <<'PY' && ok serve_slow_body_408 || fail serve_slow_body_408 "no 408 within 6 s"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n"
+          b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+s.setblocking(False)
+t0, got = time.time(), b""
+while time.time() - t0 < 6 and not got:
+    time.sleep(0.5)
+    try:
+        s.send(b" ")
+        got = s.recv(100)
+    except BlockingIOError:
+        pass
+    except OSError:
+        break
+sys.exit(0 if got.startswith(b"HTTP/1.1 408") and time.time() - t0 >= 2.5 else 1)
 PY
 # a slowloris client (a header byte every 0.5 s: never idle) is cut by --header-timeout
 python3 - "$PORT" <<'PY' && ok serve_slowloris_cut || fail serve_slowloris_cut "connection stayed open"

@@ -50,6 +50,8 @@ TEST(admit_rules_in_order)
     CHECK(retry == 1);
     CHECK_STR(server_admit_reason(ADMIT_QUEUE_TOKENS), "queue_tokens");
     CHECK_STR(server_admit_reason(ADMIT_WAIT), "wait");
+    CHECK_STR(server_admit_reason(ADMIT_CONNECTIONS), "connections"); /* http's, never decided here */
+    CHECK_EQ_INT(server_admit_status(ADMIT_CONNECTIONS), 503);
 }
 
 TEST(admit_meter_on_the_busy_clock)

@@ -81,7 +81,7 @@ TEST(queue_loading_admission_and_handover)
     server_queue_release(q, c);
     char *text;
     size_t len;
-    CHECK(server_queue_metrics_text(q, &text, &len, &e) == 0);
+    CHECK(server_queue_metrics_text(q, 0, 0, &text, &len, &e) == 0);
     CHECK(strstr(text, "nightshift_requests_admitted_total 2\n"));
     CHECK(strstr(text, "nightshift_rejections_total{reason=\"loading\"} 1\n"));
     CHECK(strstr(text, "nightshift_rejections_total{reason=\"draining\"} 1\n"));
@@ -89,6 +89,63 @@ TEST(queue_loading_admission_and_handover)
     CHECK(strstr(text, "nightshift_request_duration_seconds_count 2\n"));
     CHECK(strstr(text, "nightshift_completion_tokens_total 23\n"));
     free(text);
+    server_queue_free(q);
+}
+
+static void count_notify(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+/* The notify hook is called with each piece of news (an event, a choice's end, the request's end), and not
+ * once it is cleared; rejections decided elsewhere are counted with admission's. */
+TEST(queue_notify_hook)
+{
+    server_queue *q;
+    struct err e;
+    CHECK(server_queue_init(&q, &e) == 0);
+    server_queue_open(q, &lim);
+    int n = 0;
+    struct server_req *r = make_req(3, 10, 1, 1);
+    server_queue_set_notify(q, r, count_notify, &n);
+    double retry;
+    CHECK_EQ_INT(server_queue_submit(q, r, &retry), ADMIT_OK);
+    struct server_req *added, *cancelled;
+    CHECK(server_queue_take(q, 0, &added, &cancelled) == 0 && added == r);
+    CHECK_EQ_INT(n, 0);
+    server_queue_post_text(q, r, 0, "Once", 4);
+    CHECK_EQ_INT(n, 1);
+    struct engine_result res = result_of(r->choices[0].engine_id, ENGINE_FINISH_STOP, "Once upon", 4);
+    server_queue_post_result(q, r, 0, &res);
+    CHECK(n >= 2); /* the final event, the choice, the request */
+    int seen = n;
+    server_queue_set_notify(q, r, NULL, NULL);
+    server_queue_cancel(q, r); /* ended already: nothing happens, nobody is told */
+    CHECK_EQ_INT(n, seen);
+    server_queue_release(q, r);
+    /* a cancelled request that was never taken tells its waiter too */
+    n = 0;
+    r = make_req(3, 10, 1, 0);
+    server_queue_set_notify(q, r, count_notify, &n);
+    CHECK_EQ_INT(server_queue_submit(q, r, &retry), ADMIT_OK);
+    server_queue_cancel(q, r);
+    CHECK(server_queue_take(q, 0, &added, &cancelled) == 0 && added == NULL);
+    CHECK(n >= 1);
+    CHECK(server_queue_wait_done(q, r, 0.01));
+    server_queue_set_notify(q, r, NULL, NULL);
+    server_queue_release(q, r);
+    server_queue_count_rejected(q, ADMIT_CONNECTIONS);
+    server_queue_count_rejected(q, ADMIT_OK); /* not a rejection: ignored */
+    server_queue_count_timeout(q, SERVER_TIMEOUT_BODY, 2);
+    char *text;
+    size_t len;
+    CHECK(server_queue_metrics_text(q, 7, 3, &text, &len, &e) == 0);
+    CHECK(strstr(text, "nightshift_rejections_total{reason=\"connections\"} 1\n"));
+    CHECK(strstr(text, "nightshift_http_timeouts_total{deadline=\"body\"} 2\n"));
+    CHECK(strstr(text, "nightshift_http_connections 7\n"));
+    CHECK(strstr(text, "nightshift_http_requests_in_progress 3\n"));
+    free(text);
+    CHECK(server_queue_check(q, &e) == 0);
     server_queue_free(q);
 }
 
@@ -205,7 +262,7 @@ TEST(queue_load_drives_admission)
     CHECK(server_queue_check(q, &e) == 0);
     char *text;
     size_t len;
-    CHECK(server_queue_metrics_text(q, &text, &len, &e) == 0);
+    CHECK(server_queue_metrics_text(q, 0, 0, &text, &len, &e) == 0);
     CHECK(strstr(text, "nightshift_queue_depth 3\n") && strstr(text, "nightshift_running_sequences 2\n"));
     CHECK(strstr(text, "nightshift_rejections_total{reason=\"queue_full\"} 2\n"));
     free(text);
@@ -333,6 +390,7 @@ int main(void)
 {
     RUN(queue_loading_admission_and_handover);
     RUN(queue_stream_events);
+    RUN(queue_notify_hook);
     RUN(queue_cancel_before_and_after_take);
     RUN(queue_load_drives_admission);
     RUN(queue_many_clients);

@@ -58,9 +58,10 @@ static void serve_usage(FILE *out)
         "  --max-wait S              expected wait to start, at most, in seconds (default 10)\n"
         "  --max-body-bytes N        request body limit (default 1048576)\n"
         "  --max-header-bytes N      request line + headers limit (default 32768)\n"
-        "  --max-connections N       open connections at most (default 512)\n"
+        "  --max-connections N       requests in progress at most; past it 503 + Retry-After (default 512)\n"
         "  --idle-timeout S          close a connection idle this long, in seconds (default 30)\n"
-        "  --header-timeout S        close a connection whose request headers take longer (default 10)\n"
+        "  --header-timeout S        answer 408 to a request whose headers take longer (default 10)\n"
+        "  --body-timeout S          answer 408 to a request whose body takes longer (default 30)\n"
         "  --drain-timeout S         on SIGTERM, cancel what is still running after S seconds (default 30)\n"
         "Files and Batches API:\n"
         "  --data-dir DIR            where uploaded files and batches live (default ./nightshift-serve)\n"
@@ -116,6 +117,7 @@ static int serve_parse(int argc, char **argv, struct serve_args *A)
         {"--max-connections", NULL, CLI_OPT_INT32, &A->max_connections, 1, 65536, 0, NULL},
         {"--idle-timeout", NULL, CLI_OPT_INT32, &A->idle_timeout, 1, 86400, 0, NULL},
         {"--header-timeout", NULL, CLI_OPT_DOUBLE, &A->hp.header_timeout_s, 0, 0, 1, NULL},
+        {"--body-timeout", NULL, CLI_OPT_DOUBLE, &A->hp.body_timeout_s, 0, 0, 1, NULL},
         {"--drain-timeout", NULL, CLI_OPT_DOUBLE, &A->drain_timeout, 0, 0, 0, NULL},
         {"--quiet", "-q", CLI_OPT_SET, &A->quiet, 1, 0, 0, NULL},
         {"--verbose", "-v", CLI_OPT_SET, &A->verbose, 1, 0, 0, NULL},

@@ -1,5 +1,21 @@
-/* http — see http.h. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a
- * handler may block while its request is generated; the threads are bounded by max_connections. */
+/* http — see http.h.
+ *
+ * libmicrohttpd runs a pool of n_threads threads, each polling its connections through epoll; no thread
+ * belongs to a connection, so a handler must never block. A request waiting for the engine suspends its
+ * connection (MHD_suspend_connection) and is resumed by the queue's notify hook when there is news.
+ *
+ * Invariants (http_check, under h->mu):
+ *   1. socks lists every open TCP connection once, and n_socks is its length.
+ *   2. waiting lists exactly the requests whose connection is suspended, once each, and n_waiting is its
+ *      length; a suspended request holds an admitted request (conn.r) and its conn is referenced.
+ *   3. n_open counts the requests in progress (from their headers to on_completed), >= 0; it passes
+ *      max_connections only by requests for /health and /metrics, which are never refused (take_slot checks
+ *      the limit and raises the count in one step).
+ *   4. A connection the watchdog cut is never answered again: every response goes through queue_response,
+ *      which refuses a cut connection, and the watchdog writes only to a connection in SOCK_HEADERS or
+ *      SOCK_BODY, which no handler is answering (the phase changes under h->mu).
+ *   5. Once stop is set, nothing is suspended.
+ */
 #include "server/http.h"
 
 #include <arpa/inet.h>
@@ -7,6 +23,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -22,16 +39,27 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-#define HTTP_WAIT_SLICE 0.1     /* seconds between checks that the client is still there */
-#define HTTP_KEEPALIVE_S 5.0    /* an idle stream sends an SSE comment this often */
-#define HTTP_STREAM_BLOCK 16384 /* bytes per read of a streamed response */
+#define HTTP_WATCH_SLICE 0.1      /* seconds between the watchdog's rounds */
+#define HTTP_KEEPALIVE_S 5.0      /* an idle stream sends an SSE comment this often */
+#define HTTP_STREAM_BLOCK 16384   /* bytes per read of a streamed response */
 #define HTTP_UPLOAD_FRAMING 65536 /* multipart boundaries and field headers an upload's body may add */
+#define HTTP_FD_RESERVE 256       /* descriptors kept for everything but sockets (model, stores, files) */
+#define HTTP_MAX_SOCKETS 65536    /* open connections at most, whatever the descriptor limit */
+#define HTTP_LISTEN_BACKLOG 4096  /* connections the kernel holds before they are accepted */
 
-/* A TCP connection, for the header deadline (libmicrohttpd's socket_context). */
+/* Where a TCP connection is, for its deadlines. */
+enum sock_phase {
+    SOCK_HEADERS, /* waiting for a request's headers: header_timeout_s */
+    SOCK_BODY,    /* headers in, waiting for the body: body_timeout_s */
+    SOCK_ANSWER   /* the server is answering: no deadline of ours (the idle timeout while it sends) */
+};
+
+/* A TCP connection (libmicrohttpd's socket_context); fields under h->mu. */
 struct http_sock {
     int fd;
-    double since; /* when it began to wait for a request's headers */
-    int waiting;  /* 1: no request has come since `since` */
+    enum sock_phase phase;
+    double since; /* when the phase began */
+    int served;   /* a request was answered on it: waiting for the next is a kept-alive idle connection */
     int cut;      /* shut down by the watchdog */
     struct http_sock *prev, *next;
 };
@@ -42,14 +70,20 @@ struct http_server {
     server_queue *q;
     struct MHD_Daemon *d;
     int port;
+    unsigned max_sockets; /* libmicrohttpd's connection limit: what the descriptors allow */
     uint64_t salt;   /* per process: response ids and seeds of unseeded requests */
     int64_t created; /* unix time the server started: the model object's "created" */
     atomic_uint_fast64_t n_requests;
-    /* under mu: the connections, requests being answered, the watchdog */
+    /* under mu: the connections, requests being answered, the suspended ones, the watchdog */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct http_sock *socks;
+    int n_socks;
     int n_open;
+    struct conn *waiting;
+    int n_waiting;
+    struct pollfd *pfd; /* (pfd_cap) the watchdog's */
+    int pfd_cap;
     int stop;
     pthread_t watchdog;
     int watchdog_started;
@@ -66,8 +100,12 @@ enum route {
     ROUTE_API /* the Files and Batches API: conn.api says which (server/http_api) */
 };
 
-/* One request on a connection (libmicrohttpd's con_cls), from its headers to its response. */
+/* One request on a connection (libmicrohttpd's con_cls), from its headers to its response; a streamed
+ * response keeps it too (refs). */
 struct conn {
+    http_server *h;
+    struct MHD_Connection *mc;
+    int fd;
     enum route route;
     enum http_api_route api;
     http_api_upload *upload; /* POST /v1/files: the body goes here */
@@ -75,21 +113,23 @@ struct conn {
     char *body; /* (len) the POST body so far, at most max_body_bytes */
     size_t len, cap;
     int too_big;
-    double t_start;
-};
-
-/* A streamed response: owned by its libmicrohttpd response (freed by its free callback). */
-struct stream {
-    http_server *h;
-    struct MHD_Connection *mc;
-    struct server_req *r;
+    int answering;        /* the whole body is in */
+    struct server_req *r; /* the admitted request: the creator's reference (NULL: none, or released) */
+    /* under h->mu */
+    int refs;      /* con_cls, and a streamed response */
+    int suspended; /* the connection is suspended: listed in h->waiting */
+    int ready;     /* the request has news the connection has not looked at */
+    int gone;      /* the watchdog saw the client close its end */
+    struct conn *wprev, *wnext;
+    /* a streamed response (the connection's thread) */
+    int stream;
     char id[64];
     int64_t created;
     char *out; /* (out_len) bytes still to send from out_off */
     size_t out_len, out_off;
     int32_t n_finished;
     int ended;
-    double t_sent;
+    double t_sent; /* read by the watchdog only while suspended */
 };
 
 struct http_params http_default_params(void)
@@ -102,7 +142,8 @@ struct http_params http_default_params(void)
                                 .idle_timeout_s = 30,
                                 .header_timeout_s = 10,
                                 .body_timeout_s = 30,
-                                .max_upload_bytes = 200u << 20};
+                                .max_upload_bytes = 200u << 20,
+                                .n_threads = 4};
 }
 
 static uint64_t mix64(uint64_t x)
@@ -113,7 +154,240 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* ---- connections and their deadlines ---- */
+
+static struct http_sock *sock_of(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The connection enters phase ph (its deadline's clock starts now if the phase changes); 0 when the
+ * watchdog has cut it: nothing may be sent on it any more. */
+static int sock_enter(http_server *h, struct MHD_Connection *mc, enum sock_phase ph)
+{
+    struct http_sock *k = sock_of(mc);
+    if (!k) return 1;
+    pthread_mutex_lock(&h->mu);
+    int ok = !k->cut;
+    if (ok && k->phase != ph) {
+        k->phase = ph;
+        k->since = clock_now();
+    }
+    pthread_mutex_unlock(&h->mu);
+    return ok;
+}
+
+/* A request was answered: the connection waits for the next one, within header_timeout_s. */
+static void sock_served(http_server *h, struct MHD_Connection *mc)
+{
+    struct http_sock *k = sock_of(mc);
+    if (!k) return;
+    pthread_mutex_lock(&h->mu);
+    k->phase = SOCK_HEADERS;
+    k->since = clock_now();
+    k->served = 1;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Waits on h->cv until the clock_now() deadline (the condition variable runs on the monotonic clock). */
+static void wait_until(http_server *h, double deadline)
+{
+    double sec = floor(deadline);
+    struct timespec ts = {(time_t)sec, (long)((deadline - sec) * 1e9)};
+    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+}
+
+/* Writes a 408 on a connection whose request is late, straight to its socket: libmicrohttpd writes nothing
+ * to a connection before a response is queued, and none can be while the caller holds h->mu (invariant 4).
+ * Best effort: the socket's buffer is empty, so the few bytes go at once or not at all. */
+static void send_timeout(int fd, const char *what, double limit)
+{
+    struct openai_error err;
+    openai_set_error(&err, 408, "invalid_request_error", "request_timeout",
+                     "the request's %s did not arrive within %.3g s", what, limit);
+    size_t len = 0;
+    char *body = openai_error_body(&err, &len);
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     body ? len : 0, body ? body : "");
+    free(body);
+    if (n > 0 && (size_t)n < sizeof buf && send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        log_debug("http: a late request's 408 could not be sent");
+}
+
+/* The deadlines libmicrohttpd lacks (its timeout is for silence, so a client trickling a byte now and then
+ * would hold a connection for ever): a connection whose request headers took header_timeout_s, or whose body
+ * took body_timeout_s, is answered 408 and shut down (never closed here: libmicrohttpd owns the descriptor
+ * and closes it when its read fails); a kept-alive one that sent no new request in header_timeout_s is shut
+ * down silently, as HTTP lets a server close an idle connection. n[] counts them by deadline. */
+static void cut_late(http_server *h, double now, int n[SERVER_TIMEOUT_COUNT])
+{
+    for (struct http_sock *k = h->socks; k; k = k->next) {
+        if (k->cut || k->phase == SOCK_ANSWER) continue;
+        int body = k->phase == SOCK_BODY;
+        double limit = body ? h->p.body_timeout_s : h->p.header_timeout_s;
+        if (now - k->since <= limit) continue;
+        enum server_timeout t = body ? SERVER_TIMEOUT_BODY : k->served ? SERVER_TIMEOUT_IDLE : SERVER_TIMEOUT_HEADERS;
+        if (t != SERVER_TIMEOUT_IDLE) send_timeout(k->fd, body ? "body" : "headers", limit);
+        shutdown(k->fd, SHUT_RDWR);
+        k->cut = 1;
+        n[t]++;
+    }
+}
+
+/* ---- requests that wait without a thread ---- */
+
+static void conn_free(struct conn *c)
+{
+    http_api_upload_free(c->upload);
+    free(c->body);
+    free(c->out);
+    free(c);
+}
+
+/* Drops a reference to c (the last frees it); with n_open -= ended (on_completed: the request ended). */
+static void conn_unref(http_server *h, struct conn *c, int ended)
+{
+    pthread_mutex_lock(&h->mu);
+    h->n_open -= ended;
+    if (ended) pthread_cond_broadcast(&h->cv);
+    int last = --c->refs == 0;
+    pthread_mutex_unlock(&h->mu);
+    if (last) conn_free(c);
+}
+
+/* Under h->mu: c's connection is processed again (its handler or content reader is called). */
+static void resume_locked(http_server *h, struct conn *c)
+{
+    c->suspended = 0;
+    if (c->wprev)
+        c->wprev->wnext = c->wnext;
+    else
+        h->waiting = c->wnext;
+    if (c->wnext) c->wnext->wprev = c->wprev;
+    c->wprev = c->wnext = NULL;
+    h->n_waiting--;
+    MHD_resume_connection(c->mc);
+}
+
+/* The queue's notify hook (under the queue's lock): c's request has news. */
+static void conn_notify(void *arg)
+{
+    struct conn *c = arg;
+    http_server *h = c->h;
+    pthread_mutex_lock(&h->mu);
+    c->ready = 1;
+    if (c->suspended) resume_locked(h, c);
+    pthread_mutex_unlock(&h->mu);
+}
+
+enum wait_outcome {
+    WAIT_SUSPENDED, /* the connection is suspended: return and be called again when there is news */
+    WAIT_NEWS,      /* something happened since the caller last looked: look again */
+    WAIT_GIVE_UP    /* the client has gone, or the server stops: end the request */
+};
+
+/* Called by a handler or content reader that found nothing to do for c's request. */
+static enum wait_outcome wait_for_news(http_server *h, struct conn *c)
+{
+    enum wait_outcome w = WAIT_SUSPENDED;
+    pthread_mutex_lock(&h->mu);
+    if (c->gone || h->stop) {
+        w = WAIT_GIVE_UP;
+    } else if (c->ready) {
+        c->ready = 0;
+        w = WAIT_NEWS;
+    } else {
+        c->suspended = 1;
+        c->wnext = h->waiting;
+        if (h->waiting) h->waiting->wprev = c;
+        h->waiting = c;
+        h->n_waiting++;
+        MHD_suspend_connection(c->mc);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return w;
+}
+
+/* One round over the suspended connections (libmicrohttpd does not watch them): a client that closed its
+ * end is marked gone, and resumed with the streams that have been silent for HTTP_KEEPALIVE_S. O(suspended
+ * connections), one poll() for all. */
+static void wake_waiting(http_server *h, double now)
+{
+    if (h->n_waiting > h->pfd_cap) {
+        int cap = h->n_waiting * 2;
+        struct pollfd *p = realloc(h->pfd, (size_t)cap * sizeof *p);
+        if (!p) return; /* next round */
+        h->pfd = p;
+        h->pfd_cap = cap;
+    }
+    int n = 0;
+    for (struct conn *c = h->waiting; c; c = c->wnext)
+        h->pfd[n++] = (struct pollfd){.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    if (n == 0 || poll(h->pfd, (nfds_t)n, 0) < 0) return;
+    int i = 0;
+    for (struct conn *c = h->waiting, *next; c; c = next, i++) {
+        next = c->wnext;
+        if (h->pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) c->gone = 1;
+        if (c->gone || (c->stream && now - c->t_sent > HTTP_KEEPALIVE_S)) resume_locked(h, c);
+    }
+}
+
+static int check_locked(http_server *h, struct err *e);
+
+/* The watchdog: the deadlines and the suspended connections, every HTTP_WATCH_SLICE; and the invariants,
+ * whose check costs what a round does (one broken is logged once). */
+static void *watchdog_main(void *arg)
+{
+    http_server *h = arg;
+    int broken = 0;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        double now = clock_now();
+        int n[SERVER_TIMEOUT_COUNT] = {0};
+        cut_late(h, now, n);
+        wake_waiting(h, now);
+        struct err e;
+        if (!broken && check_locked(h, &e)) {
+            log_warn("%s", e.msg);
+            broken = 1;
+        }
+        pthread_mutex_unlock(&h->mu); /* the queue's lock is taken before h->mu, never after */
+        for (int t = 0; t < SERVER_TIMEOUT_COUNT; t++) {
+            server_queue_count_timeout(h->q, (enum server_timeout)t, n[t]);
+            if (t != SERVER_TIMEOUT_IDLE)
+                for (int i = 0; i < n[t]; i++)
+                    server_queue_count_status(h->q, 408); /* the 408s sent */
+        }
+        if (n[SERVER_TIMEOUT_HEADERS] + n[SERVER_TIMEOUT_BODY] + n[SERVER_TIMEOUT_IDLE])
+            log_debug("http: late requests: %d without headers in %.3g s, %d without a body in %.3g s; %d idle "
+                      "connections closed",
+                      n[SERVER_TIMEOUT_HEADERS], h->p.header_timeout_s, n[SERVER_TIMEOUT_BODY],
+                      h->p.body_timeout_s, n[SERVER_TIMEOUT_IDLE]);
+        pthread_mutex_lock(&h->mu);
+        while (!h->stop && clock_now() < now + HTTP_WATCH_SLICE) /* h->cv is also the requests' */
+            wait_until(h, now + HTTP_WATCH_SLICE);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
 /* ---- responses ---- */
+
+/* Queues res (taken) with status, unless the watchdog has cut the connection; counts what was queued. */
+static enum MHD_Result queue_response(http_server *h, struct MHD_Connection *mc, int status,
+                                      struct MHD_Response *res)
+{
+    enum MHD_Result rc = MHD_NO;
+    if (sock_enter(h, mc, SOCK_ANSWER)) rc = MHD_queue_response(mc, (unsigned)status, res);
+    MHD_destroy_response(res);
+    if (rc == MHD_YES) server_queue_count_status(h->q, status);
+    return rc;
+}
 
 /* Queues a response whose body is malloc'd (taken, even on failure). retry_after > 0 adds Retry-After. */
 static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, int status, const char *ctype,
@@ -133,10 +407,7 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, int st
     }
     if (allow) MHD_add_response_header(res, MHD_HTTP_HEADER_ALLOW, allow);
     if (status == 401) MHD_add_response_header(res, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    enum MHD_Result rc = MHD_queue_response(mc, (unsigned)status, res);
-    MHD_destroy_response(res);
-    server_queue_count_status(h->q, status);
-    return rc;
+    return queue_response(h, mc, status, res);
 }
 
 static enum MHD_Result respond_json(http_server *h, struct MHD_Connection *mc, int status, char *body,
@@ -163,10 +434,7 @@ static enum MHD_Result respond_reply(http_server *h, struct MHD_Connection *mc, 
         return MHD_NO;
     }
     MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, r->ctype);
-    enum MHD_Result rc = MHD_queue_response(mc, (unsigned)r->status, res);
-    MHD_destroy_response(res);
-    server_queue_count_status(h->q, r->status);
-    return rc;
+    return queue_response(h, mc, r->status, res);
 }
 
 static enum MHD_Result fail_with(http_server *h, struct MHD_Connection *mc, int status, const char *type,
@@ -175,74 +443,6 @@ static enum MHD_Result fail_with(http_server *h, struct MHD_Connection *mc, int 
     struct openai_error err;
     openai_set_error(&err, status, type, code, "%s", msg);
     return respond_error(h, mc, &err, status == 503 ? 1 : 0, NULL);
-}
-
-/* ---- connections ---- */
-
-/* waiting 0: a request's headers have arrived; 1: the connection now waits for the next one. */
-static void sock_mark(http_server *h, struct MHD_Connection *mc, int waiting)
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    struct http_sock *k = ci ? ci->socket_context : NULL;
-    if (!k) return;
-    pthread_mutex_lock(&h->mu);
-    k->waiting = waiting;
-    k->since = clock_now();
-    pthread_mutex_unlock(&h->mu);
-}
-
-/* Waits on h->cv until the clock_now() deadline (the condition variable runs on the monotonic clock). */
-static void wait_until(http_server *h, double deadline)
-{
-    double sec = floor(deadline);
-    struct timespec ts = {(time_t)sec, (long)((deadline - sec) * 1e9)};
-    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-}
-
-/* The header deadline: libmicrohttpd's timeout is for silence, so a client that trickles a byte now and then
- * could hold a connection for ever; this thread shuts down (never closes: libmicrohttpd owns the descriptor)
- * every connection that has waited header_timeout_s for a request's headers. Four checks a second. */
-static void *watchdog_main(void *arg)
-{
-    http_server *h = arg;
-    pthread_mutex_lock(&h->mu);
-    while (!h->stop) {
-        double now = clock_now();
-        for (struct http_sock *k = h->socks; k; k = k->next)
-            if (k->waiting && !k->cut && now - k->since > h->p.header_timeout_s) {
-                shutdown(k->fd, SHUT_RDWR);
-                k->cut = 1;
-                log_debug("http: a connection sent no complete request headers in %.3g s: closed",
-                          h->p.header_timeout_s);
-            }
-        wait_until(h, now + 0.25);
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
-
-/* 1 when the client has closed its end (or the socket failed). Safe while this thread owns the connection:
- * libmicrohttpd is not reading from it meanwhile. */
-static int peer_gone(struct MHD_Connection *mc)
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return 0;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return 0;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
-/* The connection timeout is for idle clients, not for the server's own work: off while it works, and on
- * again (its timer restarted) when it has something to send. */
-static void timeout_off(struct MHD_Connection *mc)
-{
-    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-}
-
-static void timeout_on(http_server *h, struct MHD_Connection *mc)
-{
-    MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, h->p.idle_timeout_s);
 }
 
 static enum route find_route(const http_server *h, const char *url, const char **want_method, const char *model,
@@ -307,7 +507,10 @@ static enum MHD_Result answer_get(http_server *h, struct MHD_Connection *mc, enu
                        body ? (size_t)n : 0, s == SERVER_SERVING ? 0 : 1, NULL);
     }
     case ROUTE_METRICS:
-        if (server_queue_metrics_text(q, &body, &len, &e))
+        pthread_mutex_lock(&h->mu);
+        int32_t n_socks = h->n_socks, n_open = h->n_open;
+        pthread_mutex_unlock(&h->mu);
+        if (server_queue_metrics_text(q, n_socks, n_open, &body, &len, &e))
             return fail_with(h, mc, 500, "server_error", "metrics", e.msg);
         return respond(h, mc, 200, "text/plain; version=0.0.4; charset=utf-8", body, len, 0, NULL);
     case ROUTE_MODELS:
@@ -319,9 +522,39 @@ static enum MHD_Result answer_get(http_server *h, struct MHD_Connection *mc, enu
     }
 }
 
-/* First call for a request (headers read): route, method, key and body size are checked now, before any
- * body is read (a response queued now closes the connection afterwards). The answer comes at the last call.
- */
+/* The request limit (invariant 3): 1 when a request of this route may be answered now, counted in n_open. */
+static int take_slot(http_server *h, enum route route)
+{
+    int exempt = route == ROUTE_HEALTH || route == ROUTE_METRICS;
+    pthread_mutex_lock(&h->mu);
+    int ok = exempt || h->n_open < (int)h->p.max_connections;
+    if (ok) h->n_open++;
+    pthread_mutex_unlock(&h->mu);
+    return ok;
+}
+
+static void give_slot(http_server *h)
+{
+    pthread_mutex_lock(&h->mu);
+    h->n_open--;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Past --max-connections: 503 at once, before the body is read. */
+static enum MHD_Result reject_busy(http_server *h, struct MHD_Connection *mc)
+{
+    struct openai_error err;
+    openai_set_error(&err, 503, "server_error", server_admit_reason(ADMIT_CONNECTIONS),
+                     "the server is answering %u requests already (--max-connections); retry after 1 s",
+                     h->p.max_connections);
+    server_queue_count_rejected(h->q, ADMIT_CONNECTIONS);
+    return respond_error(h, mc, &err, 1, NULL);
+}
+
+/* First call for a request (headers read): route, method, key, body size and the request limit are checked
+ * now, before any body is read (a response queued now closes the connection afterwards). The answer comes at
+ * the last call. */
 static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, const char *url,
                                   const char *method, void **con_cls)
 {
@@ -334,7 +567,8 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
         return fail_with(h, mc, 404, "invalid_request_error", "not_found", msg);
     }
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (route == ROUTE_API ? !http_api_method_ok(want, method) : strcmp(method, want) && !(is_get && !strcmp(want, "GET"))) {
+    if (route == ROUTE_API ? !http_api_method_ok(want, method)
+                           : strcmp(method, want) && !(is_get && !strcmp(want, "GET"))) {
         struct openai_error err;
         openai_set_error(&err, 405, "invalid_request_error", "method_not_allowed", "%s takes %s, not %.32s",
                          url, want, method);
@@ -352,30 +586,37 @@ static enum MHD_Result on_headers(http_server *h, struct MHD_Connection *mc, con
                  (unsigned long long)(upload ? h->p.max_upload_bytes : limit), upload ? " in a file" : "");
         return fail_with(h, mc, 413, "invalid_request_error", upload ? "file_too_large" : "body_too_large", msg);
     }
-    http_api_upload *up = NULL;
-    struct http_api_reply reply;
-    if (upload && http_api_upload_begin(h->p.files, mc, &up, &reply)) return respond_reply(h, mc, &reply);
+    if (!take_slot(h, route)) return reject_busy(h, mc);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct conn *c = calloc(1, sizeof *c);
-    if (!c) {
-        http_api_upload_free(up);
+    if (!c || !ci) {
+        free(c);
+        give_slot(h);
         return MHD_NO;
     }
+    if (upload) {
+        struct http_api_reply reply;
+        if (http_api_upload_begin(h->p.files, mc, &c->upload, &reply)) {
+            free(c);
+            give_slot(h);
+            return respond_reply(h, mc, &reply);
+        }
+    }
+    c->h = h;
+    c->mc = mc;
+    c->fd = ci->connect_fd;
+    c->refs = 1;
     c->route = route;
     c->api = api;
-    c->upload = up;
     c->post = !strcmp(method, "POST");
-    c->t_start = clock_now();
     *con_cls = c;
-    pthread_mutex_lock(&h->mu);
-    h->n_open++;
-    pthread_mutex_unlock(&h->mu);
     return MHD_YES;
 }
 
-/* A piece of the body: kept up to max_body_bytes, the rest discarded (the request then gets 413). */
+/* A piece of the body: kept up to max_body_bytes, the rest discarded (the request then gets 413). Its
+ * deadline is the watchdog's. */
 static enum MHD_Result on_body(http_server *h, struct conn *c, const char *data, size_t n)
 {
-    if (clock_now() - c->t_start > h->p.body_timeout_s) return MHD_NO; /* too slow: close */
     if (c->upload) return http_api_upload_data(c->upload, data, n);
     if (c->too_big || n > h->p.max_body_bytes - c->len) {
         c->too_big = 1;
@@ -398,116 +639,106 @@ static enum MHD_Result on_body(http_server *h, struct conn *c, const char *data,
     return MHD_YES;
 }
 
+/* The request's creator reference is dropped: no more news from the queue; a request still running is
+ * cancelled (a no-op for one that has ended). */
+static void end_request(http_server *h, struct conn *c)
+{
+    if (!c->r) return;
+    server_queue_set_notify(h->q, c->r, NULL, NULL);
+    server_queue_cancel(h->q, c->r);
+    server_queue_release(h->q, c->r);
+    c->r = NULL;
+}
+
 /* ---- streamed responses ---- */
 
-/* Fills buf with the next bytes of the stream, waiting for events; checks the client every slice. */
-static ssize_t stream_fill(struct stream *st, char *buf, size_t max)
-{
-    http_server *h = st->h;
-    struct server_req *r = st->r;
-    for (;;) {
-        if (st->out_off < st->out_len) {
-            size_t n = st->out_len - st->out_off < max ? st->out_len - st->out_off : max;
-            memcpy(buf, st->out + st->out_off, n);
-            st->out_off += n;
-            st->t_sent = clock_now();
-            return (ssize_t)n;
-        }
-        free(st->out);
-        st->out = NULL;
-        st->out_len = st->out_off = 0;
-        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (st->n_finished == r->n_choices) {
-            st->out = openai_stream_end(r, st->id, server_model_name(h->srv), st->created, &st->out_len);
-            st->ended = 1;
-        } else {
-            struct server_event *ev;
-            if (server_queue_next_event(h->q, r, HTTP_WAIT_SLICE, &ev)) {
-                st->out =
-                    openai_stream_event(r, st->id, server_model_name(h->srv), st->created, ev, &st->out_len);
-                st->n_finished += ev->finished;
-                server_event_free(ev);
-            } else if (peer_gone(st->mc)) {
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            } else if (clock_now() - st->t_sent > HTTP_KEEPALIVE_S) {
-                st->out = strdup(": keep-alive\n\n");
-                st->out_len = st->out ? strlen(st->out) : 0;
-            } else {
-                continue;
-            }
-        }
-        if (!st->out) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
-    }
-}
-
+/* The next bytes of the stream into buf; 0 with the connection suspended when there are none yet. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
-    struct stream *st = cls;
+    struct conn *c = cls;
+    http_server *h = c->h;
+    struct server_req *r = c->r;
     (void)pos;
-    timeout_off(st->mc);
-    ssize_t n = stream_fill(st, buf, max);
-    timeout_on(st->h, st->mc);
-    return n;
+    for (;;) {
+        if (c->out_off < c->out_len) {
+            size_t n = c->out_len - c->out_off < max ? c->out_len - c->out_off : max;
+            memcpy(buf, c->out + c->out_off, n);
+            c->out_off += n;
+            c->t_sent = clock_now();
+            return (ssize_t)n;
+        }
+        free(c->out);
+        c->out = NULL;
+        c->out_len = c->out_off = 0;
+        if (c->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!r) return MHD_CONTENT_READER_END_WITH_ERROR;
+        struct server_event *ev;
+        if (c->n_finished == r->n_choices) {
+            c->out = openai_stream_end(r, c->id, server_model_name(h->srv), c->created, &c->out_len);
+            c->ended = 1;
+        } else if (server_queue_next_event(h->q, r, 0, &ev)) {
+            c->out = openai_stream_event(r, c->id, server_model_name(h->srv), c->created, ev, &c->out_len);
+            c->n_finished += ev->finished;
+            server_event_free(ev);
+        } else if (clock_now() - c->t_sent > HTTP_KEEPALIVE_S) {
+            c->out = strdup(": keep-alive\n\n");
+            c->out_len = c->out ? strlen(c->out) : 0;
+        } else {
+            enum wait_outcome w = wait_for_news(h, c);
+            if (w == WAIT_SUSPENDED) return 0;
+            if (w == WAIT_GIVE_UP) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        if (!c->out) return MHD_CONTENT_READER_END_WITH_ERROR; /* out of memory */
+    }
 }
 
-/* The response is gone (sent, or its connection closed): a request still running is cancelled. */
+/* The response is gone (sent, or its connection closed): its reference to the request's conn. */
 static void stream_free(void *cls)
 {
-    struct stream *st = cls;
-    if (st->n_finished < st->r->n_choices) server_queue_cancel(st->h->q, st->r);
-    server_queue_release(st->h->q, st->r);
-    free(st->out);
-    free(st);
+    struct conn *c = cls;
+    conn_unref(c->h, c, 0);
 }
 
-static enum MHD_Result answer_stream(http_server *h, struct MHD_Connection *mc, struct server_req *r)
+static enum MHD_Result answer_stream(http_server *h, struct MHD_Connection *mc, struct conn *c)
 {
-    struct stream *st = calloc(1, sizeof *st);
-    if (!st) {
-        server_queue_cancel(h->q, r);
-        server_queue_release(h->q, r);
-        return MHD_NO;
-    }
-    st->h = h;
-    st->mc = mc;
-    st->r = r;
-    st->created = (int64_t)time(NULL);
-    st->t_sent = clock_now();
-    openai_request_id(r, h->salt, st->id, sizeof st->id);
-    st->out = openai_stream_start(r, st->id, server_model_name(h->srv), st->created, &st->out_len);
+    c->stream = 1;
+    c->created = (int64_t)time(NULL);
+    c->t_sent = clock_now();
+    openai_request_id(c->r, h->salt, c->id, sizeof c->id);
+    c->out = openai_stream_start(c->r, c->id, server_model_name(h->srv), c->created, &c->out_len);
     struct MHD_Response *res =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, stream_read, st, stream_free);
-    if (!res) {
-        stream_free(st);
-        return MHD_NO;
-    }
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_STREAM_BLOCK, stream_read, c, stream_free);
+    if (!res) return MHD_NO; /* on_completed ends the request */
+    pthread_mutex_lock(&h->mu);
+    c->refs++;
+    pthread_mutex_unlock(&h->mu);
     MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(res, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    enum MHD_Result rc = MHD_queue_response(mc, MHD_HTTP_OK, res);
-    MHD_destroy_response(res);
-    server_queue_count_status(h->q, 200);
-    return rc;
+    return queue_response(h, mc, MHD_HTTP_OK, res);
 }
 
 /* ---- completions ---- */
 
-/* Waits for a request that does not stream, then answers with the whole object. */
-static enum MHD_Result answer_whole(http_server *h, struct MHD_Connection *mc, struct server_req *r)
+/* A request that does not stream: answered with the whole object once it is done. Called again (the
+ * connection resumed) whenever there is news. */
+static enum MHD_Result answer_whole(http_server *h, struct MHD_Connection *mc, struct conn *c)
 {
-    timeout_off(mc);
-    while (!server_queue_wait_done(h->q, r, HTTP_WAIT_SLICE)) {
-        if (!peer_gone(mc)) continue;
-        server_queue_cancel(h->q, r);
-        server_queue_release(h->q, r);
-        return MHD_NO; /* nobody to answer: close the connection */
+    for (;;) {
+        if (server_queue_wait_done(h->q, c->r, 0)) break;
+        enum wait_outcome w = wait_for_news(h, c);
+        if (w == WAIT_SUSPENDED) return MHD_YES;
+        if (w == WAIT_GIVE_UP) {
+            end_request(h, c);
+            return MHD_NO; /* nobody to answer, or the server stops: close the connection */
+        }
     }
-    timeout_on(h, mc);
     char id[64];
-    openai_request_id(r, h->salt, id, sizeof id);
+    openai_request_id(c->r, h->salt, id, sizeof id);
     struct openai_error err;
     size_t len;
-    char *body = openai_response(r, id, server_model_name(h->srv), (int64_t)time(NULL), &len, &err);
-    server_queue_release(h->q, r);
+    char *body = openai_response(c->r, id, server_model_name(h->srv), (int64_t)time(NULL), &len, &err);
+    end_request(h, c);
     if (!body) return respond_error(h, mc, &err, err.status == 503 ? 1 : 0, NULL);
     return respond_json(h, mc, 200, body, len);
 }
@@ -545,10 +776,12 @@ static enum MHD_Result answer_api(http_server *h, struct MHD_Connection *mc, str
     const char *after = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "after");
     const char *limit = MHD_lookup_connection_value(mc, MHD_GET_ARGUMENT_KIND, "limit");
     struct http_api_reply reply;
-    http_api_answer(h->p.files, h->p.batches, c->api, url, method, c->upload, c->body, c->len, after, limit, &reply);
+    http_api_answer(h->p.files, h->p.batches, c->api, url, method, c->upload, c->body, c->len, after, limit,
+                    &reply);
     return respond_reply(h, mc, &reply);
 }
 
+/* The whole body is in: the answer, or the request submitted and waited for. */
 static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, struct conn *c, const char *url,
                                    const char *method)
 {
@@ -570,14 +803,16 @@ static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, st
                                   &err, &e);
     if (rc < 0) return fail_with(h, mc, 500, "server_error", "internal", e.msg);
     if (rc > 0) return respond_error(h, mc, &err, 0, NULL);
+    server_queue_set_notify(h->q, r, conn_notify, c); /* before submit: no news is missed */
     double retry_after;
     enum admit_verdict v = server_queue_submit(h->q, r, &retry_after);
     if (v != ADMIT_OK) {
         enum MHD_Result res = reject(h, mc, v, retry_after, r);
-        server_queue_release(h->q, r);
+        server_queue_release(h->q, r); /* never admitted: nothing calls its hook */
         return res;
     }
-    return r->stream ? answer_stream(h, mc, r) : answer_whole(h, mc, r);
+    c->r = r;
+    return r->stream ? answer_stream(h, mc, c) : answer_whole(h, mc, c);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url, const char *method,
@@ -588,7 +823,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     struct conn *c = *con_cls;
     (void)version;
     if (!c) {
-        sock_mark(h, mc, 0);
+        if (!sock_enter(h, mc, SOCK_BODY)) return MHD_NO; /* cut by the watchdog meanwhile */
         return on_headers(h, mc, url, method, con_cls);
     }
     if (*upload_data_size) {
@@ -596,25 +831,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *upload_data_size = 0;
         return on_body(h, c, upload_data, n);
     }
+    if (c->r) return c->stream ? MHD_YES : answer_whole(h, mc, c); /* resumed */
+    if (c->answering) return MHD_NO;         /* called again after an answer failed to be queued */
+    c->answering = 1;
+    if (!sock_enter(h, mc, SOCK_ANSWER)) return MHD_NO;
     return on_complete(h, mc, c, url, method);
 }
 
+/* The request has ended (answered, or its connection closed). */
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     http_server *h = cls;
     (void)toe;
-    sock_mark(h, mc, 1); /* the next request's headers are due within header_timeout_s */
+    sock_served(h, mc); /* the next request's headers are due within header_timeout_s */
     struct conn *c = *con_cls;
     if (!c) return;
-    http_api_upload_free(c->upload);
-    free(c->body);
-    free(c);
     *con_cls = NULL;
-    pthread_mutex_lock(&h->mu);
-    h->n_open--;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
+    end_request(h, c);
+    conn_unref(h, c, 1);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
@@ -631,11 +866,12 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         }
         k->fd = ci->connect_fd;
         k->since = clock_now();
-        k->waiting = 1;
+        k->phase = SOCK_HEADERS;
         pthread_mutex_lock(&h->mu);
         k->next = h->socks;
         if (h->socks) h->socks->prev = k;
         h->socks = k;
+        h->n_socks++;
         pthread_mutex_unlock(&h->mu);
         *socket_context = k;
     } else if (k) { /* closed: libmicrohttpd closes the socket after this returns */
@@ -645,6 +881,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         else
             h->socks = k->next;
         if (k->next) k->next->prev = k->prev;
+        h->n_socks--;
         pthread_mutex_unlock(&h->mu);
         free(k);
         *socket_context = NULL;
@@ -664,6 +901,39 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- the daemon ---- */
 
+/* Raises the soft limit on open files to the hard limit and returns how many connections the descriptors
+ * allow: the limit less HTTP_FD_RESERVE, at most HTTP_MAX_SOCKETS. Logged. */
+static unsigned socket_budget(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return 1024 - HTTP_FD_RESERVE;
+    rlim_t was = rl.rlim_cur;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl)) rl.rlim_cur = was;
+    }
+    rlim_t n = rl.rlim_cur > 2 * HTTP_FD_RESERVE ? rl.rlim_cur - HTTP_FD_RESERVE : rl.rlim_cur / 2;
+    unsigned socks = n > HTTP_MAX_SOCKETS ? HTTP_MAX_SOCKETS : (unsigned)n;
+    if (rl.rlim_cur != was)
+        log_info("http: open files: soft limit raised from %llu to the hard limit, %llu: %u connections at once",
+                 (unsigned long long)was, (unsigned long long)rl.rlim_cur, socks);
+    else
+        log_info("http: open files: soft limit %llu (the hard limit is %llu): %u connections at once",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, socks);
+    return socks;
+}
+
+static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, const struct sockaddr *addr)
+{
+    const struct http_params *p = &h->p;
+    return MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_THREAD_POOL_SIZE,
+        p->n_threads, MHD_OPTION_CONNECTION_LIMIT, h->max_sockets, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+        (unsigned)HTTP_LISTEN_BACKLOG, MHD_OPTION_CONNECTION_TIMEOUT, p->idle_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, p->max_header_bytes, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+}
+
 int http_start(const struct http_params *p, server *srv, http_server **out, struct err *e)
 {
     *out = NULL;
@@ -671,8 +941,11 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)p->port)};
     const struct sockaddr *addr = (const struct sockaddr *)&a4;
     unsigned flags =
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (p->port < 0 || p->port > 65535) return err_set(e, "port %d: must be in [0, 65535]", p->port);
+    if (p->n_threads < 1 || p->max_connections < 1)
+        return err_set(e, "http: n_threads %u and max_connections %u must be at least 1", p->n_threads,
+                       p->max_connections);
     if (inet_pton(AF_INET6, p->host, &a6.sin6_addr) == 1) {
         addr = (const struct sockaddr *)&a6;
         flags |= MHD_USE_IPv6;
@@ -681,6 +954,12 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     }
     http_server *h = calloc(1, sizeof *h);
     if (!h) return err_set(e, "http: out of memory");
+    h->p = *p;
+    h->srv = srv;
+    h->q = server_get_queue(srv);
+    h->created = (int64_t)time(NULL);
+    h->salt = mix64((uint64_t)h->created ^ ((uint64_t)clock_now() << 20));
+    h->max_sockets = socket_budget();
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -688,19 +967,10 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     pthread_condattr_destroy(&ca);
     if (bad || pthread_create(&h->watchdog, NULL, watchdog_main, h)) {
         free(h);
-        return err_set(e, "http: cannot start the header watchdog");
+        return err_set(e, "http: cannot start the connections' watchdog");
     }
     h->watchdog_started = 1;
-    h->p = *p;
-    h->srv = srv;
-    h->q = server_get_queue(srv);
-    h->created = (int64_t)time(NULL);
-    h->salt = mix64((uint64_t)h->created ^ ((uint64_t)clock_now() << 20));
-    h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, addr,
-                            MHD_OPTION_CONNECTION_LIMIT, p->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                            p->idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, p->max_header_bytes,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION,
-                            on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+    h->d = start_daemon(h, flags, addr);
     if (!h->d) {
         http_stop(h);
         return err_set(e, "cannot listen on %s port %d (in use, or not an address of this machine?)", p->host,
@@ -731,15 +1001,49 @@ int http_wait_idle(http_server *h, double seconds)
 void http_stop(http_server *h)
 {
     if (!h) return;
-    if (h->watchdog_started) {
-        pthread_mutex_lock(&h->mu);
-        h->stop = 1;
-        pthread_cond_broadcast(&h->cv);
-        pthread_mutex_unlock(&h->mu);
-        pthread_join(h->watchdog, NULL);
-    }
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1; /* nothing is suspended from now on (invariant 5) */
+    while (h->waiting)
+        resume_locked(h, h->waiting);
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    if (h->watchdog_started) pthread_join(h->watchdog, NULL);
     if (h->d) MHD_stop_daemon(h->d);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
+    free(h->pfd);
     free(h);
+}
+
+static int check_locked(http_server *h, struct err *e)
+{
+    int rc = 0;
+    int n = 0;
+    for (struct http_sock *k = h->socks; k && n <= h->n_socks; k = k->next, n++)
+        if (k->next && k->next->prev != k) {
+            rc = err_set(e, "http invariant 1: the connection list's links disagree at entry %d", n);
+            break;
+        }
+    if (!rc && n != h->n_socks)
+        rc = err_set(e, "http invariant 1: %d connections listed, n_socks %d", n, h->n_socks);
+    n = 0;
+    for (struct conn *c = h->waiting; c && !rc && n <= h->n_waiting; c = c->wnext, n++)
+        if (!c->suspended || !c->r || c->refs < 1)
+            rc = err_set(e, "http invariant 2: a waiting request is %s", !c->suspended ? "not suspended"
+                                                                        : !c->r       ? "without a request"
+                                                                                      : "unreferenced");
+    if (!rc && n != h->n_waiting)
+        rc = err_set(e, "http invariant 2: %d requests waiting, n_waiting %d", n, h->n_waiting);
+    if (!rc && h->n_open < 0) rc = err_set(e, "http invariant 3: %d requests in progress", h->n_open);
+    if (!rc && h->stop && h->n_waiting)
+        rc = err_set(e, "http invariant 5: %d requests suspended after stop", h->n_waiting);
+    return rc;
+}
+
+int http_check(http_server *h, struct err *e)
+{
+    pthread_mutex_lock(&h->mu);
+    int rc = check_locked(h, e);
+    pthread_mutex_unlock(&h->mu);
+    return rc;
 }

@@ -103,7 +103,7 @@ enum admit_verdict server_admit_decide(const struct server_admit *a, enum server
 const char *server_admit_reason(enum admit_verdict v)
 {
     static const char *const names[ADMIT_VERDICT_COUNT] = {
-        "ok", "loading", "draining", "too_large", "queue_full", "queue_tokens", "wait"};
+        "ok", "loading", "draining", "too_large", "queue_full", "queue_tokens", "wait", "connections"};
     return (unsigned)v < ADMIT_VERDICT_COUNT ? names[v] : "?";
 }
 
@@ -114,6 +114,7 @@ int server_admit_status(enum admit_verdict v)
         return 200;
     case ADMIT_LOADING:
     case ADMIT_DRAINING:
+    case ADMIT_CONNECTIONS:
         return 503;
     case ADMIT_TOO_LARGE:
         return 400;

@@ -12,6 +12,8 @@
  *   5. the wait is bounded: with nothing queued it starts at once; else the queued
  *      tokens ahead of it drain within max_wait at the measured drain rate (without a
  *      measurement yet: queued tokens + need fit one KV pool)                         -> else 429
+ * One more verdict is not decided here: ADMIT_CONNECTIONS (503) is server/http's limit on requests in progress
+ * (--max-connections), a verdict so that its rejections are counted and labelled with the others.
  * The drain rate is reserved tokens retired (requests finished, their whole reservation released, early
  * stops included) per second of engine busy time, over the last SERVER_ADMIT_WINDOW busy seconds: idle
  * time neither dilutes nor ages it (busy time (s, s + 1] is second s), so a burst after a quiet hour is
@@ -42,6 +44,7 @@ enum admit_verdict {
     ADMIT_QUEUE_FULL,   /* 429: max_queue requests already wait */
     ADMIT_QUEUE_TOKENS, /* 429: max_queue_tokens would be passed */
     ADMIT_WAIT,         /* 429: the wait would pass max_wait */
+    ADMIT_CONNECTIONS,  /* 503: http's max_connections requests are in progress (not decided here) */
     ADMIT_VERDICT_COUNT
 };
 
@@ -78,7 +81,8 @@ double server_admit_rate(const struct server_admit *a);
 enum admit_verdict server_admit_decide(const struct server_admit *a, enum server_state s,
                                        const struct server_admit_load *l, int64_t per_seq, int64_t need,
                                        double *retry_after);
-/* "ok", "loading", "draining", "too_large", "queue_full", "queue_tokens", "wait" (metrics labels). */
+/* "ok", "loading", "draining", "too_large", "queue_full", "queue_tokens", "wait", "connections" (metrics
+ * labels). */
 const char *server_admit_reason(enum admit_verdict v);
 /* The HTTP status of a verdict: 200, 503, 400 or 429. */
 int server_admit_status(enum admit_verdict v);

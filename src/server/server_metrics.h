@@ -26,6 +26,14 @@
 #define SERVER_METRICS_RATE_WINDOW 10
 #define SERVER_METRICS_N_STATUS 11 /* the HTTP statuses counted one by one, then "other" */
 
+/* The deadlines server/http enforces on slow clients (nightshift_http_timeouts_total's labels). */
+enum server_timeout {
+    SERVER_TIMEOUT_HEADERS, /* a request's headers took longer than header_timeout_s: 408 */
+    SERVER_TIMEOUT_BODY,    /* its body took longer than body_timeout_s: 408 */
+    SERVER_TIMEOUT_IDLE,    /* a kept-alive connection sent no new request in header_timeout_s: closed */
+    SERVER_TIMEOUT_COUNT
+};
+
 enum server_outcome {
     SERVER_OUTCOME_STOP,
     SERVER_OUTCOME_LENGTH,
@@ -39,6 +47,7 @@ struct server_metrics {
     int64_t rejected[ADMIT_VERDICT_COUNT];          /* by verdict (ADMIT_OK unused) */
     int64_t finished[SERVER_OUTCOME_COUNT];         /* completions by how they ended */
     int64_t responses[SERVER_METRICS_N_STATUS + 1]; /* by HTTP status, see server_metrics_count_status */
+    int64_t timeouts[SERVER_TIMEOUT_COUNT];         /* connections cut by a deadline */
     int64_t prompt_tokens, completion_tokens;       /* of finished requests */
     int64_t latency_buckets[SERVER_METRICS_N_BOUNDS + 1]; /* last: over the largest bound */
     int64_t latency_count;
@@ -58,6 +67,8 @@ struct server_gauges {
     int32_t active;        /* admitted, not finished */
     int64_t kv_blocks_used, kv_blocks_cached, kv_blocks_total;
     double drain_rate;        /* server_admit_rate */
+    int32_t connections;      /* open TCP connections (server/http's) */
+    int32_t in_progress;      /* requests from their headers to the end of their response (server/http's) */
     int64_t gen_tokens_total; /* the engine's counter */
 };
 

@@ -249,6 +249,13 @@ static enum server_outcome outcome_of(enum engine_finish f)
     }
 }
 
+/* Something happened to r: its waiters are woken, and its notify hook (the creator's) is called. */
+static void wake_locked(struct server_req *r)
+{
+    pthread_cond_broadcast(&r->cv);
+    if (r->notify) r->notify(r->notify_arg);
+}
+
 static void push_event_locked(struct server_req *r, struct server_event *ev)
 {
     ev->next = NULL;
@@ -257,7 +264,7 @@ static void push_event_locked(struct server_req *r, struct server_event *ev)
     else
         r->ev_head = ev;
     r->ev_tail = ev;
-    pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
 }
 
 /* The whole request has ended: out of the active list, reservation released, engine side's ref dropped. */
@@ -290,7 +297,7 @@ static void finish_req_locked(server_queue *q, struct server_req *r)
     }
     q->metrics.prompt_tokens += r->n_prompt;
     if (!cancelled) server_metrics_observe_latency(&q->metrics, clock_now() - r->t_admitted);
-    pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
     if (q->n_active == 0) pthread_cond_broadcast(&q->idle_cv);
     unref_locked(r);
 }
@@ -311,7 +318,7 @@ static void choice_done_locked(server_queue *q, struct server_req *r, int32_t c,
     q->metrics.finished[outcome_of(ch->finish)]++;
     if (ev) push_event_locked(r, ev);
     r->n_done++;
-    pthread_cond_broadcast(&r->cv);
+    wake_locked(r);
     if (r->n_done == r->n_choices) finish_req_locked(q, r);
 }
 
@@ -512,6 +519,30 @@ int server_queue_wait_idle(server_queue *q, double deadline)
     return idle;
 }
 
+void server_queue_set_notify(server_queue *q, struct server_req *r, void (*notify)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&q->mu);
+    r->notify = notify;
+    r->notify_arg = arg;
+    pthread_mutex_unlock(&q->mu);
+}
+
+void server_queue_count_rejected(server_queue *q, enum admit_verdict v)
+{
+    if (v <= ADMIT_OK || v >= ADMIT_VERDICT_COUNT) return;
+    pthread_mutex_lock(&q->mu);
+    q->metrics.rejected[v]++;
+    pthread_mutex_unlock(&q->mu);
+}
+
+void server_queue_count_timeout(server_queue *q, enum server_timeout t, int n)
+{
+    if ((unsigned)t >= SERVER_TIMEOUT_COUNT || n <= 0) return;
+    pthread_mutex_lock(&q->mu);
+    q->metrics.timeouts[t] += n;
+    pthread_mutex_unlock(&q->mu);
+}
+
 void server_queue_count_status(server_queue *q, int status)
 {
     pthread_mutex_lock(&q->mu);
@@ -519,7 +550,8 @@ void server_queue_count_status(server_queue *q, int status)
     pthread_mutex_unlock(&q->mu);
 }
 
-int server_queue_metrics_text(server_queue *q, char **out, size_t *len, struct err *e)
+int server_queue_metrics_text(server_queue *q, int32_t connections, int32_t in_progress, char **out, size_t *len,
+                              struct err *e)
 {
     struct server_metrics m;
     struct server_gauges g;
@@ -537,6 +569,8 @@ int server_queue_metrics_text(server_queue *q, char **out, size_t *len, struct e
         .kv_blocks_total = q->st.kv_blocks_total,
         .drain_rate = q->state == SERVER_LOADING ? 0 : server_admit_rate(&q->admit),
         .gen_tokens_total = q->st.gen_tokens,
+        .connections = connections,
+        .in_progress = in_progress,
     };
     pthread_mutex_unlock(&q->mu);
     return server_metrics_render(&m, &g, clock_now(), out, len, e);

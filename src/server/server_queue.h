@@ -6,7 +6,8 @@
  * microseconds whatever the engine is doing. An admitted request is appended to the pending FIFO and to
  * the active list (admission order) and the engine thread is woken; the engine thread takes pending
  * requests and cancellations in batches (server_queue_take), runs them, and posts back text deltas (for
- * streams) and results, which wake the request's own condition variable. A connection whose client went
+ * streams) and results, which wake the request's own condition variable and call its notify hook (for a
+ * waiter that holds no thread: server/http suspends the connection meanwhile). A connection whose client went
  * away cancels its request (server_queue_cancel): a request not yet taken ends at the next take without
  * touching the engine; one in the engine is handed to the engine thread to engine_cancel.
  *
@@ -87,6 +88,8 @@ struct server_req {
     struct server_req *pending_next; /* pending FIFO, then the engine thread's batch */
     struct server_req *cancel_next;  /* cancellations for the engine thread */
     int cancel_listed;
+    void (*notify)(void *arg); /* see server_queue_set_notify */
+    void *notify_arg;
 };
 
 typedef struct server_queue server_queue;
@@ -120,10 +123,20 @@ void server_event_free(struct server_event *ev);
 int server_queue_wait_done(server_queue *q, struct server_req *r, double timeout);
 /* The client is gone: r ends as soon as possible, its choices ENGINE_FINISH_CANCELLED (those not done). */
 void server_queue_cancel(server_queue *q, struct server_req *r);
+/* notify(arg) is called, under the queue's lock, whenever r's condition variable is: an event was posted, a
+ * choice or the whole request ended. It must be quick and must not call the queue. NULL: none. Once this
+ * returns, a hook it replaced is no longer running and will not be called again. */
+void server_queue_set_notify(server_queue *q, struct server_req *r, void (*notify)(void *arg), void *arg);
 /* Counts a response by HTTP status (for /metrics). */
 void server_queue_count_status(server_queue *q, int status);
-/* The Prometheus text of the queue's metrics and gauges (*out malloc'd). */
-int server_queue_metrics_text(server_queue *q, char **out, size_t *len, struct err *e);
+/* Counts a rejection decided outside admission (ADMIT_CONNECTIONS: server/http's request limit). */
+void server_queue_count_rejected(server_queue *q, enum admit_verdict v);
+/* Counts n connections cut by deadline t. */
+void server_queue_count_timeout(server_queue *q, enum server_timeout t, int n);
+/* The Prometheus text of the queue's metrics and gauges, with server/http's counts of open connections and
+ * requests in progress (*out malloc'd). */
+int server_queue_metrics_text(server_queue *q, int32_t connections, int32_t in_progress, char **out, size_t *len,
+                              struct err *e);
 
 /* Engine thread. Waits (only when engine_busy is 0) until there is something to do, then hands over
  * the pending requests (list through pending_next, oldest first; each now taken) in *added and the
