@@ -72,9 +72,9 @@ static void serve_usage(FILE *out)
         "Engine:\n",
         cli_default_model(), chat_family_list());
     struct runtime_params d = runtime_default_params();
-    engine_flags_usage(out, &d);
+    engine_flags_usage(out, &d, NULL);
     fprintf(out, "Generation defaults (a request's own fields override them):\n");
-    genparam_usage(out);
+    genparam_usage(out, NULL, NULL);
 }
 
 struct serve_args {
@@ -101,29 +101,29 @@ struct serve_args {
 static int serve_parse(int argc, char **argv, struct serve_args *A)
 {
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &A->rp.model_path, 0, 0, 0, NULL},
-        {"--model-name", NULL, CLI_OPT_STRING, &A->model_name, 0, 0, 0, NULL},
-        {"--host", NULL, CLI_OPT_STRING, &A->hp.host, 0, 0, 0, NULL},
-        {"--port", NULL, CLI_OPT_INT32, &A->port, 0, 65535, 0, NULL},
-        {"--api-key", NULL, CLI_OPT_STRING, &A->hp.api_key, 0, 0, 0, NULL},
-        {"--chat-template", NULL, CLI_OPT_STRING, &A->chat_name, 0, 0, 0, NULL},
-        {"--no-special", NULL, CLI_OPT_SET, &A->no_special, 1, 0, 0, NULL},
-        {"--max-queue", NULL, CLI_OPT_INT32, &A->max_queue, 1, 1 << 20, 0, NULL},
-        {"--max-queue-tokens", NULL, CLI_OPT_SIZE, &A->max_queue_tokens, 1, 1e15, 0, NULL},
-        {"--max-wait", NULL, CLI_OPT_DOUBLE, &A->sp.max_wait, 0, 0, 1, NULL},
-        {"--max-body-bytes", NULL, CLI_OPT_SIZE, &A->max_body, 64, 1 << 30, 0, NULL},
-        {"--max-header-bytes", NULL, CLI_OPT_SIZE, &A->max_header, 4096, 1 << 24, 0, NULL},
-        {"--max-connections", NULL, CLI_OPT_INT32, &A->max_connections, 1, 65536, 0, NULL},
-        {"--idle-timeout", NULL, CLI_OPT_INT32, &A->idle_timeout, 1, 86400, 0, NULL},
-        {"--header-timeout", NULL, CLI_OPT_DOUBLE, &A->hp.header_timeout_s, 0, 0, 1, NULL},
-        {"--drain-timeout", NULL, CLI_OPT_DOUBLE, &A->drain_timeout, 0, 0, 0, NULL},
-        {"--quiet", "-q", CLI_OPT_SET, &A->quiet, 1, 0, 0, NULL},
-        {"--verbose", "-v", CLI_OPT_SET, &A->verbose, 1, 0, 0, NULL},
-        {"--data-dir", NULL, CLI_OPT_STRING, &A->data_dir, 0, 0, 0, NULL},
-        {"--max-upload-bytes", NULL, CLI_OPT_SIZE, &A->max_upload, 1, 1e12, 0, NULL},
-        {"--max-files", NULL, CLI_OPT_INT32, &A->max_files, 1, 1 << 20, 0, NULL},
-        {"--max-batches", NULL, CLI_OPT_INT32, &A->max_batches, 1, 1 << 20, 0, NULL},
-        {"--no-batches", NULL, CLI_OPT_SET, &A->no_batches, 1, 0, 0, NULL},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &A->rp.model_path},
+        {.flag = "--model-name", .type = CLI_OPT_STRING, .dst = &A->model_name},
+        {.flag = "--host", .type = CLI_OPT_STRING, .dst = &A->hp.host},
+        {.flag = "--port", .type = CLI_OPT_INT32, .dst = &A->port, .hi = 65535},
+        {.flag = "--api-key", .type = CLI_OPT_STRING, .dst = &A->hp.api_key},
+        {.flag = "--chat-template", .type = CLI_OPT_STRING, .dst = &A->chat_name},
+        {.flag = "--no-special", .type = CLI_OPT_SET, .dst = &A->no_special, .lo = 1},
+        {.flag = "--max-queue", .type = CLI_OPT_INT32, .dst = &A->max_queue, .lo = 1, .hi = 1 << 20},
+        {.flag = "--max-queue-tokens", .type = CLI_OPT_SIZE, .dst = &A->max_queue_tokens, .lo = 1, .hi = 1e15},
+        {.flag = "--max-wait", .type = CLI_OPT_DOUBLE, .dst = &A->sp.max_wait, .lo_open = 1},
+        {.flag = "--max-body-bytes", .type = CLI_OPT_SIZE, .dst = &A->max_body, .lo = 64, .hi = 1 << 30},
+        {.flag = "--max-header-bytes", .type = CLI_OPT_SIZE, .dst = &A->max_header, .lo = 4096, .hi = 1 << 24},
+        {.flag = "--max-connections", .type = CLI_OPT_INT32, .dst = &A->max_connections, .lo = 1, .hi = 65536},
+        {.flag = "--idle-timeout", .type = CLI_OPT_INT32, .dst = &A->idle_timeout, .lo = 1, .hi = 86400},
+        {.flag = "--header-timeout", .type = CLI_OPT_DOUBLE, .dst = &A->hp.header_timeout_s, .lo_open = 1},
+        {.flag = "--drain-timeout", .type = CLI_OPT_DOUBLE, .dst = &A->drain_timeout},
+        {.flag = "--quiet", .alias = "-q", .type = CLI_OPT_SET, .dst = &A->quiet, .lo = 1},
+        {.flag = "--verbose", .alias = "-v", .type = CLI_OPT_SET, .dst = &A->verbose, .lo = 1},
+        {.flag = "--data-dir", .type = CLI_OPT_STRING, .dst = &A->data_dir},
+        {.flag = "--max-upload-bytes", .type = CLI_OPT_SIZE, .dst = &A->max_upload, .lo = 1, .hi = 1e12},
+        {.flag = "--max-files", .type = CLI_OPT_INT32, .dst = &A->max_files, .lo = 1, .hi = 1 << 20},
+        {.flag = "--max-batches", .type = CLI_OPT_INT32, .dst = &A->max_batches, .lo = 1, .hi = 1 << 20},
+        {.flag = "--no-batches", .type = CLI_OPT_SET, .dst = &A->no_batches, .lo = 1},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
