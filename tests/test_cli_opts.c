@@ -2,6 +2,7 @@
  * generation-parameter flags, and every row of the engine-flag table (runtime/runparam): parsed, range-checked
  * with a message naming the flag, in --help, its alias taken; --help pages made from the same tables. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -206,7 +207,7 @@ static void row_values(const struct runparam *r, char *good, char *bad, size_t c
         break;
     case RUNPARAM_SIZE: snprintf(good, cap, "64M"), snprintf(bad, cap, "lots"); break;
     case RUNPARAM_BACKEND: snprintf(good, cap, "cpu"), snprintf(bad, cap, "nope"); break;
-    case RUNPARAM_KV_TYPE: snprintf(good, cap, "q8_0"), snprintf(bad, cap, "q4"); break;
+    case RUNPARAM_NAMED: snprintf(good, cap, "%s", r->name_of(r->name_of(1) ? 1 : 0)), snprintf(bad, cap, "q4"); break;
     default: good[0] = bad[0] = '\0'; break;
     }
 }
@@ -317,6 +318,34 @@ TEST(runparam_ranges_and_record)
     json_decref(j);
 }
 
+static const char *weights_name(int32_t v)
+{
+    static const char *const names[] = {"auto", "bf16", "fp8"};
+    return v >= 0 && v < 3 ? names[v] : NULL;
+}
+
+/* A new flag is one row: a NAMED row (what --gpu-weights auto|bf16|fp8 will be) over an int field parses its
+ * names, refuses others listing them, shows them in --help and records the name. */
+TEST(runparam_named_row)
+{
+    const struct runparam r = {.name = "device", .flag = "--gpu-weights", .metavar = "W", .type = RUNPARAM_NAMED,
+                               .offset = offsetof(struct runtime_params, device), .name_of = weights_name,
+                               .help = "weights on the GPU:"};
+    struct runtime_params p = runtime_default_params();
+    struct err e;
+    CHECK_EQ_INT(runparam_set_flag(&p, &r, "--gpu-weights", "fp8", &e), 0);
+    CHECK_EQ_INT(p.device, 2);
+    CHECK_EQ_INT(runparam_set_flag(&p, &r, "--gpu-weights", "int4", &e), -1);
+    CHECK_STR(e.msg, "--gpu-weights int4: expected auto, bf16 or fp8");
+    p.kv_type = KV_TYPE_F32;
+    const struct runparam *kv = NULL;
+    for (int k = 0; k < runparam_count; k++)
+        if (!strcmp(runparam_table[k].name, "kv_type")) kv = &runparam_table[k];
+    CHECK(kv != NULL);
+    CHECK_EQ_INT(runparam_set_flag(&p, kv, "--kv-type", "Q8_0", &e), 0); /* names match ignoring case, as before */
+    CHECK_EQ_INT(p.kv_type, KV_TYPE_Q8_0);
+}
+
 /* A row with the AUTO_ZERO flag (what --max-seqs auto will be) takes the word auto as 0 and records it so. */
 TEST(runparam_auto_zero)
 {
@@ -417,6 +446,7 @@ int main(void)
     RUN(runparam_table_is_sound);
     RUN(runparam_every_row);
     RUN(runparam_ranges_and_record);
+    RUN(runparam_named_row);
     RUN(runparam_auto_zero);
     RUN(genparam_help_and_subsets);
     RUN(own_table_help_old_and_formats);

@@ -90,8 +90,8 @@ struct engine_param {
 };
 extern const struct engine_param engine_param_table[];
 extern const int engine_param_count;
-/* The row of the field at offset (offsetof(struct engine_params, field)), or NULL. */
-const struct engine_param *engine_param_find(size_t offset);
+/* The row called name ("max_seqs"), or NULL. */
+const struct engine_param *engine_param_find(const char *name);
 int32_t engine_param_get(const struct engine_params *p, const struct engine_param *row);
 void engine_param_set(struct engine_params *p, const struct engine_param *row, int32_t v);
 /* 0 if v is valid for row; else fails naming it ("max_seqs 0: must be in [1, 4096]"). */

@@ -1,6 +1,7 @@
 /* engine_params — the engine's parameters: their table (ranges and defaults), validation and the pool size
  * for a memory budget (the parts of engine.h that need no engine; split from engine.c). */
 #include <stddef.h>
+#include <string.h>
 
 #include "engine/engine.h"
 
@@ -23,10 +24,10 @@ const int engine_param_count = (int)(sizeof engine_param_table / sizeof engine_p
 
 _Static_assert(sizeof(enum kv_type) == sizeof(int32_t), "engine_param rows read every field as 32 bits");
 
-const struct engine_param *engine_param_find(size_t offset)
+const struct engine_param *engine_param_find(const char *name)
 {
     for (int i = 0; i < engine_param_count; i++)
-        if (engine_param_table[i].offset == offset) return &engine_param_table[i];
+        if (!strcmp(engine_param_table[i].name, name)) return &engine_param_table[i];
     return NULL;
 }
 

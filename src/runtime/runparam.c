@@ -5,50 +5,61 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "runtime/genparam.h"
 #include "util/sysmem.h"
 
 #define R(field) offsetof(struct runtime_params, field)
-#define E(field) ((ptrdiff_t)offsetof(struct engine_params, field))
+
+/* The KV types' names: model_kv_type_name's, as far as they are names (model_kv_type_parse reads them back). */
+static const char *kv_type_name_of(int32_t t)
+{
+    enum kv_type back;
+    const char *s = model_kv_type_name((enum kv_type)t);
+    return t >= 0 && !model_kv_type_parse(s, &back) && (int32_t)back == t ? s : NULL;
+}
 
 /* Order is the run record's and --help's. */
 const struct runparam runparam_table[] = {
-    {"backend", "--backend", NULL, "NAME", RUNPARAM_BACKEND, R(backend), -1, 0, 0, 0, 0, NULL, NULL,
-     "auto (default: the best available) or one of:"},
-    {"device", "--device", NULL, "N", RUNPARAM_INT, R(device), -1, 0, 1023, 0, 0, NULL, NULL, "GPU ordinal"},
-    {"threads", "--threads", "-t", "N", RUNPARAM_INT, R(threads), -1, 1, 1024, 0, 0, NULL, "one per core",
-     "CPU threads"},
-    {"kv_memory", "--kv-memory", NULL, "SIZE|auto", RUNPARAM_SIZE, R(kv_memory), -1, 0, 0, 0, 0, "auto", NULL,
-     "KV cache budget, e.g. 512M, 2G (default auto: what the backend's memory has\n"
-     "left after weights and headroom, capped at what --max-seqs can use; a SIZE\n"
-     "larger than what is left is capped there, with a warning)"},
-    {"headroom", "--headroom", NULL, "SIZE", RUNPARAM_SIZE, R(headroom), -1, 0, 0, 0, 0, "default", NULL,
-     "memory left unused by the KV cache (default: the backend's; cpu 20% of RAM,\nat least 2G)"},
-    {"kv_type", "--kv-type", NULL, "T", RUNPARAM_KV_TYPE, R(kv_type), E(kv_type), 0, 0, 0, 0, NULL, NULL,
-     "KV cache element type:"},
-    {"kv_block", "--kv-block", NULL, "N", RUNPARAM_INT, R(kv_block), E(kv_block), 0, 0, 0, 0, NULL, NULL,
-     "tokens per KV block, a power of two"},
-    {"max_batch_tokens", "--max-batch-tokens", "--batch", "N", RUNPARAM_INT, R(max_batch_tokens),
-     E(max_batch_tokens), 0, 0, 0, RUNPARAM_ZERO_KEEPS, NULL, "the backend's, cpu 512", "rows per engine step"},
-    {"max_seqs", "--max-seqs", NULL, "N", RUNPARAM_INT, R(max_seqs), E(max_seqs), 0, 0, 0, 0, NULL, NULL,
-     "sequences running at once"},
-    {"prefix_cache", "--no-prefix-cache", NULL, NULL, RUNPARAM_OFF, R(prefix_cache), E(prefix_cache), 0, 0, 0, 0,
-     NULL, NULL, "do not reuse KV of shared prompt prefixes"},
-    {"lookup", "--lookup", NULL, "N", RUNPARAM_INT, R(lookup), E(lookup), 0, 0, 0, 0, NULL, NULL,
-     "prompt-lookup decoding: verify up to N draft tokens copied from the prompt\n"
-     "and output per sequence and step; same results, fewer steps; 0 = off"},
-    {"lookup_adaptive", "--lookup-always", NULL, NULL, RUNPARAM_OFF, R(lookup_adaptive), E(lookup_adaptive), 0, 0, 0,
-     0, NULL, NULL,
-     "verify all N draft tokens proposed, however often they are rejected and\n"
-     "however busy the step (measuring acceptance; default: as many as pay off)"},
-    {"debug_checks", NULL, NULL, NULL, RUNPARAM_NONE, R(debug_checks), E(debug_checks), 0, 0, 0, 0, NULL, NULL,
-     NULL},
+    {.name = "backend", .flag = "--backend", .metavar = "NAME", .type = RUNPARAM_BACKEND, .offset = R(backend),
+     .help = "auto (default: the best available) or one of:"},
+    {.name = "device", .flag = "--device", .metavar = "N", .type = RUNPARAM_INT, .offset = R(device), .hi = 1023,
+     .help = "GPU ordinal"},
+    {.name = "threads", .flag = "--threads", .alias = "-t", .metavar = "N", .type = RUNPARAM_INT,
+     .offset = R(threads), .lo = 1, .hi = 1024, .zero = "one per core", .help = "CPU threads"},
+    {.name = "kv_memory", .flag = "--kv-memory", .metavar = "SIZE|auto", .type = RUNPARAM_SIZE,
+     .offset = R(kv_memory), .auto_word = "auto",
+     .help = "KV cache budget, e.g. 512M, 2G (default auto: what the backend's memory has\n"
+             "left after weights and headroom, capped at what --max-seqs can use; a SIZE\n"
+             "larger than what is left is capped there, with a warning)"},
+    {.name = "headroom", .flag = "--headroom", .metavar = "SIZE", .type = RUNPARAM_SIZE, .offset = R(headroom),
+     .auto_word = "default",
+     .help = "memory left unused by the KV cache (default: the backend's; cpu 20% of RAM,\nat least 2G)"},
+    {.name = "kv_type", .flag = "--kv-type", .metavar = "T", .type = RUNPARAM_NAMED, .offset = R(kv_type),
+     .flags = RUNPARAM_ENGINE, .name_of = kv_type_name_of, .help = "KV cache element type:"},
+    {.name = "kv_block", .flag = "--kv-block", .metavar = "N", .type = RUNPARAM_INT, .offset = R(kv_block),
+     .flags = RUNPARAM_ENGINE, .help = "tokens per KV block, a power of two"},
+    {.name = "max_batch_tokens", .flag = "--max-batch-tokens", .alias = "--batch", .metavar = "N",
+     .type = RUNPARAM_INT, .offset = R(max_batch_tokens), .flags = RUNPARAM_ENGINE | RUNPARAM_ZERO_KEEPS,
+     .zero = "the backend's, cpu 512", .help = "rows per engine step"},
+    {.name = "max_seqs", .flag = "--max-seqs", .metavar = "N", .type = RUNPARAM_INT, .offset = R(max_seqs),
+     .flags = RUNPARAM_ENGINE, .help = "sequences running at once"},
+    {.name = "prefix_cache", .flag = "--no-prefix-cache", .type = RUNPARAM_OFF, .offset = R(prefix_cache),
+     .flags = RUNPARAM_ENGINE, .help = "do not reuse KV of shared prompt prefixes"},
+    {.name = "lookup", .flag = "--lookup", .metavar = "N", .type = RUNPARAM_INT, .offset = R(lookup),
+     .flags = RUNPARAM_ENGINE,
+     .help = "prompt-lookup decoding: verify up to N draft tokens copied from the prompt\n"
+             "and output per sequence and step; same results, fewer steps; 0 = off"},
+    {.name = "lookup_adaptive", .flag = "--lookup-always", .type = RUNPARAM_OFF, .offset = R(lookup_adaptive),
+     .flags = RUNPARAM_ENGINE,
+     .help = "verify all N draft tokens proposed, however often they are rejected and\n"
+             "however busy the step (measuring acceptance; default: as many as pay off)"},
+    {.name = "debug_checks", .type = RUNPARAM_NONE, .offset = R(debug_checks), .flags = RUNPARAM_ENGINE},
 };
 const int runparam_count = (int)(sizeof runparam_table / sizeof runparam_table[0]);
 
 #undef R
-#undef E
 
 static int32_t *int_at(struct runtime_params *p, const struct runparam *r)
 {
@@ -69,7 +80,7 @@ static const char *cstr_at(const struct runtime_params *p, const struct runparam
 
 static const struct engine_param *engine_row(const struct runparam *r)
 {
-    return r->engine >= 0 ? engine_param_find((size_t)r->engine) : NULL;
+    return r->flags & RUNPARAM_ENGINE ? engine_param_find(r->name) : NULL;
 }
 
 void runparam_range(const struct runparam *r, int32_t *lo, int32_t *hi)
@@ -100,20 +111,15 @@ void runparam_defaults(struct runtime_params *p)
     }
 }
 
-/* "f32, f16 or q8_0": the KV types model_kv_type_name names. */
-static void kv_type_list(char *buf, size_t cap)
+/* "f32, f16 or q8_0": a NAMED row's names. */
+static void names_list(const struct runparam *r, char *buf, size_t cap)
 {
-    const char *names[16];
     int n = 0;
-    enum kv_type back;
-    for (int t = 0; t < 16; t++) {
-        const char *s = model_kv_type_name((enum kv_type)t);
-        if (!model_kv_type_parse(s, &back) && (int)back == t) names[n++] = s;
-    }
+    while (r->name_of(n)) n++;
     size_t off = 0;
     buf[0] = '\0';
     for (int k = 0; k < n && off < cap; k++)
-        off += (size_t)snprintf(buf + off, cap - off, "%s%s", k == 0 ? "" : k + 1 < n ? ", " : " or ", names[k]);
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s", k == 0 ? "" : k + 1 < n ? ", " : " or ", r->name_of(k));
 }
 
 static int set_int(struct runtime_params *p, const struct runparam *r, const char *flag, const char *v,
@@ -141,7 +147,6 @@ static int set_int(struct runtime_params *p, const struct runparam *r, const cha
 int runparam_set_flag(struct runtime_params *p, const struct runparam *r, const char *flag, const char *v,
                       struct err *e)
 {
-    enum kv_type kt;
     uint64_t bytes = RUNTIME_AUTO;
     char list[128];
     switch (r->type) {
@@ -155,13 +160,14 @@ int runparam_set_flag(struct runtime_params *p, const struct runparam *r, const 
         if (backend_check_name(v, e)) return err_prefix(e, "%s", flag);
         *(const char **)((char *)p + r->offset) = v;
         return 0;
-    case RUNPARAM_KV_TYPE:
-        if (model_kv_type_parse(v, &kt)) {
-            kv_type_list(list, sizeof list);
-            return err_set(e, "%s %s: expected %s", flag, v, list);
-        }
-        *int_at(p, r) = (int32_t)kt;
-        return 0;
+    case RUNPARAM_NAMED:
+        for (int32_t k = 0; r->name_of(k); k++)
+            if (!strcasecmp(v, r->name_of(k))) {
+                *int_at(p, r) = k;
+                return 0;
+            }
+        names_list(r, list, sizeof list);
+        return err_set(e, "%s %s: expected %s", flag, v, list);
     case RUNPARAM_NONE: return err_set(e, "%s: %s has no flag", flag, r->name);
     }
     return 0;
@@ -181,8 +187,8 @@ static const char *usage_default(const struct runparam *r, const struct runtime_
         if (csize_at(d, r) == RUNTIME_AUTO) snprintf(buf, cap, "default %s", r->auto_word);
         else snprintf(buf, cap, "default %llu bytes", (unsigned long long)csize_at(d, r));
         return buf;
-    case RUNPARAM_KV_TYPE:
-        snprintf(buf, cap, "default %s", model_kv_type_name((enum kv_type)cint_at(d, r)));
+    case RUNPARAM_NAMED:
+        snprintf(buf, cap, "default %s", r->name_of(cint_at(d, r)) ? r->name_of(cint_at(d, r)) : "?");
         return buf;
     case RUNPARAM_BACKEND:
         if (!cstr_at(d, r)) return NULL;
@@ -202,9 +208,9 @@ void runparam_usage(FILE *out, const struct runtime_params *d, const char *const
         snprintf(left, sizeof left, "%s%s%s%s%s", short_alias ? r->alias : "", short_alias ? ", " : "", r->flag,
                  r->metavar ? " " : "", r->metavar ? r->metavar : "");
         const char *text = r->help;
-        if (r->type == RUNPARAM_KV_TYPE || r->type == RUNPARAM_BACKEND) { /* the names this build takes */
-            char list[128];
-            if (r->type == RUNPARAM_KV_TYPE) kv_type_list(list, sizeof list);
+        if (r->type == RUNPARAM_NAMED || r->type == RUNPARAM_BACKEND) { /* the names this build takes */
+            char list[256];
+            if (r->type == RUNPARAM_NAMED) names_list(r, list, sizeof list);
             snprintf(help, sizeof help, "%s %s", r->help, r->type == RUNPARAM_BACKEND ? backend_list() : list);
             text = help;
         }
@@ -228,7 +234,7 @@ json_t *runparam_to_json(const struct runtime_params *p)
             v = csize_at(p, r) == RUNTIME_AUTO ? json_string(r->auto_word) : json_integer((json_int_t)csize_at(p, r));
             break;
         case RUNPARAM_BACKEND: v = json_string(cstr_at(p, r) ? cstr_at(p, r) : "auto"); break;
-        case RUNPARAM_KV_TYPE: v = json_string(model_kv_type_name((enum kv_type)cint_at(p, r))); break;
+        case RUNPARAM_NAMED: v = json_string(r->name_of(cint_at(p, r)) ? r->name_of(cint_at(p, r)) : "?"); break;
         case RUNPARAM_NONE: continue;
         }
         if (json_object_set_new(o, r->name, v)) {
@@ -256,8 +262,10 @@ int runparam_check_table(struct err *e)
     for (int i = 0; i < runparam_count; i++) {
         const struct runparam *r = &runparam_table[i];
         const struct engine_param *er = engine_row(r);
-        if (r->engine >= 0 && (!er || strcmp(er->name, r->name)))
+        if ((r->flags & RUNPARAM_ENGINE) && !er)
             return err_set(e, "runparam: %s has no engine row of its name", r->name);
+        if (r->type == RUNPARAM_NAMED && (!r->name_of || !r->name_of(0)))
+            return err_set(e, "runparam: %s: a NAMED row without names", r->name);
         if (er && r->type == RUNPARAM_SIZE) return err_set(e, "runparam: %s: a size cannot be an engine field", r->name);
         if (r->type == RUNPARAM_INT && !er && (r->def < r->lo || r->def > r->hi) && !(r->def == 0 && r->zero))
             return err_set(e, "runparam: %s's default %d is outside [%d, %d]", r->name, (int)r->def, (int)r->lo,
