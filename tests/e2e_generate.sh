@@ -68,6 +68,10 @@ chunked=$($NS generate -m "$model" -p "Lily and Tom went to the park" -n 64 --ba
 whole=$($NS generate -m "$model" -p "Lily and Tom went to the park" -n 64 2>/dev/null)
 [ "$f16" = "$full" ] && ok generate_kv_f16 || fail generate_kv_f16 "got '$f16'"
 [ -n "$whole" ] && [ "$chunked" = "$whole" ] && ok generate_prefill_chunks || fail generate_prefill_chunks "'$chunked' vs '$whole'"
+# --batch is the older spelling of --max-batch-tokens (every command's name for it): the same text
+chunked_new=$($NS generate -m "$model" -p "Lily and Tom went to the park" -n 64 --max-batch-tokens 3 2>/dev/null)
+[ -n "$chunked_new" ] && [ "$chunked_new" = "$chunked" ] && ok generate_batch_alias ||
+    fail generate_batch_alias "'$chunked_new' vs '$chunked'"
 
 # --- bad input: non-zero exit and a message naming the problem ----------------------------------------------
 expect_err -i generate_missing_file nz "$e2e_tmp/nope.gguf" $NS generate -m "$e2e_tmp/nope.gguf" -p hi
@@ -82,6 +86,15 @@ expect_err -i generate_bad_flag nz "unknown option" $NS generate -m "$model" -p 
 expect_err -i generate_bad_number nz "integer" $NS generate -m "$model" -p hi -n abc
 expect_err -i generate_no_prompt nz "-p" $NS generate -m "$model"
 $NS generate --help >"$e2e_tmp/help" 2>&1 && grep -q -- "--temp" "$e2e_tmp/help" && ok generate_help || fail generate_help "no usage"
+# one set of defaults on the page: generate's own (128 tokens, greedy, seed 0, f32 KV, one sequence)
+h="$e2e_tmp/help"
+if grep -q -- "--max-tokens N .*(default 128)" "$h" && grep -q -- "--temperature X .*(default 0;" "$h" &&
+    grep -q -- "--kv-type T .*(default f32)" "$h" && grep -q -- "--max-seqs N .*(default 1)" "$h" &&
+    ! grep -q "default 256\|default: derived" "$e2e_tmp/help"; then
+    ok generate_help_one_set_of_defaults
+else
+    fail generate_help_one_set_of_defaults "$(grep -- "--max-tokens\|--temperature\|--kv-type\|--seed" "$e2e_tmp/help")"
+fi
 
 # unsupported architecture and tensor type: patch a synthetic file (same-length renames keep it valid)
 if $NS synth --shape tiny --type q4_0 -o "$e2e_tmp/tiny.gguf" >/dev/null 2>&1; then

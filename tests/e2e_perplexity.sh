@@ -40,6 +40,12 @@ awk -v p="$ppl" 'BEGIN { exit !(p > 5 && p < 20) }' && ok perplexity_stories_ran
 P -m "$src" -f "$text" --ctx 128 --batch 7 >"$e2e_tmp/out7" 2>/dev/null
 [ "$(tail -1 "$e2e_tmp/out7")" = "$(tail -1 "$e2e_tmp/out")" ] && ok perplexity_batch_invariant ||
     fail perplexity_batch_invariant "$(tail -1 "$e2e_tmp/out7") vs $(tail -1 "$e2e_tmp/out")"
+# --max-batch-tokens, the name every command uses (--batch stays as its older spelling): the same numbers
+P -m "$src" -f "$text" --ctx 128 --max-batch-tokens 7 >"$e2e_tmp/out7b" 2>/dev/null
+[ -s "$e2e_tmp/out7b" ] && [ "$(tail -1 "$e2e_tmp/out7b")" = "$(tail -1 "$e2e_tmp/out7")" ] &&
+    ok perplexity_batch_alias ||
+    fail perplexity_batch_alias "$(tail -1 "$e2e_tmp/out7b") vs $(tail -1 "$e2e_tmp/out7")"
+expect_err perplexity_engine_flag_not_taken 2 "unexpected argument '--max-seqs'" P -m "$src" -f "$text" --max-seqs 4
 
 # --json: one object on stdout with the same value; with --stride 32 the scored count follows the rule
 if P "$text" -m "$src" --ctx 128 --stride 32 --json >"$e2e_tmp/json" 2>"$e2e_tmp/err" &&

@@ -67,6 +67,18 @@ if [ "$(grep -c . "$e2e_tmp/mbt.csv")" = 5 ] && echo "$out" | grep -Eq "^ +4 +25
 else
     fail sweep_token_budgets "$out"
 fi
+# -o / --output is every command's output flag; --out (the older spelling) still works: the same files
+for spell in -o --output; do
+    if (cd "$e2e_tmp/cwd" && "$NS" sweep "$B" -m "$M" --sample 8 --concurrency 1 --point-seconds 0.2 \
+        $spell "$e2e_tmp/o$spell" --temperature 0 >/dev/null 2>&1) && [ -s "$e2e_tmp/o$spell.csv" ] && [ -s "$e2e_tmp/o$spell.json" ] &&
+        [ -s "$e2e_tmp/o$spell.svg" ]; then
+        ok "sweep_output_flag$spell"
+    else
+        fail "sweep_output_flag$spell" "no $e2e_tmp/o$spell.{csv,json,svg}"
+    fi
+done
+expect_err sweep_batch_list_range 2 "--max-batch-tokens expects an integer in \[1, 65536\]" \
+    "$NS" sweep "$B" -m "$M" --batch 0
 expect_err sweep_bad_levels 2 "concurrency" "$NS" sweep "$B" -m "$M" --concurrency 1,x
 expect_err sweep_no_backlog 2 "no backlog" "$NS" sweep -m "$M"
 expect_err sweep_unknown_flag 2 "unknown option" "$NS" sweep "$B" --frobnicate

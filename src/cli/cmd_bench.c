@@ -45,7 +45,8 @@ struct bench_opts {
     int32_t levels[BENCH_MAX_LEVELS];
     int n_levels;
     uint64_t seed;
-    struct sampler_params sampling; /* every request's (its seed: the request's index) */
+    struct gen_params gen;          /* -n and the sampling flags (runtime/genparam; bench_gen_rows) */
+    struct sampler_params sampling; /* every request's, from gen (its seed: the request's index) */
     int json;
     enum bench_workload_kind workload;
     struct runtime_params rp;
@@ -63,34 +64,27 @@ struct bench_level {
     struct engine_stats es; /* the engine's, at the level's end */
 };
 
-static void bench_usage(FILE *out)
+/* The generation parameters (runtime/genparam) bench takes: the tokens to generate and the sampler's. */
+static const char *const bench_gen_rows[] = {"max_tokens",         "temperature",   "top_k",
+                                             "top_p",              "min_p",         "repetition_penalty",
+                                             "repeat_last_n",      "presence_penalty", "frequency_penalty",
+                                             NULL};
+
+static void bench_usage(FILE *out, const struct cli_opt *opts, int n, const struct gen_params *gen,
+                        const struct runtime_params *rp)
 {
     fprintf(out,
             "usage: nightshift bench [-m MODEL] [options]\n"
             "\n"
             "Synthetic requests (random token ids, greedy unless --temperature, EOS ignored) through the real\n"
-            "scheduler, once per concurrency level; reports prompt, generation and total tok/s, wall time, peak KV use and peak RSS.\n"
-            "\n"
-            "  -m, --model PATH        GGUF model (default: %s)\n"
-            "  --workload W            random (default): random token ids, EOS ignored; copy: chat prompts asking\n"
-            "                          to repeat (or fix typos in) a passage of about --prompt-len tokens, to EOS\n"
-            "  --prompt-len N          unique prompt tokens per request (default 128)\n"
-            "  -n, --max-tokens N      generated tokens per request, as in run and generate (default 128; also\n"
-            "                          --gen-len)\n"
-            "  --shared-prefix N       tokens every prompt starts with, before its unique part (default 0)\n"
-            "  --requests N            requests per level (default: 2 x the level's concurrency)\n"
-            "  --concurrency LIST      comma-separated levels; each sets --max-seqs (default 1,4,16,64)\n"
-            "  --reps R                runs per level, levels taking turns; reports the median run and the\n"
-            "                          range of total tok/s (default 1)\n"
-            "  --seed S                seed of the random prompts (default 1)\n"
-            "  --temperature, --temp T  sample at temperature T (default 0: greedy); each request seeded by its\n"
-            "                          index\n"
-            "  --top-k K, --top-p P, --min-p P   the sampling filters (default off)\n"
-            "  --json                  one JSON object on stdout instead of the table\n"
-            "Engine (--max-seqs is set by each concurrency level):\n",
-            cli_default_model());
-    struct runtime_params d = runtime_default_params();
-    engine_flags_usage(out, &d);
+            "scheduler, once per concurrency level; reports prompt, generation and total tok/s, wall time, peak\n"
+            "KV use and peak RSS.\n"
+            "\n");
+    cli_opts_usage(out, opts, n);
+    fprintf(out, "Generation (as in run; sampled requests are seeded by their index):\n");
+    genparam_usage(out, gen, bench_gen_rows);
+    fprintf(out, "Engine (--max-seqs is set by each concurrency level):\n");
+    engine_flags_usage(out, rp, NULL);
 }
 
 /* Parses --concurrency's list ("1,4,16") into o->levels. 0, or -1 (printed). */
@@ -102,7 +96,7 @@ static int bench_parse_levels(const char *s, struct bench_opts *o)
         char tok[32];
         size_t n = strcspn(p, ",");
         if (n == 0 || n >= sizeof tok) {
-            cli_error("bench", "--concurrency '%s': expected a comma-separated list of integers in [1, 4096]", s);
+            cli_error("bench", "--concurrency '%s': expected a comma-separated list of integers", s);
             return -1;
         }
         memcpy(tok, p, n);
@@ -111,8 +105,9 @@ static int bench_parse_levels(const char *s, struct bench_opts *o)
             cli_error("bench", "--concurrency: at most %d levels", BENCH_MAX_LEVELS);
             return -1;
         }
-        long v;
-        if (engine_flags_parse_long("bench", "--concurrency", tok, 1, 4096, &v)) return -1;
+        long v, lo, hi;
+        engine_flags_range("max_seqs", &lo, &hi); /* a level is a --max-seqs */
+        if (engine_flags_parse_long("bench", "--concurrency", tok, lo, hi, &v)) return -1;
         o->levels[o->n_levels++] = (int32_t)v;
         if (!p[n]) break;
         p += n + 1;
@@ -125,40 +120,49 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->prompt_len = 128;
-    o->gen_len = 128;
     o->seed = 1;
     o->reps = 1;
     o->levels[0] = 1, o->levels[1] = 4, o->levels[2] = 16, o->levels[3] = 64;
     o->n_levels = 4;
     o->rp = runtime_default_params();
-    o->sampling = sampler_default_params();
-    double temperature = 0.0, top_p = 1.0, min_p = 0.0; /* into o->sampling after the loop */
+    o->gen = genparam_defaults();
+    o->gen.max_tokens = 128;
+    o->gen.temperature = 0; /* greedy unless --temperature */
     const char *concurrency = NULL; /* the list, parsed after the loop */
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &o->model, 0, 0, 0, NULL},
-        {"--prompt-len", NULL, CLI_OPT_INT32, &o->prompt_len, 1, 1 << 20, 0, NULL},
-        {"--gen-len", NULL, CLI_OPT_INT32, &o->gen_len, 1, 1 << 20, 0, NULL},
-        {"--max-tokens", "-n", CLI_OPT_INT32, &o->gen_len, 1, 1 << 20, 0, NULL}, /* run's and generate's name */
-        {"--shared-prefix", NULL, CLI_OPT_INT32, &o->shared_prefix, 0, 1 << 20, 0, NULL},
-        {"--requests", NULL, CLI_OPT_INT32, &o->requests, 1, 1 << 20, 0, NULL},
-        {"--concurrency", NULL, CLI_OPT_STRING, &concurrency, 0, 0, 0, NULL},
-        {"--reps", NULL, CLI_OPT_INT32, &o->reps, 1, 1000, 0, NULL},
-        {"--seed", NULL, CLI_OPT_U64, &o->seed, 0, 0, 0, NULL},
-        {"--json", NULL, CLI_OPT_SET, &o->json, 1, 0, 0, NULL},
-        {"--workload", NULL, CLI_OPT_CHOICE, &o->workload, 0, 0, 0, bench_workloads},
-        {"--temperature", "--temp", CLI_OPT_DOUBLE, &temperature, 0, 0, 0, NULL},
-        {"--top-k", NULL, CLI_OPT_INT32, &o->sampling.top_k, 0, 1 << 30, 0, NULL},
-        {"--top-p", NULL, CLI_OPT_DOUBLE, &top_p, 0, 0, 1, NULL},
-        {"--min-p", NULL, CLI_OPT_DOUBLE, &min_p, 0, 0, 0, NULL},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &o->model, .metavar = "PATH",
+         .help = "GGUF model"},
+        {.flag = "--workload", .type = CLI_OPT_CHOICE, .dst = &o->workload, .choices = bench_workloads,
+         .help = "random: random token ids, EOS ignored; copy: chat prompts asking to repeat\n"
+                 "(or fix typos in) a passage of about --prompt-len tokens, to EOS"},
+        {.flag = "--prompt-len", .type = CLI_OPT_INT32, .dst = &o->prompt_len, .lo = 1, .hi = 1 << 20,
+         .help = "unique prompt tokens per request"},
+        {.flag = "--gen-len", .type = CLI_OPT_INT32, .dst = &o->gen.max_tokens, .lo = 1, .hi = 1 << 20,
+         .help = "the same as --max-tokens: generated tokens per request"},
+        {.flag = "--shared-prefix", .type = CLI_OPT_INT32, .dst = &o->shared_prefix, .hi = 1 << 20,
+         .help = "tokens every prompt starts with, before its unique part"},
+        {.flag = "--requests", .type = CLI_OPT_INT32, .dst = &o->requests, .lo = 1, .hi = 1 << 20,
+         .help = "requests per level (default: 2 x the level's concurrency)"},
+        {.flag = "--concurrency", .type = CLI_OPT_STRING, .dst = &concurrency, .metavar = "LIST",
+         .help = "comma-separated levels; each sets --max-seqs (default 1,4,16,64)"},
+        {.flag = "--reps", .type = CLI_OPT_INT32, .dst = &o->reps, .lo = 1, .hi = 1000, .metavar = "R",
+         .help = "runs per level, levels taking turns; reports the median run and the\nrange of total tok/s"},
+        {.flag = "--seed", .type = CLI_OPT_U64, .dst = &o->seed, .metavar = "S",
+         .help = "seed of the random prompts"},
+        {.flag = "--json", .type = CLI_OPT_SET, .dst = &o->json, .lo = 1,
+         .help = "one JSON object on stdout instead of the table"},
     };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            bench_usage(stdout);
+            if (!o->model) o->model = cli_default_model(); /* shown as -m's default */
+            bench_usage(stdout, opts, n_opts, &o->gen, &o->rp);
             return -1;
         }
         int r = engine_flags_parse(&o->rp, "bench", argc, argv, &i);
-        if (!r) r = cli_opts_parse("bench", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (!r) r = cli_opts_parse("bench", opts, n_opts, argc, argv, &i);
+        if (!r) r = cli_opts_parse_gen_only("bench", bench_gen_rows, &o->gen, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
             cli_error("bench", "unknown flag '%s' (see nightshift bench --help)", a);
@@ -166,10 +170,13 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         }
     }
     if (concurrency && bench_parse_levels(concurrency, o)) return 2;
-    o->sampling.temperature = (float)temperature;
-    o->sampling.top_p = (float)top_p;
-    o->sampling.min_p = (float)min_p;
     struct err e;
+    if (genparam_check(&o->gen, &e)) {
+        cli_error("bench", "%s", e.msg);
+        return 2;
+    }
+    o->gen_len = o->gen.max_tokens;
+    genparam_to_sampler(&o->gen, 0, &o->sampling); /* each request's seed: its index (run_level) */
     if (sampler_check_params(&o->sampling, 1, &e)) {
         cli_error("bench", "%s", e.msg);
         return 2;

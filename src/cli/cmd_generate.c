@@ -11,7 +11,7 @@
  *
  * The request goes through engine_add / engine_step / engine_take on an engine with one sequence and,
  * unless --kv-memory is given, a KV pool of exactly the blocks this request needs; the prompt runs in
- * steps of up to --batch (--max-batch-tokens) rows. The completion is the engine's result text (stop
+ * steps of up to --max-batch-tokens (also --batch) rows. The completion is the engine's result text (stop
  * strings cut it and are not printed), written once the request finishes. The KV cache defaults to f32.
  */
 #include <errno.h>
@@ -42,34 +42,6 @@ static struct runtime_params gen_default_params(void)
     return p;
 }
 
-static void gen_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: nightshift generate [-m MODEL] (-p TEXT | -f FILE) [options]\n"
-            "\n"
-            "Completes one prompt; prints only the completion on stdout, statistics on stderr.\n"
-            "\n"
-            "  -m, --model PATH        GGUF model (default: %s)\n"
-            "  -p, --prompt TEXT       prompt text\n"
-            "  -f, --file PATH         read the prompt from a file\n"
-            "      --chat TEXT         a chat message (role user), rendered with the model's chat template\n"
-            "      --chat-template NAME  render --chat with nightshift's NAME renderer: %s\n"
-            "      --n-predict N       the same as --max-tokens\n"
-            "      --no-bos            do not add BOS even when the model asks for it\n"
-            "      --no-special        treat special-token text in the prompt as plain text\n"
-            "      --ids               print completion token ids instead of text\n"
-            "      --batch N           prompt rows per step at most (= --max-batch-tokens)\n"
-            "  -h, --help              this help\n"
-            "A newline follows the text when stdout is a terminal.\n"
-            "Generation (as in run: -n is --max-tokens; generate's defaults: --max-tokens 128, --temperature 0,\n"
-            "--seed 0):\n",
-            cli_default_model(), chat_family_list());
-    genparam_usage(out);
-    fprintf(out, "Engine (--kv-memory auto: a pool of just what this request needs):\n");
-    struct runtime_params d = gen_default_params();
-    engine_flags_usage(out, &d);
-}
-
 struct gen_opts {
     const char *prompt, *prompt_file, *chat, *chat_name;
     int32_t n_ctx;
@@ -89,33 +61,64 @@ static struct gen_params gen_default_gen(void)
     return g;
 }
 
+/* The page: generate's own flags (opts), then the generation and engine flags with generate's defaults (what
+ * o holds when help is asked for), each from its table. */
+static void gen_usage(FILE *out, const struct cli_opt *opts, int n, const struct gen_opts *o)
+{
+    fprintf(out,
+            "usage: nightshift generate [-m MODEL] (-p TEXT | -f FILE | --chat TEXT) [options]\n"
+            "\n"
+            "Completes one prompt; prints only the completion on stdout, statistics on stderr.\n"
+            "A newline follows the text when stdout is a terminal.\n"
+            "\n");
+    cli_opts_usage(out, opts, n);
+    fprintf(out, "Generation (as in run; -n is --max-tokens):\n");
+    genparam_usage(out, &o->gen, NULL);
+    fprintf(out, "Engine (--kv-memory auto: a pool of just what this request needs):\n");
+    engine_flags_usage(out, &o->rp, NULL);
+}
+
 /* Returns 0 ok, 2 usage error (printed), 3 help printed. */
 static int gen_parse(int argc, char **argv, struct gen_opts *o)
 {
     o->gen = gen_default_gen();
     o->rp = gen_default_params();
+    char chat_help[256];
+    snprintf(chat_help, sizeof chat_help, "render --chat with nightshift's NAME renderer:\n%s\n"
+             "(default: the model's own template)", chat_family_list());
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &o->rp.model_path, 0, 0, 0, NULL},
-        {"--prompt", "-p", CLI_OPT_STRING, &o->prompt, 0, 0, 0, NULL},
-        {"--file", "-f", CLI_OPT_STRING, &o->prompt_file, 0, 0, 0, NULL},
-        {"--chat", NULL, CLI_OPT_STRING, &o->chat, 0, 0, 0, NULL},
-        {"--chat-template", NULL, CLI_OPT_STRING, &o->chat_name, 0, 0, 0, NULL},
-        {"--n-predict", NULL, CLI_OPT_INT32, &o->gen.max_tokens, 1, GENPARAM_MAX_TOKENS_LIMIT, 0, NULL},
-        {"--ctx", "-c", CLI_OPT_INT32, &o->n_ctx, 1, 1 << 24, 0, NULL},
-        {"--batch", NULL, CLI_OPT_INT32, &o->rp.max_batch_tokens, 1, 1 << 16, 0, NULL},
-        {"--no-bos", NULL, CLI_OPT_SET, &o->no_bos, 1, 0, 0, NULL},
-        {"--no-special", NULL, CLI_OPT_SET, &o->no_special, 1, 0, 0, NULL},
-        {"--ids", NULL, CLI_OPT_SET, &o->ids, 1, 0, 0, NULL},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &o->rp.model_path, .metavar = "PATH",
+         .help = "GGUF model"},
+        {.flag = "--prompt", .alias = "-p", .type = CLI_OPT_STRING, .dst = &o->prompt, .metavar = "TEXT",
+         .help = "prompt text"},
+        {.flag = "--file", .alias = "-f", .type = CLI_OPT_STRING, .dst = &o->prompt_file, .metavar = "PATH",
+         .help = "read the prompt from a file"},
+        {.flag = "--chat", .type = CLI_OPT_STRING, .dst = &o->chat, .metavar = "TEXT",
+         .help = "a chat message (role user), rendered with the model's chat template"},
+        {.flag = "--chat-template", .type = CLI_OPT_STRING, .dst = &o->chat_name, .metavar = "NAME",
+         .help = chat_help},
+        {.flag = "--n-predict", .type = CLI_OPT_INT32, .dst = &o->gen.max_tokens, .lo = 1,
+         .hi = GENPARAM_MAX_TOKENS_LIMIT, .help = "the same as --max-tokens"},
+        {.flag = "--ctx", .alias = "-c", .type = CLI_OPT_INT32, .dst = &o->n_ctx, .lo = 1, .hi = 1 << 24,
+         .help = "context length at most (default: the model's)"},
+        {.flag = "--no-bos", .type = CLI_OPT_SET, .dst = &o->no_bos, .lo = 1,
+         .help = "do not add BOS even when the model asks for it"},
+        {.flag = "--no-special", .type = CLI_OPT_SET, .dst = &o->no_special, .lo = 1,
+         .help = "treat special-token text in the prompt as plain text"},
+        {.flag = "--ids", .type = CLI_OPT_SET, .dst = &o->ids, .lo = 1,
+         .help = "print completion token ids instead of text"},
     };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            gen_usage(stdout);
+            if (!o->rp.model_path) o->rp.model_path = cli_default_model(); /* shown as -m's default */
+            gen_usage(stdout, opts, n_opts, o);
             return 3;
         }
         int r = engine_flags_parse(&o->rp, "generate", argc, argv, &i);
         if (!r) r = cli_opts_parse_gen("generate", &o->gen, argc, argv, &i);
-        if (!r) r = cli_opts_parse("generate", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (!r) r = cli_opts_parse("generate", opts, n_opts, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
             cli_error("generate", "unknown option '%s' (see --help)", a);

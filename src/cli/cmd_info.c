@@ -283,8 +283,8 @@ static int info_parse(int argc, char **argv, const char **model, int *as_json)
 {
     const char *flag_model = NULL;
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &flag_model, 0, 0, 0, NULL},
-        {"--json", NULL, CLI_OPT_SET, as_json, 1, 0, 0, NULL},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &flag_model},
+        {.flag = "--json", .type = CLI_OPT_SET, .dst = as_json, .lo = 1},
     };
     *model = NULL;
     for (int i = 1; i < argc; i++) {

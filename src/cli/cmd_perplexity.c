@@ -1,7 +1,7 @@
 /* nightshift perplexity — a model's perplexity on a text file (runtime/ppl: llama.cpp's windows, so the
  * numbers compare with its perplexity tool's).
  *
- *   nightshift perplexity [-m MODEL] (-f TEXT | TEXT) [--ctx N] [--stride S] [--batch N] [--backend NAME]
+ *   nightshift perplexity [-m MODEL] (-f TEXT | TEXT) [--ctx N] [--stride S] [--max-batch-tokens N] [--backend NAME]
  *                         [--threads N] [--kv-type T] [--no-bos] [--json]
  *
  * The whole file is one text, tokenized as it is (BOS first when the model adds one; special-token text is
@@ -20,18 +20,24 @@
 #include "cli/cli.h"
 #include "cli/cli_opts.h"
 #include "cli/cli_util.h"
+#include "cli/engine_flags.h"
 #include "runtime/ppl.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tok.h"
 #include "util/clock.h"
 
 struct ppl_opts {
-    const char *model, *text_path, *backend, *kv_type, *gpu_weights;
-    int32_t ctx, stride, batch, threads, device;
+    const char *model, *text_path;
+    int32_t ctx, stride;
     int no_bos, json;
+    struct runtime_params rp; /* the engine flags perplexity takes (ppl_engine_flags) */
 };
 
-static void ppl_usage(FILE *out)
+/* The engine flags (runtime/runparam) that mean something to a perplexity run. */
+static const char *const ppl_engine_flags[] = {"backend",  "device",           "gpu_weights",
+                                                "threads",  "kv_type",          "max_batch_tokens", NULL};
+
+static void ppl_usage(FILE *out, const struct cli_opt *opts, int n, const struct runtime_params *rp)
 {
     fprintf(out,
             "usage: nightshift perplexity [-m MODEL] (-f TEXT | TEXT) [options]\n"
@@ -40,46 +46,39 @@ static void ppl_usage(FILE *out)
             "counts it: side-by-side windows, each scoring the tokens of its second half (its first half is\n"
             "context only), with BOS at each window's start when the model adds BOS. Prints the running\n"
             "estimate per window and 'Final estimate: PPL = X +/- Y' (Y: the standard error).\n"
-            "\n"
-            "  -m, --model PATH   GGUF model (default: %s)\n"
-            "  -f, --file PATH    the text (or give it as the one positional argument)\n"
-            "  -c, --ctx N        tokens per window (default 512, or the model's context if shorter)\n"
-            "      --stride S     windows every S tokens instead, each scoring its last S tokens: every token\n"
-            "                     after the first window's first ctx - S is scored once (1 <= S < ctx)\n"
-            "      --batch N      rows per forward step (default: the backend's)\n"
-            "      --backend NAME auto (default), %s\n"
-            "  -t, --threads N    CPU threads (default: one per core)\n"
-            "      --device N     GPU ordinal (default 0)\n"
-            "      --kv-type T    f32, f16 (default), q8_0\n"
-            "      --gpu-weights W  auto (default), bf16 or fp8: a GPU's weight matrices\n"
-            "      --no-bos       do not put BOS at each window's start even when the model adds BOS\n"
-            "      --json         print one JSON object on stdout (running estimates on stderr)\n",
-            cli_default_model(), backend_list());
+            "\n");
+    cli_opts_usage(out, opts, n);
+    fprintf(out, "Engine:\n");
+    engine_flags_usage(out, rp, ppl_engine_flags);
 }
 
 /* Returns 0 ok, 2 usage error (printed), 3 help printed. */
 static int ppl_parse(int argc, char **argv, struct ppl_opts *o)
 {
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &o->model, 0, 0, 0, NULL},
-        {"--file", "-f", CLI_OPT_STRING, &o->text_path, 0, 0, 0, NULL},
-        {"--ctx", "-c", CLI_OPT_INT32, &o->ctx, 3, 1 << 24, 0, NULL},
-        {"--stride", NULL, CLI_OPT_INT32, &o->stride, 1, 1 << 24, 0, NULL},
-        {"--batch", NULL, CLI_OPT_INT32, &o->batch, 1, 1 << 16, 0, NULL},
-        {"--backend", NULL, CLI_OPT_STRING, &o->backend, 0, 0, 0, NULL},
-        {"--threads", "-t", CLI_OPT_INT32, &o->threads, 1, 1024, 0, NULL},
-        {"--device", NULL, CLI_OPT_INT32, &o->device, 0, 1024, 0, NULL},
-        {"--kv-type", NULL, CLI_OPT_STRING, &o->kv_type, 0, 0, 0, NULL},
-        {"--gpu-weights", NULL, CLI_OPT_STRING, &o->gpu_weights, 0, 0, 0, NULL},
-        {"--no-bos", NULL, CLI_OPT_SET, &o->no_bos, 1, 0, 0, NULL},
-        {"--json", NULL, CLI_OPT_SET, &o->json, 1, 0, 0, NULL},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &o->model, .metavar = "PATH",
+         .help = "GGUF model"},
+        {.flag = "--file", .alias = "-f", .type = CLI_OPT_STRING, .dst = &o->text_path, .metavar = "PATH",
+         .help = "the text (or give it as the one positional argument)"},
+        {.flag = "--ctx", .alias = "-c", .type = CLI_OPT_INT32, .dst = &o->ctx, .lo = 3, .hi = 1 << 24,
+         .help = "tokens per window (default 512, or the model's context if shorter)"},
+        {.flag = "--stride", .type = CLI_OPT_INT32, .dst = &o->stride, .lo = 1, .hi = 1 << 24, .metavar = "S",
+         .help = "windows every S tokens instead, each scoring its last S tokens: every token\n"
+                 "after the first window's first ctx - S is scored once (1 <= S < ctx; default off)"},
+        {.flag = "--no-bos", .type = CLI_OPT_SET, .dst = &o->no_bos, .lo = 1,
+         .help = "do not put BOS at each window's start even when the model adds BOS"},
+        {.flag = "--json", .type = CLI_OPT_SET, .dst = &o->json, .lo = 1,
+         .help = "print one JSON object on stdout (running estimates on stderr)"},
     };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            ppl_usage(stdout);
+            if (!o->model) o->model = cli_default_model(); /* shown as -m's default */
+            ppl_usage(stdout, opts, n_opts, &o->rp);
             return 3;
         }
-        int r = cli_opts_parse("perplexity", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        int r = engine_flags_parse_only(&o->rp, "perplexity", ppl_engine_flags, argc, argv, &i);
+        if (!r) r = cli_opts_parse("perplexity", opts, n_opts, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 1) continue;
         if ((argv[i][0] == '-' && argv[i][1] != '\0') || o->text_path) {
@@ -88,23 +87,8 @@ static int ppl_parse(int argc, char **argv, struct ppl_opts *o)
         }
         o->text_path = argv[i];
     }
-    struct err e;
-    enum kv_type kt;
     if (!o->text_path) {
         cli_error("perplexity", "give the text file (-f TEXT)");
-        return 2;
-    }
-    if (o->backend && backend_check_name(o->backend, &e)) {
-        cli_error("perplexity", "--backend: %s", e.msg);
-        return 2;
-    }
-    if (o->kv_type && model_kv_type_parse(o->kv_type, &kt)) {
-        cli_error("perplexity", "--kv-type %s: expected f32, f16 or q8_0", o->kv_type);
-        return 2;
-    }
-    enum backend_weights bw;
-    if (o->gpu_weights && backend_weights_parse(o->gpu_weights, &bw)) {
-        cli_error("perplexity", "--gpu-weights %s: expected auto, bf16 or fp8", o->gpu_weights);
         return 2;
     }
     return 0;
@@ -155,12 +139,8 @@ static void ppl_print_json(const struct ppl_opts *o, const struct runtime *rt, c
 /* Opens the stack, tokenizes, scores and prints. Returns the exit status. */
 static int ppl_main(struct ppl_opts *o)
 {
-    struct runtime_params rp = runtime_default_params();
+    struct runtime_params rp = o->rp;
     rp.model_path = o->model;
-    rp.backend = o->backend;
-    rp.threads = o->threads;
-    rp.device = o->device;
-    if (o->gpu_weights) backend_weights_parse(o->gpu_weights, &rp.gpu_weights); /* checked by ppl_parse */
     struct runtime rt;
     struct err e = {{0}};
     int32_t *ids = NULL;
@@ -173,8 +153,8 @@ static int ppl_main(struct ppl_opts *o)
     p.ctx = o->ctx ? o->ctx : (n_ctx > 0 && n_ctx < p.ctx ? n_ctx : p.ctx);
     p.stride = o->stride;
     p.bos = tok_add_bos(rt.vocab) && !o->no_bos ? tok_bos(rt.vocab) : -1;
-    p.max_batch_tokens = o->batch ? o->batch : rt.ep.max_batch_tokens;
-    if (o->kv_type) model_kv_type_parse(o->kv_type, &p.kv_type);
+    p.max_batch_tokens = rt.ep.max_batch_tokens; /* --max-batch-tokens, else the backend's */
+    p.kv_type = rt.ep.kv_type;
     struct ppl_plan plan;
     if (ppl_plan(&p, (int64_t)n, n_ctx, &plan, &e)) goto done;
     FILE *out = o->json ? stderr : stdout;
@@ -201,6 +181,7 @@ done:
 int cmd_perplexity(int argc, char **argv)
 {
     struct ppl_opts o = {0};
+    o.rp = runtime_default_params();
     int r = ppl_parse(argc, argv, &o);
     if (r) return r == 3 ? 0 : r;
     if (!o.model) o.model = cli_default_model();

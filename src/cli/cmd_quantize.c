@@ -115,8 +115,8 @@ int cmd_quantize(int argc, char **argv)
     const char *pos[3] = {NULL, NULL, NULL};
     int n_pos = 0;
     const struct cli_opt opts[] = {
-        {"--pure", NULL, CLI_OPT_SET, &p.pure, 1, 0, 0, NULL},
-        {"--threads", "-t", CLI_OPT_INT32, &threads, 1, 1024, 0, NULL},
+        {.flag = "--pure", .type = CLI_OPT_SET, .dst = &p.pure, .lo = 1},
+        {.flag = "--threads", .alias = "-t", .type = CLI_OPT_INT32, .dst = &threads, .lo = 1, .hi = 1024},
     };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

@@ -14,24 +14,27 @@
 #include "cli/cli_opts.h"
 #include "jobs/report.h"
 
-static void report_usage(FILE *out)
+static void report_usage(FILE *out, const struct cli_opt *opts, int n)
 {
     fprintf(out, "usage: nightshift report RECORD.json [-o report.html]\n"
                  "\n"
                  "Writes one self-contained HTML page (inline SVG charts, no scripts) about a finished or interrupted\n"
                  "run: throughput, KV use and preemptions over time, latency and token histograms, prefix-cache hit\n"
                  "rate, failures by reason and sample outputs beside their prompts.\n"
-                 "\n"
-                 "  -o, --output PATH   the page (default: the record's path with .html for .json)\n");
+                 "\n");
+    cli_opts_usage(out, opts, n);
 }
 
 int cmd_report(int argc, char **argv)
 {
     const char *record = NULL, *output = NULL;
-    const struct cli_opt opts[] = {{"--output", "-o", CLI_OPT_STRING, &output, 0, 0, 0, NULL}};
+    const struct cli_opt opts[] = {
+        {.flag = "--output", .alias = "-o", .type = CLI_OPT_STRING, .dst = &output, .metavar = "PATH",
+         .help = "the page (default: the record's path with .html for .json)"},
+    };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            report_usage(stdout);
+            report_usage(stdout, opts, 1);
             return 0;
         }
         int r = cli_opts_parse("report", opts, 1, argc, argv, &i);

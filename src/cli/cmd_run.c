@@ -46,7 +46,10 @@
 #include "util/log.h"
 #include "util/sha256.h"
 
-static void run_usage(FILE *out)
+/* The page: what run does, then its own flags (opts, the defaults they hold now), the generation defaults and
+ * the engine flags, each from its table. */
+static void run_usage(FILE *out, const struct cli_opt *opts, int n, const struct gen_params *gen,
+                      const struct runtime_params *rp)
 {
     fprintf(out,
             "usage: nightshift run BACKLOG [-m MODEL] -o RESULTS.jsonl [options]\n"
@@ -61,43 +64,12 @@ static void run_usage(FILE *out)
             "generation fields override the defaults below. \"-\" reads standard input; gzip and zstd files (or\n"
             "input) are decompressed. Either is first saved beside the store as STORE.backlog (a rerun with the\n"
             "same input resumes; with other input, the files then hold the new input's results only).\n"
-            "\n"
-            "Files:\n"
-            "  -m, --model PATH          GGUF model (default: %s)\n"
-            "  -o, --output PATH         results, one line per request (OpenAI batch output shape); \"-\": standard\n"
-            "                            output, the files then in the current directory named after the backlog\n"
-            "                            (NAME = stdin, or the backlog's file name): NAME.results.jsonl,\n"
-            "                            NAME.errors.jsonl, NAME.nightshift.db, NAME.record.json; a rerun\n"
-            "                            writes every result to standard output again\n"
-            "  --errors PATH             failed lines (default: OUTPUT.errors.jsonl)\n"
-            "  --store PATH              SQLite store (default: OUTPUT.nightshift.db)\n"
-            "  --record PATH             run record (default: OUTPUT.record.json)\n"
-            "Input:\n"
-            "  --format F                auto (default), openai, jsonl, text\n"
-            "  --max-line-bytes N        longer lines are errors (default 1048576)\n"
-            "  --chat-template NAME      render chat messages with nightshift's NAME renderer: %s\n"
-            "                            (default: the model's own template)\n"
-            "  --no-special              special-token text in prompts stays plain text\n"
-            "Run:\n"
-            "  --order completion|input  result order (default completion: as finished)\n"
-            "  --sort ascending|descending|input   submission order by prompt length (default ascending)\n"
-            "  --durability full|normal  fsync every commit (default full) or trade the last commits away\n"
-            "  --commit-interval S       commit finished results at least every S seconds (default 1)\n"
-            "  --retry-failed            compute failed requests again\n"
-            "  --force                   reuse a store made with another model or other defaults\n"
-            "  --progress-interval S     seconds between progress lines when not on a terminal (default 10)\n"
-            "  --owner NAME              who owns the run, for the record (default: the user name)\n"
-            "  --retest-after DAYS       the record says to re-measure the settings after DAYS (default 90)\n"
-            "  --sample-interval S       seconds between the record's time-series samples (default 5)\n"
-            "  --no-watchdog             do not lower --max-seqs under memory pressure or swapping\n"
-            "  -q, --quiet               no progress, no summary\n"
-            "  -v, --verbose             more log lines\n"
-            "Engine:\n",
-            cli_default_model(), chat_family_list());
-    struct runtime_params d = runtime_default_params();
+            "\n");
+    cli_opts_usage(out, opts, n);
     fprintf(out, "Generation defaults (a line's own fields override them):\n");
-    genparam_usage(out);
-    engine_flags_usage(out, &d);
+    genparam_usage(out, gen, NULL);
+    fprintf(out, "Engine:\n");
+    engine_flags_usage(out, rp, NULL);
 }
 
 static volatile sig_atomic_t run_stop, run_drain, run_signal;
@@ -209,7 +181,6 @@ struct run_args {
     char errors_path[4096], store_path[4096], record_path[4096], results_path[4096], spool_path[4200];
 };
 
-static const char *const run_formats[] = {"auto", "openai", "jsonl", "text", NULL};
 static const char *const run_orders[] = {"completion", "input", NULL};
 static const char *const run_sorts[] = {"ascending", "descending", "input", NULL};
 static const char *const run_durabilities[] = {"full", "normal", NULL};
@@ -218,40 +189,73 @@ static const char *const run_durabilities[] = {"full", "normal", NULL};
 static int run_parse(int argc, char **argv, struct run_args *A)
 {
     struct job_config *c = &A->c;
+    char chat_help[256];
+    snprintf(chat_help, sizeof chat_help, "render chat messages with nightshift's NAME renderer:\n%s\n"
+             "(default: the model's own template)", chat_family_list());
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &A->rp.model_path, 0, 0, 0, NULL},
-        {"--output", "-o", CLI_OPT_STRING, &c->output, 0, 0, 0, NULL},
-        {"--errors", NULL, CLI_OPT_STRING, &c->errors, 0, 0, 0, NULL},
-        {"--store", NULL, CLI_OPT_STRING, &c->store, 0, 0, 0, NULL},
-        {"--record", NULL, CLI_OPT_STRING, &c->record, 0, 0, 0, NULL},
-        {"--check-store", NULL, CLI_OPT_STRING, &A->check_store, 0, 0, 0, NULL},
-        {"--format", NULL, CLI_OPT_CHOICE, &c->input.format, 0, 0, 0, run_formats},
-        {"--max-line-bytes", NULL, CLI_OPT_SIZE, &c->input.max_line_bytes, 16, 4294967296.0, 0, NULL},
-        {"--chat-template", NULL, CLI_OPT_STRING, &A->chat_name, 0, 0, 0, NULL},
-        {"--no-special", NULL, CLI_OPT_SET, &c->parse_special, 0, 0, 0, NULL},
-        {"--retry-failed", NULL, CLI_OPT_SET, &c->retry_failed, 1, 0, 0, NULL},
-        {"--force", NULL, CLI_OPT_SET, &c->force, 1, 0, 0, NULL},
-        {"--quiet", "-q", CLI_OPT_SET, &A->quiet, 1, 0, 0, NULL},
-        {"--verbose", "-v", CLI_OPT_SET, &A->verbose, 1, 0, 0, NULL},
-        {"--order", NULL, CLI_OPT_CHOICE, &c->order_input, 0, 0, 0, run_orders},
-        {"--sort", NULL, CLI_OPT_CHOICE, &c->sort, 0, 0, 0, run_sorts},
-        {"--durability", NULL, CLI_OPT_CHOICE, &c->durability, 0, 0, 0, run_durabilities},
-        {"--commit-interval", NULL, CLI_OPT_DOUBLE, &c->commit_interval, 0, 0, 0, NULL},
-        {"--progress-interval", NULL, CLI_OPT_DOUBLE, &c->progress_interval, 0, 0, 1, NULL},
-        {"--owner", NULL, CLI_OPT_STRING, &c->owner, 0, 0, 0, NULL},
-        {"--retest-after", NULL, CLI_OPT_INT32, &c->retest_after_days, 0, 36500, 0, NULL},
-        {"--sample-interval", NULL, CLI_OPT_DOUBLE, &c->sample_interval, 0, 0, 1, NULL},
-        {"--no-watchdog", NULL, CLI_OPT_SET, &c->watchdog, 0, 0, 0, NULL},
+        {.help = "Files:"},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &A->rp.model_path, .metavar = "PATH",
+         .help = "GGUF model"},
+        {.flag = "--output", .alias = "-o", .type = CLI_OPT_STRING, .dst = &c->output, .metavar = "PATH",
+         .help = "results, one line per request (OpenAI batch output shape); \"-\": standard\n"
+                 "output, the files then in the current directory named after the backlog\n"
+                 "(NAME = stdin, or the backlog's file name): NAME.results.jsonl,\n"
+                 "NAME.errors.jsonl, NAME.nightshift.db, NAME.record.json; a rerun\n"
+                 "writes every result to standard output again"},
+        {.flag = "--errors", .type = CLI_OPT_STRING, .dst = &c->errors, .metavar = "PATH",
+         .help = "failed lines (default: OUTPUT.errors.jsonl)"},
+        {.flag = "--store", .type = CLI_OPT_STRING, .dst = &c->store, .metavar = "PATH",
+         .help = "SQLite store (default: OUTPUT.nightshift.db)"},
+        {.flag = "--record", .type = CLI_OPT_STRING, .dst = &c->record, .metavar = "PATH",
+         .help = "run record (default: OUTPUT.record.json)"},
+        {.flag = "--check-store", .type = CLI_OPT_STRING, .dst = &A->check_store}, /* hidden: the crash test's */
+        {.help = "Input:"},
+        {.flag = "--format", .type = CLI_OPT_FORMAT, .dst = &c->input.format, .help = "the backlog's format"},
+        {.flag = "--max-line-bytes", .type = CLI_OPT_SIZE, .dst = &c->input.max_line_bytes, .lo = 16,
+         .hi = 4294967296.0, .help = "longer lines are errors"},
+        {.flag = "--chat-template", .type = CLI_OPT_STRING, .dst = &A->chat_name, .metavar = "NAME",
+         .help = chat_help},
+        {.flag = "--no-special", .type = CLI_OPT_SET, .dst = &c->parse_special,
+         .help = "special-token text in prompts stays plain text"},
+        {.help = "Run:"},
+        {.flag = "--order", .type = CLI_OPT_CHOICE, .dst = &c->order_input, .choices = run_orders,
+         .help = "result order: as finished, or the backlog's"},
+        {.flag = "--sort", .type = CLI_OPT_CHOICE, .dst = &c->sort, .choices = run_sorts,
+         .help = "submission order by prompt length"},
+        {.flag = "--durability", .type = CLI_OPT_CHOICE, .dst = &c->durability, .choices = run_durabilities,
+         .help = "fsync every commit, or trade the last commits away"},
+        {.flag = "--commit-interval", .type = CLI_OPT_DOUBLE, .dst = &c->commit_interval, .metavar = "S",
+         .help = "commit finished results at least every S seconds"},
+        {.flag = "--retry-failed", .type = CLI_OPT_SET, .dst = &c->retry_failed, .lo = 1,
+         .help = "compute failed requests again"},
+        {.flag = "--force", .type = CLI_OPT_SET, .dst = &c->force, .lo = 1,
+         .help = "reuse a store made with another model or other defaults"},
+        {.flag = "--progress-interval", .type = CLI_OPT_DOUBLE, .dst = &c->progress_interval, .lo_open = 1,
+         .metavar = "S", .help = "seconds between progress lines when not on a terminal"},
+        {.flag = "--owner", .type = CLI_OPT_STRING, .dst = &c->owner, .metavar = "NAME",
+         .help = "who owns the run, for the record (default: the user name)"},
+        {.flag = "--retest-after", .type = CLI_OPT_INT32, .dst = &c->retest_after_days, .hi = 36500,
+         .metavar = "DAYS", .help = "the record says to re-measure the settings after DAYS"},
+        {.flag = "--sample-interval", .type = CLI_OPT_DOUBLE, .dst = &c->sample_interval, .lo_open = 1,
+         .metavar = "S", .help = "seconds between the record's time-series samples"},
+        {.flag = "--no-watchdog", .type = CLI_OPT_SET, .dst = &c->watchdog,
+         .help = "do not lower --max-seqs under memory pressure or swapping"},
+        {.flag = "--quiet", .alias = "-q", .type = CLI_OPT_SET, .dst = &A->quiet, .lo = 1,
+         .help = "no progress, no summary"},
+        {.flag = "--verbose", .alias = "-v", .type = CLI_OPT_SET, .dst = &A->verbose, .lo = 1,
+         .help = "more log lines"},
     };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            run_usage(stdout);
+            if (!A->rp.model_path) A->rp.model_path = cli_default_model(); /* shown as -m's default */
+            run_usage(stdout, opts, n_opts, &c->input.defaults, &A->rp);
             return 1;
         }
         int r = engine_flags_parse(&A->rp, "run", argc, argv, &i);
         if (!r) r = cli_opts_parse_gen("run", &c->input.defaults, argc, argv, &i);
-        if (!r) r = cli_opts_parse("run", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (!r) r = cli_opts_parse("run", opts, n_opts, argc, argv, &i);
         if (r < 0) return -1;
         if (r > 0) continue;
         if (a[0] == '-' && a[1]) {

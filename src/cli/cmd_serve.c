@@ -30,52 +30,26 @@
 #include "util/log.h"
 #include "util/sha256.h"
 
-static void serve_usage(FILE *out)
+/* The page: what serve does, its own flags (opts, with the defaults they hold now), then the engine flags and
+ * the generation defaults from their tables. */
+static void serve_usage(FILE *out, const struct cli_opt *opts, int n, const struct runtime_params *rp,
+                        const struct gen_params *gen)
 {
-    fprintf(
-        out,
-        "usage: nightshift serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
-        "\n"
-        "OpenAI-compatible server on the engine that `run` uses: POST /v1/completions,\n"
-        "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health, "
-        "/metrics.\n"
-        "A request is admitted only when it fits what the KV pool and the queue can take within --max-wait;\n"
-        "otherwise 429 with Retry-After from the current drain rate (503 while loading or draining).\n"
-        "SIGTERM drains: no new requests, in-flight ones finish (up to --drain-timeout), exit 0.\n"
-        "\n"
-        "Server:\n"
-        "  -m, --model PATH          GGUF model (default: %s)\n"
-        "  --model-name NAME         the id /v1/models reports (default: the file name without .gguf)\n"
-        "  --host ADDR               address to bind (default 127.0.0.1: this machine only)\n"
-        "  --port N                  TCP port (default 8080; 0: any free port, logged)\n"
-        "  --api-key KEY             require 'Authorization: Bearer KEY' on all but /health\n"
-        "                            (default: $NIGHTSHIFT_API_KEY if set, else none)\n"
-        "  --chat-template NAME      %s (default: from the model)\n"
-        "  --no-special              special-token text in prompts stays plain text\n"
-        "Admission and limits:\n"
-        "  --max-queue N             requests waiting to start, at most (default 4 x --max-seqs)\n"
-        "  --max-queue-tokens N      their prompt + max_tokens, at most (default: the KV pool's tokens)\n"
-        "  --max-wait S              expected wait to start, at most, in seconds (default 10)\n"
-        "  --max-body-bytes N        request body limit (default 1048576)\n"
-        "  --max-header-bytes N      request line + headers limit (default 32768)\n"
-        "  --max-connections N       requests in progress at most; past it 503 + Retry-After (default 512)\n"
-        "  --idle-timeout S          close a connection idle this long, in seconds (default 30)\n"
-        "  --header-timeout S        answer 408 to a request whose headers take longer (default 10)\n"
-        "  --body-timeout S          answer 408 to a request whose body takes longer (default 30)\n"
-        "  --drain-timeout S         on SIGTERM, cancel what is still running after S seconds (default 30)\n"
-        "Files and Batches API:\n"
-        "  --data-dir DIR            where uploaded files and batches live (default ./nightshift-serve)\n"
-        "  --max-upload-bytes N      an uploaded file's size at most (default 209715200; 413 above)\n"
-        "  --max-files N             files kept at most, uploads and batch results (default 1000)\n"
-        "  --max-batches N           batches kept at most (default 1000)\n"
-        "  --no-batches              no Files and Batches API (and no data directory)\n"
-        "  -q, --quiet / -v, --verbose\n"
-        "Engine:\n",
-        cli_default_model(), chat_family_list());
-    struct runtime_params d = runtime_default_params();
-    engine_flags_usage(out, &d);
+    fprintf(out,
+            "usage: nightshift serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
+            "\n"
+            "OpenAI-compatible server on the engine that `run` uses: POST /v1/completions,\n"
+            "POST /v1/chat/completions (\"stream\": true for server-sent events), GET /v1/models, /health, "
+            "/metrics.\n"
+            "A request is admitted only when it fits what the KV pool and the queue can take within --max-wait;\n"
+            "otherwise 429 with Retry-After from the current drain rate (503 while loading or draining).\n"
+            "SIGTERM drains: no new requests, in-flight ones finish (up to --drain-timeout), exit 0.\n"
+            "\n");
+    cli_opts_usage(out, opts, n);
+    fprintf(out, "Engine:\n");
+    engine_flags_usage(out, rp, NULL);
     fprintf(out, "Generation defaults (a request's own fields override them):\n");
-    genparam_usage(out);
+    genparam_usage(out, gen, NULL);
 }
 
 struct serve_args {
@@ -101,41 +75,72 @@ struct serve_args {
 
 static int serve_parse(int argc, char **argv, struct serve_args *A)
 {
+    char chat_help[256];
+    snprintf(chat_help, sizeof chat_help, "%s (default: from the model)", chat_family_list());
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &A->rp.model_path, 0, 0, 0, NULL},
-        {"--model-name", NULL, CLI_OPT_STRING, &A->model_name, 0, 0, 0, NULL},
-        {"--host", NULL, CLI_OPT_STRING, &A->hp.host, 0, 0, 0, NULL},
-        {"--port", NULL, CLI_OPT_INT32, &A->port, 0, 65535, 0, NULL},
-        {"--api-key", NULL, CLI_OPT_STRING, &A->hp.api_key, 0, 0, 0, NULL},
-        {"--chat-template", NULL, CLI_OPT_STRING, &A->chat_name, 0, 0, 0, NULL},
-        {"--no-special", NULL, CLI_OPT_SET, &A->no_special, 1, 0, 0, NULL},
-        {"--max-queue", NULL, CLI_OPT_INT32, &A->max_queue, 1, 1 << 20, 0, NULL},
-        {"--max-queue-tokens", NULL, CLI_OPT_SIZE, &A->max_queue_tokens, 1, 1e15, 0, NULL},
-        {"--max-wait", NULL, CLI_OPT_DOUBLE, &A->sp.max_wait, 0, 0, 1, NULL},
-        {"--max-body-bytes", NULL, CLI_OPT_SIZE, &A->max_body, 64, 1 << 30, 0, NULL},
-        {"--max-header-bytes", NULL, CLI_OPT_SIZE, &A->max_header, 4096, 1 << 24, 0, NULL},
-        {"--max-connections", NULL, CLI_OPT_INT32, &A->max_connections, 1, 65536, 0, NULL},
-        {"--idle-timeout", NULL, CLI_OPT_INT32, &A->idle_timeout, 1, 86400, 0, NULL},
-        {"--header-timeout", NULL, CLI_OPT_DOUBLE, &A->hp.header_timeout_s, 0, 0, 1, NULL},
-        {"--body-timeout", NULL, CLI_OPT_DOUBLE, &A->hp.body_timeout_s, 0, 0, 1, NULL},
-        {"--drain-timeout", NULL, CLI_OPT_DOUBLE, &A->drain_timeout, 0, 0, 0, NULL},
-        {"--quiet", "-q", CLI_OPT_SET, &A->quiet, 1, 0, 0, NULL},
-        {"--verbose", "-v", CLI_OPT_SET, &A->verbose, 1, 0, 0, NULL},
-        {"--data-dir", NULL, CLI_OPT_STRING, &A->data_dir, 0, 0, 0, NULL},
-        {"--max-upload-bytes", NULL, CLI_OPT_SIZE, &A->max_upload, 1, 1e12, 0, NULL},
-        {"--max-files", NULL, CLI_OPT_INT32, &A->max_files, 1, 1 << 20, 0, NULL},
-        {"--max-batches", NULL, CLI_OPT_INT32, &A->max_batches, 1, 1 << 20, 0, NULL},
-        {"--no-batches", NULL, CLI_OPT_SET, &A->no_batches, 1, 0, 0, NULL},
+        {.help = "Server:"},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &A->rp.model_path, .metavar = "PATH",
+         .help = "GGUF model"},
+        {.flag = "--model-name", .type = CLI_OPT_STRING, .dst = &A->model_name, .metavar = "NAME",
+         .help = "the id /v1/models reports (default: the file name without .gguf)"},
+        {.flag = "--host", .type = CLI_OPT_STRING, .dst = &A->hp.host, .metavar = "ADDR",
+         .help = "address to bind; 127.0.0.1 is this machine only"},
+        {.flag = "--port", .type = CLI_OPT_INT32, .dst = &A->port, .hi = 65535,
+         .help = "TCP port; 0: any free port, logged"},
+        {.flag = "--api-key", .type = CLI_OPT_STRING, .dst = &A->hp.api_key, .metavar = "KEY",
+         .help = "require 'Authorization: Bearer KEY' on all but /health\n"
+                 "(default: $NIGHTSHIFT_API_KEY if set, else none)"},
+        {.flag = "--chat-template", .type = CLI_OPT_STRING, .dst = &A->chat_name, .metavar = "NAME",
+         .help = chat_help},
+        {.flag = "--no-special", .type = CLI_OPT_SET, .dst = &A->no_special, .lo = 1,
+         .help = "special-token text in prompts stays plain text"},
+        {.flag = "--quiet", .alias = "-q", .type = CLI_OPT_SET, .dst = &A->quiet, .lo = 1, .help = "fewer log lines"},
+        {.flag = "--verbose", .alias = "-v", .type = CLI_OPT_SET, .dst = &A->verbose, .lo = 1,
+         .help = "more log lines"},
+        {.help = "Admission and limits:"},
+        {.flag = "--max-queue", .type = CLI_OPT_INT32, .dst = &A->max_queue, .lo = 1, .hi = 1 << 20,
+         .help = "requests waiting to start, at most (default 4 x --max-seqs)"},
+        {.flag = "--max-queue-tokens", .type = CLI_OPT_SIZE, .dst = &A->max_queue_tokens, .lo = 1, .hi = 1e15,
+         .help = "their prompt + max_tokens, at most (default: the KV pool's tokens)"},
+        {.flag = "--max-wait", .type = CLI_OPT_DOUBLE, .dst = &A->sp.max_wait, .lo_open = 1, .metavar = "S",
+         .help = "expected wait to start, at most, in seconds"},
+        {.flag = "--max-body-bytes", .type = CLI_OPT_SIZE, .dst = &A->max_body, .lo = 64, .hi = 1 << 30,
+         .help = "request body limit"},
+        {.flag = "--max-header-bytes", .type = CLI_OPT_SIZE, .dst = &A->max_header, .lo = 4096, .hi = 1 << 24,
+         .help = "request line + headers limit"},
+        {.flag = "--max-connections", .type = CLI_OPT_INT32, .dst = &A->max_connections, .lo = 1, .hi = 65536,
+         .help = "requests in progress at most; past it 503 + Retry-After"},
+        {.flag = "--idle-timeout", .type = CLI_OPT_INT32, .dst = &A->idle_timeout, .lo = 1, .hi = 86400,
+         .metavar = "S", .help = "close a connection idle this long, in seconds"},
+        {.flag = "--header-timeout", .type = CLI_OPT_DOUBLE, .dst = &A->hp.header_timeout_s, .lo_open = 1,
+         .metavar = "S", .help = "answer 408 to a request whose headers take longer"},
+        {.flag = "--body-timeout", .type = CLI_OPT_DOUBLE, .dst = &A->hp.body_timeout_s, .lo_open = 1,
+         .metavar = "S", .help = "answer 408 to a request whose body takes longer"},
+        {.flag = "--drain-timeout", .type = CLI_OPT_DOUBLE, .dst = &A->drain_timeout, .metavar = "S",
+         .help = "on SIGTERM, cancel what is still running after S seconds"},
+        {.help = "Files and Batches API:"},
+        {.flag = "--data-dir", .type = CLI_OPT_STRING, .dst = &A->data_dir, .metavar = "DIR",
+         .help = "where uploaded files and batches live"},
+        {.flag = "--max-upload-bytes", .type = CLI_OPT_SIZE, .dst = &A->max_upload, .lo = 1, .hi = 1e12,
+         .help = "an uploaded file's size at most (413 above)"},
+        {.flag = "--max-files", .type = CLI_OPT_INT32, .dst = &A->max_files, .lo = 1, .hi = 1 << 20,
+         .help = "files kept at most, uploads and batch results"},
+        {.flag = "--max-batches", .type = CLI_OPT_INT32, .dst = &A->max_batches, .lo = 1, .hi = 1 << 20,
+         .help = "batches kept at most"},
+        {.flag = "--no-batches", .type = CLI_OPT_SET, .dst = &A->no_batches, .lo = 1,
+         .help = "no Files and Batches API (and no data directory)"},
     };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage(stdout);
+            if (!A->rp.model_path) A->rp.model_path = cli_default_model(); /* shown as -m's default */
+            serve_usage(stdout, opts, n_opts, &A->rp, &A->defaults);
             return 1;
         }
         int r = engine_flags_parse(&A->rp, "serve", argc, argv, &i);
         if (!r) r = cli_opts_parse_gen("serve", &A->defaults, argc, argv, &i);
-        if (!r) r = cli_opts_parse("serve", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
+        if (!r) r = cli_opts_parse("serve", opts, n_opts, argc, argv, &i);
         if (r < 0) return -1;
         if (r > 0) continue;
         cli_error("serve", "unknown %s %s (see nightshift serve --help)", a[0] == '-' ? "option" : "argument",
@@ -250,11 +255,10 @@ static int serve_open(struct serve_args *A, server *srv, struct runtime *rt, bat
         return -1;
     }
     if (serve_start_batches(A, rt, &chat, bs)) return -1; /* the caller stops the server, closes rt */
-    char desc[256], seqs[256];
+    char desc[256];
     runtime_describe(rt, desc, sizeof desc);
-    runtime_describe_seqs(&rt->seqs, rt->backend_name, rt->budget.kv_bytes, seqs, sizeof seqs);
-    log_info("nightshift serve: ready: %s; %s; chat template %s (%s)", desc, seqs,
-             chat_template_name(chat.chat, chat.chat_jinja), chat.chat_source);
+    log_info("nightshift serve: ready: %s; chat template %s (%s)", desc, chat_template_name(chat.chat, chat.chat_jinja),
+             chat.chat_source);
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /* nightshift sweep — measure the user's own backlog at increasing concurrency and recommend a setting.
  *
  *   nightshift sweep BACKLOG [-m MODEL] [--sample N] [--concurrency 1,2,4|auto] [--max-batch-tokens LIST]
- *                    [--point-seconds S] [--out PREFIX] [run's input, generation and engine flags]
+ *                    [--point-seconds S] [-o PREFIX] [run's input, generation and engine flags]
  *
  * 1. The backlog is read (jobs/input) and every request tokenized as `run` does (jobs/ingest's
  *    ingest_prompt); N lines are sampled stratified by prompt length (jobs/sweep) and read again, so only
@@ -72,7 +72,10 @@ struct sweep_ctx {
     uint64_t rss_limit;
 };
 
-static void sweep_usage(FILE *out)
+/* The page: what sweep does, its own flags (opts, with the defaults they hold now), then the generation and
+ * engine flags from their tables. */
+static void sweep_usage(FILE *out, const struct cli_opt *opts, int n, const struct cli_opt *run_opts, int n_run,
+                        const struct sweep_args *A)
 {
     fprintf(out,
             "usage: nightshift sweep BACKLOG [-m MODEL] [options] [run flags]\n"
@@ -80,22 +83,14 @@ static void sweep_usage(FILE *out)
             "Runs a sample of BACKLOG (stratified by prompt length) through the engine at increasing concurrency,\n"
             "stops when throughput flattens or memory headroom would be crossed, and recommends a setting as a\n"
             "nightshift run command. Writes PREFIX.csv, PREFIX.json and PREFIX.svg; never the run's files.\n"
-            "\n"
-            "  -m, --model PATH          GGUF model (default: %s)\n"
-            "  --sample N                backlog lines to sample (default 256)\n"
-            "  --concurrency LIST|auto   levels (max_seqs) to try, e.g. 1,2,4,8 (default auto: 1, 2, 4, ... up\n"
-            "                            to half the sample)\n"
-            "  --max-batch-tokens LIST   token budgets to try at each level (default: the backend's)\n"
-            "  --point-seconds S         measuring window of each point (default 10)\n"
-            "  --psi-high PCT            memory pressure (PSI some avg10) counted as over the headroom (default 10)\n"
-            "  --out PREFIX              output files' prefix (default sweep)\n"
-            "  --format F, --chat-template NAME, --no-special, --max-line-bytes N: as for run\n"
-            "Generation defaults (as for run):\n",
-            cli_default_model());
-    genparam_usage(out);
+            "\n");
+    cli_opts_usage(out, opts, n);
+    fprintf(out, "Input (as for run, and passed on to the recommended command):\n");
+    cli_opts_usage(out, run_opts, n_run);
+    fprintf(out, "Generation defaults (as for run):\n");
+    genparam_usage(out, &A->input.defaults, NULL);
     fprintf(out, "Engine (--max-seqs is set by each level):\n");
-    struct runtime_params d = runtime_default_params();
-    engine_flags_usage(out, &d);
+    engine_flags_usage(out, &A->rp, NULL);
 }
 
 /* Parses a comma-separated list of integers in [lo, hi] into v (at most SWEEP_MAX_LEVELS). 0, or -1. */
@@ -127,35 +122,45 @@ static int flag_is(const char *arg, const char *name)
     return !strncmp(arg, name, n) && (arg[n] == '\0' || arg[n] == '=');
 }
 
-static const char *const sweep_formats[] = {"auto", "openai", "jsonl", "text", NULL};
-
 /* Parses argv: 0 to go on, 1 when help was printed, -1 on a bad argument (printed). */
 static int sweep_parse(int argc, char **argv, struct sweep_args *A)
 {
     const char *conc = NULL, *mbt = NULL;
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &A->rp.model_path, 0, 0, 0, NULL},
-        {"--sample", NULL, CLI_OPT_INT32, &A->sample, 1, 1 << 20, 0, NULL},
-        {"--concurrency", NULL, CLI_OPT_STRING, &conc, 0, 0, 0, NULL},
-        {"--max-batch-tokens", NULL, CLI_OPT_STRING, &mbt, 0, 0, 0, NULL},
-        {"--point-seconds", NULL, CLI_OPT_DOUBLE, &A->point_s, 0, 0, 1, NULL},
-        {"--psi-high", NULL, CLI_OPT_DOUBLE, &A->psi_high, 0, 0, 1, NULL},
-        {"--out", NULL, CLI_OPT_STRING, &A->out, 0, 0, 0, NULL},
-        {"--format", NULL, CLI_OPT_CHOICE, &A->input.format, 0, 0, 0, sweep_formats},
-        {"--chat-template", NULL, CLI_OPT_STRING, &A->chat_name, 0, 0, 0, NULL},
-        {"--no-special", NULL, CLI_OPT_SET, &A->parse_special, 0, 0, 0, NULL},
-        {"--max-line-bytes", NULL, CLI_OPT_SIZE, &A->input.max_line_bytes, 16, 4294967296.0, 0, NULL},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &A->rp.model_path, .metavar = "PATH",
+         .help = "GGUF model"},
+        {.flag = "--sample", .type = CLI_OPT_INT32, .dst = &A->sample, .lo = 1, .hi = 1 << 20,
+         .help = "backlog lines to sample"},
+        {.flag = "--concurrency", .type = CLI_OPT_STRING, .dst = &conc, .metavar = "LIST|auto",
+         .help = "levels (max_seqs) to try, e.g. 1,2,4,8 (default auto: 1, 2, 4, ... up\nto half the sample)"},
+        {.flag = "--max-batch-tokens", .old = "--batch", .type = CLI_OPT_STRING, .dst = &mbt, .metavar = "LIST",
+         .help = "token budgets to try at each level (default: the backend's)"},
+        {.flag = "--point-seconds", .type = CLI_OPT_DOUBLE, .dst = &A->point_s, .lo_open = 1, .metavar = "S",
+         .help = "measuring window of each point"},
+        {.flag = "--psi-high", .type = CLI_OPT_DOUBLE, .dst = &A->psi_high, .lo_open = 1, .metavar = "PCT",
+         .help = "memory pressure (PSI some avg10) counted as over the headroom"},
+        {.flag = "--output", .alias = "-o", .old = "--out", .type = CLI_OPT_STRING, .dst = &A->out,
+         .metavar = "PREFIX", .help = "output files' prefix"},
     };
-    static const char *const run_own[] = {"--format", "--chat-template", "--no-special", "--max-line-bytes", NULL};
+    const struct cli_opt run_opts[] = { /* run's own flags, passed on to the recommended command */
+        {.flag = "--format", .type = CLI_OPT_FORMAT, .dst = &A->input.format, .help = "see nightshift run --help"},
+        {.flag = "--chat-template", .type = CLI_OPT_STRING, .dst = &A->chat_name, .metavar = "NAME",
+         .help = "see nightshift run --help"},
+        {.flag = "--no-special", .type = CLI_OPT_SET, .dst = &A->parse_special, .help = "see nightshift run --help"},
+        {.flag = "--max-line-bytes", .type = CLI_OPT_SIZE, .dst = &A->input.max_line_bytes, .lo = 16,
+         .hi = 4294967296.0, .help = "see nightshift run --help"},
+    };
+    const int n_opts = (int)(sizeof opts / sizeof opts[0]), n_run = (int)(sizeof run_opts / sizeof run_opts[0]);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int start = i, pass = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            sweep_usage(stdout);
+            if (!A->rp.model_path) A->rp.model_path = cli_default_model(); /* shown as -m's default */
+            sweep_usage(stdout, opts, n_opts, run_opts, n_run, A);
             return 1;
         }
-        int r = cli_opts_parse("sweep", opts, (int)(sizeof opts / sizeof opts[0]), argc, argv, &i);
-        for (int k = 0; r > 0 && run_own[k]; k++) pass |= flag_is(a, run_own[k]);
+        int r = cli_opts_parse("sweep", opts, n_opts, argc, argv, &i);
+        if (!r && (r = cli_opts_parse("sweep", run_opts, n_run, argc, argv, &i)) > 0) pass = 1;
         if (!r && (r = engine_flags_parse(&A->rp, "sweep", argc, argv, &i)) > 0) pass = !flag_is(a, "--max-seqs");
         if (!r && (r = cli_opts_parse_gen("sweep", &A->input.defaults, argc, argv, &i)) > 0) pass = 1;
         if (r < 0) return -1;
@@ -173,8 +178,11 @@ static int sweep_parse(int argc, char **argv, struct sweep_args *A)
         }
         A->backlog = a;
     }
-    if (conc && strcmp(conc, "auto") && parse_list("--concurrency", conc, 1, 4096, A->levels, &A->n_levels)) return -1;
-    if (mbt && parse_list("--max-batch-tokens", mbt, 1, 65536, A->mbt, &A->n_mbt)) return -1;
+    long lo, hi; /* a level is a --max-seqs, a budget a --max-batch-tokens: their ranges */
+    engine_flags_range("max_seqs", &lo, &hi);
+    if (conc && strcmp(conc, "auto") && parse_list("--concurrency", conc, lo, hi, A->levels, &A->n_levels)) return -1;
+    engine_flags_range("max_batch_tokens", &lo, &hi);
+    if (mbt && parse_list("--max-batch-tokens", mbt, lo, hi, A->mbt, &A->n_mbt)) return -1;
     return 0;
 }
 

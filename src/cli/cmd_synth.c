@@ -589,12 +589,12 @@ int cmd_synth(int argc, char **argv)
     uint64_t seed = 1;
     int32_t n_vocab_flag = -1;
     const struct cli_opt opts[] = {
-        {"--shape", NULL, CLI_OPT_STRING, &shape_name, 0, 0, 0, NULL},
-        {"--type", NULL, CLI_OPT_STRING, &type_name, 0, 0, 0, NULL},
-        {"--output", "-o", CLI_OPT_STRING, &out_path, 0, 0, 0, NULL},
-        {"--vocab", NULL, CLI_OPT_STRING, &vocab_path, 0, 0, 0, NULL},
-        {"--n-vocab", NULL, CLI_OPT_INT32, &n_vocab_flag, 0, SYNTH_MAX_VOCAB, 0, NULL},
-        {"--seed", NULL, CLI_OPT_U64, &seed, 0, 0, 0, NULL},
+        {.flag = "--shape", .type = CLI_OPT_STRING, .dst = &shape_name},
+        {.flag = "--type", .type = CLI_OPT_STRING, .dst = &type_name},
+        {.flag = "--output", .alias = "-o", .type = CLI_OPT_STRING, .dst = &out_path},
+        {.flag = "--vocab", .type = CLI_OPT_STRING, .dst = &vocab_path},
+        {.flag = "--n-vocab", .type = CLI_OPT_INT32, .dst = &n_vocab_flag, .hi = SYNTH_MAX_VOCAB},
+        {.flag = "--seed", .type = CLI_OPT_U64, .dst = &seed},
     };
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

@@ -27,9 +27,9 @@ int cmd_tokenize(int argc, char **argv)
     const char *model = NULL;
     int bos = 0, special = 0;
     const struct cli_opt opts[] = {
-        {"--model", "-m", CLI_OPT_STRING, &model, 0, 0, 0, NULL},
-        {"--bos", NULL, CLI_OPT_SET, &bos, 1, 0, 0, NULL},
-        {"--special", NULL, CLI_OPT_SET, &special, 1, 0, 0, NULL},
+        {.flag = "--model", .alias = "-m", .type = CLI_OPT_STRING, .dst = &model},
+        {.flag = "--bos", .type = CLI_OPT_SET, .dst = &bos, .lo = 1},
+        {.flag = "--special", .type = CLI_OPT_SET, .dst = &special, .lo = 1},
     };
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {

@@ -46,10 +46,10 @@
 #include "tokenizer/tok.h"
 #include "util/err.h"
 
-/* Valid values (engine_init rejects others with a message): kv_block a power of two in [1, 1024];
- * kv_blocks >= 1 and kv_blocks * kv_block <= 2^31 - 1; max_batch_tokens in [1, 65536]; max_seqs in
- * [1, 4096]; lookup in [0, ENGINE_MAX_LOOKUP]. max_seqs above max_batch_tokens is lowered to
- * max_batch_tokens (every running sequence must be able to decode in one step). */
+/* Valid values (engine_init rejects others with a message): those of engine_param_table below (ranges and
+ * defaults of every field a caller sets), and kv_blocks >= 1 with kv_blocks * kv_block <= 2^31 - 1.
+ * max_seqs above max_batch_tokens is lowered to max_batch_tokens (every running sequence must be able to
+ * decode in one step). */
 #define ENGINE_MAX_LOOKUP 64
 #define ENGINE_DEFAULT_LOOKUP 8
 struct engine_params {
@@ -70,6 +70,32 @@ struct engine_params {
     int debug_checks;         /* 1: run the pool and scheduler invariant checks after every step (tests;
                                  O(kv_blocks * kv_block) per step). Default 0. */
 };
+
+/* The parameters as data: one row per field of struct engine_params that a caller sets (kv_blocks, computed
+ * from a budget, is checked on its own). engine_default_params and engine_check_params walk it, and the
+ * runtime's flags (runtime/runparam) take their ranges and defaults from it: a new engine parameter is a
+ * field and a row. Every field a row describes is 32 bits (int32_t, int or enum kv_type). */
+enum engine_param_type {
+    ENGINE_PARAM_INT,    /* in [lo, hi] (a power of two too with ENGINE_PARAM_POW2) */
+    ENGINE_PARAM_BOOL,   /* 0 or 1 (not checked) */
+    ENGINE_PARAM_KV_TYPE /* an enum kv_type that model_kv_type_name names */
+};
+#define ENGINE_PARAM_POW2 1u
+struct engine_param {
+    const char *name; /* the field's name, as messages and the run record say it */
+    enum engine_param_type type;
+    int32_t lo, hi, def;
+    unsigned flags;
+    size_t offset; /* offsetof(struct engine_params, the field) */
+};
+extern const struct engine_param engine_param_table[];
+extern const int engine_param_count;
+/* The row called name ("max_seqs"), or NULL. */
+const struct engine_param *engine_param_find(const char *name);
+int32_t engine_param_get(const struct engine_params *p, const struct engine_param *row);
+void engine_param_set(struct engine_params *p, const struct engine_param *row, int32_t v);
+/* 0 if v is valid for row; else fails naming it ("max_seqs 0: must be in [1, 4096]"). */
+int engine_param_check(const struct engine_param *row, int32_t v, struct err *e);
 
 struct engine_params engine_default_params(void);
 /* 0 if p holds valid values (above); else fails naming the first one that is not. */

@@ -1,21 +1,70 @@
-/* engine_params — the engine's parameters: defaults, validation and the pool size for a memory budget (the
- * parts of engine.h that need no engine; split from engine.c). */
+/* engine_params — the engine's parameters: their table (ranges and defaults), validation and the pool size
+ * for a memory budget (the parts of engine.h that need no engine; split from engine.c). */
+#include <stddef.h>
+#include <string.h>
+
 #include "engine/engine.h"
+
+#define E(field) offsetof(struct engine_params, field)
+
+const struct engine_param engine_param_table[] = {
+    {"kv_block", ENGINE_PARAM_INT, 1, 1024, 16, ENGINE_PARAM_POW2, E(kv_block)},
+    {"kv_type", ENGINE_PARAM_KV_TYPE, 0, 0, KV_TYPE_F16, 0, E(kv_type)},
+    {"max_batch_tokens", ENGINE_PARAM_INT, 1, 65536, 512, 0, E(max_batch_tokens)},
+    {"max_seqs", ENGINE_PARAM_INT, 1, 4096, 64, 0, E(max_seqs)},
+    {"prefix_cache", ENGINE_PARAM_BOOL, 0, 1, 1, 0, E(prefix_cache)},
+    {"lookup", ENGINE_PARAM_INT, 0, ENGINE_MAX_LOOKUP, ENGINE_DEFAULT_LOOKUP, 0, E(lookup)},
+    {"lookup_adaptive", ENGINE_PARAM_BOOL, 0, 1, 1, 0, E(lookup_adaptive)},
+    {"device_sampling", ENGINE_PARAM_BOOL, 0, 1, 1, 0, E(device_sampling)},
+    {"debug_checks", ENGINE_PARAM_BOOL, 0, 1, 0, 0, E(debug_checks)},
+};
+const int engine_param_count = (int)(sizeof engine_param_table / sizeof engine_param_table[0]);
+
+#undef E
+
+_Static_assert(sizeof(enum kv_type) == sizeof(int32_t), "engine_param rows read every field as 32 bits");
+
+const struct engine_param *engine_param_find(const char *name)
+{
+    for (int i = 0; i < engine_param_count; i++)
+        if (!strcmp(engine_param_table[i].name, name)) return &engine_param_table[i];
+    return NULL;
+}
+
+int32_t engine_param_get(const struct engine_params *p, const struct engine_param *row)
+{
+    return *(const int32_t *)((const char *)p + row->offset);
+}
+
+void engine_param_set(struct engine_params *p, const struct engine_param *row, int32_t v)
+{
+    *(int32_t *)((char *)p + row->offset) = v;
+}
+
+int engine_param_check(const struct engine_param *row, int32_t v, struct err *e)
+{
+    enum kv_type back;
+    switch (row->type) {
+    case ENGINE_PARAM_INT:
+        if (v < row->lo || v > row->hi || ((row->flags & ENGINE_PARAM_POW2) && (v & (v - 1))))
+            return err_set(e, "%s %d: must be %sin [%d, %d]", row->name, (int)v,
+                           row->flags & ENGINE_PARAM_POW2 ? "a power of two " : "", (int)row->lo, (int)row->hi);
+        return 0;
+    case ENGINE_PARAM_KV_TYPE:
+        if (model_kv_type_parse(model_kv_type_name((enum kv_type)v), &back) || (int32_t)back != v)
+            return err_set(e, "unknown KV type %d", (int)v);
+        return 0;
+    case ENGINE_PARAM_BOOL: return 0;
+    }
+    return 0;
+}
 
 struct engine_params engine_default_params(void)
 {
-    return (struct engine_params){
-        .kv_block = 16,
-        .kv_blocks = 0,
-        .kv_type = KV_TYPE_F16,
-        .max_batch_tokens = 512,
-        .max_seqs = 64,
-        .prefix_cache = 1,
-        .lookup = ENGINE_DEFAULT_LOOKUP,
-        .lookup_adaptive = 1,
-        .device_sampling = 1,
-        .debug_checks = 0,
-    };
+    struct engine_params p = {0};
+    for (int i = 0; i < engine_param_count; i++)
+        engine_param_set(&p, &engine_param_table[i], engine_param_table[i].def);
+    return p;
 }
 
 int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type t, int32_t kv_block,
@@ -32,19 +81,12 @@ int64_t engine_kv_blocks_for_budget(const struct model_hparams *hp, enum kv_type
 
 int engine_check_params(const struct engine_params *p, struct err *e)
 {
-    if (p->kv_block < 1 || p->kv_block > 1024 || (p->kv_block & (p->kv_block - 1)))
-        return err_set(e, "kv block size %d: must be a power of two from 1 to 1024", (int)p->kv_block);
+    for (int i = 0; i < engine_param_count; i++)
+        if (engine_param_check(&engine_param_table[i], engine_param_get(p, &engine_param_table[i]), e)) return -1;
     if (p->kv_blocks < 1)
         return err_set(e, "KV pool of %lld blocks: the memory budget holds no block of %d tokens", (long long)p->kv_blocks,
                        (int)p->kv_block);
     if (p->kv_blocks > INT32_MAX / p->kv_block)
         return err_set(e, "KV pool of %lld blocks x %d tokens is over 2^31 tokens", (long long)p->kv_blocks, (int)p->kv_block);
-    if (p->max_batch_tokens < 1 || p->max_batch_tokens > 65536)
-        return err_set(e, "max_batch_tokens %d: must be in [1, 65536]", (int)p->max_batch_tokens);
-    if (p->max_seqs < 1 || p->max_seqs > 4096) return err_set(e, "max_seqs %d: must be in [1, 4096]", (int)p->max_seqs);
-    if (p->kv_type != KV_TYPE_F32 && p->kv_type != KV_TYPE_F16 && p->kv_type != KV_TYPE_Q8_0)
-        return err_set(e, "unknown KV type %d", (int)p->kv_type);
-    if (p->lookup < 0 || p->lookup > ENGINE_MAX_LOOKUP)
-        return err_set(e, "lookup %d: must be in [0, %d]", (int)p->lookup, ENGINE_MAX_LOOKUP);
     return 0;
 }

@@ -158,26 +158,26 @@ uint64_t input_n_bytes(const input_reader *r) { return r->n_bytes; }
 int input_n_unknown_fields(const input_reader *r) { return (int)r->warned.n; }
 void input_file_sha256(const input_reader *r, uint8_t out[32]) { memcpy(out, r->digest, 32); }
 
+static const char *const input_format_names[INPUT_FORMAT_COUNT] = {"auto", "openai", "jsonl", "text"};
+
 const char *input_format_name(enum input_format f)
 {
-    switch (f) {
-    case INPUT_FORMAT_OPENAI: return "openai";
-    case INPUT_FORMAT_JSONL: return "jsonl";
-    case INPUT_FORMAT_TEXT: return "text";
-    default: return "auto";
-    }
+    return (unsigned)f < INPUT_FORMAT_COUNT ? input_format_names[f] : "auto";
 }
 
 int input_format_parse(const char *name, enum input_format *out)
 {
-    static const enum input_format all[] = {INPUT_FORMAT_AUTO, INPUT_FORMAT_OPENAI, INPUT_FORMAT_JSONL,
-                                            INPUT_FORMAT_TEXT};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (!strcmp(name, input_format_name(all[i]))) {
-            *out = all[i];
-            return 0;
-        }
+    for (int f = 0; f < INPUT_FORMAT_COUNT; f++)
+        if (!strcmp(name, input_format_names[f])) return *out = (enum input_format)f, 0;
     return -1;
+}
+
+void input_format_list(char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (int f = 0; f < INPUT_FORMAT_COUNT && n < cap; f++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", f == 0 ? "" : f + 1 < INPUT_FORMAT_COUNT ? ", " : " or ",
+                              input_format_names[f]);
 }
 
 struct input_opts input_default_opts(void)

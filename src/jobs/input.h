@@ -34,7 +34,9 @@
 #include "runtime/genparam.h"
 #include "util/err.h"
 
-enum input_format { INPUT_FORMAT_AUTO, INPUT_FORMAT_OPENAI, INPUT_FORMAT_JSONL, INPUT_FORMAT_TEXT };
+/* A format's name is input_format_name's (the one list of names, in input.c); flags and settings parse it with
+ * input_format_parse. INPUT_FORMAT_COUNT is not a format. */
+enum input_format { INPUT_FORMAT_AUTO, INPUT_FORMAT_OPENAI, INPUT_FORMAT_JSONL, INPUT_FORMAT_TEXT, INPUT_FORMAT_COUNT };
 enum input_kind { INPUT_KIND_COMPLETION, INPUT_KIND_CHAT, INPUT_KIND_EMBEDDING };
 
 struct input_embed; /* jobs/embedding.h */
@@ -99,6 +101,8 @@ void input_close(input_reader *r);
 enum input_format input_get_format(const input_reader *r);
 const char *input_format_name(enum input_format f);
 int input_format_parse(const char *name, enum input_format *out); /* -1 if unknown */
+/* "auto, openai, jsonl or text": the names, for messages and --help. Truncated to cap. */
+void input_format_list(char *buf, size_t cap);
 
 /* Reads the next non-blank line into *it (request or bad line). Returns 1, 0 at end of file, -1 on an I/O
  * error. *it is overwritten; the caller frees it with input_item_free. */

@@ -20,26 +20,26 @@
 const struct genparam genparam_table[] = {
     {"max_tokens", "max_tokens", "max_completion_tokens", "--max-tokens", "-n", GENPARAM_INT, 0,
      GENPARAM_MAX_TOKENS_LIMIT, 0, 256, 0, GENPARAM_KEY_YES, G(max_tokens), -1,
-     "tokens to generate at most (default 256; clamped to the context)"},
+     "tokens to generate at most, clamped to the context"},
     {"top_k", "top_k", NULL, "--top-k", NULL, GENPARAM_INT, 0, INT32_MAX, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(top_k),
-     S(top_k), "keep the K most likely tokens (default 0 = off)"},
+     S(top_k), "keep the K most likely tokens; 0 = off"},
     {"repeat_last_n", NULL, NULL, "--repeat-last-n", NULL, GENPARAM_INT, 0, 1 << 20, 0, 64, 64, GENPARAM_KEY_YES,
-     G(repeat_last_n), S(repeat_last_n), "window of the repetition penalty (default 64)"},
+     G(repeat_last_n), S(repeat_last_n), "window of the repetition penalty"},
     {"temperature", "temperature", NULL, "--temperature", "--temp", GENPARAM_FLOAT, 0, 2, 0, 1, 0,
-     GENPARAM_KEY_SAMPLING, G(temperature), S(temperature), "sampling temperature (default 1; 0 = greedy)"},
+     GENPARAM_KEY_SAMPLING, G(temperature), S(temperature), "sampling temperature; 0 = greedy"},
     {"top_p", "top_p", NULL, "--top-p", NULL, GENPARAM_FLOAT, 0, 1, 1, 1, 1, GENPARAM_KEY_SAMPLING, G(top_p),
-     S(top_p), "nucleus sampling (default 1 = off)"},
+     S(top_p), "nucleus sampling; 1 = off"},
     {"min_p", "min_p", NULL, "--min-p", NULL, GENPARAM_FLOAT, 0, 1, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(min_p),
-     S(min_p), "drop tokens below P * the top probability (default 0 = off)"},
+     S(min_p), "drop tokens below P * the top probability; 0 = off"},
     {"repetition_penalty", "repetition_penalty", "repeat_penalty", "--repetition-penalty", "--repeat-penalty",
      GENPARAM_FLOAT, 0, 10, 1, 1, 1, GENPARAM_KEY_YES, G(repetition_penalty), S(repeat_penalty),
-     "penalize the last --repeat-last-n tokens (default 1 = off)"},
+     "penalize the last --repeat-last-n tokens; 1 = off"},
     {"presence_penalty", "presence_penalty", NULL, "--presence-penalty", NULL, GENPARAM_FLOAT, -2, 2, 0, 0, 0,
-     GENPARAM_KEY_YES, G(presence_penalty), S(presence_penalty), "OpenAI presence penalty (default 0)"},
+     GENPARAM_KEY_YES, G(presence_penalty), S(presence_penalty), "OpenAI presence penalty"},
     {"frequency_penalty", "frequency_penalty", NULL, "--frequency-penalty", NULL, GENPARAM_FLOAT, -2, 2, 0, 0, 0,
-     GENPARAM_KEY_YES, G(frequency_penalty), S(frequency_penalty), "OpenAI frequency penalty (default 0)"},
+     GENPARAM_KEY_YES, G(frequency_penalty), S(frequency_penalty), "OpenAI frequency penalty"},
     {"seed", "seed", NULL, "--seed", NULL, GENPARAM_SEED, 0, 0, 0, 0, 0, GENPARAM_KEY_SAMPLING, G(seed), -1,
-     "RNG seed (default: derived from each request's id)"},
+     "RNG seed"},
     {"stop", "stop", NULL, "--stop", NULL, GENPARAM_STOP, 0, 0, 0, 0, 0, GENPARAM_KEY_YES, G(stop), -1,
      "stop string (repeatable, up to 4); not part of the output"},
     {"logit_bias", "logit_bias", NULL, NULL, NULL, GENPARAM_LOGIT_BIAS, -100, 100, 0, 0, 0, GENPARAM_KEY_YES,
@@ -47,7 +47,7 @@ const struct genparam genparam_table[] = {
     {"ignore_eos", "ignore_eos", NULL, "--ignore-eos", NULL, GENPARAM_BOOL, 0, 1, 0, 0, 0, GENPARAM_KEY_YES,
      G(ignore_eos), -1, "do not stop at end-of-generation tokens"},
     {"n", "n", NULL, "--completions", NULL, GENPARAM_INT, 1, GENPARAM_MAX_N, 0, 1, 1, GENPARAM_KEY_NO, G(n), -1,
-     "completions per request, the request field n (default 1; -n is --max-tokens)"},
+     "completions per request, the request field n; -n is --max-tokens"},
     /* structured output: lo..hi are the constraint kinds a row carries (constraint.h); last, see the key */
     {"response_format", "response_format", "guided_json", "--response-format", "--guided-json",
      GENPARAM_CONSTRAINT, CONSTRAINT_JSON_OBJECT, CONSTRAINT_JSON_SCHEMA, 0, 0, 0, GENPARAM_KEY_YES,
@@ -725,19 +725,57 @@ int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char
     return 0;
 }
 
-void genparam_usage(FILE *out)
+int genparam_in(const struct genparam *p, const char *const *only)
 {
+    if (!only) return 1;
+    for (; *only; only++)
+        if (!strcmp(*only, p->name)) return 1;
+    return 0;
+}
+
+void genparam_usage_line(FILE *out, const char *left, const char *help, const char *def, const char *also)
+{
+    if ((int)strlen(left) > GENPARAM_USAGE_COL - 3) fprintf(out, "  %s\n%*s", left, GENPARAM_USAGE_COL, "");
+    else fprintf(out, "  %-*s ", GENPARAM_USAGE_COL - 3, left);
+    for (const char *h = help; *h; h++) {
+        fputc(*h, out);
+        if (*h == '\n') fprintf(out, "%*s", GENPARAM_USAGE_COL, "");
+    }
+    if (def && also) fprintf(out, " (%s; also %s)", def, also);
+    else if (def || also) fprintf(out, def ? " (%s)" : " (also %s)", def ? def : also);
+    fputc('\n', out);
+}
+
+/* "default 256" and the like: the value d holds for p, NULL where there is nothing to say (no stop strings,
+ * a flag that is off, no constraint). */
+static const char *usage_default(const struct genparam *p, const struct gen_params *d, char *buf, size_t cap)
+{
+    switch (p->type) {
+    case GENPARAM_INT: snprintf(buf, cap, "default %d", *cint_at(d, p)); return buf;
+    case GENPARAM_FLOAT: snprintf(buf, cap, "default %g", (double)*cfloat_at(d, p)); return buf;
+    case GENPARAM_BOOL: return *(const int *)((const char *)d + p->offset) ? "default on" : NULL;
+    case GENPARAM_SEED:
+        if (!d->has_seed) return "default: derived from each request's id";
+        snprintf(buf, cap, "default %llu", (unsigned long long)d->seed);
+        return buf;
+    default: return NULL;
+    }
+}
+
+void genparam_usage(FILE *out, const struct gen_params *d, const char *const *only)
+{
+    struct gen_params table = genparam_defaults();
+    if (!d) d = &table;
     for (int i = 0; i < genparam_count; i++) {
         const struct genparam *p = &genparam_table[i];
-        if (!p->flag) continue;
+        if (!p->flag || !genparam_in(p, only)) continue;
         static const char *const metavar[] = {" N", " X", "", " S", " STR", "", " TEXT", " N"};
         const char *alias = p->flag_alias;
         int short_alias = alias && alias[1] != '-';
-        char left[64];
+        char left[64], def[64];
         snprintf(left, sizeof left, "%s%s%s%s", short_alias ? alias : "", short_alias ? ", " : "", p->flag,
                  metavar[p->type]);
-        if (alias && !short_alias) fprintf(out, "  %-23s %s (also %s)\n", left, p->help, alias);
-        else fprintf(out, "  %-23s %s\n", left, p->help);
+        genparam_usage_line(out, left, p->help, usage_default(p, d, def, sizeof def), short_alias ? NULL : alias);
     }
 }
 

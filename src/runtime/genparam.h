@@ -154,8 +154,16 @@ const struct genparam *genparam_find_flag(const char *flag);
  * got 'x'"); ranges are checked later by genparam_check, as for JSON. A STOP flag appends one string. */
 int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char *flag, const char *value,
                       struct err *e);
-/* The flag lines for --help, aligned at column 28. */
-void genparam_usage(FILE *out);
+/* 1 if p is one of only (row names, NULL-terminated); only NULL: every row. */
+int genparam_in(const struct genparam *p, const char *const *only);
+/* The flag lines for --help of the rows in only (NULL: all), with the defaults of d (a command's own; NULL:
+ * the table's), aligned at column GENPARAM_USAGE_COL. */
+void genparam_usage(FILE *out, const struct gen_params *d, const char *const *only);
+/* One --help line as every flag table of the program prints it: "  LEFT" padded to GENPARAM_USAGE_COL (a
+ * longer LEFT gets a line of its own), the help text (each '\n' continues at the column), then " (DEF; also
+ * ALSO)", either part left out when NULL. */
+#define GENPARAM_USAGE_COL 28
+void genparam_usage_line(FILE *out, const char *left, const char *help, const char *def, const char *also);
 
 /* Store settings: the row's value as a string ("none" for a GENPARAM_KEY_IF_SET row at its default; else
  * "%d", "%.9g", "none" or the seed, a JSON array of stop

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/draft.h"
+#include "runtime/runparam.h"
 #include "util/log.h"
 #include "util/threads.h"
 
@@ -15,25 +16,10 @@
 
 struct runtime_params runtime_default_params(void)
 {
-    const struct engine_params ep = engine_default_params(); /* the engine's defaults, one source */
-    return (struct runtime_params){
-        .model_path = NULL,
-        .backend = NULL,
-        .threads = 0,
-        .device = 0,
-        .gpu_weights = BACKEND_WEIGHTS_AUTO,
-        .kv_memory = RUNTIME_AUTO,
-        .headroom = RUNTIME_AUTO,
-        .reserve = 0,
-        .kv_type = ep.kv_type,
-        .kv_block = ep.kv_block,
-        .max_batch_tokens = 0, /* the backend's default (caps), not the engine's */
-        .max_seqs = RUNTIME_MAX_SEQS_AUTO,
-        .prefix_cache = ep.prefix_cache,
-        .lookup = ep.lookup,
-        .lookup_adaptive = ep.lookup_adaptive,
-        .debug_checks = ep.debug_checks,
-    };
+    struct runtime_params p;
+    memset(&p, 0, sizeof p); /* model_path NULL, reserve and seq_tokens 0: not flags */
+    runparam_defaults(&p);   /* the flags' defaults: the engine's (engine_param_table) where they are its */
+    return p;
 }
 
 int runtime_open_model(const struct runtime_params *p, struct runtime *rt, struct err *e)
@@ -125,15 +111,8 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
     if (rt->backend.ops->load(rt->backend.ctx, rt->model, e)) return -1;
 
     rt->ep = engine_default_params();
-    rt->ep.kv_type = p->kv_type;
-    rt->ep.kv_block = p->kv_block;
-    rt->ep.max_seqs = p->max_seqs;
-    rt->ep.prefix_cache = p->prefix_cache;
-    rt->ep.lookup = p->lookup;
-    rt->ep.lookup_adaptive = p->lookup_adaptive;
-    rt->ep.debug_checks = p->debug_checks;
-    if (p->max_batch_tokens > 0) rt->ep.max_batch_tokens = p->max_batch_tokens;
-    else if (rt->caps.default_max_batch_tokens > 0) rt->ep.max_batch_tokens = rt->caps.default_max_batch_tokens;
+    if (rt->caps.default_max_batch_tokens > 0) rt->ep.max_batch_tokens = rt->caps.default_max_batch_tokens;
+    runparam_to_engine(p, &rt->ep); /* every flag with an engine field; max_batch_tokens 0 keeps the backend's */
     if (p->max_seqs == RUNTIME_MAX_SEQS_AUTO) rt->ep.max_seqs = runtime_seq_knee(&rt->caps, rt->ep.max_batch_tokens);
     rt->ep.kv_blocks = 0;
     return 0;

@@ -59,6 +59,8 @@
  * sequences (twice the KV, twice the latency) would gain at most 11% more. */
 #define RUNTIME_KNEE_FACTOR 4
 
+/* The flags among these fields (backend .. lookup_adaptive, debug_checks) are rows of runtime/runparam's
+ * table: their defaults, flags, ranges, record keys and the copy into engine_params are there. */
 struct runtime_params {
     const char *model_path;   /* GGUF file (not copied: must outlive the runtime) */
     const char *backend;      /* NULL or "auto" (default): the best available that runs the model; else "cpu", "cuda" */
