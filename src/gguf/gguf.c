@@ -37,7 +37,8 @@
 /* ------------------------------------------------------------------------------------------------ */
 /* type tables */
 
-/* The tensor types' table is in quant.c (gguf_dtype_info), beside the row functions it names. */
+/* The tensor types' table is in quant.c (gguf_dtype_info, gguf_row_bytes), beside the row functions it
+ * names. */
 
 static const char *const vtype_names[GGUF_VTYPE_COUNT] = {
     "UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",   "FLOAT32",
@@ -80,15 +81,6 @@ void gguf_dtype_names(uint64_t types, char *out, size_t cap)
         const struct gguf_dtype_info *ti = gguf_dtype_info(t);
         if (types >> t & 1 && ti) off += (size_t)snprintf(out + off, cap - off, "%s%s", off ? ", " : "", ti->name);
     }
-}
-
-uint64_t gguf_row_bytes(uint32_t dtype, uint64_t n)
-{
-    const struct gguf_dtype_info *ti = gguf_dtype_info(dtype);
-    if (!ti || n % ti->block_size) return 0;
-    uint64_t r;
-    if (__builtin_mul_overflow(n / ti->block_size, (uint64_t)ti->block_bytes, &r)) return 0;
-    return r;
 }
 
 /* ------------------------------------------------------------------------------------------------ */

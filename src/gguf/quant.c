@@ -780,6 +780,16 @@ const struct gguf_dtype_info *gguf_dtype_info(uint32_t dtype)
     return &dtype_table[dtype];
 }
 
+/* Here, beside the table, so that the lookup inlines: the matmuls ask for row bytes per tile. */
+uint64_t gguf_row_bytes(uint32_t dtype, uint64_t n)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info(dtype);
+    if (!ti || n % ti->block_size) return 0;
+    uint64_t r;
+    if (__builtin_mul_overflow(n / ti->block_size, (uint64_t)ti->block_bytes, &r)) return 0;
+    return r;
+}
+
 int quant_can_dequantize(enum gguf_dtype t)
 {
     const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
