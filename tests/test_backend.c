@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "backend/cpu_attn.h"
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_kquant.h"
 #include "engine/sampler.h"
 #include "gguf/quant.h"
 #include "model/model.h"
@@ -139,6 +140,36 @@ static struct synth_cfg backend_cfg(void)
 
 static const enum gguf_dtype all_types[] = {GGUF_DTYPE_F32,  GGUF_DTYPE_F16,  GGUF_DTYPE_BF16, GGUF_DTYPE_Q8_0,
                                             GGUF_DTYPE_Q4_0, GGUF_DTYPE_Q4_1, GGUF_DTYPE_Q5_0, GGUF_DTYPE_Q5_1};
+
+/* The CPU's kernel families against the table of types: what it computes (cpu_weight_types, its caps) the
+ * table dequantizes; each such type is in exactly one family, whose activation blocks are the type's block
+ * size; a faster variant exists only for a type with the scalar kernel it falls back to. */
+TEST(test_cpu_types_follow_the_table)
+{
+    const uint64_t cpu = cpu_weight_types();
+    CHECK((cpu & ~quant_dequantize_types()) == 0);
+    CHECK(cpu >> GGUF_DTYPE_Q4_1 & 1 && cpu >> GGUF_DTYPE_Q6_K & 1 && cpu >> GGUF_DTYPE_BF16 & 1);
+    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX; t++) {
+        const enum gguf_dtype ty = (enum gguf_dtype)t;
+        const struct gguf_dtype_info *ti = gguf_dtype_info(t);
+        const char *name = ti ? ti->name : "(no type)";
+        for (int v = CPU_KERNEL_SCALAR; v <= CPU_KERNEL_AVX512; v++) {
+            const struct cpu_kernel k = cpu_kernel_variant(ty, (enum cpu_kernel_variant)v);
+            CHECK_MSG(!k.tile == !k.dot, "%s variant %d: a dot without a tile or the reverse", name, v);
+            CHECK_MSG(!k.tile || cpu >> t & 1, "%s variant %d: a kernel for a type the CPU does not compute", name, v);
+        }
+        if (!(cpu >> t & 1)) {
+            CHECK_MSG(!cpu_type_panels(ty) && !cpu_kquant_type(ty), "%s: in a kernel family, without kernels", name);
+            continue;
+        }
+        CHECK_MSG(cpu_type_panels(ty) != cpu_kquant_type(ty), "%s: in %s kernel family", name,
+                  cpu_type_panels(ty) ? "two" : "no");
+        const enum cpu_act act = cpu_type_act(ty);
+        const uint32_t act_block = act == CPU_ACT_Q8 ? CPU_QK : act == CPU_ACT_Q8K ? CPU_QKK : 1;
+        CHECK_MSG(ti->block_size == act_block, "%s: blocks of %u elements, activation blocks of %u", name,
+                  ti->block_size, act_block);
+    }
+}
 
 TEST(test_dot_simd_vs_scalar)
 {
@@ -1286,6 +1317,7 @@ TEST(test_bad_batches)
 
 int main(void)
 {
+    RUN(test_cpu_types_follow_the_table);
     RUN(test_dot_simd_vs_scalar);
     RUN(test_tile_equals_dot);
     RUN(test_dot_q8_0_extremes);

@@ -705,29 +705,32 @@ out:
     return bad;
 }
 
-/* Weights at load: every type the device converts, on rows of random valid blocks (dq_fill), widths of one
- * block (32-element types), one and two super-blocks; bit for bit the host's BF16 (the output is poisoned
- * with 0xFFFF first, so an element not written differs). Then more rows than one grid column (65535), and a
- * type the launcher must refuse. */
+/* Weights at load: every type the device converts (the table of types' gpu column, so a type marked there
+ * without its device decoder fails here), on rows of random valid blocks (dq_fill), widths of one block
+ * (32-element types), one and two super-blocks; bit for bit the host's BF16 (the output is poisoned with
+ * 0xFFFF first, so an element not written differs). Then more rows than one grid column (65535), and every
+ * other type, which the launcher must refuse. */
 TEST(kernel_dequant)
 {
-    static const enum gguf_dtype types[] = {GGUF_DTYPE_F32,  GGUF_DTYPE_F16,  GGUF_DTYPE_Q4_0, GGUF_DTYPE_Q4_1,
-                                            GGUF_DTYPE_Q5_0, GGUF_DTYPE_Q5_1, GGUF_DTYPE_Q8_0, GGUF_DTYPE_Q2_K,
-                                            GGUF_DTYPE_Q3_K, GGUF_DTYPE_Q4_K, GGUF_DTYPE_Q5_K, GGUF_DTYPE_Q6_K};
     static const int64_t widths[] = {32, 256, 512};
     struct err e;
     int64_t bad = 0, n_cases = 0, n_bad_cases = 0;
+    int n_types = 0;
     char first[128] = "";
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX; t++) {
+        const struct gguf_dtype_info *ti = gguf_dtype_info(t);
+        if (!ti || !ti->gpu_dequant) continue;
+        n_types++;
         for (size_t j = 0; j < sizeof widths / sizeof widths[0]; j++) {
-            if (widths[j] % gguf_dtype_info(types[i])->block_size) continue;
-            const int64_t b = dequant_case(types[i], 7, widths[j], &e);
+            if (widths[j] % ti->block_size) continue;
+            const int64_t b = dequant_case((enum gguf_dtype)t, 7, widths[j], &e);
             CHECK_MSG(b >= 0, "%s", e.msg);
-            if (b && !n_bad_cases++)
-                snprintf(first, sizeof first, "%s n_in %lld", gguf_dtype_info(types[i])->name, (long long)widths[j]);
+            if (b && !n_bad_cases++) snprintf(first, sizeof first, "%s n_in %lld", ti->name, (long long)widths[j]);
             bad += b;
             n_cases++;
         }
+    }
+    CHECK_MSG(n_types >= 12, "only %d types in the gpu column", n_types); /* F32, F16, Q4_0 .. Q8_0, Q2_K .. Q6_K */
     const int64_t b = dequant_case(GGUF_DTYPE_Q4_0, 70000, 32, &e);
     CHECK_MSG(b >= 0, "%s", e.msg);
     if (b && !n_bad_cases++) snprintf(first, sizeof first, "Q4_0 70000 rows");
@@ -735,9 +738,14 @@ TEST(kernel_dequant)
     n_cases++;
     CHECK_MSG(bad == 0, "%lld elements differ in %lld of %lld cases (the first: %s; the # lines list each)",
               (long long)bad, (long long)n_bad_cases, (long long)n_cases, first);
-    uint8_t iq[16 + 2] = {0};
-    uint16_t out[32];
-    CHECK_MSG(cuda_harness_dequant(GGUF_DTYPE_IQ4_NL, iq, 1, 32, out, &e) != 0, "IQ4_NL was not refused");
+    static uint8_t raw[8 * 256];
+    static uint16_t out[256];
+    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX; t++) {
+        const struct gguf_dtype_info *ti = gguf_dtype_info(t);
+        if (ti && !ti->gpu_dequant)
+            CHECK_MSG(cuda_harness_dequant((enum gguf_dtype)t, raw, 1, 256, out, &e) != 0, "%s was not refused",
+                      ti->name);
+    }
 }
 
 

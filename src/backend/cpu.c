@@ -335,10 +335,17 @@ static int cpu_pack_weights(struct cpu_ctx *c, struct err *e)
     c->output = m->output;
     int n_ws = 0;
     uint64_t total = 0;
+    const uint64_t types = cpu_weight_types();
     for (int32_t il = 0; il <= nl; il++) {
         struct model_weight *lw[7];
         int n = cpu_matrices(c, il, lw);
         for (int i = 0; i < n; i++) {
+            if (!(types >> lw[i]->type & 1)) {
+                const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)lw[i]->type);
+                err_set(e, "cpu backend: %s has type %s, which it has no kernels for", lw[i]->name,
+                        ti ? ti->name : "unknown");
+                goto fail;
+            }
             ws[n_ws++] = lw[i];
             total += cpu_packed_bytes(lw[i]);
         }
@@ -909,9 +916,7 @@ static void cpu_caps(void *ctx, struct backend_caps *out)
     /* 512 rows keep a step's activations in cache-friendly sizes while a long prompt still fills a step;
      * see bench/NOTES.md */
     out->default_max_batch_tokens = 512;
-    out->weight_types = 0;
-    for (int t = 0; t < GGUF_DTYPE_COUNT_MAX; t++)
-        if (model_type_supported((enum gguf_dtype)t)) out->weight_types |= 1ull << t;
+    out->weight_types = cpu_weight_types();
     /* the budget has always counted the weights against RAM; conservative now that load repacks the
      * matrices into memory of its own (weight_copy_bytes) and drops their file pages */
     out->weights_mapped = 1;

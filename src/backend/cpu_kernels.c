@@ -685,6 +685,16 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
     return k;
 }
 
+uint64_t cpu_weight_types(void)
+{
+    uint64_t types = 0;
+    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX; t++) {
+        const enum gguf_dtype ty = (enum gguf_dtype)t;
+        if (quant_can_dequantize(ty) && cpu_kernel_variant(ty, CPU_KERNEL_SCALAR).tile) types |= 1ull << t;
+    }
+    return types;
+}
+
 /* The most capable variant cpu_kernel_best may use: NIGHTSHIFT_CPU_KERNELS=scalar or avx2 (plain AVX2,
  * no VNNI or AVX-512) caps it, for comparing variants on one machine; read once. */
 enum cpu_kernel_variant cpu_kernel_cap(void)

@@ -116,6 +116,11 @@ struct cpu_kernel {
  * the choice. */
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t);
 
+/* The weight types the CPU backend computes, as bits 1ull << type (its caps' weight_types): those with a
+ * scalar kernel (which every faster variant falls back to) that the table of types also dequantizes (a
+ * token's embedding row is read through quant_dequantize_row). Walks the table: O(types). */
+uint64_t cpu_weight_types(void);
+
 /* The most capable variant allowed: CPU_KERNEL_AVX512 unless NIGHTSHIFT_CPU_KERNELS says avx2 or scalar
  * (read once). The attention's fast paths follow it too. */
 enum cpu_kernel_variant cpu_kernel_cap(void);

@@ -147,7 +147,9 @@ __device__ float cuda_dq_q6_k(const uint8_t *b, int i)
     return __fmul_rn(__fmul_rn(cuda_dq_ld_f16(b + 208), (float)sc), (float)q);
 }
 
-/* Element i of the block at b (i < the type's block size). */
+/* Element i of the block at b (i < the type's block size), for the types of the table's gpu column
+ * (cuda_dequant_supported). A type marked there without a case here decodes as zeros, which test_cuda's
+ * kernel_dequant (it walks the column) reports. */
 __device__ __forceinline__ float cuda_dq_element(enum gguf_dtype t, const uint8_t *b, int i)
 {
     switch (t) {
@@ -181,25 +183,12 @@ __global__ void cuda_k_dequant(enum gguf_dtype t, const uint8_t *src, int64_t n_
         dst[r * n_in + k] = cuda_dq_bf16(cuda_dq_element(t, src + r * row_bytes + in_row, k % bs));
 }
 
+/* The table of types' gpu column (quant.c), the one list of what cuda_dq_element decodes; test_cuda's
+ * kernel_dequant runs every type it names against the host's conversion. */
 int cuda_dequant_supported(enum gguf_dtype t)
 {
-    switch (t) {
-    case GGUF_DTYPE_F32:
-    case GGUF_DTYPE_F16:
-    case GGUF_DTYPE_Q4_0:
-    case GGUF_DTYPE_Q4_1:
-    case GGUF_DTYPE_Q5_0:
-    case GGUF_DTYPE_Q5_1:
-    case GGUF_DTYPE_Q8_0:
-    case GGUF_DTYPE_Q2_K:
-    case GGUF_DTYPE_Q3_K:
-    case GGUF_DTYPE_Q4_K:
-    case GGUF_DTYPE_Q5_K:
-    case GGUF_DTYPE_Q6_K:
-        return 1;
-    default:
-        return 0;
-    }
+    const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
+    return ti && ti->gpu_dequant;
 }
 
 int cuda_launch_dequant(cudaStream_t st, enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in,

@@ -223,8 +223,8 @@ int cuda_gemv_fused_fits(enum cuda_gemv_in_kind kind, int32_t n_in);
  * blocks). Bit for bit what the host gives (quant_dequantize_row, then quant_f32_to_bf16) wherever the
  * blocks' f16 scales are finite (the file's top comment says what differs otherwise). src and dst are
  * device memory; src must stay unchanged until the kernel has run (stream order). t must pass
- * cuda_dequant_supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K (BF16 is copied, not
- * converted). */
+ * cuda_dequant_supported: the types whose row of the table of types (quant.c) has gpu_dequant set (BF16 is
+ * copied, not converted). */
 int cuda_launch_dequant(cudaStream_t st, enum gguf_dtype t, const void *src, int64_t n_rows, int64_t n_in,
                         uint16_t *dst, struct err *e);
 int cuda_dequant_supported(enum gguf_dtype t);

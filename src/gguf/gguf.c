@@ -37,43 +37,8 @@
 /* ------------------------------------------------------------------------------------------------ */
 /* type tables */
 
-static const struct gguf_dtype_info dtype_table[GGUF_DTYPE_COUNT_MAX] = {
-    [GGUF_DTYPE_F32] = {"F32", 1, 4},
-    [GGUF_DTYPE_F16] = {"F16", 1, 2},
-    [GGUF_DTYPE_Q4_0] = {"Q4_0", 32, 18},
-    [GGUF_DTYPE_Q4_1] = {"Q4_1", 32, 20},
-    [GGUF_DTYPE_Q5_0] = {"Q5_0", 32, 22},
-    [GGUF_DTYPE_Q5_1] = {"Q5_1", 32, 24},
-    [GGUF_DTYPE_Q8_0] = {"Q8_0", 32, 34},
-    [GGUF_DTYPE_Q8_1] = {"Q8_1", 32, 36},
-    [GGUF_DTYPE_Q2_K] = {"Q2_K", 256, 84},
-    [GGUF_DTYPE_Q3_K] = {"Q3_K", 256, 110},
-    [GGUF_DTYPE_Q4_K] = {"Q4_K", 256, 144},
-    [GGUF_DTYPE_Q5_K] = {"Q5_K", 256, 176},
-    [GGUF_DTYPE_Q6_K] = {"Q6_K", 256, 210},
-    [GGUF_DTYPE_Q8_K] = {"Q8_K", 256, 292},
-    [GGUF_DTYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66},
-    [GGUF_DTYPE_IQ2_XS] = {"IQ2_XS", 256, 74},
-    [GGUF_DTYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98},
-    [GGUF_DTYPE_IQ1_S] = {"IQ1_S", 256, 50},
-    [GGUF_DTYPE_IQ4_NL] = {"IQ4_NL", 32, 18},
-    [GGUF_DTYPE_IQ3_S] = {"IQ3_S", 256, 110},
-    [GGUF_DTYPE_IQ2_S] = {"IQ2_S", 256, 82},
-    [GGUF_DTYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
-    [GGUF_DTYPE_I8] = {"I8", 1, 1},
-    [GGUF_DTYPE_I16] = {"I16", 1, 2},
-    [GGUF_DTYPE_I32] = {"I32", 1, 4},
-    [GGUF_DTYPE_I64] = {"I64", 1, 8},
-    [GGUF_DTYPE_F64] = {"F64", 1, 8},
-    [GGUF_DTYPE_IQ1_M] = {"IQ1_M", 256, 56},
-    [GGUF_DTYPE_BF16] = {"BF16", 1, 2},
-};
-
-const struct gguf_dtype_info *gguf_dtype_info(uint32_t dtype)
-{
-    if (dtype >= GGUF_DTYPE_COUNT_MAX || !dtype_table[dtype].name) return NULL;
-    return &dtype_table[dtype];
-}
+/* The tensor types' table is in quant.c (gguf_dtype_info, gguf_row_bytes), beside the row functions it
+ * names. */
 
 static const char *const vtype_names[GGUF_VTYPE_COUNT] = {
     "UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",   "FLOAT32",
@@ -108,13 +73,14 @@ uint64_t gguf_vtype_size(uint32_t t)
     }
 }
 
-uint64_t gguf_row_bytes(uint32_t dtype, uint64_t n)
+void gguf_dtype_names(uint64_t types, char *out, size_t cap)
 {
-    const struct gguf_dtype_info *ti = gguf_dtype_info(dtype);
-    if (!ti || n % ti->block_size) return 0;
-    uint64_t r;
-    if (__builtin_mul_overflow(n / ti->block_size, (uint64_t)ti->block_bytes, &r)) return 0;
-    return r;
+    size_t off = 0;
+    if (cap) out[0] = '\0';
+    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX && off < cap; t++) {
+        const struct gguf_dtype_info *ti = gguf_dtype_info(t);
+        if (types >> t & 1 && ti) off += (size_t)snprintf(out + off, cap - off, "%s%s", off ? ", " : "", ti->name);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -72,14 +72,27 @@ enum gguf_dtype {
     GGUF_DTYPE_COUNT_MAX = 64 /* ids >= this are rejected */
 };
 
+/* One row of the table of tensor types, the one list of weight types (the table and gguf_dtype_info are in
+ * quant.c, beside the row functions): adding a type is one row there plus its row functions, and the
+ * kernels of each backend that computes it. Every other list of types derives from these columns
+ * (quant_can_dequantize, quant_can_quantize, model_type_supported, the backends' caps, cuda_dequant_supported,
+ * the names in messages); tests/test_dtype.c checks every row. */
 struct gguf_dtype_info {
-    const char *name;    /* "F32", "Q4_K", ... */
-    uint32_t block_size; /* elements per block (1 for plain types) */
+    const char *name;     /* "F32", "Q4_K", ... */
+    uint32_t block_size;  /* elements per block (1 for plain types) */
     uint32_t block_bytes; /* bytes per block */
+    /* (optional) n elements (whole blocks, n >= 0) at src as f32 into dst / f32 at src into dst; NULL where
+     * the type is not read / not written (through quant_dequantize_row / quant_quantize_row). */
+    void (*dequantize_row)(const void *src, float *dst, int64_t n);
+    void (*quantize_row)(const float *src, void *dst, int64_t n);
+    int gpu_dequant; /* 1: the cuda backend converts it to BF16 on the device at load (cuda_dequant.cu) */
 };
 
 /* Facts about a tensor type; NULL for an id that is not a known type. */
 const struct gguf_dtype_info *gguf_dtype_info(uint32_t dtype);
+/* "F32, F16, ..." in id order: the names of the types whose bit (1ull << type) is set in `types` (cut to
+ * cap bytes, NUL-terminated when cap > 0). */
+void gguf_dtype_names(uint64_t types, char *out, size_t cap);
 const char *gguf_vtype_name(uint32_t vtype); /* "?" when unknown */
 
 /* Bytes of a row of n elements of type t; 0 if t is unknown or n is not a multiple of the block size. */

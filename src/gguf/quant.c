@@ -1,12 +1,26 @@
-/* quant — scalar reference conversions between f32 and the ggml tensor types.
+/* quant — the table of tensor types (at the end of this file) and the scalar reference conversions
+ * between f32 and them.
  *
- * Invariant: every function here is plain C with no SIMD and no table lookups beyond the block layouts
- * below, so it is the oracle fast kernels are checked against. Conversions are pure functions of their
- * input bytes (no global state). Block layouts, byte for byte (all little-endian, packed, no padding):
+ * The table is the one list of weight types: gguf_dtype_info() answers from it, and every other list
+ * (what quantize reads and writes, what a model may hold, what the GPU converts at load, the names in
+ * messages) is derived from its columns. A type is added as one row of it plus its row functions here;
+ * a backend that computes it adds its kernels (cpu_kernels*.c / cpu_kquant.c; cuda_dequant.cu for the gpu
+ * column). Invariant of the table (quant_check_types):
+ *   (1) a row has a name exactly when it is a known type, and then blocks of at least one element and byte;
+ *   (2) names are unique (also ignoring case);
+ *   (3) a type that quantizes also dequantizes;
+ *   (4) a type the GPU converts at load is one the host dequantizes (the device is checked against it).
+ * tests/test_dtype.c also checks every row's functions against its geometry (whole rows of several blocks
+ * against one block at a time, bytes written, round trips).
  *
- *   Q4_0  (32 elems, 18 B): f16 d; u8 qs[16]                x[j] = d*((qs[j]&15)-8), x[j+16] =
- * d*((qs[j]>>4)-8) Q4_1  (32 elems, 20 B): f16 d, m; u8 qs[16]             x = d*nibble + m (same nibble
- * order) Q5_0  (32 elems, 22 B): f16 d; u8 qh[4]; u8 qs[16]       bit j of qh (u32) is the 5th bit of elem j;
+ * Invariant of the conversions: every function here is plain C with no SIMD and no table lookups beyond
+ * the block layouts below, so it is the oracle fast kernels are checked against. Conversions are pure
+ * functions of their input bytes (no global state). Block layouts, byte for byte (all little-endian,
+ * packed, no padding):
+ *
+ *   Q4_0  (32 elems, 18 B): f16 d; u8 qs[16]                 x[j] = d*((qs[j]&15)-8), x[j+16] = d*((qs[j]>>4)-8)
+ *   Q4_1  (32 elems, 20 B): f16 d, m; u8 qs[16]              x = d*nibble + m (same nibble order)
+ *   Q5_0  (32 elems, 22 B): f16 d; u8 qh[4]; u8 qs[16]       bit j of qh (u32) is the 5th bit of elem j;
  *                                                             x = d*(q5 - 16)
  *   Q5_1  (32 elems, 24 B): f16 d, m; u8 qh[4]; u8 qs[16]    x = d*q5 + m
  *   Q8_0  (32 elems, 34 B): f16 d; i8 qs[32]                 x = d*q
@@ -29,6 +43,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 /* ------------------------------------------------------------------------------------------------ */
 /* half and bfloat16 */
@@ -290,113 +305,6 @@ static void deq_q6_k(const uint8_t *b, float *y)
         qh += 32;
         sc += 8;
     }
-}
-
-int quant_can_dequantize(enum gguf_dtype t)
-{
-    switch (t) {
-    case GGUF_DTYPE_F32:
-    case GGUF_DTYPE_F16:
-    case GGUF_DTYPE_BF16:
-    case GGUF_DTYPE_Q4_0:
-    case GGUF_DTYPE_Q4_1:
-    case GGUF_DTYPE_Q5_0:
-    case GGUF_DTYPE_Q5_1:
-    case GGUF_DTYPE_Q8_0:
-    case GGUF_DTYPE_Q2_K:
-    case GGUF_DTYPE_Q3_K:
-    case GGUF_DTYPE_Q4_K:
-    case GGUF_DTYPE_Q5_K:
-    case GGUF_DTYPE_Q6_K:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-int quant_can_quantize(enum gguf_dtype t)
-{
-    switch (t) {
-    case GGUF_DTYPE_F32:
-    case GGUF_DTYPE_F16:
-    case GGUF_DTYPE_BF16:
-    case GGUF_DTYPE_Q8_0:
-    case GGUF_DTYPE_Q4_0:
-    case GGUF_DTYPE_Q4_1:
-    case GGUF_DTYPE_Q5_0:
-    case GGUF_DTYPE_Q5_1:
-    case GGUF_DTYPE_Q2_K:
-    case GGUF_DTYPE_Q3_K:
-    case GGUF_DTYPE_Q4_K:
-    case GGUF_DTYPE_Q5_K:
-    case GGUF_DTYPE_Q6_K:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-int quant_dequantize_row(enum gguf_dtype t, const void *src, float *dst, int64_t n)
-{
-    const struct gguf_dtype_info *ti = gguf_dtype_info(t);
-    if (!ti || !quant_can_dequantize(t) || n < 0 || n % ti->block_size) return -1;
-    const uint8_t *b = src;
-    int64_t nb = n / ti->block_size;
-    switch (t) {
-    case GGUF_DTYPE_F32:
-        memcpy(dst, src, (size_t)n * 4);
-        return 0;
-    case GGUF_DTYPE_F16:
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = ld_f16(b + 2 * i);
-        return 0;
-    case GGUF_DTYPE_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, b + 2 * i, 2);
-            dst[i] = quant_bf16_to_f32(h);
-        }
-        return 0;
-    default:
-        break;
-    }
-    for (int64_t i = 0; i < nb; i++, b += ti->block_bytes, dst += ti->block_size) {
-        switch (t) {
-        case GGUF_DTYPE_Q4_0:
-            deq_q4_0(b, dst);
-            break;
-        case GGUF_DTYPE_Q4_1:
-            deq_q4_1(b, dst);
-            break;
-        case GGUF_DTYPE_Q5_0:
-            deq_q5(b, dst, 0);
-            break;
-        case GGUF_DTYPE_Q5_1:
-            deq_q5(b, dst, 1);
-            break;
-        case GGUF_DTYPE_Q8_0:
-            deq_q8_0(b, dst);
-            break;
-        case GGUF_DTYPE_Q2_K:
-            deq_q2_k(b, dst);
-            break;
-        case GGUF_DTYPE_Q3_K:
-            deq_q3_k(b, dst);
-            break;
-        case GGUF_DTYPE_Q4_K:
-            deq_q4_k(b, dst);
-            break;
-        case GGUF_DTYPE_Q5_K:
-            deq_q5_k(b, dst);
-            break;
-        case GGUF_DTYPE_Q6_K:
-            deq_q6_k(b, dst);
-            break;
-        default:
-            return -1;
-        }
-    }
-    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -702,63 +610,241 @@ static void q_q5(const float *x, uint8_t *b, int has_min)
     for (int k = 0; k < 4; k++) p[k] = (uint8_t)(qh >> (8 * k));
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* rows: what the table's dequantize_row / quantize_row columns point to. n is whole blocks (checked by
+ * quant_dequantize_row / quant_quantize_row); a block type's row is its block function once per block, the
+ * block's geometry read from the type's table row, so the loop calls the block function directly. */
+
+static const struct gguf_dtype_info dtype_table[GGUF_DTYPE_COUNT_MAX];
+
+typedef void (*quant_deq_block_fn)(const uint8_t *b, float *y);
+typedef void (*quant_q_block_fn)(const float *x, uint8_t *b);
+
+static inline void deq_blocks(enum gguf_dtype t, quant_deq_block_fn block, const void *src, float *dst, int64_t n)
+{
+    const struct gguf_dtype_info *ti = &dtype_table[t];
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n / ti->block_size; i++) block(b + i * ti->block_bytes, dst + i * ti->block_size);
+}
+
+static inline void q_blocks(enum gguf_dtype t, quant_q_block_fn block, const float *src, void *dst, int64_t n)
+{
+    const struct gguf_dtype_info *ti = &dtype_table[t];
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n / ti->block_size; i++) block(src + i * ti->block_size, b + i * ti->block_bytes);
+}
+
+static void deq_q5_0(const uint8_t *b, float *y)
+{
+    deq_q5(b, y, 0);
+}
+
+static void deq_q5_1(const uint8_t *b, float *y)
+{
+    deq_q5(b, y, 1);
+}
+
+static void q_q5_0(const float *x, uint8_t *b)
+{
+    q_q5(x, b, 0);
+}
+
+static void q_q5_1(const float *x, uint8_t *b)
+{
+    q_q5(x, b, 1);
+}
+
+static void q_q4_k(const float *x, uint8_t *b)
+{
+    q_q4_5_k(x, b, 0);
+}
+
+static void q_q5_k(const float *x, uint8_t *b)
+{
+    q_q4_5_k(x, b, 1);
+}
+
+static void deq_row_f32(const void *src, float *dst, int64_t n)
+{
+    memcpy(dst, src, (size_t)n * 4);
+}
+
+static void deq_row_f16(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = ld_f16(b + 2 * i);
+}
+
+static void deq_row_bf16(const void *src, float *dst, int64_t n)
+{
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, b + 2 * i, 2);
+        dst[i] = quant_bf16_to_f32(h);
+    }
+}
+
+static void q_row_f32(const float *src, void *dst, int64_t n)
+{
+    memcpy(dst, src, (size_t)n * 4);
+}
+
+static void q_row_f16(const float *src, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n; i++) st_f16(b + 2 * i, src[i]);
+}
+
+static void q_row_bf16(const float *src, void *dst, int64_t n)
+{
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = quant_f32_to_bf16(src[i]);
+        memcpy(b + 2 * i, &h, 2);
+    }
+}
+
+/* clang-format off */
+static void deq_row_q4_0(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q4_0, deq_q4_0, s, d, n); }
+static void deq_row_q4_1(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q4_1, deq_q4_1, s, d, n); }
+static void deq_row_q5_0(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q5_0, deq_q5_0, s, d, n); }
+static void deq_row_q5_1(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q5_1, deq_q5_1, s, d, n); }
+static void deq_row_q8_0(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q8_0, deq_q8_0, s, d, n); }
+static void deq_row_q2_k(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q2_K, deq_q2_k, s, d, n); }
+static void deq_row_q3_k(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q3_K, deq_q3_k, s, d, n); }
+static void deq_row_q4_k(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q4_K, deq_q4_k, s, d, n); }
+static void deq_row_q5_k(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q5_K, deq_q5_k, s, d, n); }
+static void deq_row_q6_k(const void *s, float *d, int64_t n) { deq_blocks(GGUF_DTYPE_Q6_K, deq_q6_k, s, d, n); }
+
+static void q_row_q4_0(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q4_0, q_q4_0, s, d, n); }
+static void q_row_q4_1(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q4_1, q_q4_1, s, d, n); }
+static void q_row_q5_0(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q5_0, q_q5_0, s, d, n); }
+static void q_row_q5_1(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q5_1, q_q5_1, s, d, n); }
+static void q_row_q8_0(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q8_0, q_q8_0, s, d, n); }
+static void q_row_q2_k(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q2_K, q_q2_k, s, d, n); }
+static void q_row_q3_k(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q3_K, q_q3_k, s, d, n); }
+static void q_row_q4_k(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q4_K, q_q4_k, s, d, n); }
+static void q_row_q5_k(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q5_K, q_q5_k, s, d, n); }
+static void q_row_q6_k(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE_Q6_K, q_q6_k, s, d, n); }
+/* clang-format on */
+
+/* ------------------------------------------------------------------------------------------------ */
+/* the table of types (see gguf.h for its columns and the top of this file for its invariant) */
+
+/* clang-format off */
+#define DEQ(name) deq_row_##name
+#define Q(name) q_row_##name
+
+static const struct gguf_dtype_info dtype_table[GGUF_DTYPE_COUNT_MAX] = {
+    /*                      name       block elems, bytes  dequantize_row  quantize_row  gpu */
+    [GGUF_DTYPE_F32] =     {"F32",     1, 4,               DEQ(f32),       Q(f32),       1},
+    [GGUF_DTYPE_F16] =     {"F16",     1, 2,               DEQ(f16),       Q(f16),       1},
+    [GGUF_DTYPE_Q4_0] =    {"Q4_0",    32, 18,             DEQ(q4_0),      Q(q4_0),      1},
+    [GGUF_DTYPE_Q4_1] =    {"Q4_1",    32, 20,             DEQ(q4_1),      Q(q4_1),      1},
+    [GGUF_DTYPE_Q5_0] =    {"Q5_0",    32, 22,             DEQ(q5_0),      Q(q5_0),      1},
+    [GGUF_DTYPE_Q5_1] =    {"Q5_1",    32, 24,             DEQ(q5_1),      Q(q5_1),      1},
+    [GGUF_DTYPE_Q8_0] =    {"Q8_0",    32, 34,             DEQ(q8_0),      Q(q8_0),      1},
+    [GGUF_DTYPE_Q8_1] =    {"Q8_1",    32, 36,             NULL,           NULL,         0},
+    [GGUF_DTYPE_Q2_K] =    {"Q2_K",    256, 84,            DEQ(q2_k),      Q(q2_k),      1},
+    [GGUF_DTYPE_Q3_K] =    {"Q3_K",    256, 110,           DEQ(q3_k),      Q(q3_k),      1},
+    [GGUF_DTYPE_Q4_K] =    {"Q4_K",    256, 144,           DEQ(q4_k),      Q(q4_k),      1},
+    [GGUF_DTYPE_Q5_K] =    {"Q5_K",    256, 176,           DEQ(q5_k),      Q(q5_k),      1},
+    [GGUF_DTYPE_Q6_K] =    {"Q6_K",    256, 210,           DEQ(q6_k),      Q(q6_k),      1},
+    [GGUF_DTYPE_Q8_K] =    {"Q8_K",    256, 292,           NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66,            NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ2_XS] =  {"IQ2_XS",  256, 74,            NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98,            NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ1_S] =   {"IQ1_S",   256, 50,            NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ4_NL] =  {"IQ4_NL",  32, 18,             NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ3_S] =   {"IQ3_S",   256, 110,           NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ2_S] =   {"IQ2_S",   256, 82,            NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ4_XS] =  {"IQ4_XS",  256, 136,           NULL,           NULL,         0},
+    [GGUF_DTYPE_I8] =      {"I8",      1, 1,               NULL,           NULL,         0},
+    [GGUF_DTYPE_I16] =     {"I16",     1, 2,               NULL,           NULL,         0},
+    [GGUF_DTYPE_I32] =     {"I32",     1, 4,               NULL,           NULL,         0},
+    [GGUF_DTYPE_I64] =     {"I64",     1, 8,               NULL,           NULL,         0},
+    [GGUF_DTYPE_F64] =     {"F64",     1, 8,               NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ1_M] =   {"IQ1_M",   256, 56,            NULL,           NULL,         0},
+    [GGUF_DTYPE_BF16] =    {"BF16",    1, 2,               DEQ(bf16),      Q(bf16),      0},
+};
+
+/* clang-format on */
+
+#undef DEQ
+#undef Q
+
+const struct gguf_dtype_info *gguf_dtype_info(uint32_t dtype)
+{
+    if (dtype >= GGUF_DTYPE_COUNT_MAX || !dtype_table[dtype].name) return NULL;
+    return &dtype_table[dtype];
+}
+
+/* Here, beside the table, so that the lookup inlines: the matmuls ask for row bytes per tile. */
+uint64_t gguf_row_bytes(uint32_t dtype, uint64_t n)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info(dtype);
+    if (!ti || n % ti->block_size) return 0;
+    uint64_t r;
+    if (__builtin_mul_overflow(n / ti->block_size, (uint64_t)ti->block_bytes, &r)) return 0;
+    return r;
+}
+
+int quant_can_dequantize(enum gguf_dtype t)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
+    return ti && ti->dequantize_row;
+}
+
+int quant_can_quantize(enum gguf_dtype t)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
+    return ti && ti->quantize_row;
+}
+
+uint64_t quant_dequantize_types(void)
+{
+    uint64_t types = 0;
+    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX; t++)
+        if (quant_can_dequantize((enum gguf_dtype)t)) types |= 1ull << t;
+    return types;
+}
+
+int quant_dequantize_row(enum gguf_dtype t, const void *src, float *dst, int64_t n)
+{
+    const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
+    if (!ti || !ti->dequantize_row || n < 0 || n % ti->block_size) return -1;
+    ti->dequantize_row(src, dst, n);
+    return 0;
+}
+
 int quant_quantize_row(enum gguf_dtype t, const float *src, void *dst, int64_t n)
 {
-    const struct gguf_dtype_info *ti = gguf_dtype_info(t);
-    if (!ti || !quant_can_quantize(t) || n < 0 || n % ti->block_size) return -1;
-    uint8_t *b = dst;
-    switch (t) {
-    case GGUF_DTYPE_F32:
-        memcpy(dst, src, (size_t)n * 4);
-        return 0;
-    case GGUF_DTYPE_F16:
-        for (int64_t i = 0; i < n; i++)
-            st_f16(b + 2 * i, src[i]);
-        return 0;
-    case GGUF_DTYPE_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = quant_f32_to_bf16(src[i]);
-            memcpy(b + 2 * i, &h, 2);
+    const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
+    if (!ti || !ti->quantize_row || n < 0 || n % ti->block_size) return -1;
+    ti->quantize_row(src, dst, n);
+    return 0;
+}
+
+int quant_check_types(struct err *e)
+{
+    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX; t++) {
+        const struct gguf_dtype_info *ti = &dtype_table[t];
+        if (!ti->name) {
+            if (ti->block_size || ti->block_bytes || ti->dequantize_row || ti->quantize_row || ti->gpu_dequant)
+                return err_set(e, "quant_check_types: (1) type id %u has no name but other columns", t);
+            continue;
         }
-        return 0;
-    default:
-        break;
-    }
-    for (int64_t i = 0; i < n / ti->block_size; i++, b += ti->block_bytes, src += ti->block_size) {
-        switch (t) {
-        case GGUF_DTYPE_Q8_0:
-            q_q8_0(src, b);
-            break;
-        case GGUF_DTYPE_Q4_0:
-            q_q4_0(src, b);
-            break;
-        case GGUF_DTYPE_Q4_1:
-            q_q4_1(src, b);
-            break;
-        case GGUF_DTYPE_Q5_0:
-            q_q5(src, b, 0);
-            break;
-        case GGUF_DTYPE_Q5_1:
-            q_q5(src, b, 1);
-            break;
-        case GGUF_DTYPE_Q2_K:
-            q_q2_k(src, b);
-            break;
-        case GGUF_DTYPE_Q3_K:
-            q_q3_k(src, b);
-            break;
-        case GGUF_DTYPE_Q4_K:
-            q_q4_5_k(src, b, 0);
-            break;
-        case GGUF_DTYPE_Q5_K:
-            q_q4_5_k(src, b, 1);
-            break;
-        case GGUF_DTYPE_Q6_K:
-            q_q6_k(src, b);
-            break;
-        default:
-            return -1;
-        }
+        if (ti->block_size < 1 || ti->block_bytes < 1)
+            return err_set(e, "quant_check_types: (1) %s has blocks of %u elements, %u bytes", ti->name,
+                           ti->block_size, ti->block_bytes);
+        for (uint32_t u = 0; u < t; u++)
+            if (dtype_table[u].name && !strcasecmp(dtype_table[u].name, ti->name))
+                return err_set(e, "quant_check_types: (2) ids %u and %u are both named %s", u, t, ti->name);
+        if (ti->quantize_row && !ti->dequantize_row)
+            return err_set(e, "quant_check_types: (3) %s quantizes but does not dequantize", ti->name);
+        if (ti->gpu_dequant && !ti->dequantize_row)
+            return err_set(e, "quant_check_types: (4) %s is converted on the GPU but not on the host", ti->name);
     }
     return 0;
 }

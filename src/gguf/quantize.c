@@ -121,11 +121,12 @@ static int quantize_plan(const gguf_file *f, const struct quantize_params *p, st
             }
         }
         plan[i] = (struct quantize_entry){type, type != t->type};
-        if (plan[i].convert && !quant_can_dequantize(t->type))
-            return err_set(e,
-                           "%s: tensor %s has type %s, which quantize cannot read (it reads F32, F16, BF16, Q8_0, "
-                           "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
-                           p->in_path, t->name, quantize_type_name(t->type));
+        if (plan[i].convert && !quant_can_dequantize(t->type)) {
+            char list[256];
+            gguf_dtype_names(quant_dequantize_types(), list, sizeof list);
+            return err_set(e, "%s: tensor %s has type %s, which quantize cannot read (it reads %s)", p->in_path,
+                           t->name, quantize_type_name(t->type), list);
+        }
         r->n_converted += (uint64_t)plan[i].convert;
         r->n_copied += (uint64_t)!plan[i].convert;
         r->in_types[t->type]++;

@@ -2,14 +2,14 @@
  *
  * Invariant after model_load() succeeds: every hyper-parameter is positive and bounded (n_head divisible
  * by n_head_kv, n_rot even and <= head_dim), and every bound weight is a 1-D or 2-D tensor of the exact
- * shape the forward pass indexes, of a type the CPU backend computes (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K for matrices; F32 for norms, biases and rope_freqs), with data inside the file mapping and aligned to its
- * element (model_data_align: 4 bytes for F32, 2 for the others, whose blocks hold f16 values), so the
- * backend can index weights as typed arrays without further checks (a file with general.alignment = 1
- * could otherwise place an F32 tensor at an odd address). A weight is a whole tensor or whole rows of one
- * (phi3's fused attn_qkv / ffn_up, model_slice_rows), named after that tensor. The gemma / phi3 parameters
- * are zero for the llama family (so its backends' paths do not change) and non-negative otherwise.
- * model_check() re-verifies this (tests call it).
+ * shape the forward pass indexes: matrices of a type the table of types dequantizes (model_type_supported;
+ * which of those a backend computes is its caps' weight_types), norms, biases and rope_freqs of F32, with
+ * data inside the file mapping and aligned to its element (model_data_align: 4 bytes for F32, 2 for the
+ * others, whose blocks hold f16 values), so the backend can index weights as typed arrays without further
+ * checks (a file with general.alignment = 1 could otherwise place an F32 tensor at an odd address). A
+ * weight is a whole tensor or whole rows of one (phi3's fused attn_qkv / ffn_up, model_slice_rows), named
+ * after that tensor. The gemma / phi3 parameters are zero for the llama family (so its backends' paths do
+ * not change) and non-negative otherwise. model_check() re-verifies this (tests call it).
  */
 #include "model/model.h"
 
@@ -33,24 +33,7 @@ const char *model_arch_name(enum model_arch a)
 
 int model_type_supported(enum gguf_dtype t)
 {
-    switch (t) {
-    case GGUF_DTYPE_F32:
-    case GGUF_DTYPE_F16:
-    case GGUF_DTYPE_BF16:
-    case GGUF_DTYPE_Q8_0:
-    case GGUF_DTYPE_Q4_0:
-    case GGUF_DTYPE_Q4_1:
-    case GGUF_DTYPE_Q5_0:
-    case GGUF_DTYPE_Q5_1:
-    case GGUF_DTYPE_Q2_K:
-    case GGUF_DTYPE_Q3_K:
-    case GGUF_DTYPE_Q4_K:
-    case GGUF_DTYPE_Q5_K:
-    case GGUF_DTYPE_Q6_K:
-        return 1;
-    default:
-        return 0;
-    }
+    return quant_can_dequantize(t);
 }
 
 static const char *model_type_name(enum gguf_dtype t)
@@ -114,10 +97,12 @@ static int model_bind(const gguf_file *f, struct model_weight *w, const char *na
                        (unsigned long long)t->ne[3], (long long)ne0, (long long)want1);
     }
     if (matrix) {
-        if (!model_type_supported(t->type))
-            return err_set(e, "tensor %s has unsupported type %s (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                           "Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
-                           name, model_type_name(t->type));
+        if (!model_type_supported(t->type)) {
+            char list[256];
+            gguf_dtype_names(quant_dequantize_types(), list, sizeof list);
+            return err_set(e, "tensor %s has unsupported type %s (supported: %s)", name, model_type_name(t->type),
+                           list);
+        }
     } else if (t->type != GGUF_DTYPE_F32) {
         return err_set(e, "tensor %s has unsupported type %s (norms, biases and rope factors must be F32)", name,
                        model_type_name(t->type));

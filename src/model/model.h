@@ -119,8 +119,8 @@ uint64_t model_kv_vec_bytes(const struct model_hparams *hp, enum kv_type t);
 const char *model_arch_name(enum model_arch a); /* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3" */
 const char *model_kv_type_name(enum kv_type t);        /* "f32", "f16", "q8_0" */
 int model_kv_type_parse(const char *s, enum kv_type *out); /* -1 if unknown */
-/* 1 if a weight matrix of this type can be computed (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
- * Q2_K..Q6_K). */
+/* 1 if a model may hold a weight matrix of this type: the table of types dequantizes it
+ * (quant_can_dequantize). Which types a backend computes is its caps' weight_types. */
 int model_type_supported(enum gguf_dtype t);
 /* Debug check of the invariant at the top of model.c (shapes, types, views inside the file). */
 int model_check(const struct model *m, struct err *e);

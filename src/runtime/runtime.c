@@ -51,17 +51,6 @@ static const struct model_weight *runtime_find_unsupported(const struct model *m
     return NULL;
 }
 
-/* "F32, F16, ..." for a weight_types mask. */
-static void runtime_type_list(uint64_t types, char *out, size_t cap)
-{
-    size_t off = 0;
-    out[0] = '\0';
-    for (uint32_t t = 0; t < GGUF_DTYPE_COUNT_MAX && off < cap; t++) {
-        const struct gguf_dtype_info *ti = gguf_dtype_info(t);
-        if (types >> t & 1 && ti) off += (size_t)snprintf(out + off, cap - off, "%s%s", off ? ", " : "", ti->name);
-    }
-}
-
 int runtime_check_weight_types(const struct model *m, const struct backend_caps *caps, const char *backend_name,
                                struct err *e)
 {
@@ -69,7 +58,7 @@ int runtime_check_weight_types(const struct model *m, const struct backend_caps 
     if (!w) return 0;
     const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)w->type);
     char list[256];
-    runtime_type_list(caps->weight_types, list, sizeof list);
+    gguf_dtype_names(caps->weight_types, list, sizeof list);
     return err_set(e, "tensor %s has type %s, which the %s backend does not compute (it computes: %s)", w->name,
                    ti ? ti->name : "unknown", backend_name, list);
 }
