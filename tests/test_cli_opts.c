@@ -296,7 +296,7 @@ TEST(runparam_ranges_and_record)
     i = 1;
     char *b2[] = {"x", "--kv-type=q4", NULL};
     CHECK_EQ_INT(engine_flags_parse(&p, "test", 2, b2, &i), -1);
-    CHECK_STR(last_msg, "--kv-type q4: expected f32, f16 or q8_0");
+    CHECK_STR(last_msg, "--kv-type q4: expected f32, f16, q8_0 or fp8");
     i = 1;
     char *b3[] = {"x", "--batch", "65537", NULL}; /* the old spelling, the same range */
     CHECK_EQ_INT(engine_flags_parse(&p, "test", 3, b3, &i), -1);

@@ -851,10 +851,27 @@ static void att_ref(const struct att_case *c, const float *qkv, const float *kp,
     free(sc);
 }
 
-/* x (n values of pools, n % 32 == 0 for Q8_0) rounded to what a pool of type t holds: f16, or q8_0 groups
- * of 32 quantized and read back (the reference then sees the values the kernel reads). */
+/* x (n values of pools, n % 32 == 0 for Q8_0 and FP8) rounded to what a pool of type t holds: f16, or q8_0 /
+ * fp8 groups of 32 quantized and read back (the reference then sees the values the kernel reads). */
+/* A group of 32 as fp8 KV by the reference (e4m3_of): q (32), its scale's f16 bits. */
+static void fp8_kv_group(const float *x, uint8_t *q, uint16_t *scale)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / 448.0f;
+    for (int i = 0; i < 32; i++) q[i] = d > 0.0f ? e4m3_of(x[i] / d) : 0;
+    *scale = quant_f32_to_f16(d);
+}
+
 static void kv_round(float *x, size_t n, enum kv_type t)
 {
+    if (t == KV_TYPE_FP8)
+        for (size_t g = 0; g + 32 <= n; g += 32) {
+            uint8_t q[32];
+            uint16_t sc;
+            fp8_kv_group(x + g, q, &sc);
+            for (int i = 0; i < 32; i++) x[g + i] = e4m3_value(q[i]) * quant_f16_to_f32(sc);
+        }
     if (t == KV_TYPE_F16)
         for (size_t i = 0; i < n; i++) x[i] = quant_f16_to_f32(quant_f32_to_f16(x[i]));
     if (t == KV_TYPE_Q8_0)
@@ -920,16 +937,16 @@ TEST(kernel_attention)
      * MHA hd 32, hd 256 (group 2); KV f32, f16 and q8_0 (head_dim 32, 64, 128 and 256) */
     const struct att_shape shapes[] = {{8, 4, 8, 16}, {9, 3, 64, 16}, {8, 2, 128, 16}, {4, 4, 80, 32}, {8, 8, 32, 16},
                                        {4, 2, 256, 16}};
-    const enum kv_type types[3] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0};
+    const enum kv_type types[4] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0, KV_TYPE_FP8};
     /* seq 0: prefill from 0 (40 rows); seq 1: one decode row at 700 (3 chunks, split); seq 2: prefill
      * rows 300..305 (after earlier KV); seq 3: decode at 5 */
     const int32_t first[4] = {0, 700, 300, 5}, n[4] = {40, 1, 6, 1};
     static struct att_case c, c1;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int kt = 0; kt < 3; kt++) {
+        for (int kt = 0; kt < 4; kt++) {
             const struct att_shape *sh = &shapes[si];
             const enum kv_type t = types[kt];
-            if (t == KV_TYPE_Q8_0 && sh->hd % 32) continue; /* no such pool (kv_alloc refuses it) */
+            if ((t == KV_TYPE_Q8_0 || t == KV_TYPE_FP8) && sh->hd % 32) continue; /* no such pool */
             att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, t, 4, first, n);
             const size_t pool = cuda_harness_pool_floats(&c.h), w = (size_t)(sh->n_head + 2 * sh->n_kv) * sh->hd;
             const size_t n_out = (size_t)c.h.n_rows * sh->n_head * sh->hd;
@@ -1107,7 +1124,7 @@ TEST(kernel_attention_tc)
  * bit-identical, BF16 out = the F32 out rounded,
  * and rows alone or in other batches bit-identical to the same rows in the mixed batch. Shapes: head_dim
  * 32, 64, 128 and 256 (one to eight 32-element groups a lane), GQA groups 1 to 8, blocks of 16 and 32. */
-TEST(kernel_attention_q8)
+static void kernel_attention_q8_case(enum kv_type t)
 {
     struct err e;
     const struct att_shape shapes[] = {{8, 8, 32, 16}, {8, 2, 64, 16}, {16, 4, 128, 32}, {8, 1, 256, 16}};
@@ -1115,7 +1132,7 @@ TEST(kernel_attention_q8)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct att_shape *sh = &shapes[si];
         const int32_t first[6] = {0, 700, 370, 2 * sh->bs, 5, 254}, n[6] = {77, 1, 40, 21, 1, 3};
-        att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, KV_TYPE_Q8_0, 6, first, n);
+        att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, t, 6, first, n);
         att_case_share(&c, 3, 0, 2);
         const size_t pool = cuda_harness_pool_floats(&c.h), w = (size_t)(sh->n_head + 2 * sh->n_kv) * sh->hd;
         const size_t n_out = (size_t)c.h.n_rows * sh->n_head * sh->hd;
@@ -1125,8 +1142,8 @@ TEST(kernel_attention_q8)
         fill(kp, pool, 1.0f);
         fill(vp, pool, 1.0f);
         fill(qkv, c.h.n_rows * w, 2.0f);
-        kv_round(kp, pool, KV_TYPE_Q8_0);
-        kv_round(vp, pool, KV_TYPE_Q8_0);
+        kv_round(kp, pool, t);
+        kv_round(vp, pool, t);
         att_ref(&c, qkv, kp, vp, ref);
         int32_t n_split = 0;
         CHECK_MSG(cuda_harness_attn(&c.h, qkv, kp, vp, 0, 0, o0, NULL, &e) == 0, "%s", e.msg);
@@ -1138,15 +1155,16 @@ TEST(kernel_attention_q8)
             d01 += memcmp(o0 + i, o1 + i, 4) != 0;
             bad += ob[i] != bf16_round(o0[i]);
         }
-        fprintf(stderr, "# attention q8_0 hd %d group %d bs %d: worst %.3g of tolerance, %d rows split; outputs that "
-                "differ: whole vs split %zu, bf16 vs f32 rounded %zu\n", (int)sh->hd, (int)(sh->n_head / sh->n_kv),
-                (int)sh->bs, wv, (int)n_split, d01, bad);
+        fprintf(stderr, "# attention %s hd %d group %d bs %d: worst %.3g of tolerance, %d rows split; outputs that "
+                "differ: whole vs split %zu, bf16 vs f32 rounded %zu\n", model_kv_type_name(t), (int)sh->hd,
+                (int)(sh->n_head / sh->n_kv), (int)sh->bs, wv, (int)n_split, d01, bad);
         CHECK_MSG(wv <= 1.0, "hd %d group %d: %.3g of tolerance", (int)sh->hd, (int)(sh->n_head / sh->n_kv), wv);
         CHECK(n_split >= 1); /* the decode row at 700 at least */
         CHECK_MSG(d01 == 0, "hd %d: %zu outputs of split items differ from whole items", (int)sh->hd, d01);
         CHECK_MSG(bad == 0, "hd %d: %zu bf16 outputs are not the f32 ones rounded", (int)sh->hd, bad);
         const int d = att_rows_invariant(&c, qkv, kp, vp, 0, 0, o0);
-        fprintf(stderr, "# attention q8_0 hd %d: %d rows differ alone or in other batches\n", (int)sh->hd, d);
+        fprintf(stderr, "# attention %s hd %d: %d rows differ alone or in other batches\n", model_kv_type_name(t),
+                (int)sh->hd, d);
         CHECK_MSG(d == 0, "hd %d: %d rows differ alone or in other batches from the same rows in the mixed batch",
                   (int)sh->hd, d);
         free(kp);
@@ -1159,6 +1177,12 @@ TEST(kernel_attention_q8)
     }
 }
 
+TEST(kernel_attention_q8)
+{
+    kernel_attention_q8_case(KV_TYPE_Q8_0);
+    if (!test_cur_failed) kernel_attention_q8_case(KV_TYPE_FP8);
+}
+
 /* The tensor-core kernel on q8_0 KV, on kernel_attention_tc's batch: against the CUDA-core kernel on the same
  * pool (the exact values, <= 2e-5 of the reference), |diff| <= 2e-3 (max|v| = 1), the f16 kernel's tolerance:
  * q, the probabilities and here also each K/V value are rounded to f16 once (2^-11 relative each); whole vs
@@ -1166,7 +1190,7 @@ TEST(kernel_attention_q8)
  * the F32 out rounded (every output poisoned with NaN first by the harness). Shapes: head_dim 64 and 128,
  * GQA groups 1, 4, 8 and 16 (both m-row halves of a decode warp), blocks of 8 (a block looked up per
  * position), 16 (a tile's halves in two blocks; at head_dim 64 a copy pass spans both) and 32. */
-TEST(kernel_attention_tc_q8)
+static void kernel_attention_tc_q8_case(enum kv_type t)
 {
     struct err e;
     const struct att_shape shapes[] = {{8, 2, 64, 16}, {16, 4, 128, 32}, {16, 2, 128, 16}, {16, 1, 64, 8},
@@ -1175,7 +1199,7 @@ TEST(kernel_attention_tc_q8)
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const struct att_shape *sh = &shapes[si];
         const int32_t first[6] = {0, 700, 370, 2 * sh->bs, 5, 254}, n[6] = {77, 1, 40, 21, 1, 3};
-        att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, KV_TYPE_Q8_0, 6, first, n);
+        att_case_init(&c, sh->n_head, sh->n_kv, sh->hd, sh->bs, t, 6, first, n);
         att_case_share(&c, 3, 0, 2);
         const size_t pool = cuda_harness_pool_floats(&c.h), w = (size_t)(sh->n_head + 2 * sh->n_kv) * sh->hd;
         const size_t n_out = (size_t)c.h.n_rows * sh->n_head * sh->hd;
@@ -1204,10 +1228,10 @@ TEST(kernel_attention_tc_q8)
             d12 += memcmp(o1 + i, o2 + i, 4) != 0;
             bad += ob[i] != bf16_round(o0[i]);
         }
-        fprintf(stderr, "# attention tc q8_0 hd %d group %d bs %d: worst vs CUDA cores %.3g (ldmatrix) %.3g (plain "
+        fprintf(stderr, "# attention tc %s hd %d group %d bs %d: worst vs CUDA cores %.3g (ldmatrix) %.3g (plain "
                 "loads) of tolerance, %d rows split; outputs that differ: whole vs split %zu, ldmatrix vs plain "
-                "loads %zu, bf16 vs f32 rounded %zu\n", (int)sh->hd, (int)(sh->n_head / sh->n_kv), (int)sh->bs, wv,
-                wl, (int)n_split, d01, d12, bad);
+                "loads %zu, bf16 vs f32 rounded %zu\n", model_kv_type_name(t), (int)sh->hd,
+                (int)(sh->n_head / sh->n_kv), (int)sh->bs, wv, wl, (int)n_split, d01, d12, bad);
         CHECK_MSG(wv <= 1.0 && wl <= 1.0, "hd %d group %d bs %d: %.3g, %.3g of tolerance", (int)sh->hd,
                   (int)(sh->n_head / sh->n_kv), (int)sh->bs, wv, wl);
         CHECK(n_split >= 4); /* the decode rows at 700 and 5, and the three at 254..256 */
@@ -1227,6 +1251,12 @@ TEST(kernel_attention_tc_q8)
         free(ob);
         free(ref);
     }
+}
+
+TEST(kernel_attention_tc_q8)
+{
+    kernel_attention_tc_q8_case(KV_TYPE_Q8_0);
+    if (!test_cur_failed) kernel_attention_tc_q8_case(KV_TYPE_FP8);
 }
 
 /* Reference q/k/v epilogue of one row in double; y: (n_head + 2 n_kv) * hd values, in place. */
@@ -1262,12 +1292,14 @@ static void qkv_ref(const struct cuda_harness_attn *a, double *y, const float *b
  * the f16 scales [vector][head_dim / 32]); every other byte keeps its poison; q equals the F32 run's. With
  * head_dim % 32 != 0 the launch must be refused. Returns the number of differing bytes (q elements count
  * as one each), details of the first few on stderr; -1 if the harness failed. */
-static long qkv_q8_check(const struct att_case *c, const float *qkv0, const float *bias, const float *qn,
-                         const float *kn, const float *cs, const float *q32, const float *k32, const float *v32)
+static long qkv_q8_check(const struct att_case *c, enum kv_type t, const float *qkv0, const float *bias,
+                         const float *qn, const float *kn, const float *cs, const float *q32, const float *k32,
+                         const float *v32)
 {
     static struct att_case q8;
     att_case_copy(&q8, c);
-    q8.h.kv_type = KV_TYPE_Q8_0;
+    q8.h.kv_type = t;
+    const char *tn = model_kv_type_name(t);
     const struct cuda_harness_attn *a = &q8.h;
     const int32_t hd = a->head_dim, nkv = a->n_head_kv, R = a->n_rows;
     const size_t w = (size_t)(a->n_head + 2 * nkv) * hd, nb = cuda_harness_pool_bytes(a), nf = cuda_harness_pool_floats(a);
@@ -1282,12 +1314,12 @@ static long qkv_q8_check(const struct att_case *c, const float *qkv0, const floa
     memcpy(qkv, qkv0, (size_t)R * w * 4);
     const int rc = cuda_harness_qkv_bytes(a, qkv, bias, qn, kn, cs, kb, vb, &e);
     if (hd % 32) {
-        fprintf(stderr, "# qkv q8_0 hd %d: %s%s\n", (int)hd, rc ? "refused: " : "NOT refused", rc ? e.msg : "");
+        fprintf(stderr, "# qkv %s hd %d: %s%s\n", tn, (int)hd, rc ? "refused: " : "NOT refused", rc ? e.msg : "");
         bad = rc ? 0 : 1;
         goto out;
     }
     if (rc) {
-        fprintf(stderr, "# qkv q8_0 hd %d: %s\n", (int)hd, e.msg);
+        fprintf(stderr, "# qkv %s hd %d: %s\n", tn, (int)hd, e.msg);
         goto out;
     }
     /* the expected pools: the poison, with each row's slots quantized on the host from the F32 run's values */
@@ -1296,7 +1328,14 @@ static long qkv_q8_check(const struct att_case *c, const float *qkv0, const floa
             const size_t at = att_slot(&q8, q8.seq[r], q8.pos[r], h % nkv); /* = vector index * hd */
             for (int32_t g = 0; g < hd / 32; g++) {
                 uint8_t blk[34];
-                quant_quantize_row(GGUF_DTYPE_Q8_0, (h < nkv ? k32 : v32) + at + 32 * g, blk, 32);
+                const float *x = (h < nkv ? k32 : v32) + at + 32 * g;
+                if (t == KV_TYPE_FP8) {
+                    uint16_t sc;
+                    fp8_kv_group(x, blk + 2, &sc);
+                    memcpy(blk, &sc, 2);
+                } else {
+                    quant_quantize_row(GGUF_DTYPE_Q8_0, x, blk, 32);
+                }
                 memcpy((h < nkv ? ek : ev) + at + 32 * g, blk + 2, 32);
                 memcpy((h < nkv ? ek : ev) + nf + 2 * (at / 32 + g), blk, 2);
             }
@@ -1309,24 +1348,24 @@ static long qkv_q8_check(const struct att_case *c, const float *qkv0, const floa
             if (got[i] == want[i]) continue;
             if (bad++ >= 8) continue;
             if (i < nf)
-                fprintf(stderr, "# qkv q8_0 hd %d: %c value %zu (vector %zu, group %zu): device %d, host %d (f32 %.9g)\n",
-                        (int)hd, "KV"[p], i, i / (size_t)hd, i % (size_t)hd / 32, (int8_t)got[i], (int8_t)want[i],
+                fprintf(stderr, "# qkv %s hd %d: %c value %zu (vector %zu, group %zu): device %d, host %d (f32 %.9g)\n",
+                        tn, (int)hd, "KV"[p], i, i / (size_t)hd, i % (size_t)hd / 32, (int8_t)got[i], (int8_t)want[i],
                         (double)x[i]);
             else if (i < nf + nf / 16)
-                fprintf(stderr, "# qkv q8_0 hd %d: %c scale byte %zu (group %zu): device 0x%02x, host 0x%02x\n", (int)hd,
+                fprintf(stderr, "# qkv %s hd %d: %c scale byte %zu (group %zu): device 0x%02x, host 0x%02x\n", tn, (int)hd,
                         "KV"[p], i - nf, (i - nf) / 2, got[i], want[i]);
             else
-                fprintf(stderr, "# qkv q8_0 hd %d: %c padding byte %zu: 0x%02x, poison 0x%02x\n", (int)hd, "KV"[p],
+                fprintf(stderr, "# qkv %s hd %d: %c padding byte %zu: 0x%02x, poison 0x%02x\n", tn, (int)hd, "KV"[p],
                         i - nf - nf / 16, got[i], want[i]);
         }
     }
     for (int32_t r = 0; r < R; r++)
         for (int32_t i = 0; i < a->n_head * hd; i++)
             if (memcmp(qkv + (size_t)r * w + i, q32 + (size_t)r * w + i, 4) && bad++ < 8)
-                fprintf(stderr, "# qkv q8_0 hd %d: q row %d element %d differs from the F32 run's\n", (int)hd, (int)r,
-                        (int)i);
-    fprintf(stderr, "# qkv q8_0 hd %d: %d rows x %d K/V vectors quantized, %ld bytes differ from the host's "
-            "quantization or the poison\n", (int)hd, (int)R, (int)(2 * nkv), bad);
+                fprintf(stderr, "# qkv %s hd %d: q row %d element %d differs from the F32 run's\n", tn, (int)hd,
+                        (int)r, (int)i);
+    fprintf(stderr, "# qkv %s hd %d: %d rows x %d K/V vectors quantized, %ld bytes differ from the host's "
+            "quantization or the poison\n", tn, (int)hd, (int)R, (int)(2 * nkv), bad);
 out:
     free(kb);
     free(vb);
@@ -1400,10 +1439,13 @@ TEST(kernel_qkv)
             CHECK_MSG(wq <= 1.0 && wkv <= 1.0, "case %zu kv %d: q %.3g, kv %.3g", ci, kt, wq, wkv);
             CHECK_MSG(not_nan == written, "case %zu: %zu pool values written, %zu expected", ci, not_nan, written);
             if (t == KV_TYPE_F32) { /* q8_0 on the same inputs, against this run's K/V quantized on the host */
-                const long bad = qkv_q8_check(&c, qkv0, cases[ci].bias ? bias : NULL, cases[ci].norm ? qn : NULL,
-                                              cases[ci].norm ? kn : NULL, cs, qkv, kp, vp);
-                CHECK_MSG(bad == 0, "case %zu (hd %d) kv q8_0: %ld bytes differ (-1: the harness failed; # lines)", ci,
-                          (int)sh->hd, bad);
+                for (int kt = 0; kt < 2; kt++) {
+                    const enum kv_type t = kt ? KV_TYPE_FP8 : KV_TYPE_Q8_0;
+                    const long bad = qkv_q8_check(&c, t, qkv0, cases[ci].bias ? bias : NULL,
+                                                  cases[ci].norm ? qn : NULL, cases[ci].norm ? kn : NULL, cs, qkv, kp, vp);
+                    CHECK_MSG(bad == 0, "case %zu (hd %d) kv %s: %ld bytes differ (-1: the harness failed; # lines)",
+                              ci, (int)sh->hd, model_kv_type_name(t), bad);
+                }
             }
             free(qkv);
             free(qkv0);
@@ -1428,8 +1470,9 @@ static int pair_init(struct pair *p, const struct model *m, int32_t n_blocks, in
                      struct err *e)
 {
     memset(p, 0, sizeof *p);
+    /* the cpu has no fp8 KV cache: against a GPU's fp8 pool it runs f32 KV (the error is then fp8's own) */
     if (backend_cpu_init(&p->cpu, 2, e) || p->cpu.ops->load(p->cpu.ctx, m, e) ||
-        p->cpu.ops->kv_alloc(p->cpu.ctx, n_blocks, bs, t, e))
+        p->cpu.ops->kv_alloc(p->cpu.ctx, n_blocks, bs, t == KV_TYPE_FP8 ? KV_TYPE_F32 : t, e))
         return -1;
     if (backend_cuda_init(&p->gpu, &g_gpu, e) || p->gpu.ops->load(p->gpu.ctx, m, e) ||
         p->gpu.ops->kv_alloc(p->gpu.ctx, n_blocks, bs, t, e) || p->gpu.ops->check(p->gpu.ctx, e))
@@ -1700,6 +1743,9 @@ TEST(step_vs_cpu_fp8)
         {"llama bf16 hd 64 fp8 (tensor-core attention)", "llama", GGUF_DTYPE_BF16, 64, 0, 0, KV_TYPE_F16, 0.15, 0.8},
         {"qwen3 f16 hd 128 fp8", "qwen3", GGUF_DTYPE_F16, 128, 0, 0, KV_TYPE_F16, 0.15, 0.8},
         {"qwen2 q4_1 fp8 kv q8_0", "qwen2", GGUF_DTYPE_Q4_1, 64, 1, 0, KV_TYPE_Q8_0, 0.15, 0.8},
+        {"llama bf16 hd 128 fp8 kv fp8 (tensor-core attention)", "llama", GGUF_DTYPE_BF16, 128, 0, 0, KV_TYPE_FP8,
+         0.2, 1.0},
+        {"qwen3 f32 hd 32 fp8 kv fp8 (CUDA-core attention)", "qwen3", GGUF_DTYPE_F32, 32, 0, 0, KV_TYPE_FP8, 0.2, 1.0},
     };
     g_gpu.weights = BACKEND_WEIGHTS_FP8;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0] && !test_cur_failed; i++) {

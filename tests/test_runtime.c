@@ -340,6 +340,15 @@ TEST(runtime_gpu_weights_need_a_gpu)
                       strstr(e.msg, "backend cpu"),
                   "%s", e.msg);
     }
+    /* fp8 KV is a GPU format: the cpu backend's caps leave it out, and the runtime says so before loading */
+    struct runtime_params p = runtime_default_params();
+    p.model_path = model_path();
+    p.backend = "cpu";
+    p.kv_type = KV_TYPE_FP8;
+    struct runtime rt;
+    struct err e;
+    CHECK(runtime_open(&p, &rt, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "--kv-type fp8: backend cpu has no fp8 KV cache"), "%s", e.msg);
 }
 
 TEST(registry_names)

@@ -98,6 +98,8 @@ struct backend_caps {
                                          n_hidden > 0 is an error */
     uint32_t archs;                   /* bit (1u << enum model_arch) set for each architecture its forward
                                          step computes (load refuses the others); 0: not stated */
+    uint32_t kv_types;                /* bit (1u << enum kv_type) set for each KV element type its pool and
+                                         attention take (kv_alloc refuses the others); 0: not stated */
     double step_knee_rows;            /* about how many rows a step carries before its time doubles (t0 / c
                                          of draft.h's cost line): the prior of the engine's fit, which then
                                          learns the real one; 0: not stated (the engine assumes a CPU's) */

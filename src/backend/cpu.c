@@ -429,6 +429,9 @@ static int cpu_load(void *ctx, const struct model *m, struct err *e)
     return 0;
 }
 
+/* The KV element types of the pool and the attention here (fp8 is a GPU format: q8_0 takes the same memory). */
+#define CPU_KV_TYPES (1u << KV_TYPE_F32 | 1u << KV_TYPE_F16 | 1u << KV_TYPE_Q8_0)
+
 static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum kv_type t, struct err *e)
 {
     struct cpu_ctx *c = ctx;
@@ -436,8 +439,8 @@ static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum kv
     const struct model_hparams *hp = &c->m->hp;
     if (n_blocks < 1 || block_size < 1) return err_set(e, "cpu backend: bad KV pool %d blocks x %d tokens",
                                                       (int)n_blocks, (int)block_size);
-    if (t != KV_TYPE_F32 && t != KV_TYPE_F16 && t != KV_TYPE_Q8_0)
-        return err_set(e, "cpu backend: unknown KV type %d", (int)t);
+    if (!(CPU_KV_TYPES >> t & 1))
+        return err_set(e, "cpu backend: no %s KV cache (it has f32, f16 and q8_0)", model_kv_type_name(t));
     if (t == KV_TYPE_Q8_0 && hp->head_dim % 32 != 0)
         return err_set(e, "cpu backend: KV type q8_0 needs a head dimension that is a multiple of 32 (this "
                           "model's is %d); use f16 or f32",
@@ -545,6 +548,7 @@ static void cpu_kv_store(const struct cpu_ctx *c, char *region, int32_t slot, co
             ((uint16_t *)region)[transposed ? i * bs + slot : (int64_t)slot * hd + i] = cpu_f32_to_f16(src[i]);
         break;
     case KV_TYPE_Q8_0: quant_quantize_row(GGUF_DTYPE_Q8_0, src, region + (uint64_t)slot * c->kv_vec_bytes, hd); break;
+    default: break; /* cpu_kv_alloc takes CPU_KV_TYPES only */
     }
 }
 
@@ -924,6 +928,7 @@ static void cpu_caps(void *ctx, struct backend_caps *out)
     out->hidden_states = 1;
     out->archs = 1u << MODEL_ARCH_LLAMA | 1u << MODEL_ARCH_QWEN2 | 1u << MODEL_ARCH_QWEN3 | 1u << MODEL_ARCH_GEMMA3 |
                  1u << MODEL_ARCH_GEMMA2 | 1u << MODEL_ARCH_PHI3;
+    out->kv_types = CPU_KV_TYPES;
 }
 
 static void cpu_free(void *ctx)

@@ -251,8 +251,9 @@ static int cuda_check(void *ctx, struct err *e)
         if (c->kv_layer_bytes != cuda_kv_layer_bytes(n_vec, hp->head_dim, c->kv_type) || c->kv_layer_bytes % 16 ||
             !c->v_cache)
             return err_set(e, "cuda_check: KV pool sizes inconsistent");
-        if (c->kv_type == KV_TYPE_Q8_0 && hp->head_dim % 32)
-            return err_set(e, "cuda_check: q8_0 KV pool with head_dim %d", (int)hp->head_dim);
+        if (cuda_kv_grouped(c->kv_type) && hp->head_dim % 32)
+            return err_set(e, "cuda_check: %s KV pool with head_dim %d", model_kv_type_name(c->kv_type),
+                           (int)hp->head_dim);
         if (c->attn != CUDA_ATTN_CORES && !cuda_attn_tc_fits(hp->head_dim, c->kv_type))
             return err_set(e, "cuda_check: tensor-core attention on a pool it does not fit");
     }
@@ -647,12 +648,11 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
     if (n_blocks < 1 || block_size < 1 || (block_size & (block_size - 1)))
         return err_set(e, "cuda backend: bad KV pool %d blocks x %d tokens (a power of two)", (int)n_blocks,
                        (int)block_size);
-    if (t != KV_TYPE_F32 && t != KV_TYPE_F16 && t != KV_TYPE_Q8_0)
-        return err_set(e, "cuda backend: unknown KV type %d", (int)t);
-    if (t == KV_TYPE_Q8_0 && hp->head_dim % 32 != 0)
-        return err_set(e, "cuda backend: KV type q8_0 needs a head dimension that is a multiple of 32 (this "
+    if ((unsigned)t >= KV_TYPE_N) return err_set(e, "cuda backend: unknown KV type %d", (int)t);
+    if (cuda_kv_grouped(t) && hp->head_dim % 32 != 0)
+        return err_set(e, "cuda backend: KV type %s needs a head dimension that is a multiple of 32 (this "
                           "model's is %d); use f16 or f32",
-                       (int)hp->head_dim);
+                       model_kv_type_name(t), (int)hp->head_dim);
     cudaStreamSynchronize(c->st);
     cuda_free_kv(c);
     const uint64_t layer = cuda_kv_layer_bytes((uint64_t)n_blocks * (uint64_t)block_size * (uint64_t)hp->n_head_kv,
@@ -871,7 +871,7 @@ static int cuda_run_layers(struct cuda_ctx *c, const struct cuda_batch_dev *bd, 
     const struct cuda_attn_geom g = {hp->n_head,    hp->n_head_kv, hp->head_dim, hp->n_rot,
                                      hp->rope_neox, c->block_size, c->kv_type,   hp->norm_eps,
                                      c->attn,
-                                     c->kv_type == KV_TYPE_Q8_0 ? cuda_kv_values_bytes(n_vec, hp->head_dim, c->kv_type) : 0};
+                                     cuda_kv_grouped(c->kv_type) ? cuda_kv_values_bytes(n_vec, hp->head_dim, c->kv_type) : 0};
     if (cuda_launch_rope_table(c->st, bd->pos, bd->n_rows, c->inv_freq, hp->n_rot, c->cs, e) ||
         cuda_launch_embed(c->st, c->embd.d, c->embd.type == CUDA_W_BF16, bd->tokens, bd->n_rows, hp->n_embd, c->x, e))
         return -1;
@@ -1005,6 +1005,7 @@ static void cuda_caps(void *ctx, struct backend_caps *out)
     /* BF16 GEMMs break even at ~200 rows on an H200 (989 TFLOP/s over 4.8 TB/s), small models' steps are bound
      * by kernel latency far beyond; long contexts make rows dearer. The engine's fit learns the real line. */
     out->step_knee_rows = 128;
+    out->kv_types = (1u << KV_TYPE_N) - 1; /* every type of the table */
     out->archs = 1u << MODEL_ARCH_LLAMA | 1u << MODEL_ARCH_QWEN2 | 1u << MODEL_ARCH_QWEN3; /* as cuda_load */
     out->weight_types = 0;
     for (int t = 0; t < 64; t++) /* what cuda_upload_rows takes: BF16 as it is, the rest converted on the device */

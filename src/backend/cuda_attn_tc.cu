@@ -1,5 +1,5 @@
-/* cuda_attn_tc — the tensor-core attention kernel of the CUDA backend (f16 or q8_0 KV, head_dim 64 or 128),
- * and the choice between it and the CUDA-core kernel of cuda_kernels.cu. cuda_kernels.h describes the items,
+/* cuda_attn_tc — the tensor-core attention kernel of the CUDA backend (f16, q8_0 or fp8 KV, head_dim 64 or
+ * 128), and the choice between it and the CUDA-core kernel of cuda_kernels.cu. cuda_kernels.h describes the items,
  * the chunks and the invariant both kernels keep.
  *
  * The work: one block of 4 warps per (item, kv head). The item's queries j = 0 .. n_rows * group - 1 (row
@@ -11,7 +11,8 @@
  * and f16 scales, cuda_tc_layout) and, once the tile is in, converted by the whole block into one pair of
  * f16 tiles: each element the f16 of q * scale, rounded once to nearest even (cuda_q8.cuh's cuda_q8_half4;
  * the f32 product is exact, so this is the f16 rounding of the value the CUDA-core kernel reads); from
- * there the compute is the same. Per tile and warp: S = Q K^T by mma.sync m16n8k16 (q scaled by the softmax
+ * there the compute is the same. fp8 KV (e4m3 values in q8_0's layout) takes q8_0's path with its own
+ * conversion (cuda_device.cuh's cuda_kv8_half4: e4m3 to f16 exactly, times the scale, rounded once). Per tile and warp: S = Q K^T by mma.sync m16n8k16 (q scaled by the softmax
  * scale and rounded to f16 once, kept as A fragments in registers; k-steps over head_dim in order), the
  * causal mask (a position past the query's own gets -inf), the online softmax in registers (a quad of
  * lanes holds a row: max and sum by fixed butterflies), the probabilities rounded to f16 (the same rounded
@@ -138,7 +139,16 @@ template <int HD, int Q8 = 0> struct cuda_tc_layout {
     static_assert(RAW % 16 == 0 && STAGE * sizeof(__half) % 16 == 0, "16-byte aligned stages");
 };
 
-/* The pool's element: f16, or q8_0's int8 value. */
+/* The kernels' KV kind (their template argument Q8): f16 (0), q8_0, or fp8 (both copied raw, one byte an
+ * element with an f16 scale per 32, and converted to f16 tiles: cuda_tc_convert). */
+#define CUDA_TC_Q8 1
+#define CUDA_TC_FP8 2
+static inline int cuda_tc_kind(enum kv_type t)
+{
+    return t == KV_TYPE_Q8_0 ? CUDA_TC_Q8 : t == KV_TYPE_FP8 ? CUDA_TC_FP8 : 0;
+}
+
+/* The pool's element: f16, or q8_0's / fp8's byte. */
 template <int Q8> using cuda_tc_kv = typename std::conditional<Q8 != 0, int8_t, __half>::type;
 
 /* Where the K/V of one (sequence, kv head) live: the values kb, vb (elements of KV), q8_0's f16 scales kd, vd
@@ -252,13 +262,13 @@ __device__ __forceinline__ void cuda_tc_stage(const cuda_tc_src<int8_t> &s, int3
     cuda_tc_issue_scales<HD>(s, t0, t_end, sc, sc + T * (HD / CUDA_Q8_GROUP), tid);
 }
 
-/* q8_0: a raw stage into the f16 tiles ks, vs (rows of KS halves), by THREADS threads: element (position p,
- * dim d) becomes the f16 of q * scale, rounded once (cuda_q8_half4); positions past the copied ones (zero
- * values and scales) become zeros, as an f16 tile's. Thread tid converts the 8-value pieces i = tid + THREADS j
+/* q8_0 and fp8 (Q8): a raw stage into the f16 tiles ks, vs (rows of KS halves), by THREADS threads: element
+ * (position p, dim d) becomes the f16 of q * scale, rounded once (cuda_q8_half4, cuda_kv8_half4); positions
+ * past the copied ones (zero values and scales) become zeros, as an f16 tile's. Thread tid converts the 8-value pieces i = tid + THREADS j
  * of K and of V (position i / (HD / 8), dims 8 (i % (HD / 8)) .. + 7, one scale): an 8-byte load (a half
  * warp reads 128 contiguous bytes), a 16-byte store (a quarter warp writes 128 contiguous bytes of a row):
  * no bank conflicts. Per element, so a query's operands stay those of its own K/V. */
-template <int HD, int THREADS>
+template <int HD, int THREADS, int Q8>
 __device__ __forceinline__ void cuda_tc_convert(const int8_t *raw, __half *ks, __half *vs, int tid)
 {
     constexpr int T = CUDA_TC_TILE, PR = HD / 8, N = T * PR / THREADS, NS = HD / CUDA_Q8_GROUP;
@@ -273,8 +283,13 @@ __device__ __forceinline__ void cuda_tc_convert(const int8_t *raw, __half *ks, _
             const uint2 w = *(const uint2 *)(raw + kv * T * HD + p * HD + 8 * c);
             const unsigned int d = sc[kv * T * NS + p * NS + c / 4]; /* group 8 c / 32 */
             uint4 o;
-            cuda_q8_half4(w.x, d << 16 | d, &o.x, &o.y);
-            cuda_q8_half4(w.y, d << 16 | d, &o.z, &o.w);
+            if (Q8 == CUDA_TC_FP8) {
+                cuda_kv8_half4(w.x, d << 16 | d, &o.x, &o.y);
+                cuda_kv8_half4(w.y, d << 16 | d, &o.z, &o.w);
+            } else {
+                cuda_q8_half4(w.x, d << 16 | d, &o.x, &o.y);
+                cuda_q8_half4(w.y, d << 16 | d, &o.z, &o.w);
+            }
             *(uint4 *)((kv ? vs : ks) + p * KS + 8 * c) = o;
         }
     }
@@ -451,7 +466,7 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
         }
         __syncthreads(); /* tile ti is in shared memory for every warp; every warp is done with tile ti - 1 */
         if (Q8) {
-            cuda_tc_convert<HD, THREADS>(raw + st * LY::RAW, kst, vst, threadIdx.x);
+            cuda_tc_convert<HD, THREADS, Q8>(raw + st * LY::RAW, kst, vst, threadIdx.x);
             __syncthreads(); /* the f16 tile is written for every warp; raw stage st is read */
         }
         if (t0 % CUDA_ATT_CHUNK == 0) { /* a chunk starts: fresh per-chunk states */
@@ -524,7 +539,7 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 : 4)
  * the next tile's copies are in flight while the warp computes (at HD 128 a q8_0 block takes 104 KB of
  * shared memory: 2 blocks per multiprocessor, hence its launch bound). */
 template <int HD, int LDM, int H, int Q8>
-__global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 - Q8 : 4)
+__global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 - (Q8 != 0) : 4)
     cuda_k_attn_tc_split(const cuda_attn_args a, int32_t first, int32_t n)
 {
     using LY = cuda_tc_layout<HD, Q8>;
@@ -572,7 +587,7 @@ __global__ void __launch_bounds__(32 * CUDA_TC_WARPS, HD == 128 ? 3 - Q8 : 4)
         cuda_tc_cp_wait<0>();
         __syncwarp(); /* every lane's copies are visible to the warp */
         if (Q8) {
-            cuda_tc_convert<HD, 32>(raw, ks, vs, lane);
+            cuda_tc_convert<HD, 32, Q8>(raw, ks, vs, lane);
             __syncwarp(); /* the f16 tiles are written; the raw stage is read */
             if (t0 + CUDA_TC_TILE < t_end) {
                 cuda_tc_stage<HD, 32>(src, t0 + CUDA_TC_TILE, t_end, ks, vs, raw, lane);
@@ -609,8 +624,14 @@ template <int HD, int Q8> static cuda_tc_split_fn cuda_tc_split_pick2(int ldm, i
  * f16) and its shared memory; NULL if none. */
 static cuda_tc_split_fn cuda_tc_split_pick(int32_t hd, int ldm, int h, int q8, size_t *bytes)
 {
-    if (hd == 64) return q8 ? cuda_tc_split_pick2<64, 1>(ldm, h, bytes) : cuda_tc_split_pick2<64, 0>(ldm, h, bytes);
-    if (hd == 128) return q8 ? cuda_tc_split_pick2<128, 1>(ldm, h, bytes) : cuda_tc_split_pick2<128, 0>(ldm, h, bytes);
+    if (hd == 64)
+        return q8 == CUDA_TC_FP8 ? cuda_tc_split_pick2<64, CUDA_TC_FP8>(ldm, h, bytes)
+               : q8              ? cuda_tc_split_pick2<64, CUDA_TC_Q8>(ldm, h, bytes)
+                                 : cuda_tc_split_pick2<64, 0>(ldm, h, bytes);
+    if (hd == 128)
+        return q8 == CUDA_TC_FP8 ? cuda_tc_split_pick2<128, CUDA_TC_FP8>(ldm, h, bytes)
+               : q8              ? cuda_tc_split_pick2<128, CUDA_TC_Q8>(ldm, h, bytes)
+                                 : cuda_tc_split_pick2<128, 0>(ldm, h, bytes);
     return NULL;
 }
 
@@ -629,9 +650,14 @@ template <int HD, int Q8> static cuda_tc_fn cuda_tc_pick2(int ldm, int out_bf16,
  * none. */
 static cuda_tc_fn cuda_tc_pick(int32_t hd, int ldm, int q8, int out_bf16, size_t *bytes)
 {
-    if (hd == 64) return q8 ? cuda_tc_pick2<64, 1>(ldm, out_bf16, bytes) : cuda_tc_pick2<64, 0>(ldm, out_bf16, bytes);
+    if (hd == 64)
+        return q8 == CUDA_TC_FP8 ? cuda_tc_pick2<64, CUDA_TC_FP8>(ldm, out_bf16, bytes)
+               : q8              ? cuda_tc_pick2<64, CUDA_TC_Q8>(ldm, out_bf16, bytes)
+                                 : cuda_tc_pick2<64, 0>(ldm, out_bf16, bytes);
     if (hd == 128)
-        return q8 ? cuda_tc_pick2<128, 1>(ldm, out_bf16, bytes) : cuda_tc_pick2<128, 0>(ldm, out_bf16, bytes);
+        return q8 == CUDA_TC_FP8 ? cuda_tc_pick2<128, CUDA_TC_FP8>(ldm, out_bf16, bytes)
+               : q8              ? cuda_tc_pick2<128, CUDA_TC_Q8>(ldm, out_bf16, bytes)
+                                 : cuda_tc_pick2<128, 0>(ldm, out_bf16, bytes);
     return NULL;
 }
 
@@ -641,7 +667,7 @@ int cuda_attn_tc_init(struct err *e)
     const int carve = cudaSharedmemCarveoutMaxShared;
     for (int32_t hd = 64; hd <= 128; hd *= 2)
         for (int ldm = 0; ldm < 2; ldm++)
-            for (int q8 = 0; q8 < 2; q8++)
+            for (int q8 = 0; q8 <= CUDA_TC_FP8; q8++)
                 for (int k = 0; k < 2; k++) { /* k: the block kernel's output type; the split's m-row halves - 1 */
                     size_t bytes = 0;
                     cuda_tc_fn fn = cuda_tc_pick(hd, ldm, q8, k, &bytes);
@@ -670,7 +696,7 @@ int cuda_launch_attn_tc(cudaStream_t st, cudaStream_t split_st, const cuda_attn_
                         int out_bf16, struct err *e)
 {
     size_t bytes = 0, split_bytes = 0;
-    const int ldm = a.g.attn == CUDA_ATTN_TC, q8 = a.g.kv_type == KV_TYPE_Q8_0;
+    const int ldm = a.g.attn == CUDA_ATTN_TC, q8 = cuda_tc_kind(a.g.kv_type);
     cuda_tc_fn fn = cuda_tc_pick(a.g.head_dim, ldm, q8, out_bf16, &bytes);
     const int32_t group = a.g.n_head / a.g.n_head_kv;
     cuda_tc_split_fn sf = cuda_tc_split_pick(a.g.head_dim, ldm, group <= 8 ? 1 : 2, q8, &split_bytes);
@@ -690,7 +716,7 @@ int cuda_launch_attn_tc(cudaStream_t st, cudaStream_t split_st, const cuda_attn_
 
 int cuda_attn_tc_fits(int32_t head_dim, enum kv_type t)
 {
-    return (t == KV_TYPE_F16 || t == KV_TYPE_Q8_0) && (head_dim == 64 || head_dim == 128);
+    return (t == KV_TYPE_F16 || cuda_kv_grouped(t)) && (head_dim == 64 || head_dim == 128);
 }
 
 /* NIGHTSHIFT_CUDA_ATTN, read once: the kernel it names, or -1. */

@@ -8,6 +8,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda_kernels.h"
 
@@ -102,6 +103,42 @@ __device__ __forceinline__ float cuda_norm_scale(double ss, int32_t n, float eps
 __device__ __forceinline__ float cuda_silu_mul(float g, float u)
 {
     return __fmul_rn(g / (1.0f + expf(-g)), u);
+}
+
+/* ---- fp8 KV: q8_0's layout (a group of CUDA_Q8_GROUP elements of a head vector, one f16 scale after the
+ * layer's values) with e4m3 values: the group's scale d = amax / 448 in f32, each value e4m3(x / d) rounded
+ * to nearest even and saturated (+-448), d stored as f16 (nearest even). A value reads back as e4m3 times
+ * the f16 scale: exact in f32 (4 + 11 significant bits), and as an f16 tensor-core operand that product
+ * rounded once. The pool's KV write, the CUDA-core kernel and the tensor-core kernel's tile conversion all
+ * use these, and tests/test_cuda.c checks them against a reference of its own. */
+
+__device__ __forceinline__ float cuda_kv8_scale(float amax)
+{
+    return __fdiv_rn(amax, 448.0f);
+}
+
+__device__ __forceinline__ unsigned char cuda_kv8_quantize(float x, float d)
+{
+    return d > 0.0f ? (unsigned char)__nv_cvt_float_to_fp8(__fdiv_rn(x, d), __NV_SATFINITE, __NV_E4M3) : 0;
+}
+
+/* The value of e4m3 byte q in a group whose f16 scale is s (as f32). */
+__device__ __forceinline__ float cuda_kv8_value(unsigned int q, float s)
+{
+    const __half h = __half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, __NV_E4M3));
+    return __fmul_rn(__half2float(h), s);
+}
+
+/* Four e4m3 values (the bytes of w, the lowest first) as f16 operands, with s2 their group's scale bits in
+ * both halves: *lo holds values 0 and 1, *hi values 2 and 3, each the f16 of value * scale rounded once (the
+ * e4m3 to f16 conversion is exact). */
+__device__ __forceinline__ void cuda_kv8_half4(unsigned int w, unsigned int s2, unsigned int *lo, unsigned int *hi)
+{
+    const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
+    const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
+    const unsigned int ua = (unsigned int)a.x | (unsigned int)a.y << 16, ub = (unsigned int)b.x | (unsigned int)b.y << 16;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(*lo) : "r"(ua), "r"(s2));
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(*hi) : "r"(ub), "r"(s2));
 }
 
 struct cuda_attn_args {

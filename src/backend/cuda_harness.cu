@@ -3,12 +3,15 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <math.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 
 extern "C" {
 #include "gguf/quant.h"
+#include "model/model.h"
 }
 #include "backend/cuda_harness.h"
 #include "backend/cuda_kernels.h"
@@ -426,12 +429,24 @@ extern "C" uint64_t cuda_harness_pool_bytes(const struct cuda_harness_attn *h)
     return cuda_kv_layer_bytes(cuda_hx_pool_vecs(h), h->head_dim, h->kv_type);
 }
 
-/* Q8_0 needs whole groups of 32 in every head vector. */
+/* Q8_0 and FP8 need whole groups of 32 in every head vector. */
 static int cuda_hx_check_q8(const struct cuda_harness_attn *h, struct err *e)
 {
-    if (h->kv_type == KV_TYPE_Q8_0 && h->head_dim % 32)
-        return err_set(e, "cuda harness: q8_0 KV needs head_dim %% 32 == 0 (%d)", (int)h->head_dim);
+    if (cuda_kv_grouped(h->kv_type) && h->head_dim % 32)
+        return err_set(e, "cuda harness: %s KV needs head_dim %% 32 == 0 (%d)", model_kv_type_name(h->kv_type),
+                       (int)h->head_dim);
     return 0;
+}
+
+/* One group of 32 as fp8 KV, on the host with the device's arithmetic (cuda_device.cuh's cuda_kv8_*: f32
+ * division, e4m3 to nearest even saturated, the scale's f16 bits): q (32 bytes), *scale. */
+static void cuda_hx_fp8_group(const float *x, uint8_t *q, uint16_t *scale)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / 448.0f;
+    for (int i = 0; i < 32; i++) q[i] = d > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(x[i] / d, __NV_SATFINITE, __NV_E4M3) : 0;
+    *scale = quant_f32_to_f16(d);
 }
 
 extern "C" int cuda_harness_pool_pack(const struct cuda_harness_attn *h, const float *pool, void *bytes, struct err *e)
@@ -446,6 +461,12 @@ extern "C" int cuda_harness_pool_pack(const struct cuda_harness_attn *h, const f
         for (uint64_t i = 0; i < n; i++) {
             const uint16_t v = quant_f32_to_f16(pool[i]);
             memcpy(out + 2 * i, &v, 2);
+        }
+    } else if (h->kv_type == KV_TYPE_FP8) {
+        for (uint64_t g = 0; g < n / 32; g++) {
+            uint16_t sc;
+            cuda_hx_fp8_group(pool + 32 * g, out + 32 * g, &sc);
+            memcpy(out + n + 2 * g, &sc, 2);
         }
     } else {
         uint8_t blk[34]; /* a GGUF Q8_0 block: f16 scale, 32 int8 */
@@ -471,6 +492,13 @@ extern "C" int cuda_harness_pool_unpack(const struct cuda_harness_attn *h, const
             memcpy(&v, in + 2 * i, 2);
             pool[i] = quant_f16_to_f32(v);
         }
+    } else if (h->kv_type == KV_TYPE_FP8) {
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t sc;
+            memcpy(&sc, in + n + 2 * (i / 32), 2);
+            const __half v = __half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)in[i], __NV_E4M3));
+            pool[i] = __half2float(v) * quant_f16_to_f32(sc);
+        }
     } else {
         uint8_t blk[34];
         for (uint64_t g = 0; g < n / 32; g++) {
@@ -484,7 +512,8 @@ extern "C" int cuda_harness_pool_unpack(const struct cuda_harness_attn *h, const
 
 static struct cuda_attn_geom cuda_hx_geom(const struct cuda_harness_attn *a)
 {
-    const uint64_t scales = a->kv_type == KV_TYPE_Q8_0 ? cuda_kv_values_bytes(cuda_hx_pool_vecs(a), a->head_dim, a->kv_type) : 0;
+    const uint64_t scales =
+        cuda_kv_grouped(a->kv_type) ? cuda_kv_values_bytes(cuda_hx_pool_vecs(a), a->head_dim, a->kv_type) : 0;
     return {a->n_head,    a->n_head_kv,  a->head_dim, a->n_rot,
             a->rope_neox, a->block_size, a->kv_type,  a->norm_eps,
             (enum cuda_attn_kernel)a->kernel, scales};

@@ -4,8 +4,9 @@
  * contracts and the attention's invariant.
  *
  * The KV pool's element type is a template argument of the KV writes and of the attention: float, __half,
- * or cuda_kv_q8 (q8_0: int8 values, an f16 scale per 32 elements apart; cuda_q8.cuh holds its arithmetic,
- * shared with the host test that checks it against gguf/quant.c).
+ * cuda_kv_q8 (q8_0: int8 values, an f16 scale per 32 elements apart; cuda_q8.cuh holds its arithmetic,
+ * shared with the host test that checks it against gguf/quant.c) or cuda_kv_fp8 (e4m3 values in q8_0's
+ * layout; cuda_device.cuh's cuda_kv8_*).
  *
  * Arithmetic that the attention's invariant depends on (the per-chunk online softmax and the merge) is
  * written with explicit round-to-nearest intrinsics (__fmul_rn, __fmaf_rn, __fsub_rn), so that the
@@ -197,6 +198,10 @@ int cuda_launch_rmsnorm(cudaStream_t st, float *x, const float *add, const float
 struct cuda_kv_q8 {
     int8_t q;
 };
+/* An fp8 element of the KV pool: its e4m3 byte (cuda_device.cuh's cuda_kv8_*; q8_0's layout of scales). */
+struct cuda_kv_fp8 {
+    unsigned char q;
+};
 
 /* Writes the head vector h (hd f32, this warp's shared buffer) into its slot dst (hd elements); scales (hd
  * / 32 f16 bits) is its slot's scales, used by q8_0 only. Lane l writes elements l, l + 32, ... */
@@ -217,6 +222,19 @@ __device__ __forceinline__ void cuda_kv_put<cuda_kv_q8>(cuda_kv_q8 *dst, unsigne
         const float x = h[g * CUDA_Q8_GROUP + lane];
         const float d = cuda_q8_scale(fmaxf(0.0f, cuda_warp_max(fabsf(x))));
         dst[g * CUDA_Q8_GROUP + lane].q = (int8_t)cuda_q8_quantize(x, d);
+        if (lane == 0) scales[g] = cuda_q8_scale_bits(d);
+    }
+}
+
+/* fp8: as q8_0, with cuda_kv8's scale (amax / 448) and e4m3 values. */
+template <>
+__device__ __forceinline__ void cuda_kv_put<cuda_kv_fp8>(cuda_kv_fp8 *dst, unsigned short *scales, const float *h,
+                                                         int32_t hd, int lane)
+{
+    for (int32_t g = 0; g < hd / CUDA_Q8_GROUP; g++) {
+        const float x = h[g * CUDA_Q8_GROUP + lane];
+        const float d = cuda_kv8_scale(fmaxf(0.0f, cuda_warp_max(fabsf(x))));
+        dst[g * CUDA_Q8_GROUP + lane].q = cuda_kv8_quantize(x, d);
         if (lane == 0) scales[g] = cuda_q8_scale_bits(d);
     }
 }
@@ -281,13 +299,14 @@ int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struc
                     const float *bias, const float *q_norm, const float *k_norm, const float *cs, void *k_layer,
                     void *v_layer, struct err *e)
 {
-    if (g->kv_type == KV_TYPE_Q8_0 && g->head_dim % CUDA_Q8_GROUP)
-        return err_set(e, "cuda backend: q8_0 KV needs a head dimension that is a multiple of %d (%d)", CUDA_Q8_GROUP,
-                       (int)g->head_dim);
+    if (cuda_kv_grouped(g->kv_type) && g->head_dim % CUDA_Q8_GROUP)
+        return err_set(e, "cuda backend: %s KV needs a head dimension that is a multiple of %d (%d)",
+                       model_kv_type_name(g->kv_type), CUDA_Q8_GROUP, (int)g->head_dim);
     const cuda_qkv_args a = {*g, *b, qkv, bias, q_norm, k_norm, cs, k_layer, v_layer};
     const dim3 grid((unsigned)b->n_rows, (unsigned)((g->n_head + 2 * g->n_head_kv + CUDA_QKV_WARPS - 1) / CUDA_QKV_WARPS));
     if (g->kv_type == KV_TYPE_F16) cuda_k_qkv<__half><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
     else if (g->kv_type == KV_TYPE_Q8_0) cuda_k_qkv<cuda_kv_q8><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
+    else if (g->kv_type == KV_TYPE_FP8) cuda_k_qkv<cuda_kv_fp8><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
     else cuda_k_qkv<float><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
     CU_LAUNCHED();
     return 0;
@@ -313,6 +332,9 @@ template <typename KV> struct cuda_kv_scaled {
 template <> struct cuda_kv_scaled<cuda_kv_q8> {
     static constexpr bool value = true;
 };
+template <> struct cuda_kv_scaled<cuda_kv_fp8> {
+    static constexpr bool value = true;
+};
 
 /* Element u (a compile-time constant after unrolling) of a 16-byte vector of KV values, as f32 (exact);
  * s: the vector's scale as f32 (q8_0; the other types ignore it). */
@@ -331,6 +353,11 @@ template <> __device__ __forceinline__ float cuda_vec_elem<cuda_kv_q8>(const uin
     const uint32_t w = u < 4 ? x.x : u < 8 ? x.y : u < 12 ? x.z : x.w;
     const int b = (int)((w >> 8 * (u & 3)) & 0xffu); /* the int8 value, sign-extended below */
     return cuda_q8_value(b < 128 ? b : b - 256, s);
+}
+template <> __device__ __forceinline__ float cuda_vec_elem<cuda_kv_fp8>(const uint4 &x, int u, float s)
+{
+    const uint32_t w = u < 4 ? x.x : u < 8 ? x.y : u < 12 ? x.z : x.w;
+    return cuda_kv8_value((w >> 8 * (u & 3)) & 0xffu, s);
 }
 
 /* One K/V tile in flight: each thread's 16-byte vectors (head_dim is a multiple of 8; of 32 for q8_0, whose
@@ -597,6 +624,7 @@ static cuda_attn_fn cuda_attn_pick3(enum kv_type kv, int out_bf16)
 {
     if (kv == KV_TYPE_F16) return cuda_attn_pick4<DL, QW, __half>(out_bf16);
     if (kv == KV_TYPE_Q8_0) return cuda_attn_pick4<DL, QW, cuda_kv_q8>(out_bf16);
+    if (kv == KV_TYPE_FP8) return cuda_attn_pick4<DL, QW, cuda_kv_fp8>(out_bf16);
     return cuda_attn_pick4<DL, QW, float>(out_bf16);
 }
 
@@ -613,7 +641,7 @@ static cuda_attn_fn cuda_attn_pick2(int qw, enum kv_type kv, int out_bf16)
  * of 8 (of 32 for q8_0) up to CUDA_MAX_HEAD_DIM. */
 static cuda_attn_fn cuda_attn_pick(int32_t hd, int qw, enum kv_type kv, int out_bf16)
 {
-    if (hd % (kv == KV_TYPE_Q8_0 ? CUDA_Q8_GROUP : 8)) return NULL;
+    if (hd % (cuda_kv_grouped(kv) ? CUDA_Q8_GROUP : 8)) return NULL;
     if (hd <= 32) return cuda_attn_pick2<1>(qw, kv, out_bf16);
     if (hd <= 64) return cuda_attn_pick2<2>(qw, kv, out_bf16);
     if (hd <= 128) return cuda_attn_pick2<4>(qw, kv, out_bf16);
@@ -626,7 +654,7 @@ int cuda_kernels_init(struct err *e)
     const int bytes = (int)(cuda_attn_smem_floats(CUDA_MAX_HEAD_DIM, CUDA_ATT_QW) * sizeof(float));
     for (int32_t hd = 32; hd <= CUDA_MAX_HEAD_DIM; hd *= 2)
         for (int qw = 1; qw <= 8; qw *= 2)
-            for (int kv = KV_TYPE_F32; kv <= KV_TYPE_Q8_0; kv++)
+            for (int kv = 0; kv < KV_TYPE_N; kv++)
                 for (int ob = 0; ob < 2; ob++)
                     CU_TRY(cudaFuncSetAttribute(cuda_attn_pick(hd, qw, (enum kv_type)kv, ob),
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -643,7 +671,7 @@ int cuda_launch_attn(cudaStream_t st, cudaStream_t split_st, const struct cuda_a
                               (1.0f / sqrtf((float)g->head_dim)) * 1.44269504088896340736f};
     if (g->attn != CUDA_ATTN_CORES) {
         if (!cuda_attn_tc_fits(g->head_dim, g->kv_type))
-            return err_set(e, "cuda backend: the tensor-core attention needs f16 or q8_0 KV and head_dim 64 or 128 "
+            return err_set(e, "cuda backend: the tensor-core attention needs f16, q8_0 or fp8 KV and head_dim 64 or 128 "
                               "(%s, %d)", model_kv_type_name(g->kv_type), (int)g->head_dim);
         return cuda_launch_attn_tc(st, split_st, a, b->n_items, out_type == CUDA_ACT_BF16, e);
     }
@@ -653,7 +681,8 @@ int cuda_launch_attn(cudaStream_t st, cudaStream_t split_st, const struct cuda_a
     cuda_attn_fn fn = cuda_attn_pick(g->head_dim, qw, g->kv_type, out_type == CUDA_ACT_BF16);
     if (!fn)
         return err_set(e, "cuda backend: head dimension %d is not a multiple of %d up to %d (%s KV)", (int)g->head_dim,
-                       g->kv_type == KV_TYPE_Q8_0 ? CUDA_Q8_GROUP : 8, CUDA_MAX_HEAD_DIM, model_kv_type_name(g->kv_type));
+                       cuda_kv_grouped(g->kv_type) ? CUDA_Q8_GROUP : 8, CUDA_MAX_HEAD_DIM,
+                       model_kv_type_name(g->kv_type));
     const dim3 grid((unsigned)b->n_items, (unsigned)g->n_head_kv);
     fn<<<grid, 32 * CUDA_ATT_WARPS, cuda_attn_smem_floats(g->head_dim, qw) * sizeof(float), st>>>(a);
     CU_LAUNCHED();

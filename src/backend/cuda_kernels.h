@@ -103,8 +103,15 @@ struct cuda_attn_geom {
     uint64_t kv_scales;         /* Q8_0: cuda_kv_values_bytes of the layer; 0 for F32 and F16 */
 };
 
+/* 1 for the KV types stored as one byte an element with an f16 scale per 32 (CUDA_Q8_GROUP) elements of a
+ * head vector, the scales after the layer's values: Q8_0 (int8 values) and FP8 (e4m3 values). */
+static inline int cuda_kv_grouped(enum kv_type t)
+{
+    return t == KV_TYPE_Q8_0 || t == KV_TYPE_FP8;
+}
+
 /* Bytes of the values of one layer (K or V) of n_vec head vectors (n_blocks * n_head_kv * block_size) of
- * head_dim elements of type t: 4 (F32), 2 (F16) or 1 (Q8_0: the int8 values, without the scales) each. */
+ * head_dim elements of type t: 4 (F32), 2 (F16) or 1 (Q8_0, FP8: the values, without the scales) each. */
 static inline uint64_t cuda_kv_values_bytes(uint64_t n_vec, int32_t head_dim, enum kv_type t)
 {
     return n_vec * (uint64_t)head_dim * (t == KV_TYPE_F32 ? 4u : t == KV_TYPE_F16 ? 2u : 1u);
@@ -117,10 +124,10 @@ static inline uint64_t cuda_kv_values_bytes(uint64_t n_vec, int32_t head_dim, en
 static inline uint64_t cuda_kv_layer_bytes(uint64_t n_vec, int32_t head_dim, enum kv_type t)
 {
     const uint64_t n = cuda_kv_values_bytes(n_vec, head_dim, t);
-    return t == KV_TYPE_Q8_0 ? (n + n / 16 + 15) / 16 * 16 : n;
+    return cuda_kv_grouped(t) ? (n + n / 16 + 15) / 16 * 16 : n;
 }
 
-/* Whether the tensor-core kernel handles this head_dim and KV type (f16 or Q8_0 KV, head_dim 64 or 128). */
+/* Whether the tensor-core kernel handles this head_dim and KV type (f16, Q8_0 or FP8 KV, head_dim 64 or 128). */
 int cuda_attn_tc_fits(int32_t head_dim, enum kv_type t);
 /* The kernel for a KV pool: the tensor-core kernel where it fits and the GEMM inputs are BF16 (act_bf16:
  * its f16 rounding of q and of the probabilities is then below the rounding of its BF16 output), else the

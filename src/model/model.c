@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "gguf/quant.h"
 
@@ -375,14 +376,22 @@ uint64_t model_weight_bytes(const struct model *m)
     return n;
 }
 
+/* The KV element types, in enum kv_type's order: a head vector is groups of `group` elements of
+ * group_bytes each (a scaled type's group carries its f16 scale). */
+static const struct {
+    const char *name;
+    uint32_t group, group_bytes;
+} kv_types[KV_TYPE_N] = {
+    [KV_TYPE_F32] = {"f32", 1, 4},
+    [KV_TYPE_F16] = {"f16", 1, 2},
+    [KV_TYPE_Q8_0] = {"q8_0", 32, 34},
+    [KV_TYPE_FP8] = {"fp8", 32, 34},
+};
+
 uint64_t model_kv_vec_bytes(const struct model_hparams *hp, enum kv_type t)
 {
-    switch (t) {
-    case KV_TYPE_F32: return (uint64_t)hp->head_dim * 4;
-    case KV_TYPE_F16: return (uint64_t)hp->head_dim * 2;
-    case KV_TYPE_Q8_0: return (uint64_t)(hp->head_dim + 31) / 32 * 34;
-    }
-    return 0;
+    if ((unsigned)t >= KV_TYPE_N) return 0;
+    return ((uint64_t)hp->head_dim + kv_types[t].group - 1) / kv_types[t].group * kv_types[t].group_bytes;
 }
 
 uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t)
@@ -392,21 +401,17 @@ uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t
 
 const char *model_kv_type_name(enum kv_type t)
 {
-    switch (t) {
-    case KV_TYPE_F32: return "f32";
-    case KV_TYPE_F16: return "f16";
-    case KV_TYPE_Q8_0: return "q8_0";
-    }
-    return "?";
+    return (unsigned)t < KV_TYPE_N ? kv_types[t].name : "?";
 }
 
 int model_kv_type_parse(const char *s, enum kv_type *out)
 {
-    if (!strcmp(s, "f32") || !strcmp(s, "F32")) *out = KV_TYPE_F32;
-    else if (!strcmp(s, "f16") || !strcmp(s, "F16")) *out = KV_TYPE_F16;
-    else if (!strcmp(s, "q8_0") || !strcmp(s, "Q8_0")) *out = KV_TYPE_Q8_0;
-    else return -1;
-    return 0;
+    for (int t = 0; t < KV_TYPE_N; t++)
+        if (!strcasecmp(s, kv_types[t].name)) {
+            *out = (enum kv_type)t;
+            return 0;
+        }
+    return -1;
 }
 
 static int model_check_weight(const struct model *m, const struct model_weight *w, int64_t ne0, int64_t ne1,

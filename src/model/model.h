@@ -36,8 +36,9 @@ enum model_arch {
     MODEL_ARCH_PHI3,
 };
 
-/* Element type of the KV cache. */
-enum kv_type { KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0 };
+/* Element type of the KV cache (model.c's table of them: name, bytes). Q8_0 and FP8 store a head vector as
+ * groups of 32 one-byte values (int8, or e4m3) with an f16 scale each: 34 bytes per 32 elements. */
+enum kv_type { KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_Q8_0, KV_TYPE_FP8, KV_TYPE_N };
 
 struct model_hparams {
     enum model_arch arch;
@@ -117,8 +118,8 @@ uint64_t model_kv_bytes_per_token(const struct model_hparams *hp, enum kv_type t
 /* Bytes of one (token, kv head) vector of K or V: head_dim elements (Q8_0: blocks of 32 + f16 scale). */
 uint64_t model_kv_vec_bytes(const struct model_hparams *hp, enum kv_type t);
 const char *model_arch_name(enum model_arch a); /* "llama", "qwen2", "qwen3", "gemma3", "gemma2", "phi3" */
-const char *model_kv_type_name(enum kv_type t);        /* "f32", "f16", "q8_0" */
-int model_kv_type_parse(const char *s, enum kv_type *out); /* -1 if unknown */
+const char *model_kv_type_name(enum kv_type t);        /* "f32", "f16", "q8_0", "fp8"; "?" past the table */
+int model_kv_type_parse(const char *s, enum kv_type *out); /* a name, in any case; -1 if unknown */
 /* 1 if a model may hold a weight matrix of this type: the table of types dequantizes it
  * (quant_can_dequantize). Which types a backend computes is its caps' weight_types. */
 int model_type_supported(enum gguf_dtype t);

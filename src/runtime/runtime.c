@@ -93,6 +93,9 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
         if (backend_open("cpu", &cfg, &rt->backend, e) || runtime_read_caps(rt, e)) return -1;
     }
     if (runtime_check_weight_types(rt->model, &rt->caps, rt->backend_name, e)) return -1;
+    if (rt->caps.kv_types && !(rt->caps.kv_types >> p->kv_type & 1))
+        return err_set(e, "--kv-type %s: backend %s has no %s KV cache", model_kv_type_name(p->kv_type),
+                       rt->backend_name, model_kv_type_name(p->kv_type));
     if (p->gpu_weights != BACKEND_WEIGHTS_AUTO && !rt->caps.gpu)
         return err_set(e, "--gpu-weights %s: backend %s computes with the file's own weight types; %s weights need "
                           "a GPU backend (--backend cuda)",
