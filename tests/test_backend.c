@@ -218,8 +218,9 @@ TEST(test_dot_simd_vs_scalar)
                 for (int nx = 1; nx <= k.max_x; nx++) {
                     float va[CPU_TILE_MAX_X];
                     k.dot(n, w, xin, xs, nx, va);
-                    CHECK_MSG(memcmp(va, want, (size_t)nx * sizeof(float)) == 0, "type %s n %lld rows %d: variant %d differs from AVX2",
-                              gguf_dtype_info(t)->name, (long long)n, nx, (int)others[vi]);
+                    CHECK_MSG(memcmp(va, want, (size_t)nx * sizeof(float)) == 0,
+                              "type %s n %lld rows %d: variant %d differs from AVX2", gguf_dtype_info(t)->name,
+                              (long long)n, nx, (int)others[vi]);
                 }
             }
             /* rows share a weight decode but never an accumulator: bit-identical */
@@ -600,9 +601,12 @@ TEST(test_kquant_synthetic)
         enum kv_type kv;
         double rms_tol, max_tol, clone_rms_tol, clone_max_tol;
     } cases[] = {
-        {GGUF_DTYPE_Q4_K, 1, KV_TYPE_F32, 0.40, 1.60, 0.04, 0.18}, {GGUF_DTYPE_Q6_K, 0, KV_TYPE_Q8_0, 0.10, 0.40, 0.04, 0.18},
-        {GGUF_DTYPE_Q5_K, 0, KV_TYPE_F16, 0.20, 0.80, 0.04, 0.18}, {GGUF_DTYPE_Q4_K, 0, KV_TYPE_F32, 0.40, 1.60, 0.04, 0.18},
-        {GGUF_DTYPE_Q3_K, 0, KV_TYPE_F32, 0.80, 3.00, 0.04, 0.18}, {GGUF_DTYPE_Q2_K, 0, KV_TYPE_F32, 1.50, 6.00, 0.04, 0.18},
+        {GGUF_DTYPE_Q4_K, 1, KV_TYPE_F32, 0.40, 1.60, 0.04, 0.18},
+        {GGUF_DTYPE_Q6_K, 0, KV_TYPE_Q8_0, 0.10, 0.40, 0.04, 0.18},
+        {GGUF_DTYPE_Q5_K, 0, KV_TYPE_F16, 0.20, 0.80, 0.04, 0.18},
+        {GGUF_DTYPE_Q4_K, 0, KV_TYPE_F32, 0.40, 1.60, 0.04, 0.18},
+        {GGUF_DTYPE_Q3_K, 0, KV_TYPE_F32, 0.80, 3.00, 0.04, 0.18},
+        {GGUF_DTYPE_Q2_K, 0, KV_TYPE_F32, 1.50, 6.00, 0.04, 0.18},
     };
     struct synth_cfg c = backend_cfg();
     c.n_ff = 512;
@@ -756,7 +760,8 @@ TEST(test_smollm2_kquant_vs_f32)
         bufs[il] = malloc(rb * (uint64_t)w->ne[1]);
         CHECK(bufs[il]);
         for (int64_t r = 0; r < w->ne[1]; r++)
-            CHECK(quant_quantize_row(t, (const float *)w->data + r * w->ne[0], (char *)bufs[il] + r * rb, w->ne[0]) == 0);
+            CHECK(quant_quantize_row(t, (const float *)w->data + r * w->ne[0], (char *)bufs[il] + r * rb, w->ne[0]) ==
+                  0);
         w->type = t;
         w->data = bufs[il];
     }
@@ -902,14 +907,16 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, int wi
         for (int p = 0; p < n; p++)
             for (int h = 0; h < n_kv; h++) {
                 uint64_t region = ((uint64_t)bt[p / bs] * n_kv + h) * bs * vec, off = region + (uint64_t)(p % bs) * vec;
-                float *kd = kf + (((size_t)s * NA + p) * n_kv + h) * hd, *vd = vf + (((size_t)s * NA + p) * n_kv + h) * hd;
+                float *kd = kf + (((size_t)s * NA + p) * n_kv + h) * hd,
+                      *vd = vf + (((size_t)s * NA + p) * n_kv + h) * hd;
                 uint8_t kvec[256 * 4];
                 for (int d = 0; d < hd; d++) tmp[d] = frand(2.0f);
                 quant_quantize_row(dt, tmp, kvec, hd);
                 quant_dequantize_row(dt, kvec, kd, hd);
                 if (cpu_attn_k_transposed(t)) { /* K of f32/f16: [dim][slot] inside the region */
                     const int esz = t == KV_TYPE_F16 ? 2 : 4;
-                    for (int d = 0; d < hd; d++) memcpy(kp + region + ((uint64_t)d * bs + p % bs) * esz, kvec + d * esz, esz);
+                    for (int d = 0; d < hd; d++)
+                        memcpy(kp + region + ((uint64_t)d * bs + p % bs) * esz, kvec + d * esz, esz);
                 } else {
                     memcpy(kp + off, kvec, vec);
                 }
@@ -946,7 +953,8 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, int wi
         memset(alt, 0, (size_t)NR * n_q * sizeof(float));
         int ran = 1;
         for (int64_t i = 0; i < ni && ran; i++)
-            ran = cpu_attn_item_run_path((enum cpu_attn_path)path, &kv, &b, &items[i], group, q, alt, scratch, 128) == 0;
+            ran =
+                cpu_attn_item_run_path((enum cpu_attn_path)path, &kv, &b, &items[i], group, q, alt, scratch, 128) == 0;
         if (ran && memcmp(alt, out, (size_t)NR * n_q * sizeof(float)) != 0) {
             snprintf(why, why_n, "path %d differs from the one cpu_attn_run took", path);
             free(alt);
@@ -980,7 +988,8 @@ static int attn_case(int hd, int group, int n_kv, int bs, enum kv_type t, int wi
             for (int p = p0; p <= pos[r]; p++) sum += sc[p] = exp(sc[p] - mx);
             for (int i = 0; i < hd; i++) {
                 double o = 0;
-                for (int p = p0; p <= pos[r]; p++) o += sc[p] * vf[(((size_t)seq[r] * NA + p) * n_kv + h / group) * hd + i];
+                for (int p = p0; p <= pos[r]; p++)
+                    o += sc[p] * vf[(((size_t)seq[r] * NA + p) * n_kv + h / group) * hd + i];
                 o /= sum;
                 double got = out[(int64_t)r * n_q + h * hd + i];
                 if (!(fabs(got - o) <= 2e-6 + 2e-5 * fabs(o))) {
@@ -1011,16 +1020,29 @@ TEST(test_attn_kernel)
         int window;
         float scale, cap;
     } cases[] = {
-        {8, 2, 4, 16, KV_TYPE_F16, 0, 0, 0}, {8, 2, 4, 4, KV_TYPE_F32, 0, 0, 0},  {16, 1, 2, 8, KV_TYPE_F32, 0, 0, 0},
-        {12, 3, 1, 4, KV_TYPE_F16, 0, 0, 0}, {32, 4, 2, 16, KV_TYPE_Q8_0, 0, 0, 0}, {40, 8, 1, 32, KV_TYPE_F32, 0, 0, 0},
-        {64, 3, 3, 16, KV_TYPE_F16, 0, 0, 0}, {8, 17, 1, 2, KV_TYPE_F32, 0, 0, 0}, {64, 1, 1, 1, KV_TYPE_Q8_0, 0, 0, 0},
+        {8, 2, 4, 16, KV_TYPE_F16, 0, 0, 0},
+        {8, 2, 4, 4, KV_TYPE_F32, 0, 0, 0},
+        {16, 1, 2, 8, KV_TYPE_F32, 0, 0, 0},
+        {12, 3, 1, 4, KV_TYPE_F16, 0, 0, 0},
+        {32, 4, 2, 16, KV_TYPE_Q8_0, 0, 0, 0},
+        {40, 8, 1, 32, KV_TYPE_F32, 0, 0, 0},
+        {64, 3, 3, 16, KV_TYPE_F16, 0, 0, 0},
+        {8, 17, 1, 2, KV_TYPE_F32, 0, 0, 0},
+        {64, 1, 1, 1, KV_TYPE_Q8_0, 0, 0, 0},
         /* fast-path layouts (head_dim 8 or a multiple of 16, block >= 16) */
-        {8, 2, 4, 32, KV_TYPE_F32, 0, 0, 0}, {32, 4, 2, 16, KV_TYPE_F32, 0, 0, 0}, {16, 1, 2, 64, KV_TYPE_F16, 0, 0, 0},
-        {8, 17, 1, 16, KV_TYPE_F16, 0, 0, 0}, {8, 5, 2, 16, KV_TYPE_F32, 0, 0, 0}, {128, 2, 1, 16, KV_TYPE_F16, 0, 0, 0},
+        {8, 2, 4, 32, KV_TYPE_F32, 0, 0, 0},
+        {32, 4, 2, 16, KV_TYPE_F32, 0, 0, 0},
+        {16, 1, 2, 64, KV_TYPE_F16, 0, 0, 0},
+        {8, 17, 1, 16, KV_TYPE_F16, 0, 0, 0},
+        {8, 5, 2, 16, KV_TYPE_F32, 0, 0, 0},
+        {128, 2, 1, 16, KV_TYPE_F16, 0, 0, 0},
         /* sliding windows (1 position, shorter and longer than a 32-position chunk: rows skip chunks),
          * a score scale and soft-caps (gemma); these take the general kernels only */
-        {8, 2, 4, 16, KV_TYPE_F16, 1, 0, 0}, {16, 1, 2, 8, KV_TYPE_F32, 7, 0, 0}, {32, 4, 2, 16, KV_TYPE_Q8_0, 20, 0, 0},
-        {32, 4, 2, 16, KV_TYPE_F32, 40, 0.07f, 0}, {64, 3, 3, 16, KV_TYPE_F16, 0, 0, 1.5f},
+        {8, 2, 4, 16, KV_TYPE_F16, 1, 0, 0},
+        {16, 1, 2, 8, KV_TYPE_F32, 7, 0, 0},
+        {32, 4, 2, 16, KV_TYPE_Q8_0, 20, 0, 0},
+        {32, 4, 2, 16, KV_TYPE_F32, 40, 0.07f, 0},
+        {64, 3, 3, 16, KV_TYPE_F16, 0, 0, 1.5f},
         {8, 5, 2, 4, KV_TYPE_F32, 33, 0.5f, 2.0f},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1290,7 +1312,8 @@ TEST(test_bad_batches)
         const struct model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (int i = 0; i < (il < m->hp.n_layer ? 7 : 1); i++) {
             const struct model_weight *w = il < m->hp.n_layer ? ws[i] : &m->output;
-            packed += gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)cpu_packed_rows(w->type, w->ne[1]);
+            packed +=
+                gguf_row_bytes((uint32_t)w->type, (uint64_t)w->ne[0]) * (uint64_t)cpu_packed_rows(w->type, w->ne[1]);
         }
     }
     CHECK_MSG(be.ops->weight_copy_bytes(be.ctx) == packed, "%llu vs %llu",

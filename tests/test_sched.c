@@ -588,14 +588,16 @@ static int fake_forward(void *ctx, const struct step_batch *b, float *logits, st
     for (int32_t r = 0; r < b->n_rows; r++) {
         int32_t s = b->seq[r];
         if (s < 0 || s >= b->n_seqs) return err_set(e, "fake: row %d has bad seq %d", (int)r, (int)s);
-        if (r > 0 && b->seq[r - 1] == s && b->pos[r] != b->pos[r - 1] + 1) return err_set(e, "fake: row %d not consecutive", (int)r);
+        if (r > 0 && b->seq[r - 1] == s && b->pos[r] != b->pos[r - 1] + 1)
+            return err_set(e, "fake: row %d not consecutive", (int)r);
         if (r > 0 && b->seq[r - 1] != s && b->seq[r - 1] > s) return err_set(e, "fake: seq rows not contiguous");
     }
     /* writes first */
     for (int32_t r = 0; r < b->n_rows; r++) {
         const struct step_seq *sq = &b->seqs[b->seq[r]];
         int32_t pos = b->pos[r];
-        if (pos / B >= sq->n_blocks) return err_set(e, "fake: row %d pos %d beyond its %d blocks", (int)r, (int)pos, (int)sq->n_blocks);
+        if (pos / B >= sq->n_blocks)
+            return err_set(e, "fake: row %d pos %d beyond its %d blocks", (int)r, (int)pos, (int)sq->n_blocks);
         int32_t blk = sq->block_table[pos / B];
         if (blk < 0 || blk >= f->n_blocks) return err_set(e, "fake: bad block id %d", (int)blk);
         if (f->writer[blk] != -1 && f->writer[blk] != b->seq[r])
@@ -801,7 +803,8 @@ static void make_reqs(struct fake_req *reqs, int n, int shared_prefix, int sampl
         r->n_prompt = 5 + (int32_t)(mix64((uint64_t)i) % 36);
         if (shared_prefix) r->n_prompt += shared_prefix;
         for (int32_t k = 0; k < r->n_prompt; k++)
-            r->prompt[k] = (int32_t)(mix64(k < shared_prefix ? 777 + (uint64_t)k : (uint64_t)(i * 1000 + k)) % FAKE_VOCAB);
+            r->prompt[k] =
+                (int32_t)(mix64(k < shared_prefix ? 777 + (uint64_t)k : (uint64_t)(i * 1000 + k)) % FAKE_VOCAB);
         r->max_tokens = 8 + i % 17;
         r->temperature = sampled ? 0.9f : 0.0f;
         r->seed = 1000 + (uint64_t)i;
@@ -832,7 +835,8 @@ static void invariance(int sampled)
         int32_t ref[64] = {0};
         if (sampled) reference_sampled(&g_reqs[i], i, ref);
         else reference_greedy(&g_reqs[i], ref);
-        if (g_base.n_tokens[i] != g_reqs[i].max_tokens || memcmp(ref, g_base.tokens[i], sizeof(int32_t) * (size_t)g_reqs[i].max_tokens)) {
+        if (g_base.n_tokens[i] != g_reqs[i].max_tokens ||
+            memcmp(ref, g_base.tokens[i], sizeof(int32_t) * (size_t)g_reqs[i].max_tokens)) {
             g_base.ok = 0;
             return;
         }
@@ -848,7 +852,11 @@ TEST(engine_fake_invariance_greedy_and_sampled)
         struct run_cfg cfgs[] = {
             {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 1},
             {.kv_blocks = 1024, .kv_block = 16, .max_seqs = 7, .max_batch_tokens = 13, .prefix_cache = 1},
-            {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 1}, /* preemption */
+            {.kv_blocks = 20,
+             .kv_block = 4,
+             .max_seqs = 64,
+             .max_batch_tokens = 64,
+             .prefix_cache = 1}, /* preemption */
             {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 0},
             {.kv_blocks = 9, .kv_block = 8, .max_seqs = 16, .max_batch_tokens = 32, .prefix_cache = 1},
         };
@@ -861,14 +869,17 @@ TEST(engine_fake_invariance_greedy_and_sampled)
         }
         /* shared prefix: cache hits, same outputs as without the cache */
         make_reqs(g_reqs, n, 37, sampled);
-        struct run_cfg nocache = {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .prefix_cache = 0};
-        struct run_cfg cache = {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 16, .max_batch_tokens = 64, .prefix_cache = 1};
+        struct run_cfg nocache = {
+            .kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .prefix_cache = 0};
+        struct run_cfg cache = {
+            .kv_blocks = 1024, .kv_block = 4, .max_seqs = 16, .max_batch_tokens = 64, .prefix_cache = 1};
         run_engine(g_reqs, n, &nocache, &g_base);
         run_engine(g_reqs, n, &cache, &g_other);
         CHECK(g_base.ok && g_other.ok);
         CHECK(same_outputs(&g_base, &g_other, n));
         CHECK_EQ_INT(g_base.st.prompt_tokens_cached, 0);
-        CHECK_MSG(g_other.st.prompt_tokens_cached >= 36 * (n - 2), "cached %lld", (long long)g_other.st.prompt_tokens_cached);
+        CHECK_MSG(g_other.st.prompt_tokens_cached >= 36 * (n - 2), "cached %lld",
+                  (long long)g_other.st.prompt_tokens_cached);
         CHECK(g_other.st.prompt_tokens_computed < g_base.st.prompt_tokens_computed / 2);
     }
 }
@@ -892,8 +903,18 @@ TEST(engine_fake_lookup_invariance)
             {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 1, .lookup = 6},
             {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 0, .lookup = 3},
             {.kv_blocks = 9, .kv_block = 8, .max_seqs = 16, .max_batch_tokens = 32, .prefix_cache = 1, .lookup = 8},
-            {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .lookup = 8, .lookup_adaptive = 1},
-            {.kv_blocks = 20, .kv_block = 4, .max_seqs = 64, .max_batch_tokens = 64, .prefix_cache = 1, .lookup = 8,
+            {.kv_blocks = 1024,
+             .kv_block = 4,
+             .max_seqs = 1,
+             .max_batch_tokens = 64,
+             .lookup = 8,
+             .lookup_adaptive = 1},
+            {.kv_blocks = 20,
+             .kv_block = 4,
+             .max_seqs = 64,
+             .max_batch_tokens = 64,
+             .prefix_cache = 1,
+             .lookup = 8,
              .lookup_adaptive = 1},
         };
         for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
@@ -912,29 +933,32 @@ TEST(engine_fake_lookup_invariance)
             CHECK(st->n_drafts > 0 && st->n_drafts <= st->seq_steps);
             CHECK(st->seq_steps < g_base.st.seq_steps);
             CHECK(st->rows_computed > st->prompt_tokens_computed + st->gen_tokens - st->seq_steps);
-            fprintf(stderr, "# config %zu (sampled %d): %lld drafts, %lld/%lld tokens accepted, %lld seq-steps (base %lld)\n",
+            fprintf(stderr,
+                    "# config %zu (sampled %d): %lld drafts, %lld/%lld tokens accepted, %lld seq-steps (base %lld)\n",
                     c, sampled, (long long)st->n_drafts, (long long)st->draft_accepted, (long long)st->draft_tokens,
                     (long long)st->seq_steps, (long long)g_base.st.seq_steps);
         }
         /* shared prefix: cache hits with lookup on, same outputs as without either */
         make_reqs(g_reqs, n, 37, sampled);
-        struct run_cfg nocache = {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .prefix_cache = 0};
-        struct run_cfg cache = {.kv_blocks = 1024, .kv_block = 4, .max_seqs = 16, .max_batch_tokens = 64, .prefix_cache = 1,
-                                .lookup = 5};
+        struct run_cfg nocache = {
+            .kv_blocks = 1024, .kv_block = 4, .max_seqs = 1, .max_batch_tokens = 64, .prefix_cache = 0};
+        struct run_cfg cache = {
+            .kv_blocks = 1024, .kv_block = 4, .max_seqs = 16, .max_batch_tokens = 64, .prefix_cache = 1, .lookup = 5};
         run_engine(g_reqs, n, &nocache, &g_base);
         run_engine(g_reqs, n, &cache, &g_other);
         CHECK(g_base.ok && g_other.ok);
         CHECK(same_outputs(&g_base, &g_other, n));
-        CHECK_MSG(g_other.st.prompt_tokens_cached >= 36 * (n - 2), "cached %lld", (long long)g_other.st.prompt_tokens_cached);
+        CHECK_MSG(g_other.st.prompt_tokens_cached >= 36 * (n - 2), "cached %lld",
+                  (long long)g_other.st.prompt_tokens_cached);
         CHECK(g_other.st.draft_accepted > 0);
     }
     g_fake_copy = 0;
 }
 
 /* The adaptive rule holds drafts back where steps with drafts cost more a token than steps without (a step
- * with drafts 8x a plain one, whatever its rows; then only probes propose), and drafts where they pay (the same time either way), also
- * where the first step with drafts after steps without pays a one-off 20x a step (a GPU capturing a graph:
- * measured, that would hold drafts back for good, each probe paying it again); the outputs are the same as
+ * with drafts 8x a plain one, whatever its rows; then only probes propose), and drafts where they pay (the same time
+ * either way), also where the first step with drafts after steps without pays a one-off 20x a step (a GPU capturing a
+ * graph: measured, that would hold drafts back for good, each probe paying it again); the outputs are the same as
  * without lookup in all. */
 TEST(engine_fake_lookup_yield)
 {
@@ -960,10 +984,12 @@ TEST(engine_fake_lookup_yield)
                   delays[k][1]);
         share[k] = (double)g_other.draft_steps / (double)(g_other.sampling_steps ? g_other.sampling_steps : 1);
         proposals[k] = (double)g_other.st.proposals / (double)(g_other.st.seq_steps ? g_other.st.seq_steps : 1);
-        fprintf(stderr, "# delays %d/%d/%d us: %lld of %lld sampling steps drafted (%lld/%lld draft tokens accepted), "
-                "%.2f proposals a sequence-step\n", delays[k][0], delays[k][1], delays[k][2], (long long)g_other.draft_steps,
-                (long long)g_other.sampling_steps, (long long)g_other.st.draft_accepted, (long long)g_other.st.draft_tokens,
-                proposals[k]);
+        fprintf(stderr,
+                "# delays %d/%d/%d us: %lld of %lld sampling steps drafted (%lld/%lld draft tokens accepted), "
+                "%.2f proposals a sequence-step\n",
+                delays[k][0], delays[k][1], delays[k][2], (long long)g_other.draft_steps,
+                (long long)g_other.sampling_steps, (long long)g_other.st.draft_accepted,
+                (long long)g_other.st.draft_tokens, proposals[k]);
     }
     g_fake_plain_us = g_fake_draft_us = g_fake_one_off_us = 0;
     g_fake_copy = 0;
@@ -1007,7 +1033,8 @@ TEST(engine_fake_too_large_fails_alone)
     r.id = 7, r.prompt = prompt, r.n_prompt = 28, r.max_tokens = 5; /* exactly fits: 32 tokens of KV */
     CHECK(engine_add(eng, &r, &e) == 0);
     int seen = 0;
-    const char *want[8] = {NULL, NULL, "KV blocks", "context", "empty prompt", "max_tokens", "outside the vocabulary", NULL};
+    const char *want[8] = {NULL, NULL, "KV blocks", "context", "empty prompt", "max_tokens", "outside the vocabulary",
+                           NULL};
     while (engine_has_work(eng) || seen < 7) {
         if (engine_has_work(eng)) CHECK_MSG(engine_step(eng, &e) == 0, "%.200s", e.msg);
         struct engine_result res;
@@ -1046,7 +1073,8 @@ TEST(engine_fake_cancel)
     engine *eng;
     CHECK(engine_init(&m, &be, NULL, &p, &eng, &e) == 0);
     int32_t prompt[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-    struct engine_request r = {.prompt = prompt, .n_prompt = 10, .max_tokens = 30, .sampling = sampler_default_params()};
+    struct engine_request r = {
+        .prompt = prompt, .n_prompt = 10, .max_tokens = 30, .sampling = sampler_default_params()};
     for (int i = 0; i < 4; i++) {
         r.id = (uint64_t)i;
         CHECK(engine_add(eng, &r, &e) == 0);
