@@ -39,7 +39,8 @@ int main(int argc, char **argv)
         struct step_batch b = {nr, tok, pos, seq, 1, &ss, 0, NULL, 0, NULL, NULL};
         struct cpu_attn_item it = {0, nr, 0, 0, 0};
         for (int path = CPU_ATTN_GENERAL; path <= CPU_ATTN_FAST_AVX512; path++) {
-            if (cpu_attn_item_run_path((enum cpu_attn_path)path, &kv, &b, &it, G, q, out, scratch, ctx + rows)) continue;
+            if (cpu_attn_item_run_path((enum cpu_attn_path)path, &kv, &b, &it, G, q, out, scratch, ctx + rows))
+                continue;
             double best = 1e30;
             for (int rep = 0; rep < 5; rep++) {
                 const int iters = 20000;

@@ -176,17 +176,19 @@ int main(int argc, char **argv)
     }
     for (int r = 0; r < rounds; r++) { /* ABBA: odd rounds run the unconstrained one first */
         struct engine_stats sc, su;
-        int rc = r % 2 ? run(&B, NULL, c, &unc[r], &ucpu[r], &su, &e) || run(&B, &schema, c, &con[r], &ccpu[r], &sc, &e)
-                       : run(&B, &schema, c, &con[r], &ccpu[r], &sc, &e) || run(&B, NULL, c, &unc[r], &ucpu[r], &su, &e);
+        int rc = r % 2
+                     ? run(&B, NULL, c, &unc[r], &ucpu[r], &su, &e) || run(&B, &schema, c, &con[r], &ccpu[r], &sc, &e)
+                     : run(&B, &schema, c, &con[r], &ccpu[r], &sc, &e) || run(&B, NULL, c, &unc[r], &ucpu[r], &su, &e);
         if (rc) {
             fprintf(stderr, "bench_constrain: %s\n", e.msg);
             return 1;
         }
-        printf("round %d: constrained %.1f tok/s, %.1f tok/cpu-s (forward %.2f s, constraint %.3f s, masks %lld "
-               "computed / %lld cached); unconstrained %.1f tok/s, %.1f tok/cpu-s (forward %.2f s): %.1f%%, cpu %.1f%%\n",
-               r + 1, con[r], ccpu[r], sc.t_forward, sc.t_constrain, (long long)sc.constrain_masks,
-               (long long)sc.constrain_mask_hits, unc[r], ucpu[r], su.t_forward, 100 * con[r] / unc[r],
-               100 * ccpu[r] / ucpu[r]);
+        printf(
+            "round %d: constrained %.1f tok/s, %.1f tok/cpu-s (forward %.2f s, constraint %.3f s, masks %lld "
+            "computed / %lld cached); unconstrained %.1f tok/s, %.1f tok/cpu-s (forward %.2f s): %.1f%%, cpu %.1f%%\n",
+            r + 1, con[r], ccpu[r], sc.t_forward, sc.t_constrain, (long long)sc.constrain_masks,
+            (long long)sc.constrain_mask_hits, unc[r], ucpu[r], su.t_forward, 100 * con[r] / unc[r],
+            100 * ccpu[r] / ucpu[r]);
         fflush(stdout);
     }
     double mc = median(con, rounds), mu = median(unc, rounds), mcc = median(ccpu, rounds), muc = median(ucpu, rounds);

@@ -145,7 +145,8 @@ static int bench_prefill(struct bench *B, int32_t n, struct err *e)
     if (steps < 2) return 0;
     const double ms = total / (steps - 1) * 1e3;
     printf("prefill N=%-5d  %3d steps  %8.2f ms/step  %9.0f rows/s  %6.1f TFLOP/s  %5.1f%% of GEMM rate\n", (int)n,
-           (int)steps - 1, ms, (double)rows_done / total, flops / total / 1e12, 100.0 * flops / total / 1e12 / B->gemm_tflops);
+           (int)steps - 1, ms, (double)rows_done / total, flops / total / 1e12,
+           100.0 * flops / total / 1e12 / B->gemm_tflops);
     print_profile(B, "prefill");
     return 0;
 }
@@ -188,10 +189,12 @@ static int bench_decode(struct bench *B, int32_t nb, int n_steps, uint64_t weigh
     const double kv_bytes = (double)nb * ctx * (double)model_kv_bytes_per_token(hp, B->kv_type);
     const double bytes = (double)weight_bytes + kv_bytes;
     const double flops = nb * (flops_linear_row(hp) + flops_attn_row(hp, ctx) + flops_head_row(hp));
-    printf("decode  B=%-5d  ctx %5d  %8.3f ms/step  %9.0f tok/s  bytes %6.2f GB: %5.1f%% of copy bw  %5.1f%% of GEMM rate"
-           "  | logits copy %.3f ms + host %.3f ms (%.1f MB)\n",
-           (int)nb, (int)ctx, sec * 1e3, nb / sec, bytes / 1e9, 100.0 * bytes / (B->copy_gbs * 1e9) / sec,
-           100.0 * flops / (B->gemm_tflops * 1e12) / sec, copy_ms / n_steps, host_ms / n_steps, (double)ct.logits_bytes / 1e6);
+    printf(
+        "decode  B=%-5d  ctx %5d  %8.3f ms/step  %9.0f tok/s  bytes %6.2f GB: %5.1f%% of copy bw  %5.1f%% of GEMM rate"
+        "  | logits copy %.3f ms + host %.3f ms (%.1f MB)\n",
+        (int)nb, (int)ctx, sec * 1e3, nb / sec, bytes / 1e9, 100.0 * bytes / (B->copy_gbs * 1e9) / sec,
+        100.0 * flops / (B->gemm_tflops * 1e12) / sec, copy_ms / n_steps, host_ms / n_steps,
+        (double)ct.logits_bytes / 1e6);
     print_profile(B, "decode");
     return 0;
 }
@@ -237,7 +240,8 @@ int main(int argc, char **argv)
     log_set_level(LOG_INFO); /* the backend's start-up lines: device, weights, KV pool, attention kernel */
     gguf_file *f = NULL;
     struct model *m = NULL;
-    if (cuda_harness_gemm_rate(8192, 20, &B.gemm_tflops, &e) || cuda_harness_copy_rate(2ull << 30, 20, &B.copy_gbs, &e)) {
+    if (cuda_harness_gemm_rate(8192, 20, &B.gemm_tflops, &e) ||
+        cuda_harness_copy_rate(2ull << 30, 20, &B.copy_gbs, &e)) {
         fprintf(stderr, "bench_cuda: %s\n", e.msg);
         return 1;
     }

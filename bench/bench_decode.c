@@ -53,7 +53,8 @@ int main(int argc, char **argv)
     double wb = (double)model_weight_bytes(m);
     printf("model %s: %s, %d layers, n_embd %d, weights read per step %.1f MB\n", path, model_arch_name(m->hp.arch),
            (int)m->hp.n_layer, (int)m->hp.n_embd, wb / 1e6);
-    if (bw > 0) printf("bandwidth limit (single stream): %.1f GB/s / %.1f MB = %.1f tok/s\n", bw, wb / 1e6, bw * 1e9 / wb);
+    if (bw > 0)
+        printf("bandwidth limit (single stream): %.1f GB/s / %.1f MB = %.1f tok/s\n", bw, wb / 1e6, bw * 1e9 / wb);
     char list[256];
     snprintf(list, sizeof list, "%s", seqs_arg);
     double base = 0;
@@ -69,7 +70,8 @@ int main(int argc, char **argv)
         }
         int32_t *blocks = malloc(sizeof(int32_t) * (size_t)S * per_seq);
         struct step_seq *ss = malloc(sizeof *ss * (size_t)S);
-        int32_t *toks = malloc(sizeof(int32_t) * (size_t)(S + n_prompt)), *pos = malloc(sizeof(int32_t) * (size_t)(S + n_prompt));
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)(S + n_prompt)),
+                *pos = malloc(sizeof(int32_t) * (size_t)(S + n_prompt));
         int32_t *seq = malloc(sizeof(int32_t) * (size_t)(S + n_prompt)), *lr = malloc(sizeof(int32_t) * (size_t)S);
         float *logits = malloc(sizeof(float) * (size_t)S * V);
         int32_t *next = malloc(sizeof(int32_t) * (size_t)S);
@@ -107,8 +109,9 @@ int main(int argc, char **argv)
         }
         double dt = clock_now() - t0, dc = cpu_seconds() - c0, tps = S * n_steps / dt;
         if (base == 0) base = tps;
-        printf("decode: %3d sequences x %d steps: %.2f tok/s (%.1f ms/step, %.2fx the first; %.2f tok per CPU-second)\n",
-               S, n_steps, tps, dt / n_steps * 1e3, tps / base, S * n_steps / dc);
+        printf(
+            "decode: %3d sequences x %d steps: %.2f tok/s (%.1f ms/step, %.2fx the first; %.2f tok per CPU-second)\n",
+            S, n_steps, tps, dt / n_steps * 1e3, tps / base, S * n_steps / dc);
         free(blocks); free(ss); free(toks); free(pos); free(seq); free(lr); free(logits); free(next);
         backend_free(&be);
     }

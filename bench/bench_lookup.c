@@ -47,7 +47,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "-e")) evict_mb = x;
         else if (!strcmp(a, "-n")) reps = (int32_t)x;
         else {
-            fprintf(stderr, "usage: bench_lookup [-s SEQS] [-p PROMPT] [-g GEN] [-v VOCAB] [-k EVERY] [-e EVICT_MB] [-n REPS]\n");
+            fprintf(stderr, "usage: bench_lookup [-s SEQS] [-p PROMPT] [-g GEN] [-v VOCAB] [-k EVERY] [-e EVICT_MB]"
+                            " [-n REPS]\n");
             return 2;
         }
     }

@@ -1,9 +1,9 @@
-/* bench/bench_matmul.c — the CPU backend's matmul kernel alone: one (N_OUT x N_IN, default 8192 x 2048) weight matrix of type T
- * (ggml id: 8 Q8_0, 2 Q4_0, 3 Q4_1, 0 F32, 1 F16, 10..14 Q2_K..Q6_K) times R activation rows on H
- * threads, 20 repetitions. Prints GMAC/s by wall time and by process CPU time (the latter is what a
- * shared, loaded machine can still measure). The weights (~17 MB for Q8_0, ~9.4 MB for Q4_K) mostly fit
- * in L3: this times compute, not DRAM. K-quant weights are random valid blocks (the kernels' speed does
- * not depend on the values); the others are quantized from a fixed pattern.
+/* bench/bench_matmul.c — the CPU backend's matmul kernel alone: one (N_OUT x N_IN, default 8192 x 2048)
+ * weight matrix of type T (ggml id: 8 Q8_0, 2 Q4_0, 3 Q4_1, 0 F32, 1 F16, 10..14 Q2_K..Q6_K) times R
+ * activation rows on H threads, 20 repetitions. Prints GMAC/s by wall time and by process CPU time (the
+ * latter is what a shared, loaded machine can still measure). The weights (~17 MB for Q8_0, ~9.4 MB for Q4_K)
+ * mostly fit in L3: this times compute, not DRAM. K-quant weights are random valid blocks (the kernels' speed
+ * does not depend on the values); the others are quantized from a fixed pattern.
  *
  *   bench_matmul [ROWS=1] [THREADS=1] [TYPE=8] [N_IN=2048] [N_OUT=8192]      (make build/bench/bench_matmul)
  *   NIGHTSHIFT_CPU_KERNELS=avx2|scalar caps the kernel variant, as for nightshift. */
@@ -77,7 +77,8 @@ int main(int argc, char **argv)
     double dt = (clock_now() - t0) / iters, dc = (cpu_seconds() - c0) / iters;
     double macs = (double)n_in * (double)n_out * rows;
     printf("type %s %lld x %lld rows %d threads %d: %.3f ms/matmul, %.1f GMAC/s wall, %.1f GMAC per CPU-second\n",
-           gguf_dtype_info(t)->name, (long long)n_out, (long long)n_in, rows, nth, dt * 1e3, macs / dt / 1e9, macs / dc / 1e9);
+           gguf_dtype_info(t)->name, (long long)n_out, (long long)n_in, rows, nth, dt * 1e3, macs / dt / 1e9,
+           macs / dc / 1e9);
     threads_free(p);
     return 0;
 }

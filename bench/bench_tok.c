@@ -78,8 +78,9 @@ int main(int argc, char **argv)
         free(ids);
     }
     qsort(rates, 5, sizeof rates[0], cmp_double);
-    printf("%s: %zu bytes -> %zu tokens (%.2f bytes/token), load %.3f s, encode median %.2f MB/s (min %.2f, max %.2f)\n",
-           argv[1], len, n_ids, (double)len / (double)n_ids, t_load, rates[2], rates[0], rates[4]);
+    printf(
+        "%s: %zu bytes -> %zu tokens (%.2f bytes/token), load %.3f s, encode median %.2f MB/s (min %.2f, max %.2f)\n",
+        argv[1], len, n_ids, (double)len / (double)n_ids, t_load, rates[2], rates[0], rates[4]);
     free(text);
     tok_free(v);
     gguf_close(f);

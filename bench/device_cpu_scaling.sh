@@ -5,7 +5,7 @@
 #   nightshift-new, nightshift-old   the builds to compare
 #   lib/                             their shared libraries (Debian 12's)
 #   models/stories260K.gguf
-#   test_backend, test_engine        run first, as a correctness check on this CPU
+#   test_cpu_kernels, test_backend, test_engine    run first, as a correctness check on this CPU
 # Usage (on the device machine, from the repository root): sh bench/device_cpu_scaling.sh [REPS=3]
 set -u
 D=tmp/devbin
@@ -14,6 +14,8 @@ export LD_LIBRARY_PATH="$PWD/$D/lib"
 OUT=${OUT:-/tmp}
 echo "== host"; nproc; grep -m1 'model name' /proc/cpuinfo; grep -o -m1 'avx512f' /proc/cpuinfo | head -1
 echo "== correctness on this CPU (stories260K; SmolLM2 cases skip: not carried)"
+NIGHTSHIFT_SHARED="$PWD/$D" "$D/test_cpu_kernels" > "$OUT/test_cpu_kernels.log" 2>&1; echo "test_cpu_kernels rc $?"
+tail -1 "$OUT/test_cpu_kernels.log"
 NIGHTSHIFT_SHARED="$PWD/$D" "$D/test_backend" > "$OUT/test_backend.log" 2>&1; echo "test_backend rc $?"; tail -1 "$OUT/test_backend.log"
 NIGHTSHIFT_SHARED="$PWD/$D" "$D/test_engine" > "$OUT/test_engine.log" 2>&1; echo "test_engine rc $?"; tail -1 "$OUT/test_engine.log"
 M="$D/models/stories260K.gguf"

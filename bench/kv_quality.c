@@ -57,8 +57,8 @@ static int generate(const struct model *m, struct backend *b, const tok_vocab *v
     engine *eng;
     if (engine_init(m, b, v, &p, &eng, e)) return -1;
     for (int i = 0; i < N_PROMPTS; i++) {
-        struct engine_request r = {.id = (uint64_t)i, .prompt = s[i].tok, .n_prompt = s[i].n_prompt, .max_tokens = n_gen,
-                                   .sampling = sampler_default_params(), .ignore_eos = 1};
+        struct engine_request r = {.id = (uint64_t)i, .prompt = s[i].tok, .n_prompt = s[i].n_prompt,
+                                   .max_tokens = n_gen, .sampling = sampler_default_params(), .ignore_eos = 1};
         if (engine_add(eng, &r, e)) goto fail;
     }
     while (engine_has_work(eng))
@@ -155,7 +155,8 @@ int main(int argc, char **argv)
             exact += k == a->n;
             /* teacher-forced on the f32 sequence, so every pair sees the same tokens */
             const struct seq *f = &s[0][i];
-            if (forced(&b, types[r0], f->tok, f->n, n_vocab, ref, &e) || forced(&b, types[t], f->tok, f->n, n_vocab, got, &e)) {
+            if (forced(&b, types[r0], f->tok, f->n, n_vocab, ref, &e) ||
+                forced(&b, types[t], f->tok, f->n, n_vocab, got, &e)) {
                 fprintf(stderr, "%s\n", e.msg);
                 return 1;
             }

@@ -1,10 +1,10 @@
 /* fuzz_chat — libFuzzer target for the chat-template renderer (tokenizer/chat) and template detection.
  *
  * Input: byte 0 picks the family (mod CHAT_FAMILY_COUNT, CHAT_NONE included); the rest, split at NUL bytes,
- * is: BOS text, EOS text, then (role, content) pairs, a role being "system", "user", "assistant" or
- * anything else. chat_render either fails with a message, or renders a NUL-terminated text that holds every
- * message's content (whitespace trimmed, as some templates do): none is dropped. The whole input, as a template text, is detected as a known family
- * or none.
+ * is: BOS text, EOS text, then (role, content) pairs, a role being "system", "user", "assistant" or anything
+ * else. chat_render either fails with a message, or renders a NUL-terminated text that holds every message's
+ * content (whitespace trimmed, as some templates do): none is dropped. The whole input, as a template text,
+ * is detected as a known family or none.
  */
 #include <stdint.h>
 #include <stdlib.h>

@@ -40,14 +40,15 @@ static int drawer_forward(void *ctx, const struct step_batch *b, float *logits, 
     if (b->n_logits > d->cap) {
         free(d->logits);
         d->cap = b->n_logits;
-        if (!(d->logits = malloc((size_t)d->cap * (size_t)d->n_vocab * sizeof(float)))) return err_set(e, "drawer: oom");
+        if (!(d->logits = malloc((size_t)d->cap * (size_t)d->n_vocab * sizeof(float))))
+            return err_set(e, "drawer: oom");
     }
     d->n_logits = b->n_logits;
     return d->inner.ops->forward(d->inner.ctx, b, d->logits, e);
 }
 
-static int drawer_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
-                         struct err *e)
+static int drawer_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens,
+                         float *logits, struct err *e)
 {
     struct drawer *d = ctx;
     if (n != d->n_logits) return err_set(e, "drawer: %d rows to resolve, the step had %d", (int)n, (int)d->n_logits);

@@ -47,7 +47,8 @@ static void check_copy(const char *path, int chat, int32_t passage)
     CHECK(bench_workload_copy(fam, v, 6, passage, 1, &b, &e) == 0);
     CHECK(bench_workload_copy(fam, v, 6, passage, 2, &c, &e) == 0);
     CHECK(a.kind == BENCH_WORKLOAD_COPY && a.n == 6 && !a.ignore_eos);
-    CHECK(memcmp(a.len, b.len, 6 * sizeof *a.len) == 0 && memcmp(a.ids, b.ids, (size_t)(6 * a.stride) * sizeof *a.ids) == 0);
+    CHECK(memcmp(a.len, b.len, 6 * sizeof *a.len) == 0 &&
+          memcmp(a.ids, b.ids, (size_t)(6 * a.stride) * sizeof *a.ids) == 0);
     CHECK(memcmp(a.ids, c.ids, (size_t)a.len[0] * sizeof *a.ids) != 0); /* the seed matters */
     int64_t total = 0;
     for (int i = 0; i < 6; i++) {
@@ -60,8 +61,10 @@ static void check_copy(const char *path, int chat, int32_t passage)
         CHECK(!chat || strstr(text, "<|im_start|>user") != NULL);
         CHECK(chat || strstr(text, "<|im_start|>") == NULL);
         free(text);
-        if (i) CHECK(a.len[i] != a.len[i - 1] || memcmp(a.ids + (size_t)i * (size_t)a.stride, a.ids + (size_t)(i - 1) * (size_t)a.stride,
-                                                         (size_t)a.len[i] * sizeof *a.ids) != 0);
+        if (i)
+            CHECK(a.len[i] != a.len[i - 1] ||
+                  memcmp(a.ids + (size_t)i * (size_t)a.stride, a.ids + (size_t)(i - 1) * (size_t)a.stride,
+                         (size_t)a.len[i] * sizeof *a.ids) != 0);
     }
     CHECK_EQ_INT(a.total, total);
     bench_workload_free(&a);

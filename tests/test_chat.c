@@ -51,19 +51,21 @@ static int render_is(enum chat_family f, const struct chat_msg *m, size_t n, con
 
 TEST(render_chatml)
 {
-    RENDER_IS(CHAT_CHATML, conv_sys, 4, "", "",
-              "<|im_start|>system\nSYS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
-              "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+    RENDER_IS(
+        CHAT_CHATML, conv_sys, 4, "", "",
+        "<|im_start|>system\nSYS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+        "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
     RENDER_IS(CHAT_CHATML, conv, 1, "", "", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(render_llama3)
 {
     static const struct chat_msg m[] = {{"system", "S"}, {"user", " Hi \n"}, {"assistant", "Hello!"}, {"user", "Bye"}};
-    RENDER_IS(CHAT_LLAMA3, m, 4, "<|begin_of_text|>", "<|eot_id|>",
-              "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
-              "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
-              "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    RENDER_IS(
+        CHAT_LLAMA3, m, 4, "<|begin_of_text|>", "<|eot_id|>",
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user"
+        "<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 TEST(render_llama2)
@@ -89,9 +91,10 @@ TEST(render_phi3)
 TEST(render_gemma)
 {
     static const struct chat_msg m[] = {{"user", " Hi "}, {"assistant", "Hello"}, {"user", "Bye"}};
-    RENDER_IS(CHAT_GEMMA, m, 3, "<bos>", "<eos>",
-              "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n<start_of_turn>user\n"
-              "Bye<end_of_turn>\n<start_of_turn>model\n");
+    RENDER_IS(
+        CHAT_GEMMA, m, 3, "<bos>", "<eos>",
+        "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello<end_of_turn>\n<start_of_turn>user\n"
+        "Bye<end_of_turn>\n<start_of_turn>model\n");
     RENDER_IS(CHAT_GEMMA, conv_sys, 2, "<bos>", "<eos>",
               "<bos><start_of_turn>user\nSYS\n\nHi<end_of_turn>\n<start_of_turn>model\n");
 }
@@ -116,7 +119,8 @@ TEST(gemma3_jinja_matches_builtin)
         CHECK_MSG(chat_render(CHAT_GEMMA, convs[i].m, convs[i].n, "<bos>", "<eos>", &b, &e) == 0, "%s", e.msg);
         CHECK_MSG(strcmp(a, b) == 0, "conversation %zu: jinja '%s', built-in '%s'", i, a, b);
         if (i == 0)
-            CHECK_STR(a, "<bos><start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n");
+            CHECK_STR(a,
+                      "<bos><start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n");
         free(a);
         free(b);
     }

@@ -408,7 +408,8 @@ TEST(own_table_help_old_and_formats)
     HELP_OF(help, cli_opts_usage(f_, opts, 5));
     const char *want = "Heading:\n  -o, --output PREFIX       files' prefix (default sweep; also --out)\n";
     CHECK_MSG(strstr(help, want), "%.200s", help);
-    CHECK_MSG(strstr(help, "--format auto|openai|jsonl|text\n") && strstr(help, "format (default auto)"), "%.99s", help);
+    CHECK_MSG(strstr(help, "--format auto|openai|jsonl|text\n") && strstr(help, "format (default auto)"), "%.99s",
+              help);
     CHECK(strstr(help, "--n N") && strstr(help, "count (default 5)") && !strstr(help, "--secret"));
     const char *spell[] = {"--output", "-o", "--out"};
     for (int k = 0; k < 3; k++) {

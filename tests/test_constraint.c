@@ -313,7 +313,8 @@ TEST(prefetch_matches_in_place)
         int upto = 3 * (j < 6 ? j : 5);
         CHECK(constraint_state_start(pre, kp, &st[j], &e) == 0 && constraint_state_start(sync, ks, &sy[j], &e) == 0);
         for (int i = 0; i < upto && i < (int)n_ids; i++)
-            CHECK(constraint_advance(pre, kp, &st[j], ids[i], &e) == 0 && constraint_advance(sync, ks, &sy[j], ids[i], &e) == 0);
+            CHECK(constraint_advance(pre, kp, &st[j], ids[i], &e) == 0 &&
+                  constraint_advance(sync, ks, &sy[j], ids[i], &e) == 0);
         kk[j] = kp;
         ptr[j] = &st[j];
     }

@@ -256,8 +256,8 @@ TEST(test_matmul_mixed_batch_invariance)
                         float ref;
                         cpu_kernel_variant(types[j], CPU_KERNEL_SCALAR)
                             .dot(N_IN, w[j] + o * rb, xk + row * cpu_q8k_row_bytes(N_IN), 0, 1, &ref);
-                        CHECK_MSG(memcmp(&ref, &y1[j][o], sizeof ref) == 0, "%s: output %d differs from the scalar kernel",
-                                  tname(types[j]), o);
+                        CHECK_MSG(memcmp(&ref, &y1[j][o], sizeof ref) == 0,
+                                  "%s: output %d differs from the scalar kernel", tname(types[j]), o);
                     }
                 }
             }

@@ -136,8 +136,8 @@ static void check_group(const float *x, struct q8_tally *t, const char *kind)
     }
     t->groups++;
     if (bad && t->differ++ == 0)
-        snprintf(t->first, sizeof t->first, "%s group, amax %g, scale bits 0x%04x (host 0x%02x%02x)", kind, (double)amax,
-                 bits, blk[1], blk[0]);
+        snprintf(t->first, sizeof t->first, "%s group, amax %g, scale bits 0x%04x (host 0x%02x%02x)", kind,
+                 (double)amax, bits, blk[1], blk[0]);
 }
 
 TEST(f16_stand_in_matches_quant_f32_to_f16)

@@ -46,7 +46,8 @@ TEST(request_round_trips)
                    got.sampling.seed == rq.sampling.seed && got.sampling.n_logit_bias == 2 &&
                    got.sampling.logit_bias[1].token == 7 && got.sampling.logit_bias[1].bias == 2.0f &&
                    got.n_stop == 2 && !strcmp(got.stop[0], "\n\n") && !strcmp(got.stop[1], "END") && got.ignore_eos &&
-                   got.logprobs == 1 && got.prompt_logprobs == 1 && got.prompt_logprobs_from == 2 && got.top_logprobs == 4;
+                   got.logprobs == 1 && got.prompt_logprobs == 1 && got.prompt_logprobs_from == 2 &&
+                   got.top_logprobs == 4;
         dist_request_free(&got);
         CHECK(same);
     }

@@ -178,7 +178,8 @@ TEST(draft_len_rule)
     CHECK_EQ_INT(len_at(&c, &hi, 1, 0), 0);
     /* many rows (compute-bound): the bar nears 1 */
     CHECK_EQ_INT(len_at(&c, &mid, 64, 8), 0);
-    CHECK_EQ_INT(len_at(&c, &hi, 64, 8), 3); /* .985 * 68 > 64, .970 * 69 > 64.98, .956 * 70 > 65.95, .941 * 71 < 66.91 */
+    /* .985 * 68 > 64, .970 * 69 > 64.98, .956 * 70 > 65.95, .941 * 71 < 66.91 */
+    CHECK_EQ_INT(len_at(&c, &hi, 64, 8), 3);
     CHECK_EQ_INT(len_at(&c, &hi, 400, 8), 0);
     /* monotone: more rows never draft more, higher acceptance never drafts less */
     for (int32_t r = 1; r < 200; r++) {

@@ -75,7 +75,8 @@ TEST(embedding_parse_refusals)
     /* more inputs than a line takes */
     char big[4096];
     size_t n = (size_t)snprintf(big, sizeof big, "{\"input\":[");
-    for (int i = 0; i <= EMBEDDING_MAX_INPUTS; i++) n += (size_t)snprintf(big + n, sizeof big - n, "%s\"x\"", i ? "," : "");
+    for (int i = 0; i <= EMBEDDING_MAX_INPUTS; i++)
+        n += (size_t)snprintf(big + n, sizeof big - n, "%s\"x\"", i ? "," : "");
     snprintf(big + n, sizeof big - n, "]}");
     struct input_embed *in;
     const char *code;
@@ -117,9 +118,10 @@ TEST(embedding_body_list)
     struct embedding_out o = {texts, lens, 2, 0, 0, "m", 9};
     CHECK(embedding_body(&out, &o, &e) == 0);
     output_buf_put(&out, "", 1);
-    CHECK_MSG(!strcmp(out.p, "{\"object\":\"list\",\"data\":[{\"object\":\"embedding\",\"index\":0,\"embedding\":[0.5,0.5,"
-                             "0.5,0.5]},{\"object\":\"embedding\",\"index\":1,\"embedding\":[0.600000024,0.800000012,0,0]}"
-                             "],\"model\":\"m\",\"usage\":{\"prompt_tokens\":9,\"total_tokens\":9}}"),
+    CHECK_MSG(!strcmp(out.p,
+                      "{\"object\":\"list\",\"data\":[{\"object\":\"embedding\",\"index\":0,\"embedding\":[0.5,0.5,"
+                      "0.5,0.5]},{\"object\":\"embedding\",\"index\":1,\"embedding\":[0.600000024,0.800000012,0,0]}"
+                      "],\"model\":\"m\",\"usage\":{\"prompt_tokens\":9,\"total_tokens\":9}}"),
               "%s", out.p);
     output_buf_free(&out);
     /* dimensions 2: the first two values, unit length again; base64 */

@@ -79,8 +79,9 @@ static const char *const g_choices[] = {"yes", "no", "maybe later"};
 
 static int make_specs(void)
 {
-    static const char schema[] = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
-                                 "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}},\"required\":[\"name\",\"n\"]}";
+    static const char schema[] =
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+        "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99}},\"required\":[\"name\",\"n\"]}";
     static const char choice[] = "[\"yes\",\"no\",\"maybe later\"]", regex[] = "[a-z]{1,6}( [a-z]{1,6}){0,3}[.!]";
     struct err e;
     if (constraint_spec_set(&g_specs[1], CONSTRAINT_JSON_SCHEMA, schema, strlen(schema), &e) ||
@@ -149,7 +150,8 @@ static int make_reqs(struct req *r, int n, int32_t n_vocab, int lo, int hi, int 
         if (r[i].n_prompt > MAX_PROMPT) return -1;
         for (int32_t k = 0; k < r[i].n_prompt; k++) {
             int32_t kk = k >= shared_prefix + 5 && i % 3 == 0 ? shared_prefix + (k - shared_prefix) % 4 : k;
-            uint64_t h = kk < shared_prefix ? mix64(salt * 31 + (uint64_t)kk) : mix64(salt + (uint64_t)i * 7919 + (uint64_t)kk * 104729);
+            uint64_t h = kk < shared_prefix ? mix64(salt * 31 + (uint64_t)kk)
+                                            : mix64(salt + (uint64_t)i * 7919 + (uint64_t)kk * 104729);
             r[i].prompt[k] = 3 + (int32_t)(h % (uint64_t)(n_vocab - 3)); /* skip the control ids 0..2 */
         }
         r[i].max_tokens = gen;
@@ -183,8 +185,8 @@ static void run(struct loaded *L, const struct req *r, int n, int32_t max_seqs, 
     struct backend drawer = {&drawer_ops, &g_drawer};
     g_drawer.inner = L->be;
     g_drawer.n_vocab = L->m->hp.n_vocab;
-    if (g_draw && !g_drawer.smp && sampler_init(tok_n_vocab(L->v) < L->m->hp.n_vocab ? tok_n_vocab(L->v) : L->m->hp.n_vocab,
-                                               &g_drawer.smp, &e)) {
+    if (g_draw && !g_drawer.smp &&
+        sampler_init(tok_n_vocab(L->v) < L->m->hp.n_vocab ? tok_n_vocab(L->v) : L->m->hp.n_vocab, &g_drawer.smp, &e)) {
         fprintf(stderr, "drawer: %s\n", e.msg);
         return;
     }
@@ -297,7 +299,8 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
     for (int i = 0; i < n; i++) { /* a constrained request that stopped is a complete, valid output */
         CHECK_MSG(g_a.finish[i] != ENGINE_FINISH_ERROR, "request %d failed", i);
         if (!g_req[i].cons || g_a.finish[i] != ENGINE_FINISH_STOP) continue;
-        CHECK_MSG(valid_output(g_req[i].cons, g_a.text[i]), "request %d (constraint %d): '%s'", i, g_req[i].cons, g_a.text[i]);
+        CHECK_MSG(valid_output(g_req[i].cons, g_a.text[i]), "request %d (constraint %d): '%s'", i, g_req[i].cons,
+                  g_a.text[i]);
         n_complete++;
     }
     CHECK_MSG(!cons_every || n_complete > 0, "no constrained request completed");
@@ -316,14 +319,15 @@ static void invariance_suite(const char *path, int n, int lo, int hi, int gen, i
         run(&L, g_req, n, seqs[k], 4096, 0, &g_b);
         CHECK(g_b.ok);
         d = compare(&g_a, &g_b, n);
-        CHECK_MSG(d == 0, "lookup %d (max_seqs %d, adaptive %d) differs at request %d", g_lookup, seqs[k], k == 2, d - 1);
+        CHECK_MSG(d == 0, "lookup %d (max_seqs %d, adaptive %d) differs at request %d", g_lookup, seqs[k], k == 2,
+                  d - 1);
         const struct engine_stats *st = &g_b.st;
         CHECK_EQ_INT(st->gen_tokens, g_a.st.gen_tokens);
         /* drafts are accepted somewhere (constrained sequences draft nothing; the 32 requests of a sanitizer
          * build are too few to promise an accepted draft on stories260K, so only its outputs are compared) */
         if (k < 2 && cons_every != 1 && !UNDER_SANITIZER)
-            CHECK_MSG(st->draft_accepted > 0 && st->draft_accepted < st->draft_tokens, "%lld of %lld draft tokens accepted",
-                      (long long)st->draft_accepted, (long long)st->draft_tokens);
+            CHECK_MSG(st->draft_accepted > 0 && st->draft_accepted < st->draft_tokens,
+                      "%lld of %lld draft tokens accepted", (long long)st->draft_accepted, (long long)st->draft_tokens);
         fprintf(stderr, "# lookup %d, max_seqs %d, adaptive %d: %lld/%lld draft tokens accepted, %.2f tokens/step\n",
                 g_lookup, seqs[k], k == 2, (long long)st->draft_accepted, (long long)st->draft_tokens,
                 (double)st->gen_tokens / (double)st->seq_steps);
@@ -515,15 +519,19 @@ TEST(engine_lookup_copy_smollm2)
         int d = compare(&g_a, &g_b, n);
         CHECK_MSG(d == 0, "config %d: lookup changed request %d", c, d - 1);
         const struct engine_stats *st = &g_b.st;
-        fprintf(stderr, "# copy, config %d: %lld/%lld draft tokens accepted, %.2f tokens/step, %lld preemptions, %lld cached\n", c,
-                (long long)st->draft_accepted, (long long)st->draft_tokens, (double)st->gen_tokens / (double)st->seq_steps,
-                (long long)st->n_preemptions, (long long)st->prompt_tokens_cached);
+        fprintf(stderr,
+                "# copy, config %d: %lld/%lld draft tokens accepted, %.2f tokens/step, %lld preemptions, %lld cached\n",
+                c, (long long)st->draft_accepted, (long long)st->draft_tokens,
+                (double)st->gen_tokens / (double)st->seq_steps, (long long)st->n_preemptions,
+                (long long)st->prompt_tokens_cached);
         /* how much the adaptive rule drafts depends on the step times it measures; one sequence alone
          * (a step of one row) drafts once its proposals prove right */
         if (cfg[c].adaptive && cfg[c].max_seqs == 1) CHECK(st->draft_accepted > 0);
         if (cfg[c].adaptive) continue;
         CHECK(st->draft_accepted * 5 > st->draft_tokens);
-        CHECK_MSG(st->seq_steps * 10 < g_a.st.seq_steps * 7, "steps %lld vs %lld without lookup (gen %lld vs %lld)", (long long)st->seq_steps, (long long)g_a.st.seq_steps, (long long)st->gen_tokens, (long long)g_a.st.gen_tokens);
+        CHECK_MSG(st->seq_steps * 10 < g_a.st.seq_steps * 7, "steps %lld vs %lld without lookup (gen %lld vs %lld)",
+                  (long long)st->seq_steps, (long long)g_a.st.seq_steps, (long long)st->gen_tokens,
+                  (long long)g_a.st.gen_tokens);
         /* a request ended inside an accepted draft: it verified more tokens than it kept */
         CHECK(st->draft_accepted + st->seq_steps > st->gen_tokens);
         if (c == 2) CHECK(st->n_preemptions > 0);
@@ -756,7 +764,8 @@ TEST(engine_constrained_outputs)
             CHECK_EQ_INT(r->n_tokens, 2);
         } else {
             int k = 1 + (int)r->id % 3;
-            CHECK_MSG(r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH, "request %d: %d", (int)r->id, r->finish);
+            CHECK_MSG(r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH, "request %d: %d",
+                      (int)r->id, r->finish);
             if (r->finish == ENGINE_FINISH_STOP) {
                 CHECK_MSG(valid_output(k, r->text), "request %d (constraint %d): '%s'", (int)r->id, k, r->text);
                 n_stop++;
@@ -799,7 +808,8 @@ TEST(engine_check_request_agrees_with_engine_add)
     CHECK(engine_init(L.m, &L.be, L.v, &p, &eng, &e) == 0);
     int32_t prompt[] = {1, 403, 407, 2000000};
     struct logit_bias far = {.token = 1 << 20, .bias = 1.0f};
-    struct engine_request base = {.prompt = prompt, .n_prompt = 3, .max_tokens = 4, .sampling = sampler_default_params()};
+    struct engine_request base = {
+        .prompt = prompt, .n_prompt = 3, .max_tokens = 4, .sampling = sampler_default_params()};
     struct engine_request rq[7];
     for (int i = 0; i < 7; i++) rq[i] = base, rq[i].id = (uint64_t)i;
     rq[1].max_tokens = 62;  /* 3 + 62 - 1 = 64 tokens: 4 blocks, the whole pool */

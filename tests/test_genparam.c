@@ -185,9 +185,10 @@ TEST(constraint_errors)
         {"response_format", "{\"type\": \"xml\"}", "invalid_value", "\"text\", \"json_object\" or \"json_schema\""},
         {"response_format", "{\"type\": \"json_object\", \"extra\": 1}", "invalid_value", "unsupported field 'extra'"},
         {"response_format", "{\"type\": \"json_schema\"}", "invalid_type", "'response_format.json_schema' must be"},
-        {"response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\"}}", "invalid_value", "needs a 'schema'"},
-        {"response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"oneOf\": []}}}", "invalid_value",
-         "unsupported JSON Schema keyword 'oneOf' at /"},
+        {"response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\"}}", "invalid_value",
+         "needs a 'schema'"},
+        {"response_format", "{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {\"oneOf\": []}}}",
+         "invalid_value", "unsupported JSON Schema keyword 'oneOf' at /"},
         {"guided_json", "{\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}", "invalid_value",
          "'not' at /properties/a"},
         {"guided_json", "\"{bad\"", "invalid_value", "not JSON"},
@@ -201,7 +202,8 @@ TEST(constraint_errors)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct gen_params g = genparam_defaults();
         CHECK_MSG(apply(&g, bad[i][0], bad[i][1], &e) == -1, "%s %s accepted", bad[i][0], bad[i][1]);
-        CHECK_MSG(code_of_last && !strcmp(code_of_last, bad[i][2]), "%s %s: code %s", bad[i][0], bad[i][1], code_of_last);
+        CHECK_MSG(code_of_last && !strcmp(code_of_last, bad[i][2]), "%s %s: code %s", bad[i][0], bad[i][1],
+                  code_of_last);
         CHECK_MSG(strstr(e.msg, bad[i][3]), "%s %s: '%s' lacks '%s'", bad[i][0], bad[i][1], e.msg, bad[i][3]);
         CHECK_EQ_INT(g.constraint.kind, CONSTRAINT_NONE);
         genparam_free(&g);
@@ -347,7 +349,8 @@ TEST(constraint_settings_and_record)
     g = genparam_defaults();
     char schema[600];
     int n = snprintf(schema, sizeof schema, "{\"type\":\"object\",\"properties\":{");
-    for (int i = 0; i < 20; i++) n += snprintf(schema + n, sizeof schema - (size_t)n, "%s\"field%d\":{\"type\":\"string\"}", i ? "," : "", i);
+    for (int i = 0; i < 20; i++)
+        n += snprintf(schema + n, sizeof schema - (size_t)n, "%s\"field%d\":{\"type\":\"string\"}", i ? "," : "", i);
     snprintf(schema + n, sizeof schema - (size_t)n, "}}");
     CHECK_EQ_INT(apply(&g, "guided_json", schema, &e), 1);
     genparam_setting(genparam_find_flag("--response-format"), &g, buf, sizeof buf);
@@ -368,7 +371,10 @@ TEST(constraint_key)
     struct gen_params none = genparam_defaults(), a = genparam_defaults(), b = genparam_defaults(),
                       c = genparam_defaults(), d = genparam_defaults();
     CHECK_EQ_INT(apply(&a, "guided_json", "{\"type\": \"integer\"}", &e), 1);
-    CHECK_EQ_INT(apply(&b, "response_format", "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\"}}}", &e), 1);
+    CHECK_EQ_INT(apply(&b, "response_format",
+                       "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"integer\"}}}",
+                       &e),
+                 1);
     CHECK_EQ_INT(apply(&c, "guided_json", "{\"type\": \"number\"}", &e), 1);
     CHECK_EQ_INT(apply(&d, "guided_regex", "\"[\\\"a\\\"]\"", &e), 1); /* the text ["a"], as a pattern */
     CHECK_EQ_INT(apply(&none, "guided_choice", "[\"a\"]", &e), 1);                 /* ... and as a choice */
@@ -434,7 +440,8 @@ TEST(logprobs_fields)
     /* the key: unchanged without them (no bytes at all), different with each */
     struct buf k0 = {{0}, 0}, k1 = {{0}, 0};
     genparam_key_encode(&d, 1, put, &k0);
-    static const char *const rows[][2] = {{"logprobs", "0"}, {"logprobs", "true"}, {"top_logprobs", "1"}, {"echo", "true"}};
+    static const char *const rows[][2] = {
+        {"logprobs", "0"}, {"logprobs", "true"}, {"top_logprobs", "1"}, {"echo", "true"}};
     for (int i = 0; i < 4; i++) {
         x = genparam_defaults();
         CHECK(apply(&x, rows[i][0], rows[i][1], &e) == 1);

@@ -344,9 +344,10 @@ TEST(seq_tokens_bound)
     CHECK_MSG(t >= 0, "%s", e.msg);
     CHECK_EQ_INT(t, n2 + INGEST_TEMPLATE_TOKENS + 40);
     CHECK_EQ_INT(bound_of(a, 100, &e), n1 + INGEST_TEMPLATE_TOKENS + 100); /* line 1 takes the default */
-    const char *b = write_tmp("bound_b.jsonl", "{\"custom_id\": \"x\", \"method\": \"POST\", \"url\": "
-                                                "\"/v1/chat/completions\", \"body\": {\"max_completion_tokens\": 900, "
-                                                "\"messages\": [{\"role\": \"user\", \"content\": \"say \\\"max_tokens\\\": no\"}]}}\n");
+    const char *b = write_tmp("bound_b.jsonl",
+                              "{\"custom_id\": \"x\", \"method\": \"POST\", \"url\": "
+                              "\"/v1/chat/completions\", \"body\": {\"max_completion_tokens\": 900, "
+                              "\"messages\": [{\"role\": \"user\", \"content\": \"say \\\"max_tokens\\\": no\"}]}}\n");
     size_t n = 0;
     char *text = test_read_file(b, &n);
     CHECK_EQ_INT(bound_of(b, 16, &e), (int64_t)n + INGEST_TEMPLATE_TOKENS + 900);
@@ -425,8 +426,9 @@ TEST(prompt_of_one_request)
 TEST(duplicate_ids_through_the_id_table)
 {
     if (!vocab) SKIP("no stories260K model");
-    const char *text = "{\"id\":\"x\",\"prompt\":\"Once\"}\n{\"id\":\"y\",\"prompt\":\"Lily\"}\n"
-                       "{\"id\":\"x\",\"prompt\":\"again\"}\n{\"id\":5,\"prompt\":\"num\"}\n{\"id\":\"5\",\"prompt\":\"str\"}\n";
+    const char *text =
+        "{\"id\":\"x\",\"prompt\":\"Once\"}\n{\"id\":\"y\",\"prompt\":\"Lily\"}\n"
+        "{\"id\":\"x\",\"prompt\":\"again\"}\n{\"id\":5,\"prompt\":\"num\"}\n{\"id\":\"5\",\"prompt\":\"str\"}\n";
     struct job_config c;
     struct job_model m;
     setup(&c, &m, write_tmp("dup.jsonl", text));

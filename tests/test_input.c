@@ -41,11 +41,12 @@ static void free_all(struct input_item *it, int n)
 
 TEST(detect_openai)
 {
-    const char *s = "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\","
-                    "\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}],"
-                    "\"max_tokens\":7,\"temperature\":0.5,\"seed\":42,\"stop\":[\"x\",\"yy\"]}}\n"
-                    "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"Once\","
-                    "\"max_completion_tokens\":3,\"logit_bias\":{\"7\":-100,\"3\":5}}}\n";
+    const char *s =
+        "{\"custom_id\":\"a\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":{\"model\":\"m\","
+        "\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"max_tokens\":7,\"temperature\":0.5,\"seed\":42,\"stop\":[\"x\",\"yy\"]}}\n"
+        "{\"custom_id\":\"b\",\"method\":\"POST\",\"url\":\"/v1/completions\",\"body\":{\"prompt\":\"Once\","
+        "\"max_completion_tokens\":3,\"logit_bias\":{\"7\":-100,\"3\":5}}}\n";
     const char *p = write_tmp("a.jsonl", s, strlen(s));
     struct input_opts o = input_default_opts();
     struct input_item it[4];
@@ -78,7 +79,9 @@ TEST(detect_openai)
 
 TEST(detect_jsonl_and_text)
 {
-    const char *s = "{\"id\": 5, \"prompt\": \"x\"}\n\n{\"id\": \"q\", \"messages\": [{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}]}\n";
+    const char *s = "{\"id\": 5, \"prompt\": \"x\"}\n\n"
+                    "{\"id\": \"q\", \"messages\": [{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                    "{\"type\":\"text\",\"text\":\"b\"}]}]}\n";
     const char *p = write_tmp("b.jsonl", s, strlen(s));
     struct input_opts o = input_default_opts();
     struct input_item it[4];
@@ -129,8 +132,8 @@ TEST(bad_lines)
         "{\"id\":\"uf\",\"prompt\":\"fine\",\"other\":true}\n"                  /* 20 unknown_field */
         "{\"id\":\"uf2\",\"prompt\":\"fine\",\"mystery\":3}\n"                 /* 21 unknown, warned once */
         "{\"id\":\"tl\",\"prompt\":\"x\",\"tools\":[{\"type\":\"function\"}]}\n" /* 22 unsupported_parameter */
-        "{\"id\":\"lp\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}\n" /* 23 unsupported_parameter:
-                                                                                 echo is for completions only */
+        /* 23 unsupported_parameter: echo is for completions only */
+        "{\"id\":\"lp\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}\n"
         "{\"id\":\"au\",\"prompt\":\"x\",\"audio\":{\"voice\":\"a\"}}\n"     /* 24 unsupported_parameter */
         "{\"id\":\"pr\",\"prompt\":\"x\",\"prediction\":{\"type\":\"content\"}}\n" /* 25 unsupported_parameter */
         "{\"id\":\"md\",\"prompt\":\"x\",\"modalities\":[\"text\",\"audio\"]}\n" /* 26 unsupported_parameter */
@@ -370,7 +373,8 @@ TEST(parse_body_like_a_line)
     json_t *root;
     struct err e;
     static const char *const skip[] = {"stream", NULL};
-    const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":0.5,\"stream\":true}";
+    const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+                    "\"temperature\":0.5,\"stream\":true}";
     CHECK(input_parse_body(b, strlen(b), &d, INPUT_KIND_CHAT, skip, &it, &root, &e) == 0);
     CHECK(it.code == NULL);
     CHECK_EQ_INT(it.kind, INPUT_KIND_CHAT);
@@ -387,9 +391,11 @@ TEST(parse_body_like_a_line)
         const char *code, *msg;
     } bad[] = {
         {"{\"prompt\":\"x\",\"frob\":[]}", INPUT_KIND_COMPLETION, "unknown_field", "unknown field 'frob'"},
-        {"{\"prompt\":\"x\",\"tools\":[{}]}", INPUT_KIND_COMPLETION, "unsupported_parameter", "'tools' is not supported"},
+        {"{\"prompt\":\"x\",\"tools\":[{}]}", INPUT_KIND_COMPLETION, "unsupported_parameter",
+         "'tools' is not supported"},
         {"{\"prompt\":\"x\"}", INPUT_KIND_CHAT, "invalid_value", "needs 'messages'"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", INPUT_KIND_COMPLETION, "invalid_value", "needs 'prompt'"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", INPUT_KIND_COMPLETION, "invalid_value",
+         "needs 'prompt'"},
         {"{\"prompt\":\"x\",", INPUT_KIND_COMPLETION, "invalid_json", "not JSON"},
         {"[1]", INPUT_KIND_COMPLETION, "invalid_type", "the body must be a JSON object, got an array"},
         {"{\"prompt\":\"\xff\"}", INPUT_KIND_COMPLETION, "invalid_utf8", "invalid UTF-8 at byte 11"},

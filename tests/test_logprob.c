@@ -280,7 +280,8 @@ static int reference(struct loaded *L, const int32_t *seq, int32_t n, int32_t n_
                      struct err *e)
 {
     const int32_t nv = L->m->hp.n_vocab;
-    int32_t *pos = malloc((size_t)n * sizeof *pos), *sq = calloc((size_t)n, sizeof *sq), *rows = malloc((size_t)n * sizeof *rows);
+    int32_t *pos = malloc((size_t)n * sizeof *pos), *sq = calloc((size_t)n, sizeof *sq),
+            *rows = malloc((size_t)n * sizeof *rows);
     int32_t blocks[64];
     float *logits = malloc((size_t)n * (size_t)nv * sizeof *logits);
     int rc = pos && sq && rows && logits && n <= 64 * 16 ? 0 : err_set(e, "reference: out of memory");
@@ -289,7 +290,8 @@ static int reference(struct loaded *L, const int32_t *seq, int32_t n, int32_t n_
     struct step_seq ss = {blocks, (n + 15) / 16};
     struct step_batch b = {.n_rows = n, .tokens = seq, .pos = pos, .seq = sq, .n_seqs = 1, .seqs = &ss,
                            .n_logits = n, .logit_rows = rows};
-    if (!rc) rc = L->be.ops->kv_alloc(L->be.ctx, 64, 16, KV_TYPE_F32, e) || L->be.ops->forward(L->be.ctx, &b, logits, e);
+    if (!rc)
+        rc = L->be.ops->kv_alloc(L->be.ctx, 64, 16, KV_TYPE_F32, e) || L->be.ops->forward(L->be.ctx, &b, logits, e);
     for (int32_t i = 1; i < n && !rc; i++)
         logprob_fill(logits + (size_t)(i - 1) * (size_t)nv, nv, tok_n_vocab(L->v), seq[i], n_top, &out[i]);
     free(pos);
@@ -326,7 +328,8 @@ TEST(engine_logprobs_equal_a_full_forward_and_are_batch_invariant)
         prompt_of(prompts[i], NP, 100 + (uint64_t)i, nv);
         r[i] = (struct engine_request){.id = (uint64_t)i, .prompt = prompts[i], .n_prompt = NP - 3 * i,
                                        .max_tokens = NG, .sampling = sampler_default_params(), .ignore_eos = 1,
-                                       .logprobs = i % 2 == 0, .prompt_logprobs = i % 4 == 0, .top_logprobs = i % 3 * 2};
+                                       .logprobs = i % 2 == 0, .prompt_logprobs = i % 4 == 0,
+                                       .top_logprobs = i % 3 * 2};
         r[i].sampling.temperature = i % 3 ? 0.8f : 0.0f;
         r[i].sampling.seed = 5 + (uint64_t)i;
     }
@@ -351,7 +354,8 @@ TEST(engine_logprobs_equal_a_full_forward_and_are_batch_invariant)
         memcpy(seq + x->n_prompt, x->tokens, (size_t)x->n_tokens * sizeof *seq);
         CHECK_MSG(reference(&L, seq, x->n_prompt + x->n_tokens, r[i].top_logprobs, ref, &e) == 0, "%s", e.msg);
         CHECK(isnan(x->prompt_logprobs[0].logprob) && x->prompt_logprobs[0].token == seq[0]);
-        for (int32_t k = 1; k < x->n_prompt; k++) CHECK_MSG(same_entry(&x->prompt_logprobs[k], &ref[k]), "request %d prompt %d", i, k);
+        for (int32_t k = 1; k < x->n_prompt; k++)
+            CHECK_MSG(same_entry(&x->prompt_logprobs[k], &ref[k]), "request %d prompt %d", i, k);
         for (int32_t k = 0; k < x->n_tokens; k++)
             CHECK_MSG(same_entry(&x->logprobs[k], &ref[x->n_prompt + k]), "request %d token %d", i, k);
     }
@@ -403,7 +407,8 @@ TEST(engine_scoring_uses_the_prefix_cache)
     CHECK_MSG(run_all(eng, &half, 1, &h, &e) == 0, "%s", e.msg);
     engine_free(eng);
     for (int32_t k = 0; k < 70; k++)
-        CHECK_MSG(k < 30 ? isnan(h.prompt_logprobs[k].logprob) : same_entry(&h.prompt_logprobs[k], &cold.prompt_logprobs[k]),
+        CHECK_MSG(k < 30 ? isnan(h.prompt_logprobs[k].logprob)
+                         : same_entry(&h.prompt_logprobs[k], &cold.prompt_logprobs[k]),
                   "position %d (from 30)", k);
     engine_result_free(&h);
     CHECK_MSG(res[1].n_prompt_cached == 0, "cached %d: blocks without logprobs were used", (int)res[1].n_prompt_cached);
@@ -488,7 +493,8 @@ static void mixed_requests(struct engine_request *r, int32_t (*prompts)[NP], int
 static int same_results(const struct engine_result *a, const struct engine_result *b, int n)
 {
     for (int i = 0; i < n; i++) {
-        if (a[i].n_tokens != b[i].n_tokens || memcmp(a[i].tokens, b[i].tokens, (size_t)a[i].n_tokens * sizeof(int32_t)) ||
+        if (a[i].n_tokens != b[i].n_tokens ||
+            memcmp(a[i].tokens, b[i].tokens, (size_t)a[i].n_tokens * sizeof(int32_t)) ||
             !a[i].logprobs != !b[i].logprobs || !a[i].prompt_logprobs != !b[i].prompt_logprobs)
             return 0;
         for (int32_t k = 0; a[i].logprobs && k < a[i].n_tokens; k++)

@@ -124,7 +124,8 @@ TEST(lookup_matches_brute_force)
     static int32_t t[N];
     int32_t vocabs[] = {2, 5, 50, 100000};
     for (int vi = 0; vi < 4; vi++) {
-        for (int32_t i = 0; i < N; i++) t[i] = (int32_t)(mix64((uint64_t)vi * 7777 + (uint64_t)i) % (uint64_t)vocabs[vi]);
+        for (int32_t i = 0; i < N; i++)
+            t[i] = (int32_t)(mix64((uint64_t)vi * 7777 + (uint64_t)i) % (uint64_t)vocabs[vi]);
         /* copy spans, like a completion that repeats its prompt */
         if (vocabs[vi] > 50) memcpy(t + 2000, t + 100, 500 * sizeof *t);
         lookup *ix = lookup_new();

@@ -16,7 +16,8 @@ static int write_proc(const char *root, double avg10, long long swapout)
     snprintf(path, sizeof path, "%s/pressure/memory", root);
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    fprintf(f, "some avg10=%.2f avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", avg10);
+    fprintf(f, "some avg10=%.2f avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+            avg10);
     fclose(f);
     snprintf(path, sizeof path, "%s/vmstat", root);
     f = fopen(path, "w");

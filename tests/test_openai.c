@@ -179,7 +179,8 @@ TEST(openai_response_shapes)
         CHECK_EQ_INT(json_integer_value(json_object_get(u, "completion_tokens")), 7);
         CHECK_EQ_INT(json_integer_value(json_object_get(u, "total_tokens")), 11);
         /* the same usage object as run's result lines (jobs/output) */
-        CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")), 2);
+        CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens")),
+                     2);
         CHECK(json_is_object(json_object_get(u, "completion_tokens_details")));
         CHECK(json_is_null(json_object_get(j, "system_fingerprint")));
         json_decref(j);

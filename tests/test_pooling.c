@@ -87,7 +87,8 @@ static void pool_here(const float *h, int32_t n, int32_t n_embd, int32_t pooling
     for (int32_t k = 0; k < n_embd; k++) out[k] = (float)(out[k] / sqrt(ss));
 }
 
-/* Runs requests rq (n), one after the other, on a fresh engine with max_batch_tokens mbt; results by request id into res. */
+/* Runs requests rq (n), one after the other, on a fresh engine with max_batch_tokens mbt; results by request
+ * id into res. */
 static int run_engine(struct runtime *rt, int32_t mbt, int prefix_cache, const struct engine_request *rq, int n,
                       struct engine_result *res, struct err *e)
 {
@@ -161,7 +162,8 @@ TEST(pooling_engine_stories260K)
             CHECK_MSG(run_engine(&rt, mbts[k], 1, rq, 2, res, &e) == 0, "%s", e.msg);
             CHECK_MSG(res[1].finish == ENGINE_FINISH_STOP, "%s", res[1].error ? res[1].error : "?");
             CHECK(res[1].n_embedding == n_embd && res[1].n_tokens == 0 && res[1].n_prompt_cached == 0);
-            CHECK_MSG(res[0].embedding == NULL && res[0].n_tokens > 0, "%d %d %s", res[0].finish, res[0].n_tokens, res[0].error ? res[0].error : "");
+            CHECK_MSG(res[0].embedding == NULL && res[0].n_tokens > 0, "%d %d %s", res[0].finish, res[0].n_tokens,
+                      res[0].error ? res[0].error : "");
             double max_diff = 0, norm = 0;
             for (int32_t i = 0; i < n_embd; i++) {
                 double d = fabs((double)res[1].embedding[i] - want[i]);

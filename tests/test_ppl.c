@@ -121,7 +121,8 @@ static int reference_ppl(struct runtime *rt, const int32_t *text, int64_t n_text
         if ((rc = lm_logits_ex(rt, win, ctx - 1, 1, logits, e))) break;
         for (int32_t j = first; j < ctx - 1; j++, n++) {
             const int64_t at = start + j + 1;
-            if (stride && last_scored >= 0 && at != last_scored + 1) rc = err_set(e, "reference: gap at %lld", (long long)at);
+            if (stride && last_scored >= 0 && at != last_scored + 1)
+                rc = err_set(e, "reference: gap at %lld", (long long)at);
             last_scored = at;
             sum += ref_nll(logits + (size_t)j * (size_t)nv, nv, text[at]);
         }

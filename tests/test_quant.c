@@ -274,7 +274,8 @@ TEST(bad_arguments)
     CHECK(quant_dequantize_row(GGUF_DTYPE_IQ2_XXS, buf, x, 256) == -1);
     CHECK(quant_dequantize_row((enum gguf_dtype)4, buf, x, 32) == -1);
     CHECK(quant_can_dequantize(GGUF_DTYPE_Q5_K) && !quant_can_dequantize(GGUF_DTYPE_Q8_K));
-    CHECK(quant_can_quantize(GGUF_DTYPE_Q4_1) && quant_can_quantize(GGUF_DTYPE_Q5_0) && !quant_can_quantize(GGUF_DTYPE_IQ4_NL));
+    CHECK(quant_can_quantize(GGUF_DTYPE_Q4_1) && quant_can_quantize(GGUF_DTYPE_Q5_0) &&
+          !quant_can_quantize(GGUF_DTYPE_IQ4_NL));
     CHECK(quant_can_quantize(GGUF_DTYPE_Q6_K) && !quant_can_quantize(GGUF_DTYPE_Q8_K));
 }
 

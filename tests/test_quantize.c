@@ -320,9 +320,11 @@ TEST(bad_inputs)
     char out[600];
     snprintf(out, sizeof out, "%s", tmp("out.gguf"));
     CHECK(test_write_file(out, "old", 3) == 0);
-    CHECK_MSG(write_small(tmp("iq.gguf"), "blk.0.attn_q.weight", GGUF_DTYPE_IQ2_XXS, 256, 2, iq, &e) == 0, "%.900s", e.msg);
+    CHECK_MSG(write_small(tmp("iq.gguf"), "blk.0.attn_q.weight", GGUF_DTYPE_IQ2_XXS, 256, 2, iq, &e) == 0, "%.900s",
+              e.msg);
     CHECK(quantize(tmp("iq.gguf"), out, "q8_0", 1, &r, &fb, &e) == -1);
-    CHECK_MSG(strstr(e.msg, "blk.0.attn_q.weight") && strstr(e.msg, "IQ2_XXS") && strstr(e.msg, "cannot read"), "%.900s", e.msg);
+    CHECK_MSG(strstr(e.msg, "blk.0.attn_q.weight") && strstr(e.msg, "IQ2_XXS") && strstr(e.msg, "cannot read"),
+              "%.900s", e.msg);
     CHECK(out_is_old(out) && !partial_left());
 
     /* a NaN: the tensor and row are named; OUT untouched, nothing left over */

@@ -67,15 +67,17 @@ TEST(progress_line)
     struct progress_snapshot s = {25, 100, 2, 1000, 500, 0.43, 0.12, 0, 0, 0};
     char buf[256];
     progress_format(buf, sizeof buf, &s, 1523.4, 812.2, 192);
-    CHECK_STR(buf, "run 25/100 25.0% | prompt 1523 tok/s | gen 812 tok/s | ETA 3m12s | KV 43% | prefix hit 12% | failed 2");
+    CHECK_STR(buf,
+              "run 25/100 25.0% | prompt 1523 tok/s | gen 812 tok/s | ETA 3m12s | KV 43% | prefix hit 12% | failed 2");
     progress_format(buf, sizeof buf, &s, 0, 0, 7300);
     CHECK(strstr(buf, "ETA 2h01m") != NULL);
     s.lookup = 1;
     s.draft_acceptance = 0.814;
     s.tokens_per_step = 3.42;
     progress_format(buf, sizeof buf, &s, 1523.4, 812.2, 192);
-    CHECK_STR(buf, "run 25/100 25.0% | prompt 1523 tok/s | gen 812 tok/s | ETA 3m12s | KV 43% | prefix hit 12% | failed 2 "
-                   "| lookup 81% acc, 3.4 tok/step");
+    CHECK_STR(buf,
+              "run 25/100 25.0% | prompt 1523 tok/s | gen 812 tok/s | ETA 3m12s | KV 43% | prefix hit 12% | failed 2 "
+              "| lookup 81% acc, 3.4 tok/step");
     s.lookup = 0;
 
     /* log mode: one line per interval, not more */

@@ -143,8 +143,8 @@ TEST(chat_rendering_is_a_setting)
     CHECK(store_open(c.store, STORE_DURABILITY_NORMAL, &st, &e) == 0);
     CHECK(settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0); /* made with the chatml renderer */
     m.chat_jinja = t;
-    int refused =
-        settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0 && strstr(e.msg, "chat_template chatml (now jinja:");
+    int refused = settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) != 0 &&
+                  strstr(e.msg, "chat_template chatml (now jinja:");
     c.force = 1;
     int rebound = settings_bind_store(st, &c, &m, GENPARAM_ALL_ROWS, &e) == 0;
     c.force = 0;

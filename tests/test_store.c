@@ -274,7 +274,8 @@ TEST(repair_cases)
 TEST(lines_are_valid_json)
 {
     struct output_buf b = {0};
-    struct output_choice ch[2] = {{"caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xe2\x82", 20, "length", NULL, 0}, {"", 0, "stop", NULL, 0}};
+    struct output_choice ch[2] = {{"caf\xc3\xa9 \"q\" \\ \n\t\x01 cut\xe2\x82", 20, "length", NULL, 0},
+                                  {"", 0, "stop", NULL, 0}};
     struct output_ok o = {"run1", 3, "id-1", 1, "model", "fp_x", 1700000000, ch, 2, 5, 9, 4};
     output_ok_line(&b, &o);
     CHECK(b.n > 0 && b.p[b.n - 1] == '\n');
@@ -290,7 +291,8 @@ TEST(lines_are_valid_json)
     CHECK_STR(json_string_value(json_object_get(c0, "finish_reason")), "length");
     json_t *usage = json_object_get(body, "usage");
     CHECK_EQ_INT(json_integer_value(json_object_get(usage, "total_tokens")), 14);
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens")), 4);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(usage, "prompt_tokens_details"), "cached_tokens")),
+                 4);
     CHECK(json_is_object(json_object_get(usage, "completion_tokens_details")));
     CHECK_STR(json_string_value(json_object_get(body, "system_fingerprint")), "fp_x");
     CHECK_STR(json_string_value(json_object_get(body, "model")), "model");
@@ -358,7 +360,8 @@ TEST(logprobs_pack_and_render)
     struct logprob_entry pr[2], gen[2];
     logprob_first(1, &pr[0]);
     pr[1] = (struct logprob_entry){.token = 400, .logprob = -0.125, .n_top = 1, .top = {{401, -0.0625}}};
-    gen[0] = (struct logprob_entry){.token = 402, .logprob = -1.0 / 3.0, .n_top = 2, .top = {{402, -1.0 / 3.0}, {7, -2.5}}};
+    gen[0] =
+        (struct logprob_entry){.token = 402, .logprob = -1.0 / 3.0, .n_top = 2, .top = {{402, -1.0 / 3.0}, {7, -2.5}}};
     gen[1] = (struct logprob_entry){.token = 2, .logprob = -3e-9, .n_top = 0};
     struct output_buf b = {0}, chat = {0}, comp = {0};
     output_logprobs_pack(&b, "Once xyz", 8, pr, 2, gen, 2, 1);

@@ -41,7 +41,8 @@ TEST(sysmem_parse_meminfo_and_limits)
     CHECK_EQ_INT(total, 24683652ull * 1024);
     CHECK_EQ_INT(avail, 24393408ull * 1024);
     /* old kernels: no MemAvailable -> MemFree + Cached */
-    CHECK(sysmem_parse_meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 5 kB\nCached: 50 kB\n", &total, &avail) == 0);
+    CHECK(sysmem_parse_meminfo("MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 5 kB\nCached: 50 kB\n", &total, &avail) ==
+          0);
     CHECK_EQ_INT(avail, 150 * 1024);
     CHECK(sysmem_parse_meminfo("nothing here\n", &total, &avail) != 0);
     CHECK_EQ_INT(sysmem_parse_limit("max\n"), 0);
@@ -55,7 +56,8 @@ TEST(sysmem_auto_rule)
     struct sysmem_info mi = {.total_ram = 24 * GIB, .mem_available = 20 * GIB, .cgroup_limit = 0};
     /* headroom: 20% of RAM (4.8 GiB) */
     CHECK_EQ_INT(sysmem_default_headroom(&mi), 24 * GIB / 5);
-    CHECK_EQ_INT(sysmem_auto_kv_bytes(&mi, 1 * GIB, 100 * MIB, UINT64_MAX), 20 * GIB - 1 * GIB - 100 * MIB - 24 * GIB / 5);
+    CHECK_EQ_INT(sysmem_auto_kv_bytes(&mi, 1 * GIB, 100 * MIB, UINT64_MAX),
+                 20 * GIB - 1 * GIB - 100 * MIB - 24 * GIB / 5);
     /* explicit headroom */
     CHECK_EQ_INT(sysmem_auto_kv_bytes(&mi, 1 * GIB, 0, 3 * GIB), 16 * GIB);
     /* a cgroup limit below the RAM caps both the available memory and the headroom base; at least 2 GiB */

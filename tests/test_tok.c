@@ -187,20 +187,24 @@ struct split_case {
 };
 
 static const struct split_case split_cases[] = {
-    {"llama-bpe", "I've got 12345 apples, they'RE fine.\n\n  ok  ",
+    {"llama-bpe",
+     "I've got 12345 apples, they'RE fine.\n\n  ok  ",
      {"I", "'ve", " got", " ", "123", "45", " apples", ",", " they", "'RE", " fine", ".\n\n", " ", " ok", "  ", NULL}},
     {"llama-bpe", "don't  stop\r\nme 7", {"don", "'t", " ", " stop", "\r\n", "me", " ", "7", NULL}},
     {"llama-bpe", "日本語のテキスト123と中文", {"日本語のテキスト", "123", "と中文", NULL}},
     {"llama-bpe", "a\n\n\n b  \t\n c", {"a", "\n\n\n", " b", "  \t\n", " c", NULL}},
-    {"llama-bpe", "x = f(1)+2;  // 3.14!!\n",
+    {"llama-bpe",
+     "x = f(1)+2;  // 3.14!!\n",
      {"x", " =", " f", "(", "1", ")+", "2", ";", " ", " //", " ", "3", ".", "14", "!!\n", NULL}},
-    {"qwen2", "I've got 12345 apples, they'RE fine.\n\n  ok  ",
-     {"I", "'ve", " got", " ", "1", "2", "3", "4", "5", " apples", ",", " they", "'RE", " fine", ".\n\n", " ", " ok", "  ",
-      NULL}},
+    {"qwen2",
+     "I've got 12345 apples, they'RE fine.\n\n  ok  ",
+     {"I", "'ve", " got", " ", "1", "2", "3", "4", "5", " apples", ",", " they", "'RE", " fine", ".\n\n", " ", " ok",
+      "  ", NULL}},
     {"qwen2", "don't  stop\r\nme 7", {"don", "'t", " ", " stop", "\r\n", "me", " ", "7", NULL}},
     {"qwen2", "日本語のテキスト123と中文", {"日本語のテキスト", "1", "2", "3", "と中文", NULL}},
     {"qwen2", "a\n\n\n b  \t\n c", {"a", "\n\n\n", " b", "  \t\n", " c", NULL}},
-    {"qwen2", "x = f(1)+2;  // 3.14!!\n",
+    {"qwen2",
+     "x = f(1)+2;  // 3.14!!\n",
      {"x", " =", " f", "(", "1", ")+", "2", ";", " ", " //", " ", "3", ".", "1", "4", "!!\n", NULL}},
     /* GPT-2: contractions are case-sensitive, digits stay in one run, "\s+(?!\S)" leaves one space */
     {"gpt-2", "I'VE 12345  x\n", {"I", "'", "VE", " 12345", " ", " x", "\n", NULL}},
@@ -243,8 +247,8 @@ TEST(pretok_splits)
         CHECK_MSG(g.n == n_want, "case %zu (%.200s): %d pieces, want %d", c, sc->pre, g.n, n_want);
         for (int i = 0; i < n_want; i++)
             CHECK_MSG(g.len[i] == strlen(sc->pieces[i]) && memcmp(g.buf + g.off[i], sc->pieces[i], g.len[i]) == 0,
-                      "case %zu (%.200s) piece %d: '%.*s' want '%.200s'", c, sc->pre, i, (int)g.len[i], g.buf + g.off[i],
-                      sc->pieces[i]);
+                      "case %zu (%.200s) piece %d: '%.*s' want '%.200s'", c, sc->pre, i, (int)g.len[i],
+                      g.buf + g.off[i], sc->pieces[i]);
     }
 }
 
@@ -581,8 +585,8 @@ static void expect_load_error(struct vb *b, const char *model, const char *pre, 
     int rc = vb_load(b, model, pre, extra, n_extra, &v, &e);
     tok_free(v);
     if (rc == 0 || v != NULL || !strstr(e.msg, must1) || (must2 && !strstr(e.msg, must2))) {
-        fmt_into(why, cap, "want an error with '%s'%s%s, got rc=%d '%s'", must1, must2 ? " and " : "", must2 ? must2 : "",
-                 rc, e.msg);
+        fmt_into(why, cap, "want an error with '%s'%s%s, got rc=%d '%s'", must1, must2 ? " and " : "",
+                 must2 ? must2 : "", rc, e.msg);
         *failed = 1;
     }
 }
@@ -849,7 +853,8 @@ TEST(spm_segments_match_global)
     memcpy(text, inp, len);
     free(inp);
     unsigned x = 7; /* plus pseudo-random bytes: spaces, letters, punctuation, UTF-8 pieces, junk */
-    static const char *const bits[] = {" ", "  ", "a", "e", "th", "\n", "\xe2\x96\x81", "\xc3\xa9", "'", ".", "\xff", "ing", "\t"};
+    static const char *const bits[] = {" ",        "  ", "a", "e",    "th",  "\n", "\xe2\x96\x81",
+                                       "\xc3\xa9", "'",  ".", "\xff", "ing", "\t"};
     while (len < 4000) {
         x = x * 1103515245u + 12345u;
         const char *b = bits[(x >> 16) % (sizeof bits / sizeof bits[0])];
@@ -891,14 +896,15 @@ static const struct ref_case smol_cases[] = {
     {"  multiple   spaces", {216, 2701, 256, 5600}, 4},
     {"Caf\xc3\xa9 d\xc3\xa9j\xc3\xa0 vu.", {51, 1939, 2756, 32564, 90, 16739, 386, 101, 30}, 9},
     {"I'm here; it's 2024-11-30.\n\nNew paragraph\twith tab  ",
-     {57, 5248, 1535, 43, 357, 506, 216, 34, 32, 34, 36, 29, 33, 33, 29, 35, 32, 30, 198, 198, 5529, 8510, 197, 3659,
-      10147, 256},
+     {57, 5248, 1535, 43, 357, 506, 216, 34,   32,   34,  36,   29,    33,
+      33, 29,   35,   32, 30,  198, 198, 5529, 8510, 197, 3659, 10147, 256},
      26},
     {"def f(x):\n    return x**2\n", {1604, 275, 24, 104, 727, 472, 1003, 1792, 828, 34, 198}, 11},
     {"You're RIGHT, they'LL see 'em.", {2683, 2316, 428, 20128, 28, 502, 23, 16421, 963, 637, 391, 30}, 12},
-    {"\xf0\x9f\xa6\x99 \xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c \xe2\x80\x94 \xc2\xbd \xe2\x85\x94 \xd9\xa3\xd9\xa4",
-     {10813, 116, 243, 216, 18645, 250, 48392, 138, 7906, 240, 178, 239, 230, 1841, 216, 16738, 216, 173, 223, 238, 216,
-      164, 113, 164, 114},
+    {"\xf0\x9f\xa6\x99 \xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c \xe2\x80\x94 \xc2\xbd \xe2\x85\x94 "
+     "\xd9\xa3\xd9\xa4",
+     {10813, 116, 243,   216, 18645, 250, 48392, 138, 7906, 240, 178, 239, 230,
+      1841,  216, 16738, 216, 173,   223, 238,   216, 164,  113, 164, 114},
      25},
 };
 

@@ -35,7 +35,8 @@ static int load(const struct spec *s, const struct vocab_specials *defaults, str
     int rc = -1;
     *out = NULL;
     if (!w) return err_set(e, "writer init");
-    for (int i = 0; i < s->n_tok; i++) strs[i] = (struct gguf_str){s->text[i], s->len[i] ? s->len[i] : strlen(s->text[i])};
+    for (int i = 0; i < s->n_tok; i++)
+        strs[i] = (struct gguf_str){s->text[i], s->len[i] ? s->len[i] : strlen(s->text[i])};
     if (gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, (uint64_t)s->n_tok, e)) goto done;
     if (s->n_types >= 0 &&
         gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VTYPE_INT32, s->type, (uint64_t)s->n_types, e))

@@ -157,8 +157,8 @@ void backend_free(struct backend *b)
     b->ctx = NULL;
 }
 
-int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_blocks, int32_t block_size, int64_t max_pos,
-                        struct err *e)
+int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_blocks, int32_t block_size,
+                        int64_t max_pos, struct err *e)
 {
     if (b->n_rows < 1) return err_set(e, "step batch: no rows");
     if (b->n_seqs < 1) return err_set(e, "step batch: no sequences");
@@ -185,7 +185,8 @@ int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_b
                            (int)r, (int)b->pos[r], (int)sq->n_blocks, (int)block_size);
     }
     for (int32_t i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_rows || (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1]))
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_rows ||
+            (i > 0 && b->logit_rows[i] <= b->logit_rows[i - 1]))
             return err_set(e, "step batch: logit_rows[%d] = %d is not a strictly increasing row index", (int)i,
                            (int)b->logit_rows[i]);
     if (b->n_hidden < 0 || b->n_hidden > b->n_rows || (b->n_hidden > 0 && (!b->hidden_rows || !b->hidden)))

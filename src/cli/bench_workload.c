@@ -54,7 +54,8 @@ void bench_workload_free(struct bench_workload *w)
     memset(w, 0, sizeof *w);
 }
 
-static int workload_alloc(struct bench_workload *w, enum bench_workload_kind kind, int32_t n, int32_t stride, struct err *e)
+static int workload_alloc(struct bench_workload *w, enum bench_workload_kind kind, int32_t n, int32_t stride,
+                          struct err *e)
 {
     memset(w, 0, sizeof *w);
     w->kind = kind;
@@ -73,7 +74,8 @@ int bench_workload_random(int32_t n, int32_t n_vocab, int32_t shared_prefix, int
                           struct bench_workload *out, struct err *e)
 {
     int32_t len = shared_prefix + prompt_len;
-    if (n < 1 || n_vocab < 1 || len < 1) return err_set(e, "random workload: %d prompts of %d tokens", (int)n, (int)len);
+    if (n < 1 || n_vocab < 1 || len < 1)
+        return err_set(e, "random workload: %d prompts of %d tokens", (int)n, (int)len);
     if (workload_alloc(out, BENCH_WORKLOAD_RANDOM, n, len, e)) return -1;
     uint64_t rng = seed;
     for (int32_t k = 0; k < shared_prefix; k++) out->ids[k] = (int32_t)(rng_splitmix64(&rng) % (uint64_t)n_vocab);

@@ -268,7 +268,8 @@ static void describe_requests(FILE *f, const struct bench_opts *o, const struct 
 {
     char lookup[64] = "", draw[96] = "greedy";
     const struct sampler_params *sp = &o->sampling;
-    if (ep->lookup > 0) snprintf(lookup, sizeof lookup, "; lookup %d%s", (int)ep->lookup, ep->lookup_adaptive ? "" : " (always)");
+    if (ep->lookup > 0)
+        snprintf(lookup, sizeof lookup, "; lookup %d%s", (int)ep->lookup, ep->lookup_adaptive ? "" : " (always)");
     if (sp->temperature > 0.0f)
         snprintf(draw, sizeof draw, "sampled at temperature %g (top-k %d, top-p %g, min-p %g)", (double)sp->temperature,
                  (int)sp->top_k, (double)sp->top_p, (double)sp->min_p);
@@ -281,7 +282,8 @@ static void describe_requests(FILE *f, const struct bench_opts *o, const struct 
         fprintf(f, "requests: copy workload, prompts of %d-%d tokens (mean %.0f) + up to %d generated, %s, to EOS",
                 (int)lo, (int)w->stride, (double)w->total / (double)w->n, (int)o->gen_len, draw);
     }
-    fprintf(f, "; max_batch_tokens %d%s%s\n", (int)ep->max_batch_tokens, ep->prefix_cache ? "" : ", prefix cache off", lookup);
+    fprintf(f, "; max_batch_tokens %d%s%s\n", (int)ep->max_batch_tokens, ep->prefix_cache ? "" : ", prefix cache off",
+            lookup);
 }
 
 /* Tokens a sequence gained per step it sampled in (1 without lookup). */
@@ -305,14 +307,15 @@ static double timed_us_per_token(const struct bench_level *lv, int k)
 /* The prompt-lookup figures of a level, for its JSON object. */
 static json_t *lookup_json(const struct bench_level *lv)
 {
-    json_t *j = json_pack("{s:I, s:f, s:I, s:I, s:I, s:f, s:f}", "seq_steps", (json_int_t)lv->es.seq_steps, "tokens_per_step",
-                          tokens_per_step(lv), "drafts", (json_int_t)lv->es.n_drafts, "draft_tokens", (json_int_t)lv->es.draft_tokens,
-                          "draft_accepted", (json_int_t)lv->es.draft_accepted, "draft_acceptance", acceptance(lv),
-                          "mean_accepted_length", lv->es.n_drafts ? (double)lv->es.draft_accepted / (double)lv->es.n_drafts : 0.0);
+    json_t *j = json_pack("{s:I, s:f, s:I, s:I, s:I, s:f, s:f}", "seq_steps", (json_int_t)lv->es.seq_steps,
+                          "tokens_per_step", tokens_per_step(lv), "drafts", (json_int_t)lv->es.n_drafts, "draft_tokens",
+                          (json_int_t)lv->es.draft_tokens, "draft_accepted", (json_int_t)lv->es.draft_accepted,
+                          "draft_acceptance", acceptance(lv), "mean_accepted_length",
+                          lv->es.n_drafts ? (double)lv->es.draft_accepted / (double)lv->es.n_drafts : 0.0);
     /* what the draft rule saw: proposals made, steps that verified drafts, steps it held back, and the timed
      * steps' cost a kept token without and with drafts (without: less the proposing) */
-    json_object_update_new(j, json_pack("{s:I, s:I, s:I, s:[I, I], s:[f, f]}", "proposals", (json_int_t)lv->es.proposals,
-                                        "draft_steps", (json_int_t)lv->es.draft_steps,
+    json_object_update_new(j, json_pack("{s:I, s:I, s:I, s:[I, I], s:[f, f]}", "proposals",
+                                        (json_int_t)lv->es.proposals, "draft_steps", (json_int_t)lv->es.draft_steps,
                                         "draft_held_steps", (json_int_t)lv->es.draft_held_steps, "timed_steps",
                                         (json_int_t)lv->es.timed_steps[0], (json_int_t)lv->es.timed_steps[1],
                                         "timed_us_per_token", timed_us_per_token(lv, 0), timed_us_per_token(lv, 1)));
@@ -359,7 +362,8 @@ static int bench_open(struct bench_opts *o, struct bench_ctx *b)
     const struct model_hparams *hp = &b->st.model->hp;
     b->n_prompt = (int64_t)o->shared_prefix + o->prompt_len;
     if (hp->n_ctx_train > 0 && b->n_prompt + o->gen_len > hp->n_ctx_train) {
-        cli_error("bench", "--shared-prefix %d + --prompt-len %d + --gen-len %d = %lld tokens exceeds the model context of %d",
+        cli_error("bench",
+                  "--shared-prefix %d + --prompt-len %d + --gen-len %d = %lld tokens exceeds the model context of %d",
                   (int)o->shared_prefix, (int)o->prompt_len, (int)o->gen_len, (long long)(b->n_prompt + o->gen_len),
                   (int)hp->n_ctx_train);
         return 2;
@@ -385,14 +389,16 @@ static int bench_open(struct bench_opts *o, struct bench_ctx *b)
     const struct runtime_budget *bu = &b->st.budget;
     if (bu->automatic)
         snprintf(b->budget_desc, sizeof b->budget_desc,
-                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB", mib(bu->available),
-                 mib(bu->weights), mib(bu->scratch), mib(bu->headroom));
+                 "auto = available %.0f MiB - weights %.0f MiB - scratch %.0f MiB - headroom %.0f MiB",
+                 mib(bu->available), mib(bu->weights), mib(bu->scratch), mib(bu->headroom));
     else
         snprintf(b->budget_desc, sizeof b->budget_desc, "--kv-memory %llu bytes", (unsigned long long)bu->kv_bytes);
     b->budget_blocks = bu->kv_blocks;
     int64_t per_req_blocks = (b->n_prompt + o->gen_len - 1 + ep->kv_block - 1) / ep->kv_block;
     if (b->budget_blocks < per_req_blocks) {
-        cli_error("bench", "%s holds %lld KV tokens (%s, %llu bytes per token), but one request needs %lld (%lld prompt + %d generated)",
+        cli_error("bench",
+                  "%s holds %lld KV tokens (%s, %llu bytes per token), but one request needs %lld (%lld prompt + %d "
+                  "generated)",
                   b->budget_desc, (long long)b->budget_blocks * ep->kv_block, model_kv_type_name(ep->kv_type),
                   (unsigned long long)b->per_token, (long long)per_req_blocks * ep->kv_block, (long long)b->n_prompt,
                   (int)o->gen_len);
@@ -412,12 +418,12 @@ static void bench_print_setup(const struct bench_opts *o, const struct bench_ctx
     const struct model_hparams *hp = &b->st.model->hp;
     const struct engine_params *ep = &b->ep;
     FILE *info = o->json ? stderr : stdout;
-    fprintf(info, "nightshift bench: %s (%d layers, n_embd %d, vocab %d), %s backend, %d threads\n", o->model, (int)hp->n_layer,
-            (int)hp->n_embd, (int)hp->n_vocab, b->st.backend_name, b->st.threads);
-    fprintf(info, "KV pool: %lld blocks x %d = %lld tokens (%s, %.1f MiB); budget %s holds %lld tokens\n", (long long)ep->kv_blocks,
-            (int)ep->kv_block, (long long)ep->kv_blocks * ep->kv_block, model_kv_type_name(ep->kv_type),
-            mib((uint64_t)ep->kv_blocks * (uint64_t)ep->kv_block * b->per_token), b->budget_desc,
-            (long long)b->budget_blocks * ep->kv_block);
+    fprintf(info, "nightshift bench: %s (%d layers, n_embd %d, vocab %d), %s backend, %d threads\n", o->model,
+            (int)hp->n_layer, (int)hp->n_embd, (int)hp->n_vocab, b->st.backend_name, b->st.threads);
+    fprintf(info, "KV pool: %lld blocks x %d = %lld tokens (%s, %.1f MiB); budget %s holds %lld tokens\n",
+            (long long)ep->kv_blocks, (int)ep->kv_block, (long long)ep->kv_blocks * ep->kv_block,
+            model_kv_type_name(ep->kv_type), mib((uint64_t)ep->kv_blocks * (uint64_t)ep->kv_block * b->per_token),
+            b->budget_desc, (long long)b->budget_blocks * ep->kv_block);
     describe_requests(info, o, &b->work, ep);
     fflush(info);
 }
@@ -438,21 +444,23 @@ static int bench_report_level(const struct bench_opts *o, const struct bench_ctx
     int64_t peak_tokens = lv.es.kv_blocks_peak * b->ep.kv_block;
     double dr = lv.t_decode > 0 ? (double)lv.decode_tokens / lv.t_decode : 0;
     if (!o->json) {
-        printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld", (int)c, (int)lv.requests, pr,
-               gr, pr + gr, lv.wall, dr, (long long)peak_tokens, 100.0 * (double)lv.es.kv_blocks_peak / (double)b->ep.kv_blocks,
-               mib(lv.peak_rss), (long long)lv.es.prompt_tokens_cached, (long long)lv.es.n_preemptions);
+        printf("%5d %6d %12.1f %11.1f %12.1f %8.2f %10.1f %8lld (%3.0f%%) %6.0f MiB %8lld %8lld", (int)c,
+               (int)lv.requests, pr, gr, pr + gr, lv.wall, dr, (long long)peak_tokens,
+               100.0 * (double)lv.es.kv_blocks_peak / (double)b->ep.kv_blocks, mib(lv.peak_rss),
+               (long long)lv.es.prompt_tokens_cached, (long long)lv.es.n_preemptions);
         if (b->ep.lookup > 0) printf(" %8.2f %9.1f%%", tokens_per_step(&lv), 100.0 * acceptance(&lv));
         if (reps > 1) printf("  %.1f-%.1f", level_rate(&lr[0]), level_rate(&lr[reps - 1]));
         printf("\n");
         fflush(stdout);
     }
-    json_t *lj = json_pack("{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}",
-                           "concurrency", c, "requests", lv.requests, "failed", lv.failed, "prompt_tok_s", pr, "gen_tok_s", gr,
-                           "total_tok_s", pr + gr, "wall_s", lv.wall, "decode_tok_s", dr, "prompt_tokens",
-                           (json_int_t)lv.prompt_tokens, "prompt_tokens_computed", (json_int_t)lv.es.prompt_tokens_computed,
-                           "prompt_tokens_cached", (json_int_t)lv.es.prompt_tokens_cached, "gen_tokens", (json_int_t)lv.es.gen_tokens,
-                           "steps", (json_int_t)lv.es.n_steps, "preemptions", (json_int_t)lv.es.n_preemptions, "peak_kv_tokens",
-                           (json_int_t)peak_tokens, "peak_rss_bytes", (json_int_t)lv.peak_rss, "forward_s", lv.es.t_forward);
+    json_t *lj = json_pack(
+        "{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "concurrency", c,
+        "requests", lv.requests, "failed", lv.failed, "prompt_tok_s", pr, "gen_tok_s", gr, "total_tok_s", pr + gr,
+        "wall_s", lv.wall, "decode_tok_s", dr, "prompt_tokens", (json_int_t)lv.prompt_tokens, "prompt_tokens_computed",
+        (json_int_t)lv.es.prompt_tokens_computed, "prompt_tokens_cached", (json_int_t)lv.es.prompt_tokens_cached,
+        "gen_tokens", (json_int_t)lv.es.gen_tokens, "steps", (json_int_t)lv.es.n_steps, "preemptions",
+        (json_int_t)lv.es.n_preemptions, "peak_kv_tokens", (json_int_t)peak_tokens, "peak_rss_bytes",
+        (json_int_t)lv.peak_rss, "forward_s", lv.es.t_forward);
     json_object_set_new(lj, "total_tok_s_runs", rates);
     json_object_update_new(lj, json_pack("{s:f, s:f}", "plan_s", lv.es.t_plan, "settle_s", lv.es.t_settle));
     json_object_update_new(lj, lookup_json(&lv));
@@ -507,13 +515,13 @@ done:
 static void bench_print_json(const struct bench_opts *o, const struct bench_ctx *b, json_t *levels_json)
 {
     const struct engine_params *ep = &b->ep;
-    json_t *root = json_pack("{s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:b, s:O}", "model", o->model,
-                             "backend", b->st.backend_name, "threads", b->st.threads, "kv_type",
-                             model_kv_type_name(ep->kv_type), "kv_block", ep->kv_block, "kv_blocks", (json_int_t)ep->kv_blocks,
-                             "kv_tokens", (json_int_t)(ep->kv_blocks * ep->kv_block), "kv_budget_tokens",
-                             (json_int_t)(b->budget_blocks * ep->kv_block), "max_batch_tokens", ep->max_batch_tokens,
-                             "prompt_len", o->prompt_len, "shared_prefix", o->shared_prefix, "gen_len", o->gen_len,
-                             "prefix_cache", ep->prefix_cache, "levels", levels_json);
+    json_t *root = json_pack("{s:s, s:s, s:i, s:s, s:i, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:b, s:O}", "model",
+                             o->model, "backend", b->st.backend_name, "threads", b->st.threads, "kv_type",
+                             model_kv_type_name(ep->kv_type), "kv_block", ep->kv_block, "kv_blocks",
+                             (json_int_t)ep->kv_blocks, "kv_tokens", (json_int_t)(ep->kv_blocks * ep->kv_block),
+                             "kv_budget_tokens", (json_int_t)(b->budget_blocks * ep->kv_block), "max_batch_tokens",
+                             ep->max_batch_tokens, "prompt_len", o->prompt_len, "shared_prefix", o->shared_prefix,
+                             "gen_len", o->gen_len, "prefix_cache", ep->prefix_cache, "levels", levels_json);
     json_object_set_new(root, "workload", json_string(bench_workload_name(b->work.kind)));
     json_object_set_new(root, "lookup", json_integer(ep->lookup));
     json_object_set_new(root, "lookup_adaptive", json_boolean(ep->lookup_adaptive));

@@ -234,7 +234,8 @@ static int gen_open_engine(struct runtime *rt, int64_t n_total, struct err *e)
     uint64_t kv_memory = rt->params.kv_memory;
     if (kv_memory == RUNTIME_AUTO) {
         int64_t blocks = (n_total + rt->ep.kv_block - 1) / rt->ep.kv_block;
-        kv_memory = (uint64_t)blocks * (uint64_t)rt->ep.kv_block * model_kv_bytes_per_token(&rt->model->hp, rt->ep.kv_type);
+        kv_memory =
+            (uint64_t)blocks * (uint64_t)rt->ep.kv_block * model_kv_bytes_per_token(&rt->model->hp, rt->ep.kv_type);
     }
     if (runtime_plan_kv(rt, kv_memory, UINT64_MAX, e)) return -1;
     return runtime_new_engine(rt, &rt->ep, &rt->eng, e);
@@ -255,7 +256,8 @@ static void gen_print(const struct gen_opts *o, const struct runtime *rt, const 
 {
     /* the end-of-generation token that stopped it is not part of the completion */
     int32_t n_gen = res->n_tokens;
-    if (res->finish == ENGINE_FINISH_STOP && !o->gen.ignore_eos && n_gen > 0 && tok_is_eog(rt->vocab, res->tokens[n_gen - 1]))
+    if (res->finish == ENGINE_FINISH_STOP && !o->gen.ignore_eos && n_gen > 0 &&
+        tok_is_eog(rt->vocab, res->tokens[n_gen - 1]))
         n_gen--;
     if (o->ids) {
         for (int32_t i = 0; i < n_gen; i++) printf(i ? " %d" : "%d", (int)res->tokens[i]);

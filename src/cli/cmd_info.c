@@ -6,7 +6,8 @@
  *
  * Hyper-parameters are every "<arch>.*" key the file has, printed as stored. --json prints one JSON object
  * (keys: file, file_size, gguf_version, alignment, architecture, name, file_type, hparams, tensors, vocab,
- * chat_template, backends [{name, usable, why, runs, runs_why}], can_run). A vocab that fails to load is reported (vocab_error) and makes the exit status 1.
+ * chat_template, backends [{name, usable, why, runs, runs_why}], can_run). A vocab that fails to load is
+ * reported (vocab_error) and makes the exit status 1.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -402,7 +403,8 @@ static void info_gather_vocab(struct info *in)
         tok_vocab *v = in->v;
         json_t *vo = json_object();
         json_object_set_new(vo, "model", json_string(tok_model_name(v)));
-        json_object_set_new(vo, "kind", json_string(tok_get_kind(v) == TOK_KIND_SPM ? "SentencePiece" : "byte-level BPE"));
+        json_object_set_new(vo, "kind",
+                            json_string(tok_get_kind(v) == TOK_KIND_SPM ? "SentencePiece" : "byte-level BPE"));
         json_object_set_new(vo, "pre", tok_get_kind(v) == TOK_KIND_BPE ? info_cstr(tok_pre_name(v)) : json_null());
         json_object_set_new(vo, "size", json_integer(tok_n_vocab(v)));
         json_object_set_new(vo, "merges", json_integer(tok_n_merges(v)));
@@ -458,7 +460,8 @@ static void info_print_weights(const struct info *in)
     info_human_bytes(gguf_file_size(f), hb, sizeof hb);
     printf("file               %s\n", in->model);
     printf("file size          %llu bytes (%s)\n", (unsigned long long)gguf_file_size(f), hb);
-    printf("gguf version       %u (alignment %llu)\n", (unsigned)gguf_version(f), (unsigned long long)gguf_alignment(f));
+    printf("gguf version       %u (alignment %llu)\n", (unsigned)gguf_version(f),
+           (unsigned long long)gguf_alignment(f));
     printf("architecture       %s\n", arch[0] ? arch : "-");
     printf("name               %s\n", in->name[0] ? in->name : "-");
     if (in->ftype >= 0) printf("file type          %s (%lld)\n", info_file_type_name(in->ftype), (long long)in->ftype);
@@ -477,8 +480,8 @@ static void info_print_weights(const struct info *in)
     json_object_foreach(json_object_get(json_object_get(in->root, "tensors"), "by_type"), k, val) {
         uint64_t b = (uint64_t)json_integer_value(json_object_get(val, "bytes"));
         info_human_bytes(b, hb, sizeof hb);
-        printf("  %-8s %6lld tensors %14llu bytes (%s)\n", k, (long long)json_integer_value(json_object_get(val, "count")),
-               (unsigned long long)b, hb);
+        printf("  %-8s %6lld tensors %14llu bytes (%s)\n", k,
+               (long long)json_integer_value(json_object_get(val, "count")), (unsigned long long)b, hb);
     }
 }
 

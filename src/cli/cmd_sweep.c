@@ -549,7 +549,8 @@ static int sweep_climb(const struct sweep_args *A, struct sweep_ctx *x, const in
         }
         level_best[l] = pts[b];
         if (sweep_should_stop(level_best, (size_t)l + 1)) {
-            printf("stopping: %s\n", sweep_usable(&pts[b]) ? "throughput has flattened" : sweep_unusable_reason(&pts[b]));
+            printf("stopping: %s\n",
+                   sweep_usable(&pts[b]) ? "throughput has flattened" : sweep_unusable_reason(&pts[b]));
             return 0;
         }
         if (l + 1 == n_lv) break;

@@ -462,7 +462,8 @@ static uint64_t synth_tensors(const struct synth_shape *s, const struct qmix_typ
     for (uint32_t il = 0; il < s->n_layer; il++) {
         T(norm, GGUF_DTYPE_F32, 1, s->n_embd, 1, "blk.%u.attn_norm.weight", il);
         if (phi3) {
-            T(FILL_MATRIX, ty->base, 2, s->n_embd, n_q + 2 * n_kv, "blk.%u.attn_qkv.weight", il); // (n_q + 2 n_kv, n_embd)
+            // (n_q + 2 n_kv, n_embd)
+            T(FILL_MATRIX, ty->base, 2, s->n_embd, n_q + 2 * n_kv, "blk.%u.attn_qkv.weight", il);
         } else {
             T(FILL_MATRIX, ty->base, 2, s->n_embd, n_q, "blk.%u.attn_q.weight", il); // (n_q, n_embd)
             T(FILL_MATRIX, ty->base, 2, s->n_embd, n_kv, "blk.%u.attn_k.weight", il);

@@ -148,9 +148,10 @@ double draft_expected(const struct draft_seq *s, int32_t d)
 int draft_check(const struct draft_cost *c, const struct draft_seq *s, struct err *e)
 {
     if (c) {
-        if (!isfinite(c->w) || !isfinite(c->sx) || !isfinite(c->sy) || !isfinite(c->sxx) || !isfinite(c->sxy) || c->w < 0 ||
-            c->sx < 0 || c->sy < 0 || c->sxx * c->w < c->sx * c->sx * (1 - 1e-9) || !(c->prior_knee > 0))
-            return err_set(e, "draft_check: step cost sums are inconsistent (w %g, rows %g, rows^2 %g)", c->w, c->sx, c->sxx);
+        if (!isfinite(c->w) || !isfinite(c->sx) || !isfinite(c->sy) || !isfinite(c->sxx) || !isfinite(c->sxy) ||
+            c->w < 0 || c->sx < 0 || c->sy < 0 || c->sxx * c->w < c->sx * c->sx * (1 - 1e-9) || !(c->prior_knee > 0))
+            return err_set(e, "draft_check: step cost sums are inconsistent (w %g, rows %g, rows^2 %g)", c->w, c->sx,
+                           c->sxx);
     }
     if (s && (!(s->hits > 0) || !(s->misses > 0) || !isfinite(s->hits) || !isfinite(s->misses)))
         return err_set(e, "draft_check: acceptance counts %g hits, %g misses", (double)s->hits, (double)s->misses);

@@ -48,8 +48,10 @@ enum engine_request_check engine_check_request(const engine *eng, const struct e
     const int one = eng_req_no_token(r);
     if (r->n_prompt < 1 || !r->prompt) return snprintf(msg, cap, "empty prompt"), ENGINE_REQUEST_INVALID;
     if (embed && !pooling_supported(r->embed_pooling))
-        return snprintf(msg, cap, "embeddings: pooling type %d is not one nightshift computes (1 mean, 2 CLS, 3 last token)",
-                        (int)r->embed_pooling), ENGINE_REQUEST_INVALID;
+        return snprintf(msg, cap,
+                        "embeddings: pooling type %d is not one nightshift computes (1 mean, 2 CLS, 3 last token)",
+                        (int)r->embed_pooling),
+               ENGINE_REQUEST_INVALID;
     if (embed && !eng->hidden_states)
         return snprintf(msg, cap, "embeddings: the %s backend does not return hidden states (use --backend cpu)",
                         eng->b->ops->name ? eng->b->ops->name : "?"), ENGINE_REQUEST_INVALID;

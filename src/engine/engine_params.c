@@ -84,9 +84,10 @@ int engine_check_params(const struct engine_params *p, struct err *e)
     for (int i = 0; i < engine_param_count; i++)
         if (engine_param_check(&engine_param_table[i], engine_param_get(p, &engine_param_table[i]), e)) return -1;
     if (p->kv_blocks < 1)
-        return err_set(e, "KV pool of %lld blocks: the memory budget holds no block of %d tokens", (long long)p->kv_blocks,
-                       (int)p->kv_block);
+        return err_set(e, "KV pool of %lld blocks: the memory budget holds no block of %d tokens",
+                       (long long)p->kv_blocks, (int)p->kv_block);
     if (p->kv_blocks > INT32_MAX / p->kv_block)
-        return err_set(e, "KV pool of %lld blocks x %d tokens is over 2^31 tokens", (long long)p->kv_blocks, (int)p->kv_block);
+        return err_set(e, "KV pool of %lld blocks x %d tokens is over 2^31 tokens", (long long)p->kv_blocks,
+                       (int)p->kv_block);
     return 0;
 }

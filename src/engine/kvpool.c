@@ -314,16 +314,19 @@ int kv_check(const kv_pool *p, const int32_t *expected_refs, struct err *e)
         for (int32_t id = lists[li]->head; id != KV_NONE; id = p->b[id].next) {
             if (!valid_id(p, id)) return err_set(e, "kv_check: list %d holds bad id %d", li, (int)id);
             const struct kv_block *b = &p->b[id];
-            if (b->list != kinds[li]) return err_set(e, "kv_check: block %d on list %d marked %d", (int)id, li, b->list);
+            if (b->list != kinds[li])
+                return err_set(e, "kv_check: block %d on list %d marked %d", (int)id, li, b->list);
             if (b->prev != prev) return err_set(e, "kv_check: block %d has a bad prev link", (int)id);
-            if (b->ref != 0) return err_set(e, "kv_check: block %d on list %d has refcount %d", (int)id, li, (int)b->ref);
+            if (b->ref != 0)
+                return err_set(e, "kv_check: block %d on list %d has refcount %d", (int)id, li, (int)b->ref);
             if ((li == 1) != (b->cached != 0))
                 return err_set(e, "kv_check: block %d on list %d has cached=%d", (int)id, li, b->cached);
             if (++count > n) return err_set(e, "kv_check: list %d has a cycle", li);
             prev = id;
         }
         if (prev != lists[li]->tail) return err_set(e, "kv_check: list %d tail is wrong", li);
-        if (count != lists[li]->n) return err_set(e, "kv_check: list %d has %d blocks, counter says %d", li, (int)count, (int)lists[li]->n);
+        if (count != lists[li]->n)
+            return err_set(e, "kv_check: list %d has %d blocks, counter says %d", li, (int)count, (int)lists[li]->n);
     }
     int32_t n_used = 0, n_cached = 0;
     for (int32_t id = 0; id < n; id++) {
@@ -353,8 +356,8 @@ int kv_check(const kv_pool *p, const int32_t *expected_refs, struct err *e)
             for (int32_t j = p->buckets[bucket_of(p, b->hash)]; j != KV_NONE; j = p->b[j].hnext) {
                 const struct kv_block *o = &p->b[j];
                 if (j == id || o->hash != b->hash || o->parent != b->parent || o->parent_gen != pgen) continue;
-                if (!memcmp(p->tokens + (size_t)j * (size_t)p->block_size, p->tokens + (size_t)id * (size_t)p->block_size,
-                            (size_t)p->block_size * sizeof(int32_t)))
+                if (!memcmp(p->tokens + (size_t)j * (size_t)p->block_size,
+                            p->tokens + (size_t)id * (size_t)p->block_size, (size_t)p->block_size * sizeof(int32_t)))
                     return err_set(e, "kv_check: blocks %d and %d are cached under the same key", (int)id, (int)j);
             }
         } else if (b->hnext != KV_NONE) {
@@ -369,9 +372,10 @@ int kv_check(const kv_pool *p, const int32_t *expected_refs, struct err *e)
             if (++in_buckets > n) return err_set(e, "kv_check: hash table has a cycle");
         }
     if (in_buckets != n_cached || n_cached != p->n_cached_total)
-        return err_set(e, "kv_check: %d cached blocks, %d in the hash table, counter %d", (int)n_cached, (int)in_buckets,
-                       (int)p->n_cached_total);
-    if (n_used != p->n_used) return err_set(e, "kv_check: %d blocks in use, counter says %d", (int)n_used, (int)p->n_used);
+        return err_set(e, "kv_check: %d cached blocks, %d in the hash table, counter %d", (int)n_cached,
+                       (int)in_buckets, (int)p->n_cached_total);
+    if (n_used != p->n_used)
+        return err_set(e, "kv_check: %d blocks in use, counter says %d", (int)n_used, (int)p->n_used);
     if (n_used + p->free_list.n + p->lru.n != n)
         return err_set(e, "kv_check: used %d + free %d + lru %d != %d blocks", (int)n_used, (int)p->free_list.n,
                        (int)p->lru.n, (int)n);

@@ -236,14 +236,17 @@ int lookup_check(const lookup *ix, const int32_t *tokens, struct err *e)
             if (p == LOOKUP_EMPTY) continue;
             count++;
             if (p < n || p >= ix->n_indexed)
-                return err_set(e, "lookup_check: %d-gram slot %u holds position %d of %d", n, i, (int)p, (int)ix->n_indexed);
+                return err_set(e, "lookup_check: %d-gram slot %u holds position %d of %d", n, i, (int)p,
+                               (int)ix->n_indexed);
             if (table_find(t, tokens, tokens + p, n) != i)
-                return err_set(e, "lookup_check: %d-gram at %d is not reachable at slot %u (or is there twice)", n, (int)p, i);
+                return err_set(e, "lookup_check: %d-gram at %d is not reachable at slot %u (or is there twice)", n,
+                               (int)p, i);
         }
         if (count != t->n) return err_set(e, "lookup_check: %d-gram table counts %u entries, holds %u", n, t->n, count);
         for (int32_t p = n; p < ix->n_indexed; p++) {
             int32_t q = t->slot[table_find(t, tokens, tokens + p, n)];
-            if (q < p) return err_set(e, "lookup_check: the %d-gram ending at %d is indexed at %d", n, (int)(p - 1), (int)q);
+            if (q < p)
+                return err_set(e, "lookup_check: the %d-gram ending at %d is indexed at %d", n, (int)(p - 1), (int)q);
         }
     }
     return 0;

@@ -198,7 +198,8 @@ static int32_t sampler_nucleus(struct sampler_cand *c, int32_t n, const struct s
 int32_t sampler_max_edits(const struct sampler_params *p, int32_t n_prompt, int32_t pos)
 {
     int32_t n_hist = n_prompt + pos, w = n_hist < p->repeat_last_n ? n_hist : p->repeat_last_n;
-    int32_t rep = p->repeat_penalty != 1.0f ? w : 0, counted = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    int32_t rep = p->repeat_penalty != 1.0f ? w : 0,
+            counted = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
     return p->n_logit_bias + rep + (counted ? pos : 0); /* only what sampler_edits can touch */
 }
 
@@ -216,11 +217,13 @@ int32_t sampler_edits(sampler *s, const struct sampler_params *p, const int32_t 
                       int32_t pos, struct logit_edit *out)
 {
     int32_t n = 0, n_hist = n_prompt + pos;
-    for (int32_t i = 0; i < p->n_logit_bias; i++) sampler_edit_of(s, p->logit_bias[i].token, out, &n)->add += p->logit_bias[i].bias;
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        sampler_edit_of(s, p->logit_bias[i].token, out, &n)->add += p->logit_bias[i].bias;
     if (p->repeat_penalty != 1.0f && p->repeat_last_n > 0) {
         int32_t w = n_hist < p->repeat_last_n ? n_hist : p->repeat_last_n;
         for (int32_t i = n_hist - w; i < n_hist; i++)
-            if (tokens[i] >= 0 && tokens[i] < s->n_vocab) sampler_edit_of(s, tokens[i], out, &n)->rep = p->repeat_penalty;
+            if (tokens[i] >= 0 && tokens[i] < s->n_vocab)
+                sampler_edit_of(s, tokens[i], out, &n)->rep = p->repeat_penalty;
     }
     int counting = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
     if (counting) /* the generated tokens' counts go into sub, then become their penalties */

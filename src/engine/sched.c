@@ -470,28 +470,35 @@ int sched_check(const sched *s, struct err *e)
         return err_set(e, "sched_check: seq_cap %d outside [1, max_seqs %d]", (int)s->seq_cap, (int)s->p.max_seqs);
     for (int32_t i = 0; i < s->n_running; i++) {
         const struct sched_seq *q = s->running[i];
-        if (q->state != SCHED_RUNNING) return err_set(e, "sched_check: running seq %llu in state %d", (unsigned long long)q->id, q->state);
+        if (q->state != SCHED_RUNNING)
+            return err_set(e, "sched_check: running seq %llu in state %d", (unsigned long long)q->id, q->state);
         if (i && !runs_before(s->running[i - 1], q)) return err_set(e, "sched_check: running set out of order");
         if (q->n_computed > q->n_tokens || q->n_tokens > q->n_prompt + q->max_tokens)
-            return err_set(e, "sched_check: seq %llu computed %d of %d tokens", (unsigned long long)q->id, (int)q->n_computed,
-                           (int)q->n_tokens);
-        if ((int64_t)q->n_blocks * B < q->n_computed || q->n_blocks > ceil_div(q->n_tokens, B) || q->n_blocks > q->cap_blocks)
-            return err_set(e, "sched_check: seq %llu has %d blocks for %d computed / %d tokens", (unsigned long long)q->id,
-                           (int)q->n_blocks, (int)q->n_computed, (int)q->n_tokens);
+            return err_set(e, "sched_check: seq %llu computed %d of %d tokens", (unsigned long long)q->id,
+                           (int)q->n_computed, (int)q->n_tokens);
+        if ((int64_t)q->n_blocks * B < q->n_computed || q->n_blocks > ceil_div(q->n_tokens, B) ||
+            q->n_blocks > q->cap_blocks)
+            return err_set(e, "sched_check: seq %llu has %d blocks for %d computed / %d tokens",
+                           (unsigned long long)q->id, (int)q->n_blocks, (int)q->n_computed, (int)q->n_tokens);
         if ((int64_t)q->n_registered * B > q->n_computed || q->n_registered > q->n_blocks ||
             (q->no_prefix_cache && q->n_registered))
-            return err_set(e, "sched_check: seq %llu registered %d blocks", (unsigned long long)q->id, (int)q->n_registered);
+            return err_set(e, "sched_check: seq %llu registered %d blocks", (unsigned long long)q->id,
+                           (int)q->n_registered);
         for (int32_t k = 0; k < q->n_blocks; k++) {
             int32_t id = q->blocks[k];
-            if (id < 0 || id >= n_pool) return err_set(e, "sched_check: seq %llu block %d has bad id %d", (unsigned long long)q->id, (int)k, (int)id);
+            if (id < 0 || id >= n_pool)
+                return err_set(e, "sched_check: seq %llu block %d has bad id %d", (unsigned long long)q->id, (int)k,
+                               (int)id);
             refs[id]++;
             if (k < q->n_registered) {
                 if (!kv_is_cached(s->pool, id) || kv_parent(s->pool, id) != (k ? q->blocks[k - 1] : KV_NONE))
-                    return err_set(e, "sched_check: seq %llu block %d (id %d) breaks the cached chain", (unsigned long long)q->id,
-                                   (int)k, (int)id);
+                    return err_set(e, "sched_check: seq %llu block %d (id %d) breaks the cached chain",
+                                   (unsigned long long)q->id, (int)k, (int)id);
             } else if (kv_refcount(s->pool, id) != 1 || kv_is_cached(s->pool, id)) {
-                return err_set(e, "sched_check: seq %llu block %d (id %d) is written but shared (refcount %d, cached %d)",
-                               (unsigned long long)q->id, (int)k, (int)id, (int)kv_refcount(s->pool, id), kv_is_cached(s->pool, id));
+                return err_set(e,
+                               "sched_check: seq %llu block %d (id %d) is written but shared (refcount %d, cached %d)",
+                               (unsigned long long)q->id, (int)k, (int)id, (int)kv_refcount(s->pool, id),
+                               kv_is_cached(s->pool, id));
             }
         }
     }

@@ -84,12 +84,12 @@ int dist_pack_request(struct dist_buf *b, const struct engine_request *rq)
     struct sampler_params sp = rq->sampling;
     sp.logit_bias = NULL;
     int rc = dist_buf_put_i64(b, (int64_t)rq->id) || dist_buf_put_i64(b, rq->n_prompt) ||
-             dist_buf_put(b, rq->prompt, (size_t)rq->n_prompt * sizeof *rq->prompt) || dist_buf_put_i64(b, rq->max_tokens) ||
-             dist_buf_put(b, &sp, sizeof sp) ||
+             dist_buf_put(b, rq->prompt, (size_t)rq->n_prompt * sizeof *rq->prompt) ||
+             dist_buf_put_i64(b, rq->max_tokens) || dist_buf_put(b, &sp, sizeof sp) ||
              dist_buf_put(b, rq->sampling.logit_bias, (size_t)sp.n_logit_bias * sizeof *rq->sampling.logit_bias) ||
-             dist_buf_put_i64(b, rq->n_stop) || dist_buf_put_i64(b, rq->ignore_eos) || dist_buf_put_i64(b, rq->logprobs) ||
-             dist_buf_put_i64(b, rq->prompt_logprobs) || dist_buf_put_i64(b, rq->prompt_logprobs_from) ||
-             dist_buf_put_i64(b, rq->top_logprobs);
+             dist_buf_put_i64(b, rq->n_stop) || dist_buf_put_i64(b, rq->ignore_eos) ||
+             dist_buf_put_i64(b, rq->logprobs) || dist_buf_put_i64(b, rq->prompt_logprobs) ||
+             dist_buf_put_i64(b, rq->prompt_logprobs_from) || dist_buf_put_i64(b, rq->top_logprobs);
     for (int32_t i = 0; !rc && i < rq->n_stop; i++) rc = buf_put_str(b, rq->stop[i], strlen(rq->stop[i]));
     return rc ? -1 : 0;
 }
@@ -175,9 +175,10 @@ static int get_logprobs(struct dist_buf *b, struct logprob_entry **out, int32_t 
 int dist_pack_result(struct dist_buf *b, const struct engine_result *r)
 {
     double latency = r->t_finished - r->t_added;
-    return (dist_buf_put_i64(b, (int64_t)r->id) || dist_buf_put_i64(b, r->finish) || buf_put_str(b, r->text, r->text_len) ||
-            buf_put_str(b, r->error, r->error ? strlen(r->error) : 0) || dist_buf_put_i64(b, r->n_tokens) ||
-            dist_buf_put_i64(b, r->n_prompt) || dist_buf_put_i64(b, r->n_prompt_cached) || dist_buf_put_i64(b, r->n_preempted) ||
+    return (dist_buf_put_i64(b, (int64_t)r->id) || dist_buf_put_i64(b, r->finish) ||
+            buf_put_str(b, r->text, r->text_len) || buf_put_str(b, r->error, r->error ? strlen(r->error) : 0) ||
+            dist_buf_put_i64(b, r->n_tokens) || dist_buf_put_i64(b, r->n_prompt) ||
+            dist_buf_put_i64(b, r->n_prompt_cached) || dist_buf_put_i64(b, r->n_preempted) ||
             dist_buf_put(b, &latency, sizeof latency) || put_logprobs(b, r->logprobs, r->n_tokens) ||
             put_logprobs(b, r->prompt_logprobs, r->n_prompt))
                ? -1

@@ -92,7 +92,8 @@ static int read_inputs(struct input_embed *in, const json_t *v, const char **cod
         const json_t *x = several ? json_array_get(v, i) : v;
         char where[32];
         snprintf(where, sizeof where, several ? "input[%zu]" : "input", i);
-        if ((!json_is_string(x) && !is_id_array(x)) || json_is_string(x) != json_is_string(several ? json_array_get(v, 0) : v))
+        if ((!json_is_string(x) && !is_id_array(x)) ||
+            json_is_string(x) != json_is_string(several ? json_array_get(v, 0) : v))
             return bad(code, msg, cap, "invalid_type", "%s (not a mix)", shape);
         int rc = take_input(in, (int32_t)i, x, where, code, msg, cap);
         if (rc) return rc;
@@ -114,7 +115,8 @@ static int read_option(struct input_embed *in, const char *k, const json_t *v, c
     } else if (!strcmp(k, "dimensions")) {
         if (json_is_null(v)) return 0;
         if (!json_is_integer(v))
-            return bad(code, msg, cap, "invalid_type", "'dimensions' must be an integer, got %s", genparam_json_type(v));
+            return bad(code, msg, cap, "invalid_type", "'dimensions' must be an integer, got %s",
+                       genparam_json_type(v));
         if (json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
             return bad(code, msg, cap, "invalid_value", "'dimensions' must be at least 1");
         in->dimensions = (int32_t)json_integer_value(v);

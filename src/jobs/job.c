@@ -517,7 +517,8 @@ static int mirror_new(job *j, struct err *e)
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return err_set(e, "-o %s: reading it back: %s", j->c->output, strerror(errno));
         if (n == 0) break;
-        if (fwrite(buf, 1, (size_t)n, j->c->mirror) != (size_t)n) return err_set(e, "writing the results out: %s", strerror(errno));
+        if (fwrite(buf, 1, (size_t)n, j->c->mirror) != (size_t)n)
+            return err_set(e, "writing the results out: %s", strerror(errno));
         j->mirror_off += n;
     }
     if (fflush(j->c->mirror) != 0) return err_set(e, "writing the results out: %s", strerror(errno));

@@ -821,7 +821,8 @@ static int check_works(const ledger *l, uint8_t *n_refs_to, struct err *e)
             if (r >= l->n_refs || ++n_seen > l->n_refs) return err_set(e, "ledger_check: work %zu: bad refs list", w);
             uint32_t li = l->refs[r].line;
             if (li >= l->n_lines || li == W->owner || !line_needs(l, li, (uint32_t)w))
-                return err_set(e, "ledger_check: work %zu names line index %u, which does not need it (or owns it)", w, li);
+                return err_set(e, "ledger_check: work %zu names line index %u, which does not need it (or owns it)", w,
+                               li);
             if (n_refs_to[li] < 255) n_refs_to[li]++;
         }
     }
@@ -837,9 +838,11 @@ static int check_line(const ledger *l, size_t i, uint8_t n_refs, uint8_t marks, 
     const struct ledger_line *L = &l->lines[i];
     unsigned no = L->no;
     int32_t n_done = 0, n_failed = 0;
-    if (i > 0 && l->lines[i - 1].no >= L->no) return err_set(e, "ledger_check: line %u comes after line %u", no, l->lines[i - 1].no);
+    if (i > 0 && l->lines[i - 1].no >= L->no)
+        return err_set(e, "ledger_check: line %u comes after line %u", no, l->lines[i - 1].no);
     if (L->state > LEDGER_LINE_SCHEDULED) return err_set(e, "ledger_check: line %u: state %d", no, L->state);
-    if (L->bad && (L->n || !ledger_codes[L->code])) return err_set(e, "ledger_check: line %u is bad with works or no code", no);
+    if (L->bad && (L->n || !ledger_codes[L->code]))
+        return err_set(e, "ledger_check: line %u is bad with works or no code", no);
     if (n_refs != L->n) return err_set(e, "ledger_check: line %u needs %d works, %u name it", no, L->n, n_refs);
     for (int32_t k = 0; k < L->n; k++) {
         uint32_t w = ledger_line_work(l, L, k);
@@ -854,10 +857,11 @@ static int check_line(const ledger *l, size_t i, uint8_t n_refs, uint8_t marks, 
     int file = ledger_line_file(L), queued = marks & 1, held = (marks >> 1) & 1;
     if (queued != (L->state == LEDGER_LINE_WAITING && file >= 0))
         return err_set(e, "ledger_check: line %u is %s, %sfinished and %squeued", no,
-                       L->state == LEDGER_LINE_WAITING ? "waiting" : "built", file >= 0 ? "" : "not ", queued ? "" : "not ");
+                       L->state == LEDGER_LINE_WAITING ? "waiting" : "built", file >= 0 ? "" : "not ",
+                       queued ? "" : "not ");
     if (held != (L->state == LEDGER_LINE_READY) || (held && (!l->p.order_input || L->file != file)))
-        return err_set(e, "ledger_check: line %u is %sready and %sheld", no, L->state == LEDGER_LINE_READY ? "" : "not ",
-                       held ? "" : "not ");
+        return err_set(e, "ledger_check: line %u is %sready and %sheld", no,
+                       L->state == LEDGER_LINE_READY ? "" : "not ", held ? "" : "not ");
     if (L->state == LEDGER_LINE_SCHEDULED) {
         if (L->file != file) return err_set(e, "ledger_check: line %u is scheduled in the wrong file", no);
         scheduled[L->file] += (int64_t)L->len;
@@ -879,7 +883,8 @@ static int mark_lists(const ledger *l, uint8_t *marks, struct err *e)
         uint32_t li = l->held[k].line;
         if (li >= l->n_lines || (marks[li] & 2) || !l->held[k].text || !l->held[k].row ||
             (k > 0 && l->held[(k - 1) / 2].line > li))
-            return err_set(e, "ledger_check: held entry %zu (line index %u) is repeated, empty or out of heap order", k, li);
+            return err_set(e, "ledger_check: held entry %zu (line index %u) is repeated, empty or out of heap order", k,
+                           li);
         marks[li] |= 2;
     }
     return 0;

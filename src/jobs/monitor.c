@@ -131,12 +131,14 @@ json_t *monitor_watchdog_json(const struct monitor *mo)
     for (int i = 0; ev && i < mo->n_ev; i++) {
         const struct monitor_event *x = &mo->ev[i];
         if (x->to < min_cap) min_cap = x->to;
-        json_array_append_new(ev, json_pack("{s:f, s:i, s:i, s:f, s:I}", "t_s", x->t, "from", (int)x->from, "to",
-                                            (int)x->to, "psi_some_avg10", x->psi, "swap_pages", (json_int_t)x->swap_pages));
+        json_array_append_new(ev,
+                              json_pack("{s:f, s:i, s:i, s:f, s:I}", "t_s", x->t, "from", (int)x->from, "to",
+                                        (int)x->to, "psi_some_avg10", x->psi, "swap_pages", (json_int_t)x->swap_pages));
     }
     return json_pack("{s:b, s:f, s:I, s:I, s:i, s:i, s:o, s:i}", "enabled", mo->watchdog, "psi_high", mo->wd.psi_high,
-                     "swap_pages_high", (json_int_t)mo->wd.swap_pages, "lowered", (json_int_t)mo->wd.n_lowered, "raised",
-                     (int)mo->wd.n_raised, "min_cap", (int)min_cap, "events", ev, "events_dropped", mo->n_ev_dropped);
+                     "swap_pages_high", (json_int_t)mo->wd.swap_pages, "lowered", (json_int_t)mo->wd.n_lowered,
+                     "raised", (int)mo->wd.n_raised, "min_cap", (int)min_cap, "events", ev, "events_dropped",
+                     mo->n_ev_dropped);
 }
 
 int monitor_check(const struct monitor *mo)

@@ -59,9 +59,10 @@ struct output_choice {
  *               "text_offset":[..]}
  * for prompt (n_prompt entries: echo, completions only; the first has logprob null and top_logprobs null),
  * then gen (n_gen: the generated tokens, EOS/EOT included). A token's string is its bytes with control
- * tokens spelled out (invalid UTF-8 written as U+FFFD; bytes holds the exact bytes); text_offset is the
- * byte offset in the choice's text where the token's text starts (control tokens have none: the offset
- * does not advance; see drop_space). Logprobs are printed with 17 significant digits (the double exactly); NAN as null. */
+ * tokens spelled out (invalid UTF-8 written as U+FFFD; bytes holds the exact bytes); text_offset is the byte
+ * offset in the choice's text where the token's text starts (control tokens have none: the offset does not
+ * advance; see drop_space). Logprobs are printed with 17 significant digits (the double exactly); NAN as
+ * null. */
 void output_logprobs(struct output_buf *b, const tok_vocab *v, int chat, const struct logprob_entry *prompt,
                      int32_t n_prompt, const struct logprob_entry *gen, int32_t n_gen, int drop_space);
 /* drop_space (echo with an SPM space prefix, tok_add_space_prefix): the text does not hold the space the

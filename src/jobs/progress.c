@@ -56,8 +56,8 @@ void progress_format(char *buf, size_t cap, const struct progress_snapshot *s, d
     fmt_duration(eta, sizeof eta, eta_seconds);
     double pct = s->total > 0 ? 100.0 * (double)s->done / (double)s->total : 100.0;
     int n = snprintf(buf, cap,
-                     "run %lld/%lld %.1f%% | prompt %.0f tok/s | gen %.0f tok/s | ETA %s | KV %.0f%% | prefix hit %.0f%% | "
-                     "failed %lld",
+                     "run %lld/%lld %.1f%% | prompt %.0f tok/s | gen %.0f tok/s | ETA %s | KV %.0f%% | "
+                     "prefix hit %.0f%% | failed %lld",
                      (long long)s->done, (long long)s->total, pct, prompt_rate, gen_rate, eta, 100.0 * s->kv_use,
                      100.0 * s->prefix_hit, (long long)s->failed);
     if (s->lookup && n >= 0 && (size_t)n < cap)

@@ -28,8 +28,8 @@ static int row_cb(void *user, const struct store_line *row)
     ledger *l = s->l;
     int64_t li = ledger_find_line(l, row->line);
     struct ledger_line *L = li >= 0 ? &l->lines[li] : NULL;
-    int valid = L && L->digest == ledger_digest_head(row->digest) && row->off >= 0 && ledger_line_file(L) == row->file &&
-                L->state == LEDGER_LINE_WAITING && row->len <= UINT32_MAX;
+    int valid = L && L->digest == ledger_digest_head(row->digest) && row->off >= 0 &&
+                ledger_line_file(L) == row->file && L->state == LEDGER_LINE_WAITING && row->len <= UINT32_MAX;
     if (valid) {
         L->state = LEDGER_LINE_SCHEDULED;
         L->file = (uint8_t)row->file;

@@ -339,7 +339,8 @@ json_t *record_build(const struct record_run *r)
     char retest[32];
     record_iso_time((int64_t)time(NULL) + (int64_t)c->retest_after_days * 86400, retest);
     json_object_set_new(out, "owner", c->owner ? json_string(c->owner) : json_null());
-    json_object_set_new(out, "retest_after", json_pack("{s:s, s:i}", "date", retest, "days", (int)c->retest_after_days));
+    json_object_set_new(out, "retest_after",
+                        json_pack("{s:s, s:i}", "date", retest, "days", (int)c->retest_after_days));
     json_object_set_new(out, "command", argv);
     json_object_set_new(out, "flags", c->settings ? json_deep_copy(c->settings) : json_object());
     json_object_set_new(out, "model", json_pack("{s:s, s:s, s:I, s:s, s:s, s:s}", "path", m->path, "name", m->name,

@@ -168,8 +168,8 @@ int report_load(const char *record_path, struct report_data *d, struct err *e)
     const json_t *files = json_object_get(d->record, "files");
     const char *res = resolve(record_path, json_string_value(json_object_get(files, "results")), buf[0], sizeof buf[0]);
     const char *err = resolve(record_path, json_string_value(json_object_get(files, "errors")), buf[1], sizeof buf[1]);
-    const char *bl = resolve(record_path, json_string_value(json_object_get(json_object_get(d->record, "backlog"), "path")),
-                             buf[2], sizeof buf[2]);
+    const json_t *backlog = json_object_get(d->record, "backlog");
+    const char *bl = resolve(record_path, json_string_value(json_object_get(backlog, "path")), buf[2], sizeof buf[2]);
     if (!res || read_jsonl(res, d, take_result)) add_note(d, "results file %s could not be read", res ? res : "(none)");
     if (!err || read_jsonl(err, d, take_error)) add_note(d, "error file %s could not be read", err ? err : "(none)");
     if (d->n_samples && bl) read_prompts(bl, d);
@@ -182,7 +182,8 @@ void report_free(struct report_data *d)
     json_decref(d->failures);
     free(d->prompt_tokens);
     free(d->gen_tokens);
-    for (int i = 0; i < d->n_samples; i++) free(d->samples[i].id), free(d->samples[i].prompt), free(d->samples[i].output);
+    for (int i = 0; i < d->n_samples; i++)
+        free(d->samples[i].id), free(d->samples[i].prompt), free(d->samples[i].output);
     free(d->notes);
     memset(d, 0, sizeof *d);
 }
@@ -243,7 +244,8 @@ static void chart_frame(FILE *f, const char *title, const char *xlabel, const ch
                 CL + (double)k / 2 * (CW - CL - CR), CH - CB + 16, xmax * k / 2);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (CW + CL) / 2, CH - 8);
     report_escape(f, xlabel);
-    fprintf(f, "</text><text x=\"14\" y=\"%d\" text-anchor=\"middle\" transform=\"rotate(-90 14 %d)\">", CH / 2, CH / 2);
+    fprintf(f, "</text><text x=\"14\" y=\"%d\" text-anchor=\"middle\" transform=\"rotate(-90 14 %d)\">", CH / 2,
+            CH / 2);
     report_escape(f, ylabel);
     fputs("</text>\n", f);
 }

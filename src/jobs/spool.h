@@ -30,10 +30,10 @@ enum spool_kind {
  * FIFO: the caller's own checks say why; a pipe's bytes are never read here, only by spool_copy). */
 enum spool_kind spool_kind_of(const char *path);
 
-/* Copies src ("-": standard input; a FIFO is opened and read once) to the regular file dst, decompressed when its first bytes say gzip or
- * zstd. *changed = 1 when dst existed before with other content (0 when it did not exist or was the same).
- * On failure dst is as it was and the temporary file is removed; the message names src and what failed
- * ("backlog x.gz: corrupt gzip data at byte 1234"). */
+/* Copies src ("-": standard input; a FIFO is opened and read once) to the regular file dst, decompressed when
+ * its first bytes say gzip or zstd. *changed = 1 when dst existed before with other content (0 when it did
+ * not exist or was the same). On failure dst is as it was and the temporary file is removed; the message
+ * names src and what failed ("backlog x.gz: corrupt gzip data at byte 1234"). */
 int spool_copy(const char *src, const char *dst, int *changed, struct err *e);
 
 #endif

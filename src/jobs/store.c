@@ -103,14 +103,15 @@ int store_open(const char *path, enum store_durability d, store **out, struct er
     const char *sync = d == STORE_DURABILITY_FULL ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL";
     if (exec(s, "setting its durability", sync, e) != 0)
         goto fail;
-    if (exec(s, "creating its tables", "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=8192;"
-                "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);"
-                "CREATE TABLE IF NOT EXISTS results(id INTEGER PRIMARY KEY, key BLOB NOT NULL,"
-                " status INTEGER NOT NULL, finish INTEGER NOT NULL, text BLOB NOT NULL, n_prompt INTEGER NOT NULL,"
-                " n_gen INTEGER NOT NULL, n_cached INTEGER NOT NULL, created INTEGER NOT NULL, error TEXT);"
-                "CREATE TABLE IF NOT EXISTS lines(id INTEGER PRIMARY KEY, line INTEGER NOT NULL,"
-                " digest BLOB NOT NULL, file INTEGER NOT NULL, off INTEGER, text BLOB NOT NULL);"
-                "CREATE INDEX IF NOT EXISTS lines_by_off ON lines(file, off) WHERE off IS NOT NULL;",
+    if (exec(s, "creating its tables",
+             "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=8192;"
+             "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);"
+             "CREATE TABLE IF NOT EXISTS results(id INTEGER PRIMARY KEY, key BLOB NOT NULL,"
+             " status INTEGER NOT NULL, finish INTEGER NOT NULL, text BLOB NOT NULL, n_prompt INTEGER NOT NULL,"
+             " n_gen INTEGER NOT NULL, n_cached INTEGER NOT NULL, created INTEGER NOT NULL, error TEXT);"
+             "CREATE TABLE IF NOT EXISTS lines(id INTEGER PRIMARY KEY, line INTEGER NOT NULL,"
+             " digest BLOB NOT NULL, file INTEGER NOT NULL, off INTEGER, text BLOB NOT NULL);"
+             "CREATE INDEX IF NOT EXISTS lines_by_off ON lines(file, off) WHERE off IS NOT NULL;",
              e) != 0)
         goto fail;
     if (prep(s, &s->st_begin, "BEGIN IMMEDIATE", e) || prep(s, &s->st_commit, "COMMIT", e) ||
@@ -121,7 +122,8 @@ int store_open(const char *path, enum store_durability d, store **out, struct er
              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
              e) ||
         prep(s, &s->st_get_result,
-             "SELECT status, finish, text, n_prompt, n_gen, n_cached, created, error, key FROM results WHERE id = ?", e) ||
+             "SELECT status, finish, text, n_prompt, n_gen, n_cached, created, error, key FROM results WHERE id = ?",
+             e) ||
         prep(s, &s->st_put_line, "INSERT INTO lines(line, digest, file, off, text) VALUES (?, ?, ?, ?, ?)", e) ||
         prep(s, &s->st_set_off, "UPDATE lines SET off = ? WHERE id = ?", e) ||
         prep(s, &s->st_del_line, "DELETE FROM lines WHERE id = ?", e))
@@ -432,8 +434,8 @@ int store_check(store *s, struct err *e)
     }
     sqlite3_stmt *st;
     SQL_OK(sqlite3_prepare_v2(s->db,
-                              "SELECT count(*) FROM results WHERE status NOT IN (1, 2) OR (status = 2 AND error IS NULL)"
-                              " OR length(key) != 32",
+                              "SELECT count(*) FROM results WHERE status NOT IN (1, 2)"
+                              " OR (status = 2 AND error IS NULL) OR length(key) != 32",
                               -1, &st, NULL),
            "check results");
     int64_t bad = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;

@@ -113,11 +113,11 @@ int sweep_write_csv(FILE *f, const struct sweep_point *pts, size_t n)
                "kv_blocks_peak,kv_blocks_total,preemptions,psi_some_avg10,pswpin,pswpout,energy_j,over_headroom\n");
     for (size_t i = 0; i < n; i++) {
         const struct sweep_point *p = &pts[i];
-        fprintf(f, "%d,%d,%d,%d,%.2f,%.2f,%.4f,%.4f,%.4f,%.1f,%lld,%lld,%lld,%.2f,%lld,%lld,%.2f,%d\n", (int)p->concurrency,
-                (int)p->max_batch_tokens, (int)p->requests, (int)p->failed, p->gen_tok_s, p->total_tok_s, p->rel_cost,
-                p->p50_s, p->p95_s, mib(p->peak_rss), (long long)p->kv_blocks_peak, (long long)p->kv_blocks_total,
-                (long long)p->preemptions, p->psi_some_avg10, (long long)p->pswpin, (long long)p->pswpout, p->energy_j,
-                p->over_headroom);
+        fprintf(f, "%d,%d,%d,%d,%.2f,%.2f,%.4f,%.4f,%.4f,%.1f,%lld,%lld,%lld,%.2f,%lld,%lld,%.2f,%d\n",
+                (int)p->concurrency, (int)p->max_batch_tokens, (int)p->requests, (int)p->failed, p->gen_tok_s,
+                p->total_tok_s, p->rel_cost, p->p50_s, p->p95_s, mib(p->peak_rss), (long long)p->kv_blocks_peak,
+                (long long)p->kv_blocks_total, (long long)p->preemptions, p->psi_some_avg10, (long long)p->pswpin,
+                (long long)p->pswpout, p->energy_j, p->over_headroom);
     }
     return ferror(f) ? -1 : 0;
 }
@@ -127,15 +127,15 @@ json_t *sweep_points_json(const struct sweep_point *pts, size_t n)
     json_t *a = json_array();
     for (size_t i = 0; a && i < n; i++) {
         const struct sweep_point *p = &pts[i];
-        json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:b, s:b}",
-                              "concurrency", (int)p->concurrency, "max_batch_tokens", (int)p->max_batch_tokens,
-                              "requests", (int)p->requests, "failed", (int)p->failed, "gen_tok_s", p->gen_tok_s,
-                              "total_tok_s", p->total_tok_s, "rel_cost", p->rel_cost, "latency_p50_s", p->p50_s,
-                              "latency_p95_s", p->p95_s, "peak_rss_bytes", (json_int_t)p->peak_rss, "kv_blocks_peak",
-                              (json_int_t)p->kv_blocks_peak, "kv_blocks_total", (json_int_t)p->kv_blocks_total,
-                              "preemptions", (json_int_t)p->preemptions, "psi_some_avg10", p->psi_some_avg10, "pswpin",
-                              (json_int_t)p->pswpin, "pswpout", (json_int_t)p->pswpout, "energy_j", p->energy_j,
-                              "over_headroom", p->over_headroom, "usable", sweep_usable(p));
+        json_t *o = json_pack(
+            "{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:b, s:b}",
+            "concurrency", (int)p->concurrency, "max_batch_tokens", (int)p->max_batch_tokens, "requests",
+            (int)p->requests, "failed", (int)p->failed, "gen_tok_s", p->gen_tok_s, "total_tok_s", p->total_tok_s,
+            "rel_cost", p->rel_cost, "latency_p50_s", p->p50_s, "latency_p95_s", p->p95_s, "peak_rss_bytes",
+            (json_int_t)p->peak_rss, "kv_blocks_peak", (json_int_t)p->kv_blocks_peak, "kv_blocks_total",
+            (json_int_t)p->kv_blocks_total, "preemptions", (json_int_t)p->preemptions, "psi_some_avg10",
+            p->psi_some_avg10, "pswpin", (json_int_t)p->pswpin, "pswpout", (json_int_t)p->pswpout, "energy_j",
+            p->energy_j, "over_headroom", p->over_headroom, "usable", sweep_usable(p));
         if (!o || json_array_append_new(a, o)) {
             json_decref(a);
             return NULL;
@@ -208,8 +208,10 @@ static void svg_axes(FILE *f, const struct sweep_point *pts, size_t n, double tm
     for (int k = 0; k <= 4; k++) {
         double y = py(tmax * k / 4, tmax);
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PL, SVG_W - PR, y, y);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">%g</text>\n", PL - 6, y + 4, tmax * k / 4);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" fill=\"#a33\">%g</text>\n", SVG_W - PR + 6, y + 4, mmax * k / 4);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"12\">%g</text>\n", PL - 6, y + 4,
+                tmax * k / 4);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"12\" fill=\"#a33\">%g</text>\n", SVG_W - PR + 6, y + 4,
+                mmax * k / 4);
     }
     for (size_t i = 0; i < n; i++) {
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">%d", px(i, n), SVG_H - PB + 18,
@@ -219,7 +221,9 @@ static void svg_axes(FILE *f, const struct sweep_point *pts, size_t n, double tm
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"13\">concurrency (max_seqs)</text>\n",
             (SVG_W - PR + PL) / 2, SVG_H - 20);
-    fprintf(f, "<text x=\"18\" y=\"%d\" font-size=\"13\" transform=\"rotate(-90 18 %d)\" text-anchor=\"middle\">tok/s</text>\n",
+    fprintf(f,
+            "<text x=\"18\" y=\"%d\" font-size=\"13\" transform=\"rotate(-90 18 %d)\" "
+            "text-anchor=\"middle\">tok/s</text>\n",
             SVG_H / 2, SVG_H / 2);
     fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"13\" fill=\"#a33\" transform=\"rotate(90 %d %d)\" "
                "text-anchor=\"middle\">peak RSS (MiB)</text>\n",

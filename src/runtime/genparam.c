@@ -242,7 +242,8 @@ int genparam_check_table(struct err *e)
         if (numeric && !in_range(p, p->def)) return err_set(e, "genparam: %s's default is out of range", p->name);
         if (numeric && p->key == GENPARAM_KEY_SAMPLING && !in_range(p, p->off))
             return err_set(e, "genparam: %s's off value is out of range", p->name);
-        if (p->sampler >= 0 && !numeric) return err_set(e, "genparam: %s maps to the sampler but is no number", p->name);
+        if (p->sampler >= 0 && !numeric)
+            return err_set(e, "genparam: %s maps to the sampler but is no number", p->name);
         if (check_constraint_row(i, e)) return -1;
     }
     return 0;
@@ -264,7 +265,8 @@ const char *genparam_json_type(const json_t *v)
     }
 }
 
-static int bad(const char **code, const char *c, struct err *e, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int bad(const char **code, const char *c, struct err *e, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static int bad(const char **code, const char *c, struct err *e, const char *fmt, ...)
 {
     *code = c;
@@ -279,7 +281,8 @@ static int bad(const char **code, const char *c, struct err *e, const char *fmt,
 
 static int json_double(const json_t *v, const char *name, double *out, const char **code, struct err *e)
 {
-    if (!json_is_number(v)) return bad(code, "invalid_type", e, "'%s' must be a number, got %s", name, genparam_json_type(v));
+    if (!json_is_number(v))
+        return bad(code, "invalid_type", e, "'%s' must be a number, got %s", name, genparam_json_type(v));
     double d = json_number_value(v);
     if (!isfinite(d)) return bad(code, "invalid_value", e, "'%s' must be a finite number", name);
     *out = d;
@@ -301,7 +304,8 @@ static int json_int_in(const json_t *v, const char *name, long long lo, long lon
     } else {
         return bad(code, "invalid_type", e, "'%s' must be an integer, got %s", name, genparam_json_type(v));
     }
-    if (x < lo || x > hi) return bad(code, "invalid_value", e, "'%s' must be in [%lld, %lld], got %lld", name, lo, hi, x);
+    if (x < lo || x > hi)
+        return bad(code, "invalid_value", e, "'%s' must be in [%lld, %lld], got %lld", name, lo, hi, x);
     *out = x;
     return 0;
 }
@@ -311,7 +315,8 @@ static int json_stop(const json_t *v, struct gen_params *g, const char **code, s
     size_t n = 1;
     if (json_is_array(v)) n = json_array_size(v);
     else if (!json_is_string(v))
-        return bad(code, "invalid_type", e, "'stop' must be a string or an array of strings, got %s", genparam_json_type(v));
+        return bad(code, "invalid_type", e, "'stop' must be a string or an array of strings, got %s",
+                   genparam_json_type(v));
     if (n > GENPARAM_MAX_STOP)
         return bad(code, "invalid_value", e, "'stop' holds %zu strings, at most %d", n, GENPARAM_MAX_STOP);
     char **stop = n ? calloc(n, sizeof *stop) : NULL;
@@ -588,7 +593,8 @@ static int other_neutral(const char *k, const json_t *v)
         return json_is_string(v) && !strcmp(json_string_value(v), "none");
     if (!strcmp(k, "modalities")) {
         const json_t *m = json_array_get(v, 0);
-        return json_is_array(v) && json_array_size(v) == 1 && json_is_string(m) && !strcmp(json_string_value(m), "text");
+        return json_is_array(v) && json_array_size(v) == 1 && json_is_string(m) &&
+               !strcmp(json_string_value(m), "text");
     }
     return 0;
 }
@@ -704,7 +710,8 @@ int genparam_set_flag(struct gen_params *g, const struct genparam *p, const char
     }
     case GENPARAM_FLOAT: {
         double v = strtod(value, &end);
-        if (errno || end == value || *end || !isfinite(v)) return err_set(e, "%s expects a number, got '%s'", flag, value);
+        if (errno || end == value || *end || !isfinite(v))
+            return err_set(e, "%s expects a number, got '%s'", flag, value);
         *float_at(g, p) = (float)v;
         return 0;
     }
@@ -887,7 +894,8 @@ static json_t *row_json(const struct genparam *p, const struct gen_params *g)
 json_t *genparam_to_json(const struct gen_params *g)
 {
     json_t *o = json_object();
-    for (int i = 0; i < genparam_count; i++) json_object_set_new(o, genparam_table[i].name, row_json(&genparam_table[i], g));
+    for (int i = 0; i < genparam_count; i++)
+        json_object_set_new(o, genparam_table[i].name, row_json(&genparam_table[i], g));
     return o;
 }
 

@@ -118,7 +118,9 @@ void runparam_defaults(struct runtime_params *p)
         switch (r->type) {
         case RUNPARAM_SIZE: *(uint64_t *)((char *)p + r->offset) = RUNTIME_AUTO; break;
         case RUNPARAM_BACKEND: *(const char **)((char *)p + r->offset) = NULL; break;
-        default: *int_at(p, r) = r->flags & (RUNPARAM_ZERO_KEEPS | RUNPARAM_AUTO_ZERO) ? 0 : er ? er->def : r->def; break;
+        default:
+            *int_at(p, r) = r->flags & (RUNPARAM_ZERO_KEEPS | RUNPARAM_AUTO_ZERO) ? 0 : er ? er->def : r->def;
+            break;
         }
     }
 }
@@ -278,7 +280,8 @@ int runparam_check_table(struct err *e)
             return err_set(e, "runparam: %s has no engine row of its name", r->name);
         if (r->type == RUNPARAM_NAMED && (!r->name_of || !r->name_of(0)))
             return err_set(e, "runparam: %s: a NAMED row without names", r->name);
-        if (er && r->type == RUNPARAM_SIZE) return err_set(e, "runparam: %s: a size cannot be an engine field", r->name);
+        if (er && r->type == RUNPARAM_SIZE)
+            return err_set(e, "runparam: %s: a size cannot be an engine field", r->name);
         if (r->type == RUNPARAM_INT && !er && (r->def < r->lo || r->def > r->hi) && !(r->def == 0 && r->zero))
             return err_set(e, "runparam: %s's default %d is outside [%d, %d]", r->name, (int)r->def, (int)r->lo,
                            (int)r->hi);
@@ -288,8 +291,8 @@ int runparam_check_table(struct err *e)
             return err_set(e, "runparam: %s: an automatic value needs its auto_word", r->name);
         for (int k = 0; k < i; k++) {
             const struct runparam *q = &runparam_table[k];
-            if (same(r->name, q->name) || same(r->flag, q->flag) || same(r->flag, q->alias) || same(r->alias, q->flag) ||
-                same(r->alias, q->alias))
+            if (same(r->name, q->name) || same(r->flag, q->flag) || same(r->flag, q->alias) ||
+                same(r->alias, q->flag) || same(r->alias, q->alias))
                 return err_set(e, "runparam: rows %s and %s share a name or flag", q->name, r->name);
         }
     }

@@ -68,7 +68,8 @@ static int runtime_read_caps(struct runtime *rt, struct err *e)
 {
     rt->backend_name = rt->backend.ops->name;
     if (!rt->backend.ops->caps || !rt->backend.ops->memory)
-        return err_set(e, "backend %s: no caps or memory op (every backend in the registry needs both)", rt->backend_name);
+        return err_set(e, "backend %s: no caps or memory op (every backend in the registry needs both)",
+                       rt->backend_name);
     rt->backend.ops->caps(rt->backend.ctx, &rt->caps);
     return 0;
 }
@@ -88,7 +89,8 @@ int runtime_open_backend(struct runtime *rt, struct err *e)
     if (runtime_read_caps(rt, e)) return -1;
     if ((!p->backend || !strcmp(p->backend, "auto")) && strcmp(rt->backend_name, "cpu") &&
         !runtime_backend_runs(rt->model, &rt->caps)) { /* auto: the model is not for this one, cpu runs everything */
-        log_info("backend %s does not run this model (%s); using cpu", rt->backend_name, model_arch_name(rt->model->hp.arch));
+        log_info("backend %s does not run this model (%s); using cpu", rt->backend_name,
+                 model_arch_name(rt->model->hp.arch));
         backend_free(&rt->backend);
         if (backend_open("cpu", &cfg, &rt->backend, e) || runtime_read_caps(rt, e)) return -1;
     }
@@ -298,7 +300,8 @@ int runtime_check(const struct runtime *rt, struct err *e)
     const struct runtime_budget *b = &rt->budget;
     if (b->kv_tokens != b->kv_blocks * rt->ep.kv_block || (b->kv_blocks && b->kv_blocks != rt->ep.kv_blocks))
         return err_set(e, "runtime check: budget of %lld blocks (%lld tokens) for a pool of %lld blocks x %d",
-                       (long long)b->kv_blocks, (long long)b->kv_tokens, (long long)rt->ep.kv_blocks, (int)rt->ep.kv_block);
+                       (long long)b->kv_blocks, (long long)b->kv_tokens, (long long)rt->ep.kv_blocks,
+                       (int)rt->ep.kv_block);
     const struct runtime_seqs *s = &rt->seqs;
     if (rt->eng && (s->n < 1 || s->n > rt->ep.max_seqs || (s->automatic && s->knee != rt->ep.max_seqs)))
         return err_set(e, "runtime check: %d running sequences for an engine of max_seqs %d (auto %d, knee %d)",

@@ -114,7 +114,8 @@ static int bpe_load_merges(struct bpe *b, const gguf_file *f, struct err *e)
     if (gguf_kv_type(f, (uint64_t)kv) != GGUF_VTYPE_ARRAY || gguf_kv_arr_type(f, (uint64_t)kv) != GGUF_VTYPE_STRING)
         return err_set(e, "tokenizer.ggml.merges: expected an array of strings");
     uint64_t n = gguf_kv_arr_n(f, (uint64_t)kv);
-    if (n > (uint64_t)INT32_MAX) return err_set(e, "tokenizer.ggml.merges: %llu entries is too many", (unsigned long long)n);
+    if (n > (uint64_t)INT32_MAX)
+        return err_set(e, "tokenizer.ggml.merges: %llu entries is too many", (unsigned long long)n);
     uint64_t cap = 16;
     while (cap < 2 * n) cap *= 2;
     struct bpe_pairmap *m = &b->ranks;
@@ -203,7 +204,8 @@ int bpe_check(const struct bpe *b, struct err *e)
     int32_t n = vocab_n(b->v);
     if (!b->pre) return err_set(e, "bpe_check: no pre-tokenizer");
     for (int c = 0; c < 256; c++)
-        if (b->byte_tok[c] < -1 || b->byte_tok[c] >= n) return err_set(e, "bpe_check: byte token of %d out of range", c);
+        if (b->byte_tok[c] < -1 || b->byte_tok[c] >= n)
+            return err_set(e, "bpe_check: byte token of %d out of range", c);
     const struct bpe_pairmap *m = &b->ranks;
     for (uint64_t i = 0; m->keys && i <= m->mask; i++) {
         if (!m->keys[i]) continue;

@@ -9,13 +9,13 @@
  * Formats (per message; "{c}" is the content, "{r}" the role):
  *   chatml   <|im_start|>{r}\n{c}<|im_end|>\n ...                       then <|im_start|>assistant\n
  *   llama3   {bos} <|start_header_id|>{r}<|end_header_id|>\n\n{trim c}<|eot_id|> ...
- *                                                                       then <|start_header_id|>assistant<|end_header_id|>\n\n
+ *            then <|start_header_id|>assistant<|end_header_id|>\n\n
  *   llama2   {bos}[INST] <<SYS>>\n{sys}\n<</SYS>>\n\n{user} [/INST] {assistant} {eos}{bos}[INST] ... [/INST]
  *            (user text and assistant text are stripped; the prompt ends after the last [/INST])
  *   mistral  {bos}[INST] {user} [/INST]{assistant}{eos}[INST] ... [/INST]
  *   phi3     {bos}<|system|>\n{c}<|end|>\n<|user|>\n{c}<|end|>\n<|assistant|>\n{c}<|end|>\n ... then <|assistant|>\n
  *   gemma    {bos}<start_of_turn>user\n{trim c}<end_of_turn>\n<start_of_turn>model\n{trim c}<end_of_turn>\n ...
- *                                                                       then <start_of_turn>model\n
+ *            then <start_of_turn>model\n
  *   zephyr   <|system|>\n{c}{eos}\n<|user|>\n{c}{eos}\n<|assistant|>\n{c}{eos}\n ... then <|assistant|>\n
  */
 #include "tokenizer/chat.h"

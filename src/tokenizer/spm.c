@@ -281,7 +281,8 @@ int spm_encode(const struct spm *m, const char *text, size_t len, int add_prefix
         }
         while (i < end) {
             size_t cl = utf8_char_len((const unsigned char *)buf + i, end - i);
-            w.sym[n_sym] = (struct spm_sym){.start = (uint32_t)i, .n = (uint32_t)cl, .prev = n_sym - 1, .next = n_sym + 1};
+            w.sym[n_sym] =
+                (struct spm_sym){.start = (uint32_t)i, .n = (uint32_t)cl, .prev = n_sym - 1, .next = n_sym + 1};
             n_sym++;
             i += cl;
         }

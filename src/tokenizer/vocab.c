@@ -81,7 +81,8 @@ static int vocab_load_texts(struct vocab *v, const gguf_file *f, struct err *e)
         return err_set(e, "tokenizer.ggml.tokens: expected an array of strings");
     uint64_t n = gguf_kv_arr_n(f, (uint64_t)kv);
     if (n == 0) return err_set(e, "tokenizer.ggml.tokens is empty");
-    if (n >= (uint64_t)INT32_MAX) return err_set(e, "tokenizer.ggml.tokens: %llu tokens is too many", (unsigned long long)n);
+    if (n >= (uint64_t)INT32_MAX)
+        return err_set(e, "tokenizer.ggml.tokens: %llu tokens is too many", (unsigned long long)n);
     v->n = (int32_t)n;
     uint64_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
@@ -116,7 +117,8 @@ static int vocab_load_scores_types(struct vocab *v, const gguf_file *f, struct e
     uint64_t n = (uint64_t)v->n;
     int64_t kv = gguf_find_kv(f, "tokenizer.ggml.scores");
     if (kv >= 0) {
-        if (gguf_kv_type(f, (uint64_t)kv) != GGUF_VTYPE_ARRAY || gguf_kv_arr_type(f, (uint64_t)kv) != GGUF_VTYPE_FLOAT32)
+        if (gguf_kv_type(f, (uint64_t)kv) != GGUF_VTYPE_ARRAY ||
+            gguf_kv_arr_type(f, (uint64_t)kv) != GGUF_VTYPE_FLOAT32)
             return err_set(e, "tokenizer.ggml.scores: expected an array of float32");
         if (gguf_kv_arr_n(f, (uint64_t)kv) != n)
             return err_set(e, "tokenizer.ggml.scores has %llu entries but there are %llu tokens",
@@ -171,7 +173,8 @@ static int vocab_map_build(struct vocab *v, struct err *e)
         const char *s = vocab_text(v, id);
         for (uint64_t i = XXH3_64bits(s, v->len[id]) & v->mask;; i = (i + 1) & v->mask) {
             uint32_t slot = v->slots[i];
-            if (slot == 0 || (v->len[slot - 1] == v->len[id] && memcmp(vocab_text(v, (int32_t)(slot - 1)), s, v->len[id]) == 0)) {
+            if (slot == 0 ||
+                (v->len[slot - 1] == v->len[id] && memcmp(vocab_text(v, (int32_t)(slot - 1)), s, v->len[id]) == 0)) {
                 v->slots[i] = (uint32_t)id + 1; /* a duplicate text: the later id wins */
                 break;
             }
@@ -334,7 +337,8 @@ int vocab_check(const struct vocab *v, struct err *e)
     int32_t n = v->n;
     const int32_t specials[5] = {v->ids.bos, v->ids.eos, v->ids.eot, v->ids.pad, v->ids.unk};
     for (int k = 0; k < 5; k++)
-        if (specials[k] < -1 || specials[k] >= n) return err_set(e, "vocab_check: special id %d outside the vocab", specials[k]);
+        if (specials[k] < -1 || specials[k] >= n)
+            return err_set(e, "vocab_check: special id %d outside the vocab", specials[k]);
     for (int32_t id = 0; id < n; id++) {
         if (v->type[id] >= VOCAB_TYPE_COUNT) return err_set(e, "vocab_check: token %d has type %d", id, v->type[id]);
         if (v->len[id] && vocab_lookup(v, vocab_text(v, id), v->len[id]) < 0)
