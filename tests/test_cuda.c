@@ -1928,6 +1928,45 @@ TEST(step_fused_vs_unfused)
     CHECK_MSG(rms <= 2e-2 && mx <= 1.5e-1, "fused vs cpu: rms %.3g, max %.3g", rms, mx);
 }
 
+/* FP8 layers: the script's steps (multi-row ones included) with the GEMM inputs made and quantized in one
+ * kernel (RMSNorm and SwiGLU fused with the row quantizer) and apart (backend_cuda_fuse off): bit-identical
+ * logits, the fused kernels keeping the arithmetic of the kernels apart. */
+TEST(step_fp8_fused_vs_unfused)
+{
+    struct err e;
+    struct synth_cfg cfg = bf16_hd64_cfg();
+    struct synth_model sm;
+    CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
+    const size_t n = (size_t)SCRIPT_STEPS * SCRIPT_MAX_ROWS * cfg.n_vocab;
+    float *out[2] = {xmalloc(n * 4), xmalloc(n * 4)};
+    int32_t rows[2][SCRIPT_STEPS];
+    struct backend be;
+    const struct backend_config fp8 = {0, 0, BACKEND_WEIGHTS_FP8};
+    int ok = backend_cuda_init(&be, &fp8, &e) == 0 && be.ops->load(be.ctx, sm.m, &e) == 0 &&
+             be.ops->kv_alloc(be.ctx, 192, 16, KV_TYPE_F16, &e) == 0;
+    for (int fuse = 0; ok && fuse < 2; fuse++) {
+        for (size_t i = 0; i < n; i++) out[fuse][i] = NAN;
+        ok = backend_cuda_fuse(&be, fuse) == fuse;
+        struct script sc;
+        script_reset(&sc, cfg.n_vocab, 16, 5);
+        for (int k = 0; ok && k < SCRIPT_STEPS; k++) {
+            ok = script_step(&sc, k, &be, out[fuse] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, &rows[fuse][k], &e) == 0;
+            script_advance(&sc, k);
+        }
+    }
+    int same = ok;
+    for (int k = 0; ok && k < SCRIPT_STEPS; k++)
+        same &= memcmp(out[0] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, out[1] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+                       (size_t)rows[0][k] * cfg.n_vocab * 4) == 0;
+    backend_free(&be);
+    synth_free(&sm);
+    free(out[0]);
+    free(out[1]);
+    CHECK_MSG(ok, "%s", e.msg);
+    fprintf(stderr, "# fp8 steps: fused inputs %s the kernels apart\n", same ? "==" : "DIFFER from");
+    CHECK_MSG(same, "FP8 steps with fused and unfused GEMM inputs differ");
+}
+
 /* ---------------------------------------------------------------- through the engine */
 
 /* Parses the integer array after "key":[ in a JSON line; returns the count (at most cap). */
@@ -2263,6 +2302,7 @@ int main(void)
     RUN_SEL(step_vs_cpu_synthetic);
     RUN_SEL(step_vs_cpu_kquant);
     RUN_SEL(step_vs_cpu_fp8);
+    RUN_SEL(step_fp8_fused_vs_unfused);
     RUN_SEL(step_vs_cpu_stories260K);
     RUN_SEL(step_deterministic);
     RUN_SEL(step_fused_vs_unfused);

@@ -754,6 +754,14 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
 }
 
 /* y (n_rows, w->n_out) = x (n_rows, w->n_in) * w^T as y_type; x of w's type. Column-major view: y^T = W x^T. */
+/* y (n_rows, w->n_out) = the FP8 product of w and the rows quantized in act8 / act_scale. */
+static int cuda_gemm_q(struct cuda_ctx *c, const struct cuda_matrix *w, int32_t n_rows, void *y, enum cuda_act y_type,
+                       struct err *e)
+{
+    return cuda_matmul_fp8(c->st, c->lt, (const uint8_t *)w->d, w->scale, c->act8, c->act_scale, n_rows, w->n_in,
+                           w->n_out, y, y_type, e);
+}
+
 static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void *x, int32_t n_rows, void *y,
                      enum cuda_act y_type, struct err *e)
 {
@@ -763,8 +771,7 @@ static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void
     if (n_rows == 1 && !cuda_gemv_off()) return cuda_launch_gemv(c->st, w->d, w->scale, x, w->n_in, w->n_out, y, y_type, e);
     if (cuda_launch_fp8_rows(c->st, x, CUDA_ACT_BF16, n_rows, w->n_in, c->act8, c->act_scale, e)) return -1;
     cuda_mark(c, CUDA_PROF_FP8);
-    return cuda_matmul_fp8(c->st, c->lt, (const uint8_t *)w->d, w->scale, c->act8, c->act_scale, n_rows, w->n_in,
-                           w->n_out, y, y_type, e);
+    return cuda_gemm_q(c, w, n_rows, y, y_type, e);
 }
 
 /* The type of a matrix's input rows: F32 for an F32 matrix, BF16 for BF16 and FP8 (quantized where used). */
@@ -817,6 +824,17 @@ static int cuda_gemm_in(struct cuda_ctx *c, int fused, const struct cuda_gemv_in
                         struct err *e)
 {
     if (fused) return cuda_launch_gemv_fused(c->st, w->d, w->scale, w->n_in, w->n_out, in, y, y_type, e);
+    if (w->type == CUDA_W_FP8 && n > 1 && c->fuse_on &&
+        (in->kind == CUDA_GEMV_IN_NORM ? cuda_fp8_norm_fits(w->n_in) : in->gu_type == CUDA_ACT_BF16)) {
+        /* the input made and quantized in one kernel: the bytes the two kernels apart give */
+        if (in->kind == CUDA_GEMV_IN_NORM
+                ? cuda_launch_rmsnorm_fp8(c->st, in->x_out, in->add, in->w, in->rows, n, w->n_in, in->eps, c->act8,
+                                          c->act_scale, e)
+                : cuda_launch_swiglu_fp8(c->st, in->gu, n, w->n_in, c->act8, c->act_scale, e))
+            return -1;
+        cuda_mark(c, in_phase);
+        return cuda_gemm_q(c, w, n, y, y_type, e);
+    }
     const enum cuda_act act_type = cuda_act_of(w);
     if (in->kind == CUDA_GEMV_IN_NORM
             ? cuda_launch_rmsnorm(c->st, in->x_out, in->add, in->w, in->rows, n, w->n_in, in->eps, c->act, act_type, e)

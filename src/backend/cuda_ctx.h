@@ -105,7 +105,8 @@ struct cuda_ctx {
     int pending;           /* 1: a forward's work is enqueued and not yet waited for (cuda_finish) */
     int32_t kept_logits;   /* logit rows a forward with logits NULL left on the device for sample */
 
-    int fuse_on; /* fused GEMVs in steps of one row (cuda.cu); NIGHTSHIFT_CUDA_FUSE=off clears it at init */
+    int fuse_on; /* fused GEMVs in steps of one row, and an FP8 GEMM's input made and quantized in one kernel
+                    (cuda.cu); NIGHTSHIFT_CUDA_FUSE=off clears it at init */
 
     /* CUDA graphs of decode steps (cuda_graph.cu) */
     int graphs_on;                                 /* NIGHTSHIFT_CUDA_GRAPHS=off clears it at init */

@@ -56,7 +56,7 @@ __device__ __forceinline__ void cuda_fp8_load8(const float *p, float *v)
 }
 
 /* One block per row r of in (n_rows, n) T, n % 8 == 0: the row's amax (a block max: order-free), then q (n
- * e4m3 bytes, 8 per thread and pass) and scale[r]. */
+ * e4m3 bytes, 8 per thread and pass) and scale[r]. The fused kernels below keep this arithmetic. */
 template <typename T>
 __global__ void __launch_bounds__(CUDA_FP8_THREADS)
     cuda_k_fp8_rows(const T *in, int32_t n, uint8_t *q, float *scale)
@@ -99,6 +99,156 @@ int cuda_launch_fp8_rows(cudaStream_t st, const void *in, enum cuda_act in_type,
     if (in_type == CUDA_ACT_BF16)
         cuda_k_fp8_rows<<<(unsigned)n_rows, CUDA_FP8_THREADS, 0, st>>>((const __nv_bfloat16 *)in, n, q, scale);
     else cuda_k_fp8_rows<<<(unsigned)n_rows, CUDA_FP8_THREADS, 0, st>>>((const float *)in, n, q, scale);
+    CU_LAUNCHED();
+    return 0;
+}
+
+/* ---------------------------------------------------------------- fused into the kernels that make a GEMM's input */
+
+/* The block max of v over blockDim.x threads (a multiple of 32, at most 1,024), in every thread: order-free. */
+__device__ __forceinline__ float cuda_fp8_block_max(float v, float *part)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = 0.0f;
+    for (int k = 0; k < (int)(blockDim.x >> 5); k++) v = fmaxf(v, part[k]);
+    return v;
+}
+
+__device__ __forceinline__ float cuda_fp8_bf16(float v)
+{
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+/* The row scale and the multiplier of cuda_k_fp8_rows for a row of largest magnitude amax. */
+__device__ __forceinline__ float cuda_fp8_inv(float amax, float *scale_out)
+{
+    if (threadIdx.x == 0) *scale_out = amax > 0.0f ? amax / CUDA_FP8_MAX : 1.0f;
+    return amax > 0.0f ? CUDA_FP8_MAX / amax : 1.0f;
+}
+
+/* cuda_k_rmsnorm4 (cuda_kernels.cu) of output row i_out with its outputs rounded to BF16, as that kernel writes
+ * them for a BF16 GEMM input, then quantized as cuda_k_fp8_rows quantizes that BF16 row: the same bytes and
+ * scale as the two kernels apart (the same sum of squares, scale and products: cuda_device.cuh), in one pass
+ * (J float4s a thread, blockDim.x = cuda_norm4_threads(n)). The residual add is written back as there. */
+template <int J>
+__global__ void cuda_k_rmsnorm_fp8(float *x, const float *add, const float *w, const int32_t *rows, int32_t n,
+                                   float eps, uint8_t *q, float *scale)
+{
+    __shared__ double part[32];
+    __shared__ float mpart[32];
+    const int64_t i_out = blockIdx.x, r = rows ? rows[i_out] : i_out;
+    float4 *xr = (float4 *)(x + r * n);
+    const float4 *ar = add ? (const float4 *)(add + r * n) : NULL;
+    const int32_t n4 = n / 4;
+    float4 v[J], a[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < n4) v[j] = xr[i];
+        if (ar && i < n4) a[j] = ar[i];
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) continue;
+        if (ar) {
+            v[j] = make_float4(__fadd_rn(v[j].x, a[j].x), __fadd_rn(v[j].y, a[j].y), __fadd_rn(v[j].z, a[j].z),
+                               __fadd_rn(v[j].w, a[j].w));
+            xr[i] = v[j];
+        }
+        ss = cuda_norm_ss4(ss, v[j]);
+    }
+    const float ns = cuda_norm_scale(ss, n, eps, part);
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) continue;
+        const float4 wv = ((const float4 *)w)[i];
+        v[j] = make_float4(cuda_fp8_bf16(__fmul_rn(__fmul_rn(v[j].x, ns), wv.x)),
+                           cuda_fp8_bf16(__fmul_rn(__fmul_rn(v[j].y, ns), wv.y)),
+                           cuda_fp8_bf16(__fmul_rn(__fmul_rn(v[j].z, ns), wv.z)),
+                           cuda_fp8_bf16(__fmul_rn(__fmul_rn(v[j].w, ns), wv.w)));
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[j].x), fabsf(v[j].y)), fmaxf(fabsf(v[j].z), fabsf(v[j].w))));
+    }
+    const float inv = cuda_fp8_inv(cuda_fp8_block_max(amax, mpart), scale + i_out);
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) continue;
+        const float f[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+        uchar4 o;
+        unsigned char *ob = (unsigned char *)&o;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            ob[k] = (unsigned char)__nv_cvt_float_to_fp8(__fmul_rn(f[k], inv), __NV_SATFINITE, __NV_E4M3);
+        ((uchar4 *)(q + i_out * n))[i] = o;
+    }
+}
+
+int cuda_launch_rmsnorm_fp8(cudaStream_t st, float *x, const float *add, const float *w, const int32_t *rows,
+                            int32_t n_out, int32_t n, float eps, uint8_t *q, float *scale, struct err *e)
+{
+    if (n_out < 1) return 0;
+    if (!cuda_fp8_norm_fits(n)) return err_set(e, "cuda backend: no FP8 RMSNorm for rows of %d", (int)n);
+    const int threads = cuda_norm4_threads(n), j = (n / 4 + threads - 1) / threads;
+    if (j == 1) cuda_k_rmsnorm_fp8<1><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, q, scale);
+    else if (j == 2) cuda_k_rmsnorm_fp8<2><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, q, scale);
+    else cuda_k_rmsnorm_fp8<CUDA_NORM4_MAX><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, q, scale);
+    CU_LAUNCHED();
+    return 0;
+}
+
+int cuda_fp8_norm_fits(int32_t n)
+{
+    return n % 8 == 0 && n <= 4 * 1024 * CUDA_NORM4_MAX;
+}
+
+/* Eight SwiGLU outputs of the BF16 gate / up row at k, rounded to BF16 as cuda_k_swiglu writes them. */
+__device__ __forceinline__ void cuda_fp8_swiglu8(const __nv_bfloat16 *g, const __nv_bfloat16 *u, float *o)
+{
+    float gv[8], uv[8];
+    cuda_fp8_load8(g, gv);
+    cuda_fp8_load8(u, uv);
+#pragma unroll
+    for (int i = 0; i < 8; i++) o[i] = cuda_fp8_bf16(cuda_silu_mul(gv[i], uv[i]));
+}
+
+/* One block per row r of gu (n_rows, 2 n) BF16: SwiGLU rounded to BF16 (cuda_k_swiglu's output for a BF16
+ * GEMM input), quantized as cuda_k_fp8_rows quantizes it: the largest magnitude in a first pass, the values
+ * made again in the second (the row's gu, 4 n bytes, is read twice: from L2 the second time). n % 8 == 0. */
+__global__ void __launch_bounds__(CUDA_FP8_THREADS)
+    cuda_k_swiglu_fp8(const __nv_bfloat16 *gu, int32_t n, uint8_t *q, float *scale)
+{
+    __shared__ float part[CUDA_FP8_THREADS / 32];
+    const int64_t r = blockIdx.x;
+    const __nv_bfloat16 *g = gu + r * 2 * n, *u = g + n;
+    float amax = 0.0f, o[8];
+    for (int32_t k = 8 * threadIdx.x; k < n; k += 8 * CUDA_FP8_THREADS) {
+        cuda_fp8_swiglu8(g + k, u + k, o);
+#pragma unroll
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(o[i]));
+    }
+    const float inv = cuda_fp8_inv(cuda_fp8_block_max(amax, part), scale + r);
+    for (int32_t k = 8 * threadIdx.x; k < n; k += 8 * CUDA_FP8_THREADS) {
+        cuda_fp8_swiglu8(g + k, u + k, o);
+        uint2 out;
+        uint8_t *ob = (uint8_t *)&out;
+#pragma unroll
+        for (int i = 0; i < 8; i++) ob[i] = (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(o[i], inv), __NV_SATFINITE, __NV_E4M3);
+        *(uint2 *)(q + r * n + k) = out;
+    }
+}
+
+int cuda_launch_swiglu_fp8(cudaStream_t st, const void *gu, int32_t n_rows, int32_t n_ff, uint8_t *q, float *scale,
+                           struct err *e)
+{
+    if (n_rows < 1) return 0;
+    if (n_ff % 8) return err_set(e, "cuda backend: no FP8 SwiGLU for rows of %d", (int)n_ff);
+    cuda_k_swiglu_fp8<<<(unsigned)n_rows, CUDA_FP8_THREADS, 0, st>>>((const __nv_bfloat16 *)gu, n_ff, q, scale);
     CU_LAUNCHED();
     return 0;
 }

@@ -209,6 +209,14 @@ int cuda_launch_gemv(cudaStream_t st, const void *w, const float *scale, const v
  * amax / 448; n % 8 == 0. A row's result depends on that row alone. */
 int cuda_launch_fp8_rows(cudaStream_t st, const void *in, enum cuda_act in_type, int64_t n_rows, int32_t n,
                          uint8_t *q, float *scale, struct err *e);
+/* The same bytes and scales as cuda_launch_rmsnorm (BF16 output) or cuda_launch_swiglu (BF16 gu, BF16
+ * output) followed by cuda_launch_fp8_rows, in one kernel: the input of an FP8 GEMM made and quantized in one
+ * pass (RMSNorm: n % 8 == 0 and n <= 16384, cuda_fp8_norm_fits; the residual add written back as there). */
+int cuda_launch_rmsnorm_fp8(cudaStream_t st, float *x, const float *add, const float *w, const int32_t *rows,
+                            int32_t n_out, int32_t n, float eps, uint8_t *q, float *scale, struct err *e);
+int cuda_fp8_norm_fits(int32_t n);
+int cuda_launch_swiglu_fp8(cudaStream_t st, const void *gu, int32_t n_rows, int32_t n_ff, uint8_t *q, float *scale,
+                           struct err *e);
 /* cuBLASLt's state for FP8 products: a handle, the descriptor and the plans of the shapes seen, using the
  * caller's workspace ws (ws_bytes, device memory that outlives it; one stream at a time). */
 struct cuda_lt;
