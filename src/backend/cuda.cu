@@ -9,18 +9,23 @@
  *    bit what the host's quant_dequantize_row + quant_f32_to_bf16 give — 2 bytes per weight on the device,
  *    said in the start-up line. q, k and v of a layer are one matrix (rows q, then k, then v), gate and up
  *    one matrix (rows gate, then up), so each is one GEMM; such a fused matrix is F32 only if all its parts
- *    are. Norms, biases and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them).
+ *    are. With FP8 layers (c->layer_wtype, cuda_pick_wtype) every layer matrix whose rows are a multiple of
+ *    16 is e4m3 with one f32 scale per row (cuda_fp8.cu), quantized on the device from those BF16 rows (or
+ *    from the F32 / BF16 rows as they are); the embeddings and the head stay BF16 (or F32). Norms, biases
+ *    and RoPE frequencies are F32 (the frequencies F64, as the cpu backend computes them). cuda_upload.cu
+ *    does all of it.
  *  - KV pool: two device allocations (K, V), each n_layer layers of kv_layer_bytes. A layer holds the head
- *    vectors [block][kv_head][slot][head_dim] of f32, f16 or q8_0's int8 values, and for q8_0 after them
+ *    vectors [block][kv_head][slot][head_dim] of f32, f16, q8_0's int8 or fp8's e4m3 values, and for those two
+ *    after them
  *    the f16 scales [block][kv_head][slot][head_dim / 32] (one per 32 consecutive elements; head_dim must be
  *    a multiple of 32), the layer rounded up to 16 bytes: with N = n_blocks * n_head_kv * block_size,
  *    kv_layer_bytes = N * head_dim * 4 (f32), N * head_dim * 2 (f16), or (N * head_dim * 17 / 16) rounded up
  *    to a multiple of 16 (q8_0: 34 bytes per 32 elements, as model_kv_bytes_per_token counts; see
- *    cuda_kv_layer_bytes). q8_0 is written bit for bit as the host's quant_quantize_row would (cuda_q8.cuh)
- *    and read back exactly (q * scale in f32). A step writes K/V of each row (cuda_launch_qkv) before its
+ *    cuda_kv_layer_bytes; fp8 the same). q8_0 is written bit for bit as the host's quant_quantize_row would
+ *    (cuda_q8.cuh), fp8 by cuda_device.cuh's cuda_kv8 arithmetic; both read back exactly (q * scale in f32). A step writes K/V of each row (cuda_launch_qkv) before its
  *    attention reads positions <= the rows' own, so no slot is read before it is written. The attention
- *    kernel is chosen with the pool (cuda_attn_choose: tensor cores for f16 and q8_0 KV at head_dim 64/128
- *    under BF16 weights, the exact CUDA-core kernel otherwise, always for f32) and kept while the pool lives,
+ *    kernel is chosen with the pool (cuda_attn_choose: tensor cores for f16, q8_0 and fp8 KV at head_dim
+ *    64/128 under BF16 or FP8 weights, the exact CUDA-core kernel otherwise, always for f32) and kept while the pool lives,
  *    so a sequence's rows never switch kernels between steps.
  *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
  *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's
@@ -74,7 +79,6 @@ extern "C" {
     } while (0)
 
 #define CUDA_BLAS_WORKSPACE (32u << 20) /* cuBLAS workspace bytes (ours, so cuBLAS allocates nothing) */
-#define CUDA_STAGING (64u << 20)        /* pinned staging for the weight upload, two halves */
 #define CUDA_PARTS_BYTES (64u << 20)    /* attention partials (split decode rows) at most */
 #define CUDA_MAX_PARTS 65536
 #define CUDA_RESERVE_ROWS 64            /* scratch and logit buffers grow in steps of this many rows */
@@ -137,7 +141,7 @@ extern "C" int backend_cuda_probe(char *why, size_t why_cap)
 
 /* ---------------------------------------------------------------- memory, scratch */
 
-static void cuda_free_ptr(void **p)
+void cuda_free_ptr(void **p)
 {
     if (*p) cudaFree(*p);
     *p = NULL;
@@ -260,242 +264,6 @@ static int cuda_check(void *ctx, struct err *e)
     return 0;
 }
 
-/* ---------------------------------------------------------------- weights */
-
-/* The weight upload's buffers: pinned staging in two halves (the host fills one while the other is in
- * flight; done[k] is recorded after the work that reads half k) and its device twin, where quantized rows
- * wait for the dequantization kernel. */
-struct cuda_upload {
-    void *staging;     /* pinned, CUDA_STAGING bytes */
-    void *dev_staging; /* device, CUDA_STAGING bytes */
-    void *dev_bf16;    /* device, CUDA_STAGING / 2 bytes: a chunk's BF16 rows on their way to FP8 (FP8 loads) */
-    cudaEvent_t done[2];
-};
-
-static size_t cuda_wtype_bytes(enum cuda_wtype t)
-{
-    return t == CUDA_W_F32 ? 4 : t == CUDA_W_BF16 ? 2 : 1;
-}
-
-/* One chunk of cuda_upload_rows: nr rows of in_row bytes from src through staging half k into rows r0.. of
- * mx: copied as they are (raw), or dequantized to BF16 on the device from the device half, or for an FP8
- * matrix quantized on the device (from the raw BF16 or F32 rows, or from their BF16 dequantization in
- * dev_bf16, which the stream's order frees before the next chunk writes it). */
-static int cuda_upload_chunk(struct cuda_ctx *c, struct cuda_upload *u, int k, const struct model_weight *w,
-                             const char *src, int64_t nr, uint64_t in_row, int raw, struct cuda_matrix *mx, int64_t r0,
-                             struct err *e)
-{
-    const size_t half = CUDA_STAGING / 2, out_row = (size_t)mx->n_in * cuda_wtype_bytes(mx->type);
-    char *buf = (char *)u->staging + (size_t)k * half, *dbuf = (char *)u->dev_staging + (size_t)k * half;
-    char *out = (char *)mx->d + (size_t)r0 * out_row;
-    CU_TRY(cudaEventSynchronize(u->done[k])); /* half k's previous copy (and kernel) are done with it */
-    memcpy(buf, src, (size_t)nr * in_row);
-    if (raw) {
-        CU_TRY(cudaMemcpyAsync(out, buf, (size_t)nr * out_row, cudaMemcpyHostToDevice, c->st));
-    } else {
-        CU_TRY(cudaMemcpyAsync(dbuf, buf, (size_t)nr * in_row, cudaMemcpyHostToDevice, c->st));
-        const int direct = mx->type == CUDA_W_FP8 && (w->type == GGUF_DTYPE_BF16 || w->type == GGUF_DTYPE_F32);
-        void *bf16 = mx->type == CUDA_W_FP8 ? u->dev_bf16 : out;
-        if (!direct && cuda_launch_dequant(c->st, w->type, dbuf, nr, w->ne[0], (uint16_t *)bf16, e)) return -1;
-        if (mx->type == CUDA_W_FP8 &&
-            cuda_launch_fp8_rows(c->st, direct ? dbuf : bf16, w->type == GGUF_DTYPE_F32 ? CUDA_ACT_F32 : CUDA_ACT_BF16,
-                                 nr, mx->n_in, (uint8_t *)out, mx->scale + r0, e))
-            return -1;
-    }
-    CU_TRY(cudaEventRecord(u->done[k], c->st));
-    return 0;
-}
-
-/* Uploads the rows of w into rows r0.. of mx (n_in = w->ne[0]). Rows already in the matrix's type (BF16
- * into BF16, F32 into F32) are copied as they are; the others go up as their raw bytes and the device
- * converts them (cuda_upload_chunk). Chunks of rows alternate between the two staging halves, so the host
- * copies one chunk while the previous one is on its way. */
-static int cuda_upload_rows(struct cuda_ctx *c, const struct model_weight *w, struct cuda_matrix *mx, int64_t r0,
-                            struct cuda_upload *u, struct err *e)
-{
-    const int64_t n_in = w->ne[0], n_rows = w->ne[1];
-    const size_t half = CUDA_STAGING / 2;
-    const uint64_t in_row = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
-    const int raw = (mx->type == CUDA_W_BF16 && w->type == GGUF_DTYPE_BF16) ||
-                    (mx->type == CUDA_W_F32 && w->type == GGUF_DTYPE_F32);
-    const int fp8_direct = mx->type == CUDA_W_FP8 && (w->type == GGUF_DTYPE_BF16 || w->type == GGUF_DTYPE_F32);
-    if (!raw && !fp8_direct && (mx->type == CUDA_W_F32 || !cuda_dequant_supported(w->type)))
-        return err_set(e, "cuda backend: %s: cannot convert type %d on the device", w->name, (int)w->type);
-    /* a chunk's raw rows fit a staging half, and for FP8 its BF16 rows fit dev_bf16 */
-    const uint64_t per_row = mx->type == CUDA_W_FP8 && 2 * (uint64_t)n_in > in_row ? 2 * (uint64_t)n_in : in_row;
-    if (in_row == 0 || per_row > half)
-        return err_set(e, "cuda backend: %s: rows of %lld elements are too long", w->name, (long long)n_in);
-    const int64_t per = (int64_t)(half / per_row);
-    int k = 0;
-    for (int64_t i = 0; i < n_rows; i += per, k ^= 1) {
-        const int64_t nr = n_rows - i < per ? n_rows - i : per;
-        if (cuda_upload_chunk(c, u, k, w, (const char *)w->data + (uint64_t)i * in_row, nr, in_row, raw, mx, r0 + i, e))
-            return err_prefix(e, "uploading %s", w->name);
-    }
-    return 0;
-}
-
-/* Allocates a matrix of the stacked rows of ws[0..n) (same n_in) and uploads them: FP8 when fp8 is asked and
- * the rows are whole 16-byte groups of e4m3 (n_in % 16 == 0: the FP8 GEMM's and GEMV's access), else BF16
- * unless all are F32. */
-static int cuda_upload_matrix(struct cuda_ctx *c, struct cuda_upload *u, const struct model_weight *const *ws, int n,
-                              int fp8, struct cuda_matrix *out, struct err *e)
-{
-    int64_t rows = 0;
-    int all_f32 = 1;
-    for (int i = 0; i < n; i++) {
-        if (ws[i]->ne[0] != ws[0]->ne[0]) return err_set(e, "cuda backend: %s and %s differ in width", ws[0]->name, ws[i]->name);
-        if (!quant_can_dequantize(ws[i]->type))
-            return err_set(e, "cuda backend: %s has type %d, which cannot be dequantized", ws[i]->name, (int)ws[i]->type);
-        rows += ws[i]->ne[1];
-        all_f32 &= ws[i]->type == GGUF_DTYPE_F32;
-    }
-    out->n_in = (int32_t)ws[0]->ne[0];
-    out->n_out = (int32_t)rows;
-    out->type = fp8 && out->n_in % 16 == 0 ? CUDA_W_FP8 : all_f32 ? CUDA_W_F32 : CUDA_W_BF16;
-    const size_t bytes = (size_t)out->n_in * cuda_wtype_bytes(out->type) * (size_t)rows;
-    CU_TRY(cudaMalloc(&out->d, bytes));
-    c->weight_bytes += bytes;
-    if (out->type == CUDA_W_FP8) {
-        CU_TRY(cudaMalloc(&out->scale, (size_t)rows * sizeof(float)));
-        c->weight_bytes += (size_t)rows * sizeof(float);
-    }
-    int64_t r0 = 0;
-    for (int i = 0; i < n; i++) {
-        if (cuda_upload_rows(c, ws[i], out, r0, u, e)) return -1;
-        r0 += ws[i]->ne[1];
-    }
-    return 0;
-}
-
-/* Uploads an F32 vector (norm, bias); *out stays NULL when w has no data. Synchronous (small). */
-static int cuda_upload_f32(struct cuda_ctx *c, const struct model_weight *w, float **out, struct err *e)
-{
-    *out = NULL;
-    if (!w->data) return 0;
-    const size_t n = (size_t)w->ne[0] * (size_t)w->ne[1] * sizeof(float);
-    CU_TRY(cudaMalloc(out, n));
-    CU_TRY(cudaMemcpy(*out, w->data, n, cudaMemcpyHostToDevice));
-    c->weight_bytes += n;
-    return 0;
-}
-
-static void cuda_free_matrix(struct cuda_matrix *mx)
-{
-    cuda_free_ptr(&mx->d);
-    cuda_free_ptr((void **)&mx->scale);
-}
-
-static void cuda_free_weights(struct cuda_ctx *c)
-{
-    c->gen++; /* graphs point at the weights */
-    if (c->layers && c->m) {
-        for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
-            struct cuda_layer *L = &c->layers[il];
-            cuda_free_ptr((void **)&L->attn_norm);
-            cuda_free_ptr((void **)&L->ffn_norm);
-            cuda_free_ptr((void **)&L->bqkv);
-            cuda_free_ptr((void **)&L->q_norm);
-            cuda_free_ptr((void **)&L->k_norm);
-            cuda_free_matrix(&L->qkv);
-            cuda_free_matrix(&L->wo);
-            cuda_free_matrix(&L->gate_up);
-            cuda_free_matrix(&L->down);
-        }
-    }
-    free(c->layers);
-    c->layers = NULL;
-    if (c->output.d == c->embd.d) c->output.d = c->output.scale = NULL;
-    cuda_free_matrix(&c->output);
-    cuda_free_matrix(&c->embd);
-    cuda_free_ptr((void **)&c->output_norm);
-    cuda_free_ptr((void **)&c->inv_freq);
-    c->weight_bytes = 0;
-}
-
-/* The q/k/v biases of a qwen2 layer as one vector (n_q + 2 n_kv), in the fused matrix's row order. */
-static int cuda_upload_bias(struct cuda_ctx *c, const struct model_layer *M, float **out, struct err *e)
-{
-    *out = NULL;
-    if (!M->bq.data && !M->bk.data && !M->bv.data) return 0;
-    const int64_t nq = M->wq.ne[1], nkv = M->wk.ne[1], n = nq + 2 * nkv;
-    float *h = (float *)calloc((size_t)n, sizeof(float));
-    if (!h) return err_set(e, "cuda backend: out of memory");
-    if (M->bq.data) memcpy(h, M->bq.data, (size_t)nq * 4);
-    if (M->bk.data) memcpy(h + nq, M->bk.data, (size_t)nkv * 4);
-    if (M->bv.data) memcpy(h + nq + nkv, M->bv.data, (size_t)nkv * 4);
-    cudaError_t rc = cudaMalloc(out, (size_t)n * 4);
-    if (rc == cudaSuccess) rc = cudaMemcpy(*out, h, (size_t)n * 4, cudaMemcpyHostToDevice);
-    free(h);
-    if (rc != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "bias upload", cudaGetErrorString(rc));
-    c->weight_bytes += (uint64_t)n * 4;
-    return 0;
-}
-
-static int cuda_upload_layer(struct cuda_ctx *c, struct cuda_upload *u, int32_t il, struct err *e)
-{
-    const struct model_layer *M = &c->m->layers[il];
-    struct cuda_layer *L = &c->layers[il];
-    const struct model_weight *qkv[] = {&M->wq, &M->wk, &M->wv}, *wo[] = {&M->wo}, *gu[] = {&M->w_gate, &M->w_up},
-                              *down[] = {&M->w_down};
-    const int fp8 = c->layer_wtype == CUDA_W_FP8;
-    if (cuda_upload_f32(c, &M->attn_norm, &L->attn_norm, e) || cuda_upload_f32(c, &M->ffn_norm, &L->ffn_norm, e) ||
-        cuda_upload_f32(c, &M->q_norm, &L->q_norm, e) || cuda_upload_f32(c, &M->k_norm, &L->k_norm, e) ||
-        cuda_upload_bias(c, M, &L->bqkv, e) || cuda_upload_matrix(c, u, qkv, 3, fp8, &L->qkv, e) ||
-        cuda_upload_matrix(c, u, wo, 1, fp8, &L->wo, e) || cuda_upload_matrix(c, u, gu, 2, fp8, &L->gate_up, e) ||
-        cuda_upload_matrix(c, u, down, 1, fp8, &L->down, e))
-        return err_prefix(e, "layer %d", (int)il);
-    return 0;
-}
-
-static int cuda_upload_weights(struct cuda_ctx *c, struct err *e)
-{
-    const struct model *m = c->m;
-    struct cuda_upload u = {NULL, NULL, NULL, {NULL, NULL}};
-    int rc = -1;
-    c->layers = (struct cuda_layer *)calloc((size_t)m->hp.n_layer, sizeof *c->layers);
-    if (!c->layers) return err_set(e, "cuda backend: out of memory");
-    if (cudaMallocHost(&u.staging, CUDA_STAGING) != cudaSuccess || cudaEventCreate(&u.done[0]) != cudaSuccess ||
-        cudaEventCreate(&u.done[1]) != cudaSuccess) {
-        err_set(e, "cuda backend: cannot allocate %u MiB of pinned staging memory", CUDA_STAGING >> 20);
-        goto out;
-    }
-    if (cudaMalloc(&u.dev_staging, CUDA_STAGING) != cudaSuccess ||
-        (c->layer_wtype == CUDA_W_FP8 && cudaMalloc(&u.dev_bf16, CUDA_STAGING / 2) != cudaSuccess)) {
-        cudaGetLastError(); /* not sticky: cleared, so that no later launch check reports it */
-        err_set(e, "cuda backend: cannot allocate %u MiB of device staging memory", CUDA_STAGING >> 20);
-        goto out;
-    }
-    cudaEventRecord(u.done[0], c->st);
-    cudaEventRecord(u.done[1], c->st);
-    {
-        const struct model_weight *te[] = {&m->tok_embd}, *head[] = {&m->output};
-        /* the embeddings and the head stay BF16 (or F32) under FP8 layers (bench/NOTES.md says why) */
-        if (cuda_upload_matrix(c, &u, te, 1, 0, &c->embd, e)) goto out;
-        if (m->output.data == m->tok_embd.data && m->output.type == m->tok_embd.type) c->output = c->embd;
-        else if (cuda_upload_matrix(c, &u, head, 1, 0, &c->output, e)) goto out;
-        if (cuda_upload_f32(c, &m->output_norm, &c->output_norm, e)) goto out;
-        for (int32_t il = 0; il < m->hp.n_layer; il++)
-            if (cuda_upload_layer(c, &u, il, e)) goto out;
-    }
-    {
-        const cudaError_t sr = cudaStreamSynchronize(c->st); /* a fault of the dequantization kernel shows here */
-        if (sr != cudaSuccess) {
-            err_set(e, "cuda backend: weight upload: %s", cudaGetErrorString(sr));
-            goto out;
-        }
-    }
-    rc = 0;
-out:
-    cudaStreamSynchronize(c->st); /* nothing in flight reads the staging any more */
-    if (u.staging) cudaFreeHost(u.staging);
-    if (u.dev_staging) cudaFree(u.dev_staging);
-    if (u.dev_bf16) cudaFree(u.dev_bf16);
-    if (u.done[0]) cudaEventDestroy(u.done[0]);
-    if (u.done[1]) cudaEventDestroy(u.done[1]);
-    return rc;
-}
-
 static void cuda_free_kv(struct cuda_ctx *c)
 {
     c->gen++; /* graphs point into the pool */
@@ -513,81 +281,6 @@ static void cuda_release(struct cuda_ctx *c)
     cuda_free_scratch(c);
     cuda_free_weights(c);
     c->m = NULL;
-}
-
-static int cuda_upload_rope(struct cuda_ctx *c, struct err *e)
-{
-    const struct model_hparams *hp = &c->m->hp;
-    const int32_t half = hp->n_rot / 2;
-    double *h = (double *)malloc(((size_t)half + 1) * sizeof(double));
-    if (!h) return err_set(e, "cuda backend: out of memory");
-    const float *factors = (const float *)c->m->rope_freqs.data;
-    for (int32_t i = 0; i < half; i++) { /* as the cpu backend */
-        double f = pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
-        if (factors) f /= factors[i];
-        h[i] = f;
-    }
-    cudaError_t rc = cudaMalloc(&c->inv_freq, ((size_t)half + 1) * sizeof(double));
-    if (rc == cudaSuccess) rc = cudaMemcpy(c->inv_freq, h, ((size_t)half + 1) * sizeof(double), cudaMemcpyHostToDevice);
-    free(h);
-    if (rc != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "rope frequencies", cudaGetErrorString(rc));
-    return 0;
-}
-
-/* Elements of the layers' matrices (n_layer x (qkv, wo, gate/up, down)), and of the embeddings and the head
- * (the head once when it is the embedding table). */
-static void cuda_count_weights(const struct model *m, uint64_t *layers, uint64_t *ends)
-{
-    *layers = 0;
-    for (int32_t il = 0; il < m->hp.n_layer; il++) {
-        const struct model_layer *L = &m->layers[il];
-        const struct model_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) *layers += (uint64_t)ws[i]->ne[0] * (uint64_t)ws[i]->ne[1];
-    }
-    *ends = (uint64_t)m->tok_embd.ne[0] * (uint64_t)m->tok_embd.ne[1];
-    if (m->output.data != m->tok_embd.data) *ends += (uint64_t)m->output.ne[0] * (uint64_t)m->output.ne[1];
-}
-
-/* The layers' matrix type for this load (c->weights_asked): BF16 (F32 matrices of an F32 file stay F32), or
- * FP8 when asked, or under AUTO when the BF16 weights would leave the KV cache less than a quarter of the
- * device's free memory past the headroom (cuda_memory's); why: the reason, for the start-up line. */
-static enum cuda_wtype cuda_pick_wtype(struct cuda_ctx *c, const struct model *m, char *why, size_t why_cap)
-{
-    uint64_t layers = 0, ends = 0;
-    cuda_count_weights(m, &layers, &ends);
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    const uint64_t headroom = (2ull << 30) + total_b / 50, bf16 = 2 * (layers + ends), room = free_b / 4;
-    const double gib = 1024.0 * 1024.0 * 1024.0;
-    const uint64_t left = free_b > headroom + bf16 ? free_b - headroom - bf16 : 0;
-    if (c->weights_asked != BACKEND_WEIGHTS_AUTO) {
-        snprintf(why, why_cap, "--gpu-weights %s", backend_weights_name(c->weights_asked));
-        return c->weights_asked == BACKEND_WEIGHTS_FP8 ? CUDA_W_FP8 : CUDA_W_BF16;
-    }
-    if (left >= room) {
-        snprintf(why, why_cap, "auto: BF16 weights %.1f GiB leave %.1f GiB for the KV cache", (double)bf16 / gib,
-                 (double)left / gib);
-        return CUDA_W_BF16;
-    }
-    snprintf(why, why_cap, "auto: BF16 weights %.1f GiB would leave %.1f GiB of %.1f GiB free for the KV cache",
-             (double)bf16 / gib, (double)left / gib, (double)free_b / gib);
-    return CUDA_W_FP8;
-}
-
-/* "N of M layer matrices e4m3" for the start-up line, or the BF16 / F32 words. */
-static void cuda_describe_weights(const struct cuda_ctx *c, int quantized, char *out, size_t cap)
-{
-    int n_fp8 = 0, n = 0;
-    for (int32_t il = 0; il < c->m->hp.n_layer; il++) {
-        const struct cuda_matrix *ms[] = {&c->layers[il].qkv, &c->layers[il].wo, &c->layers[il].gate_up,
-                                          &c->layers[il].down};
-        for (int i = 0; i < 4; i++, n++) n_fp8 += ms[i]->type == CUDA_W_FP8;
-    }
-    if (c->layer_wtype == CUDA_W_FP8)
-        snprintf(out, cap, "FP8 e4m3 with a scale per output channel: %d of %d layer matrices (rows of a multiple "
-                           "of 16), embeddings and head BF16", n_fp8, n);
-    else snprintf(out, cap, "%s", quantized ? "integer types dequantized on the device to BF16: 2 bytes per weight"
-                                            : "BF16, F32 matrices kept F32");
 }
 
 static int cuda_load(void *ctx, const struct model *m, struct err *e)
@@ -665,7 +358,8 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
         cudaGetLastError();
         cudaMemGetInfo(&free_b, &total_b);
         cuda_free_kv(c);
-        return err_set(e, "cuda backend: cannot allocate a KV pool of %.1f MiB (%d blocks x %d tokens, %s): %.1f MiB free",
+        return err_set(e,
+                       "cuda backend: cannot allocate a KV pool of %.1f MiB (%d blocks x %d tokens, %s): %.1f MiB free",
                        2.0 * (double)total / (1 << 20), (int)n_blocks, (int)block_size, model_kv_type_name(t),
                        (double)free_b / (1 << 20));
     }
@@ -673,8 +367,9 @@ static int cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size, enum k
     int act_bf16 = 1;
     for (int32_t il = 0; il < hp->n_layer; il++) act_bf16 &= c->layers[il].wo.type != CUDA_W_F32;
     c->attn = cuda_attn_choose(hp->head_dim, t, act_bf16);
-    log_info("cuda backend: KV pool %.1f MiB (%d blocks x %d tokens, %s); attention on %s", 2.0 * (double)total / (1 << 20),
-             (int)n_blocks, (int)block_size, model_kv_type_name(t), cuda_attn_kernel_name(c->attn));
+    log_info("cuda backend: KV pool %.1f MiB (%d blocks x %d tokens, %s); attention on %s",
+             2.0 * (double)total / (1 << 20), (int)n_blocks, (int)block_size, model_kv_type_name(t),
+             cuda_attn_kernel_name(c->attn));
     c->n_blocks = n_blocks;
     c->block_size = block_size;
     c->kv_layer_bytes = layer;
@@ -695,7 +390,8 @@ static uint64_t cuda_scratch_bytes(void *ctx, int32_t max_rows)
 static int cuda_check_batch(const struct cuda_ctx *c, const struct step_batch *b, struct err *e)
 {
     if (b->n_hidden > 0) return err_set(e, "cuda backend: no hidden-state output (caps.hidden_states is 0)");
-    return backend_check_batch(b, c->m->hp.n_vocab, c->n_blocks, c->block_size, (int64_t)c->n_blocks * c->block_size, e);
+    return backend_check_batch(b, c->m->hp.n_vocab, c->n_blocks, c->block_size, (int64_t)c->n_blocks * c->block_size,
+                               e);
 }
 
 size_t cuda_align4(size_t n)
@@ -739,9 +435,9 @@ static int cuda_upload_batch(struct cuda_ctx *c, const struct step_batch *b, str
     }
     int64_t n_parts = 0;
     int32_t n_split = 0, max_rows = 1, n_lone = 0;
-    const int64_t n_items =
-        cuda_attn_plan(R, b->pos, b->seq, cuda_attn_rows(group, c->attn), c->max_parts,
-                       (struct cuda_attn_item *)(h + off[7]), h + off[5], h + off[6], &n_parts, &n_split, &max_rows, &n_lone);
+    const int64_t n_items = cuda_attn_plan(R, b->pos, b->seq, cuda_attn_rows(group, c->attn), c->max_parts,
+                                           (struct cuda_attn_item *)(h + off[7]), h + off[5], h + off[6], &n_parts,
+                                           &n_split, &max_rows, &n_lone);
     const size_t used = off[7] + 4 * (size_t)n_items;
     CU_TRY(cudaMemcpyAsync(c->batch.d, h, used * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
     if (n_bt > 0)
@@ -768,7 +464,8 @@ static int cuda_gemm(struct cuda_ctx *c, const struct cuda_matrix *w, const void
     if (w->type != CUDA_W_FP8)
         return cuda_matmul(c->st, c->blas, w->d, w->type == CUDA_W_BF16, x, n_rows, w->n_in, w->n_out, y, y_type, e);
     /* FP8 (x BF16): one row by the W8A16 GEMV; more quantized per row (act8), then cuBLASLt's W8A8 product */
-    if (n_rows == 1 && !cuda_gemv_off()) return cuda_launch_gemv(c->st, w->d, w->scale, x, w->n_in, w->n_out, y, y_type, e);
+    if (n_rows == 1 && !cuda_gemv_off())
+        return cuda_launch_gemv(c->st, w->d, w->scale, x, w->n_in, w->n_out, y, y_type, e);
     if (cuda_launch_fp8_rows(c->st, x, CUDA_ACT_BF16, n_rows, w->n_in, c->act8, c->act_scale, e)) return -1;
     cuda_mark(c, CUDA_PROF_FP8);
     return cuda_gemm_q(c, w, n_rows, y, y_type, e);
@@ -886,10 +583,12 @@ static int cuda_run_layers(struct cuda_ctx *c, const struct cuda_batch_dev *bd, 
 {
     const struct model_hparams *hp = &c->m->hp;
     const uint64_t n_vec = (uint64_t)c->n_blocks * (uint64_t)c->block_size * (uint64_t)hp->n_head_kv;
-    const struct cuda_attn_geom g = {hp->n_head,    hp->n_head_kv, hp->head_dim, hp->n_rot,
-                                     hp->rope_neox, c->block_size, c->kv_type,   hp->norm_eps,
-                                     c->attn,
-                                     cuda_kv_grouped(c->kv_type) ? cuda_kv_values_bytes(n_vec, hp->head_dim, c->kv_type) : 0};
+    const struct cuda_attn_geom g = {
+        hp->n_head,    hp->n_head_kv,
+        hp->head_dim,  hp->n_rot,
+        hp->rope_neox, c->block_size,
+        c->kv_type,    hp->norm_eps,
+        c->attn,       cuda_kv_grouped(c->kv_type) ? cuda_kv_values_bytes(n_vec, hp->head_dim, c->kv_type) : 0};
     if (cuda_launch_rope_table(c->st, bd->pos, bd->n_rows, c->inv_freq, hp->n_rot, c->cs, e) ||
         cuda_launch_embed(c->st, c->embd.d, c->embd.type == CUDA_W_BF16, bd->tokens, bd->n_rows, hp->n_embd, c->x, e))
         return -1;
@@ -922,7 +621,8 @@ static void cuda_prof_collect(struct cuda_ctx *c)
     if (!c->prof_on) return;
     for (int i = 0; i < c->n_marks; i++) {
         float ms = 0.0f;
-        if (cudaEventElapsedTime(&ms, c->prof_ev[i], c->prof_ev[i + 1]) == cudaSuccess) c->prof.ms[c->prof_phase[i]] += ms;
+        if (cudaEventElapsedTime(&ms, c->prof_ev[i], c->prof_ev[i + 1]) == cudaSuccess)
+            c->prof.ms[c->prof_phase[i]] += ms;
     }
     c->prof.n_steps++;
     c->n_marks = 0;
@@ -979,7 +679,8 @@ static int cuda_forward(void *ctx, const struct step_batch *b, float *logits, st
     if (cuda_upload_batch(c, b, &bd, e)) return -1;
     cuda_mark(c, CUDA_PROF_UPLOAD);
     const int64_t captures = c->n_graph_captures;
-    if (cuda_graph_fits(c, b, logits) ? cuda_graph_run(c, &bd, b->n_seqs, b->n_logits, e) : cuda_enqueue_step(c, &bd, b->n_logits, e))
+    if (cuda_graph_fits(c, b, logits) ? cuda_graph_run(c, &bd, b->n_seqs, b->n_logits, e)
+                                      : cuda_enqueue_step(c, &bd, b->n_logits, e))
         return -1;
     c->one_off = c->n_graph_captures != captures;
     CU_TRY(cudaEventRecord(c->ev_head, c->st));
@@ -1052,7 +753,8 @@ static void cuda_free(void *ctx)
         char line[512];
         int n = snprintf(line, sizeof line, "cuda profile: %lld steps, device ms/step:", (long long)c->prof.n_steps);
         for (int i = 0; i < CUDA_PROF_N && n < (int)sizeof line - 32; i++)
-            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", backend_cuda_profile_name(i), c->prof.ms[i] / (double)c->prof.n_steps);
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s %.4f", backend_cuda_profile_name(i),
+                          c->prof.ms[i] / (double)c->prof.n_steps);
         log_info("%s", line);
     }
     cudaSetDevice(c->device);

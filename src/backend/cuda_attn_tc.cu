@@ -12,12 +12,12 @@
  * f16 tiles: each element the f16 of q * scale, rounded once to nearest even (cuda_q8.cuh's cuda_q8_half4;
  * the f32 product is exact, so this is the f16 rounding of the value the CUDA-core kernel reads); from
  * there the compute is the same. fp8 KV (e4m3 values in q8_0's layout) takes q8_0's path with its own
- * conversion (cuda_device.cuh's cuda_kv8_half4: e4m3 to f16 exactly, times the scale, rounded once). Per tile and warp: S = Q K^T by mma.sync m16n8k16 (q scaled by the softmax
- * scale and rounded to f16 once, kept as A fragments in registers; k-steps over head_dim in order), the
- * causal mask (a position past the query's own gets -inf), the online softmax in registers (a quad of
- * lanes holds a row: max and sum by fixed butterflies), the probabilities rounded to f16 (the same rounded
- * values go into l and into P V), then acc = acc * alpha + P V by mma.sync. Chunk states are merged as in
- * the CUDA-core kernel (cuda_att_merge_*); a whole item keeps its merged O in shared memory (each lane its
+ * conversion (cuda_device.cuh's cuda_kv8_half4: e4m3 to f16 exactly, times the scale, rounded once). Per tile and warp:
+ * S = Q K^T by mma.sync m16n8k16 (q scaled by the softmax scale and rounded to f16 once, kept as A fragments in
+ * registers; k-steps over head_dim in order), the causal mask (a position past the query's own gets -inf), the online
+ * softmax in registers (a quad of lanes holds a row: max and sum by fixed butterflies), the probabilities rounded to
+ * f16 (the same rounded values go into l and into P V), then acc = acc * alpha + P V by mma.sync. Chunk states are
+ * merged as in the CUDA-core kernel (cuda_att_merge_*); a whole item keeps its merged O in shared memory (each lane its
  * own elements), so only one accumulator set lives in registers.
  *
  * Batch invariance (kept): a query's bits depend only on its q, its position and its sequence's K/V (for
@@ -264,10 +264,10 @@ __device__ __forceinline__ void cuda_tc_stage(const cuda_tc_src<int8_t> &s, int3
 
 /* q8_0 and fp8 (Q8): a raw stage into the f16 tiles ks, vs (rows of KS halves), by THREADS threads: element
  * (position p, dim d) becomes the f16 of q * scale, rounded once (cuda_q8_half4, cuda_kv8_half4); positions
- * past the copied ones (zero values and scales) become zeros, as an f16 tile's. Thread tid converts the 8-value pieces i = tid + THREADS j
- * of K and of V (position i / (HD / 8), dims 8 (i % (HD / 8)) .. + 7, one scale): an 8-byte load (a half
- * warp reads 128 contiguous bytes), a 16-byte store (a quarter warp writes 128 contiguous bytes of a row):
- * no bank conflicts. Per element, so a query's operands stay those of its own K/V. */
+ * past the copied ones (zero values and scales) become zeros, as an f16 tile's. Thread tid converts the 8-value pieces
+ * i = tid + THREADS j of K and of V (position i / (HD / 8), dims 8 (i % (HD / 8)) .. + 7, one scale): an 8-byte load (a
+ * half warp reads 128 contiguous bytes), a 16-byte store (a quarter warp writes 128 contiguous bytes of a row): no bank
+ * conflicts. Per element, so a query's operands stay those of its own K/V. */
 template <int HD, int THREADS, int Q8>
 __device__ __forceinline__ void cuda_tc_convert(const int8_t *raw, __half *ks, __half *vs, int tid)
 {

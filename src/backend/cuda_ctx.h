@@ -132,6 +132,16 @@ struct cuda_ctx {
 
 /* Profile: the phase that just ended on the stream (no-op when the profile is off). */
 void cuda_mark(struct cuda_ctx *c, enum cuda_prof phase);
+/* cudaFree(*p) unless NULL, then *p = NULL. */
+void cuda_free_ptr(void **p);
+/* Weights (cuda_upload.cu). The layers' matrix type for loading m as c->weights_asked says, with the reason
+ * for the start-up line in why; the upload of c->m's weights (c->layers allocated; c->layer_wtype set) and of
+ * its RoPE frequencies; freeing them (c->gen bumped); "N of M layer matrices e4m3" or the BF16 words. */
+enum cuda_wtype cuda_pick_wtype(struct cuda_ctx *c, const struct model *m, char *why, size_t why_cap);
+int cuda_upload_weights(struct cuda_ctx *c, struct err *e);
+int cuda_upload_rope(struct cuda_ctx *c, struct err *e);
+void cuda_free_weights(struct cuda_ctx *c);
+void cuda_describe_weights(const struct cuda_ctx *c, int quantized, char *out, size_t cap);
 /* Seconds on a monotonic clock. */
 double cuda_now(void);
 /* n rounded up to a multiple of 4. */
@@ -150,7 +160,8 @@ int cuda_enqueue_step(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32
  * off. */
 int cuda_graph_fits(const struct cuda_ctx *c, const struct step_batch *b, const float *logits);
 /* cuda_enqueue_step as the graph for bd->n_rows rows: launched when its key matches, else captured again. */
-int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_seqs, int32_t n_logits, struct err *e);
+int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t n_seqs, int32_t n_logits,
+                   struct err *e);
 /* Destroys every graph (at release). */
 void cuda_graph_free(struct cuda_ctx *c);
 /* The op sample (backend.h; cuda_draw.cu). */

@@ -136,7 +136,8 @@ __device__ __forceinline__ void cuda_kv8_half4(unsigned int w, unsigned int s2, 
 {
     const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
     const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
-    const unsigned int ua = (unsigned int)a.x | (unsigned int)a.y << 16, ub = (unsigned int)b.x | (unsigned int)b.y << 16;
+    const unsigned int ua = (unsigned int)a.x | (unsigned int)a.y << 16,
+                       ub = (unsigned int)b.x | (unsigned int)b.y << 16;
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(*lo) : "r"(ua), "r"(s2));
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(*hi) : "r"(ub), "r"(s2));
 }

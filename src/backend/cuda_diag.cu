@@ -15,8 +15,8 @@ extern "C" int backend_cuda_last_times(const struct backend *b, struct cuda_step
 
 extern "C" const char *backend_cuda_profile_name(int phase)
 {
-    static const char *const names[CUDA_PROF_N] = {"upload", "embed", "norm", "gemm", "qkv", "attn", "swiglu", "fp8", "head",
-                                                   "copy"};
+    static const char *const names[CUDA_PROF_N] = {"upload", "embed",  "norm", "gemm", "qkv",
+                                                   "attn",   "swiglu", "fp8",  "head", "copy"};
     return phase >= 0 && phase < CUDA_PROF_N ? names[phase] : "?";
 }
 

@@ -238,7 +238,8 @@ __global__ void __launch_bounds__(CUDA_FP8_THREADS)
         uint2 out;
         uint8_t *ob = (uint8_t *)&out;
 #pragma unroll
-        for (int i = 0; i < 8; i++) ob[i] = (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(o[i], inv), __NV_SATFINITE, __NV_E4M3);
+        for (int i = 0; i < 8; i++)
+            ob[i] = (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(o[i], inv), __NV_SATFINITE, __NV_E4M3);
         *(uint2 *)(q + r * n + k) = out;
     }
 }

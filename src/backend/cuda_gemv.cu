@@ -19,8 +19,8 @@
  * Fused GEMVs (cuda_launch_gemv_fused): at batch 1 the RMSNorms and SwiGLU that make a GEMV's input are
  * one-block kernels that read a few KB and cost a launch gap and a latency each (97 a step on llama-8b:
  * three a layer and the output norm), not bytes. Here every block of the GEMV makes the input row itself,
- * into shared memory, with the arithmetic of those kernels in their order (cuda_device.cuh: the same sum of squares, scale and SwiGLU),
- * so the row and the products are bit for bit those of the two kernels apart (tests/test_cuda.c
+ * into shared memory, with the arithmetic of those kernels in their order (cuda_device.cuh: the same sum of squares,
+ * scale and SwiGLU), so the row and the products are bit for bit those of the two kernels apart (tests/test_cuda.c
  * kernel_gemv_fused, step_fused_vs_unfused). Its blocks are large (1,024 threads, at most 32 registers so
  * that two fit a multiprocessor) and as many as fit the device at once, each warp taking a few rows: the
  * input is made once per block (264 times on an H200), not once per 8 rows.
@@ -224,7 +224,8 @@ __global__ void __launch_bounds__(32 * CUDA_GEMV_FUSED_WARPS, W8 ? 1 : 2)
     const int64_t row_bytes = (int64_t)n_in * (W8 ? 1 : 2);
     if (o0 < n_out)
         for (int64_t b = 16 * lane; b < row_bytes && b < 16 * 32 * CUDA_GEMV_UNROLL; b += 16 * 32)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global((const char *)W + o0 * row_bytes + b)));
+            asm volatile(
+                "prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global((const char *)W + o0 * row_bytes + b)));
     if (KIND == CUDA_GEMV_IN_NORM) cuda_gemv_norm_in(in, n_in, norm_threads, (float4 *)cuda_gemv_smem, part);
     else cuda_gemv_swiglu_in((const __nv_bfloat16 *)in.gu, n_in, cuda_gemv_smem);
     __syncthreads(); /* act complete */
@@ -256,7 +257,8 @@ static int cuda_gemv_fused_go(cudaStream_t st, const void *W, const float *scale
         return err_set(e, "cuda backend: a fused GEMV over rows of %d does not fit a multiprocessor", (int)n_in);
     const int64_t want = (n_out + CUDA_GEMV_FUSED_WARPS - 1) / CUDA_GEMV_FUSED_WARPS, room = (int64_t)n_sm * per_sm;
     const unsigned blocks = (unsigned)(want < room ? want : room);
-    cuda_k_gemv_fused<KIND, Y, W8><<<blocks, threads, smem, st>>>(W, scale, n_in, n_out, *in, cuda_norm4_threads(n_in), y);
+    cuda_k_gemv_fused<KIND, Y, W8>
+        <<<blocks, threads, smem, st>>>(W, scale, n_in, n_out, *in, cuda_norm4_threads(n_in), y);
     CU_LAUNCHED();
     return 0;
 }
@@ -300,7 +302,8 @@ int cuda_launch_gemv(cudaStream_t st, const void *w, const float *scale, const v
     const unsigned blocks = (unsigned)((n_out + CUDA_GEMV_WARPS - 1) / CUDA_GEMV_WARPS);
     const __nv_bfloat16 *xb = (const __nv_bfloat16 *)x;
     const int bf = y_type == CUDA_ACT_BF16, t = 32 * CUDA_GEMV_WARPS;
-    if (scale && bf) cuda_k_gemv<__nv_bfloat16, true><<<blocks, t, 0, st>>>(w, scale, xb, n_in, n_out, (__nv_bfloat16 *)y);
+    if (scale && bf)
+        cuda_k_gemv<__nv_bfloat16, true><<<blocks, t, 0, st>>>(w, scale, xb, n_in, n_out, (__nv_bfloat16 *)y);
     else if (scale) cuda_k_gemv<float, true><<<blocks, t, 0, st>>>(w, scale, xb, n_in, n_out, (float *)y);
     else if (bf) cuda_k_gemv<__nv_bfloat16, false><<<blocks, t, 0, st>>>(w, scale, xb, n_in, n_out, (__nv_bfloat16 *)y);
     else cuda_k_gemv<float, false><<<blocks, t, 0, st>>>(w, scale, xb, n_in, n_out, (float *)y);
@@ -313,7 +316,8 @@ int cuda_matmul(cudaStream_t st, cublasHandle_t blas, const void *w, int bf16, c
 {
     if (n_rows < 1) return 0;
     const int y_bf16 = y_type == CUDA_ACT_BF16;
-    if (bf16 && n_rows == 1 && n_in % 8 == 0 && !cuda_gemv_off()) return cuda_launch_gemv(st, w, NULL, x, n_in, n_out, y, y_type, e);
+    if (bf16 && n_rows == 1 && n_in % 8 == 0 && !cuda_gemv_off())
+        return cuda_launch_gemv(st, w, NULL, x, n_in, n_out, y, y_type, e);
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const cublasStatus_t s =

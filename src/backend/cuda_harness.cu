@@ -77,7 +77,8 @@ static int cuda_hx_download(const void *dev, int type, size_t n, float *out, str
     uint16_t *h = (uint16_t *)malloc(n * 2 + 2);
     if (!h) return err_set(e, "cuda harness: out of memory");
     cudaError_t rc = cudaMemcpy(h, dev, n * 2, cudaMemcpyDeviceToHost);
-    for (size_t i = 0; rc == cudaSuccess && i < n; i++) out[i] = type == 1 ? quant_bf16_to_f32(h[i]) : quant_f16_to_f32(h[i]);
+    for (size_t i = 0; rc == cudaSuccess && i < n; i++)
+        out[i] = type == 1 ? quant_bf16_to_f32(h[i]) : quant_f16_to_f32(h[i]);
     free(h);
     if (rc != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "download", cudaGetErrorString(rc));
     return 0;
@@ -214,7 +215,8 @@ extern "C" int cuda_harness_sample(const float *logits, int32_t n, int32_t n_voc
     HX(cuda_hx_upload(&h, hrows, (size_t)n * sizeof *hrows, &drows, e));
     HX(cuda_hx_upload(&h, hed, (n_ed ? n_ed : 1) * sizeof *hed, &ded, e));
     HX(cuda_hx_alloc(&h, (size_t)n * 4, &dtok, e));
-    HX(cuda_launch_sample(h.st, (float *)dl, n_vocab, n_ids, (const struct cuda_draw_row *)drows, ded, n, (int32_t *)dtok, e));
+    HX(cuda_launch_sample(h.st, (float *)dl, n_vocab, n_ids, (const struct cuda_draw_row *)drows, ded, n,
+                          (int32_t *)dtok, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dtok, 0, (size_t)n, (float *)(void *)tokens, e)); /* 4-byte copy: ids as they are */
     if (edited) HX(cuda_hx_download(dl, 0, (size_t)n * n_vocab, edited, e));
@@ -269,9 +271,10 @@ static int cuda_hx_gemv_apart(struct cuda_hx *h, const struct cuda_gemv_in *in, 
                               int32_t n_in, int32_t n_out, void *act, void *dy, enum cuda_act y_type, struct err *e)
 {
     cublasHandle_t blas = NULL;
-    int rc = in->kind == CUDA_GEMV_IN_NORM
-                 ? cuda_launch_rmsnorm(h->st, in->x_out, in->add, in->w, in->rows, 1, n_in, in->eps, act, CUDA_ACT_BF16, e)
-                 : cuda_launch_swiglu(h->st, in->gu, CUDA_ACT_BF16, 1, n_in, act, CUDA_ACT_BF16, e);
+    int rc =
+        in->kind == CUDA_GEMV_IN_NORM
+            ? cuda_launch_rmsnorm(h->st, in->x_out, in->add, in->w, in->rows, 1, n_in, in->eps, act, CUDA_ACT_BF16, e)
+            : cuda_launch_swiglu(h->st, in->gu, CUDA_ACT_BF16, 1, n_in, act, CUDA_ACT_BF16, e);
     if (!rc && (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(blas, h->st) != CUBLAS_STATUS_SUCCESS))
         rc = err_set(e, "cuda harness: cannot set up cuBLAS");
     if (!rc) rc = dscale ? cuda_launch_gemv(h->st, dw, dscale, act, n_in, n_out, dy, y_type, e)
@@ -306,8 +309,8 @@ extern "C" int cuda_harness_gemv_in(const struct cuda_harness_gemv_in *in, const
     {
         const struct cuda_gemv_in gi =
             in->swiglu ? cuda_gemv_swiglu(dgu, CUDA_ACT_BF16)
-                       : cuda_gemv_norm((const float *)dx, (const float *)dadd, (const float *)dnw, (const int32_t *)drow,
-                                        in->eps, fused ? (float *)dxo : (float *)dx);
+                       : cuda_gemv_norm((const float *)dx, (const float *)dadd, (const float *)dnw,
+                                        (const int32_t *)drow, in->eps, fused ? (float *)dxo : (float *)dx);
         if (fused)
             HX(cuda_launch_gemv_fused(h.st, dw, (const float *)dscale, n_in, n_out, &gi, dy, y_type, e) ||
                cuda_hx_sync(&h, e));
@@ -343,7 +346,8 @@ extern "C" int cuda_harness_fp8_rows(const float *in, int in_bf16, int64_t n_row
     HX(cuda_hx_upload(&h, in_bf16 ? (const void *)b : (const void *)in, count * (in_bf16 ? 2 : 4), &din, e));
     HX(cuda_hx_alloc(&h, count, &dq, e));
     HX(cuda_hx_alloc(&h, (size_t)n_rows * 4, &ds, e));
-    HX(cuda_launch_fp8_rows(h.st, din, in_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, n_rows, n, (uint8_t *)dq, (float *)ds, e));
+    HX(cuda_launch_fp8_rows(h.st, din, in_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, n_rows, n, (uint8_t *)dq, (float *)ds,
+                            e));
     HX(cuda_hx_sync(&h, e));
     CU_TRY(cudaMemcpy(q, dq, count, cudaMemcpyDeviceToHost));
     CU_TRY(cudaMemcpy(scale, ds, (size_t)n_rows * 4, cudaMemcpyDeviceToHost));
@@ -371,8 +375,8 @@ extern "C" int cuda_harness_fp8_gemm(const uint8_t *w, const float *w_scale, con
     HX(cuda_hx_alloc(&h, (size_t)n_rows * n_out * (y_bf16 ? 2 : 4), &dy, e));
     HX(cuda_hx_alloc(&h, ws_bytes, &ws, e));
     HX(cuda_lt_init(&lt, ws, ws_bytes, e));
-    HX(cuda_matmul_fp8(h.st, lt, (const uint8_t *)dw, (const float *)dws, (const uint8_t *)dx, (const float *)dxs, n_rows,
-                       n_in, n_out, dy, y_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, e));
+    HX(cuda_matmul_fp8(h.st, lt, (const uint8_t *)dw, (const float *)dws, (const uint8_t *)dx, (const float *)dxs,
+                       n_rows, n_in, n_out, dy, y_bf16 ? CUDA_ACT_BF16 : CUDA_ACT_F32, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dy, y_bf16 ? 1 : 0, (size_t)n_rows * n_out, y, e));
     cuda_lt_free(lt);
@@ -393,7 +397,8 @@ extern "C" int cuda_harness_dequant(enum gguf_dtype t, const void *src, int64_t 
     void *ds, *dd;
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
     cudaError_t rc;
-    if (row_bytes == 0) return err_set(e, "cuda harness: %lld elements of type %d are not whole blocks", (long long)n_in, (int)t);
+    if (row_bytes == 0)
+        return err_set(e, "cuda harness: %lld elements of type %d are not whole blocks", (long long)n_in, (int)t);
     if (cuda_hx_begin(&h, e)) return -1;
     HX(cuda_hx_upload(&h, src, (size_t)(row_bytes * (uint64_t)n_rows), &ds, e));
     HX(cuda_hx_alloc(&h, (size_t)n_rows * (size_t)n_in * 2, &dd, e));
@@ -445,7 +450,8 @@ static void cuda_hx_fp8_group(const float *x, uint8_t *q, uint16_t *scale)
     float amax = 0.0f;
     for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
     const float d = amax / 448.0f;
-    for (int i = 0; i < 32; i++) q[i] = d > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(x[i] / d, __NV_SATFINITE, __NV_E4M3) : 0;
+    for (int i = 0; i < 32; i++)
+        q[i] = d > 0.0f ? (uint8_t)__nv_cvt_float_to_fp8(x[i] / d, __NV_SATFINITE, __NV_E4M3) : 0;
     *scale = quant_f32_to_f16(d);
 }
 
@@ -479,7 +485,8 @@ extern "C" int cuda_harness_pool_pack(const struct cuda_harness_attn *h, const f
     return 0;
 }
 
-extern "C" int cuda_harness_pool_unpack(const struct cuda_harness_attn *h, const void *bytes, float *pool, struct err *e)
+extern "C" int cuda_harness_pool_unpack(const struct cuda_harness_attn *h, const void *bytes, float *pool,
+                                        struct err *e)
 {
     const uint64_t n = cuda_harness_pool_floats(h);
     const uint8_t *in = (const uint8_t *)bytes;

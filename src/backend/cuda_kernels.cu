@@ -160,8 +160,8 @@ __global__ void cuda_k_rmsnorm4(float *x, const float *add, const float *w, cons
 }
 
 template <typename T>
-static void cuda_rmsnorm4(cudaStream_t st, int32_t n_out, int threads, int j, float *x, const float *add, const float *w,
-                          const int32_t *rows, int32_t n, float eps, T *out)
+static void cuda_rmsnorm4(cudaStream_t st, int32_t n_out, int threads, int j, float *x, const float *add,
+                          const float *w, const int32_t *rows, int32_t n, float eps, T *out)
 {
     if (j == 1) cuda_k_rmsnorm4<T, 1><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, out);
     else if (j == 2) cuda_k_rmsnorm4<T, 2><<<n_out, threads, 0, st>>>(x, add, w, rows, n, eps, out);
@@ -303,7 +303,8 @@ int cuda_launch_qkv(cudaStream_t st, const struct cuda_attn_geom *g, const struc
         return err_set(e, "cuda backend: %s KV needs a head dimension that is a multiple of %d (%d)",
                        model_kv_type_name(g->kv_type), CUDA_Q8_GROUP, (int)g->head_dim);
     const cuda_qkv_args a = {*g, *b, qkv, bias, q_norm, k_norm, cs, k_layer, v_layer};
-    const dim3 grid((unsigned)b->n_rows, (unsigned)((g->n_head + 2 * g->n_head_kv + CUDA_QKV_WARPS - 1) / CUDA_QKV_WARPS));
+    const dim3 grid((unsigned)b->n_rows,
+                    (unsigned)((g->n_head + 2 * g->n_head_kv + CUDA_QKV_WARPS - 1) / CUDA_QKV_WARPS));
     if (g->kv_type == KV_TYPE_F16) cuda_k_qkv<__half><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
     else if (g->kv_type == KV_TYPE_Q8_0) cuda_k_qkv<cuda_kv_q8><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
     else if (g->kv_type == KV_TYPE_FP8) cuda_k_qkv<cuda_kv_fp8><<<grid, 32 * CUDA_QKV_WARPS, 0, st>>>(a);
@@ -671,8 +672,10 @@ int cuda_launch_attn(cudaStream_t st, cudaStream_t split_st, const struct cuda_a
                               (1.0f / sqrtf((float)g->head_dim)) * 1.44269504088896340736f};
     if (g->attn != CUDA_ATTN_CORES) {
         if (!cuda_attn_tc_fits(g->head_dim, g->kv_type))
-            return err_set(e, "cuda backend: the tensor-core attention needs f16, q8_0 or fp8 KV and head_dim 64 or 128 "
-                              "(%s, %d)", model_kv_type_name(g->kv_type), (int)g->head_dim);
+            return err_set(e,
+                           "cuda backend: the tensor-core attention needs f16, q8_0 or fp8 KV and head_dim 64 or 128 "
+                           "(%s, %d)",
+                           model_kv_type_name(g->kv_type), (int)g->head_dim);
         return cuda_launch_attn_tc(st, split_st, a, b->n_items, out_type == CUDA_ACT_BF16, e);
     }
     const int32_t group = g->n_head / g->n_head_kv;
@@ -817,7 +820,8 @@ template <int VEC> __device__ __forceinline__ void cuda_swiglu_load(const __nv_b
 {
     if (VEC == 4) {
         const uint2 w = *(const uint2 *)p;
-        const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&w.y);
+        const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w.x),
+                     b = __bfloat1622float2(*(const __nv_bfloat162 *)&w.y);
         v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
     } else
 #pragma unroll
