@@ -388,8 +388,8 @@ TEST(parse_body_like_a_line)
     } bad[] = {
         {"{\"prompt\":\"x\",\"frob\":[]}", INPUT_KIND_COMPLETION, "unknown_field", "unknown field 'frob'"},
         {"{\"prompt\":\"x\",\"tools\":[{}]}", INPUT_KIND_COMPLETION, "unsupported_parameter", "'tools' is not supported"},
-        {"{\"prompt\":\"x\"}", INPUT_KIND_CHAT, "invalid_value", "needs 'messages'"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", INPUT_KIND_COMPLETION, "invalid_value", "needs 'prompt'"},
+        {"{\"prompt\":\"x\"}", INPUT_KIND_CHAT, "invalid_value", "needs body.messages"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", INPUT_KIND_COMPLETION, "invalid_value", "needs body.prompt"},
         {"{\"prompt\":\"x\",", INPUT_KIND_COMPLETION, "invalid_json", "not JSON"},
         {"[1]", INPUT_KIND_COMPLETION, "invalid_type", "the body must be a JSON object, got an array"},
         {"{\"prompt\":\"\xff\"}", INPUT_KIND_COMPLETION, "invalid_utf8", "invalid UTF-8 at byte 11"},

@@ -204,20 +204,17 @@ int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t m
 
 /* --- preparing a line --- */
 
-/* The engine request of a line's completion with the given seed: its item (parameters) and prompt; the
- * pointers point into them. */
-static void request_of(const ingest_source *s, const struct input_item *it, const int32_t *prompt, int32_t n_prompt,
-                       uint64_t seed, struct engine_request *rq)
+void ingest_request_of(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                       const int32_t *prompt, int32_t n_prompt, uint64_t seed, struct engine_request *rq)
 {
-    const struct gen_params *g = &it->gen;
     memset(rq, 0, sizeof *rq);
     rq->prompt = prompt;
     rq->n_prompt = n_prompt;
-    if (it->kind == INPUT_KIND_EMBEDDING) { /* prefill only: no generation parameter applies */
-        rq->embed_pooling = s->m->hp->pooling;
+    if (kind == INPUT_KIND_EMBEDDING) { /* prefill only: no generation parameter applies */
+        rq->embed_pooling = m->hp->pooling;
         return;
     }
-    rq->max_tokens = ingest_max_tokens(s->m, n_prompt, g->max_tokens);
+    rq->max_tokens = ingest_max_tokens(m, n_prompt, g->max_tokens);
     genparam_to_sampler(g, seed, &rq->sampling);
     rq->stop = (const char *const *)g->stop;
     rq->n_stop = g->n_stop;
@@ -225,23 +222,36 @@ static void request_of(const ingest_source *s, const struct input_item *it, cons
     rq->constraint = g->constraint.kind != CONSTRAINT_NONE ? &g->constraint : NULL;
     rq->logprobs = g->logprobs >= 0; /* alternatives: completions' logprobs: N, chat's top_logprobs */
     rq->top_logprobs = g->logprobs > g->top_logprobs ? g->logprobs : g->top_logprobs;
-    rq->prompt_logprobs = g->echo; /* the echoed text is the prompt's tokens (jobs/job) */
+    rq->prompt_logprobs = g->echo; /* the echoed text is the prompt's tokens (output_result_text) */
+}
+
+static void request_of(const ingest_source *s, const struct input_item *it, const int32_t *prompt, int32_t n_prompt,
+                       uint64_t seed, struct engine_request *rq)
+{
+    ingest_request_of(s->m, it->kind, &it->gen, prompt, n_prompt, seed, rq);
+}
+
+int ingest_check_request(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                         const int32_t *prompt, int32_t n_prompt, const char **code, char *msg, size_t cap)
+{
+    if (!m->eng) return 0;
+    struct engine_request rq;
+    ingest_request_of(m, kind, g, prompt, n_prompt, 0, &rq);
+    enum engine_request_check c = engine_check_request(m->eng, &rq, msg, cap);
+    if (c == ENGINE_REQUEST_OK) return 0;
+    *code = c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value";
+    return 1;
 }
 
 /* Asks the run's engine whether it would take p's requests (they differ only in their seeds), with its own
- * arithmetic (engine_check_request): a request it would fail at once (prompt + max_tokens over the whole KV
- * pool: "request_too_large"; parameters the sampler refuses) makes p bad now, so that no line read as good
- * fails for good in the engine, to be retried in vain by --retry-failed. No engine (unit tests): nothing
- * to ask. */
+ * arithmetic (ingest_check_request): a request it would fail at once makes p bad now, so that no line read as
+ * good fails for good in the engine, to be retried in vain by --retry-failed. */
 static void check_with_engine(const ingest_source *s, struct prepared *p)
 {
-    if (!s->m->eng) return;
-    struct engine_request rq;
-    request_of(s, &p->it, p->prompt, p->n_prompt, 0, &rq);
+    const char *code;
     char msg[512];
-    enum engine_request_check c = engine_check_request(s->m->eng, &rq, msg, sizeof msg);
-    if (c != ENGINE_REQUEST_OK)
-        make_bad(p, c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value", "%s", msg);
+    if (ingest_check_request(s->m, p->it.kind, &p->it.gen, p->prompt, p->n_prompt, &code, msg, sizeof msg))
+        make_bad(p, code, "%s", msg);
 }
 
 /* Input k of an embeddings line tokenized and checked as a prompt is (ingest_prompt), then appended to

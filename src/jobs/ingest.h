@@ -116,6 +116,17 @@ struct ingest_fallback {
 int ingest_prompt(const struct job_model *m, int parse_special, struct input_item *it, int32_t **ids,
                   int32_t *n_ids, struct ingest_fallback *fb, const char **code, char *msg, size_t cap,
                   struct err *e);
+/* The engine request of one completion of a request of this kind and these parameters, with prompt and seed,
+ * as run submits it (the pointers point into g and prompt): max_tokens clamped (ingest_max_tokens), the
+ * sampler's parameters, stop strings, constraint, logprobs (completions' logprobs: N and chat's top_logprobs
+ * as the alternatives) and echo's prompt logprobs; an embedding: prefill only, pooled as the model says. */
+void ingest_request_of(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                       const int32_t *prompt, int32_t n_prompt, uint64_t seed, struct engine_request *rq);
+/* What m's engine (m->eng; none: nothing to ask, 0) would say about that request (engine_check_request,
+ * read-only): 0 when it takes it, 1 with *code ("request_too_large": prompt + max_tokens over the context or
+ * the whole KV pool; "invalid_value": anything else) and the engine's message in msg (cap bytes). */
+int ingest_check_request(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                         const int32_t *prompt, int32_t n_prompt, const char **code, char *msg, size_t cap);
 /* max_tokens clamped so that n_prompt + max_tokens fits the model's context (n_prompt below the context). */
 int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t max_tokens);
 

@@ -738,6 +738,17 @@ static void salvage_id(input_reader *r, const json_error_t *first, struct input_
     free(copy);
 }
 
+/* A body read for /v1/chat/completions (chat) or /v1/completions that holds the other endpoint's prompt: -1
+ * (bad), the same message for a backlog line and a server's body. */
+static int endpoint_mismatch(const struct input_item *it, int chat, struct bad *b)
+{
+    if (chat && it->kind != INPUT_KIND_CHAT)
+        return set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
+    if (!chat && it->kind != INPUT_KIND_COMPLETION)
+        return set_bad(b, "invalid_value", "url /v1/completions needs body.prompt");
+    return 0;
+}
+
 static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
 {
     json_t *root;
@@ -791,14 +802,7 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             it->gen.n = it->embed->n;
             it->gen.given = GENPARAM_ALL_ROWS; /* an embedding falls back to no generation default */
         } else if (parse_request_fields(r, body, "body.", none, it, b) != 0) goto done;
-        if (want_chat == 1 && it->kind != INPUT_KIND_CHAT) {
-            set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
-            goto done;
-        }
-        if (want_chat == 0 && it->kind != INPUT_KIND_COMPLETION) {
-            set_bad(b, "invalid_value", "url /v1/completions needs body.prompt");
-            goto done;
-        }
+        if (want_chat >= 0 && want_chat <= 1 && endpoint_mismatch(it, want_chat, b)) goto done;
     } else {
         static const char *const skip[] = {"id", "custom_id", NULL};
         if (parse_request_fields(r, root, "", skip, it, b) != 0) goto done;
@@ -985,14 +989,7 @@ int input_parse_body(const char *bytes, size_t len, const struct gen_params *def
     json_error_t jerr;
     if (load_object(bytes, len, "the body", root, &jerr, &b) || refuse_nul(*root, &b)) goto bad;
     if (parse_request_fields(NULL, *root, "", skip ? skip : none, it, &b) != 0) goto bad;
-    if (want == INPUT_KIND_CHAT && it->kind != INPUT_KIND_CHAT) {
-        set_bad(&b, "invalid_value", "/v1/chat/completions needs 'messages'");
-        goto bad;
-    }
-    if (want == INPUT_KIND_COMPLETION && it->kind != INPUT_KIND_COMPLETION) {
-        set_bad(&b, "invalid_value", "/v1/completions needs 'prompt'");
-        goto bad;
-    }
+    if (want != INPUT_KIND_EMBEDDING && endpoint_mismatch(it, want == INPUT_KIND_CHAT, &b)) goto bad;
     return 0;
 bad:
     return to_bad_item(it, &b, e);

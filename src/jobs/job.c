@@ -50,7 +50,7 @@ struct flight {
     uint32_t work;
     uint8_t key[32]; /* its full key: the result is stored under it */
     int32_t logprobs; /* the request's logprobs (-1: none), ... */
-    uint8_t chat, echo; /* ... endpoint and echo: how its result is stored (render_choice) */
+    uint8_t chat, echo; /* ... endpoint and echo: how its result is stored (output_result_text) */
 };
 
 typedef struct job {
@@ -337,54 +337,6 @@ static void eng_stats(job *j, struct engine_stats *st)
 }
 
 /* Appends the text of token id (as the completion's text has it: control tokens give nothing). */
-static void put_token_text(struct output_buf *b, const tok_vocab *v, int32_t id)
-{
-    char buf[256];
-    int n = tok_token_bytes(v, id, 0, buf, sizeof buf);
-    if (n > (int)sizeof buf) {
-        char *big = malloc((size_t)n);
-        if (big && tok_token_bytes(v, id, 0, big, (size_t)n) == n) output_buf_put(b, big, (size_t)n);
-        else b->oom = 1;
-        free(big);
-    } else if (n > 0) {
-        output_buf_put(b, buf, (size_t)n);
-    }
-}
-
-/* The stored text of a completion that echoes its prompt or asked for logprobs: the prompt's text (its tokens'
- * bytes) before the completion's when it echoes, and the choice's logprobs object after the text when it
- * asked for them (output_logprobs_pack: no endpoint's shape yet; jobs/ledger renders the line's). */
-static int render_choice(job *j, const struct flight *f, struct engine_result *r)
-{
-    if (!f->echo && f->logprobs < 0) return 0;
-    const tok_vocab *v = j->m->vocab;
-    struct output_buf text = {0}, blob = {0};
-    const int drop = f->echo && output_echo_space(v, r->prompt_logprobs, r->n_prompt);
-    for (int32_t i = 0; f->echo && r->prompt_logprobs && i < r->n_prompt; i++)
-        put_token_text(&text, v, r->prompt_logprobs[i].token);
-    if (drop) { /* the prompt as given: without the space its first token's text begins with */
-        memmove(text.p, text.p + 1, text.n - 1);
-        text.n--;
-    }
-    output_buf_put(&text, r->text, r->text_len);
-    if (f->logprobs >= 0) {
-        output_logprobs_pack(&blob, text.p, text.n, f->echo ? r->prompt_logprobs : NULL, r->n_prompt, r->logprobs,
-                             r->n_tokens, drop);
-        output_buf_free(&text);
-    } else {
-        blob = text; /* moved */
-    }
-    output_buf_put(&blob, "", 1); /* NUL-terminated, not counted */
-    if (blob.oom) {
-        output_buf_free(&blob);
-        return -1;
-    }
-    free(r->text);
-    r->text = blob.p;
-    r->text_len = blob.n - 1;
-    return 0;
-}
-
 /* Hands one result (rank 0's own or another rank's) to the ledger, and counts it; takes r's memory. */
 static int hand_in(job *j, struct engine_result *r, struct err *e)
 {
@@ -393,8 +345,9 @@ static int hand_in(job *j, struct engine_result *r, struct err *e)
         return err_set(e, "a result for unknown request %llu (bug)", (unsigned long long)r->id);
     }
     int ok = r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH;
-    /* an embedding is stored as its text; a completion with echo or logprobs as render_choice's text */
-    if (embedding_result_to_text(r) != 0 || (ok && render_choice(j, &j->flight[r->id], r) != 0)) {
+    /* an embedding is stored as its text; a completion with echo or logprobs as output_result_text makes it */
+    const struct flight *fl = &j->flight[r->id];
+    if (embedding_result_to_text(r) != 0 || (ok && output_result_text(j->m->vocab, fl->echo, fl->logprobs, r) != 0)) {
         engine_result_free(r);
         return err_set(e, "out of memory");
     }

@@ -175,49 +175,15 @@ static int load_run_id(ledger *l, struct err *e)
     return store_meta_set(l->st, "run.id", l->run_id, e);
 }
 
-/* How a bad line's code reads in OpenAI's error object. */
-struct error_kind {
-    const char *code, *openai_code;
-    int param_from_message; /* the message starts with (or names) the field at fault, in quotes */
-};
-
-static const struct error_kind error_kinds[] = {
-    {"duplicate_id", "duplicate_custom_id", 0},     {"invalid_type", "invalid_type", 1},
-    {"invalid_value", "invalid_value", 1},          {"missing_prompt", "missing_required_parameter", 0},
-    {"unsupported_request", "unsupported_value", 0}, {"prompt_too_long", "context_length_exceeded", 0},
-    {"request_too_large", "context_length_exceeded", 0}, {"unknown_field", "unknown_parameter", 1},
-    {"unsupported_parameter", "unsupported_parameter", 1},
-};
-
-/* The first 'name' in msg (a field name: letters, digits, '_', '.', '[', ']'), into buf; NULL when none. */
-static const char *quoted_field(const char *msg, char *buf, size_t cap)
-{
-    const char *a = strchr(msg, '\'');
-    if (!a) return NULL;
-    size_t n = strspn(a + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
-    if (n == 0 || n >= cap || a[1 + n] != '\'') return NULL;
-    memcpy(buf, a + 1, n);
-    buf[n] = '\0';
-    return buf;
-}
-
 /* Appends the line of a request that failed: bad (code from ledger_codes) or failed in the engine. */
 static void put_fail_line(const ledger *l, const struct ledger_line *L, const char *custom_id, const char *code,
                           const char *message, struct output_buf *b)
 {
     char param[72];
-    struct output_fail f = {l->run_id, L->no, custom_id, 400, "invalid_request_error", code, NULL, message};
-    if (!strcmp(code, "engine_error")) {
-        f.status = 500;
-        f.type = "server_error";
-    }
-    for (size_t i = 0; i < sizeof error_kinds / sizeof *error_kinds; i++) {
-        if (strcmp(code, error_kinds[i].code)) continue;
-        f.code = error_kinds[i].openai_code;
-        if (error_kinds[i].param_from_message) f.param = quoted_field(message, param, sizeof param);
-    }
-    if (!strcmp(f.code, "context_length_exceeded") || !strcmp(code, "chat_template"))
-        f.param = L->kind == INPUT_KIND_CHAT ? "messages" : L->kind == INPUT_KIND_EMBEDDING ? "input" : "prompt";
+    struct output_fail f = {.run_id = l->run_id, .line = L->no, .custom_id = custom_id, .message = message};
+    output_fail_classify(&f, code, message,
+                         L->kind == INPUT_KIND_CHAT ? "messages" : L->kind == INPUT_KIND_EMBEDDING ? "input" : "prompt",
+                         param, sizeof param);
     output_fail_line(b, &f);
 }
 

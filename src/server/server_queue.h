@@ -37,6 +37,7 @@
 #include "runtime/genparam.h"
 #include "server/server_admit.h"
 #include "server/server_metrics.h"
+#include "tokenizer/tok.h"
 #include "util/err.h"
 
 /* News for a streaming request: new text of one choice, and whether that choice has ended. */
@@ -71,7 +72,10 @@ struct server_req {
     int include_usage; /* stream_options.include_usage */
     int32_t *prompt;   /* (n_prompt) owned */
     int32_t n_prompt, max_tokens;
-    struct gen_params gen; /* owned (stop strings, logit bias) */
+    struct gen_params gen; /* owned (stop strings, logit bias, constraint) */
+    int rendered;      /* a choice's text is rendered when it ends (echo, logprobs: jobs/output's
+                          output_result_text), and streamed then, whole */
+    const tok_vocab *vocab; /* the model's (logprobs' token strings) */
     int32_t n_choices;
     struct server_choice *choices; /* (n_choices) */
     /* set at admission */
