@@ -36,7 +36,7 @@ def fail(name, why):
     print("FAIL %s: %s" % (name, why), flush=True)
 
 
-C, H = "/v1/completions", "/v1/chat/completions"
+C, H, E = "/v1/completions", "/v1/chat/completions", "/v1/embeddings"
 M = '"messages":[{"role":"user","content":"Hi"}]'
 
 # (name, url, raw JSON body): raw text, so that a body is sent exactly as written to both
@@ -94,6 +94,13 @@ BAD = [
     ("chat_top_logprobs_alone", H, '{' + M + ',"top_logprobs":3}'),
     ("chat_top_logprobs_range", H, '{' + M + ',"logprobs":true,"top_logprobs":21}'),
     ("chat_logprobs_type", H, '{' + M + ',"logprobs":"yes"}'),
+    ("embeddings_empty", E, '{"input":[]}'),
+    ("embeddings_type", E, '{"input":5}'),
+    ("embeddings_dimensions_zero", E, '{"input":"x","dimensions":0}'),
+    ("embeddings_dimensions_over", E, '{"input":"x","dimensions":100000}'),
+    ("embeddings_unknown_field", E, '{"input":"x","frob":1}'),
+    ("embeddings_token_outside_vocab", E, '{"input":["a",[1,99999]]}'),
+    ("embeddings_encoding", E, '{"input":"x","encoding_format":"int8"}'),
 ]
 
 GOOD = [
@@ -115,7 +122,11 @@ GOOD = [
                             '"json_schema":{"name":"x","schema":{"type":"object","properties":{"b":{"type":"boolean"}},'
                             '"required":["b"]}}}}'),
     ("chat_logprobs", H, '{' + M + ',"max_tokens":12,"temperature":0,"logprobs":true,"top_logprobs":3}'),
-    ("chat_end_token", H, '{' + M + ',"max_tokens":8,"temperature":0,"logprobs":true,"guided_choice":["yes","no"]}'),
+    ("chat_end_token", H, '{' + M + ',"max_tokens":8,"temperature":0,"logprobs":true,"guided_regex":"[a-z]{1,6}",'
+                          '"logit_bias":{"2":100}}'),  # </s> as soon as the regex allows it
+    ("embeddings_one", E, '{"input":"Once upon a time"}'),
+    ("embeddings_many_dimensions", E, '{"input":["Once","upon a time there was"],"dimensions":8}'),
+    ("embeddings_ids_base64", E, '{"input":[[1,2,3],[4]],"encoding_format":"base64"}'),
     ("chat_sampled_n", H, '{' + M + ',"max_tokens":8,"n":2,"seed":11,"temperature":1,"top_k":40,"top_p":0.9}'),
 ]
 
@@ -167,7 +178,10 @@ def post(base, url, body):
 
 
 def choices_of(body, chat):
-    """What must agree: each choice's text, finish_reason and logprobs; the usage's token counts."""
+    """What must agree: each choice's text, finish_reason and logprobs (an embeddings list's data); the usage's
+    token counts."""
+    if body.get("object") == "list":
+        return body["data"], body["usage"]
     out = []
     for c in body["choices"]:
         out.append((c["index"], c["message"]["content"] if chat else c["text"], c["finish_reason"], c["logprobs"]))

@@ -254,62 +254,76 @@ static void check_with_engine(const ingest_source *s, struct prepared *p)
         make_bad(p, code, "%s", msg);
 }
 
-/* Input k of an embeddings line tokenized and checked as a prompt is (ingest_prompt), then appended to
- * p->prompt; 1 with the bad request's code and message (naming the input) when it is refused. */
-static int embed_input(ingest_source *s, struct prepared *p, int32_t k, const char **code, char *msg, size_t cap,
+/* Input k of an embeddings request tokenized and checked as a prompt is (ingest_prompt) and by the engine
+ * (ingest_check_request), then appended to *prompt (*n_prompt; starts[k + 1] its end); 1 with the bad
+ * request's code and message (naming the input) when it is refused. */
+static int embed_input(const struct job_model *m, int parse_special, struct input_item *it, int32_t k,
+                       int32_t **prompt, int32_t *n_prompt, int32_t *starts, const char **code, char *msg, size_t cap,
                        struct err *e)
 {
-    struct input_embed *in = p->it.embed;
+    struct input_embed *in = it->embed;
     struct input_item one = {.kind = INPUT_KIND_COMPLETION, .prompt = in->text[k], .prompt_len = in->len[k],
                              .prompt_ids = in->ids[k], .n_prompt_ids = in->n_ids[k]};
     int32_t *ids, n_ids;
     char why[768];
-    int rc = ingest_prompt(s->m, s->c->parse_special, &one, &ids, &n_ids, NULL, code, why, sizeof why, e);
+    int rc = ingest_prompt(m, parse_special, &one, &ids, &n_ids, NULL, code, why, sizeof why, e);
     if (!one.prompt_ids) in->ids[k] = NULL; /* taken into ids */
+    if (rc == 0 && ingest_check_request(m, INPUT_KIND_EMBEDDING, &it->gen, ids, n_ids, code, why, sizeof why)) {
+        free(ids);
+        rc = 1;
+    }
     if (rc > 0 && in->n > 1) snprintf(msg, cap, "'input[%d]': %s", (int)k, why);
     else if (rc > 0) snprintf(msg, cap, "'input': %s", why);
     if (rc != 0) return rc;
-    struct engine_request rq;
-    request_of(s, &p->it, ids, n_ids, 0, &rq);
-    enum engine_request_check c = s->m->eng ? engine_check_request(s->m->eng, &rq, why, sizeof why) : ENGINE_REQUEST_OK;
-    int32_t *grown = c == ENGINE_REQUEST_OK ? realloc(p->prompt, (size_t)(p->n_prompt + n_ids) * sizeof *grown) : NULL;
+    int32_t *grown = realloc(*prompt, (size_t)(*n_prompt + n_ids) * sizeof *grown);
     if (grown) {
-        memcpy(grown + p->n_prompt, ids, (size_t)n_ids * sizeof *ids);
-        p->prompt = grown;
-        p->n_prompt += n_ids;
-        p->starts[k + 1] = p->n_prompt;
+        memcpy(grown + *n_prompt, ids, (size_t)n_ids * sizeof *ids);
+        *prompt = grown;
+        *n_prompt += n_ids;
+        starts[k + 1] = *n_prompt;
     }
     free(ids);
-    if (c == ENGINE_REQUEST_OK) return grown ? 0 : err_set(e, "out of memory");
-    *code = c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value";
-    if (in->n > 1) snprintf(msg, cap, "'input[%d]': %s", (int)k, why);
-    else snprintf(msg, cap, "'input': %s", why);
-    return 1;
+    return grown ? 0 : err_set(e, "out of memory");
 }
 
-/* An embeddings line's inputs into p->prompt and p->starts (embed_input), and its dimensions checked against
- * the model; a problem makes p bad. */
+int ingest_embed_prompts(const struct job_model *m, int parse_special, struct input_item *it, int32_t **prompt,
+                         int32_t *n_prompt, int32_t **starts, const char **code, char *msg, size_t cap,
+                         struct err *e)
+{
+    const struct input_embed *in = it->embed;
+    *prompt = NULL;
+    *n_prompt = 0;
+    *starts = NULL;
+    if (in->dimensions > m->hp->n_embd) {
+        *code = "invalid_value";
+        snprintf(msg, cap,
+                 "'dimensions' is %d, but this model's embeddings have %d values (fewer may be asked for: the first "
+                 "N, normalised again)", (int)in->dimensions, (int)m->hp->n_embd);
+        return 1;
+    }
+    if (!(*starts = calloc((size_t)in->n + 1, sizeof **starts))) return err_set(e, "out of memory");
+    int rc = 0;
+    for (int32_t k = 0; rc == 0 && k < in->n; k++)
+        rc = embed_input(m, parse_special, it, k, prompt, n_prompt, *starts, code, msg, cap, e);
+    if (rc != 0) {
+        free(*prompt);
+        free(*starts);
+        *prompt = NULL;
+        *starts = NULL;
+        *n_prompt = 0;
+    }
+    return rc;
+}
+
+/* An embeddings line's inputs into p->prompt and p->starts (ingest_embed_prompts); a problem makes p bad. */
 static int embed_prompts(ingest_source *s, struct prepared *p, struct err *e)
 {
-    const struct input_embed *in = p->it.embed;
-    if (in->dimensions > s->m->hp->n_embd) {
-        make_bad(p, "invalid_value",
-                 "'dimensions' is %d, but this model's embeddings have %d values (fewer may be asked for: the first "
-                 "N, normalised again)", (int)in->dimensions, (int)s->m->hp->n_embd);
-        return 0;
-    }
-    if (!(p->starts = calloc((size_t)in->n + 1, sizeof *p->starts))) return err_set(e, "out of memory");
-    for (int32_t k = 0; k < in->n; k++) {
-        const char *code;
-        char msg[1024];
-        int rc = embed_input(s, p, k, &code, msg, sizeof msg, e);
-        if (rc < 0) return -1;
-        if (rc > 0) {
-            make_bad(p, code, "%s", msg);
-            return 0;
-        }
-    }
-    return 0;
+    const char *code;
+    char msg[1024];
+    int rc = ingest_embed_prompts(s->m, s->c->parse_special, &p->it, &p->prompt, &p->n_prompt, &p->starts, &code,
+                                  msg, sizeof msg, e);
+    if (rc > 0) make_bad(p, code, "%s", msg);
+    return rc < 0 ? -1 : 0;
 }
 
 /* Makes p's prompt (ingest_prompt: rendered, tokenized, checked against the model) and asks the engine; a

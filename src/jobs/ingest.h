@@ -127,6 +127,14 @@ void ingest_request_of(const struct job_model *m, enum input_kind kind, const st
  * the whole KV pool; "invalid_value": anything else) and the engine's message in msg (cap bytes). */
 int ingest_check_request(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
                          const int32_t *prompt, int32_t n_prompt, const char **code, char *msg, size_t cap);
+/* An embeddings request's inputs (it->embed), each tokenized and checked as a prompt is (ingest_prompt) and
+ * by the engine (ingest_check_request), and its dimensions against the model: 0 with their tokens one after
+ * the other in *prompt (*n_prompt; malloc'd), input k at [(*starts)[k], (*starts)[k + 1]) (*starts malloc'd,
+ * inputs + 1 entries); 1 for a bad request with *code and msg (cap bytes) naming the input as run's error file
+ * does ('input[2]': ...); -1 when out of memory. Input token ids may be taken from it->embed. */
+int ingest_embed_prompts(const struct job_model *m, int parse_special, struct input_item *it, int32_t **prompt,
+                         int32_t *n_prompt, int32_t **starts, const char **code, char *msg, size_t cap,
+                         struct err *e);
 /* max_tokens clamped so that n_prompt + max_tokens fits the model's context (n_prompt below the context). */
 int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t max_tokens);
 

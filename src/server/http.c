@@ -93,6 +93,7 @@ enum route {
     ROUTE_NONE,
     ROUTE_COMPLETIONS,
     ROUTE_CHAT,
+    ROUTE_EMBEDDINGS,
     ROUTE_MODELS,
     ROUTE_MODEL,
     ROUTE_HEALTH,
@@ -456,6 +457,7 @@ static enum route find_route(const http_server *h, const char *url, const char *
     } routes[] = {
         {"/v1/completions", "POST", ROUTE_COMPLETIONS},
         {"/v1/chat/completions", "POST", ROUTE_CHAT},
+        {"/v1/embeddings", "POST", ROUTE_EMBEDDINGS},
         {"/v1/models", "GET", ROUTE_MODELS},
         {"/health", "GET", ROUTE_HEALTH},
         {"/metrics", "GET", ROUTE_METRICS},
@@ -786,7 +788,8 @@ static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, st
                                    const char *method)
 {
     if (c->route == ROUTE_API) return answer_api(h, mc, c, url, method);
-    if (c->route != ROUTE_COMPLETIONS && c->route != ROUTE_CHAT) return answer_get(h, mc, c->route);
+    if (c->route != ROUTE_COMPLETIONS && c->route != ROUTE_CHAT && c->route != ROUTE_EMBEDDINGS)
+        return answer_get(h, mc, c->route);
     if (c->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the body is over %zu bytes", h->p.max_body_bytes);
@@ -799,8 +802,10 @@ static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, st
     struct server_req *r;
     struct openai_error err;
     struct err e;
-    int rc = openai_parse_request(octx, c->route == ROUTE_CHAT, c->body ? c->body : "", c->len, unseeded, &r,
-                                  &err, &e);
+    enum input_kind kind = c->route == ROUTE_CHAT         ? INPUT_KIND_CHAT
+                           : c->route == ROUTE_EMBEDDINGS ? INPUT_KIND_EMBEDDING
+                                                          : INPUT_KIND_COMPLETION;
+    int rc = openai_parse_request(octx, kind, c->body ? c->body : "", c->len, unseeded, &r, &err, &e);
     if (rc < 0) return fail_with(h, mc, 500, "server_error", "internal", e.msg);
     if (rc > 0) return respond_error(h, mc, &err, 0, NULL);
     server_queue_set_notify(h->q, r, conn_notify, c); /* before submit: no news is missed */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs/embedding.h"
 #include "jobs/ingest.h"
 #include "jobs/input.h"
 #include "jobs/key.h"
@@ -91,19 +92,32 @@ static int fill_request(const struct openai_ctx *c, struct input_item *it, uint6
     return 0;
 }
 
-int openai_parse_request(const struct openai_ctx *c, int chat, const char *body, size_t len,
+/* Fills r, an embeddings request, from the parsed item: its inputs tokenized and checked as run's are. */
+static int fill_embeddings(const struct openai_ctx *c, struct input_item *it, struct server_req *r,
+                           struct openai_error *err, struct err *e)
+{
+    const char *code;
+    char msg[1024];
+    int rc = ingest_embed_prompts(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, &r->starts, &code, msg,
+                                  sizeof msg, e);
+    if (rc != 0) return rc < 0 ? -1 : refuse(err, "input", code, msg);
+    r->dimensions = it->embed->dimensions;
+    r->base64 = it->embed->base64;
+    return 0;
+}
+
+int openai_parse_request(const struct openai_ctx *c, enum input_kind kind, const char *body, size_t len,
                          uint64_t unseeded, struct server_req **out, struct openai_error *err, struct err *e)
 {
     struct input_item it;
     json_t *root = NULL;
     struct server_req *r = NULL;
-    int rc = -1;
+    int rc = -1, chat = kind == INPUT_KIND_CHAT, embed = kind == INPUT_KIND_EMBEDDING;
+    const char *field = embed ? "input" : chat ? "messages" : "prompt";
     *out = NULL;
-    if (input_parse_body(body, len, c->defaults, chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION,
-                         server_fields, &it, &root, e))
-        goto done;
+    if (input_parse_body(body, len, c->defaults, kind, server_fields, &it, &root, e)) goto done;
     if (it.code) {
-        rc = refuse(err, chat ? "messages" : "prompt", it.code, it.message);
+        rc = refuse(err, field, it.code, it.message);
         goto done;
     }
     r = server_req_new(it.gen.n);
@@ -112,8 +126,10 @@ int openai_parse_request(const struct openai_ctx *c, int chat, const char *body,
         goto done;
     }
     r->chat = chat;
-    rc = read_server_fields(root, r, err);
-    if (rc == 0) rc = fill_request(c, &it, unseeded, r, err, e);
+    if (embed)
+        rc = fill_embeddings(c, &it, r, err, e);
+    else if ((rc = read_server_fields(root, r, err)) == 0)
+        rc = fill_request(c, &it, unseeded, r, err, e);
     if (rc == 0) {
         *out = r;
         r = NULL;
@@ -222,10 +238,37 @@ static int rendered_choice(const struct server_req *r, const struct server_choic
     return 0;
 }
 
+/* An embeddings request's answer: run's embeddings list (jobs/embedding) from its choices' stored texts. */
+static char *embeddings_response(const struct server_req *r, const char *model, size_t *len,
+                                 struct openai_error *err)
+{
+    size_t n = r->n_choices > 0 ? (size_t)r->n_choices : 1;
+    const char **texts = calloc(n, sizeof *texts);
+    size_t *lens = calloc(n, sizeof *lens);
+    struct output_buf b = {0};
+    struct err e;
+    char *out = NULL;
+    if (texts && lens) {
+        for (int32_t i = 0; i < r->n_choices; i++) {
+            texts[i] = r->choices[i].text ? r->choices[i].text : "";
+            lens[i] = r->choices[i].text_len;
+        }
+        struct embedding_out o = {texts, lens, r->n_choices, r->dimensions, r->base64, model, r->n_prompt};
+        if (embedding_body(&b, &o, &e) == 0) out = finish_buf(&b, len);
+        else openai_set_error(err, 500, "server_error", "engine_error", "%s", e.msg);
+    }
+    if (!out) output_buf_free(&b);
+    if (!out && (!texts || !lens || b.oom)) openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
+    free(texts);
+    free(lens);
+    return out;
+}
+
 char *openai_response(const struct server_req *r, const char *id, const char *model, int64_t created,
                       size_t *len, struct openai_error *err)
 {
     if (failed_choice(r, err)) return NULL;
+    if (r->starts) return embeddings_response(r, model, len, err);
     size_t n = r->n_choices > 0 ? (size_t)r->n_choices : 1;
     struct output_choice *ch = calloc(n, sizeof *ch);
     size_t *at = calloc(n, sizeof *at);

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jobs/input.h"
 #include "jobs/job.h"
 #include "runtime/genparam.h"
 #include "server/server_queue.h"
@@ -46,9 +47,11 @@ struct openai_ctx {
     int parse_special;
 };
 
-/* Parses a POST body (chat: /v1/chat/completions, else /v1/completions) into a new request (one reference,
- * the caller's): 0 with *out; 1 for a bad request with *err (status 400); -1 when out of memory. */
-int openai_parse_request(const struct openai_ctx *c, int chat, const char *body, size_t len,
+/* Parses a POST body of the endpoint of kind (INPUT_KIND_CHAT: /v1/chat/completions, COMPLETION:
+ * /v1/completions, EMBEDDING: /v1/embeddings, read as run reads such a line: one choice per input, prefilled
+ * only) into a new request (one reference, the caller's): 0 with *out; 1 for a bad request with *err (status
+ * 400); -1 when out of memory. */
+int openai_parse_request(const struct openai_ctx *c, enum input_kind kind, const char *body, size_t len,
                          uint64_t unseeded, struct server_req **out, struct openai_error *err, struct err *e);
 
 /* "chatcmpl-..." or "cmpl-...": the response id of admitted request r (salt: a per-process value). */
@@ -57,7 +60,8 @@ void openai_request_id(const struct server_req *r, uint64_t salt, char *buf, siz
 const char *openai_finish_reason(enum engine_finish f);
 
 /* The whole answer to a finished request that does not stream (every choice done): a chat.completion or
- * text_completion object with usage, malloc'd JSON (*len bytes). When a choice failed or was cancelled,
+ * text_completion object with usage, or an embeddings request's list (run's: jobs/embedding), malloc'd JSON
+ * (*len bytes). When a choice failed or was cancelled,
  * NULL with *err (500 with the engine's message, or 503 for a cancelled request: the server is stopping). */
 char *openai_response(const struct server_req *r, const char *id, const char *model, int64_t created,
                       size_t *len, struct openai_error *err);

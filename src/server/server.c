@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs/embedding.h"
 #include "jobs/ingest.h"
 #include "jobs/output.h"
 #include "util/clock.h"
@@ -126,8 +127,12 @@ static void add_requests(server *s, struct server_req *added)
         for (int32_t c = 0; c < r->n_choices; c++) {
             struct server_choice *ch = &r->choices[c];
             struct engine_request rq;
-            ingest_request_of(&s->model, r->chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION, &r->gen, r->prompt,
-                              r->n_prompt, ch->seed, &rq);
+            if (r->starts) /* embeddings: choice c is input c */
+                ingest_request_of(&s->model, INPUT_KIND_EMBEDDING, &r->gen, r->prompt + r->starts[c],
+                                  r->starts[c + 1] - r->starts[c], ch->seed, &rq);
+            else
+                ingest_request_of(&s->model, r->chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION, &r->gen, r->prompt,
+                                  r->n_prompt, ch->seed, &rq);
             rq.id = ch->engine_id;
             rq.priority = ENGINE_PRIORITY_INTERACTIVE;
             int rc = map_put(&s->map, ch->engine_id, r, c);
@@ -175,14 +180,17 @@ static void apply_cancels(server *s, struct server_req *cancelled)
     }
 }
 
-/* A choice that echoes or asks for logprobs: its text as run stores it (output_result_text). */
+/* A choice that echoes or asks for logprobs, or an embedding: its text as run stores it (output_result_text,
+ * embedding_result_to_text). */
 static void render_result(server *s, const struct server_req *r, struct engine_result *res)
 {
     int ok = res->finish == ENGINE_FINISH_STOP || res->finish == ENGINE_FINISH_LENGTH;
-    if (!r->rendered || !ok || output_result_text(s->rt->vocab, r->gen.echo, r->gen.logprobs, res) == 0) return;
+    if (r->starts ? embedding_result_to_text(res) == 0
+                  : !r->rendered || !ok || output_result_text(s->rt->vocab, r->gen.echo, r->gen.logprobs, res) == 0)
+        return;
     res->finish = ENGINE_FINISH_ERROR;
     free(res->error);
-    res->error = strdup("server: out of memory rendering the logprobs");
+    res->error = strdup("server: out of memory storing the result");
 }
 
 static void collect_results(server *s)
