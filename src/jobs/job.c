@@ -181,6 +181,15 @@ static int read_backlog(job *j, struct err *e)
 
 /* --- 2. store --- */
 
+/* config.on_commit: what the store holds now. */
+static void tell_committed(const job *j)
+{
+    int64_t ok, failed;
+    if (!j->c->on_commit) return;
+    ledger_count_committed(&j->book, &ok, &failed);
+    j->c->on_commit(j->c->on_commit_ctx, ok, failed);
+}
+
 /* Opens the store and the output files, binds the store to the settings, and reconciles. */
 static int open_store(job *j, struct err *e)
 {
@@ -196,6 +205,7 @@ static int open_store(job *j, struct err *e)
     struct reconcile_stats rs;
     if (reconcile_run(&j->book, c->retry_failed, &rs, e) != 0) return -1;
     if (j->book.p.debug_checks && ledger_check(&j->book, e) != 0) return err_prefix(e, "after reconcile");
+    tell_committed(j);
     j->sum->work_skipped_done = rs.works_stored;
     for (int f = 0; f < 2; f++) {
         j->sum->repaired.lines_rewritten += rs.files[f].lines_rewritten;
@@ -480,7 +490,9 @@ static int mirror_new(job *j, struct err *e)
 /* Commits what is handed in, writes its lines (ledger_commit_and_write) and copies them to config.mirror. */
 static int commit_write(job *j, struct err *e)
 {
-    return ledger_commit_and_write(&j->book, e) != 0 ? -1 : mirror_new(j, e);
+    if (ledger_commit_and_write(&j->book, e) != 0) return -1;
+    tell_committed(j);
+    return mirror_new(j, e);
 }
 
 /* Commits what is handed in when the commit interval has passed. */

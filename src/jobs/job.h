@@ -85,6 +85,11 @@ struct job_config {
     double sample_interval;        /* seconds between time-series samples in the record (default 5) */
     int watchdog;                  /* 1 (default): lower max_seqs under memory pressure (jobs/monitor) */
     const struct job_engine *engine; /* optional: drive the engine through these (see above); NULL: m->eng */
+    /* optional: called after every commit, and once when the run has reconciled its store, with the lines
+     * the store holds results and errors for (ledger_count_committed): live progress that follows the
+     * commits, also with order_input, whose files grow only in backlog order. NULL: none. */
+    void (*on_commit)(void *ctx, int64_t lines_ok, int64_t lines_failed);
+    void *on_commit_ctx;
     /* tests only (fault injection): called after every engine "step", and at "after_commit", "mid_write"
      * (half of a batch written) and "after_write" of every commit (ledger_commit_and_write); a crash test's
      * hook kills the process at a chosen call or slows the steps down. NULL normally. */

@@ -721,6 +721,8 @@ int ledger_commit_and_write(ledger *l, struct err *e)
     if (schedule_ready(l, e) != 0) goto fail;
     double t2 = clock_now();
     if (store_commit(l->st, e) != 0) goto fail;
+    for (size_t i = 0; i < l->n_ready; i++) /* every line of the ready list has its row now */
+        l->n_committed[l->lines[l->ready[i]].file]++;
     double t3 = clock_now();
     /* Only now, after the commit, do the lines reach the files (invariant 2). */
     if (l->p.test_hook) l->p.test_hook("after_commit");
@@ -738,6 +740,12 @@ fail:
     store_rollback(l->st);
     l->run_id[0] = '\0'; /* made in this transaction perhaps: read (or made) again by the next one */
     return -1;
+}
+
+void ledger_count_committed(const ledger *l, int64_t *n_results, int64_t *n_errors)
+{
+    *n_results = l->n_committed[STORE_FILE_OUTPUT];
+    *n_errors = l->n_committed[STORE_FILE_ERRORS];
 }
 
 void ledger_count_lines(const ledger *l, int64_t *n_results, int64_t *n_errors, int64_t *n_engine_errors)
@@ -855,15 +863,21 @@ int ledger_check(const ledger *l, struct err *e)
 {
     uint8_t *marks = calloc(l->n_lines ? l->n_lines : 1, 1);
     uint8_t *n_refs_to = calloc(l->n_lines ? l->n_lines : 1, 1);
-    int64_t scheduled[2] = {0, 0};
+    int64_t scheduled[2] = {0, 0}, committed[2] = {0, 0};
     int rc = 0;
     if (!marks || !n_refs_to) rc = err_set(e, "ledger_check: out of memory");
     if (rc == 0 && l->n_fin) rc = err_set(e, "ledger_check: %zu results outside a commit", l->n_fin);
     if (rc == 0) rc = mark_lists(l, marks, e);
     if (rc == 0) rc = check_works(l, n_refs_to, e);
-    for (size_t i = 0; rc == 0 && i < l->n_lines; i++) rc = check_line(l, i, n_refs_to[i], marks[i], scheduled, e);
+    for (size_t i = 0; rc == 0 && i < l->n_lines; i++) {
+        rc = check_line(l, i, n_refs_to[i], marks[i], scheduled, e);
+        if (l->lines[i].state != LEDGER_LINE_WAITING) committed[l->lines[i].file]++;
+    }
     for (int f = 0; rc == 0 && f < 2; f++) {
-        if (scheduled[f] != l->out_end[f])
+        if (committed[f] != l->n_committed[f])
+            rc = err_set(e, "ledger_check: file %d: %lld lines are committed, n_committed says %lld", f,
+                         (long long)committed[f], (long long)l->n_committed[f]);
+        else if (scheduled[f] != l->out_end[f])
             rc = err_set(e, "ledger_check: file %d: scheduled lines end at %lld, out_end is %lld", f,
                          (long long)scheduled[f], (long long)l->out_end[f]);
         else if (l->wbuf[f].n)
