@@ -11,7 +11,8 @@ and POSTed to a server on 127.0.0.1 (--port 0, the port read from its log; kille
   - good bodies (structured output, logprobs, top_logprobs, echo, scoring, n, penalties, logit_bias, seeds):
     the server's choices (text or message, finish_reason, logprobs) and usage equal run's result line's
   - streamed: a stream with logprobs brings the same text and logprobs as the whole answer
-  - README: the fields README's serve section lists as refused are refused by both, with run's codes
+  - README: the fields README's serve section lists as refused are refused by both, with run's codes, and
+    each field it says works is in a good body that passed
 """
 import json
 import os
@@ -209,6 +210,7 @@ def check_bad(base, run):
 
 
 def check_good(base, run):
+    passed = set()
     for i, (name, url, body) in enumerate(GOOD):
         line = run.get("r%d" % i)
         chat = url == H
@@ -222,10 +224,12 @@ def check_good(base, run):
         want, got = choices_of(line["response"]["body"], chat), choices_of(json.loads(text), chat)
         if want == got:
             ok("parity_good_" + name)
+            passed.add(name)
         else:
             fail("parity_good_" + name, "serve %s\n   run %s" % (json.dumps(got)[:600], json.dumps(want)[:600]))
         if name == "chat_end_token":
             check_end_token(line["response"]["body"])
+    return passed
 
 
 def check_end_token(body):
@@ -269,8 +273,27 @@ def check_stream(base):
 def readme_refused():
     """The fields README's serve section lists as refused: the names in `code` on its 'Refused' line."""
     text = open(README).read()
-    m = re.search(r"^Refused fields?[^\n]*:(.*)$", text, re.M)
+    m = re.search(r"^Refused fields[^:]*:(.*?)\.\n", text, re.M | re.S)  # to the sentence's end
     return re.findall(r"`([a-z_]+)`", m.group(1)) if m else []
+
+
+def readme_documented():
+    """The fields README's serve section says work: the names in `code` of its 'Every generation field' sentence."""
+    m = re.search(r"^Every generation field works[^:]*:(.*?)\.\s", open(README).read(), re.M | re.S)
+    return [n for n in re.findall(r"`([a-z_]+)`", m.group(1))] if m else []
+
+
+def check_documented(passed):
+    """Each field README documents is in a good body that served as run wrote it."""
+    names = readme_documented()
+    if len(names) < 8:
+        fail("parity_readme_documented_list", "README has no 'Every generation field works' sentence naming them")
+    for n in names:
+        used = [g for g in GOOD if '"%s"' % n in g[2]]
+        if used and all(g[0] in passed for g in used):
+            ok("parity_readme_works_" + n)
+        else:
+            fail("parity_readme_works_" + n, "no good body with it passed (%s)" % [g[0] for g in used])
 
 
 def check_readme(base):
@@ -297,7 +320,7 @@ def main():
     srv, base = start_server()
     try:
         check_bad(base, bad_run)
-        check_good(base, good_run)
+        check_documented(check_good(base, good_run))
         check_stream(base)
         check_readme(base)
     finally:
