@@ -476,7 +476,10 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
                 l->works[ledger_line_work(l, &l->lines[li], k)].gen_units =
                     ledger_gen_units(p->starts ? 0 : ingest_max_tokens(s->m, p->n_prompt, it->gen.max_tokens));
             st->folded_duplicates += folded;
+            st->distinct_requests += k == 0 && !folded; /* k 0 folds only onto an earlier line's work */
         }
+        st->requests++;
+        st->completions += n;
         if (it->embed)
             ledger_digest_embedding(it->custom_id, it->model ? it->model : s->m->name, n, (const uint8_t(*)[32])keys,
                                     it->embed->dimensions, it->embed->base64, digest);

@@ -37,6 +37,10 @@
 
 struct ingest_stats {
     int64_t bad_lines;         /* bad input, chat template failures, prompts that do not fit */
+    int64_t requests;          /* good lines: each one request, whatever its n */
+    int64_t distinct_requests; /* of those, the ones whose first completion no earlier line has (the rest
+                                  repeat an earlier line's request) */
+    int64_t completions;       /* the requests' completions (n each): unique ones + folded duplicates */
     int64_t folded_duplicates; /* completions whose key another completion already has */
     int interrupted;           /* *c->stop was set: reading stopped early */
     uint64_t defaults_used;    /* bit i: a request line fell back to the default of genparam row i (it did

@@ -174,6 +174,9 @@ static int read_backlog(job *j, struct err *e)
     j->sum->work_total = (int64_t)j->book.n_works;
     j->sum->input_errors = st.bad_lines;
     j->sum->folded_duplicates = st.folded_duplicates;
+    j->sum->requests = st.requests;
+    j->sum->distinct_requests = st.distinct_requests;
+    j->sum->completions = st.completions;
     j->sum->interrupted = st.interrupted;
     j->defaults_used = st.defaults_used;
     return 0;
@@ -722,9 +725,11 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
 
     if (plan_work(j, &order, &n_order, e) != 0) goto done;
     sum->t_plan = clock_now() - t_rec;
-    log_info("%lld lines: %lld unique requests, %lld already done, %zu to run, %lld folded duplicates, %lld bad lines",
-             (long long)sum->lines, (long long)sum->work_total, (long long)sum->work_skipped_done, n_order,
-             (long long)sum->folded_duplicates, (long long)sum->input_errors);
+    log_info("%lld lines: %lld bad, %lld requests (%lld distinct) for %lld completions: %lld unique (%lld already "
+             "done, %zu to run), %lld folded duplicates",
+             (long long)sum->lines, (long long)sum->input_errors, (long long)sum->requests,
+             (long long)sum->distinct_requests, (long long)sum->completions, (long long)sum->work_total,
+             (long long)sum->work_skipped_done, n_order, (long long)sum->folded_duplicates);
 
     /* the first commit writes what is already known (bad lines, lines done before) */
     j->mirror_fd = c->mirror ? open(c->output, O_RDONLY) : -1;

@@ -127,7 +127,10 @@ struct job_summary {
     int64_t lines_ok, lines_failed; /* in the result / error file now */
     int64_t input_errors;          /* bad lines (input, template, prompt too long) */
     int64_t engine_errors;         /* lines whose request failed in the engine */
-    int64_t work_total;            /* unique keys */
+    int64_t requests;              /* good lines (a line is one request, whatever its n) */
+    int64_t distinct_requests;     /* of those, not a repeat of an earlier line's request */
+    int64_t completions;           /* what the requests ask for (n each) = work_total + folded_duplicates */
+    int64_t work_total;            /* unique keys: unique completions */
     int64_t work_skipped_done;     /* already done in the store */
     int64_t work_computed;         /* finished by this run */
     int64_t work_failed;           /* of those, failed */
