@@ -19,6 +19,19 @@ ids=$(jq_py 'print(" ".join(sorted(json.loads(l)["custom_id"] for l in open(sys.
 [ "$n" = 4 ] && [ "$ids" = "1 2 4 5" ] && ok run_text_ids_are_line_numbers || fail run_text_ids_are_line_numbers "$n lines, ids $ids"
 folded=$(jq_py 'r=json.load(open(sys.argv[1])); print(r["counts"]["folded_duplicates"], r["counts"]["unique_requests"])' "$T/s.out.record.json")
 [ "$folded" = "1 3" ] && ok run_folds_duplicates || fail run_folds_duplicates "folded/unique: $folded"
+# lines, requests, distinct requests and completions counted apart: a line with n: 3 is one request
+python3 -c 'import json
+for i in range(10):
+    print(json.dumps({"id": "c%d" % i, "prompt": "Once upon a time %d" % (i % 4), "max_tokens": 4, "temperature": 0,
+                      "n": 3 if i % 2 else 1}))
+print("not json")' >"$T/counts.jsonl"
+$NS run "$T/counts.jsonl" -o "$T/counts.out" -m "$model" --threads 1 --kv-memory 16M >"$T/counts.sum" 2>&1
+counts=$(jq_py 'c=json.load(open(sys.argv[1]))["counts"]; print(c["lines"], c["requests"], c["distinct_requests"],
+    c["completions"], c["unique_requests"], c["folded_duplicates"])' "$T/counts.out.record.json")
+[ "$counts" = "11 10 4 20 8 12" ] &&
+    grep -q "11 lines: 1 bad, 10 requests (4 distinct) for 20 completions: 8 unique" "$T/counts.sum" &&
+    grep -q "10 requests (4 distinct) for 20 completions: 8 unique (8 computed now, 0 already done), 12 folded" "$T/counts.sum" &&
+    ok run_counts_lines_requests_completions || fail run_counts_lines_requests_completions "$counts: $(cat "$T/counts.sum")"
 cp "$T/s.out" "$T/s.before"
 $NS run "$T/s.txt" -o "$T/s.out" -m "$model" --threads 1 --kv-memory 16M --max-tokens 12 --temperature 0 >"$T/sum" 2>&1
 grep -q "0 computed now, 3 already done" "$T/sum" && cmp -s "$T/s.out" "$T/s.before" && ok run_resume_skips_done ||

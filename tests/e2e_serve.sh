@@ -135,7 +135,7 @@ check serve_invalid_utf8_400 400 'd["error"]["code"] == "invalid_utf8" and "inva
 req POST /v1/completions "${H[@]}" -d '{"prompt":"Once","temperature":7}'
 check serve_out_of_range_400 400 '"temperature" in d["error"]["message"] and d["error"]["code"] == "invalid_value"'
 req POST /v1/completions "${H[@]}" -d '{"prompt":"Once","frobnicate":true}'
-check serve_unknown_field_400 400 'd["error"]["code"] == "unknown_field"'
+check serve_unknown_field_400 400 'd["error"]["code"] == "unknown_parameter" and d["error"]["param"] == "frobnicate"'
 req POST /v1/chat/completions "${H[@]}" -d '{"prompt":"Once"}'
 check serve_wrong_kind_400 400 '"messages" in d["error"]["message"]'
 head -c 300000 /dev/zero | tr '\0' 'a' >"$e2e_tmp/huge"

@@ -2,9 +2,9 @@
 # End-to-end test of the Files and Batches API of `nightshift serve` (issue 16) with the official `openai`
 # package from PyPI (tests/serve_batch.py: round trip against `nightshift run`, restart after SIGKILL, cancel,
 # hostile ids, purposes and sizes), installed on first use into a venv next to the binary
-# (NIGHTSHIFT_OPENAI_VENV overrides it); skipped, never passed, when it cannot be installed. Then curl-level
-# checks that need no SDK: a body that is not multipart, wrong methods, ids that are not ids, a second server
-# on the same data directory.
+# (NIGHTSHIFT_OPENAI_VENV overrides it); skipped, never passed, when it cannot be installed. Then checks that
+# need no SDK: request_counts that follow the store's commits (tests/serve_batch_progress.py), a body that is
+# not multipart, wrong methods, ids that are not ids, a second server on the same data directory.
 . tests/lib.sh
 model=$SHARED/models/stories260K.gguf
 if [ ! -f "$model" ]; then skip serve_batch "no $model"; exit 0; fi
@@ -19,6 +19,9 @@ if "$venv/bin/python" -c 'import openai' 2>/dev/null; then
 else
     skip serve_batch_openai_sdk "the openai package could not be installed into $venv (no network?)"
 fi
+
+# request_counts follow the commits (no SDK: urllib, curl and the store read with sqlite3)
+timeout 300 python3 tests/serve_batch_progress.py "$NS" "$model" "$e2e_tmp" || E2E_FAILED=1
 
 # curl level
 "$NS" serve -m "$model" --host 127.0.0.1 --port 0 -t 1 --data-dir "$e2e_tmp/curl.data" >/dev/null 2>"$e2e_tmp/curl.log" &

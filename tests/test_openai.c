@@ -1,6 +1,7 @@
 /* Tests for server/openai on the stories260K vocabulary: request bodies become the prompt and parameters
  * that run would use (the same tokens, the same seeds for seeded requests, the same error messages);
- * server fields (stream, stream_options) and neutral OpenAI fields; unsupported and unknown fields are 400;
+ * server fields (stream, stream_options) and neutral OpenAI fields; unsupported and unknown fields are 400
+ * with run's codes and params;
  * response objects, stream chunks and errors have the OpenAI shapes (each checked by parsing it back). */
 #include "server/openai.h"
 
@@ -60,25 +61,30 @@ TEST(openai_bad_requests)
     if (!vocab) SKIP("no stories260K model");
     struct {
         int chat;
-        const char *body, *code, *msg;
+        const char *body, *code, *msg, *param; /* code and param as run's error file has them */
     } bad[] = {
-        {0, "{\"prompt\":\"x\",\"logprobs\":true}", "unsupported_value", "'logprobs' is not supported"},
-        {0, "{\"prompt\":\"x\",\"best_of\":2}", "unsupported_value", "'best_of'"},
+        {0, "{\"prompt\":\"x\",\"best_of\":2}", "unsupported_parameter", "'best_of'", "best_of"},
         {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
-         "unsupported_value", "'tools'"},
-        {0, "{\"prompt\":\"x\",\"frobnicate\":1}", "unknown_field", "unknown field 'frobnicate'"},
-        {0, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "invalid_type", "'stream' must be a boolean"},
+         "unsupported_parameter", "'tools'", "tools"},
+        {0, "{\"prompt\":\"x\",\"frobnicate\":1}", "unknown_parameter", "unknown field 'frobnicate'", "frobnicate"},
+        {0, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "invalid_type", "'stream' must be a boolean", "stream"},
         {0, "{\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", "invalid_value",
-         "only allowed with"},
+         "only allowed with", "stream_options"},
         {0, "{\"prompt\":\"x\",\"temperature\":-1}", "invalid_value",
-         "'temperature' must be in [0, 2], got -1"},
-        {0, "{\"prompt\":\"x\"", "invalid_json", "not JSON"},
-        {0, "{\"prompt\":\"\xc3\x28\"}", "invalid_utf8", "invalid UTF-8 at byte 11"},
-        {0, "{\"prompt\":[1,99999999]}", "invalid_value", "outside the vocabulary"},
-        {0, "{\"prompt\":[]}", "invalid_value", "'prompt' is empty"},
-        {1, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "unsupported_request",
-         "is not supported"},
-        {1, "{\"prompt\":\"x\"}", "invalid_value", "needs 'messages'"},
+         "'temperature' must be in [0, 2], got -1", "temperature"},
+        {0, "{\"prompt\":\"x\"", "invalid_json", "not JSON", NULL},
+        {0, "{\"prompt\":\"\xc3\x28\"}", "invalid_utf8", "invalid UTF-8 at byte 11", NULL},
+        {0, "{\"prompt\":[1,99999999]}", "invalid_value", "outside the vocabulary", NULL},
+        {0, "{\"prompt\":[]}", "invalid_value", "'prompt' is empty", "prompt"},
+        {1, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "unsupported_value",
+         "is not supported", NULL},
+        {1, "{\"prompt\":\"x\"}", "invalid_value", "needs body.messages", NULL},
+        {1, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", "unsupported_parameter",
+         "'echo' is a /v1/completions field", "echo"},
+        {0, "{\"prompt\":\"x\",\"logprobs\":2,\"top_logprobs\":2}", "invalid_value",
+         "'top_logprobs' is a chat completions field", "top_logprobs"},
+        {0, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"xml\"}}", "invalid_value", "response_format",
+         "response_format.type"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct server_req *r = NULL;
@@ -89,11 +95,14 @@ TEST(openai_bad_requests)
         CHECK_STR(err.type, "invalid_request_error");
         CHECK_MSG(!strcmp(err.code, bad[i].code), "body %zu: code %s", i, err.code);
         CHECK_MSG(strstr(err.message, bad[i].msg), "body %zu: %s", i, err.message);
+        CHECK_MSG(!strcmp(err.param, bad[i].param ? bad[i].param : ""), "body %zu: param '%s'", i, err.param);
         size_t len;
         char *body = openai_error_body(&err, &len);
         json_t *j = json_loadb(body, len, 0, NULL);
+        const json_t *param = json_object_get(json_object_get(j, "error"), "param");
         CHECK(j && json_is_string(json_object_get(json_object_get(j, "error"), "message")));
-        CHECK(json_is_null(json_object_get(json_object_get(j, "error"), "param")));
+        CHECK(bad[i].param ? json_is_string(param) && !strcmp(json_string_value(param), bad[i].param)
+                           : json_is_null(param));
         json_decref(j);
         free(body);
     }

@@ -438,7 +438,9 @@ static void run_print_summary(FILE *out, const struct job_config *c, const struc
     fprintf(out, "nightshift run: %lld lines: %lld results -> %s, %lld errors -> %s (%lld bad input, %lld failed)\n",
            (long long)s->lines, (long long)s->lines_ok, c->output, (long long)s->lines_failed, c->errors,
            (long long)s->input_errors, (long long)s->engine_errors);
-    fprintf(out, "nightshift run: %lld unique requests: %lld computed now, %lld already done, %lld folded duplicates\n",
+    fprintf(out, "nightshift run: %lld requests (%lld distinct) for %lld completions: %lld unique (%lld computed now, "
+           "%lld already done), %lld folded duplicates\n",
+           (long long)s->requests, (long long)s->distinct_requests, (long long)s->completions,
            (long long)s->work_total, (long long)s->work_computed, (long long)s->work_skipped_done,
            (long long)s->folded_duplicates);
     fprintf(out, "nightshift run: %.2f s: %lld prompt tokens (%lld from the prefix cache), %lld generated; "

@@ -204,20 +204,17 @@ int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t m
 
 /* --- preparing a line --- */
 
-/* The engine request of a line's completion with the given seed: its item (parameters) and prompt; the
- * pointers point into them. */
-static void request_of(const ingest_source *s, const struct input_item *it, const int32_t *prompt, int32_t n_prompt,
-                       uint64_t seed, struct engine_request *rq)
+void ingest_request_of(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                       const int32_t *prompt, int32_t n_prompt, uint64_t seed, struct engine_request *rq)
 {
-    const struct gen_params *g = &it->gen;
     memset(rq, 0, sizeof *rq);
     rq->prompt = prompt;
     rq->n_prompt = n_prompt;
-    if (it->kind == INPUT_KIND_EMBEDDING) { /* prefill only: no generation parameter applies */
-        rq->embed_pooling = s->m->hp->pooling;
+    if (kind == INPUT_KIND_EMBEDDING) { /* prefill only: no generation parameter applies */
+        rq->embed_pooling = m->hp->pooling;
         return;
     }
-    rq->max_tokens = ingest_max_tokens(s->m, n_prompt, g->max_tokens);
+    rq->max_tokens = ingest_max_tokens(m, n_prompt, g->max_tokens);
     genparam_to_sampler(g, seed, &rq->sampling);
     rq->stop = (const char *const *)g->stop;
     rq->n_stop = g->n_stop;
@@ -225,81 +222,108 @@ static void request_of(const ingest_source *s, const struct input_item *it, cons
     rq->constraint = g->constraint.kind != CONSTRAINT_NONE ? &g->constraint : NULL;
     rq->logprobs = g->logprobs >= 0; /* alternatives: completions' logprobs: N, chat's top_logprobs */
     rq->top_logprobs = g->logprobs > g->top_logprobs ? g->logprobs : g->top_logprobs;
-    rq->prompt_logprobs = g->echo; /* the echoed text is the prompt's tokens (jobs/job) */
+    rq->prompt_logprobs = g->echo; /* the echoed text is the prompt's tokens (output_result_text) */
+}
+
+static void request_of(const ingest_source *s, const struct input_item *it, const int32_t *prompt, int32_t n_prompt,
+                       uint64_t seed, struct engine_request *rq)
+{
+    ingest_request_of(s->m, it->kind, &it->gen, prompt, n_prompt, seed, rq);
+}
+
+int ingest_check_request(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                         const int32_t *prompt, int32_t n_prompt, const char **code, char *msg, size_t cap)
+{
+    if (!m->eng) return 0;
+    struct engine_request rq;
+    ingest_request_of(m, kind, g, prompt, n_prompt, 0, &rq);
+    enum engine_request_check c = engine_check_request(m->eng, &rq, msg, cap);
+    if (c == ENGINE_REQUEST_OK) return 0;
+    *code = c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value";
+    return 1;
 }
 
 /* Asks the run's engine whether it would take p's requests (they differ only in their seeds), with its own
- * arithmetic (engine_check_request): a request it would fail at once (prompt + max_tokens over the whole KV
- * pool: "request_too_large"; parameters the sampler refuses) makes p bad now, so that no line read as good
- * fails for good in the engine, to be retried in vain by --retry-failed. No engine (unit tests): nothing
- * to ask. */
+ * arithmetic (ingest_check_request): a request it would fail at once makes p bad now, so that no line read as
+ * good fails for good in the engine, to be retried in vain by --retry-failed. */
 static void check_with_engine(const ingest_source *s, struct prepared *p)
 {
-    if (!s->m->eng) return;
-    struct engine_request rq;
-    request_of(s, &p->it, p->prompt, p->n_prompt, 0, &rq);
+    const char *code;
     char msg[512];
-    enum engine_request_check c = engine_check_request(s->m->eng, &rq, msg, sizeof msg);
-    if (c != ENGINE_REQUEST_OK)
-        make_bad(p, c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value", "%s", msg);
+    if (ingest_check_request(s->m, p->it.kind, &p->it.gen, p->prompt, p->n_prompt, &code, msg, sizeof msg))
+        make_bad(p, code, "%s", msg);
 }
 
-/* Input k of an embeddings line tokenized and checked as a prompt is (ingest_prompt), then appended to
- * p->prompt; 1 with the bad request's code and message (naming the input) when it is refused. */
-static int embed_input(ingest_source *s, struct prepared *p, int32_t k, const char **code, char *msg, size_t cap,
+/* Input k of an embeddings request tokenized and checked as a prompt is (ingest_prompt) and by the engine
+ * (ingest_check_request), then appended to *prompt (*n_prompt; starts[k + 1] its end); 1 with the bad
+ * request's code and message (naming the input) when it is refused. */
+static int embed_input(const struct job_model *m, int parse_special, struct input_item *it, int32_t k,
+                       int32_t **prompt, int32_t *n_prompt, int32_t *starts, const char **code, char *msg, size_t cap,
                        struct err *e)
 {
-    struct input_embed *in = p->it.embed;
+    struct input_embed *in = it->embed;
     struct input_item one = {.kind = INPUT_KIND_COMPLETION, .prompt = in->text[k], .prompt_len = in->len[k],
                              .prompt_ids = in->ids[k], .n_prompt_ids = in->n_ids[k]};
     int32_t *ids, n_ids;
     char why[768];
-    int rc = ingest_prompt(s->m, s->c->parse_special, &one, &ids, &n_ids, NULL, code, why, sizeof why, e);
+    int rc = ingest_prompt(m, parse_special, &one, &ids, &n_ids, NULL, code, why, sizeof why, e);
     if (!one.prompt_ids) in->ids[k] = NULL; /* taken into ids */
+    if (rc == 0 && ingest_check_request(m, INPUT_KIND_EMBEDDING, &it->gen, ids, n_ids, code, why, sizeof why)) {
+        free(ids);
+        rc = 1;
+    }
     if (rc > 0 && in->n > 1) snprintf(msg, cap, "'input[%d]': %s", (int)k, why);
     else if (rc > 0) snprintf(msg, cap, "'input': %s", why);
     if (rc != 0) return rc;
-    struct engine_request rq;
-    request_of(s, &p->it, ids, n_ids, 0, &rq);
-    enum engine_request_check c = s->m->eng ? engine_check_request(s->m->eng, &rq, why, sizeof why) : ENGINE_REQUEST_OK;
-    int32_t *grown = c == ENGINE_REQUEST_OK ? realloc(p->prompt, (size_t)(p->n_prompt + n_ids) * sizeof *grown) : NULL;
+    int32_t *grown = realloc(*prompt, (size_t)(*n_prompt + n_ids) * sizeof *grown);
     if (grown) {
-        memcpy(grown + p->n_prompt, ids, (size_t)n_ids * sizeof *ids);
-        p->prompt = grown;
-        p->n_prompt += n_ids;
-        p->starts[k + 1] = p->n_prompt;
+        memcpy(grown + *n_prompt, ids, (size_t)n_ids * sizeof *ids);
+        *prompt = grown;
+        *n_prompt += n_ids;
+        starts[k + 1] = *n_prompt;
     }
     free(ids);
-    if (c == ENGINE_REQUEST_OK) return grown ? 0 : err_set(e, "out of memory");
-    *code = c == ENGINE_REQUEST_TOO_LARGE ? "request_too_large" : "invalid_value";
-    if (in->n > 1) snprintf(msg, cap, "'input[%d]': %s", (int)k, why);
-    else snprintf(msg, cap, "'input': %s", why);
-    return 1;
+    return grown ? 0 : err_set(e, "out of memory");
 }
 
-/* An embeddings line's inputs into p->prompt and p->starts (embed_input), and its dimensions checked against
- * the model; a problem makes p bad. */
+int ingest_embed_prompts(const struct job_model *m, int parse_special, struct input_item *it, int32_t **prompt,
+                         int32_t *n_prompt, int32_t **starts, const char **code, char *msg, size_t cap,
+                         struct err *e)
+{
+    const struct input_embed *in = it->embed;
+    *prompt = NULL;
+    *n_prompt = 0;
+    *starts = NULL;
+    if (in->dimensions > m->hp->n_embd) {
+        *code = "invalid_value";
+        snprintf(msg, cap,
+                 "'dimensions' is %d, but this model's embeddings have %d values (fewer may be asked for: the first "
+                 "N, normalised again)", (int)in->dimensions, (int)m->hp->n_embd);
+        return 1;
+    }
+    if (!(*starts = calloc((size_t)in->n + 1, sizeof **starts))) return err_set(e, "out of memory");
+    int rc = 0;
+    for (int32_t k = 0; rc == 0 && k < in->n; k++)
+        rc = embed_input(m, parse_special, it, k, prompt, n_prompt, *starts, code, msg, cap, e);
+    if (rc != 0) {
+        free(*prompt);
+        free(*starts);
+        *prompt = NULL;
+        *starts = NULL;
+        *n_prompt = 0;
+    }
+    return rc;
+}
+
+/* An embeddings line's inputs into p->prompt and p->starts (ingest_embed_prompts); a problem makes p bad. */
 static int embed_prompts(ingest_source *s, struct prepared *p, struct err *e)
 {
-    const struct input_embed *in = p->it.embed;
-    if (in->dimensions > s->m->hp->n_embd) {
-        make_bad(p, "invalid_value",
-                 "'dimensions' is %d, but this model's embeddings have %d values (fewer may be asked for: the first "
-                 "N, normalised again)", (int)in->dimensions, (int)s->m->hp->n_embd);
-        return 0;
-    }
-    if (!(p->starts = calloc((size_t)in->n + 1, sizeof *p->starts))) return err_set(e, "out of memory");
-    for (int32_t k = 0; k < in->n; k++) {
-        const char *code;
-        char msg[1024];
-        int rc = embed_input(s, p, k, &code, msg, sizeof msg, e);
-        if (rc < 0) return -1;
-        if (rc > 0) {
-            make_bad(p, code, "%s", msg);
-            return 0;
-        }
-    }
-    return 0;
+    const char *code;
+    char msg[1024];
+    int rc = ingest_embed_prompts(s->m, s->c->parse_special, &p->it, &p->prompt, &p->n_prompt, &p->starts, &code,
+                                  msg, sizeof msg, e);
+    if (rc > 0) make_bad(p, code, "%s", msg);
+    return rc < 0 ? -1 : 0;
 }
 
 /* Makes p's prompt (ingest_prompt: rendered, tokenized, checked against the model) and asks the engine; a
@@ -452,7 +476,10 @@ static int add_line(ingest_source *s, struct prepared *p, struct ingest_stats *s
                 l->works[ledger_line_work(l, &l->lines[li], k)].gen_units =
                     ledger_gen_units(p->starts ? 0 : ingest_max_tokens(s->m, p->n_prompt, it->gen.max_tokens));
             st->folded_duplicates += folded;
+            st->distinct_requests += k == 0 && !folded; /* k 0 folds only onto an earlier line's work */
         }
+        st->requests++;
+        st->completions += n;
         if (it->embed)
             ledger_digest_embedding(it->custom_id, it->model ? it->model : s->m->name, n, (const uint8_t(*)[32])keys,
                                     it->embed->dimensions, it->embed->base64, digest);

@@ -37,6 +37,10 @@
 
 struct ingest_stats {
     int64_t bad_lines;         /* bad input, chat template failures, prompts that do not fit */
+    int64_t requests;          /* good lines: each one request, whatever its n */
+    int64_t distinct_requests; /* of those, the ones whose first completion no earlier line has (the rest
+                                  repeat an earlier line's request) */
+    int64_t completions;       /* the requests' completions (n each): unique ones + folded duplicates */
     int64_t folded_duplicates; /* completions whose key another completion already has */
     int interrupted;           /* *c->stop was set: reading stopped early */
     uint64_t defaults_used;    /* bit i: a request line fell back to the default of genparam row i (it did
@@ -116,6 +120,25 @@ struct ingest_fallback {
 int ingest_prompt(const struct job_model *m, int parse_special, struct input_item *it, int32_t **ids,
                   int32_t *n_ids, struct ingest_fallback *fb, const char **code, char *msg, size_t cap,
                   struct err *e);
+/* The engine request of one completion of a request of this kind and these parameters, with prompt and seed,
+ * as run submits it (the pointers point into g and prompt): max_tokens clamped (ingest_max_tokens), the
+ * sampler's parameters, stop strings, constraint, logprobs (completions' logprobs: N and chat's top_logprobs
+ * as the alternatives) and echo's prompt logprobs; an embedding: prefill only, pooled as the model says. */
+void ingest_request_of(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                       const int32_t *prompt, int32_t n_prompt, uint64_t seed, struct engine_request *rq);
+/* What m's engine (m->eng; none: nothing to ask, 0) would say about that request (engine_check_request,
+ * read-only): 0 when it takes it, 1 with *code ("request_too_large": prompt + max_tokens over the context or
+ * the whole KV pool; "invalid_value": anything else) and the engine's message in msg (cap bytes). */
+int ingest_check_request(const struct job_model *m, enum input_kind kind, const struct gen_params *g,
+                         const int32_t *prompt, int32_t n_prompt, const char **code, char *msg, size_t cap);
+/* An embeddings request's inputs (it->embed), each tokenized and checked as a prompt is (ingest_prompt) and
+ * by the engine (ingest_check_request), and its dimensions against the model: 0 with their tokens one after
+ * the other in *prompt (*n_prompt; malloc'd), input k at [(*starts)[k], (*starts)[k + 1]) (*starts malloc'd,
+ * inputs + 1 entries); 1 for a bad request with *code and msg (cap bytes) naming the input as run's error file
+ * does ('input[2]': ...); -1 when out of memory. Input token ids may be taken from it->embed. */
+int ingest_embed_prompts(const struct job_model *m, int parse_special, struct input_item *it, int32_t **prompt,
+                         int32_t *n_prompt, int32_t **starts, const char **code, char *msg, size_t cap,
+                         struct err *e);
 /* max_tokens clamped so that n_prompt + max_tokens fits the model's context (n_prompt below the context). */
 int32_t ingest_max_tokens(const struct job_model *m, int32_t n_prompt, int32_t max_tokens);
 

@@ -738,6 +738,29 @@ static void salvage_id(input_reader *r, const json_error_t *first, struct input_
     free(copy);
 }
 
+/* An embeddings body (jobs/embedding) into *it: one work per input (gen.n counts them). -1: bad. */
+static int read_embedding(const json_t *body, struct input_item *it, struct bad *b)
+{
+    int erc = embedding_parse_body(body, &it->embed, &it->model, &b->code, b->msg, sizeof b->msg);
+    if (erc < 0) set_bad(b, "invalid_value", "out of memory");
+    if (erc != 0) return -1;
+    it->kind = INPUT_KIND_EMBEDDING;
+    it->gen.n = it->embed->n;
+    it->gen.given = GENPARAM_ALL_ROWS; /* an embedding falls back to no generation default */
+    return 0;
+}
+
+/* A body read for /v1/chat/completions (chat) or /v1/completions that holds the other endpoint's prompt: -1
+ * (bad), the same message for a backlog line and a server's body. */
+static int endpoint_mismatch(const struct input_item *it, int chat, struct bad *b)
+{
+    if (chat && it->kind != INPUT_KIND_CHAT)
+        return set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
+    if (!chat && it->kind != INPUT_KIND_COMPLETION)
+        return set_bad(b, "invalid_value", "url /v1/completions needs body.prompt");
+    return 0;
+}
+
 static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
 {
     json_t *root;
@@ -784,21 +807,9 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
         }
         static const char *const none[] = {NULL};
         if (want_chat == 2) { /* embeddings: one work per input (gen.n counts them) */
-            int erc = embedding_parse_body(body, &it->embed, &it->model, &b->code, b->msg, sizeof b->msg);
-            if (erc < 0) set_bad(b, "invalid_value", "out of memory");
-            if (erc != 0) goto done;
-            it->kind = INPUT_KIND_EMBEDDING;
-            it->gen.n = it->embed->n;
-            it->gen.given = GENPARAM_ALL_ROWS; /* an embedding falls back to no generation default */
+            if (read_embedding(body, it, b)) goto done;
         } else if (parse_request_fields(r, body, "body.", none, it, b) != 0) goto done;
-        if (want_chat == 1 && it->kind != INPUT_KIND_CHAT) {
-            set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
-            goto done;
-        }
-        if (want_chat == 0 && it->kind != INPUT_KIND_COMPLETION) {
-            set_bad(b, "invalid_value", "url /v1/completions needs body.prompt");
-            goto done;
-        }
+        if (want_chat >= 0 && want_chat <= 1 && endpoint_mismatch(it, want_chat, b)) goto done;
     } else {
         static const char *const skip[] = {"id", "custom_id", NULL};
         if (parse_request_fields(r, root, "", skip, it, b) != 0) goto done;
@@ -984,15 +995,12 @@ int input_parse_body(const char *bytes, size_t len, const struct gen_params *def
     }
     json_error_t jerr;
     if (load_object(bytes, len, "the body", root, &jerr, &b) || refuse_nul(*root, &b)) goto bad;
+    if (want == INPUT_KIND_EMBEDDING) {
+        if (read_embedding(*root, it, &b)) goto bad;
+        return 0;
+    }
     if (parse_request_fields(NULL, *root, "", skip ? skip : none, it, &b) != 0) goto bad;
-    if (want == INPUT_KIND_CHAT && it->kind != INPUT_KIND_CHAT) {
-        set_bad(&b, "invalid_value", "/v1/chat/completions needs 'messages'");
-        goto bad;
-    }
-    if (want == INPUT_KIND_COMPLETION && it->kind != INPUT_KIND_COMPLETION) {
-        set_bad(&b, "invalid_value", "/v1/completions needs 'prompt'");
-        goto bad;
-    }
+    if (endpoint_mismatch(it, want == INPUT_KIND_CHAT, &b)) goto bad;
     return 0;
 bad:
     return to_bad_item(it, &b, e);

@@ -120,7 +120,8 @@ int input_reread_id(input_reader *r, int64_t off, int64_t line, char **id, struc
 /* One request body from elsewhere than a backlog (a server's POST body): bytes that must be one JSON object
  * with "prompt" or "messages", "model" and generation fields, read with the rules and messages of a
  * backlog line (invalid UTF-8, not JSON, NaN, duplicate keys, wrong types, ranges through runtime/genparam),
- * starting from defaults. want: the kind the endpoint takes (the other is a bad request). skip: field names
+ * starting from defaults. want: the kind the endpoint takes (the other is a bad request; EMBEDDING: the body
+ * is read as a backlog line's /v1/embeddings body, jobs/embedding, and skip is not used). skip: field names
  * the caller reads from *root itself (NULL-terminated; may be NULL); any other field that is not a request
  * field makes the request bad (code "unknown_field", as in a backlog). Fills *it
  * (line 0, no id) as a request or as a bad request (it->code, it->message); *root = the parsed object (a

@@ -50,7 +50,7 @@ struct flight {
     uint32_t work;
     uint8_t key[32]; /* its full key: the result is stored under it */
     int32_t logprobs; /* the request's logprobs (-1: none), ... */
-    uint8_t chat, echo; /* ... endpoint and echo: how its result is stored (render_choice) */
+    uint8_t chat, echo; /* ... endpoint and echo: how its result is stored (output_result_text) */
 };
 
 typedef struct job {
@@ -174,12 +174,24 @@ static int read_backlog(job *j, struct err *e)
     j->sum->work_total = (int64_t)j->book.n_works;
     j->sum->input_errors = st.bad_lines;
     j->sum->folded_duplicates = st.folded_duplicates;
+    j->sum->requests = st.requests;
+    j->sum->distinct_requests = st.distinct_requests;
+    j->sum->completions = st.completions;
     j->sum->interrupted = st.interrupted;
     j->defaults_used = st.defaults_used;
     return 0;
 }
 
 /* --- 2. store --- */
+
+/* config.on_commit: what the store holds now. */
+static void tell_committed(const job *j)
+{
+    int64_t ok, failed;
+    if (!j->c->on_commit) return;
+    ledger_count_committed(&j->book, &ok, &failed);
+    j->c->on_commit(j->c->on_commit_ctx, ok, failed);
+}
 
 /* Opens the store and the output files, binds the store to the settings, and reconciles. */
 static int open_store(job *j, struct err *e)
@@ -196,6 +208,7 @@ static int open_store(job *j, struct err *e)
     struct reconcile_stats rs;
     if (reconcile_run(&j->book, c->retry_failed, &rs, e) != 0) return -1;
     if (j->book.p.debug_checks && ledger_check(&j->book, e) != 0) return err_prefix(e, "after reconcile");
+    tell_committed(j);
     j->sum->work_skipped_done = rs.works_stored;
     for (int f = 0; f < 2; f++) {
         j->sum->repaired.lines_rewritten += rs.files[f].lines_rewritten;
@@ -337,54 +350,6 @@ static void eng_stats(job *j, struct engine_stats *st)
 }
 
 /* Appends the text of token id (as the completion's text has it: control tokens give nothing). */
-static void put_token_text(struct output_buf *b, const tok_vocab *v, int32_t id)
-{
-    char buf[256];
-    int n = tok_token_bytes(v, id, 0, buf, sizeof buf);
-    if (n > (int)sizeof buf) {
-        char *big = malloc((size_t)n);
-        if (big && tok_token_bytes(v, id, 0, big, (size_t)n) == n) output_buf_put(b, big, (size_t)n);
-        else b->oom = 1;
-        free(big);
-    } else if (n > 0) {
-        output_buf_put(b, buf, (size_t)n);
-    }
-}
-
-/* The stored text of a completion that echoes its prompt or asked for logprobs: the prompt's text (its tokens'
- * bytes) before the completion's when it echoes, and the choice's logprobs object after the text when it
- * asked for them (output_logprobs_pack: no endpoint's shape yet; jobs/ledger renders the line's). */
-static int render_choice(job *j, const struct flight *f, struct engine_result *r)
-{
-    if (!f->echo && f->logprobs < 0) return 0;
-    const tok_vocab *v = j->m->vocab;
-    struct output_buf text = {0}, blob = {0};
-    const int drop = f->echo && output_echo_space(v, r->prompt_logprobs, r->n_prompt);
-    for (int32_t i = 0; f->echo && r->prompt_logprobs && i < r->n_prompt; i++)
-        put_token_text(&text, v, r->prompt_logprobs[i].token);
-    if (drop) { /* the prompt as given: without the space its first token's text begins with */
-        memmove(text.p, text.p + 1, text.n - 1);
-        text.n--;
-    }
-    output_buf_put(&text, r->text, r->text_len);
-    if (f->logprobs >= 0) {
-        output_logprobs_pack(&blob, text.p, text.n, f->echo ? r->prompt_logprobs : NULL, r->n_prompt, r->logprobs,
-                             r->n_tokens, drop);
-        output_buf_free(&text);
-    } else {
-        blob = text; /* moved */
-    }
-    output_buf_put(&blob, "", 1); /* NUL-terminated, not counted */
-    if (blob.oom) {
-        output_buf_free(&blob);
-        return -1;
-    }
-    free(r->text);
-    r->text = blob.p;
-    r->text_len = blob.n - 1;
-    return 0;
-}
-
 /* Hands one result (rank 0's own or another rank's) to the ledger, and counts it; takes r's memory. */
 static int hand_in(job *j, struct engine_result *r, struct err *e)
 {
@@ -393,8 +358,9 @@ static int hand_in(job *j, struct engine_result *r, struct err *e)
         return err_set(e, "a result for unknown request %llu (bug)", (unsigned long long)r->id);
     }
     int ok = r->finish == ENGINE_FINISH_STOP || r->finish == ENGINE_FINISH_LENGTH;
-    /* an embedding is stored as its text; a completion with echo or logprobs as render_choice's text */
-    if (embedding_result_to_text(r) != 0 || (ok && render_choice(j, &j->flight[r->id], r) != 0)) {
+    /* an embedding is stored as its text; a completion with echo or logprobs as output_result_text makes it */
+    const struct flight *fl = &j->flight[r->id];
+    if (embedding_result_to_text(r) != 0 || (ok && output_result_text(j->m->vocab, fl->echo, fl->logprobs, r) != 0)) {
         engine_result_free(r);
         return err_set(e, "out of memory");
     }
@@ -528,7 +494,9 @@ static int mirror_new(job *j, struct err *e)
 /* Commits what is handed in, writes its lines (ledger_commit_and_write) and copies them to config.mirror. */
 static int commit_write(job *j, struct err *e)
 {
-    return ledger_commit_and_write(&j->book, e) != 0 ? -1 : mirror_new(j, e);
+    if (ledger_commit_and_write(&j->book, e) != 0) return -1;
+    tell_committed(j);
+    return mirror_new(j, e);
 }
 
 /* Commits what is handed in when the commit interval has passed. */
@@ -758,9 +726,11 @@ int job_run(const struct job_config *c, const struct job_model *m, struct job_su
 
     if (plan_work(j, &order, &n_order, e) != 0) goto done;
     sum->t_plan = clock_now() - t_rec;
-    log_info("%lld lines: %lld unique requests, %lld already done, %zu to run, %lld folded duplicates, %lld bad lines",
-             (long long)sum->lines, (long long)sum->work_total, (long long)sum->work_skipped_done, n_order,
-             (long long)sum->folded_duplicates, (long long)sum->input_errors);
+    log_info("%lld lines: %lld bad, %lld requests (%lld distinct) for %lld completions: %lld unique (%lld already "
+             "done, %zu to run), %lld folded duplicates",
+             (long long)sum->lines, (long long)sum->input_errors, (long long)sum->requests,
+             (long long)sum->distinct_requests, (long long)sum->completions, (long long)sum->work_total,
+             (long long)sum->work_skipped_done, n_order, (long long)sum->folded_duplicates);
 
     /* the first commit writes what is already known (bad lines, lines done before) */
     j->mirror_fd = c->mirror ? open(c->output, O_RDONLY) : -1;

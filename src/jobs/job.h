@@ -85,6 +85,11 @@ struct job_config {
     double sample_interval;        /* seconds between time-series samples in the record (default 5) */
     int watchdog;                  /* 1 (default): lower max_seqs under memory pressure (jobs/monitor) */
     const struct job_engine *engine; /* optional: drive the engine through these (see above); NULL: m->eng */
+    /* optional: called after every commit, and once when the run has reconciled its store, with the lines
+     * the store holds results and errors for (ledger_count_committed): live progress that follows the
+     * commits, also with order_input, whose files grow only in backlog order. NULL: none. */
+    void (*on_commit)(void *ctx, int64_t lines_ok, int64_t lines_failed);
+    void *on_commit_ctx;
     /* tests only (fault injection): called after every engine "step", and at "after_commit", "mid_write"
      * (half of a batch written) and "after_write" of every commit (ledger_commit_and_write); a crash test's
      * hook kills the process at a chosen call or slows the steps down. NULL normally. */
@@ -122,7 +127,10 @@ struct job_summary {
     int64_t lines_ok, lines_failed; /* in the result / error file now */
     int64_t input_errors;          /* bad lines (input, template, prompt too long) */
     int64_t engine_errors;         /* lines whose request failed in the engine */
-    int64_t work_total;            /* unique keys */
+    int64_t requests;              /* good lines (a line is one request, whatever its n) */
+    int64_t distinct_requests;     /* of those, not a repeat of an earlier line's request */
+    int64_t completions;           /* what the requests ask for (n each) = work_total + folded_duplicates */
+    int64_t work_total;            /* unique keys: unique completions */
     int64_t work_skipped_done;     /* already done in the store */
     int64_t work_computed;         /* finished by this run */
     int64_t work_failed;           /* of those, failed */

@@ -175,49 +175,15 @@ static int load_run_id(ledger *l, struct err *e)
     return store_meta_set(l->st, "run.id", l->run_id, e);
 }
 
-/* How a bad line's code reads in OpenAI's error object. */
-struct error_kind {
-    const char *code, *openai_code;
-    int param_from_message; /* the message starts with (or names) the field at fault, in quotes */
-};
-
-static const struct error_kind error_kinds[] = {
-    {"duplicate_id", "duplicate_custom_id", 0},     {"invalid_type", "invalid_type", 1},
-    {"invalid_value", "invalid_value", 1},          {"missing_prompt", "missing_required_parameter", 0},
-    {"unsupported_request", "unsupported_value", 0}, {"prompt_too_long", "context_length_exceeded", 0},
-    {"request_too_large", "context_length_exceeded", 0}, {"unknown_field", "unknown_parameter", 1},
-    {"unsupported_parameter", "unsupported_parameter", 1},
-};
-
-/* The first 'name' in msg (a field name: letters, digits, '_', '.', '[', ']'), into buf; NULL when none. */
-static const char *quoted_field(const char *msg, char *buf, size_t cap)
-{
-    const char *a = strchr(msg, '\'');
-    if (!a) return NULL;
-    size_t n = strspn(a + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
-    if (n == 0 || n >= cap || a[1 + n] != '\'') return NULL;
-    memcpy(buf, a + 1, n);
-    buf[n] = '\0';
-    return buf;
-}
-
 /* Appends the line of a request that failed: bad (code from ledger_codes) or failed in the engine. */
 static void put_fail_line(const ledger *l, const struct ledger_line *L, const char *custom_id, const char *code,
                           const char *message, struct output_buf *b)
 {
     char param[72];
-    struct output_fail f = {l->run_id, L->no, custom_id, 400, "invalid_request_error", code, NULL, message};
-    if (!strcmp(code, "engine_error")) {
-        f.status = 500;
-        f.type = "server_error";
-    }
-    for (size_t i = 0; i < sizeof error_kinds / sizeof *error_kinds; i++) {
-        if (strcmp(code, error_kinds[i].code)) continue;
-        f.code = error_kinds[i].openai_code;
-        if (error_kinds[i].param_from_message) f.param = quoted_field(message, param, sizeof param);
-    }
-    if (!strcmp(f.code, "context_length_exceeded") || !strcmp(code, "chat_template"))
-        f.param = L->kind == INPUT_KIND_CHAT ? "messages" : L->kind == INPUT_KIND_EMBEDDING ? "input" : "prompt";
+    struct output_fail f = {.run_id = l->run_id, .line = L->no, .custom_id = custom_id, .message = message};
+    output_fail_classify(&f, code, message,
+                         L->kind == INPUT_KIND_CHAT ? "messages" : L->kind == INPUT_KIND_EMBEDDING ? "input" : "prompt",
+                         param, sizeof param);
     output_fail_line(b, &f);
 }
 
@@ -755,6 +721,8 @@ int ledger_commit_and_write(ledger *l, struct err *e)
     if (schedule_ready(l, e) != 0) goto fail;
     double t2 = clock_now();
     if (store_commit(l->st, e) != 0) goto fail;
+    for (size_t i = 0; i < l->n_ready; i++) /* every line of the ready list has its row now */
+        l->n_committed[l->lines[l->ready[i]].file]++;
     double t3 = clock_now();
     /* Only now, after the commit, do the lines reach the files (invariant 2). */
     if (l->p.test_hook) l->p.test_hook("after_commit");
@@ -772,6 +740,12 @@ fail:
     store_rollback(l->st);
     l->run_id[0] = '\0'; /* made in this transaction perhaps: read (or made) again by the next one */
     return -1;
+}
+
+void ledger_count_committed(const ledger *l, int64_t *n_results, int64_t *n_errors)
+{
+    *n_results = l->n_committed[STORE_FILE_OUTPUT];
+    *n_errors = l->n_committed[STORE_FILE_ERRORS];
 }
 
 void ledger_count_lines(const ledger *l, int64_t *n_results, int64_t *n_errors, int64_t *n_engine_errors)
@@ -894,15 +868,21 @@ int ledger_check(const ledger *l, struct err *e)
 {
     uint8_t *marks = calloc(l->n_lines ? l->n_lines : 1, 1);
     uint8_t *n_refs_to = calloc(l->n_lines ? l->n_lines : 1, 1);
-    int64_t scheduled[2] = {0, 0};
+    int64_t scheduled[2] = {0, 0}, committed[2] = {0, 0};
     int rc = 0;
     if (!marks || !n_refs_to) rc = err_set(e, "ledger_check: out of memory");
     if (rc == 0 && l->n_fin) rc = err_set(e, "ledger_check: %zu results outside a commit", l->n_fin);
     if (rc == 0) rc = mark_lists(l, marks, e);
     if (rc == 0) rc = check_works(l, n_refs_to, e);
-    for (size_t i = 0; rc == 0 && i < l->n_lines; i++) rc = check_line(l, i, n_refs_to[i], marks[i], scheduled, e);
+    for (size_t i = 0; rc == 0 && i < l->n_lines; i++) {
+        rc = check_line(l, i, n_refs_to[i], marks[i], scheduled, e);
+        if (l->lines[i].state != LEDGER_LINE_WAITING) committed[l->lines[i].file]++;
+    }
     for (int f = 0; rc == 0 && f < 2; f++) {
-        if (scheduled[f] != l->out_end[f])
+        if (committed[f] != l->n_committed[f])
+            rc = err_set(e, "ledger_check: file %d: %lld lines are committed, n_committed says %lld", f,
+                         (long long)committed[f], (long long)l->n_committed[f]);
+        else if (scheduled[f] != l->out_end[f])
             rc = err_set(e, "ledger_check: file %d: scheduled lines end at %lld, out_end is %lld", f,
                          (long long)scheduled[f], (long long)l->out_end[f]);
         else if (l->wbuf[f].n)

@@ -41,6 +41,7 @@
  *     line is in the file its results call for; with order_input every line before `cursor` is SCHEDULED
  *   - per file: the lengths of its SCHEDULED lines add up to out_end, and the file (when open) is exactly
  *     out_end bytes long: nothing reaches a file but whole, committed lines
+ *   - per file: n_committed counts the READY and SCHEDULED lines of that file (their rows are committed)
  *   - nothing is in the write buffers (they live only inside a commit), nor in `fin` when ledger_check runs
  *     (after a commit: results handed in wait there until the next one)
  */
@@ -174,6 +175,7 @@ typedef struct ledger {
     output_file *out[2];   /* borrowed, by enum store_file; set (and repaired) before the first commit */
     int64_t out_end[2];    /* end of each file's last scheduled line */
     size_t cursor;         /* order_input: every line before it is SCHEDULED */
+    int64_t n_committed[2]; /* per file: lines whose row the store holds (READY or SCHEDULED) */
     double t_store, t_output; /* seconds inside commits: store work; building and writing lines */
     /* the commit in progress (ledger.c only) */
     struct ledger_finished *fin; /* sorted by work inside a commit */
@@ -244,6 +246,10 @@ int ledger_commit_and_write(ledger *l, struct err *e);
 /* Lines in the result file, lines in the error file, and of those the ones that are not bad lines
  * (a completion failed in the engine). */
 void ledger_count_lines(const ledger *l, int64_t *n_results, int64_t *n_errors, int64_t *n_engine_errors);
+
+/* Lines whose results (ok) or errors (failed) the store holds now, committed: the SCHEDULED lines and, with
+ * order_input, the READY ones waiting for an earlier line before they reach their file. O(1). */
+void ledger_count_committed(const ledger *l, int64_t *n_results, int64_t *n_errors);
 
 /* Debug check of the invariants above; 0 when they hold. O(lines + refs + works). */
 int ledger_check(const ledger *l, struct err *e);

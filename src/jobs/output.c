@@ -427,6 +427,52 @@ int output_logprobs_render(struct output_buf *b, const tok_vocab *v, int chat, c
     return rc || p != end || b->oom ? -1 : 0;
 }
 
+static void put_token_text(struct output_buf *b, const tok_vocab *v, int32_t id)
+{
+    char buf[256];
+    int n = tok_token_bytes(v, id, 0, buf, sizeof buf);
+    if (n > (int)sizeof buf) {
+        char *big = malloc((size_t)n);
+        if (big && tok_token_bytes(v, id, 0, big, (size_t)n) == n) output_buf_put(b, big, (size_t)n);
+        else b->oom = 1;
+        free(big);
+    } else if (n > 0) {
+        output_buf_put(b, buf, (size_t)n);
+    }
+}
+
+int output_result_text(const tok_vocab *v, int echo, int32_t logprobs, struct engine_result *r)
+{
+    if (!echo && logprobs < 0) return 0;
+    struct output_buf text = {0}, blob = {0};
+    const int drop = echo && output_echo_space(v, r->prompt_logprobs, r->n_prompt);
+    for (int32_t i = 0; echo && r->prompt_logprobs && i < r->n_prompt; i++)
+        put_token_text(&text, v, r->prompt_logprobs[i].token);
+    if (drop) { /* the prompt as given: without the space its first token's text begins with */
+        memmove(text.p, text.p + 1, text.n - 1);
+        text.n--;
+    }
+    output_buf_put(&text, r->text, r->text_len);
+    if (logprobs >= 0) {
+        int32_t n_gen = r->n_tokens; /* the end token that stopped it is in neither the text nor the list */
+        if (r->finish == ENGINE_FINISH_STOP && n_gen > 0 && tok_is_eog(v, r->tokens[n_gen - 1])) n_gen--;
+        output_logprobs_pack(&blob, text.p, text.n, echo ? r->prompt_logprobs : NULL, r->n_prompt, r->logprobs,
+                             n_gen, drop);
+        output_buf_free(&text);
+    } else {
+        blob = text; /* moved */
+    }
+    output_buf_put(&blob, "", 1); /* NUL-terminated, not counted */
+    if (blob.oom) {
+        output_buf_free(&blob);
+        return -1;
+    }
+    free(r->text);
+    r->text = blob.p;
+    r->text_len = blob.n - 1;
+    return 0;
+}
+
 void output_usage(struct output_buf *b, int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens)
 {
     put_str(b, "{\"prompt_tokens\":");
@@ -500,6 +546,48 @@ void output_fail_line(struct output_buf *b, const struct output_fail *f)
     put_str(b, ",\"code\":");
     output_buf_put_json_string(b, f->code, strlen(f->code));
     put_str(b, "}}},\"error\":null}\n");
+}
+
+/* How a bad request's code reads in OpenAI's error object. */
+struct fail_kind {
+    const char *code, *openai_code;
+    int param_from_message; /* the message starts with (or names) the field at fault, in quotes */
+};
+
+static const struct fail_kind fail_kinds[] = {
+    {"duplicate_id", "duplicate_custom_id", 0},     {"invalid_type", "invalid_type", 1},
+    {"invalid_value", "invalid_value", 1},          {"missing_prompt", "missing_required_parameter", 0},
+    {"unsupported_request", "unsupported_value", 0}, {"prompt_too_long", "context_length_exceeded", 0},
+    {"request_too_large", "context_length_exceeded", 0}, {"unknown_field", "unknown_parameter", 1},
+    {"unsupported_parameter", "unsupported_parameter", 1},
+};
+
+/* The first 'name' in msg (a field name: letters, digits, '_', '.', '[', ']'), into buf; NULL when none. */
+static const char *quoted_field(const char *msg, char *buf, size_t cap)
+{
+    const char *a = strchr(msg, '\'');
+    if (!a) return NULL;
+    size_t n = strspn(a + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+    if (n == 0 || n >= cap || a[1 + n] != '\'') return NULL;
+    memcpy(buf, a + 1, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+void output_fail_classify(struct output_fail *f, const char *code, const char *message, const char *prompt_field,
+                          char *param, size_t cap)
+{
+    int engine = !strcmp(code, "engine_error");
+    f->status = engine ? 500 : 400;
+    f->type = engine ? "server_error" : "invalid_request_error";
+    f->code = code;
+    f->param = NULL;
+    for (size_t i = 0; i < sizeof fail_kinds / sizeof *fail_kinds; i++) {
+        if (strcmp(code, fail_kinds[i].code)) continue;
+        f->code = fail_kinds[i].openai_code;
+        if (fail_kinds[i].param_from_message) f->param = quoted_field(message, param, cap);
+    }
+    if (!strcmp(f->code, "context_length_exceeded") || !strcmp(code, "chat_template")) f->param = prompt_field;
 }
 
 void output_error_line(struct output_buf *b, const char *run_id, const char *custom_id, int64_t line,

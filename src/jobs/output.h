@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/engine.h"
 #include "engine/logprob.h"
 #include "jobs/store.h"
 #include "tokenizer/tok.h"
@@ -81,6 +82,14 @@ void output_logprobs_pack(struct output_buf *b, const char *text, size_t text_le
 int output_logprobs_unpack(const char *blob, size_t len, const char **text, size_t *text_len);
 int output_logprobs_render(struct output_buf *b, const tok_vocab *v, int chat, const char *blob, size_t len);
 
+/* A finished completion's text as it is stored and answered when it echoes its prompt or asked for logprobs
+ * (logprobs >= 0: gen_params.logprobs): the prompt's text (its tokens' bytes, without an SPM space prefix:
+ * output_echo_space) before the completion's when it echoes, and then, with logprobs, the packed entries
+ * (output_logprobs_pack). An end-of-generation token that stopped the completion is not listed (its text is
+ * not in the completion's either, as OpenAI and vLLM answer). Replaces r->text (and r->text_len); nothing
+ * to do when neither is asked. 0, or -1 when out of memory (r unchanged). */
+int output_result_text(const tok_vocab *v, int echo, int32_t logprobs, struct engine_result *r);
+
 struct output_ok {
     const char *run_id;        /* names the line's ids (see above) */
     int64_t line;              /* backlog line number */
@@ -121,6 +130,14 @@ void output_body_line(struct output_buf *b, const char *run_id, int64_t line, co
                       size_t n);
 /* Appends one failed-request line ('\n' included). */
 void output_fail_line(struct output_buf *b, const struct output_fail *f);
+/* How a request refused with code (jobs/input's and jobs/ingest's codes: "unknown_field", "invalid_type",
+ * "prompt_too_long", ..., or "engine_error") reads in OpenAI's error object: sets f's status (400, or 500 for
+ * engine_error), type, code ("unknown_field" -> "unknown_parameter", ...) and param: the field the message
+ * names first in single quotes (for the codes whose messages do), or prompt_field ("messages", "prompt",
+ * "input") for a prompt that does not fit or a chat template that fails; written into param (cap bytes).
+ * The one mapping of run's error file (jobs/ledger) and the server's answers (server/openai). */
+void output_fail_classify(struct output_fail *f, const char *code, const char *message, const char *prompt_field,
+                          char *param, size_t cap);
 /* Appends one line for a backlog line that cannot be read as a request ('\n' included); custom_id may be
  * NULL. */
 void output_error_line(struct output_buf *b, const char *run_id, const char *custom_id, int64_t line,

@@ -33,6 +33,7 @@ static int row_cb(void *user, const struct store_line *row)
     if (valid) {
         L->state = LEDGER_LINE_SCHEDULED;
         L->file = (uint8_t)row->file;
+        l->n_committed[L->file]++;
         L->len = (uint32_t)row->len;
         return 0;
     }

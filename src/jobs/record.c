@@ -353,7 +353,9 @@ json_t *record_build(const struct record_run *r)
                                                 c->store));
     json_object_set_new(
         out, "counts",
-        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lines", (json_int_t)s->lines, "results",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "lines", (json_int_t)s->lines,
+                  "requests", (json_int_t)s->requests, "distinct_requests", (json_int_t)s->distinct_requests,
+                  "completions", (json_int_t)s->completions, "results",
                   (json_int_t)s->lines_ok, "errors", (json_int_t)s->lines_failed, "input_errors",
                   (json_int_t)s->input_errors, "engine_errors", (json_int_t)s->engine_errors, "unique_requests",
                   (json_int_t)s->work_total, "done", (json_int_t)(s->work_computed - s->work_failed), "failed",

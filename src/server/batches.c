@@ -305,16 +305,14 @@ static void finish_run(batches *b, struct batch *bt, int rc, const struct job_su
 
 /* ---- request counts while a batch runs ---- */
 
-/* The running batch's counts, refreshed from its files as they grow: total = the input's lines that are not
- * blank (as `run` counts them), completed / failed = the lines of the output / error file (each written once,
- * after its commit). The run's engine calls are the lane's, with a refresh in step at most every 0.5 s. */
+/* The running batch's counts: total = the input's lines that are not blank (as `run` counts them), completed /
+ * failed = the lines whose results / errors the run's store holds, told by the run after every commit
+ * (job_config.on_commit): they follow the store, though an --order input run's files grow only in input
+ * order. The run's engine calls are the lane's. */
 struct run_progress {
     batches *b;
     struct batch *bt;
     struct job_engine lane;
-    char path[2][4400];
-    int64_t off[2], lines[2];
-    double t_last;
 };
 
 /* Lines (non-blank when nonblank) of path from *off on, added to *lines; *off advanced. O(new bytes). */
@@ -343,17 +341,14 @@ static void count_lines(const char *path, int nonblank, int64_t *off, int64_t *l
     fclose(f);
 }
 
-static void progress_refresh(struct run_progress *p)
+/* job_config.on_commit: the store holds ok results and failed errors now. */
+static void progress_commit(void *ctx, int64_t ok, int64_t failed)
 {
-    double now = clock_now();
-    if (now - p->t_last < 0.5) return;
-    p->t_last = now;
-    for (int i = 0; i < 2; i++) /* whole lines only: a torn tail is counted once it is whole */
-        count_lines(p->path[i], 0, &p->off[i], &p->lines[i]);
+    struct run_progress *p = ctx;
     pthread_mutex_lock(&p->b->mu);
     json_t *rc = json_object_get(p->bt->obj, "request_counts");
-    json_object_set_new(rc, "completed", json_integer((json_int_t)p->lines[0]));
-    json_object_set_new(rc, "failed", json_integer((json_int_t)p->lines[1]));
+    json_object_set_new(rc, "completed", json_integer((json_int_t)ok));
+    json_object_set_new(rc, "failed", json_integer((json_int_t)failed));
     pthread_mutex_unlock(&p->b->mu);
 }
 
@@ -365,7 +360,6 @@ static int prog_add(void *ctx, const struct engine_request *r, struct err *e)
 static int prog_step(void *ctx, struct err *e)
 {
     struct run_progress *p = ctx;
-    progress_refresh(p);
     return p->lane.step(p->lane.ctx, e);
 }
 static int prog_has_work(void *ctx)
@@ -384,7 +378,7 @@ static void prog_stats(void *ctx, struct engine_stats *st)
     p->lane.get_stats(p->lane.ctx, st);
 }
 
-/* Starts the counts of bt: total from its input, the files as they are. */
+/* Starts the counts of bt: total from its input (the rest come with the run's commits). */
 static void progress_start(batches *b, struct batch *bt, struct run_progress *p)
 {
     memset(p, 0, sizeof *p);
@@ -395,8 +389,6 @@ static void progress_start(batches *b, struct batch *bt, struct run_progress *p)
     int64_t off = 0, total = 0;
     batch_dir(b, bt->id, "input.jsonl", in, sizeof in);
     count_lines(in, 1, &off, &total);
-    batch_dir(b, bt->id, "output.jsonl", p->path[0], sizeof p->path[0]);
-    batch_dir(b, bt->id, "errors.jsonl", p->path[1], sizeof p->path[1]);
     pthread_mutex_lock(&b->mu);
     json_object_set_new(json_object_get(bt->obj, "request_counts"), "total", json_integer((json_int_t)total));
     pthread_mutex_unlock(&b->mu);
@@ -411,6 +403,8 @@ static void run_batch(batches *b, struct batch *bt)
     progress_start(b, bt, &prog);
     struct job_engine ops = {&prog, prog_add, prog_step, prog_has_work, prog_take, prog_stats};
     run_config(b, bt, &ops, paths, &c);
+    c.on_commit = progress_commit;
+    c.on_commit_ctx = &prog;
     struct job_summary s;
     struct err e;
     log_info("batches: %s: running", bt->id);

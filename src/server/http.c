@@ -2,21 +2,11 @@
  *
  * libmicrohttpd runs a pool of n_threads threads, each polling its connections through epoll; no thread
  * belongs to a connection, so a handler must never block. A request waiting for the engine suspends its
- * connection (MHD_suspend_connection) and is resumed by the queue's notify hook when there is news.
- *
- * Invariants (http_check, under h->mu):
- *   1. socks lists every open TCP connection once, and n_socks is its length.
- *   2. waiting lists exactly the requests whose connection is suspended, once each, and n_waiting is its
- *      length; a suspended request holds an admitted request (conn.r) and its conn is referenced.
- *   3. n_open counts the requests in progress (from their headers to on_completed), >= 0; it passes
- *      max_connections only by requests for /health and /metrics, which are never refused (take_slot checks
- *      the limit and raises the count in one step).
- *   4. A connection the watchdog cut is never answered again: every response goes through queue_response,
- *      which refuses a cut connection, and the watchdog writes only to a connection in SOCK_HEADERS or
- *      SOCK_BODY, which no handler is answering (the phase changes under h->mu).
- *   5. Once stop is set, nothing is suspended.
+ * connection (http_wait_for_news) and is resumed by the queue's notify hook when there is news. This file
+ * answers requests; http_conn.c keeps the connections (deadlines, suspended requests, the watchdog, the
+ * invariants: http_int.h).
  */
-#include "server/http.h"
+#include "server/http_int.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -39,98 +29,11 @@
 #include "util/clock.h"
 #include "util/log.h"
 
-#define HTTP_WATCH_SLICE 0.1      /* seconds between the watchdog's rounds */
-#define HTTP_KEEPALIVE_S 5.0      /* an idle stream sends an SSE comment this often */
 #define HTTP_STREAM_BLOCK 16384   /* bytes per read of a streamed response */
 #define HTTP_UPLOAD_FRAMING 65536 /* multipart boundaries and field headers an upload's body may add */
 #define HTTP_FD_RESERVE 256       /* descriptors kept for everything but sockets (model, stores, files) */
 #define HTTP_MAX_SOCKETS 65536    /* open connections at most, whatever the descriptor limit */
 #define HTTP_LISTEN_BACKLOG 4096  /* connections the kernel holds before they are accepted */
-
-/* Where a TCP connection is, for its deadlines. */
-enum sock_phase {
-    SOCK_HEADERS, /* waiting for a request's headers: header_timeout_s */
-    SOCK_BODY,    /* headers in, waiting for the body: body_timeout_s */
-    SOCK_ANSWER   /* the server is answering: no deadline of ours (the idle timeout while it sends) */
-};
-
-/* A TCP connection (libmicrohttpd's socket_context); fields under h->mu. */
-struct http_sock {
-    int fd;
-    enum sock_phase phase;
-    double since; /* when the phase began */
-    int served;   /* a request was answered on it: waiting for the next is a kept-alive idle connection */
-    int cut;      /* shut down by the watchdog */
-    struct http_sock *prev, *next;
-};
-
-struct http_server {
-    struct http_params p;
-    server *srv;
-    server_queue *q;
-    struct MHD_Daemon *d;
-    int port;
-    unsigned max_sockets; /* libmicrohttpd's connection limit: what the descriptors allow */
-    uint64_t salt;   /* per process: response ids and seeds of unseeded requests */
-    int64_t created; /* unix time the server started: the model object's "created" */
-    atomic_uint_fast64_t n_requests;
-    /* under mu: the connections, requests being answered, the suspended ones, the watchdog */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct http_sock *socks;
-    int n_socks;
-    int n_open;
-    struct conn *waiting;
-    int n_waiting;
-    struct pollfd *pfd; /* (pfd_cap) the watchdog's */
-    int pfd_cap;
-    int stop;
-    pthread_t watchdog;
-    int watchdog_started;
-};
-
-enum route {
-    ROUTE_NONE,
-    ROUTE_COMPLETIONS,
-    ROUTE_CHAT,
-    ROUTE_MODELS,
-    ROUTE_MODEL,
-    ROUTE_HEALTH,
-    ROUTE_METRICS,
-    ROUTE_API /* the Files and Batches API: conn.api says which (server/http_api) */
-};
-
-/* One request on a connection (libmicrohttpd's con_cls), from its headers to its response; a streamed
- * response keeps it too (refs). */
-struct conn {
-    http_server *h;
-    struct MHD_Connection *mc;
-    int fd;
-    enum route route;
-    enum http_api_route api;
-    http_api_upload *upload; /* POST /v1/files: the body goes here */
-    int post;
-    char *body; /* (len) the POST body so far, at most max_body_bytes */
-    size_t len, cap;
-    int too_big;
-    int answering;        /* the whole body is in */
-    struct server_req *r; /* the admitted request: the creator's reference (NULL: none, or released) */
-    /* under h->mu */
-    int refs;      /* con_cls, and a streamed response */
-    int suspended; /* the connection is suspended: listed in h->waiting */
-    int ready;     /* the request has news the connection has not looked at */
-    int gone;      /* the watchdog saw the client close its end */
-    struct conn *wprev, *wnext;
-    /* a streamed response (the connection's thread) */
-    int stream;
-    char id[64];
-    int64_t created;
-    char *out; /* (out_len) bytes still to send from out_off */
-    size_t out_len, out_off;
-    int32_t n_finished;
-    int ended;
-    double t_sent; /* read by the watchdog only while suspended */
-};
 
 struct http_params http_default_params(void)
 {
@@ -154,227 +57,6 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* ---- connections and their deadlines ---- */
-
-static struct http_sock *sock_of(struct MHD_Connection *mc)
-{
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-/* The connection enters phase ph (its deadline's clock starts now if the phase changes); 0 when the
- * watchdog has cut it: nothing may be sent on it any more. */
-static int sock_enter(http_server *h, struct MHD_Connection *mc, enum sock_phase ph)
-{
-    struct http_sock *k = sock_of(mc);
-    if (!k) return 1;
-    pthread_mutex_lock(&h->mu);
-    int ok = !k->cut;
-    if (ok && k->phase != ph) {
-        k->phase = ph;
-        k->since = clock_now();
-    }
-    pthread_mutex_unlock(&h->mu);
-    return ok;
-}
-
-/* A request was answered: the connection waits for the next one, within header_timeout_s. */
-static void sock_served(http_server *h, struct MHD_Connection *mc)
-{
-    struct http_sock *k = sock_of(mc);
-    if (!k) return;
-    pthread_mutex_lock(&h->mu);
-    k->phase = SOCK_HEADERS;
-    k->since = clock_now();
-    k->served = 1;
-    pthread_mutex_unlock(&h->mu);
-}
-
-/* Waits on h->cv until the clock_now() deadline (the condition variable runs on the monotonic clock). */
-static void wait_until(http_server *h, double deadline)
-{
-    double sec = floor(deadline);
-    struct timespec ts = {(time_t)sec, (long)((deadline - sec) * 1e9)};
-    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
-    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-}
-
-/* Writes a 408 on a connection whose request is late, straight to its socket: libmicrohttpd writes nothing
- * to a connection before a response is queued, and none can be while the caller holds h->mu (invariant 4).
- * Best effort: the socket's buffer is empty, so the few bytes go at once or not at all. */
-static void send_timeout(int fd, const char *what, double limit)
-{
-    struct openai_error err;
-    openai_set_error(&err, 408, "invalid_request_error", "request_timeout",
-                     "the request's %s did not arrive within %.3g s", what, limit);
-    size_t len = 0;
-    char *body = openai_error_body(&err, &len);
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf,
-                     "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n%s",
-                     body ? len : 0, body ? body : "");
-    free(body);
-    if (n > 0 && (size_t)n < sizeof buf && send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-        log_debug("http: a late request's 408 could not be sent");
-}
-
-/* The deadlines libmicrohttpd lacks (its timeout is for silence, so a client trickling a byte now and then
- * would hold a connection for ever): a connection whose request headers took header_timeout_s, or whose body
- * took body_timeout_s, is answered 408 and shut down (never closed here: libmicrohttpd owns the descriptor
- * and closes it when its read fails); a kept-alive one that sent no new request in header_timeout_s is shut
- * down silently, as HTTP lets a server close an idle connection. n[] counts them by deadline. */
-static void cut_late(http_server *h, double now, int n[SERVER_TIMEOUT_COUNT])
-{
-    for (struct http_sock *k = h->socks; k; k = k->next) {
-        if (k->cut || k->phase == SOCK_ANSWER) continue;
-        int body = k->phase == SOCK_BODY;
-        double limit = body ? h->p.body_timeout_s : h->p.header_timeout_s;
-        if (now - k->since <= limit) continue;
-        enum server_timeout t = body ? SERVER_TIMEOUT_BODY : k->served ? SERVER_TIMEOUT_IDLE : SERVER_TIMEOUT_HEADERS;
-        if (t != SERVER_TIMEOUT_IDLE) send_timeout(k->fd, body ? "body" : "headers", limit);
-        shutdown(k->fd, SHUT_RDWR);
-        k->cut = 1;
-        n[t]++;
-    }
-}
-
-/* ---- requests that wait without a thread ---- */
-
-static void conn_free(struct conn *c)
-{
-    http_api_upload_free(c->upload);
-    free(c->body);
-    free(c->out);
-    free(c);
-}
-
-/* Drops a reference to c (the last frees it); with n_open -= ended (on_completed: the request ended). */
-static void conn_unref(http_server *h, struct conn *c, int ended)
-{
-    pthread_mutex_lock(&h->mu);
-    h->n_open -= ended;
-    if (ended) pthread_cond_broadcast(&h->cv);
-    int last = --c->refs == 0;
-    pthread_mutex_unlock(&h->mu);
-    if (last) conn_free(c);
-}
-
-/* Under h->mu: c's connection is processed again (its handler or content reader is called). */
-static void resume_locked(http_server *h, struct conn *c)
-{
-    c->suspended = 0;
-    if (c->wprev)
-        c->wprev->wnext = c->wnext;
-    else
-        h->waiting = c->wnext;
-    if (c->wnext) c->wnext->wprev = c->wprev;
-    c->wprev = c->wnext = NULL;
-    h->n_waiting--;
-    MHD_resume_connection(c->mc);
-}
-
-/* The queue's notify hook (under the queue's lock): c's request has news. */
-static void conn_notify(void *arg)
-{
-    struct conn *c = arg;
-    http_server *h = c->h;
-    pthread_mutex_lock(&h->mu);
-    c->ready = 1;
-    if (c->suspended) resume_locked(h, c);
-    pthread_mutex_unlock(&h->mu);
-}
-
-enum wait_outcome {
-    WAIT_SUSPENDED, /* the connection is suspended: return and be called again when there is news */
-    WAIT_NEWS,      /* something happened since the caller last looked: look again */
-    WAIT_GIVE_UP    /* the client has gone, or the server stops: end the request */
-};
-
-/* Called by a handler or content reader that found nothing to do for c's request. */
-static enum wait_outcome wait_for_news(http_server *h, struct conn *c)
-{
-    enum wait_outcome w = WAIT_SUSPENDED;
-    pthread_mutex_lock(&h->mu);
-    if (c->gone || h->stop) {
-        w = WAIT_GIVE_UP;
-    } else if (c->ready) {
-        c->ready = 0;
-        w = WAIT_NEWS;
-    } else {
-        c->suspended = 1;
-        c->wnext = h->waiting;
-        if (h->waiting) h->waiting->wprev = c;
-        h->waiting = c;
-        h->n_waiting++;
-        MHD_suspend_connection(c->mc);
-    }
-    pthread_mutex_unlock(&h->mu);
-    return w;
-}
-
-/* One round over the suspended connections (libmicrohttpd does not watch them): a client that closed its
- * end is marked gone, and resumed with the streams that have been silent for HTTP_KEEPALIVE_S. O(suspended
- * connections), one poll() for all. */
-static void wake_waiting(http_server *h, double now)
-{
-    if (h->n_waiting > h->pfd_cap) {
-        int cap = h->n_waiting * 2;
-        struct pollfd *p = realloc(h->pfd, (size_t)cap * sizeof *p);
-        if (!p) return; /* next round */
-        h->pfd = p;
-        h->pfd_cap = cap;
-    }
-    int n = 0;
-    for (struct conn *c = h->waiting; c; c = c->wnext)
-        h->pfd[n++] = (struct pollfd){.fd = c->fd, .events = POLLIN | POLLRDHUP};
-    if (n == 0 || poll(h->pfd, (nfds_t)n, 0) < 0) return;
-    int i = 0;
-    for (struct conn *c = h->waiting, *next; c; c = next, i++) {
-        next = c->wnext;
-        if (h->pfd[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) c->gone = 1;
-        if (c->gone || (c->stream && now - c->t_sent > HTTP_KEEPALIVE_S)) resume_locked(h, c);
-    }
-}
-
-static int check_locked(http_server *h, struct err *e);
-
-/* The watchdog: the deadlines and the suspended connections, every HTTP_WATCH_SLICE; and the invariants,
- * whose check costs what a round does (one broken is logged once). */
-static void *watchdog_main(void *arg)
-{
-    http_server *h = arg;
-    int broken = 0;
-    pthread_mutex_lock(&h->mu);
-    while (!h->stop) {
-        double now = clock_now();
-        int n[SERVER_TIMEOUT_COUNT] = {0};
-        cut_late(h, now, n);
-        wake_waiting(h, now);
-        struct err e;
-        if (!broken && check_locked(h, &e)) {
-            log_warn("%s", e.msg);
-            broken = 1;
-        }
-        pthread_mutex_unlock(&h->mu); /* the queue's lock is taken before h->mu, never after */
-        for (int t = 0; t < SERVER_TIMEOUT_COUNT; t++) {
-            server_queue_count_timeout(h->q, (enum server_timeout)t, n[t]);
-            if (t != SERVER_TIMEOUT_IDLE)
-                for (int i = 0; i < n[t]; i++)
-                    server_queue_count_status(h->q, 408); /* the 408s sent */
-        }
-        if (n[SERVER_TIMEOUT_HEADERS] + n[SERVER_TIMEOUT_BODY] + n[SERVER_TIMEOUT_IDLE])
-            log_debug("http: late requests: %d without headers in %.3g s, %d without a body in %.3g s; %d idle "
-                      "connections closed",
-                      n[SERVER_TIMEOUT_HEADERS], h->p.header_timeout_s, n[SERVER_TIMEOUT_BODY],
-                      h->p.body_timeout_s, n[SERVER_TIMEOUT_IDLE]);
-        pthread_mutex_lock(&h->mu);
-        while (!h->stop && clock_now() < now + HTTP_WATCH_SLICE) /* h->cv is also the requests' */
-            wait_until(h, now + HTTP_WATCH_SLICE);
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
 
 /* ---- responses ---- */
 
@@ -383,7 +65,7 @@ static enum MHD_Result queue_response(http_server *h, struct MHD_Connection *mc,
                                       struct MHD_Response *res)
 {
     enum MHD_Result rc = MHD_NO;
-    if (sock_enter(h, mc, SOCK_ANSWER)) rc = MHD_queue_response(mc, (unsigned)status, res);
+    if (http_sock_enter(h, mc, SOCK_ANSWER)) rc = MHD_queue_response(mc, (unsigned)status, res);
     MHD_destroy_response(res);
     if (rc == MHD_YES) server_queue_count_status(h->q, status);
     return rc;
@@ -456,6 +138,7 @@ static enum route find_route(const http_server *h, const char *url, const char *
     } routes[] = {
         {"/v1/completions", "POST", ROUTE_COMPLETIONS},
         {"/v1/chat/completions", "POST", ROUTE_CHAT},
+        {"/v1/embeddings", "POST", ROUTE_EMBEDDINGS},
         {"/v1/models", "GET", ROUTE_MODELS},
         {"/health", "GET", ROUTE_HEALTH},
         {"/metrics", "GET", ROUTE_METRICS},
@@ -684,7 +367,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             c->out = strdup(": keep-alive\n\n");
             c->out_len = c->out ? strlen(c->out) : 0;
         } else {
-            enum wait_outcome w = wait_for_news(h, c);
+            enum wait_outcome w = http_wait_for_news(h, c);
             if (w == WAIT_SUSPENDED) return 0;
             if (w == WAIT_GIVE_UP) return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
@@ -697,7 +380,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     struct conn *c = cls;
-    conn_unref(c->h, c, 0);
+    http_conn_unref(c->h, c, 0);
 }
 
 static enum MHD_Result answer_stream(http_server *h, struct MHD_Connection *mc, struct conn *c)
@@ -726,7 +409,7 @@ static enum MHD_Result answer_whole(http_server *h, struct MHD_Connection *mc, s
 {
     for (;;) {
         if (server_queue_wait_done(h->q, c->r, 0)) break;
-        enum wait_outcome w = wait_for_news(h, c);
+        enum wait_outcome w = http_wait_for_news(h, c);
         if (w == WAIT_SUSPENDED) return MHD_YES;
         if (w == WAIT_GIVE_UP) {
             end_request(h, c);
@@ -786,7 +469,8 @@ static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, st
                                    const char *method)
 {
     if (c->route == ROUTE_API) return answer_api(h, mc, c, url, method);
-    if (c->route != ROUTE_COMPLETIONS && c->route != ROUTE_CHAT) return answer_get(h, mc, c->route);
+    if (c->route != ROUTE_COMPLETIONS && c->route != ROUTE_CHAT && c->route != ROUTE_EMBEDDINGS)
+        return answer_get(h, mc, c->route);
     if (c->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the body is over %zu bytes", h->p.max_body_bytes);
@@ -799,11 +483,13 @@ static enum MHD_Result on_complete(http_server *h, struct MHD_Connection *mc, st
     struct server_req *r;
     struct openai_error err;
     struct err e;
-    int rc = openai_parse_request(octx, c->route == ROUTE_CHAT, c->body ? c->body : "", c->len, unseeded, &r,
-                                  &err, &e);
+    enum input_kind kind = c->route == ROUTE_CHAT         ? INPUT_KIND_CHAT
+                           : c->route == ROUTE_EMBEDDINGS ? INPUT_KIND_EMBEDDING
+                                                          : INPUT_KIND_COMPLETION;
+    int rc = openai_parse_request(octx, kind, c->body ? c->body : "", c->len, unseeded, &r, &err, &e);
     if (rc < 0) return fail_with(h, mc, 500, "server_error", "internal", e.msg);
     if (rc > 0) return respond_error(h, mc, &err, 0, NULL);
-    server_queue_set_notify(h->q, r, conn_notify, c); /* before submit: no news is missed */
+    server_queue_set_notify(h->q, r, http_conn_notify, c); /* before submit: no news is missed */
     double retry_after;
     enum admit_verdict v = server_queue_submit(h->q, r, &retry_after);
     if (v != ADMIT_OK) {
@@ -823,7 +509,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     struct conn *c = *con_cls;
     (void)version;
     if (!c) {
-        if (!sock_enter(h, mc, SOCK_BODY)) return MHD_NO; /* cut by the watchdog meanwhile */
+        if (!http_sock_enter(h, mc, SOCK_BODY)) return MHD_NO; /* cut by the watchdog meanwhile */
         return on_headers(h, mc, url, method, con_cls);
     }
     if (*upload_data_size) {
@@ -834,7 +520,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (c->r) return c->stream ? MHD_YES : answer_whole(h, mc, c); /* resumed */
     if (c->answering) return MHD_NO;         /* called again after an answer failed to be queued */
     c->answering = 1;
-    if (!sock_enter(h, mc, SOCK_ANSWER)) return MHD_NO;
+    if (!http_sock_enter(h, mc, SOCK_ANSWER)) return MHD_NO;
     return on_complete(h, mc, c, url, method);
 }
 
@@ -844,49 +530,14 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 {
     http_server *h = cls;
     (void)toe;
-    sock_served(h, mc); /* the next request's headers are due within header_timeout_s */
+    http_sock_served(h, mc); /* the next request's headers are due within header_timeout_s */
     struct conn *c = *con_cls;
     if (!c) return;
     *con_cls = NULL;
     end_request(h, c);
-    conn_unref(h, c, 1);
+    http_conn_unref(h, c, 1);
 }
 
-static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe)
-{
-    http_server *h = cls;
-    struct http_sock *k = *socket_context;
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-        k = calloc(1, sizeof *k);
-        if (!k || !ci) { /* no deadline for this one; its idle timeout still applies */
-            free(k);
-            return;
-        }
-        k->fd = ci->connect_fd;
-        k->since = clock_now();
-        k->phase = SOCK_HEADERS;
-        pthread_mutex_lock(&h->mu);
-        k->next = h->socks;
-        if (h->socks) h->socks->prev = k;
-        h->socks = k;
-        h->n_socks++;
-        pthread_mutex_unlock(&h->mu);
-        *socket_context = k;
-    } else if (k) { /* closed: libmicrohttpd closes the socket after this returns */
-        pthread_mutex_lock(&h->mu);
-        if (k->prev)
-            k->prev->next = k->next;
-        else
-            h->socks = k->next;
-        if (k->next) k->next->prev = k->prev;
-        h->n_socks--;
-        pthread_mutex_unlock(&h->mu);
-        free(k);
-        *socket_context = NULL;
-    }
-}
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
@@ -931,7 +582,7 @@ static struct MHD_Daemon *start_daemon(http_server *h, unsigned flags, const str
         p->n_threads, MHD_OPTION_CONNECTION_LIMIT, h->max_sockets, MHD_OPTION_LISTEN_BACKLOG_SIZE,
         (unsigned)HTTP_LISTEN_BACKLOG, MHD_OPTION_CONNECTION_TIMEOUT, p->idle_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, p->max_header_bytes, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
 }
 
 int http_start(const struct http_params *p, server *srv, http_server **out, struct err *e)
@@ -965,7 +616,7 @@ int http_start(const struct http_params *p, server *srv, http_server **out, stru
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int bad = pthread_mutex_init(&h->mu, NULL) || pthread_cond_init(&h->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (bad || pthread_create(&h->watchdog, NULL, watchdog_main, h)) {
+    if (bad || pthread_create(&h->watchdog, NULL, http_watchdog_main, h)) {
         free(h);
         return err_set(e, "http: cannot start the connections' watchdog");
     }
@@ -992,7 +643,7 @@ int http_wait_idle(http_server *h, double seconds)
     double deadline = clock_now() + seconds;
     pthread_mutex_lock(&h->mu);
     while (h->n_open > 0 && clock_now() < deadline)
-        wait_until(h, deadline);
+        http_wait_until(h, deadline);
     int idle = h->n_open == 0;
     pthread_mutex_unlock(&h->mu);
     return idle;
@@ -1004,7 +655,7 @@ void http_stop(http_server *h)
     pthread_mutex_lock(&h->mu);
     h->stop = 1; /* nothing is suspended from now on (invariant 5) */
     while (h->waiting)
-        resume_locked(h, h->waiting);
+        http_resume_locked(h, h->waiting);
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     if (h->watchdog_started) pthread_join(h->watchdog, NULL);
@@ -1015,35 +666,3 @@ void http_stop(http_server *h)
     free(h);
 }
 
-static int check_locked(http_server *h, struct err *e)
-{
-    int rc = 0;
-    int n = 0;
-    for (struct http_sock *k = h->socks; k && n <= h->n_socks; k = k->next, n++)
-        if (k->next && k->next->prev != k) {
-            rc = err_set(e, "http invariant 1: the connection list's links disagree at entry %d", n);
-            break;
-        }
-    if (!rc && n != h->n_socks)
-        rc = err_set(e, "http invariant 1: %d connections listed, n_socks %d", n, h->n_socks);
-    n = 0;
-    for (struct conn *c = h->waiting; c && !rc && n <= h->n_waiting; c = c->wnext, n++)
-        if (!c->suspended || !c->r || c->refs < 1)
-            rc = err_set(e, "http invariant 2: a waiting request is %s", !c->suspended ? "not suspended"
-                                                                        : !c->r       ? "without a request"
-                                                                                      : "unreferenced");
-    if (!rc && n != h->n_waiting)
-        rc = err_set(e, "http invariant 2: %d requests waiting, n_waiting %d", n, h->n_waiting);
-    if (!rc && h->n_open < 0) rc = err_set(e, "http invariant 3: %d requests in progress", h->n_open);
-    if (!rc && h->stop && h->n_waiting)
-        rc = err_set(e, "http invariant 5: %d requests suspended after stop", h->n_waiting);
-    return rc;
-}
-
-int http_check(http_server *h, struct err *e)
-{
-    pthread_mutex_lock(&h->mu);
-    int rc = check_locked(h, e);
-    pthread_mutex_unlock(&h->mu);
-    return rc;
-}

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs/embedding.h"
 #include "jobs/ingest.h"
 #include "jobs/input.h"
 #include "jobs/key.h"
@@ -19,6 +20,7 @@ int openai_set_error(struct openai_error *err, int status, const char *type, con
     err->status = status;
     err->type = type;
     err->code = code;
+    err->param[0] = '\0';
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof err->message, fmt, ap);
@@ -26,44 +28,29 @@ int openai_set_error(struct openai_error *err, int status, const char *type, con
     return 1;
 }
 
-static int bad_request(struct openai_error *err, const char *code, const char *msg)
+/* A request refused by run's rules: status, type, code and param as run's error file has them for the same
+ * body (jobs/output's output_fail_classify); prompt_field names a prompt that does not fit. Returns 1. */
+static int refuse(struct openai_error *err, const char *prompt_field, const char *code, const char *msg)
 {
-    return openai_set_error(err, 400, "invalid_request_error", code, "%s", msg);
+    char param[sizeof err->param];
+    struct output_fail f = {.message = msg};
+    output_fail_classify(&f, code, msg, prompt_field, param, sizeof param);
+    openai_set_error(err, f.status, f.type, f.code, "%s", msg);
+    if (f.param) snprintf(err->param, sizeof err->param, "%s", f.param);
+    return 1;
 }
 
 /* ---- requests ---- */
 
-/* OpenAI fields nightshift accepts only at the value that changes nothing: runtime/genparam's list (the same
- * as for a backlog line), and response_format only as {"type": "text"} (the server does not constrain). */
-static int neutral_value(const char *k, const json_t *v)
+/* The fields only the server reads (a backlog line has no use for them: run refuses "stream": true); their
+ * errors read as run's do (refuse). */
+static const char *const server_fields[] = {"stream", "stream_options", NULL};
+
+static int bad_request(struct openai_error *err, const char *code, const char *msg)
 {
-    if (json_is_null(v)) return 1;
-    if (!strcmp(k, "response_format")) {
-        const json_t *t = json_object_get(v, "type");
-        return json_is_object(v) && json_object_size(v) == 1 && json_is_string(t) &&
-               !strcmp(json_string_value(t), "text");
-    }
-    return genparam_other_field(k, v) == GENPARAM_OTHER_ACCEPTED;
+    return refuse(err, NULL, code, msg);
 }
 
-static const char *const server_fields[] = {"stream",
-                                            "stream_options",
-                                            "user",
-                                            "logprobs",
-                                            "echo",
-                                            "store",
-                                            "best_of",
-                                            "top_logprobs",
-                                            "suffix",
-                                            "tools",
-                                            "functions",
-                                            "tool_choice",
-                                            "function_call",
-                                            "parallel_tool_calls",
-                                            "response_format",
-                                            NULL};
-
-/* The fields input_parse_body left to the server: stream, stream_options, user and the neutral ones. */
 static int read_server_fields(const json_t *root, struct server_req *r, struct openai_error *err)
 {
     const json_t *v = json_object_get(root, "stream");
@@ -80,18 +67,6 @@ static int read_server_fields(const json_t *root, struct server_req *r, struct o
             return bad_request(err, "invalid_value", "'stream_options' is only allowed with 'stream': true");
         r->include_usage = json_is_true(u);
     }
-    v = json_object_get(root, "user");
-    if (v && !json_is_null(v) && !json_is_string(v))
-        return bad_request(err, "invalid_type", "'user' must be a string");
-    for (const char *const *f = server_fields + 3; *f; f++) {
-        v = json_object_get(root, *f);
-        if (v && !neutral_value(*f, v))
-            return openai_set_error(
-                err, 400, "invalid_request_error", "unsupported_value",
-                "'%s' is not supported by this server (only its neutral value: it would change the "
-                "answer)",
-                *f);
-    }
     return 0;
 }
 
@@ -99,12 +74,16 @@ static int read_server_fields(const json_t *root, struct server_req *r, struct o
 static int fill_request(const struct openai_ctx *c, struct input_item *it, uint64_t unseeded,
                         struct server_req *r, struct openai_error *err, struct err *e)
 {
-    const char *code;
+    const char *code, *field = it->kind == INPUT_KIND_CHAT ? "messages" : "prompt";
     char msg[1024];
     int rc =
         ingest_prompt(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, NULL, &code, msg, sizeof msg, e);
-    if (rc != 0) return rc < 0 ? -1 : bad_request(err, code, msg);
+    if (rc != 0) return rc < 0 ? -1 : refuse(err, field, code, msg);
+    if (ingest_check_request(c->model, it->kind, &it->gen, r->prompt, r->n_prompt, &code, msg, sizeof msg))
+        return refuse(err, field, code, msg);
     r->max_tokens = ingest_max_tokens(c->model, r->n_prompt, it->gen.max_tokens);
+    r->vocab = c->model->vocab;
+    r->rendered = it->gen.echo || it->gen.logprobs >= 0;
     r->gen = it->gen;
     memset(&it->gen, 0, sizeof it->gen);
     uint64_t base = r->gen.has_seed ? r->gen.seed : unseeded;
@@ -113,19 +92,32 @@ static int fill_request(const struct openai_ctx *c, struct input_item *it, uint6
     return 0;
 }
 
-int openai_parse_request(const struct openai_ctx *c, int chat, const char *body, size_t len,
+/* Fills r, an embeddings request, from the parsed item: its inputs tokenized and checked as run's are. */
+static int fill_embeddings(const struct openai_ctx *c, struct input_item *it, struct server_req *r,
+                           struct openai_error *err, struct err *e)
+{
+    const char *code;
+    char msg[1024];
+    int rc = ingest_embed_prompts(c->model, c->parse_special, it, &r->prompt, &r->n_prompt, &r->starts, &code, msg,
+                                  sizeof msg, e);
+    if (rc != 0) return rc < 0 ? -1 : refuse(err, "input", code, msg);
+    r->dimensions = it->embed->dimensions;
+    r->base64 = it->embed->base64;
+    return 0;
+}
+
+int openai_parse_request(const struct openai_ctx *c, enum input_kind kind, const char *body, size_t len,
                          uint64_t unseeded, struct server_req **out, struct openai_error *err, struct err *e)
 {
     struct input_item it;
     json_t *root = NULL;
     struct server_req *r = NULL;
-    int rc = -1;
+    int rc = -1, chat = kind == INPUT_KIND_CHAT, embed = kind == INPUT_KIND_EMBEDDING;
+    const char *field = embed ? "input" : chat ? "messages" : "prompt";
     *out = NULL;
-    if (input_parse_body(body, len, c->defaults, chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION,
-                         server_fields, &it, &root, e))
-        goto done;
+    if (input_parse_body(body, len, c->defaults, kind, server_fields, &it, &root, e)) goto done;
     if (it.code) {
-        rc = bad_request(err, it.code, it.message);
+        rc = refuse(err, field, it.code, it.message);
         goto done;
     }
     r = server_req_new(it.gen.n);
@@ -134,8 +126,10 @@ int openai_parse_request(const struct openai_ctx *c, int chat, const char *body,
         goto done;
     }
     r->chat = chat;
-    rc = read_server_fields(root, r, err);
-    if (rc == 0) rc = fill_request(c, &it, unseeded, r, err, e);
+    if (embed)
+        rc = fill_embeddings(c, &it, r, err, e);
+    else if ((rc = read_server_fields(root, r, err)) == 0)
+        rc = fill_request(c, &it, unseeded, r, err, e);
     if (rc == 0) {
         *out = r;
         r = NULL;
@@ -229,37 +223,85 @@ static int failed_choice(const struct server_req *r, struct openai_error *err)
     return 0;
 }
 
+/* A choice rendered when it ended (echo, logprobs: output_result_text): o gets its text and, with logprobs,
+ * its logprobs object in r's endpoint's shape, appended to lp from *at (the caller points o->logprobs into lp
+ * once lp is final). 0, or -1 when the stored form cannot be read or out of memory. */
+static int rendered_choice(const struct server_req *r, const struct server_choice *c, struct output_choice *o,
+                           struct output_buf *lp, size_t *at)
+{
+    *at = lp->n;
+    if (!r->rendered || r->gen.logprobs < 0 || !c->text) return 0;
+    if (output_logprobs_unpack(c->text, c->text_len, &o->text, &o->len) ||
+        output_logprobs_render(lp, r->vocab, r->chat, c->text, c->text_len) || lp->oom)
+        return -1;
+    o->logprobs_len = lp->n - *at;
+    return 0;
+}
+
+/* An embeddings request's answer: run's embeddings list (jobs/embedding) from its choices' stored texts. */
+static char *embeddings_response(const struct server_req *r, const char *model, size_t *len,
+                                 struct openai_error *err)
+{
+    size_t n = r->n_choices > 0 ? (size_t)r->n_choices : 1;
+    const char **texts = calloc(n, sizeof *texts);
+    size_t *lens = calloc(n, sizeof *lens);
+    struct output_buf b = {0};
+    struct err e;
+    char *out = NULL;
+    if (texts && lens) {
+        for (int32_t i = 0; i < r->n_choices; i++) {
+            texts[i] = r->choices[i].text ? r->choices[i].text : "";
+            lens[i] = r->choices[i].text_len;
+        }
+        struct embedding_out o = {texts, lens, r->n_choices, r->dimensions, r->base64, model, r->n_prompt};
+        if (embedding_body(&b, &o, &e) == 0) out = finish_buf(&b, len);
+        else openai_set_error(err, 500, "server_error", "engine_error", "%s", e.msg);
+    }
+    if (!out) output_buf_free(&b);
+    if (!out && (!texts || !lens || b.oom)) openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
+    free(texts);
+    free(lens);
+    return out;
+}
+
 char *openai_response(const struct server_req *r, const char *id, const char *model, int64_t created,
                       size_t *len, struct openai_error *err)
 {
     if (failed_choice(r, err)) return NULL;
-    struct output_choice *ch = calloc(r->n_choices > 0 ? (size_t)r->n_choices : 1, sizeof *ch);
-    if (!ch) {
-        openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
-        return NULL;
-    }
+    if (r->starts) return embeddings_response(r, model, len, err);
+    size_t n = r->n_choices > 0 ? (size_t)r->n_choices : 1;
+    struct output_choice *ch = calloc(n, sizeof *ch);
+    size_t *at = calloc(n, sizeof *at);
+    struct output_buf lp = {0}, b = {0};
+    char *out = NULL;
+    if (!ch || !at) goto oom;
     int64_t gen = 0;
     for (int32_t i = 0; i < r->n_choices; i++) {
         const struct server_choice *c = &r->choices[i];
         ch[i] = (struct output_choice){.text = c->text ? c->text : "", .len = c->text_len,
                                        .finish_reason = openai_finish_reason(c->finish)};
+        if (rendered_choice(r, c, &ch[i], &lp, &at[i])) goto oom;
         gen += c->n_tokens;
     }
+    for (int32_t i = 0; i < r->n_choices; i++) /* lp.p is final now */
+        if (ch[i].logprobs_len) ch[i].logprobs = lp.p + at[i];
     struct output_ok o = {.chat = r->chat, .model = model, .created = created, .choices = ch,
                           .n_choices = r->n_choices, .prompt_tokens = r->n_prompt, .completion_tokens = gen,
                           .cached_tokens = r->n_choices ? r->choices[0].n_cached : 0};
-    struct output_buf b = {0};
     output_completion_body(&b, &o, id);
+    out = finish_buf(&b, len);
+oom:
     free(ch);
-    char *out = finish_buf(&b, len);
+    free(at);
+    output_buf_free(&lp);
     if (!out) openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
     return out;
 }
 
-/* One chunk: data: {head,"choices":[{"index":c, <delta or text>, "logprobs":null,"finish_reason":fr}]} */
+/* One chunk: data: {head,"choices":[{"index":c, <delta or text>, "logprobs":lp or null,"finish_reason":fr}]} */
 static void put_chunk(struct output_buf *b, const struct server_req *r, const char *id, const char *model,
                       int64_t created, int32_t c, const char *delta_json, const char *text, size_t len,
-                      const char *finish)
+                      const struct output_buf *lp, const char *finish)
 {
     put_str(b, "data: ");
     put_head(b, id, r->chat ? "chat.completion.chunk" : "text_completion", created, model);
@@ -274,7 +316,12 @@ static void put_chunk(struct output_buf *b, const struct server_req *r, const ch
         put_str(b, "\"text\":");
         put_json_str(b, text, len);
     }
-    put_str(b, ",\"logprobs\":null,\"finish_reason\":");
+    put_str(b, ",\"logprobs\":");
+    if (lp && lp->n)
+        output_buf_put(b, lp->p, lp->n);
+    else
+        put_str(b, "null");
+    put_str(b, ",\"finish_reason\":");
     if (finish)
         put_json_str(b, finish, strlen(finish));
     else
@@ -288,19 +335,41 @@ char *openai_stream_start(const struct server_req *r, const char *id, const char
     struct output_buf b = {0};
     for (int32_t c = 0; r->chat && c < r->n_choices; c++)
         put_chunk(&b, r, id, model, created, c, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}", NULL,
-                  0, NULL);
+                  0, NULL, NULL);
     return finish_buf(&b, len);
+}
+
+/* The text chunk of an event: a rendered choice's (echo, logprobs) comes whole in its final event, its
+ * logprobs object with it; any other is the new text as it is. */
+static void put_event_text(struct output_buf *b, const struct server_req *r, const char *id, const char *model,
+                           int64_t created, const struct server_event *ev)
+{
+    int ok = ev->finished && openai_finish_reason(ev->finish);
+    if (!r->rendered || r->gen.logprobs < 0 || !ok) {
+        if (ev->len > 0) put_chunk(b, r, id, model, created, ev->choice, NULL, ev->text, ev->len, NULL, NULL);
+        return;
+    }
+    struct output_buf lp = {0};
+    const char *text;
+    size_t len;
+    if (output_logprobs_unpack(ev->text, ev->len, &text, &len) ||
+        output_logprobs_render(&lp, r->vocab, r->chat, ev->text, ev->len))
+        b->oom = 1;
+    else
+        put_chunk(b, r, id, model, created, ev->choice, NULL, text, len, &lp, NULL);
+    b->oom |= lp.oom;
+    output_buf_free(&lp);
 }
 
 char *openai_stream_event(const struct server_req *r, const char *id, const char *model, int64_t created,
                           const struct server_event *ev, size_t *len)
 {
     struct output_buf b = {0};
-    if (ev->len > 0) put_chunk(&b, r, id, model, created, ev->choice, NULL, ev->text, ev->len, NULL);
+    put_event_text(&b, r, id, model, created, ev);
     if (ev->finished) {
         const char *fr = openai_finish_reason(ev->finish);
         if (fr) {
-            put_chunk(&b, r, id, model, created, ev->choice, "\"delta\":{}", "", 0, fr);
+            put_chunk(&b, r, id, model, created, ev->choice, "\"delta\":{}", "", 0, NULL, fr);
         } else {
             struct openai_error err;
             if (ev->finish == ENGINE_FINISH_CANCELLED)
@@ -353,7 +422,12 @@ char *openai_error_body(const struct openai_error *err, size_t *len)
     put_json_str(&b, err->message, strlen(err->message));
     put_str(&b, ",\"type\":");
     put_json_str(&b, err->type, strlen(err->type));
-    put_str(&b, ",\"param\":null,\"code\":");
+    put_str(&b, ",\"param\":");
+    if (err->param[0])
+        put_json_str(&b, err->param, strlen(err->param));
+    else
+        put_str(&b, "null");
+    put_str(&b, ",\"code\":");
     if (err->code)
         put_json_str(&b, err->code, strlen(err->code));
     else

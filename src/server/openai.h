@@ -5,9 +5,14 @@
  * A request body is read exactly as a `nightshift run` line's body is: jobs/input (input_parse_body: the
  * generation fields through runtime/genparam, the same error messages), then jobs/ingest (ingest_prompt:
  * chat rendering with the model's template, tokenizing, the checks against the model; ingest_max_tokens).
- * On top of that the server reads "stream", "stream_options" and "user", and accepts a few OpenAI fields
- * only at their neutral values (logprobs false, echo false, best_of 1, ...): a field that would change the
- * answer in a way nightshift cannot honour is a 400, never silently ignored.
+ * On top of that the server reads "stream" and "stream_options" only; every other field is run's, so a body
+ * is taken or refused as a backlog line with it is: a bad request's status, code, message and param are
+ * those of run's error file (jobs/output's output_fail_classify), and one the engine would refuse at once
+ * (engine_check_request, through ingest_check_request) is refused before it is queued, as run refuses it
+ * when it reads the line. The engine request is run's (ingest_request_of); a choice that echoes its prompt
+ * or asks for logprobs is rendered as run stores it (output_result_text) and answered as run writes it (the
+ * logprobs object of the endpoint's shape); streamed, such a choice comes in one chunk when it ends, its
+ * logprobs object with it (the engine releases text, not logprobs, while a request runs).
  *
  * Seeds: a request with a seed gives completion i the seed key_completion_seed(seed, i), as run does, so a
  * seeded request gets the same text from the server as from run; without a seed the caller's `unseeded`
@@ -19,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jobs/input.h"
 #include "jobs/job.h"
 #include "runtime/genparam.h"
 #include "server/server_queue.h"
@@ -29,6 +35,7 @@ struct openai_error {
     int status;
     const char *type;
     const char *code;
+    char param[72]; /* the request field at fault ("" for none: null) */
     char message[1024];
 };
 
@@ -40,9 +47,11 @@ struct openai_ctx {
     int parse_special;
 };
 
-/* Parses a POST body (chat: /v1/chat/completions, else /v1/completions) into a new request (one reference,
- * the caller's): 0 with *out; 1 for a bad request with *err (status 400); -1 when out of memory. */
-int openai_parse_request(const struct openai_ctx *c, int chat, const char *body, size_t len,
+/* Parses a POST body of the endpoint of kind (INPUT_KIND_CHAT: /v1/chat/completions, COMPLETION:
+ * /v1/completions, EMBEDDING: /v1/embeddings, read as run reads such a line: one choice per input, prefilled
+ * only) into a new request (one reference, the caller's): 0 with *out; 1 for a bad request with *err (status
+ * 400); -1 when out of memory. */
+int openai_parse_request(const struct openai_ctx *c, enum input_kind kind, const char *body, size_t len,
                          uint64_t unseeded, struct server_req **out, struct openai_error *err, struct err *e);
 
 /* "chatcmpl-..." or "cmpl-...": the response id of admitted request r (salt: a per-process value). */
@@ -51,7 +60,8 @@ void openai_request_id(const struct server_req *r, uint64_t salt, char *buf, siz
 const char *openai_finish_reason(enum engine_finish f);
 
 /* The whole answer to a finished request that does not stream (every choice done): a chat.completion or
- * text_completion object with usage, malloc'd JSON (*len bytes). When a choice failed or was cancelled,
+ * text_completion object with usage, or an embeddings request's list (run's: jobs/embedding), malloc'd JSON
+ * (*len bytes). When a choice failed or was cancelled,
  * NULL with *err (500 with the engine's message, or 503 for a cancelled request: the server is stopping). */
 char *openai_response(const struct server_req *r, const char *id, const char *model, int64_t created,
                       size_t *len, struct openai_error *err);
@@ -69,7 +79,7 @@ char *openai_stream_end(const struct server_req *r, const char *id, const char *
 
 /* {"object": "list", "data": [{"id": model, "object": "model", ...}]}; one: the model object alone. */
 char *openai_models(const char *model, int64_t created, int one, size_t *len);
-/* {"error": {"message", "type", "param": null, "code"}} */
+/* {"error": {"message", "type", "param", "code"}} (param null when err->param is "") */
 char *openai_error_body(const struct openai_error *err, size_t *len);
 /* Fills err (the message from a printf format); returns 1. */
 int openai_set_error(struct openai_error *err, int status, const char *type, const char *code,

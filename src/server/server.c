@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs/embedding.h"
+#include "jobs/ingest.h"
+#include "jobs/output.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -112,7 +115,7 @@ static void post_failure(server *s, struct server_req *r, int32_t c, const char 
     engine_result_free(&res);
 }
 
-/* Hands new requests to the engine: one engine request per choice, as jobs/ingest builds them. A choice
+/* Hands new requests to the engine: one engine request per choice, as jobs/ingest builds run's. A choice
  * that cannot be added (out of memory) fails, and so do the later choices of its request (the earlier ones
  * are in the engine, so the request does not end here unless c is 0 — then r is not touched again). */
 static void add_requests(server *s, struct server_req *added)
@@ -123,17 +126,15 @@ static void add_requests(server *s, struct server_req *added)
         next = r->pending_next;
         for (int32_t c = 0; c < r->n_choices; c++) {
             struct server_choice *ch = &r->choices[c];
-            struct engine_request rq = {.id = ch->engine_id,
-                                        .priority = ENGINE_PRIORITY_INTERACTIVE,
-                                        .prompt = r->prompt,
-                                        .n_prompt = r->n_prompt,
-                                        .max_tokens = r->max_tokens,
-                                        .stop = (const char *const *)r->gen.stop,
-                                        .n_stop = r->gen.n_stop,
-                                        .ignore_eos = r->gen.ignore_eos,
-                                        .constraint = r->gen.constraint.kind != CONSTRAINT_NONE ? &r->gen.constraint
-                                                                                                : NULL};
-            genparam_to_sampler(&r->gen, ch->seed, &rq.sampling);
+            struct engine_request rq;
+            if (r->starts) /* embeddings: choice c is input c */
+                ingest_request_of(&s->model, INPUT_KIND_EMBEDDING, &r->gen, r->prompt + r->starts[c],
+                                  r->starts[c + 1] - r->starts[c], ch->seed, &rq);
+            else
+                ingest_request_of(&s->model, r->chat ? INPUT_KIND_CHAT : INPUT_KIND_COMPLETION, &r->gen, r->prompt,
+                                  r->n_prompt, ch->seed, &rq);
+            rq.id = ch->engine_id;
+            rq.priority = ENGINE_PRIORITY_INTERACTIVE;
             int rc = map_put(&s->map, ch->engine_id, r, c);
             if (rc)
                 err_set(&e, "server: out of memory");
@@ -179,6 +180,19 @@ static void apply_cancels(server *s, struct server_req *cancelled)
     }
 }
 
+/* A choice that echoes or asks for logprobs, or an embedding: its text as run stores it (output_result_text,
+ * embedding_result_to_text). */
+static void render_result(server *s, const struct server_req *r, struct engine_result *res)
+{
+    int ok = res->finish == ENGINE_FINISH_STOP || res->finish == ENGINE_FINISH_LENGTH;
+    if (r->starts ? embedding_result_to_text(res) == 0
+                  : !r->rendered || !ok || output_result_text(s->rt->vocab, r->gen.echo, r->gen.logprobs, res) == 0)
+        return;
+    res->finish = ENGINE_FINISH_ERROR;
+    free(res->error);
+    res->error = strdup("server: out of memory storing the result");
+}
+
 static void collect_results(server *s)
 {
     struct engine_result res;
@@ -189,8 +203,10 @@ static void collect_results(server *s)
             continue;
         }
         struct idslot got = map_take(&s->map, res.id);
-        if (got.r)
+        if (got.r) {
+            render_result(s, got.r, &res);
             server_queue_post_result(s->q, got.r, got.c, &res); /* may free got.r */
+        }
         else
             log_warn("server: a result for unknown engine request %llu", (unsigned long long)res.id);
         engine_result_free(&res);
@@ -203,7 +219,7 @@ static void post_stream_texts(server *s)
         const struct idslot *sl = &s->map.slots[i];
         const char *text;
         size_t len;
-        if (sl->id && sl->r->stream && engine_peek_text(s->rt->eng, sl->id, &text, &len) == 0)
+        if (sl->id && sl->r->stream && !sl->r->rendered && engine_peek_text(s->rt->eng, sl->id, &text, &len) == 0)
             server_queue_post_text(s->q, sl->r, sl->c, text, len);
     }
 }
@@ -357,6 +373,7 @@ int server_start(server *s, struct runtime *rt, const struct job_model *chat, st
                                   .chat = chat->chat,
                                   .chat_jinja = chat->chat_jinja,
                                   .chat_source = chat->chat_source,
+                                  .eng = rt->eng, /* read only: ingest_check_request */
                                   .ep = rt->ep,
                                   .backend = rt->backend_name};
     s->octx = (struct openai_ctx){&s->model, s->p.defaults, s->p.parse_special};

@@ -87,6 +87,7 @@ static void req_free(struct server_req *r)
     }
     free(r->choices);
     free(r->prompt);
+    free(r->starts);
     genparam_free(&r->gen);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -195,8 +196,13 @@ static struct server_admit_load load_locked(const server_queue *q)
 
 enum admit_verdict server_queue_submit(server_queue *q, struct server_req *r, double *retry_after)
 {
-    int64_t per_seq = (int64_t)r->n_prompt + r->max_tokens;
-    int64_t need = per_seq * r->n_choices;
+    int64_t per_seq = (int64_t)r->n_prompt + r->max_tokens, need = per_seq * r->n_choices;
+    if (r->starts) { /* embeddings: each choice is its own input, prefilled only */
+        per_seq = 0;
+        for (int32_t i = 0; i < r->n_choices; i++)
+            if (r->starts[i + 1] - r->starts[i] > per_seq) per_seq = r->starts[i + 1] - r->starts[i];
+        need = r->n_prompt;
+    }
     pthread_mutex_lock(&q->mu);
     struct server_admit_load l = load_locked(q);
     enum admit_verdict v = server_admit_decide(&q->admit, q->state, &l, per_seq, need, retry_after);

@@ -16,6 +16,8 @@
  * by the queue when its last choice ends. Fields marked "creator" are written before submit and read-only
  * after; "engine thread" fields belong to that thread; the rest are read and written under the lock.
  *
+ * An embeddings request reserves its inputs' tokens (need = n_prompt), each input a sequence.
+ *
  * Load for admission: queued = active requests minus those running, where the running ones are taken to
  * be the oldest active requests whose choices add up to the engine's running sequences (the scheduler is
  * first come, first served; preemption can make this approximate); queued tokens are their reservations.
@@ -37,6 +39,7 @@
 #include "runtime/genparam.h"
 #include "server/server_admit.h"
 #include "server/server_metrics.h"
+#include "tokenizer/tok.h"
 #include "util/err.h"
 
 /* News for a streaming request: new text of one choice, and whether that choice has ended. */
@@ -71,7 +74,14 @@ struct server_req {
     int include_usage; /* stream_options.include_usage */
     int32_t *prompt;   /* (n_prompt) owned */
     int32_t n_prompt, max_tokens;
-    struct gen_params gen; /* owned (stop strings, logit bias) */
+    int32_t *starts;   /* (n_choices + 1) owned: an embeddings request's (/v1/embeddings), whose choice c is
+                          input c, prompt[starts[c] .. starts[c + 1]), prefilled only; NULL otherwise */
+    int32_t dimensions; /* an embeddings request's: 0 all, else the first N values */
+    int base64;        /* an embeddings request's encoding_format "base64" */
+    struct gen_params gen; /* owned (stop strings, logit bias, constraint) */
+    int rendered;      /* a choice's text is rendered when it ends (echo, logprobs: jobs/output's
+                          output_result_text), and streamed then, whole */
+    const tok_vocab *vocab; /* the model's (logprobs' token strings) */
     int32_t n_choices;
     struct server_choice *choices; /* (n_choices) */
     /* set at admission */
