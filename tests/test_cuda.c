@@ -237,7 +237,7 @@ TEST(kernel_swiglu)
  * the maximum). Sampled rows (every filter: temperature alone, min-p, top-k, top-k + top-p, top-p alone over
  * peaked logits, ties): the same token but where u lands within a sum's rounding of a boundary (none expected
  * in these rows; at most 1 of 100 allowed); rows whose candidates do not fit (a flat top-p nucleus, top-k 5000)
- * are declined, and their logits come back edited exactly as the host edits them. */
+ * are declined, and their logits come back unedited, bit for bit as they went in (the edits undone). */
 TEST(kernel_sample)
 {
     struct err e;
@@ -268,11 +268,11 @@ TEST(kernel_sample)
             ed[r][k] = (struct logit_edit){(int32_t)((k * 2003 + r) % n_ids), k % 2 ? frand(6.0f) : 0.0f,
                                            k % 3 ? 1.3f : 1.0f, k % 4 ? 0.0f : 0.5f};
         rows[r] = (struct sample_row){c[0] > 0 ? SAMPLE_DRAW : SAMPLE_GREEDY, ne, ed[r], c[0], c[2], c[3],
-                                      0.5f + frand(0.5f), (int32_t)c[1]};
+                                      0.5f + frand(0.5f), (int32_t)c[1], 0, 0, 0};
         if (r % 17 == 16) rows[r].mode = SAMPLE_HOST;
     }
     memcpy(ref, l, (size_t)N * nv * 4);
-    CHECK_MSG(cuda_harness_sample(l, N, nv, n_ids, rows, tok, got, &e) == 0, "%s", e.msg);
+    CHECK_MSG(cuda_harness_sample(l, N, nv, n_ids, rows, tok, got, NULL, &e) == 0, "%s", e.msg);
     int differ = 0, declined = 0, drawn = 0;
     for (int32_t r = 0; r < N; r++) {
         float *x = ref + (size_t)r * nv;
@@ -280,13 +280,14 @@ TEST(kernel_sample)
             CHECK_MSG(tok[r] == -1, "row %d: a host row drew %d", (int)r, (int)tok[r]);
             continue;
         }
-        sampler_apply_edits(rows[r].edits, rows[r].n_edits, x);
-        if (tok[r] < 0) { /* declined: edited logits for the host */
+        if (tok[r] < 0) { /* declined: the unedited logits for the host */
             declined++;
             CHECK_MSG(rows[r].mode == SAMPLE_DRAW, "row %d: a greedy row was declined", (int)r);
-            CHECK_MSG(memcmp(x, got + (size_t)r * nv, (size_t)n_ids * 4) == 0, "row %d: declined logits not edited", (int)r);
+            CHECK_MSG(memcmp(x, got + (size_t)r * nv, (size_t)nv * 4) == 0,
+                      "row %d: declined logits not as they were", (int)r);
             continue;
         }
+        sampler_apply_edits(rows[r].edits, rows[r].n_edits, x);
         struct sampler_params p = sampler_default_params();
         p.temperature = rows[r].temperature;
         p.top_k = rows[r].top_k;
@@ -1820,7 +1821,7 @@ static int one_seq_steps(struct backend *be, int32_t nv, int keep, float *out, s
 {
     static const int32_t bt[4] = {3, 0, 2, 1}; /* 64 positions of 16-token blocks */
     int32_t tokens[ONE_PROMPT], pos[ONE_PROMPT], seq[ONE_PROMPT] = {0};
-    const struct sample_row host_row = {SAMPLE_HOST, 0, NULL, 0.0f, 1.0f, 0.0f, 0.0f, 0};
+    const struct sample_row host_row = {SAMPLE_HOST, 0, NULL, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0};
     for (int32_t i = 0; i < ONE_PROMPT; i++) {
         tokens[i] = 1 + (i * 7919) % (nv - 1);
         pos[i] = i;
@@ -1837,7 +1838,8 @@ static int one_seq_steps(struct backend *be, int32_t nv, int keep, float *out, s
         int32_t tok = 0;
         if (!keep || 2 * k <= ONE_DECODE) {
             if (be->ops->forward(be->ctx, &b, row, e)) return -1;
-        } else if (be->ops->forward(be->ctx, &b, NULL, e) || be->ops->sample(be->ctx, &host_row, 1, nv, &tok, row, e)) {
+        } else if (be->ops->forward(be->ctx, &b, NULL, e) ||
+                   be->ops->sample(be->ctx, &host_row, 1, nv, &tok, row, NULL, e)) {
             return -1;
         }
     }
