@@ -42,6 +42,11 @@
  *    BF16 tolerances above.
  *  - through the engine: greedy completions of stories260K equal ../shared/testdata/golden; greedy outputs
  *    at max_seqs 1 and 64 compared (the number of differing requests is printed and must be 0).
+ *  - logprobs on the device: the sample op's (kernel_logprobs) against logprob_fill on the same rows, the ids
+ *    exact, the values within 1e-9 + 1e-12 |host|; through the engine (engine_logprobs_device_vs_host) against
+ *    the same backend with logprobs refused by its caps (within 1e-9, same alternatives) and against the cpu
+ *    backend (within 2e-2); every sampler row of genparam's table drawn on the device against the host's draws
+ *    (engine_genparam_rows_on_device).
  */
 #include <math.h>
 #include <stdint.h>
@@ -64,6 +69,8 @@ int main(void)
 #include "backend/cuda.h"
 #include "backend/cuda_harness.h"
 #include "engine/engine.h"
+#include "engine/logprob.h"
+#include "runtime/genparam.h"
 #include "gguf/quant.h"
 #include "model/model.h"
 #include "synth_util.h"
@@ -232,12 +239,12 @@ TEST(kernel_swiglu)
     }
 }
 
-/* The sample op's draws against the host sampler (sampler_apply_edits, then sampler_argmax or sampler_draw) on
- * the same logits. Greedy rows: always the same token (ties on a 1/4 grid, NaN, -inf rows, edits that move
+/* The sample op's draws against the host sampler (sampler_apply_edits, then sampler_argmax or sampler_draw)
+ * on the same logits. Greedy rows: always the same token (ties on a 1/4 grid, NaN, -inf rows, edits that move
  * the maximum). Sampled rows (every filter: temperature alone, min-p, top-k, top-k + top-p, top-p alone over
  * peaked logits, ties): the same token but where u lands within a sum's rounding of a boundary (none expected
- * in these rows; at most 1 of 100 allowed); rows whose candidates do not fit (a flat top-p nucleus, top-k 5000)
- * are declined, and their logits come back edited exactly as the host edits them. */
+ * in these rows; at most 1 of 100 allowed); rows whose candidates do not fit (a flat top-p nucleus, top-k
+ * 5000) are declined, and their logits come back unedited, bit for bit as they went in (the edits undone). */
 TEST(kernel_sample)
 {
     struct err e;
@@ -267,12 +274,21 @@ TEST(kernel_sample)
         for (int32_t k = 0; k < ne; k++)
             ed[r][k] = (struct logit_edit){(int32_t)((k * 2003 + r) % n_ids), k % 2 ? frand(6.0f) : 0.0f,
                                            k % 3 ? 1.3f : 1.0f, k % 4 ? 0.0f : 0.5f};
-        rows[r] = (struct sample_row){c[0] > 0 ? SAMPLE_DRAW : SAMPLE_GREEDY, ne, ed[r], c[0], c[2], c[3],
-                                      0.5f + frand(0.5f), (int32_t)c[1]};
+        rows[r] = (struct sample_row){c[0] > 0 ? SAMPLE_DRAW : SAMPLE_GREEDY,
+                                      ne,
+                                      ed[r],
+                                      c[0],
+                                      c[2],
+                                      c[3],
+                                      0.5f + frand(0.5f),
+                                      (int32_t)c[1],
+                                      0,
+                                      0,
+                                      0};
         if (r % 17 == 16) rows[r].mode = SAMPLE_HOST;
     }
     memcpy(ref, l, (size_t)N * nv * 4);
-    CHECK_MSG(cuda_harness_sample(l, N, nv, n_ids, rows, tok, got, &e) == 0, "%s", e.msg);
+    CHECK_MSG(cuda_harness_sample(l, N, nv, n_ids, rows, tok, got, NULL, &e) == 0, "%s", e.msg);
     int differ = 0, declined = 0, drawn = 0;
     for (int32_t r = 0; r < N; r++) {
         float *x = ref + (size_t)r * nv;
@@ -280,13 +296,14 @@ TEST(kernel_sample)
             CHECK_MSG(tok[r] == -1, "row %d: a host row drew %d", (int)r, (int)tok[r]);
             continue;
         }
-        sampler_apply_edits(rows[r].edits, rows[r].n_edits, x);
-        if (tok[r] < 0) { /* declined: edited logits for the host */
+        if (tok[r] < 0) { /* declined: the unedited logits for the host */
             declined++;
             CHECK_MSG(rows[r].mode == SAMPLE_DRAW, "row %d: a greedy row was declined", (int)r);
-            CHECK_MSG(memcmp(x, got + (size_t)r * nv, (size_t)n_ids * 4) == 0, "row %d: declined logits not edited", (int)r);
+            CHECK_MSG(memcmp(x, got + (size_t)r * nv, (size_t)nv * 4) == 0,
+                      "row %d: declined logits not as they were", (int)r);
             continue;
         }
+        sampler_apply_edits(rows[r].edits, rows[r].n_edits, x);
         struct sampler_params p = sampler_default_params();
         p.temperature = rows[r].temperature;
         p.top_k = rows[r].top_k;
@@ -307,6 +324,116 @@ TEST(kernel_sample)
     sampler_free(smp);
     free(l);
     free(ref);
+    free(got);
+}
+
+/* |device - host| of one logprob against the tolerance 1e-9 + 1e-12 |host| (a double log-sum-exp summed in
+ * another order): the worst ratio so far in *worst; NaN must meet NaN and an infinity the same infinity. 0 if
+ * outside. */
+static int lp_close(double dev, double host, double *worst_ratio)
+{
+    if (isnan(host) || isinf(host)) return isnan(host) ? isnan(dev) : dev == host;
+    const double r = fabs(dev - host) / (1e-9 + 1e-12 * fabs(host));
+    if (!(r <= *worst_ratio)) *worst_ratio = r;
+    return r <= 1.0;
+}
+
+/* The sample op's logprobs (cuda_logprob.cu, then cuda_sample.cu's token pair) against logprob_fill on the
+ * same unedited rows: rows of 32,007 logits (alternatives among the first 32,002) of eight kinds — plain,
+ * ties on a 1/4 grid, every third -inf, 3 finite values only (fewer than the alternatives asked: the rest are
+ * -inf ties by id), a NaN (every logprob NaN, the NaN ranked last), zeros of both signs (ties), a large
+ * scale, and the padding ids past n_ids the largest (in the normalizer, never an alternative) — with 0, 1, 5
+ * and 20 alternatives, greedy and sampled rows with edits (their logprobs raw: before the edits),
+ * SAMPLE_LOGPROBS rows of a given token, SAMPLE_HOST rows (no logprobs), and sampled rows with top-k 5000
+ * that are declined (their logits back unedited, their outputs left alone). The outputs are poisoned before
+ * (host: 0xFF bytes; device: NaN). Tolerances: the token and every alternative's id exact, in the host's
+ * order; each logprob within 1e-9 + 1e-12 |host| (the measured worst ratio is printed). */
+TEST(kernel_logprobs)
+{
+    struct err e;
+    enum { N = 128, KINDS = 8 };
+    const int32_t nv = 32000 + 7, n_ids = nv - 5;
+    static const int32_t ks[4] = {0, 1, 5, 20};
+    float *l = xmalloc((size_t)N * nv * 4), *got = xmalloc((size_t)N * nv * 4);
+    static struct sample_row rows[N];
+    static struct logit_edit ed[N][8];
+    static struct sample_logprobs lp[N];
+    int32_t tok[N];
+    for (int32_t r = 0; r < N; r++) {
+        float *x = l + (size_t)r * nv;
+        const int kind = r % KINDS;
+        fill(x, (size_t)nv, kind == 6 ? 80.0f : 8.0f);
+        for (int32_t t = 0; t < nv; t++) {
+            if (kind == 1) x[t] = floorf(x[t] * 4.0f) / 4.0f;
+            if (kind == 2 && t % 3 == 0) x[t] = -INFINITY;
+            if (kind == 3) x[t] = t == 5 || t == 900 || t == 31000 ? x[t] : -INFINITY;
+            if (kind == 5) x[t] = t % 7 == 0 ? 1.5f : t % 2 ? -0.0f : 0.0f;
+            if (kind == 7 && t >= n_ids) x[t] = 50.0f;
+        }
+        if (kind == 4) x[77] = NAN;
+        for (int32_t k = 0; k < 8; k++)
+            ed[r][k] = (struct logit_edit){(int32_t)((k * 2003 + r * 7) % n_ids), k % 2 ? 9.0f : 0.0f,
+                                           k % 3 ? 1.3f : 1.0f, k % 4 ? 0.0f : 0.5f};
+        const int how = (r / KINDS) % 4; /* greedy, sampled, a prompt row, sampled and declined */
+        rows[r] = (struct sample_row){how == 0   ? SAMPLE_GREEDY
+                                      : how == 2 ? SAMPLE_LOGPROBS
+                                                 : SAMPLE_DRAW,
+                                      how == 2 ? 0 : 8,
+                                      ed[r],
+                                      0.8f,
+                                      1.0f,
+                                      0.0f,
+                                      0.5f + frand(0.5f),
+                                      how == 3 ? 5000 : 40,
+                                      0,
+                                      0,
+                                      0};
+        rows[r].logprobs = 1;
+        rows[r].top_logprobs = ks[(r / (4 * KINDS)) % 4];
+        rows[r].token = (r * 7919) % nv; /* a padding id now and then */
+        if (r % 13 == 12) rows[r] = (struct sample_row){.mode = SAMPLE_HOST};
+    }
+    memset(lp, 0xFF, sizeof lp);
+    CHECK_MSG(cuda_harness_sample(l, N, nv, n_ids, rows, tok, got, lp, &e) == 0, "%s", e.msg);
+    double worst_ratio = 0;
+    int n_lp = 0, n_alt = 0, declined = 0, host = 0;
+    for (int32_t r = 0; r < N; r++) {
+        const float *x = l + (size_t)r * nv;
+        if (tok[r] < 0) { /* SAMPLE_HOST, or declined: the logits as they went in, the output left alone */
+            CHECK_MSG(rows[r].mode == SAMPLE_HOST || rows[r].top_k == 5000, "row %d (mode %d) not resolved",
+                      (int)r, (int)rows[r].mode);
+            CHECK_MSG(memcmp(x, got + (size_t)r * nv, (size_t)nv * 4) == 0,
+                      "row %d: logits back not as they were", (int)r);
+            CHECK_MSG(lp[r].n_top == -1, "row %d: logprobs written for a row not resolved", (int)r);
+            declined += rows[r].mode != SAMPLE_HOST;
+            host += rows[r].mode == SAMPLE_HOST;
+            continue;
+        }
+        CHECK_MSG(rows[r].mode != SAMPLE_LOGPROBS || tok[r] == rows[r].token, "row %d: token %d, asked %d",
+                  (int)r, (int)tok[r], (int)rows[r].token);
+        struct logprob_entry ref;
+        logprob_fill(x, nv, n_ids, tok[r], rows[r].top_logprobs, &ref);
+        CHECK_MSG(lp[r].tok.token == tok[r] && lp_close(lp[r].tok.logprob, ref.logprob, &worst_ratio),
+                  "row %d (kind %d): token %d logprob %.17g, host %.17g", (int)r, (int)(r % KINDS),
+                  (int)lp[r].tok.token, lp[r].tok.logprob, ref.logprob);
+        CHECK_MSG(lp[r].n_top == ref.n_top, "row %d: %d alternatives, host %d", (int)r, (int)lp[r].n_top,
+                  (int)ref.n_top);
+        for (int32_t j = 0; j < ref.n_top; j++)
+            CHECK_MSG(lp[r].top[j].token == ref.top[j].token &&
+                          lp_close(lp[r].top[j].logprob, ref.top[j].logprob, &worst_ratio),
+                      "row %d (kind %d) alternative %d: %d (%.17g), host %d (%.17g)", (int)r,
+                      (int)(r % KINDS), (int)j, (int)lp[r].top[j].token, lp[r].top[j].logprob,
+                      (int)ref.top[j].token, ref.top[j].logprob);
+        n_lp++;
+        n_alt += ref.n_top;
+    }
+    fprintf(stderr,
+            "# logprobs: %d rows resolved with logprobs (%d alternatives), %d declined and %d host rows back "
+            "unedited; worst |device - host| / (1e-9 + 1e-12 |host|) = %.3g (must be <= 1)\n",
+            n_lp, n_alt, declined, host, worst_ratio);
+    CHECK_MSG(n_lp >= N / 2 && declined > 0 && host > 0, "%d rows with logprobs, %d declined, %d host", n_lp,
+              declined, host);
+    free(l);
     free(got);
 }
 
@@ -1866,7 +1993,7 @@ static int one_seq_steps(struct backend *be, int32_t nv, int keep, float *out, s
 {
     static const int32_t bt[4] = {3, 0, 2, 1}; /* 64 positions of 16-token blocks */
     int32_t tokens[ONE_PROMPT], pos[ONE_PROMPT], seq[ONE_PROMPT] = {0};
-    const struct sample_row host_row = {SAMPLE_HOST, 0, NULL, 0.0f, 1.0f, 0.0f, 0.0f, 0};
+    const struct sample_row host_row = {SAMPLE_HOST, 0, NULL, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0, 0};
     for (int32_t i = 0; i < ONE_PROMPT; i++) {
         tokens[i] = 1 + (i * 7919) % (nv - 1);
         pos[i] = i;
@@ -1883,7 +2010,8 @@ static int one_seq_steps(struct backend *be, int32_t nv, int keep, float *out, s
         int32_t tok = 0;
         if (!keep || 2 * k <= ONE_DECODE) {
             if (be->ops->forward(be->ctx, &b, row, e)) return -1;
-        } else if (be->ops->forward(be->ctx, &b, NULL, e) || be->ops->sample(be->ctx, &host_row, 1, nv, &tok, row, e)) {
+        } else if (be->ops->forward(be->ctx, &b, NULL, e) ||
+                   be->ops->sample(be->ctx, &host_row, 1, nv, &tok, row, NULL, e)) {
             return -1;
         }
     }
@@ -2177,6 +2305,324 @@ TEST(engine_device_sampling)
     CHECK_MSG(greedy_differ == 0 && differ <= 2, "%d of %d requests differ, %d of them greedy", differ, N, greedy_differ);
 }
 
+/* A backend around another (the cuda one) whose caps refuse `refuse` (SAMPLE_USE_* bits) and whose op sample
+ * counts the rows it is asked: for the same engine with logprobs forced to the host, and to see where rows
+ * went. */
+struct spy {
+    struct backend inner;
+    uint32_t refuse;
+    int64_t host_rows, device_rows, lp_rows; /* SAMPLE_HOST rows; others; rows with logprobs */
+};
+static int spy_load(void *c, const struct model *m, struct err *e)
+{
+    return ((struct spy *)c)->inner.ops->load(((struct spy *)c)->inner.ctx, m, e);
+}
+static int spy_kv_alloc(void *c, int32_t n, int32_t bs, enum kv_type t, struct err *e)
+{
+    return ((struct spy *)c)->inner.ops->kv_alloc(((struct spy *)c)->inner.ctx, n, bs, t, e);
+}
+static int spy_forward(void *c, const struct step_batch *b, float *logits, struct err *e)
+{
+    return ((struct spy *)c)->inner.ops->forward(((struct spy *)c)->inner.ctx, b, logits, e);
+}
+static uint64_t spy_scratch_bytes(void *c, int32_t rows)
+{
+    return ((struct spy *)c)->inner.ops->scratch_bytes(((struct spy *)c)->inner.ctx, rows);
+}
+static void spy_free(void *c)
+{
+    (void)c;
+}
+static void spy_caps(void *c, struct backend_caps *out)
+{
+    struct spy *s = c;
+    s->inner.ops->caps(s->inner.ctx, out);
+    out->sampling.uses &= ~s->refuse;
+}
+static int spy_sample(void *c, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens,
+                      float *logits, struct sample_logprobs *lp, struct err *e)
+{
+    struct spy *s = c;
+    for (int32_t i = 0; i < n; i++) {
+        s->host_rows += rows[i].mode == SAMPLE_HOST;
+        s->device_rows += rows[i].mode != SAMPLE_HOST;
+        s->lp_rows += rows[i].mode != SAMPLE_HOST && rows[i].logprobs;
+    }
+    return s->inner.ops->sample(s->inner.ctx, rows, n, n_ids, tokens, logits, lp, e);
+}
+static int spy_step_one_off(void *c)
+{
+    struct spy *s = c;
+    return s->inner.ops->step_one_off ? s->inner.ops->step_one_off(s->inner.ctx) : 0;
+}
+static const struct backend_ops spy_ops = {.name = "spy",
+                                           .load = spy_load,
+                                           .kv_alloc = spy_kv_alloc,
+                                           .forward = spy_forward,
+                                           .scratch_bytes = spy_scratch_bytes,
+                                           .free = spy_free,
+                                           .caps = spy_caps,
+                                           .sample = spy_sample,
+                                           .step_one_off = spy_step_one_off};
+
+/* Runs the requests r (n, ids 0 .. n-1) through one engine on be (device_sampling as given); results in id
+ * order. Prompt lookup off: two runs of the same requests then make the same steps (adaptive drafts follow step
+ * times), so the cuda backend's logits are the same bits in both and only where rows are resolved differs. */
+static int run_requests(struct loaded *L, struct backend *be, const struct engine_request *r, int n,
+                        int device_sampling, struct engine_result *out, struct err *e)
+{
+    struct engine_params p = engine_default_params();
+    p.kv_blocks = 4096;
+    p.max_seqs = 32;
+    p.max_batch_tokens = 256;
+    p.debug_checks = 1;
+    p.device_sampling = device_sampling;
+    p.lookup = 0;
+    engine *eng;
+    if (engine_init(L->m, be, L->v, &p, &eng, e)) return -1;
+    for (int i = 0; i < n; i++)
+        if (engine_add(eng, &r[i], e)) goto fail;
+    for (;;) {
+        struct engine_result res;
+        while (engine_take(eng, &res))
+            out[res.id] = res;
+        if (!engine_has_work(eng)) break;
+        if (engine_step(eng, e)) goto fail;
+    }
+    engine_free(eng);
+    return 0;
+fail:
+    engine_free(eng);
+    return -1;
+}
+
+/* How two runs' logprobs of one request compare, over the tokens both have alike: the worst |a - b| of a
+ * token's logprob and of each rank's alternative (by rank: near-ties may swap between backends), the entries
+ * compared and those whose alternatives are not the same ids in the same order. */
+struct lp_diff {
+    double worst;
+    int64_t entries, order_differs;
+};
+static void lp_diff_add(struct lp_diff *d, const struct logprob_entry *a, const struct logprob_entry *b,
+                        int32_t n)
+{
+    for (int32_t k = 0; a && b && k < n; k++) {
+        if (a[k].token != b[k].token) break;
+        double w = isnan(a[k].logprob) && isnan(b[k].logprob) ? 0 : fabs(a[k].logprob - b[k].logprob);
+        int order = a[k].n_top != b[k].n_top;
+        for (int32_t j = 0; j < a[k].n_top && j < b[k].n_top; j++) {
+            const double dj = fabs(a[k].top[j].logprob - b[k].top[j].logprob);
+            w = dj > w ? dj : w;
+            order |= a[k].top[j].token != b[k].top[j].token;
+        }
+        if (!(w <= d->worst)) d->worst = w;
+        d->entries++;
+        d->order_differs += order;
+    }
+}
+
+/* How many generated tokens two results have alike from the start. */
+static int32_t first_diff(const struct engine_result *a, const struct engine_result *b)
+{
+    int32_t k = 0;
+    while (k < a->n_tokens && k < b->n_tokens && a->tokens[k] == b->tokens[k])
+        k++;
+    return k;
+}
+
+/* Logprobs on the device through the engine (stories260K): 32 requests — greedy with logprobs (0, 1, 5, 20
+ * alternatives), echo (prompt and generated logprobs), scoring (max_tokens 0: prompt logprobs only), sampled
+ * with a penalty — on the cuda backend (rows resolved there with their logprobs: "device"), on the same
+ * backend with SAMPLE_USE_LOGPROBS refused by its caps (every such row to the host, as logits: "host") and on
+ * the cpu backend. device vs host (the same logits): the same tokens (sampled ones may part where a uniform
+ * falls within a sum's rounding: at most 1 request), the same alternatives in the same order, logprobs within
+ * 1e-9; device vs cpu: greedy tokens alike but for at most 1 request (a near-tie), logprobs within 2e-2 (the
+ * F32 path's logit error, step_vs_cpu_stories260K) by rank. Printed: rows with logprobs sent to the device,
+ * each worst difference. */
+TEST(engine_logprobs_device_vs_host)
+{
+    struct err e;
+    struct loaded L;
+    const char *path = test_shared("models/stories260K.gguf");
+    if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
+    CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
+    enum { N = 32 };
+    static struct gen_req g[N], unused[N];
+    random_reqs(g, unused, N, L.m->hp.n_vocab, 4242);
+    struct engine_request r[N];
+    static const int32_t ks[4] = {0, 1, 5, 20};
+    for (int i = 0; i < N; i++) {
+        const int kind = i % 4; /* greedy, echo, scoring, sampled */
+        r[i] = (struct engine_request){.id = (uint64_t)i,
+                                       .prompt = g[i].prompt,
+                                       .n_prompt = g[i].n_prompt,
+                                       .max_tokens = kind == 2 ? 0 : 16,
+                                       .sampling = sampler_default_params(),
+                                       .ignore_eos = 1,
+                                       .logprobs = kind != 2,
+                                       .prompt_logprobs = kind == 1 || kind == 2,
+                                       .top_logprobs = ks[(i / 4) % 4]};
+        if (kind == 3) {
+            r[i].sampling.temperature = 0.8f;
+            r[i].sampling.repeat_penalty = 1.2f;
+            r[i].sampling.seed = 77 + (uint64_t)i;
+        }
+    }
+    static struct engine_result dev[N], host[N], cpu[N];
+    struct backend cu, cb;
+    struct spy sd = {0}, sh = {0};
+    int ok = backend_cuda_init(&cu, NULL, &e) == 0 && cu.ops->load(cu.ctx, L.m, &e) == 0;
+    sd.inner = sh.inner = cu;
+    sh.refuse = SAMPLE_USE_LOGPROBS;
+    struct backend bd = {&spy_ops, &sd}, bh = {&spy_ops, &sh};
+    ok = ok && run_requests(&L, &bd, r, N, 1, dev, &e) == 0 && run_requests(&L, &bh, r, N, 1, host, &e) == 0;
+    ok = ok && backend_cpu_init(&cb, 0, &e) == 0 && cb.ops->load(cb.ctx, L.m, &e) == 0 &&
+         run_requests(&L, &cb, r, N, 1, cpu, &e) == 0;
+    backend_free(&cu);
+    backend_free(&cb);
+    unload_model(&L);
+    CHECK_MSG(ok, "%s", e.msg);
+    struct lp_diff dh = {0}, dc = {0};
+    int tok_host = 0, tok_cpu = 0;
+    for (int i = 0; i < N; i++) {
+        tok_host += first_diff(&dev[i], &host[i]) < dev[i].n_tokens || dev[i].n_tokens != host[i].n_tokens;
+        tok_cpu += i % 4 != 3 &&
+                   (first_diff(&dev[i], &cpu[i]) < dev[i].n_tokens || dev[i].n_tokens != cpu[i].n_tokens);
+        lp_diff_add(&dh, dev[i].logprobs, host[i].logprobs, first_diff(&dev[i], &host[i]));
+        lp_diff_add(&dh, dev[i].prompt_logprobs, host[i].prompt_logprobs, dev[i].n_prompt);
+        if (i % 4 == 3) continue;
+        lp_diff_add(&dc, dev[i].logprobs, cpu[i].logprobs, first_diff(&dev[i], &cpu[i]));
+        lp_diff_add(&dc, dev[i].prompt_logprobs, cpu[i].prompt_logprobs, dev[i].n_prompt);
+    }
+    fprintf(stderr,
+            "# device logprobs: %lld rows with logprobs resolved on the device (%lld there, %lld host rows); "
+            "forced to host: %lld on the device, %lld host rows\n",
+            (long long)sd.lp_rows, (long long)sd.device_rows, (long long)sd.host_rows, (long long)sh.lp_rows,
+            (long long)sh.host_rows);
+    fprintf(
+        stderr,
+        "# device vs host logprobs: %d of %d requests' tokens differ, %lld entries, worst %.3g (tol 1e-9), "
+        "%lld with other alternatives (must be 0)\n",
+        tok_host, N, (long long)dh.entries, dh.worst, (long long)dh.order_differs);
+    fprintf(stderr,
+            "# device vs cpu logprobs: %d of %d unsampled requests' tokens differ, %lld entries, worst %.3g "
+            "(tol 2e-2), %lld with alternatives in another order (printed only)\n",
+            tok_cpu, 3 * N / 4, (long long)dc.entries, dc.worst, (long long)dc.order_differs);
+    for (int i = 0; i < N; i++) {
+        engine_result_free(&dev[i]);
+        engine_result_free(&host[i]);
+        engine_result_free(&cpu[i]);
+    }
+    CHECK_MSG(sd.lp_rows > 0 && sh.lp_rows == 0 && sh.host_rows > 0,
+              "rows with logprobs: %lld on the device, %lld when "
+              "refused",
+              (long long)sd.lp_rows, (long long)sh.lp_rows);
+    CHECK_MSG(tok_host <= 1 && dh.entries > 0 && dh.worst <= 1e-9 && dh.order_differs == 0,
+              "device vs host: %d requests differ, worst %.3g, %lld orders differ", tok_host, dh.worst,
+              (long long)dh.order_differs);
+    CHECK_MSG(tok_cpu <= 1 && dc.entries > 0 && dc.worst <= 2e-2,
+              "device vs cpu: %d requests differ, worst %.3g", tok_cpu, dc.worst);
+}
+
+/* Issue 34.4: every sampler row of genparam's table (those with a sampler field, the logit bias, logprobs)
+ * set off its default on a sampled request (16 requests of stories260K, 24 tokens, their own seeds), through
+ * device sampling against the same engine drawing on the host (device_sampling 0): the cuda backend's caps
+ * must express the request (sampler_uses within caps.sampling: every row resolved on the device, none sent to
+ * the host) and the tokens must be the host's but where a uniform falls within a sum's rounding of a boundary
+ * (at most 1 of 16 requests per row). Printed per row: its value, rows on the device, requests that differ.
+ */
+TEST(engine_genparam_rows_on_device)
+{
+    struct err e;
+    struct loaded L;
+    const char *path = test_shared("models/stories260K.gguf");
+    if (access(path, R_OK) != 0) SKIP("models/stories260K.gguf not found under the shared folder");
+    CHECK_MSG(load_model(path, &L, &e) == 0, "%s", e.msg);
+    enum { N = 16 };
+    static struct gen_req g[N], unused[N];
+    random_reqs(g, unused, N, L.m->hp.n_vocab, 999);
+    struct backend cu;
+    struct spy sp = {0};
+    int ok = backend_cuda_init(&cu, NULL, &e) == 0 && cu.ops->load(cu.ctx, L.m, &e) == 0, rows_walked = 0;
+    sp.inner = cu;
+    struct backend b = {&spy_ops, &sp};
+    struct backend_caps caps = {0};
+    if (ok) spy_caps(&sp, &caps);
+    static struct logit_bias bias = {7, 5.0f};
+    for (int row = 0; ok && row < genparam_count && !test_cur_failed; row++) {
+        const struct genparam *p = &genparam_table[row];
+        if (p->sampler < 0 && p->type != GENPARAM_LOGIT_BIAS && p->type != GENPARAM_LOGPROBS) continue;
+        struct gen_params gp = genparam_defaults(); /* temperature 1: a drawn request, every filter read */
+        char value[32] = "";
+        if (p->type == GENPARAM_INT) {
+            const int32_t v =
+                p->hi >= INT32_MAX ? (int32_t)p->lo + 40 : (int32_t)(p->lo + 0.37 * (p->hi - p->lo));
+            *(int32_t *)((char *)&gp + p->offset) = v;
+            snprintf(value, sizeof value, "%d", (int)v);
+        } else if (p->type == GENPARAM_FLOAT) {
+            const float v = (float)(p->lo + 0.37 * (p->hi - p->lo));
+            *(float *)((char *)&gp + p->offset) = v;
+            snprintf(value, sizeof value, "%g", (double)v);
+        } else if (p->type == GENPARAM_LOGIT_BIAS) {
+            snprintf(value, sizeof value, "{7: +5}");
+        } else {
+            snprintf(value, sizeof value, "5 alternatives");
+        }
+        struct engine_request r[N];
+        for (int i = 0; i < N; i++) {
+            r[i] = (struct engine_request){.id = (uint64_t)i,
+                                           .prompt = g[i].prompt,
+                                           .n_prompt = g[i].n_prompt,
+                                           .max_tokens = 24,
+                                           .ignore_eos = 1,
+                                           .logprobs = p->type == GENPARAM_LOGPROBS,
+                                           .top_logprobs = p->type == GENPARAM_LOGPROBS ? 5 : 0};
+            genparam_to_sampler(&gp, 1000 + (uint64_t)i, &r[i].sampling);
+            if (p->type == GENPARAM_LOGIT_BIAS) {
+                r[i].sampling.logit_bias = &bias;
+                r[i].sampling.n_logit_bias = 1;
+            }
+        }
+        const uint32_t uses = sampler_uses(&r[0].sampling) | (r[0].logprobs ? SAMPLE_USE_LOGPROBS : 0u);
+        CHECK_MSG((uses & ~caps.sampling.uses) == 0, "genparam %s: uses 0x%x, the cuda backend states 0x%x",
+                  p->name, (unsigned)uses, (unsigned)caps.sampling.uses);
+        static struct engine_result a[N], h[N];
+        sp.device_rows = sp.host_rows = 0;
+        ok = run_requests(&L, &b, r, N, 1, a, &e) == 0;
+        const int64_t on_device = sp.device_rows, on_host = sp.host_rows;
+        ok = ok && run_requests(&L, &b, r, N, 0, h, &e) == 0;
+        int differ = 0;
+        struct lp_diff d = {0};
+        for (int i = 0; ok && i < N; i++) {
+            differ += first_diff(&a[i], &h[i]) < a[i].n_tokens || a[i].n_tokens != h[i].n_tokens;
+            lp_diff_add(&d, a[i].logprobs, h[i].logprobs, first_diff(&a[i], &h[i]));
+        }
+        for (int i = 0; ok && i < N; i++) {
+            engine_result_free(&a[i]);
+            engine_result_free(&h[i]);
+        }
+        if (!ok) break;
+        rows_walked++;
+        fprintf(
+            stderr,
+            "# genparam %s = %s: %lld rows on the device, %lld on the host; %d of %d requests differ from "
+            "the host's draws%s\n",
+            p->name, value, (long long)on_device, (long long)on_host, differ, N,
+            d.entries ? "" : " (no logprobs)");
+        CHECK_MSG(on_device > 0 && on_host == 0,
+                  "genparam %s: %lld rows on the device, %lld sent to the host", p->name,
+                  (long long)on_device, (long long)on_host);
+        CHECK_MSG(differ <= 1, "genparam %s: %d of %d requests differ from the host's draws", p->name, differ,
+                  N);
+        CHECK_MSG(d.worst <= 1e-9 && d.order_differs == 0, "genparam %s: logprobs differ by %.3g", p->name,
+                  d.worst);
+    }
+    backend_free(&cu);
+    unload_model(&L);
+    CHECK_MSG(ok, "%s", e.msg);
+    fprintf(stderr, "# genparam: %d sampler rows walked through device sampling\n", rows_walked);
+}
+
 /* Decode steps as CUDA graphs (cuda_graph.cu) against the same steps launched one kernel at a time on
  * stories260K: the same greedy tokens at concurrency 1 and 4 (steps of 1..4 rows), and without drafts graphs
  * were launched far more often than captured (one capture per row count and attention plan). lookup 0: no
@@ -2293,6 +2739,7 @@ int main(void)
     RUN_SEL(kernel_gemv_fused);
     RUN_SEL(kernel_dequant);
     RUN_SEL(kernel_sample);
+    RUN_SEL(kernel_logprobs);
     RUN_SEL(kernel_qkv);
     RUN_SEL(attn_plan_lone_rows);
     RUN_SEL(kernel_attention);
@@ -2309,6 +2756,8 @@ int main(void)
     RUN_SEL(engine_golden_stories260K);
     RUN_SEL(engine_concurrency_1_vs_64);
     RUN_SEL(engine_device_sampling);
+    RUN_SEL(engine_logprobs_device_vs_host);
+    RUN_SEL(engine_genparam_rows_on_device);
     RUN_SEL(engine_graphs_on_vs_off);
     RUN_SEL(engine_graphs_on_vs_off_drafts);
     RUN_SEL(engine_fp8_stories260K);

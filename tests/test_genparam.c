@@ -535,6 +535,47 @@ TEST(to_sampler)
     genparam_free(&g);
 }
 
+/* A value of row p off its default: 37% into its range (an open integer range: lo + 40). */
+static void set_off_default(struct gen_params *g, const struct genparam *p)
+{
+    if (p->type == GENPARAM_INT) {
+        int32_t v = p->hi >= INT32_MAX ? (int32_t)p->lo + 40 : (int32_t)(p->lo + 0.37 * (p->hi - p->lo));
+        *(int32_t *)((char *)g + p->offset) = v == (int32_t)p->def ? v + 1 : v;
+    } else if (p->type == GENPARAM_FLOAT) {
+        *(float *)((char *)g + p->offset) = (float)(p->lo + 0.37 * (p->hi - p->lo));
+    }
+}
+
+/* Every generation parameter that sets a sampler field has a row in the sampler's table of fields (sampler.h:
+ * what a backend must express to draw with it), so a field added through genparam cannot reach a device
+ * sampler that ignores it; and with every such row off its default (a drawn request with a bias) each field
+ * is in use and sampler_uses reports every bit of theirs. */
+TEST(sampler_fields_cover_the_table)
+{
+    struct gen_params g = genparam_defaults();
+    struct err e;
+    CHECK_EQ_INT(apply(&g, "logit_bias", "{\"4\": 3}", &e), 1);
+    uint32_t want = 0;
+    for (int i = 0; i < genparam_count; i++) {
+        const struct genparam *p = &genparam_table[i];
+        if (p->sampler < 0) continue;
+        const struct sampler_field *f = NULL;
+        for (int k = 0; k < sampler_n_fields; k++)
+            if ((ptrdiff_t)sampler_fields[k].offset == p->sampler) f = &sampler_fields[k];
+        CHECK_MSG(f, "genparam row %s sets a sampler field that sampler_fields has no row for", p->name);
+        want |= f->use;
+        set_off_default(&g, p);
+    }
+    struct sampler_params sp;
+    genparam_to_sampler(&g, 9, &sp);
+    for (int k = 0; k < sampler_n_fields; k++)
+        CHECK_MSG(sampler_fields[k].in_use(&sp), "sampler field %s not in use", sampler_fields[k].name);
+    CHECK(want != 0 && (sampler_uses(&sp) & want) == want);
+    CHECK_EQ_INT(
+        (int)sampler_uses(&(struct sampler_params){.temperature = 0, .top_p = 1, .repeat_penalty = 1}), 0);
+    genparam_free(&g);
+}
+
 int main(void)
 {
     RUN(table_invariant);
@@ -553,5 +594,6 @@ int main(void)
     RUN(logprobs_fields);
     RUN(other_fields);
     RUN(to_sampler);
+    RUN(sampler_fields_cover_the_table);
     return test_summary();
 }

@@ -7,8 +7,9 @@
  * for bit); a scoring request (max_tokens 0) whose prefix is in the cache reports cached tokens and the same
  * values as an uncached one; a prefix cached by a request without prompt logprobs is not used (its
  * logprobs are unknown) but is once a scoring request has stored them; logprobs do not change with the
- * temperature or a logit bias (raw logprobs); and a backend that samples on the device gets every logprob
- * row as SAMPLE_HOST.
+ * temperature or a logit bias (raw logprobs); and on a backend that resolves rows itself (drawer_backend.h)
+ * logprobs are asked of it where its caps state them and come to the host where they do not, with the same
+ * results either way.
  */
 #include "engine/logprob.h"
 
@@ -505,43 +506,87 @@ static int same_results(const struct engine_result *a, const struct engine_resul
     return 1;
 }
 
-/* A backend that draws on the device (drawer_backend.h): the rows of requests with logprobs (and prompt
- * logprob rows) come to the host unedited (SAMPLE_HOST), the others are drawn there (or declined); results
- * equal the host-only engine's. */
-TEST(engine_logprob_rows_come_to_the_host)
+/* Runs r (n) on the CPU backend behind a drawer (drawer_backend.h) whose caps refuse `refuse`; *d keeps its
+ * counts (released). */
+static int run_drawer(struct loaded *L, uint32_t refuse, const struct engine_request *r, int n,
+                      struct engine_result *out, struct drawer *d, struct err *e)
+{
+    memset(d, 0, sizeof *d);
+    d->inner = L->be;
+    d->n_vocab = L->m->hp.n_vocab;
+    d->refuse = refuse;
+    struct backend db = {&drawer_ops, d};
+    struct engine_params p = test_params(256, 8, 1);
+    const int32_t n_ids = tok_n_vocab(L->v) < d->n_vocab ? tok_n_vocab(L->v) : d->n_vocab;
+    engine *eng = NULL;
+    int rc = sampler_init(n_ids, &d->smp, e) || engine_init(L->m, &db, L->v, &p, &eng, e) ||
+             run_all(eng, r, n, out, e);
+    engine_free(eng);
+    struct drawer keep = *d;
+    drawer_release(d);
+    d->drawn = keep.drawn;
+    d->declined = keep.declined;
+    d->host_rows = keep.host_rows;
+    d->lp_rows = keep.lp_rows;
+    return rc ? -1 : 0;
+}
+
+/* A backend that resolves rows where the logits are (drawer_backend.h: logprobs by logprob_fill on the
+ * unedited row, every third row declined): the rows of requests with logprobs are drawn there with their
+ * logprobs, prompt rows are SAMPLE_LOGPROBS rows (scoring requests with 5 and 20 alternatives among them),
+ * and only the logprobs come back; with caps that refuse SAMPLE_USE_LOGPROBS those rows come to the host
+ * instead (SAMPLE_HOST), and with caps that refuse SAMPLE_USE_TOP_K so do the rows of a request with top_k.
+ * Every way, the results equal the host-only engine's bit for bit (a declined row is done on the host from
+ * its unedited logits). */
+TEST(engine_logprobs_on_a_backend_that_samples)
 {
     struct loaded L;
     struct err e;
     int lr = load(&L);
     if (lr > 0) SKIP("no stories260K");
     CHECK(lr == 0);
-    enum { N = 8 };
+    enum { N = 11 };
     static int32_t prompts[N][NP];
     struct engine_request r[N];
-    struct engine_result host[N], dev[N];
-    mixed_requests(r, prompts, N, &L);
+    static struct engine_result host[N], dev[3][N];
+    mixed_requests(r, prompts, 8, &L);
+    for (int i = 8; i < N; i++) {
+        prompt_of(prompts[i], NP, 900 + (uint64_t)i, L.m->hp.n_vocab);
+        r[i] = (struct engine_request){.id = (uint64_t)i,
+                                       .prompt = prompts[i],
+                                       .n_prompt = NP - i,
+                                       .max_tokens = i < 10 ? 0 : NG,
+                                       .sampling = sampler_default_params(),
+                                       .ignore_eos = 1,
+                                       .logprobs = i == 10,
+                                       .prompt_logprobs = i < 10,
+                                       .top_logprobs = i == 8 ? 5 : 20};
+    }
+    r[10].sampling.temperature = 0.8f; /* sampled with top-k */
+    r[10].sampling.top_k = 40;
+    r[10].sampling.seed = 5;
     engine *eng = new_engine(&L, 8, 1, &e);
     CHECK_MSG(eng && run_all(eng, r, N, host, &e) == 0, "%s", e.msg);
     engine_free(eng);
-    static struct drawer d;
-    memset(&d, 0, sizeof d);
-    d.inner = L.be;
-    d.n_vocab = L.m->hp.n_vocab;
-    struct backend db = {&drawer_ops, &d};
-    struct engine_params p = test_params(256, 8, 1);
-    const int32_t n_ids = tok_n_vocab(L.v) < d.n_vocab ? tok_n_vocab(L.v) : d.n_vocab;
-    CHECK_MSG(sampler_init(n_ids, &d.smp, &e) == 0 && engine_init(L.m, &db, L.v, &p, &eng, &e) == 0 &&
-                  run_all(eng, r, N, dev, &e) == 0,
-              "%s", e.msg);
-    engine_free(eng);
-    const int64_t device_rows = d.drawn + d.declined, host_rows = d.host_rows;
-    drawer_release(&d);
-    CHECK_MSG(same_results(host, dev, N), "results differ with device sampling");
-    CHECK_MSG(device_rows > 0 && host_rows > 0, "%lld device rows, %lld host rows", (long long)device_rows,
-              (long long)host_rows);
+    static const uint32_t refuse[3] = {0, SAMPLE_USE_LOGPROBS, SAMPLE_USE_TOP_K};
+    struct drawer d[3];
+    for (int k = 0; k < 3; k++) {
+        CHECK_MSG(run_drawer(&L, refuse[k], r, N, dev[k], &d[k], &e) == 0, "%s", e.msg);
+        CHECK_MSG(same_results(host, dev[k], N), "results differ with device sampling (caps refusing 0x%x)",
+                  (unsigned)refuse[k]);
+    }
+    CHECK_MSG(d[0].lp_rows > 0 && d[0].declined > 0, "%lld rows with logprobs on the backend, %lld declined",
+              (long long)d[0].lp_rows, (long long)d[0].declined);
+    CHECK_MSG(d[1].lp_rows == 0 && d[1].host_rows > 0 && d[1].drawn > 0,
+              "refusing logprobs: %lld logprob rows, %lld "
+              "host rows, %lld drawn",
+              (long long)d[1].lp_rows, (long long)d[1].host_rows, (long long)d[1].drawn);
+    CHECK_MSG(d[2].host_rows > 0 && d[2].lp_rows > 0, "refusing top_k: %lld host rows, %lld logprob rows",
+              (long long)d[2].host_rows, (long long)d[2].lp_rows);
     for (int i = 0; i < N; i++) {
         engine_result_free(&host[i]);
-        engine_result_free(&dev[i]);
+        for (int k = 0; k < 3; k++)
+            engine_result_free(&dev[k][i]);
     }
     unload(&L);
 }
@@ -610,7 +655,7 @@ int main(void)
     RUN(engine_logprobs_equal_a_full_forward_and_are_batch_invariant);
     RUN(engine_scoring_uses_the_prefix_cache);
     RUN(engine_logprobs_are_raw);
-    RUN(engine_logprob_rows_come_to_the_host);
+    RUN(engine_logprobs_on_a_backend_that_samples);
     RUN(engine_logprobs_survive_preemption_and_drafts);
     RUN(engine_refuses_bad_logprob_requests);
     return test_summary();

@@ -403,6 +403,35 @@ TEST(test_stop_strings)
     CHECK_STR(feed(p6, 2, NULL, 0, &stopped), "abcdef");
 }
 
+/* What a draw asks of a backend (sampler_uses, backend.h's SAMPLE_USE_*): nothing for plain greedy; a greedy
+ * request's filters are never read; the window only with its penalty; each field its bit. */
+TEST(test_uses)
+{
+    struct sampler_params p = sampler_default_params();
+    CHECK_EQ_INT((int)sampler_uses(&p), 0);
+    p.top_k = 40;
+    p.top_p = 0.9f;
+    p.min_p = 0.1f;
+    p.repeat_last_n = 8;
+    CHECK_EQ_INT((int)sampler_uses(&p), 0); /* greedy: no filter is read, no penalty is on */
+    p.temperature = 0.7f;
+    CHECK_EQ_INT((int)sampler_uses(&p),
+                 (int)(SAMPLE_USE_TEMPERATURE | SAMPLE_USE_TOP_K | SAMPLE_USE_TOP_P | SAMPLE_USE_MIN_P));
+    p = sampler_default_params();
+    p.repeat_penalty = 1.2f;
+    CHECK_EQ_INT((int)sampler_uses(&p), (int)SAMPLE_USE_EDITS);
+    p.repeat_last_n = 0;
+    CHECK_EQ_INT((int)sampler_uses(&p), 0);
+    p = sampler_default_params();
+    p.frequency_penalty = 0.5f;
+    CHECK_EQ_INT((int)sampler_uses(&p), (int)SAMPLE_USE_EDITS);
+    const struct logit_bias b = {3, 1.0f};
+    p = sampler_default_params();
+    p.logit_bias = &b;
+    p.n_logit_bias = 1;
+    CHECK_EQ_INT((int)sampler_uses(&p), (int)SAMPLE_USE_EDITS);
+}
+
 int main(void)
 {
     struct err e;
@@ -422,6 +451,7 @@ int main(void)
     RUN(test_logit_bias);
     RUN(test_bad_params);
     RUN(test_stop_strings);
+    RUN(test_uses);
     sampler_free(g_s);
     return test_summary();
 }

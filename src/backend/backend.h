@@ -46,13 +46,17 @@ struct step_batch {
     float *hidden;              /* (n_hidden, n_embd) written by forward, in hidden_rows order */
 };
 
-/* Sampling on the backend (the optional op `sample`): after a forward that kept its logits (logits NULL), each
- * logit row is either drawn where it lies or copied to the host. A row's logits are first edited (its bias and
- * penalties, struct logit_edit); then a greedy row's token is their argmax over ids [0, n_ids) by
+/* Sampling on the backend (the optional op `sample`): after a forward that kept its logits (logits NULL),
+ * each logit row is either resolved where it lies or copied to the host. A row's logits are first edited (its
+ * bias and penalties, struct logit_edit); then a greedy row's token is their argmax over ids [0, n_ids) by
  * sampler_argmax's rule (the lowest id on ties, NaN never wins, 0 when no logit beats -inf) — so a backend's
  * greedy draw equals the host sampler's on the same logits; a drawn row (temperature > 0) follows
  * sampler_draw's steps with the row's filters and uniform u (equal to the host's draw but for the rounding of
- * sums, where u falls within it of a boundary between two tokens). */
+ * sums, where u falls within it of a boundary between two tokens).
+ * Logprobs (row.logprobs 1): the raw log-softmax of the row's logits as they came out of the forward (before
+ * the edits) over all n_vocab values, by engine/logprob.h's formula, of the row's token (the one drawn, or
+ * row.token for a SAMPLE_LOGPROBS row) and of its top_logprobs best ids among [0, n_ids) (the larger logit
+ * first, the lower id on ties, NaN last): only those pairs leave the backend. */
 struct logit_edit {
     int32_t token;
     float add; /* logit bias, added first when not 0 */
@@ -61,10 +65,14 @@ struct logit_edit {
 };
 
 enum sample_mode {
-    SAMPLE_HOST,   /* copy the row's logits, unedited, to the host */
-    SAMPLE_GREEDY, /* edit, then argmax where the logits are */
-    SAMPLE_DRAW,   /* edit, then sampler_draw's steps with the filters and u below */
+    SAMPLE_HOST,     /* copy the row's logits, unedited, to the host */
+    SAMPLE_GREEDY,   /* edit, then argmax where the logits are */
+    SAMPLE_DRAW,     /* edit, then sampler_draw's steps with the filters and u below */
+    SAMPLE_LOGPROBS, /* draw nothing: only the logprobs of `token` (a prompt row: the prompt's next token) */
 };
+
+#define SAMPLE_MAX_TOP_LOGPROBS                                                                              \
+    20 /* alternatives a row may ask for at most (engine/logprob.h's LOGPROB_MAX_TOP) */
 
 struct sample_row {
     enum sample_mode mode;
@@ -72,6 +80,39 @@ struct sample_row {
     const struct logit_edit *edits; /* (n_edits) distinct tokens below n_ids */
     float temperature, top_p, min_p, u; /* SAMPLE_DRAW: the request's filters, u = sampler_uniform(seed, pos) */
     int32_t top_k;
+    int logprobs;         /* 1 (GREEDY, DRAW, LOGPROBS rows): the op fills its struct sample_logprobs */
+    int32_t top_logprobs; /* with logprobs: alternatives, 0 .. SAMPLE_MAX_TOP_LOGPROBS */
+    int32_t token;        /* SAMPLE_LOGPROBS: the token whose logprob is wanted (below n_vocab) */
+};
+
+/* The logprobs of one row (the op's output for a row with logprobs that it resolved). */
+struct sample_logprob {
+    int32_t token;
+    double logprob;
+};
+struct sample_logprobs {
+    struct sample_logprob tok;                          /* the row's token */
+    int32_t n_top;                                      /* the row's top_logprobs (at most n_ids) */
+    struct sample_logprob top[SAMPLE_MAX_TOP_LOGPROBS]; /* (n_top) best first */
+};
+
+/* What a backend's op sample expresses: the SAMPLE_USE_* of a row (sampler_uses gives a request's) must all
+ * be in `uses`, within the limits, for the engine to send the row there; every other row comes to the host as
+ * logits (SAMPLE_HOST). A greedy row without edits needs nothing but the op. */
+enum sample_use {
+    SAMPLE_USE_EDITS = 1u << 0,       /* logit bias and penalties, as struct logit_edit */
+    SAMPLE_USE_TEMPERATURE = 1u << 1, /* a drawn row (SAMPLE_DRAW: temperature and the seed's uniform) */
+    SAMPLE_USE_TOP_K = 1u << 2,       /* up to max_top_k */
+    SAMPLE_USE_TOP_P = 1u << 3,
+    SAMPLE_USE_MIN_P = 1u << 4,
+    SAMPLE_USE_LOGPROBS =
+        1u << 5, /* logprobs with up to max_top_logprobs alternatives (SAMPLE_LOGPROBS rows too) */
+    SAMPLE_USE_MASK = 1u << 6, /* a structured-output token mask (no backend's op takes one yet) */
+};
+struct sample_caps {
+    uint32_t uses;            /* SAMPLE_USE_* bits it expresses; 0 without the op sample */
+    int32_t max_top_k;        /* SAMPLE_USE_TOP_K: top_k at most (0: any) */
+    int32_t max_top_logprobs; /* SAMPLE_USE_LOGPROBS: top_logprobs at most */
 };
 
 /* What a backend's memory holds: the memory its weights, KV pool and scratch live in (host RAM for cpu,
@@ -103,6 +144,7 @@ struct backend_caps {
     double step_knee_rows;            /* about how many rows a step carries before its time doubles (t0 / c
                                          of draft.h's cost line): the prior of the engine's fit, which then
                                          learns the real one; 0: not stated (the engine assumes a CPU's) */
+    struct sample_caps sampling;      /* what its op sample expresses (all 0 without the op) */
 };
 
 /* Checks a step batch against the contract above for a pool of n_blocks blocks of block_size tokens,
@@ -141,11 +183,13 @@ struct backend_ops {
     void (*caps)(void *ctx, struct backend_caps *out);
     /* (optional) Resolves the logit rows of the last forward, which was called with logits NULL (so the
      * logits stayed in backend memory): rows (n = that step's n_logits, in logit_rows order). tokens[i] is
-     * row i's token when the backend drew it (SAMPLE_GREEDY and SAMPLE_DRAW rows; a backend may decline any),
-     * else -1 and row i's logits are at logits + i * n_vocab: unedited for a SAMPLE_HOST row, with its edits
-     * applied for a declined one. Callable once per such forward. */
-    int (*sample)(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
-                  struct err *e);
+     * row i's token when the backend resolved it (a SAMPLE_GREEDY or SAMPLE_DRAW row it drew, a
+     * SAMPLE_LOGPROBS row's `token`), and then, for a row with logprobs, logprobs[i] holds them (above); else
+     * -1 and row i's logits are at logits + i * n_vocab, unedited (a SAMPLE_HOST row, or one it declined: a
+     * backend may decline any row, and the host then does all of it). logprobs (n) may be NULL when no row
+     * asks for any. Rows ask only for what caps.sampling states. Callable once per such forward. */
+    int (*sample)(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens,
+                  float *logits, struct sample_logprobs *logprobs, struct err *e);
     /* (optional) 1 if the last forward paid a one-off cost that the next steps of its shape will not (a CUDA
      * graph captured): the engine leaves that step out of the step times it learns from (draft.h). */
     int (*step_one_off)(void *ctx);

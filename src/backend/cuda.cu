@@ -726,6 +726,7 @@ static void cuda_caps(void *ctx, struct backend_caps *out)
     out->step_knee_rows = 128;
     out->kv_types = (1u << KV_TYPE_N) - 1; /* every type of the table */
     out->archs = 1u << MODEL_ARCH_LLAMA | 1u << MODEL_ARCH_QWEN2 | 1u << MODEL_ARCH_QWEN3; /* as cuda_load */
+    cuda_sample_caps(&out->sampling); /* what the op sample expresses (cuda_sample.cu) */
     out->weight_types = 0;
     for (int t = 0; t < 64; t++) /* what cuda_upload_rows takes: BF16 as it is, the rest converted on the device */
         if (t == GGUF_DTYPE_BF16 || cuda_dequant_supported((enum gguf_dtype)t)) out->weight_types |= 1ull << t;

@@ -166,6 +166,6 @@ int cuda_graph_run(struct cuda_ctx *c, const struct cuda_batch_dev *bd, int32_t 
 void cuda_graph_free(struct cuda_ctx *c);
 /* The op sample (backend.h; cuda_draw.cu). */
 int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_ids, int32_t *tokens, float *logits,
-                struct err *e);
+                struct sample_logprobs *logprobs, struct err *e);
 
 #endif

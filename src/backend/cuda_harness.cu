@@ -190,44 +190,78 @@ fail:
 }
 
 extern "C" int cuda_harness_sample(const float *logits, int32_t n, int32_t n_vocab, int32_t n_ids,
-                                   const struct sample_row *rows, int32_t *tokens, float *edited, struct err *e)
+                                   const struct sample_row *rows, int32_t *tokens, float *edited,
+                                   struct sample_logprobs *lp, struct err *e)
 {
     struct cuda_hx h;
-    void *dl, *drows, *ded, *dtok;
+    void *dl, *drows, *ded, *dtok, *dsaved, *dlr = NULL, *dpairs = NULL, *dnorms = NULL;
     struct cuda_draw_row *hrows = (struct cuda_draw_row *)malloc((size_t)n * sizeof *hrows);
-    size_t n_ed = 0;
+    struct cuda_lp_row *hlr = (struct cuda_lp_row *)malloc((size_t)n * sizeof *hlr);
+    size_t n_ed = 0, n_pairs = 0;
     for (int32_t i = 0; i < n; i++) n_ed += (size_t)rows[i].n_edits;
     struct logit_edit *hed = (struct logit_edit *)malloc((n_ed ? n_ed : 1) * sizeof *hed);
-    if (!hrows || !hed) {
-        free(hrows);
-        free(hed);
-        return err_set(e, "cuda harness: out of memory");
+    struct cuda_lp_pair *hpairs = NULL;
+    struct cuda_sample_lp dlp = {NULL, NULL, NULL};
+    if (!hrows || !hlr || !hed) {
+        err_set(e, "cuda harness: out of memory");
+        goto fail_host;
     }
-    size_t k = 0;
-    for (int32_t i = 0; i < n; i++) {
-        const struct sample_row *r = &rows[i];
-        hrows[i] = cuda_draw_row_of(r, cuda_draw_mode_of(r->mode), (int32_t)k);
-        memcpy(hed + k, r->edits, (size_t)r->n_edits * sizeof *hed);
-        k += (size_t)r->n_edits;
+    {
+        size_t k = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const struct sample_row *r = &rows[i];
+            const int32_t mode = cuda_draw_mode_of(r->mode);
+            hrows[i] = cuda_draw_row_of(r, mode, (int32_t)k);
+            hlr[i] = cuda_lp_row_of(r, mode, n_ids, (int32_t)n_pairs);
+            memcpy(hed + k, r->edits, (size_t)hrows[i].n_edits * sizeof *hed);
+            k += (size_t)hrows[i].n_edits;
+            n_pairs += hlr[i].n_top >= 0 ? 1 + (size_t)hlr[i].n_top : 0;
+        }
+    }
+    if (n_pairs > 0 && !lp) {
+        err_set(e, "cuda harness: rows ask for logprobs and there is no output");
+        goto fail_host;
+    }
+    if (n_pairs > 0 && !(hpairs = (struct cuda_lp_pair *)malloc(n_pairs * sizeof *hpairs))) {
+        err_set(e, "cuda harness: out of memory");
+        goto fail_host;
     }
     if (cuda_hx_begin(&h, e)) goto fail;
     HX(cuda_hx_upload(&h, logits, (size_t)n * n_vocab * 4, &dl, e));
     HX(cuda_hx_upload(&h, hrows, (size_t)n * sizeof *hrows, &drows, e));
     HX(cuda_hx_upload(&h, hed, (n_ed ? n_ed : 1) * sizeof *hed, &ded, e));
+    HX(cuda_hx_alloc(&h, (n_ed ? n_ed : 1) * 4, &dsaved, e));
     HX(cuda_hx_alloc(&h, (size_t)n * 4, &dtok, e));
-    HX(cuda_launch_sample(h.st, (float *)dl, n_vocab, n_ids, (const struct cuda_draw_row *)drows, ded, n,
-                          (int32_t *)dtok, e));
+    if (n_pairs > 0) { /* pairs and norms poisoned (NaN, token -1) like every output */
+        HX(cuda_hx_upload(&h, hlr, (size_t)n * sizeof *hlr, &dlr, e));
+        HX(cuda_hx_alloc(&h, n_pairs * sizeof *hpairs, &dpairs, e));
+        HX(cuda_hx_alloc(&h, (size_t)n * sizeof(struct cuda_lp_norm), &dnorms, e));
+        dlp = {(const struct cuda_lp_row *)dlr, (struct cuda_lp_pair *)dpairs, (struct cuda_lp_norm *)dnorms};
+        HX(cuda_launch_logprobs(h.st, (const float *)dl, n_vocab, n_ids, &dlp, n, e));
+    }
+    HX(cuda_launch_sample(h.st, (float *)dl, n_vocab, n_ids, (const struct cuda_draw_row *)drows, ded,
+                          (float *)dsaved, n, (int32_t *)dtok, n_pairs > 0 ? &dlp : NULL, e));
     HX(cuda_hx_sync(&h, e));
     HX(cuda_hx_download(dtok, 0, (size_t)n, (float *)(void *)tokens, e)); /* 4-byte copy: ids as they are */
     if (edited) HX(cuda_hx_download(dl, 0, (size_t)n * n_vocab, edited, e));
+    if (n_pairs > 0) {
+        HX(cuda_hx_download(dpairs, 0, n_pairs * sizeof *hpairs / 4, (float *)(void *)hpairs, e));
+        for (int32_t i = 0; i < n; i++)
+            if (tokens[i] >= 0 && hlr[i].n_top >= 0) cuda_lp_unpack(hpairs + hlr[i].at, hlr[i].n_top, &lp[i]);
+    }
     cuda_hx_free(&h);
     free(hrows);
+    free(hlr);
     free(hed);
+    free(hpairs);
     return 0;
 fail:
     cuda_hx_free(&h);
+fail_host:
     free(hrows);
+    free(hlr);
     free(hed);
+    free(hpairs);
     return -1;
 }
 

@@ -118,11 +118,14 @@ int cuda_harness_attn(const struct cuda_harness_attn *h, const float *qkv, const
 /* Ceilings, measured with CUDA events after warm-ups on random (not zero) data: the median rate of a
  * BF16 n x n x n GEMM through cuBLAS (FP32 accumulation), in TFLOP/s; and the median bandwidth of a
  * device-to-device copy of `bytes`, counting bytes read plus bytes written, in GB/s. */
-/* The sample op's draws (cuda_launch_sample) on n rows of logits (n, n_vocab), with rows as the op takes them;
- * tokens (n) out: the draw, or -1 for a row not drawn (SAMPLE_HOST, or declined); edited (n, n_vocab; may be
- * NULL): the logits after the kernel (edited except SAMPLE_HOST rows). */
-int cuda_harness_sample(const float *logits, int32_t n, int32_t n_vocab, int32_t n_ids, const struct sample_row *rows,
-                        int32_t *tokens, float *edited, struct err *e);
+/* The sample op's kernels (cuda_launch_logprobs when a row asks for logprobs, then cuda_launch_sample) on n
+ * rows of logits (n, n_vocab), with rows as the op takes them; tokens (n) out: the row's token (drawn, or a
+ * SAMPLE_LOGPROBS row's), or -1 for a row not resolved (SAMPLE_HOST, or declined); edited (n, n_vocab; may be
+ * NULL): the logits after the kernels (a row drawn without logprobs edited, every other row as it was);
+ * lp (n; NULL when no row asks): the logprobs of each resolved row with logprobs, the others untouched. */
+int cuda_harness_sample(const float *logits, int32_t n, int32_t n_vocab, int32_t n_ids,
+                        const struct sample_row *rows, int32_t *tokens, float *edited,
+                        struct sample_logprobs *lp, struct err *e);
 int cuda_harness_gemm_rate(int32_t n, int reps, double *tflops, struct err *e);
 int cuda_harness_copy_rate(uint64_t bytes, int reps, double *gbs, struct err *e);
 

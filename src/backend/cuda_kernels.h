@@ -284,10 +284,10 @@ int cuda_launch_attn_combine(cudaStream_t st, const struct cuda_attn_geom *g, co
 /* The sample op's rows as the kernel reads them (cuda_sample.cu): mode, edits (struct logit_edit, 16 bytes
  * each: edits[edit0 .. edit0 + n_edits)), and a sampled row's filters and uniform. */
 enum cuda_draw_mode {
-    CUDA_DRAW_COPY = 0,   /* unedited logits to the host */
-    CUDA_DRAW_GREEDY = 1, /* edit, argmax */
-    CUDA_DRAW_SAMPLE = 2, /* edit, sampler_draw's steps */
-    CUDA_DRAW_EDIT = 3,   /* edit, then to the host (a declined row) */
+    CUDA_DRAW_COPY = 0,     /* unedited logits to the host */
+    CUDA_DRAW_GREEDY = 1,   /* edit, argmax */
+    CUDA_DRAW_SAMPLE = 2,   /* edit, sampler_draw's steps */
+    CUDA_DRAW_LOGPROBS = 3, /* nothing drawn: the logprobs of its token (cuda_lp_row.token) only */
 };
 struct cuda_draw_row {
     int32_t mode, edit0, n_edits, top_k;
@@ -296,19 +296,78 @@ struct cuda_draw_row {
 /* The kernel's mode for a sample_row's (backend.h). */
 static inline int32_t cuda_draw_mode_of(enum sample_mode m)
 {
-    return m == SAMPLE_HOST ? CUDA_DRAW_COPY : m == SAMPLE_GREEDY ? CUDA_DRAW_GREEDY : CUDA_DRAW_SAMPLE;
+    return m == SAMPLE_HOST     ? CUDA_DRAW_COPY
+           : m == SAMPLE_GREEDY ? CUDA_DRAW_GREEDY
+           : m == SAMPLE_DRAW   ? CUDA_DRAW_SAMPLE
+                                : CUDA_DRAW_LOGPROBS;
 }
 /* The kernel's row for r with this mode, its edits from edit0 (none for a copied row). */
 static inline struct cuda_draw_row cuda_draw_row_of(const struct sample_row *r, int32_t mode, int32_t edit0)
 {
-    return {mode, edit0, mode == CUDA_DRAW_COPY ? 0 : r->n_edits, r->top_k, r->temperature, r->top_p, r->min_p, r->u};
+    const int32_t ne = mode == CUDA_DRAW_GREEDY || mode == CUDA_DRAW_SAMPLE ? r->n_edits : 0;
+    return {mode, edit0, ne, r->top_k, r->temperature, r->top_p, r->min_p, r->u};
 }
-/* The draws of n logit rows of logits (n, n_vocab), in place: tokens[i] = row i's token over ids [0, n_ids),
- * or -1 for a row whose logits go to the host (unedited for CUDA_DRAW_COPY, edited otherwise). One block a
- * row; cuda_sample.cu says how each draw follows the host sampler. */
-int cuda_launch_sample(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids, const struct cuda_draw_row *rows,
-                       const void *edits, int32_t n, int32_t *tokens, struct err *e);
+/* Logprobs where the logits are (cuda_logprob.cu; backend.h's formula): a row of the sample op that asks for
+ * them has a cuda_lp_row, and its output is 1 + n_top pairs: pairs[at] its token's, pairs[at + 1 ..] the
+ * alternatives best first; only those cross the bus. */
+struct cuda_lp_row {
+    int32_t n_top; /* -1: no logprobs; else its alternatives, at most min(SAMPLE_MAX_TOP_LOGPROBS, n_ids) */
+    int32_t at;    /* its first pair */
+    int32_t token; /* CUDA_DRAW_LOGPROBS: the token whose logprob is wanted */
+    int32_t pad;
+};
+struct cuda_lp_pair {
+    int32_t token, pad;
+    double logprob;
+};
+struct cuda_lp_norm { /* a row's normalizer: logprob(t) = ((double)l[t] - max) - log_sum */
+    float max;
+    int32_t pad;
+    double log_sum;
+};
+/* The logprob outputs of the sample op's kernels (device pointers; lp == NULL: no row asks). */
+struct cuda_sample_lp {
+    const struct cuda_lp_row *rows; /* (n) */
+    struct cuda_lp_pair *pairs;     /* (sum of 1 + n_top over rows with n_top >= 0) */
+    struct cuda_lp_norm *norms;     /* (n) */
+};
+/* The draws of n logit rows of logits (n, n_vocab), in place: tokens[i] = row i's token over ids [0, n_ids)
+ * (a CUDA_DRAW_LOGPROBS row's: its lp token), or -1 for a row whose logits go to the host, unedited
+ * (CUDA_DRAW_COPY, or a draw declined: its edits undone from saved, one float per edit). One block a row;
+ * cuda_sample.cu says how each draw follows the host sampler. With lp: after cuda_launch_logprobs on the same
+ * logits, the token's pair of every row it resolved with n_top >= 0, from the row's raw logit and its norm.
+ */
+int cuda_launch_sample(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids,
+                       const struct cuda_draw_row *rows, const void *edits, float *saved, int32_t n,
+                       int32_t *tokens, const struct cuda_sample_lp *lp, struct err *e);
 int cuda_sample_init(struct err *e);
+/* What the op sample expresses (backend.h's struct sample_caps): every sampler field but masks, top_k up to
+ * the candidates the draw sorts, logprobs with up to SAMPLE_MAX_TOP_LOGPROBS alternatives. */
+void cuda_sample_caps(struct sample_caps *out);
+/* The alternatives' pairs and norms of every row of lp->rows (n) with n_top >= 0, from logits (n, n_vocab) as
+ * the forward left them: max and log-sum-exp over all n_vocab values, the n_top best of ids [0, n_ids) by
+ * (logit desc, id asc, NaN last), in one pass over the row; one block a row. Before cuda_launch_sample (which
+ * edits). */
+int cuda_launch_logprobs(cudaStream_t st, const float *logits, int32_t n_vocab, int32_t n_ids,
+                         const struct cuda_sample_lp *lp, int32_t n, struct err *e);
+/* The request of a sample_row (n_top -1 without logprobs or for a row copied to the host), its pairs from at.
+ */
+static inline struct cuda_lp_row cuda_lp_row_of(const struct sample_row *r, int32_t mode, int32_t n_ids,
+                                                int32_t at)
+{
+    int32_t k = r->top_logprobs < 0 ? 0 : r->top_logprobs;
+    if (k > SAMPLE_MAX_TOP_LOGPROBS) k = SAMPLE_MAX_TOP_LOGPROBS;
+    if (k > n_ids) k = n_ids;
+    return {mode != CUDA_DRAW_COPY && r->logprobs ? k : -1, at, r->token, 0};
+}
+/* A row's pairs (1 + n_top from p) as the op's output. */
+static inline void cuda_lp_unpack(const struct cuda_lp_pair *p, int32_t n_top, struct sample_logprobs *out)
+{
+    out->tok = {p[0].token, p[0].logprob};
+    out->n_top = n_top;
+    for (int32_t j = 0; j < n_top; j++)
+        out->top[j] = {p[1 + j].token, p[1 + j].logprob};
+}
 /* out (n_rows, n_ff) as out_type = silu(gu[:, :n_ff]) * gu[:, n_ff:] (in f32); gu (n_rows, 2 n_ff) as gu_type. */
 int cuda_launch_swiglu(cudaStream_t st, const void *gu, enum cuda_act gu_type, int32_t n_rows, int32_t n_ff, void *out,
                        enum cuda_act out_type, struct err *e);

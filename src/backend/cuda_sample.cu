@@ -7,18 +7,22 @@
  *    -inf): per-thread maxima in id order, then fixed butterflies — the host's token on the same logits;
  *  - sampled: sampler_draw's steps on the finite logits below n_ids. With top-k (k < the finite count) or
  *    top-p, the candidates are the k best, or the CUDA_SAMPLE_CAP best (top-p), by (logit desc, id asc):
- *    the k-th key is found by a radix select (4 passes of 8 bits, integer counts: exact), the keys at or above
- *    it are gathered and sorted (bitonic, in shared memory), then one thread runs the host's sequential steps
- *    over them — softmax terms, top-p cut, min-p, the walk with u — in the host's order, so the sums round as
- *    the host's do. Top-p alone needs the total over every finite logit: a parallel double sum (fixed order,
+ *    the k-th key is found by a radix select (4 passes of 8 bits, integer counts: exact), the keys at or
+ * above it are gathered and sorted (bitonic, in shared memory), then one thread runs the host's sequential
+ * steps over them — softmax terms, top-p cut, min-p, the walk with u — in the host's order, so the sums round
+ * as the host's do. Top-p alone needs the total over every finite logit: a parallel double sum (fixed order,
  *    not the host's; where the candidates are all the finite ones the sequential total is used instead).
- *    Without top-k and top-p the walk runs over every finite logit in id order: each thread takes a contiguous
- *    run of ids, sums its run in order, one thread prefixes the runs, and the thread whose run the target falls
- *    in walks it. Both give the host's token unless u * total lands within the rounding of the sums of a
- *    boundary. expf is CUDA's (at most 2 ulp from the host's), which moves boundaries as little.
- *  - A sampled row whose candidates do not fit (top-k above CUDA_SAMPLE_CAP, a nucleus beyond it, more ties at
- *    the k-th key than the buffer holds) is declined: its token is -1 and the host draws from its edited
- *    logits (the op's contract).
+ *    Without top-k and top-p the walk runs over every finite logit in id order: each thread takes a
+ * contiguous run of ids, sums its run in order, one thread prefixes the runs, and the thread whose run the
+ * target falls in walks it. Both give the host's token unless u * total lands within the rounding of the sums
+ * of a boundary. expf is CUDA's (at most 2 ulp from the host's), which moves boundaries as little.
+ *  - A sampled row whose candidates do not fit (top-k above CUDA_SAMPLE_CAP, a nucleus beyond it, more ties
+ * at the k-th key than the buffer holds) is declined: its token is -1, its edits are undone (each edited
+ * logit was saved before its edit, one float per edit in `saved`, and is put back exactly) and the host does
+ * all of it from the unedited logits (the op's contract).
+ *  - Logprobs (cuda_logprob.cu ran first on the unedited row, leaving its norm and alternatives): after the
+ * draw the edits are undone too, so the drawn token's raw logit gives its logprob by the same formula; a
+ *    CUDA_DRAW_LOGPROBS row (a prompt row) is not edited nor drawn, only its token's logprob is written.
  * Determinism: integer atomics only (counts, gather positions — the gather is then sorted by a unique key);
  * every floating sum has a fixed order. So the same logits give the same token, run after run.
  */
@@ -309,9 +313,17 @@ __device__ int32_t cuda_sample_draw(const float *l, int32_t n, const cuda_draw_r
     return cuda_sample_walk(l, n, mx, r, s);
 }
 
+/* Thread 0: the logprob pair of token tok of row r from its raw logit (its norm from cuda_k_logprobs). */
+__device__ void cuda_sample_lp_token(const float *l, int32_t tok, const cuda_lp_row &lr, int32_t r,
+                                     const cuda_sample_lp &lp)
+{
+    const cuda_lp_norm nm = lp.norms[r];
+    lp.pairs[lr.at] = {tok, 0, ((double)l[tok] - (double)nm.max) - nm.log_sum};
+}
+
 __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS, 1)
-    cuda_k_sample(float *logits, int32_t n_vocab, int32_t n_ids, const cuda_draw_row *rows, const cuda_edit *edits,
-                  int32_t *tokens)
+    cuda_k_sample(float *logits, int32_t n_vocab, int32_t n_ids, const cuda_draw_row *rows,
+                  const cuda_edit *edits, float *saved, int32_t *tokens, cuda_sample_lp lp)
 {
     extern __shared__ unsigned long long smem_raw[];
     cuda_sample_smem &s = *(cuda_sample_smem *)smem_raw;
@@ -321,10 +333,19 @@ __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS, 1)
         if (threadIdx.x == 0) tokens[r] = -1;
         return;
     }
+    const cuda_lp_row lr = lp.rows ? lp.rows[r] : cuda_lp_row{-1, 0, 0, 0};
     float *l = logits + (size_t)r * (size_t)n_vocab;
+    if (row.mode == CUDA_DRAW_LOGPROBS) {
+        if (threadIdx.x == 0) {
+            if (lr.n_top >= 0) cuda_sample_lp_token(l, lr.token, lr, r, lp);
+            tokens[r] = lr.n_top >= 0 ? lr.token : -1; /* nothing asked: the logits to the host */
+        }
+        return;
+    }
     for (int32_t k = threadIdx.x; k < row.n_edits; k += blockDim.x) { /* distinct tokens: no two threads meet */
         const cuda_edit ed = edits[row.edit0 + k];
         float x = l[ed.token];
+        saved[row.edit0 + k] = x;
         if (ed.add != 0.0f) x = __fadd_rn(x, ed.add);
         if (ed.rep != 1.0f) x = x > 0.0f ? __fdiv_rn(x, ed.rep) : __fmul_rn(x, ed.rep);
         if (ed.sub != 0.0f) x = __fsub_rn(x, ed.sub);
@@ -334,7 +355,20 @@ __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS, 1)
     int32_t tok = -1;
     if (row.mode == CUDA_DRAW_GREEDY) tok = cuda_sample_argmax(l, n_ids, s);
     else if (row.mode == CUDA_DRAW_SAMPLE) tok = cuda_sample_draw(l, n_ids, row, s);
-    if (threadIdx.x == 0) tokens[r] = tok; /* CUDA_DRAW_EDIT: -1, the edited logits go to the host */
+    __syncthreads(); /* every thread is done reading l; thread 0's tok is the row's (the draws return it
+                        there) */
+    if (threadIdx.x == 0) s.result = tok;
+    __syncthreads();
+    tok = s.result;
+    if ((tok < 0 || lr.n_top >= 0) && row.n_edits > 0) { /* undo the edits: the raw row again */
+        for (int32_t k = threadIdx.x; k < row.n_edits; k += blockDim.x)
+            l[edits[row.edit0 + k].token] = saved[row.edit0 + k];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if (tok >= 0 && lr.n_top >= 0) cuda_sample_lp_token(l, tok, lr, r, lp);
+        tokens[r] = tok; /* -1: declined, its unedited logits go to the host */
+    }
 }
 
 int cuda_sample_init(struct err *e)
@@ -343,12 +377,21 @@ int cuda_sample_init(struct err *e)
     return 0;
 }
 
-int cuda_launch_sample(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids, const struct cuda_draw_row *rows,
-                       const void *edits, int32_t n, int32_t *tokens, struct err *e)
+int cuda_launch_sample(cudaStream_t st, float *logits, int32_t n_vocab, int32_t n_ids,
+                       const struct cuda_draw_row *rows, const void *edits, float *saved, int32_t n,
+                       int32_t *tokens, const struct cuda_sample_lp *lp, struct err *e)
 {
     if (n < 1) return 0;
-    cuda_k_sample<<<n, CUDA_SAMPLE_THREADS, sizeof(cuda_sample_smem), st>>>(logits, n_vocab, n_ids, rows,
-                                                                           (const cuda_edit *)edits, tokens);
+    const cuda_sample_lp none = {NULL, NULL, NULL};
+    cuda_k_sample<<<n, CUDA_SAMPLE_THREADS, sizeof(cuda_sample_smem), st>>>(
+        logits, n_vocab, n_ids, rows, (const cuda_edit *)edits, saved, tokens, lp ? *lp : none);
     CU_LAUNCHED();
     return 0;
+}
+
+void cuda_sample_caps(struct sample_caps *out)
+{
+    *out = {SAMPLE_USE_EDITS | SAMPLE_USE_TEMPERATURE | SAMPLE_USE_TOP_K | SAMPLE_USE_TOP_P |
+                SAMPLE_USE_MIN_P | SAMPLE_USE_LOGPROBS,
+            CUDA_SAMPLE_CAP, SAMPLE_MAX_TOP_LOGPROBS};
 }

@@ -93,6 +93,7 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     struct backend_caps caps = {0};
     if (b->ops->caps) b->ops->caps(b->ctx, &caps);
     eng->hidden_states = caps.hidden_states;
+    if (b->ops->sample) eng->sample_caps = caps.sampling;
     draft_cost_init(&eng->cost, caps.step_knee_rows);
     *out = eng;
     return 0;
@@ -149,6 +150,7 @@ void engine_free(engine *eng)
     free(eng->step_seqs);
     free(eng->logits);
     free(eng->verdicts);
+    free(eng->lp_dev);
     free(eng->hidden);
     free(eng->hidden_rows);
     free(eng->draft);
@@ -711,11 +713,12 @@ static void pool_rows(engine *eng, const struct sched_plan *pl, const struct ste
 }
 
 /* Samples entry en's positions in order from its logits rows (1 + n_draft of them; a row's token is drawn[a]
- * when the backend drew it, else its logits are there, edited unless how[a] is SAMPLE_HOST): the token after
- * the sequence's last, then one more after each draft token the sampler drew too. Fills v with what the
- * sequence keeps: the accepted drafts and the token drawn after them, cut where the request ends. */
+ * when the backend drew it, with its logprobs in lp_dev[a] when it was asked for them; else its logits are
+ * there, unedited): the token after the sequence's last, then one more after each draft token the sampler
+ * drew too. Fills v with what the sequence keeps: the accepted drafts and the token drawn after them, cut
+ * where the request ends. */
 static int verify_entry(engine *eng, const struct sched_entry *en, float *logits, const int32_t *drawn,
-                        const struct sample_row *how, struct eng_verdict *v, struct err *e)
+                        const struct sample_logprobs *lp_dev, struct eng_verdict *v, struct err *e)
 {
     struct eng_seq *es = (struct eng_seq *)en->seq;
     struct sched_seq *q = &es->q;
@@ -724,7 +727,7 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
     const size_t row_bytes = (size_t)eng->n_vocab * sizeof *logits;
     int copied = 0; /* with logprobs, the sampler edits a copy of each row (eng->lp_copy), they read the row */
     v->failed = 0;
-    if (es->cons) { /* constrained sequences verify no drafts (plan_drafts): one masked draw */
+    if (es->cons) { /* constrained sequences verify no drafts (plan_drafts): one masked draw, on the host */
         if (es->lp.gen) memcpy(eng->lp_copy, logits, row_bytes);
         copied = es->lp.gen;
         int rc = constrain_logits(eng, es, copied ? eng->lp_copy : logits, e);
@@ -737,16 +740,20 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
     }
     for (;;) { /* history: the prompt, the generated tokens, the drafts accepted so far */
         float *row = logits + (size_t)a * (size_t)eng->n_vocab, *draw = row;
-        if (es->lp.gen) {
-            if (!copied) memcpy(eng->lp_copy, row, row_bytes);
-            copied = 0;
-            draw = eng->lp_copy;
+        if (drawn[a] >= 0) {
+            tok = drawn[a];
+            if (es->lp.gen) logprob_from_sample(&lp_dev[a], &eng->lp_pending[a]); /* asked with the draw */
+        } else {
+            if (es->lp.gen) {
+                if (!copied) memcpy(eng->lp_copy, row, row_bytes);
+                copied = 0;
+                draw = eng->lp_copy;
+            }
+            tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a, draw);
+            if (tok < 0) return err_set(e, "engine: out of memory for the sampler's edits");
+            if (es->lp.gen)
+                logprob_fill(row, eng->n_vocab, eng->n_sample, tok, es->lp.n_top, &eng->lp_pending[a]);
         }
-        if (drawn[a] >= 0) tok = drawn[a];
-        else if (how[a].mode == SAMPLE_HOST) tok = sampler_sample(eng->smp, &es->sampling, q->tokens, q->n_prompt, g0 + a, draw);
-        else tok = sampler_draw(eng->smp, &es->sampling, how[a].u, draw); /* declined: edited already */
-        if (tok < 0) return err_set(e, "engine: out of memory for the sampler's edits");
-        if (es->lp.gen) logprob_fill(row, eng->n_vocab, eng->n_sample, tok, es->lp.n_top, &eng->lp_pending[a]);
         if (a == en->n_draft || tok != draft[a]) break;
         a++;
     }
@@ -791,17 +798,38 @@ static int no_draws(engine *eng, int32_t n)
     return 0;
 }
 
-/* How the backend resolves each logit row of the plan: rows of unconstrained sequences are drawn there (greedy,
- * or sampled with the request's filters and the draw's uniform), after their bias and penalties (sampler_edits,
- * with the history up to the row: drafts before it included); a constrained sequence's rows come back as
- * logits (its mask is applied here), and so do the rows of a sequence that wants logprobs (raw: engine_lp.c).
- * Then the backend's sample op fills eng->drawn (and eng->logits). */
+/* 1 if the backend's op sample expresses every draw of es (engine->sample_caps: every SAMPLE_USE_* its
+ * params, its logprobs and its constraint need, within the limits); else its rows come to the host. */
+static int device_draws(const engine *eng, const struct eng_seq *es)
+{
+    const struct sample_caps *c = &eng->sample_caps;
+    const uint32_t uses = sampler_uses(&es->sampling) | (es->cons ? SAMPLE_USE_MASK : 0u) |
+                          (es->lp.gen ? SAMPLE_USE_LOGPROBS : 0u);
+    if (uses & ~c->uses) return 0;
+    if ((uses & SAMPLE_USE_TOP_K) && c->max_top_k > 0 && es->sampling.top_k > c->max_top_k) return 0;
+    return !es->lp.gen || es->lp.n_top <= c->max_top_logprobs;
+}
+
+/* The prompt logprob rows of es: on the backend (SAMPLE_LOGPROBS) when it computes logprobs of as many
+ * alternatives, else as logits to the host. */
+static int device_prompt_logprobs(const engine *eng, const struct eng_seq *es)
+{
+    const struct sample_caps *c = &eng->sample_caps;
+    return (c->uses & SAMPLE_USE_LOGPROBS) && es->lp.n_top <= c->max_top_logprobs;
+}
+
+/* How the backend resolves each logit row of the plan: a prompt logprob row gets its logprobs there (the
+ * logprob of the prompt's next token); a sampling row of a sequence whose draws the backend expresses
+ * (device_draws) is drawn there (greedy, or sampled with the request's filters and the draw's uniform), after
+ * its bias and penalties (sampler_edits, with the history up to the row: drafts before it included), with its
+ * logprobs when it wants them; every other row comes back as logits (a constrained one: its mask is applied
+ * here). Then the backend's sample op fills eng->drawn (and eng->logits, eng->lp_dev). */
 static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_logits, struct err *e)
 {
     size_t need = 0;
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct eng_seq *es = (const struct eng_seq *)pl->entries[i].seq;
-        if (samples(&pl->entries[i]) && !es->cons && !es->lp.gen)
+        if (samples(&pl->entries[i]) && device_draws(eng, es))
             for (int32_t a = 0; a <= pl->entries[i].n_draft; a++)
                 need += (size_t)sampler_max_edits(&es->sampling, es->q.n_prompt, es->q.n_tokens - es->q.n_prompt + a);
     }
@@ -815,16 +843,24 @@ static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_l
     for (int32_t i = 0; i < pl->n_entries; i++) {
         const struct sched_entry *en = &pl->entries[i];
         const struct eng_seq *es = (const struct eng_seq *)en->seq;
-        int32_t j = eng->ent_logit0[i];
-        for (int32_t k = 0; k < eng->ent_n_plp[i]; k++) /* prompt logprob rows */
-            eng->srows[j++] = (struct sample_row){.mode = SAMPLE_HOST};
+        int32_t j = eng->ent_logit0[i], first;
+        eng_lp_prompt_rows(en, &first);
+        const int plp = eng->ent_n_plp[i] > 0 && device_prompt_logprobs(eng, es);
+        for (int32_t k = 0; k < eng->ent_n_plp[i];
+             k++) /* prompt logprob rows: row first + k predicts the next */
+            eng->srows[j++] = plp ? (struct sample_row){.mode = SAMPLE_LOGPROBS,
+                                                        .logprobs = 1,
+                                                        .top_logprobs = es->lp.n_top,
+                                                        .token = es->q.tokens[first + k + 1]}
+                                  : (struct sample_row){.mode = SAMPLE_HOST};
         if (!samples(en)) continue;
+        const int dev = device_draws(eng, es);
         for (int32_t a = 0; a <= en->n_draft; a++, j++) {
             struct sample_row *r = &eng->srows[j];
             const struct sampler_params *sp = &es->sampling;
             const int32_t pos = es->q.n_tokens - es->q.n_prompt + a;
             *r = (struct sample_row){.mode = SAMPLE_HOST};
-            if (es->cons || es->lp.gen) continue; /* logprobs read the raw row: it comes to the host */
+            if (!dev) continue;
             r->mode = sp->temperature > 0.0f ? SAMPLE_DRAW : SAMPLE_GREEDY;
             r->edits = eng->edits + used;
             r->n_edits = sampler_edits(eng->smp, sp, es->q.tokens, es->q.n_prompt, pos, eng->edits + used);
@@ -833,10 +869,13 @@ static int draw_on_backend(engine *eng, const struct sched_plan *pl, int32_t n_l
             r->top_p = sp->top_p;
             r->min_p = sp->min_p;
             r->u = sampler_uniform(sp->seed, pos);
+            r->logprobs = es->lp.gen;
+            r->top_logprobs = es->lp.n_top;
             used += (size_t)r->n_edits;
         }
     }
-    return eng->b->ops->sample(eng->b->ctx, eng->srows, n_logits, eng->n_sample, eng->drawn, eng->logits, e);
+    return eng->b->ops->sample(eng->b->ctx, eng->srows, n_logits, eng->n_sample, eng->drawn, eng->logits,
+                               eng->lp_dev, e);
 }
 
 /* Debug checks after a step: scheduler and pool, sampler scratch, constraint states, step cost, every index
@@ -895,8 +934,8 @@ int engine_step(engine *eng, struct err *e)
     for (int32_t i = 0; i < n_entries; i++) {
         if (!samples(&ents[i])) continue;
         const int32_t j = eng->ent_logit0[i] + eng->ent_n_plp[i]; /* its sampling rows */
-        if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, eng->drawn + j, eng->srows + j,
-                         &eng->verdicts[i], e))
+        if (verify_entry(eng, &ents[i], eng->logits + (size_t)j * (size_t)eng->n_vocab, eng->drawn + j,
+                         eng->lp_dev ? eng->lp_dev + j : NULL, &eng->verdicts[i], e))
             return err_prefix(e, "engine step");
         sched_accept(eng->s, i, eng->verdicts[i].n_keep - 1);
         n_kept += eng->verdicts[i].n_keep;

@@ -25,12 +25,13 @@
  * results are the same with lookup on or off, bit for bit on the CPU backend; only the number of steps
  * changes. How many drafts a sequence verifies is decided per step (draft.h): none when the step is
  * compute-bound or its drafts are seldom accepted.
- * Logprobs (engine/logprob.h): a request may ask for its generated tokens' logprobs, its prompt tokens' (echo,
- * scoring), or both; they are the model's raw log-softmax of each token's row, computed on the host (rows of
- * such requests come back unedited from a backend that samples: SAMPLE_HOST), so they too are a function of
- * the request alone. Prompt logprobs are kept with the prefix cache's blocks, so a prompt served from the
- * cache still gets them; a block whose logprobs are not known is not taken from the cache by a request that
- * needs them (sched_params.hit_ok). A scoring request (max_tokens 0) finishes once its prompt is computed.
+ * Logprobs (engine/logprob.h): a request may ask for its generated tokens' logprobs, its prompt tokens'
+ * (echo, scoring), or both; they are the model's raw log-softmax of each token's row, computed where the
+ * logits are when the backend's op sample states it can (caps.sampling), else on the host from the unedited
+ * row, so they too are a function of the request alone. Prompt logprobs are kept with the prefix cache's
+ * blocks, so a prompt served from the cache still gets them; a block whose logprobs are not known is not
+ * taken from the cache by a request that needs them (sched_params.hit_ok). A scoring request (max_tokens 0)
+ * finishes once its prompt is computed.
  */
 #ifndef NS_ENGINE_H
 #define NS_ENGINE_H
@@ -65,8 +66,9 @@ struct engine_params {
                                  (default ENGINE_DEFAULT_LOOKUP) */
     int lookup_adaptive;      /* 1 (default): verify as many as pay off (draft.h); 0: every token proposed
                                  (measuring acceptance against the draft length; tests) */
-    int device_sampling;      /* 1 (default): where the backend can draw (its op sample), greedy rows are drawn
-                                 there and only their tokens come back; 0: every logit row comes to the host */
+    int device_sampling;      /* 1 (default): where the backend can draw (its op sample), a row whose sampling
+                                 and logprobs it expresses (caps.sampling) is resolved there and only its token
+                                 (and logprobs) come back; 0: every logit row comes to the host */
     int debug_checks;         /* 1: run the pool and scheduler invariant checks after every step (tests;
                                  O(kv_blocks * kv_block) per step). Default 0. */
 };

@@ -70,6 +70,9 @@ struct engine {
     int32_t *drawn;                                       /* (max_logits) its token, or -1: logits on the host */
     struct logit_edit *edits;                             /* (cap_edits) the srows' edits */
     size_t cap_edits;
+    struct sample_caps sample_caps; /* what the backend's op sample expresses (caps) */
+    struct sample_logprobs *lp_dev; /* (max_batch_tokens) logprobs the backend computed per logit row: at the
+                                       first request for logprobs, when sample_caps has SAMPLE_USE_LOGPROBS */
     struct eng_verdict *verdicts;                         /* (max_seqs) per plan entry */
     float *hidden;        /* (max_batch_tokens, n_embd) a step's hidden rows: at the first embedding request */
     int32_t *hidden_rows; /* (max_batch_tokens) */
@@ -118,8 +121,8 @@ static inline int eng_req_no_token(const struct engine_request *r)
 int eng_lp_add(engine *eng, struct eng_seq *es, const struct engine_request *r);
 /* The prompt rows of entry en that give logprobs: *first and the count (logprob_seq_prompt_rows). */
 int32_t eng_lp_prompt_rows(const struct sched_entry *en, int32_t *first);
-/* After the forward: each entry's prompt logprob rows (logits in eng->logits at eng->ent_logit0) into its
- * sequence. */
+/* After the forward: each entry's prompt logprob rows (from eng->lp_dev where the backend computed them, else
+ * the logits in eng->logits at eng->ent_logit0) into its sequence. */
 void eng_lp_take_prompt(engine *eng, const struct sched_plan *pl);
 /* After the commit: offers the cache the prompt logprobs of blocks just registered. -1 on out of memory. */
 int eng_lp_offer(engine *eng, const struct sched_plan *pl, struct err *e);

@@ -4,9 +4,11 @@
  *
  * Rows: a sequence that wants prompt logprobs has logits for every prompt row whose prediction it does not
  * hold yet (positions up to n_prompt - 2: row p predicts prompt token p + 1); they come before its sampling
- * rows (the last row, and draft rows), which predict generated tokens. Every such row comes to the host
- * unedited (SAMPLE_HOST on a backend that samples: the host draws it), so the logprobs are of the model's
- * raw logits and the draw is the host sampler's.
+ * rows (the last row, and draft rows), which predict generated tokens. On a backend whose op sample computes
+ * logprobs (caps.sampling has SAMPLE_USE_LOGPROBS) a prompt row is a SAMPLE_LOGPROBS row and a sampling row
+ * asks for its logprobs with its draw: only the token's logprob and its alternatives come back (eng->lp_dev),
+ * computed from the raw row there. Elsewhere, and for every row the backend declines, the row comes to the
+ * host unedited and logprob_fill reads it; either way the values are those of the model's raw logits.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +50,11 @@ int eng_lp_add(engine *eng, struct eng_seq *es, const struct engine_request *r)
     }
     if (r->prompt_logprobs) {
         if (!eng->lpc && logprob_cache_init(eng->pool, &eng->lpc, &e)) return -1;
-        if (full_logits(eng)) return -1;
+        if (full_logits(eng)) return -1; /* a backend may decline any row */
+    }
+    if ((eng->sample_caps.uses & SAMPLE_USE_LOGPROBS) && !eng->lp_dev) {
+        eng->lp_dev = malloc((size_t)eng->p.max_batch_tokens * sizeof *eng->lp_dev);
+        if (!eng->lp_dev) return -1;
     }
     return 0;
 }
@@ -65,9 +71,14 @@ void eng_lp_take_prompt(engine *eng, const struct sched_plan *pl)
         struct eng_seq *es = (struct eng_seq *)pl->entries[i].seq;
         int32_t first;
         int32_t n = eng_lp_prompt_rows(&pl->entries[i], &first);
-        for (int32_t k = 0; k < n; k++)
-            logprob_seq_take_row(&es->lp, first + k, eng->logits + (size_t)(eng->ent_logit0[i] + k) * (size_t)eng->n_vocab,
-                                 eng->n_vocab, eng->n_sample);
+        for (int32_t k = 0; k < n; k++) {
+            const int32_t j = eng->ent_logit0[i] + k;
+            if (eng->srows[j].mode == SAMPLE_LOGPROBS && eng->drawn[j] >= 0) /* computed by the backend */
+                logprob_seq_take_sample(&es->lp, first + k, &eng->lp_dev[j]);
+            else
+                logprob_seq_take_row(&es->lp, first + k, eng->logits + (size_t)j * (size_t)eng->n_vocab,
+                                     eng->n_vocab, eng->n_sample);
+        }
     }
 }
 

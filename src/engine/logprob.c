@@ -65,6 +65,18 @@ void logprob_first(int32_t t, struct logprob_entry *out)
     out->n_top = 0;
 }
 
+_Static_assert(LOGPROB_MAX_TOP == SAMPLE_MAX_TOP_LOGPROBS,
+               "a backend's logprob rows hold the alternatives a request may ask for");
+
+void logprob_from_sample(const struct sample_logprobs *in, struct logprob_entry *out)
+{
+    out->token = in->tok.token;
+    out->logprob = in->tok.logprob;
+    out->n_top = in->n_top < 0 ? 0 : in->n_top > LOGPROB_MAX_TOP ? LOGPROB_MAX_TOP : in->n_top;
+    for (int32_t j = 0; j < out->n_top; j++)
+        out->top[j] = (struct logprob_top){in->top[j].token, in->top[j].logprob};
+}
+
 /* ---- the cache ---- */
 
 struct logprob_block {
@@ -192,6 +204,12 @@ void logprob_seq_take_row(struct logprob_seq *s, int32_t pos, const float *logit
 {
     struct logprob_entry *en = &s->prompt[pos + 1];
     logprob_fill(logits, n, n_ids, en->token, s->n_top, en);
+    if (pos + 2 > s->n_prompt_have) s->n_prompt_have = pos + 2;
+}
+
+void logprob_seq_take_sample(struct logprob_seq *s, int32_t pos, const struct sample_logprobs *in)
+{
+    logprob_from_sample(in, &s->prompt[pos + 1]);
     if (pos + 2 > s->n_prompt_have) s->n_prompt_have = pos + 2;
 }
 

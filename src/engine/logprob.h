@@ -30,6 +30,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "engine/kvpool.h"
 #include "util/err.h"
 
@@ -63,6 +64,10 @@ double logprob_of(const struct logprob_norm *nm, const float *logits, int32_t t)
 void logprob_fill(const float *logits, int32_t n, int32_t n_ids, int32_t t, int32_t n_top, struct logprob_entry *out);
 /* The entry of a prompt's first token: its id, logprob NAN, no alternatives. */
 void logprob_first(int32_t t, struct logprob_entry *out);
+/* The entry a backend's op sample computed where the logits are (backend.h: the same formula, the same order
+ * of alternatives; the log-sum-exp summed in another order, so the values agree with logprob_fill's within
+ * the rounding of a double sum of n terms). */
+void logprob_from_sample(const struct sample_logprobs *in, struct logprob_entry *out);
 
 typedef struct logprob_cache logprob_cache;
 
@@ -109,6 +114,8 @@ void logprob_seq_free(struct logprob_seq *s);
 int32_t logprob_seq_prompt_rows(const struct logprob_seq *s, int32_t pos0, int32_t n_rows, int32_t *first);
 /* Fills the entry of prompt position pos + 1 from row pos's logits (n values, alternatives among n_ids). */
 void logprob_seq_take_row(struct logprob_seq *s, int32_t pos, const float *logits, int32_t n, int32_t n_ids);
+/* The same from what the backend computed for row pos (its token: the prompt's token at pos + 1). */
+void logprob_seq_take_sample(struct logprob_seq *s, int32_t pos, const struct sample_logprobs *in);
 /* Appends a generated token's entry (room for max_tokens was made at init). */
 void logprob_seq_push(struct logprob_seq *s, const struct logprob_entry *e);
 /* Whether a prefix-cache hit may give the sequence (tokens: n_tokens of them) cached block `block` as its

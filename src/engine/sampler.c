@@ -13,6 +13,7 @@
 #include "engine/sampler.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,66 @@ int sampler_check_params(const struct sampler_params *p, int32_t n_vocab, struct
 float sampler_uniform(uint64_t seed, int32_t pos)
 {
     return (float)(rng_at(seed, (uint64_t)pos) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* ---------------------------------------------------------------- what a draw uses */
+
+static int sampler_drawn(const struct sampler_params *p)
+{
+    return p->temperature > 0.0f;
+}
+static int sampler_top_k_on(const struct sampler_params *p)
+{
+    return sampler_drawn(p) && p->top_k > 0;
+}
+static int sampler_top_p_on(const struct sampler_params *p)
+{
+    return sampler_drawn(p) && p->top_p < 1.0f;
+}
+static int sampler_min_p_on(const struct sampler_params *p)
+{
+    return sampler_drawn(p) && p->min_p > 0.0f;
+}
+static int sampler_repeat_on(const struct sampler_params *p)
+{
+    return p->repeat_penalty != 1.0f && p->repeat_last_n > 0;
+}
+static int sampler_presence_on(const struct sampler_params *p)
+{
+    return p->presence_penalty != 0.0f;
+}
+static int sampler_frequency_on(const struct sampler_params *p)
+{
+    return p->frequency_penalty != 0.0f;
+}
+static int sampler_bias_on(const struct sampler_params *p)
+{
+    return p->n_logit_bias > 0;
+}
+
+#define SF(field) #field, offsetof(struct sampler_params, field)
+const struct sampler_field sampler_fields[] = {
+    {SF(temperature), SAMPLE_USE_TEMPERATURE, sampler_drawn},
+    {SF(top_k), SAMPLE_USE_TOP_K, sampler_top_k_on},
+    {SF(top_p), SAMPLE_USE_TOP_P, sampler_top_p_on},
+    {SF(min_p), SAMPLE_USE_MIN_P, sampler_min_p_on},
+    {SF(repeat_penalty), SAMPLE_USE_EDITS, sampler_repeat_on},
+    {SF(repeat_last_n), SAMPLE_USE_EDITS, sampler_repeat_on},
+    {SF(presence_penalty), SAMPLE_USE_EDITS, sampler_presence_on},
+    {SF(frequency_penalty), SAMPLE_USE_EDITS, sampler_frequency_on},
+    {SF(seed), SAMPLE_USE_TEMPERATURE, sampler_drawn}, /* the uniform of a drawn row */
+    {SF(n_logit_bias), SAMPLE_USE_EDITS, sampler_bias_on},
+    {SF(logit_bias), SAMPLE_USE_EDITS, sampler_bias_on},
+};
+#undef SF
+const int sampler_n_fields = (int)(sizeof sampler_fields / sizeof sampler_fields[0]);
+
+uint32_t sampler_uses(const struct sampler_params *p)
+{
+    uint32_t uses = 0;
+    for (int i = 0; i < sampler_n_fields; i++)
+        if (sampler_fields[i].in_use(p)) uses |= sampler_fields[i].use;
+    return uses;
 }
 
 /* ---------------------------------------------------------------- scratch */

@@ -31,6 +31,7 @@
 #ifndef NS_ENGINE_SAMPLER_H
 #define NS_ENGINE_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -91,6 +92,23 @@ int32_t sampler_edits(sampler *s, const struct sampler_params *p, const int32_t 
 int32_t sampler_max_edits(const struct sampler_params *p, int32_t n_prompt, int32_t pos);
 /* Applies n edits to logits (the arithmetic of struct logit_edit). */
 void sampler_apply_edits(const struct logit_edit *ed, int32_t n, float *logits);
+
+/* What a draw asks of a backend that draws where the logits are (backend.h's SAMPLE_USE_*): one row per field
+ * of struct sampler_params, with the bit it needs and when a draw reads it (a filter only when the row is
+ * drawn, the window only with its penalty). sampler_uses ORs the bits of the fields in use, so a backend gets
+ * a row only when its caps.sampling states them all; a field added to the params needs its row here, and
+ * test_genparam fails while a generation parameter that sets a sampler field has none. */
+struct sampler_field {
+    const char *name; /* the field of struct sampler_params */
+    size_t offset;    /* offsetof(struct sampler_params, the field) */
+    uint32_t use;     /* SAMPLE_USE_* */
+    int (*in_use)(const struct sampler_params *p);
+};
+extern const struct sampler_field sampler_fields[];
+extern const int sampler_n_fields;
+/* The SAMPLE_USE_* bits of the draws of a request with p (a greedy draw without bias or penalties: 0).
+ * O(fields). */
+uint32_t sampler_uses(const struct sampler_params *p);
 
 /* Index of the largest value; the lowest index on ties; NaN never wins (0 if all are -inf/NaN). */
 int32_t sampler_argmax(const float *logits, int32_t n);
