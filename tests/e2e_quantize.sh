@@ -67,7 +67,8 @@ from gguf import quants
 
 # relative rms error bounds of each type against the F32 source's real weights
 BOUND = {"F32": 0.0, "F16": 0.001, "BF16": 0.005, "Q8_0": 0.01, "Q6_K": 0.02, "Q5_0": 0.065, "Q5_1": 0.065,
-         "Q5_K": 0.04, "Q4_0": 0.12, "Q4_1": 0.10, "Q4_K": 0.08, "Q3_K": 0.17, "Q2_K": 0.32}
+         "Q5_K": 0.04, "Q4_0": 0.12, "Q4_1": 0.10, "Q4_K": 0.08, "Q3_K": 0.17, "Q2_K": 0.32, "IQ4_NL": 0.10,
+         "IQ4_XS": 0.10}
 ref = {t.name: t for t in gguf.GGUFReader(sys.argv[1]).tensors}
 r = gguf.GGUFReader(sys.argv[2])
 want = int(sys.argv[3])

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu_attn.h"
+#include "backend/cpu_iquant.h"
 #include "backend/cpu_kernels.h"
 #include "backend/cpu_kquant.h"
 #include "gguf/quant.h"
@@ -51,11 +52,12 @@ TEST(test_cpu_types_follow_the_table)
             CHECK_MSG(!k.tile || cpu >> t & 1, "%s variant %d: a kernel for a type the CPU does not compute", name, v);
         }
         if (!(cpu >> t & 1)) {
-            CHECK_MSG(!cpu_type_panels(ty) && !cpu_kquant_type(ty), "%s: in a kernel family, without kernels", name);
+            CHECK_MSG(!cpu_type_panels(ty) && !cpu_kquant_type(ty) && !cpu_iquant_type(ty),
+                      "%s: in a kernel family, without kernels", name);
             continue;
         }
-        CHECK_MSG(cpu_type_panels(ty) != cpu_kquant_type(ty), "%s: in %s kernel family", name,
-                  cpu_type_panels(ty) ? "two" : "no");
+        const int n_families = cpu_type_panels(ty) + cpu_kquant_type(ty) + cpu_iquant_type(ty);
+        CHECK_MSG(n_families == 1, "%s: in %d kernel families", name, n_families);
         const enum cpu_act act = cpu_type_act(ty);
         const uint32_t act_block = act == CPU_ACT_Q8 ? CPU_QK : act == CPU_ACT_Q8K ? CPU_QKK : 1;
         CHECK_MSG(ti->block_size == act_block, "%s: blocks of %u elements, activation blocks of %u", name,

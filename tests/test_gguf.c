@@ -734,6 +734,8 @@ TEST(bad_tensor_infos)
     EXPECT_FAIL(&b, "tensor 'q'", "unsupported tensor type id 4");
     b = one_tensor("q", 2, ne2, 31, 0, 4096);
     EXPECT_FAIL(&b, "unsupported tensor type id 31");
+    b = one_tensor("mx", 2, ne2, 39, 0, 4096); /* MXFP4: a ggml type nightshift has no row for */
+    EXPECT_FAIL(&b, "tensor 'mx'", "unsupported tensor type id 39");
     b = one_tensor("q", 2, ne2, 1000000, 0, 4096);
     EXPECT_FAIL(&b, "unsupported tensor type id 1000000");
 

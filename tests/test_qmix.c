@@ -44,7 +44,7 @@ TEST(names_and_file_types)
                 {"q4_0", 2, Q4_0},   {"q4_1", 3, Q4_1},   {"q5_0", 8, Q5_0},    {"q5_1", 9, Q5_1},
                 {"q2_k", 10, Q2_K},  {"q3_k_s", 11, Q3_K}, {"q3_k_m", 12, Q3_K}, {"q3_k_l", 13, Q3_K},
                 {"q4_k_s", 14, Q4_K}, {"q4_k_m", 15, Q4_K}, {"q5_k_s", 16, Q5_K}, {"q5_k_m", 17, Q5_K},
-                {"q6_k", 18, Q6_K}};
+                {"q6_k", 18, Q6_K},  {"iq4_nl", 25, GGUF_DTYPE_IQ4_NL}, {"iq4_xs", 30, GGUF_DTYPE_IQ4_XS}};
     CHECK_EQ_INT(qmix_n_types(), sizeof want / sizeof want[0]);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const struct qmix_type *t = qmix_find(want[i].name);
@@ -103,6 +103,11 @@ TEST(mixes_per_layer)
         CHECK(layer_ty("q2_k", "attn_v", il) == Q4_K && layer_ty("q2_k", "ffn_down", il) == Q3_K &&
               layer_ty("q2_k", "attn_output", il) == Q3_K && layer_ty("q2_k", "ffn_up", il) == Q2_K);
         CHECK(layer_ty("q6_k", "attn_v", il) == Q6_K && layer_ty("q6_k", "ffn_down", il) == Q6_K);
+        /* iq4_*: attn_v Q5_K at 4 query heads per KV head (llama8b: 32 / 8), ffn_down Q5_K in the first eighth */
+        CHECK(layer_ty("iq4_xs", "attn_v", il) == Q5_K && layer_ty("iq4_nl", "attn_v", il) == Q5_K);
+        CHECK(layer_ty("iq4_xs", "ffn_down", il) == (il < 4 ? Q5_K : GGUF_DTYPE_IQ4_XS));
+        CHECK(layer_ty("iq4_nl", "ffn_up", il) == GGUF_DTYPE_IQ4_NL &&
+              layer_ty("iq4_xs", "attn_q", il) == GGUF_DTYPE_IQ4_XS);
         /* the legacy types bump only the head */
         CHECK(layer_ty("q4_0", "attn_v", il) == Q4_0 && layer_ty("q4_0", "ffn_down", il) == Q4_0);
         CHECK(layer_ty("q8_0", "attn_v", il) == Q8_0 && layer_ty("f16", "ffn_down", il) == F16);
@@ -146,7 +151,10 @@ TEST(output_head_and_embedding)
 TEST(block_size_fallbacks)
 {
     CHECK(qmix_fallback(Q4_K, 256) == Q4_K && qmix_fallback(Q4_K, 4096) == Q4_K);
-    CHECK(qmix_fallback(Q2_K, 576) == Q4_0 && qmix_fallback(Q3_K, 576) == Q4_0);
+    CHECK(qmix_fallback(Q2_K, 576) == GGUF_DTYPE_IQ4_NL && qmix_fallback(Q3_K, 576) == GGUF_DTYPE_IQ4_NL);
+    CHECK(qmix_fallback(GGUF_DTYPE_IQ4_XS, 576) == GGUF_DTYPE_IQ4_NL &&
+          qmix_fallback(GGUF_DTYPE_IQ4_NL, 576) == GGUF_DTYPE_IQ4_NL);
+    CHECK(qmix_fallback(GGUF_DTYPE_IQ4_NL, 172) == F16);
     CHECK(qmix_fallback(Q4_K, 576) == Q5_0);
     CHECK(qmix_fallback(Q5_K, 576) == Q5_1);
     CHECK(qmix_fallback(Q6_K, 576) == Q8_0);

@@ -269,14 +269,14 @@ TEST(bad_arguments)
     uint8_t buf[1024];
     CHECK(quant_quantize_row(GGUF_DTYPE_Q8_0, x, buf, 33) == -1);
     CHECK(quant_quantize_row(GGUF_DTYPE_Q4_K, x, buf, 64) == -1);
-    CHECK(quant_quantize_row(GGUF_DTYPE_IQ2_XXS, x, buf, 256) == -1);
+    CHECK(quant_quantize_row(GGUF_DTYPE_IQ2_XXS, x, buf, 256) == -1); /* read-only */
     CHECK(quant_dequantize_row(GGUF_DTYPE_Q6_K, buf, x, 64) == -1);
-    CHECK(quant_dequantize_row(GGUF_DTYPE_IQ2_XXS, buf, x, 256) == -1);
+    CHECK(quant_dequantize_row(GGUF_DTYPE_Q8_1, buf, x, 256) == -1);
     CHECK(quant_dequantize_row((enum gguf_dtype)4, buf, x, 32) == -1);
-    CHECK(quant_can_dequantize(GGUF_DTYPE_Q5_K) && !quant_can_dequantize(GGUF_DTYPE_Q8_K));
+    CHECK(quant_can_dequantize(GGUF_DTYPE_Q5_K) && !quant_can_dequantize(GGUF_DTYPE_Q8_1));
     CHECK(quant_can_quantize(GGUF_DTYPE_Q4_1) && quant_can_quantize(GGUF_DTYPE_Q5_0) &&
-          !quant_can_quantize(GGUF_DTYPE_IQ4_NL));
-    CHECK(quant_can_quantize(GGUF_DTYPE_Q6_K) && !quant_can_quantize(GGUF_DTYPE_Q8_K));
+          !quant_can_quantize(GGUF_DTYPE_IQ3_S));
+    CHECK(quant_can_quantize(GGUF_DTYPE_Q6_K) && !quant_can_quantize(GGUF_DTYPE_TQ1_0));
 }
 
 /* ---- hand-built blocks ---- */

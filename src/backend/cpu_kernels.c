@@ -10,9 +10,11 @@
  * acc = fma(d_w * d_x, isum, acc) (but for Q8_0 then acc = fma(m_w, s_x, acc)), in block order from the
  * first block to the last. The integer part may be split into any number of partial sums (exact), the
  * float part never is.
- * The K-quants (Q2_K .. Q6_K) have their own kernels and activation blocks: cpu_kquant.c.
+ * The K-quants (Q2_K .. Q6_K) have their own kernels and activation blocks: cpu_kquant.c; the codebook,
+ * lattice and ternary types and Q8_K theirs in cpu_iquant.c (rows as the file has them, like the K-quants).
  */
 #include "backend/cpu_kernels.h"
+#include "backend/cpu_iquant.h"
 #include "backend/cpu_kquant.h"
 
 #include <assert.h>
@@ -45,7 +47,8 @@ enum cpu_act cpu_type_act(enum gguf_dtype t)
     if (t == GGUF_DTYPE_Q8_0 || t == GGUF_DTYPE_Q4_0 || t == GGUF_DTYPE_Q4_1 || t == GGUF_DTYPE_Q5_0 ||
         t == GGUF_DTYPE_Q5_1)
         return CPU_ACT_Q8;
-    return cpu_kquant_type(t) ? CPU_ACT_Q8K : CPU_ACT_F32;
+    if (t == GGUF_DTYPE_IQ4_NL) return CPU_ACT_Q8; /* blocks of 32, cpu_iquant.h */
+    return cpu_kquant_type(t) || cpu_iquant_type(t) ? CPU_ACT_Q8K : CPU_ACT_F32;
 }
 
 int cpu_type_uses_q8(enum gguf_dtype t)
@@ -164,7 +167,7 @@ static int cpu_float_type(enum gguf_dtype t)
 
 int cpu_type_panels(enum gguf_dtype t)
 {
-    return cpu_float_type(t) || cpu_type_uses_q8(t);
+    return cpu_float_type(t) || (cpu_type_uses_q8(t) && !cpu_iquant_type(t));
 }
 
 /* Bytes of a panel block's scales: f16 d[16], then the offsets' f16 m[16] (Q4_1, Q5_1); Q5's qh plane (64
@@ -238,7 +241,7 @@ void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n
     const uint64_t rb = gguf_row_bytes((uint32_t)t, (uint64_t)n_in);
     const uint8_t *s = src;
     uint8_t *d = dst;
-    if (!cpu_type_panels(t)) { /* the K-quants: as they are */
+    if (!cpu_type_panels(t)) { /* the K-quants and cpu_iquant's types: as they are */
         memcpy(d + (uint64_t)r0 * rb, s + (uint64_t)r0 * rb, (size_t)((uint64_t)(r1 - r0) * rb));
         return;
     }
@@ -617,6 +620,7 @@ struct cpu_kernel cpu_kernel_variant(enum gguf_dtype t, enum cpu_kernel_variant 
 {
     struct cpu_kernel k = {NULL, NULL, 0};
     if (cpu_kquant_type(t)) return cpu_kquant_variant(t, v);
+    if (cpu_iquant_type(t)) return cpu_iquant_variant(t, v);
 #define K2(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_DOT_MAX_X}
 #define K8(dot, tile) k = (struct cpu_kernel){dot, tile, CPU_TILE_MAX_X}
     switch (v) {

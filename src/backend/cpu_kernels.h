@@ -64,8 +64,8 @@ float cpu_q8_value(const void *row, int64_t n, int64_t i);
  *    Q4_0: 288 bytes a block, Q4_1: 320, Q5_0: 352, Q5_1: 384, Q8_0: 544. */
 int64_t cpu_packed_rows(enum gguf_dtype t, int64_t n_out);
 
-/* 1 for the types repacked into panels of CPU_PANEL rows (all but the K-quants: F32, F16, BF16, Q4_0, Q4_1,
- * Q5_0, Q5_1, Q8_0): their dot reads an unpacked row, their tile a panel. */
+/* 1 for the types repacked into panels of CPU_PANEL rows (all but the K-quants and cpu_iquant.h's types:
+ * F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): their dot reads an unpacked row, their tile a panel. */
 int cpu_type_panels(enum gguf_dtype t);
 
 /* Repacks rows [r0, r1) of a matrix of n_out rows of n_in elements (src: its row 0, rows rb bytes apart)
@@ -77,8 +77,9 @@ void cpu_repack_rows(enum gguf_dtype t, const void *src, int64_t n_in, int64_t n
 /* The form of the activation rows a weight type is multiplied with. */
 enum cpu_act {
     CPU_ACT_F32, /* floats (F32, F16, BF16) */
-    CPU_ACT_Q8,  /* 32-element blocks of cpu_quantize_row_q8 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) */
-    CPU_ACT_Q8K  /* 256-element blocks of cpu_quantize_row_q8k, cpu_kquant.h (Q2_K .. Q6_K) */
+    CPU_ACT_Q8,  /* 32-element blocks of cpu_quantize_row_q8 (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) */
+    CPU_ACT_Q8K  /* 256-element blocks of cpu_quantize_row_q8k, cpu_kquant.h (Q2_K .. Q6_K, cpu_iquant.h's
+                    256-element types) */
 };
 enum cpu_act cpu_type_act(enum gguf_dtype t);
 

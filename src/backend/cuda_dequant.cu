@@ -20,7 +20,9 @@
 
 extern "C" {
 #include "gguf/gguf.h"
+#include "gguf/quant_iq.h"
 }
+#include "gguf/quant_iq_grids.h"
 #include "backend/cuda_kernels.h"
 
 /* ---------------------------------------------------------------- bits */
@@ -147,6 +149,180 @@ __device__ float cuda_dq_q6_k(const uint8_t *b, int i)
     return __fmul_rn(__fmul_rn(cuda_dq_ld_f16(b + 208), (float)sc), (float)q);
 }
 
+/* ---------------------------------------------------------------- the codebook, lattice and ternary types, Q8_K */
+
+/* Each is quant_iq.c's integer form, element i on its own: w = d' * (float)(s * g) with d' the block's
+ * scale (the f16 times 1/8 or 1/4 where quant_iq.c multiplies so), s the element's integer scale and g its
+ * signed grid or codebook value, the same two roundings as quant_iq.c's (both exact there but for Q8_K).
+ * Layouts: quant_iq.c's top comment; the grids are quant_iq_grids.h's code words. */
+__constant__ int8_t cuda_dq_iq4_values[16] = QUANT_IQ4_VALUES;
+__constant__ int8_t cuda_dq_iq2_values[3] = QUANT_IQ2_VALUES;
+__constant__ int8_t cuda_dq_iq3xxs_values[8] = QUANT_IQ3XXS_VALUES;
+__constant__ int8_t cuda_dq_iq3s_values[8] = QUANT_IQ3S_VALUES;
+__constant__ int8_t cuda_dq_iq1_values[3] = QUANT_IQ1_VALUES;
+__constant__ uint16_t cuda_dq_iq2xxs_grid[QUANT_IQ2XXS_GRID_N] = QUANT_IQ2XXS_GRID;
+__constant__ uint16_t cuda_dq_iq2xs_grid[QUANT_IQ2XS_GRID_N] = QUANT_IQ2XS_GRID;
+__constant__ uint16_t cuda_dq_iq2s_grid[QUANT_IQ2S_GRID_N] = QUANT_IQ2S_GRID;
+__constant__ uint16_t cuda_dq_iq3xxs_grid[QUANT_IQ3XXS_GRID_N] = QUANT_IQ3XXS_GRID;
+__constant__ uint16_t cuda_dq_iq3s_grid[QUANT_IQ3S_GRID_N] = QUANT_IQ3S_GRID;
+__constant__ uint16_t cuda_dq_iq1s_grid[QUANT_IQ1S_GRID_N] = QUANT_IQ1S_GRID;
+
+__device__ __forceinline__ uint32_t cuda_dq_rd16(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+__device__ __forceinline__ uint32_t cuda_dq_rd32(const uint8_t *p)
+{
+    return cuda_dq_rd16(p) | cuda_dq_rd16(p + 2) << 16;
+}
+
+/* Bit k of the 8 signs of a 7-bit sign index (bit 7 = the parity of the 7). */
+__device__ __forceinline__ int cuda_dq_sign7(uint32_t idx, int k)
+{
+    idx &= 127;
+    return (int)(((idx | (uint32_t)(__popc(idx) & 1) << 7) >> k) & 1);
+}
+
+__device__ __forceinline__ float cuda_dq_iq(float d, int s, int g)
+{
+    return __fmul_rn(d, (float)(s * g));
+}
+
+/* A 2-bit code k of an 8-value grid word through vals, negated when neg. */
+__device__ __forceinline__ int cuda_dq_grid2(uint16_t word, int k, const int8_t *vals, int neg)
+{
+    const int v = vals[(word >> (2 * k)) & 3];
+    return neg ? -v : v;
+}
+
+__device__ __forceinline__ int cuda_dq_grid3(uint16_t word, int k, const int8_t *vals, int neg)
+{
+    const int v = vals[(word >> (3 * k)) & 7];
+    return neg ? -v : v;
+}
+
+/* IQ4_NL (18 B): d; qs[16], nibbles as Q4_0's through the codebook. */
+__device__ float cuda_dq_iq4_nl(const uint8_t *b, int i)
+{
+    const uint8_t q = b[2 + (i & 15)];
+    return cuda_dq_iq(cuda_dq_ld_f16(b), 1, cuda_dq_iq4_values[i < 16 ? q & 15 : q >> 4]);
+}
+
+/* IQ4_XS (136 B): d; scales_h; scales_l[4]; qs[128]; sub-block sb = i/32, ls - 32 its scale. */
+__device__ float cuda_dq_iq4_xs(const uint8_t *b, int i)
+{
+    const int sb = i / 32, j = i % 32;
+    const int ls = ((b[4 + sb / 2] >> (4 * (sb % 2))) & 15) | ((cuda_dq_rd16(b + 2) >> (2 * sb)) & 3) << 4;
+    const uint8_t q = b[8 + 16 * sb + (j & 15)];
+    return cuda_dq_iq(cuda_dq_ld_f16(b), ls - 32, cuda_dq_iq4_values[j < 16 ? q & 15 : q >> 4]);
+}
+
+/* IQ2_XXS (66 B): d; per sub-block 4 grid indices and a u32 of 4 sign indices and ls. d/8 * (2ls+1) * g. */
+__device__ float cuda_dq_iq2_xxs(const uint8_t *b, int i)
+{
+    const uint8_t *p = b + 2 + 8 * (i / 32);
+    const uint32_t aux = cuda_dq_rd32(p + 4);
+    const int l = i % 32 / 8, k = i % 8;
+    const int g = cuda_dq_grid2(cuda_dq_iq2xxs_grid[p[l]], k, cuda_dq_iq2_values, cuda_dq_sign7(aux >> (7 * l), k));
+    return cuda_dq_iq(__fmul_rn(cuda_dq_ld_f16(b), 0.125f), 2 * (int)(aux >> 28) + 1, g);
+}
+
+/* IQ2_XS (74 B): d; u16 qs[32] (9-bit index, 7-bit sign index); scales[8] (a nibble per 16). */
+__device__ float cuda_dq_iq2_xs(const uint8_t *b, int i)
+{
+    const uint32_t q = cuda_dq_rd16(b + 2 + 2 * (i / 8));
+    const int k = i % 8, j = i / 16;
+    const int g = cuda_dq_grid2(cuda_dq_iq2xs_grid[q & 511], k, cuda_dq_iq2_values, cuda_dq_sign7(q >> 9, k));
+    return cuda_dq_iq(__fmul_rn(cuda_dq_ld_f16(b), 0.125f), 2 * ((b[66 + j / 2] >> (4 * (j % 2))) & 15) + 1, g);
+}
+
+/* IQ2_S (82 B): d; qs[32]; signs[32]; qh[8] (2 high index bits a group); scales[8]. */
+__device__ float cuda_dq_iq2_s(const uint8_t *b, int i)
+{
+    const int l = i / 8, k = i % 8, j = i / 16;
+    const int idx = b[2 + l] | ((b[66 + l / 4] >> (2 * (l % 4))) & 3) << 8;
+    const int g = cuda_dq_grid2(cuda_dq_iq2s_grid[idx], k, cuda_dq_iq2_values, (b[34 + l] >> k) & 1);
+    return cuda_dq_iq(__fmul_rn(cuda_dq_ld_f16(b), 0.125f), 2 * ((b[74 + j / 2] >> (4 * (j % 2))) & 15) + 1, g);
+}
+
+/* IQ3_XXS (98 B): d; qs[64] (an index per 4); u32[8] of sign indices and ls. d/4 * (2ls+1) * g. */
+__device__ float cuda_dq_iq3_xxs(const uint8_t *b, int i)
+{
+    const uint32_t aux = cuda_dq_rd32(b + 66 + 4 * (i / 32));
+    const int neg = cuda_dq_sign7(aux >> (7 * (i % 32 / 8)), i % 8);
+    const int g = cuda_dq_grid3(cuda_dq_iq3xxs_grid[b[2 + i / 4]], i % 4, cuda_dq_iq3xxs_values, neg);
+    return cuda_dq_iq(__fmul_rn(cuda_dq_ld_f16(b), 0.25f), 2 * (int)(aux >> 28) + 1, g);
+}
+
+/* IQ3_S (110 B): d; qs[64]; qh[8] (the 9th index bit); signs[32]; scales[4]. d * (2ls+1) * g. */
+__device__ float cuda_dq_iq3_s(const uint8_t *b, int i)
+{
+    const int idx = i / 4, sb = i / 32;
+    const int gi = b[2 + idx] | ((b[66 + idx / 8] >> (idx % 8)) & 1) << 8;
+    const int g = cuda_dq_grid3(cuda_dq_iq3s_grid[gi], i % 4, cuda_dq_iq3s_values, (b[74 + i / 8] >> (i % 8)) & 1);
+    return cuda_dq_iq(cuda_dq_ld_f16(b), 2 * ((b[106 + sb / 2] >> (4 * (sb % 2))) & 15) + 1, g);
+}
+
+/* IQ1's 8 grid + delta (in eighths) of grid point idx, value k. */
+__device__ __forceinline__ int cuda_dq_iq1_value(int idx, int k, int neg)
+{
+    return 8 * cuda_dq_iq1_values[(cuda_dq_iq1s_grid[idx] >> (2 * k)) & 3] + (neg ? -1 : 1);
+}
+
+/* IQ1_S (50 B): d; qs[32]; u16 qh[8] (3 index bits a group, ls at 12, the delta's sign at 15). */
+__device__ float cuda_dq_iq1_s(const uint8_t *b, int i)
+{
+    const int sb = i / 32, l = i % 32 / 8;
+    const uint32_t qh = cuda_dq_rd16(b + 34 + 2 * sb);
+    const int g = cuda_dq_iq1_value(b[2 + 4 * sb + l] | ((qh >> (3 * l)) & 7) << 8, i % 8, (qh >> 15) & 1);
+    return cuda_dq_iq(__fmul_rn(cuda_dq_ld_f16(b), 0.125f), 2 * ((qh >> 12) & 7) + 1, g);
+}
+
+/* IQ1_M (56 B): qs[32]; qh[16] (a nibble a group: 3 index bits, the delta's sign); u16 sc[4] (3-bit scales
+ * per 16; the f16 d in their top nibbles). */
+__device__ float cuda_dq_iq1_m(const uint8_t *b, int i)
+{
+    const uint32_t s0 = cuda_dq_rd16(b + 48), s1 = cuda_dq_rd16(b + 50);
+    const uint32_t s2 = cuda_dq_rd16(b + 52), s3 = cuda_dq_rd16(b + 54);
+    const uint16_t d16 = (uint16_t)(s0 >> 12 | (s1 >> 8 & 0xf0) | (s2 >> 4 & 0xf00) | (s3 & 0xf000));
+    const int l = i / 8, j = i / 16;
+    const int h = (b[32 + l / 2] >> (4 * (l % 2))) & 15;
+    const int g = cuda_dq_iq1_value(b[l] | (h & 7) << 8, i % 8, h >> 3);
+    const uint32_t sc = cuda_dq_rd16(b + 48 + 2 * (j / 4));
+    return cuda_dq_iq(__fmul_rn(cuda_dq_f16(d16), 0.125f), 2 * ((sc >> (3 * (j % 4))) & 7) + 1, g);
+}
+
+/* TQ1_0 (54 B): qs[48]; qh[4]; d. Five (qh: four) base-3 digits a byte. d * (trit - 1). */
+__device__ float cuda_dq_tq1_0(const uint8_t *b, int i)
+{
+    const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    uint8_t v;
+    int n;
+    if (i < 160) {
+        v = b[i % 32], n = i / 32;
+    } else if (i < 240) {
+        v = b[32 + (i - 160) % 16], n = (i - 160) / 16;
+    } else {
+        v = b[48 + (i - 240) % 4], n = (i - 240) / 4;
+    }
+    const int t = ((uint8_t)(v * pow3[n]) * 3) >> 8;
+    return cuda_dq_iq(cuda_dq_ld_f16(b + 52), 1, t - 1);
+}
+
+/* TQ2_0 (66 B): qs[64]; d. Element 128h + 32k + m: bits 2k of qs[32h + m]. d * (q - 1). */
+__device__ float cuda_dq_tq2_0(const uint8_t *b, int i)
+{
+    const int q = (b[32 * (i / 128) + i % 32] >> (2 * (i % 128 / 32))) & 3;
+    return cuda_dq_iq(cuda_dq_ld_f16(b + 64), 1, q - 1);
+}
+
+/* Q8_K (292 B): f32 d; int8 qs[256]; bsums. d * q. */
+__device__ float cuda_dq_q8_k(const uint8_t *b, int i)
+{
+    return cuda_dq_iq(__uint_as_float(cuda_dq_rd32(b)), 1, (int8_t)b[4 + i]);
+}
+
 /* Element i of the block at b (i < the type's block size), for the types of the table's gpu column
  * (cuda_dequant_supported). A type marked there without a case here decodes as zeros, which test_cuda's
  * kernel_dequant (it walks the column) reports. */
@@ -165,6 +341,18 @@ __device__ __forceinline__ float cuda_dq_element(enum gguf_dtype t, const uint8_
     case GGUF_DTYPE_Q4_K: return cuda_dq_k_4_5(b, i, 0);
     case GGUF_DTYPE_Q5_K: return cuda_dq_k_4_5(b, i, 1);
     case GGUF_DTYPE_Q6_K: return cuda_dq_q6_k(b, i);
+    case GGUF_DTYPE_IQ4_NL: return cuda_dq_iq4_nl(b, i);
+    case GGUF_DTYPE_IQ4_XS: return cuda_dq_iq4_xs(b, i);
+    case GGUF_DTYPE_IQ2_XXS: return cuda_dq_iq2_xxs(b, i);
+    case GGUF_DTYPE_IQ2_XS: return cuda_dq_iq2_xs(b, i);
+    case GGUF_DTYPE_IQ2_S: return cuda_dq_iq2_s(b, i);
+    case GGUF_DTYPE_IQ3_XXS: return cuda_dq_iq3_xxs(b, i);
+    case GGUF_DTYPE_IQ3_S: return cuda_dq_iq3_s(b, i);
+    case GGUF_DTYPE_IQ1_S: return cuda_dq_iq1_s(b, i);
+    case GGUF_DTYPE_IQ1_M: return cuda_dq_iq1_m(b, i);
+    case GGUF_DTYPE_TQ1_0: return cuda_dq_tq1_0(b, i);
+    case GGUF_DTYPE_TQ2_0: return cuda_dq_tq2_0(b, i);
+    case GGUF_DTYPE_Q8_K: return cuda_dq_q8_k(b, i);
     default: return 0.0f; /* not reached: the launcher checks cuda_dequant_supported */
     }
 }

@@ -69,6 +69,8 @@ enum gguf_dtype {
     GGUF_DTYPE_F64 = 28,
     GGUF_DTYPE_IQ1_M = 29,
     GGUF_DTYPE_BF16 = 30,
+    GGUF_DTYPE_TQ1_0 = 34,
+    GGUF_DTYPE_TQ2_0 = 35,
     GGUF_DTYPE_COUNT_MAX = 64 /* ids >= this are rejected */
 };
 

@@ -14,7 +14,8 @@ static const struct qmix_type qmix_types[] = {
     {"q3_k_m", QMIX_Q3_K_M, GGUF_DTYPE_Q3_K}, {"q3_k_l", QMIX_Q3_K_L, GGUF_DTYPE_Q3_K},
     {"q4_k_s", QMIX_Q4_K_S, GGUF_DTYPE_Q4_K}, {"q4_k_m", QMIX_Q4_K_M, GGUF_DTYPE_Q4_K},
     {"q5_k_s", QMIX_Q5_K_S, GGUF_DTYPE_Q5_K}, {"q5_k_m", QMIX_Q5_K_M, GGUF_DTYPE_Q5_K},
-    {"q6_k", QMIX_Q6_K, GGUF_DTYPE_Q6_K},
+    {"q6_k", QMIX_Q6_K, GGUF_DTYPE_Q6_K},     {"iq4_nl", QMIX_IQ4_NL, GGUF_DTYPE_IQ4_NL},
+    {"iq4_xs", QMIX_IQ4_XS, GGUF_DTYPE_IQ4_XS},
 };
 
 #define QMIX_N (sizeof qmix_types / sizeof qmix_types[0])
@@ -89,6 +90,8 @@ static enum gguf_dtype qmix_attn_v(enum qmix_ftype f, const struct qmix_model *m
     case QMIX_Q4_K_S: return il < 4 ? GGUF_DTYPE_Q5_K : t;
     case QMIX_Q4_K_M:
     case QMIX_Q5_K_M: return qmix_more_bits(il, m->n_layer) ? GGUF_DTYPE_Q6_K : t;
+    case QMIX_IQ4_NL:
+    case QMIX_IQ4_XS: return n_gqa >= 4 ? GGUF_DTYPE_Q5_K : t;
     default: return t;
     }
 }
@@ -99,7 +102,9 @@ static enum gguf_dtype qmix_ffn_down(enum qmix_ftype f, const struct qmix_model 
     case QMIX_Q2_K: return GGUF_DTYPE_Q3_K;
     case QMIX_Q3_K_M: return il < m->n_layer / 16 ? GGUF_DTYPE_Q5_K : GGUF_DTYPE_Q4_K;
     case QMIX_Q3_K_L: return GGUF_DTYPE_Q5_K;
-    case QMIX_Q4_K_S: return il < m->n_layer / 8 ? GGUF_DTYPE_Q5_K : t;
+    case QMIX_Q4_K_S:
+    case QMIX_IQ4_NL:
+    case QMIX_IQ4_XS: return il < m->n_layer / 8 ? GGUF_DTYPE_Q5_K : t;
     case QMIX_Q4_K_M:
     case QMIX_Q5_K_M: return qmix_more_bits(il, m->n_layer) ? GGUF_DTYPE_Q6_K : t;
     default: return t;
@@ -148,7 +153,8 @@ enum gguf_dtype qmix_fallback(enum gguf_dtype t, uint64_t ne0)
     enum gguf_dtype f;
     switch (t) {
     case GGUF_DTYPE_Q2_K:
-    case GGUF_DTYPE_Q3_K: f = GGUF_DTYPE_Q4_0; break;
+    case GGUF_DTYPE_Q3_K:
+    case GGUF_DTYPE_IQ4_XS: f = GGUF_DTYPE_IQ4_NL; break;
     case GGUF_DTYPE_Q4_K: f = GGUF_DTYPE_Q5_0; break;
     case GGUF_DTYPE_Q5_K: f = GGUF_DTYPE_Q5_1; break;
     case GGUF_DTYPE_Q6_K: f = GGUF_DTYPE_Q8_0; break;

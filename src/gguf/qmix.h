@@ -1,5 +1,5 @@
 /* qmix — the named target types of `nightshift quantize` and `nightshift synth` (f32, f16, bf16, q8_0,
- * q4_0 ... q5_1 and llama.cpp's K-quant mixes q2_k ... q6_k) and the tensor type each weight gets in them.
+ * q4_0 ... q5_1, llama.cpp's K-quant mixes q2_k ... q6_k, and iq4_nl, iq4_xs) and the tensor type each weight gets in them.
  *
  * The rules are llama.cpp's (llama-quantize), taken as facts about its file format conventions:
  *
@@ -16,14 +16,15 @@
  *     in the first n_layer/8 layers; q4_k_m and q5_k_m Q6_K in the "more bits" layers;
  *   - attn_output: q2_k Q3_K; q3_k_m Q4_K; q3_k_l Q5_K;
  *   - attn_qkv (fused, phi3): q3_k_m, q3_k_l Q4_K; q4_k_m Q5_K; q5_k_m Q6_K;
+ *   - iq4_nl, iq4_xs (no importance matrix): attn_v Q5_K when n_head / n_head_kv >= 4, ffn_down Q5_K in
+ *     the first n_layer/8 layers;
  *   - everything else (token_embd of an untied model included): the target's base type.
  * "More bits" layers of n: il < n/8, il >= 7n/8, and every third layer between ((il - n/8) % 3 == 2).
- * Left out of llama.cpp's rules: its Falcon, 70B and 8-expert special cases, the IQ types, and importance
- * matrices (nightshift computes none of those).
+ * Left out of llama.cpp's rules: its Falcon, 70B and 8-expert special cases, the IQ types below 4 bits,
+ * and importance matrices (nightshift computes none of those).
  *
  * A row must be whole blocks of its type. When it is not (qmix_fallback), as llama.cpp does: Q4_K -> Q5_0,
- * Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K and Q3_K -> Q4_0 (llama.cpp picks IQ4_NL, a type nightshift does not
- * compute); and F16 when even that is not whole blocks (llama.cpp refuses such a tensor in the
+ * Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K, Q3_K and IQ4_XS -> IQ4_NL; and F16 when even that is not whole blocks (llama.cpp refuses such a tensor in the
  * non-K targets; nightshift falls back instead, and says so).
  *
  * Pure tables and functions: no state, no allocation.
@@ -54,6 +55,8 @@ enum qmix_ftype {
     QMIX_Q5_K_S = 16,
     QMIX_Q5_K_M = 17,
     QMIX_Q6_K = 18,
+    QMIX_IQ4_NL = 25,
+    QMIX_IQ4_XS = 30,
     QMIX_BF16 = 32,
 };
 

@@ -38,8 +38,11 @@
  *   Q6_K (256 elems, 210 B): u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
  *         16 groups of 16 with int8 scales; 6-bit quants = 4 low bits in ql + 2 high bits in qh; x =
  * d*sc*(q-32)
+ * The codebook, lattice and ternary types (IQ4_NL, IQ4_XS, IQ3_*, IQ2_*, IQ1_*, TQ1_0, TQ2_0) and Q8_K have
+ * their layouts and row functions in quant_iq.c (a decoding to integers that the CPU kernels share).
  */
 #include "gguf/quant.h"
+#include "gguf/quant_iq.h"
 
 #include <math.h>
 #include <string.h>
@@ -735,6 +738,22 @@ static void q_row_q6_k(const float *s, void *d, int64_t n) { q_blocks(GGUF_DTYPE
 /* clang-format off */
 #define DEQ(name) deq_row_##name
 #define Q(name) q_row_##name
+/* the codebook, lattice and ternary types and Q8_K: quant_iq.c */
+#define deq_row_q8_k quant_iq_dequantize_row_q8_k
+#define deq_row_iq4_nl quant_iq_dequantize_row_iq4_nl
+#define deq_row_iq4_xs quant_iq_dequantize_row_iq4_xs
+#define deq_row_iq3_xxs quant_iq_dequantize_row_iq3_xxs
+#define deq_row_iq3_s quant_iq_dequantize_row_iq3_s
+#define deq_row_iq2_xxs quant_iq_dequantize_row_iq2_xxs
+#define deq_row_iq2_xs quant_iq_dequantize_row_iq2_xs
+#define deq_row_iq2_s quant_iq_dequantize_row_iq2_s
+#define deq_row_iq1_s quant_iq_dequantize_row_iq1_s
+#define deq_row_iq1_m quant_iq_dequantize_row_iq1_m
+#define deq_row_tq1_0 quant_iq_dequantize_row_tq1_0
+#define deq_row_tq2_0 quant_iq_dequantize_row_tq2_0
+#define q_row_q8_k quant_iq_quantize_row_q8_k
+#define q_row_iq4_nl quant_iq_quantize_row_iq4_nl
+#define q_row_iq4_xs quant_iq_quantize_row_iq4_xs
 
 static const struct gguf_dtype_info dtype_table[GGUF_DTYPE_COUNT_MAX] = {
     /*                      name       block elems, bytes  dequantize_row  quantize_row  gpu */
@@ -751,22 +770,24 @@ static const struct gguf_dtype_info dtype_table[GGUF_DTYPE_COUNT_MAX] = {
     [GGUF_DTYPE_Q4_K] =    {"Q4_K",    256, 144,           DEQ(q4_k),      Q(q4_k),      1},
     [GGUF_DTYPE_Q5_K] =    {"Q5_K",    256, 176,           DEQ(q5_k),      Q(q5_k),      1},
     [GGUF_DTYPE_Q6_K] =    {"Q6_K",    256, 210,           DEQ(q6_k),      Q(q6_k),      1},
-    [GGUF_DTYPE_Q8_K] =    {"Q8_K",    256, 292,           NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66,            NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ2_XS] =  {"IQ2_XS",  256, 74,            NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98,            NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ1_S] =   {"IQ1_S",   256, 50,            NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ4_NL] =  {"IQ4_NL",  32, 18,             NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ3_S] =   {"IQ3_S",   256, 110,           NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ2_S] =   {"IQ2_S",   256, 82,            NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ4_XS] =  {"IQ4_XS",  256, 136,           NULL,           NULL,         0},
+    [GGUF_DTYPE_Q8_K] =    {"Q8_K",    256, 292,           DEQ(q8_k),      Q(q8_k),      1},
+    [GGUF_DTYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66,            DEQ(iq2_xxs),   NULL,         1},
+    [GGUF_DTYPE_IQ2_XS] =  {"IQ2_XS",  256, 74,            DEQ(iq2_xs),    NULL,         1},
+    [GGUF_DTYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98,            DEQ(iq3_xxs),   NULL,         1},
+    [GGUF_DTYPE_IQ1_S] =   {"IQ1_S",   256, 50,            DEQ(iq1_s),     NULL,         1},
+    [GGUF_DTYPE_IQ4_NL] =  {"IQ4_NL",  32, 18,             DEQ(iq4_nl),    Q(iq4_nl),    1},
+    [GGUF_DTYPE_IQ3_S] =   {"IQ3_S",   256, 110,           DEQ(iq3_s),     NULL,         1},
+    [GGUF_DTYPE_IQ2_S] =   {"IQ2_S",   256, 82,            DEQ(iq2_s),     NULL,         1},
+    [GGUF_DTYPE_IQ4_XS] =  {"IQ4_XS",  256, 136,           DEQ(iq4_xs),    Q(iq4_xs),    1},
     [GGUF_DTYPE_I8] =      {"I8",      1, 1,               NULL,           NULL,         0},
     [GGUF_DTYPE_I16] =     {"I16",     1, 2,               NULL,           NULL,         0},
     [GGUF_DTYPE_I32] =     {"I32",     1, 4,               NULL,           NULL,         0},
     [GGUF_DTYPE_I64] =     {"I64",     1, 8,               NULL,           NULL,         0},
     [GGUF_DTYPE_F64] =     {"F64",     1, 8,               NULL,           NULL,         0},
-    [GGUF_DTYPE_IQ1_M] =   {"IQ1_M",   256, 56,            NULL,           NULL,         0},
+    [GGUF_DTYPE_IQ1_M] =   {"IQ1_M",   256, 56,            DEQ(iq1_m),     NULL,         1},
     [GGUF_DTYPE_BF16] =    {"BF16",    1, 2,               DEQ(bf16),      Q(bf16),      0},
+    [GGUF_DTYPE_TQ1_0] =   {"TQ1_0",   256, 54,            DEQ(tq1_0),     NULL,         1},
+    [GGUF_DTYPE_TQ2_0] =   {"TQ2_0",   256, 66,            DEQ(tq2_0),     NULL,         1},
 };
 
 /* clang-format on */
