@@ -151,8 +151,8 @@ struct backend_caps {
  * positions below max_pos and token ids below n_vocab (hidden rows included: strictly increasing row indices,
  * hidden not NULL when there are any): every backend's forward calls it first, so a bad batch is an error
  * naming the row, sequence or block, never an out-of-bounds access. O(rows + blocks). */
-int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_blocks, int32_t block_size, int64_t max_pos,
-                        struct err *e);
+int backend_check_batch(const struct step_batch *b, int32_t n_vocab, int32_t n_blocks, int32_t block_size,
+                        int64_t max_pos, struct err *e);
 
 /* Calls on one backend are not thread-safe: one at a time (the backend runs its own threads inside). */
 struct backend_ops {

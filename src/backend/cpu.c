@@ -27,12 +27,13 @@
  *    block). The general kernels never load a slot past that; the fast path loads K of whole 16-slot
  *    groups inside the sequence's own last block, and the lanes of unwritten slots (any bits, NaN
  *    included) are replaced by -inf before anything uses them (cpu_attn.h).
- *  - Weights: at load every matrix is repacked once (cpu_repack_rows: F32/F16/BF16/Q4_x/Q5_x/Q8_0 into
- *    panels of 16 rows, padded to a multiple of 16 rows; the K-quants Q2_K..Q6_K copied as they are, cpu_kquant.h) into one buffer that the backend owns (memory = the matrices' bytes again; the model's
- *    mapping is then read only for token embedding rows and the small F32 tensors). As rows are
- *    repacked, their pages of a file mapping are dropped from the process (MADV_DONTNEED;
- *    cpu_releasable says when), so peak RSS stays ~1x the weights, not 2x. c->layers/c->output are the
- *    model's views with data pointing at the repacked rows.
+ *  - Weights: at load every matrix is repacked once (cpu_repack_rows: F32/F16/BF16/Q4_x/Q5_x/Q8_0 into panels
+ *    of 16 rows, padded to a multiple of 16 rows; the K-quants Q2_K..Q6_K copied as they are, cpu_kquant.h)
+ *    into one buffer that the backend owns (memory = the matrices' bytes again; the model's mapping is then
+ *    read only for token embedding rows and the small F32 tensors). As rows are repacked, their pages of a
+ *    file mapping are dropped from the process (MADV_DONTNEED; cpu_releasable says when), so peak RSS stays
+ *    ~1x the weights, not 2x. c->layers/c->output are the model's views with data pointing at the repacked
+ *    rows.
  *  - Scratch is sized for cap_rows rows and grows (one reallocation) when a larger step arrives; the
  *    attention scratch (per thread) is sized for the longest position seen in a step so far and grows the
  *    same way.
@@ -61,7 +62,8 @@ struct cpu_ctx {
     int n_threads;
     const struct model *m;
     double *inv_freq; /* (n_rot / 2) RoPE angular frequency per pair, rope_freqs applied */
-    double *inv_freq_local; /* (n_rot / 2) the same for local layers when their RoPE differs (cpu_local_rope), else NULL */
+    double *inv_freq_local; /* (n_rot / 2) the same for local layers when their RoPE differs (cpu_local_rope),
+                               else NULL */
     /* The model's matrices as the kernels read them: repacked (cpu_repack_rows) into
      * `packed`, others pointing at the model's data; norms and biases are the model's. */
     struct model_layer *layers; /* (n_layer) */
@@ -407,8 +409,8 @@ static int cpu_load(void *ctx, const struct model *m, struct err *e)
     struct cpu_ctx *c = ctx;
     if (model_check(m, e)) return err_prefix(e, "cpu backend");
     if (m->hp.n_head / m->hp.n_head_kv > CPU_MAX_GROUP)
-        return err_set(e, "cpu backend: %d query heads per kv head is more than %d", (int)(m->hp.n_head / m->hp.n_head_kv),
-                       CPU_MAX_GROUP);
+        return err_set(e, "cpu backend: %d query heads per kv head is more than %d",
+                       (int)(m->hp.n_head / m->hp.n_head_kv), CPU_MAX_GROUP);
     if (m->hp.head_dim > CPU_MAX_HEAD_DIM_ATT)
         return err_set(e, "cpu backend: head dimension %d is more than %d", (int)m->hp.head_dim, CPU_MAX_HEAD_DIM_ATT);
     cpu_release(c);
@@ -656,7 +658,8 @@ static void cpu_embed_row(const struct cpu_step *s, int64_t r)
     if (m->hp.embd_scale > 0)
         for (int64_t i = 0; i < n_embd; i++) x[i] *= m->hp.embd_scale;
     cpu_rope_table(c->rope + r * m->hp.n_rot, c->inv_freq, m->hp.n_rot, s->b->pos[r]);
-    if (c->inv_freq_local) cpu_rope_table(c->rope_local + r * m->hp.n_rot, c->inv_freq_local, m->hp.n_rot, s->b->pos[r]);
+    if (c->inv_freq_local)
+        cpu_rope_table(c->rope_local + r * m->hp.n_rot, c->inv_freq_local, m->hp.n_rot, s->b->pos[r]);
 }
 
 /* Post-norm of a block's output row r (gemma): tmp = rmsnorm(tmp) * post_w, before the residual add. */

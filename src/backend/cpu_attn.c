@@ -107,7 +107,8 @@ ATT_INLINE v8f v8_exp(v8f x)
 {
     const v8f hi = _mm256_set1_ps(ATT_EXP_HI), lo = _mm256_set1_ps(ATT_EXP_LO);
     v8f xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    v8f n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(ATT_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v8f n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(ATT_LOG2E)),
+                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     v8f r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATT_LN2_HI), xc);
     r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ATT_LN2_LO), r);
     v8f p = _mm256_set1_ps(ATT_P0);
@@ -369,7 +370,8 @@ int cpu_attn_k_transposed(enum kv_type t)
 /* Start of the K (or V) region of (block, kv head): block_size vectors. */
 ATT_INLINE const uint8_t *att_region(const struct cpu_kv_layer *kv, const uint8_t *base, int32_t block, int32_t kvh)
 {
-    return base + ((uint64_t)block * (uint64_t)kv->n_head_kv + (uint64_t)kvh) * (uint64_t)kv->block_size * kv->vec_bytes;
+    return base +
+           ((uint64_t)block * (uint64_t)kv->n_head_kv + (uint64_t)kvh) * (uint64_t)kv->block_size * kv->vec_bytes;
 }
 
 /* One element of a stored F32/F16 value as float (exact). */
@@ -446,7 +448,8 @@ static void att_stage_k(const struct cpu_kv_layer *kv, const int32_t *bt, int32_
         const uint8_t *reg = att_region(kv, kv->k, bt[t / bs], kvh);
         if (cpu_attn_k_transposed(kv->type)) { /* [dim][slot] */
             const uint8_t *p = reg + (int64_t)(t % bs) * esz;
-            for (int32_t d = 0; d < hd; d++) kt[(int64_t)d * CPU_ATT_CHUNK + j] = att_scalar(p + (int64_t)d * bs * esz, kv->type);
+            for (int32_t d = 0; d < hd; d++)
+                kt[(int64_t)d * CPU_ATT_CHUNK + j] = att_scalar(p + (int64_t)d * bs * esz, kv->type);
             continue;
         }
         const uint8_t *src = reg + (uint64_t)(t % bs) * kv->vec_bytes;
@@ -500,11 +503,13 @@ static void att_prefetch_chunk(const struct cpu_kv_layer *kv, const int32_t *bt,
         const int32_t slot = t % bs, n = bs - slot < end - t ? bs - slot : end - t;
         /* transposed K: every dim row of the block holds some of these slots, so the whole region */
         const uint64_t k0 = cpu_attn_k_transposed(kv->type) ? 0 : (uint64_t)slot * kv->vec_bytes;
-        const uint64_t k1 = cpu_attn_k_transposed(kv->type) ? (uint64_t)bs * kv->vec_bytes : (uint64_t)(slot + n) * kv->vec_bytes;
-        const uintptr_t kr = (uintptr_t)att_region(kv, kv->k, bt[t / bs], kvh), vrg = (uintptr_t)att_region(kv, kv->v, bt[t / bs], kvh);
+        const uint64_t k1 =
+            cpu_attn_k_transposed(kv->type) ? (uint64_t)bs * kv->vec_bytes : (uint64_t)(slot + n) * kv->vec_bytes;
+        const uintptr_t kr = (uintptr_t)att_region(kv, kv->k, bt[t / bs], kvh),
+                        vrg = (uintptr_t)att_region(kv, kv->v, bt[t / bs], kvh);
         for (uintptr_t a = (kr + k0) & ~(uintptr_t)63; a < kr + k1; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-        for (uintptr_t a = (vrg + (uint64_t)slot * kv->vec_bytes) & ~(uintptr_t)63; a < vrg + (uint64_t)(slot + n) * kv->vec_bytes;
-             a += 64)
+        for (uintptr_t a = (vrg + (uint64_t)slot * kv->vec_bytes) & ~(uintptr_t)63;
+             a < vrg + (uint64_t)(slot + n) * kv->vec_bytes; a += 64)
             _mm_prefetch((const char *)a, _MM_HINT_T0);
         t += n;
     }

@@ -90,8 +90,8 @@ void cpu_attn_run(const struct cpu_kv_layer *kv, const struct step_batch *b, con
 
 /* Ways to run an item, all with the same bits: the general kernels (any layout), and the fast path
  * (cpu_attn_fast.h: F32/F16 KV, block_size a power of two >= 16, head_dim 8 in AVX2, 8 or a multiple of
- * 16 in AVX-512F; no window, scale or soft-cap). cpu_attn_run takes the fastest this CPU has (capped like the matmul kernels by
- * NIGHTSHIFT_CPU_KERNELS), falling back to the general one. */
+ * 16 in AVX-512F; no window, scale or soft-cap). cpu_attn_run takes the fastest this CPU has (capped like
+ * the matmul kernels by NIGHTSHIFT_CPU_KERNELS), falling back to the general one. */
 enum cpu_attn_path { CPU_ATTN_GENERAL, CPU_ATTN_FAST_AVX2, CPU_ATTN_FAST_AVX512 };
 
 /* One item by one path (for tests and bench/bench_attn.c): returns -1, having done nothing, when the path does not take

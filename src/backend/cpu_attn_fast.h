@@ -70,7 +70,8 @@ ATTF_FN vf ATTF(vf_exp)(vf x)
 {
     const vf hi = _mm512_set1_ps(ATT_EXP_HI), lo = _mm512_set1_ps(ATT_EXP_LO);
     vf xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-    vf n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(ATT_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vf n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(ATT_LOG2E)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vf r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATT_LN2_HI), xc);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ATT_LN2_LO), r);
     vf p = _mm512_set1_ps(ATT_P0);
@@ -99,7 +100,8 @@ ATTF_TOP int64_t ATTF(swiglu16)(float *g, const float *u, int64_t n)
     for (; i + 16 <= n; i += 16) {
         vf x = _mm512_loadu_ps(g + i);
         vf e = ATTF(vf_exp)(_mm512_sub_ps(_mm512_setzero_ps(), x));
-        _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), _mm512_loadu_ps(u + i)));
+        _mm512_storeu_ps(
+            g + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), _mm512_loadu_ps(u + i)));
     }
     return i;
 }
@@ -371,8 +373,9 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
         return;
     }
 #if ATTF_512
-    /* head_dim a multiple of 16 (AVX-512 only: in AVX2 the general kernels are faster there): per 16 dims, query batches of ATTF_QV sharing each V load, 4 partial
-     * vectors per query; positions all of the batch has first, then each query's own */
+    /* head_dim a multiple of 16 (AVX-512 only: in AVX2 the general kernels are faster there): per 16 dims,
+     * query batches of ATTF_QV sharing each V load, 4 partial vectors per query; positions all of the batch
+     * has first, then each query's own */
     for (int32_t qi = 0; qi < nq; qi += ATTF_QV) {
         const int NQ = nq - qi < ATTF_QV ? nq - qi : ATTF_QV;
         const float *p[ATTF_QV];
@@ -399,7 +402,9 @@ ATTF_TOP void ATTF(attf_item)(const struct cpu_kv_layer *kv, const struct step_b
                                                a[j][t & 3]);
                 const vf r = ATTF(vf_mul)(ATTF(vf_add)(ATTF(vf_add)(a[j][0], a[j][1]), ATTF(vf_add)(a[j][2], a[j][3])),
                                           ATTF(vf_set1)(sc->inv[qi + j]));
-                ATTF(vf_store)(out + (int64_t)(r0 + (qi + j) / G) * n_q + ((int64_t)it->kvh * G + (qi + j) % G) * hd + dv, r);
+                ATTF(vf_store)(out + (int64_t)(r0 + (qi + j) / G) * n_q +
+                                   ((int64_t)it->kvh * G + (qi + j) % G) * hd + dv,
+                               r);
             }
         }
     }

@@ -146,7 +146,11 @@ void cpu_quantize_row_q8_ref(const float *x, void *y, int64_t n)
 /* Bytes of one ggml block (the integer types). */
 static int64_t cpu_block_bytes(enum gguf_dtype t)
 {
-    return t == GGUF_DTYPE_Q8_0 ? 34 : t == GGUF_DTYPE_Q4_0 ? 18 : t == GGUF_DTYPE_Q4_1 ? 20 : t == GGUF_DTYPE_Q5_0 ? 22 : 24;
+    return t == GGUF_DTYPE_Q8_0   ? 34
+           : t == GGUF_DTYPE_Q4_0 ? 18
+           : t == GGUF_DTYPE_Q4_1 ? 20
+           : t == GGUF_DTYPE_Q5_0 ? 22
+                                  : 24;
 }
 
 /* 1 for the types with an offset m per block (Q4_1, Q5_1). */
@@ -537,7 +541,8 @@ CPU_512 void panels_512(int64_t n, const char *p, int64_t pb, int NP, const floa
 #pragma GCC unroll 4
     for (int i = 0; i < NX; i++)
 #pragma GCC unroll 4
-        for (int j = 0; j < NP; j++) _mm512_mask_storeu_ps(y + i * ys + j * CPU_PANEL, j + 1 < NP ? 0xFFFF : last, acc[i][j]);
+        for (int j = 0; j < NP; j++)
+            _mm512_mask_storeu_ps(y + i * ys + j * CPU_PANEL, j + 1 < NP ? 0xFFFF : last, acc[i][j]);
 }
 
 CPU_512 void tile_panels_512_nx(int64_t n, const void *w, int64_t ws, int n_w, const void *x, int64_t xs, int NX,
@@ -775,8 +780,12 @@ static void cpu_matmul_tile(const struct cpu_matmul_ctx *c, int j, int64_t o0, i
     const uint64_t row_bytes = gguf_row_bytes((uint32_t)w->type, (uint64_t)n_in);
     const enum cpu_act act = cpu_type_act(w->type);
     cpu_tile_fn tile_fn = c->tile_fn[j];
-    const char *x = act == CPU_ACT_Q8 ? (const char *)c->xq : act == CPU_ACT_Q8K ? (const char *)c->xk : (const char *)c->x;
-    const int64_t x_stride = act == CPU_ACT_Q8 ? cpu_q8_row_bytes(n_in) : act == CPU_ACT_Q8K ? cpu_q8k_row_bytes(n_in) : n_in * 4;
+    const char *x = act == CPU_ACT_Q8    ? (const char *)c->xq
+                    : act == CPU_ACT_Q8K ? (const char *)c->xk
+                                         : (const char *)c->x;
+    const int64_t x_stride = act == CPU_ACT_Q8    ? cpu_q8_row_bytes(n_in)
+                             : act == CPU_ACT_Q8K ? cpu_q8k_row_bytes(n_in)
+                                                  : n_in * 4;
     /* The tile of weight rows stays in cache while the block's input rows pass over it. */
     const int mx = c->max_x[j];
     for (int32_t r0 = row0; r0 < row1; r0 += mx) {
@@ -809,7 +818,8 @@ void cpu_matmul(threads_pool *pool, const struct cpu_matmul_job *jobs, int n_job
                 const void *xk, int32_t n_rows, const struct cpu_matmul_opts *opts)
 {
     if (n_rows <= 0 || n_jobs <= 0) return;
-    struct cpu_matmul_ctx c = {.jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .xk = xk, .n_rows = n_rows};
+    struct cpu_matmul_ctx c = {
+        .jobs = jobs, .n_jobs = n_jobs > 8 ? 8 : n_jobs, .x = x, .xq = xq, .xk = xk, .n_rows = n_rows};
     if (opts) {
         c.paired = opts->paired && c.n_jobs >= 2;
         assert(!c.paired || jobs[0].w->ne[1] == jobs[1].w->ne[1]);

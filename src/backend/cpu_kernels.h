@@ -86,9 +86,10 @@ enum cpu_act cpu_type_act(enum gguf_dtype t);
 /* 1 if weights of type t are multiplied with q8-quantized activations (cpu_type_act(t) == CPU_ACT_Q8). */
 int cpu_type_uses_q8(enum gguf_dtype t);
 
-/* out[i] = dot(w (n elements of the weight type, a row as the model file has it: the reference), x_i) for i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride
- * bytes and is an activation row in the type's form (cpu_type_act): n floats, or a row quantized by
- * cpu_quantize_row_q8 or cpu_quantize_row_q8k. */
+/* out[i] = dot(w (n elements of the weight type, a row as the model file has it: the reference), x_i) for
+ * i < n_x <= the kernel's max_x, where x_i starts at (const char *)x + i * x_stride bytes and is an
+ * activation row in the type's form (cpu_type_act): n floats, or a row quantized by cpu_quantize_row_q8 or
+ * cpu_quantize_row_q8k. */
 typedef void (*cpu_dot_fn)(int64_t n, const void *w, const void *x, int64_t x_stride, int n_x, float *out);
 
 enum cpu_kernel_variant {
@@ -112,9 +113,9 @@ struct cpu_kernel {
                   AVX-512 integer kernels, which have 32 vector registers for 8 rows' accumulators */
 };
 
-/* The fastest available kernels for a type (the K-quants' come from cpu_kquant_variant) (what cpu_matmul uses), chosen once per process; NULLs for an
- * unsupported type. The environment variable NIGHTSHIFT_CPU_KERNELS=avx2 (plain AVX2 only) or =scalar caps
- * the choice. */
+/* The fastest available kernels for a type (the K-quants' come from cpu_kquant_variant) (what cpu_matmul
+ * uses), chosen once per process; NULLs for an unsupported type. The environment variable
+ * NIGHTSHIFT_CPU_KERNELS=avx2 (plain AVX2 only) or =scalar caps the choice. */
 struct cpu_kernel cpu_kernel_best(enum gguf_dtype t);
 
 /* The weight types the CPU backend computes, as bits 1ull << type (its caps' weight_types): those with a

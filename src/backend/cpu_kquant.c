@@ -175,7 +175,8 @@ static void kq_decode(const uint8_t *b, int kind, struct kq_ints *k)
             k->u[e] = (uint8_t)((b[16 + 32 * (e / 64) + l] >> (4 * (e / 32 % 2))) & 15);
             break;
         case KQ_5: /* qh at 16 (bit g of qh[l]), qs at 48 as Q4_K */
-            k->u[e] = (uint8_t)(((b[48 + 32 * (e / 64) + l] >> (4 * (e / 32 % 2))) & 15) | ((b[16 + l] >> (e / 32)) & 1) << 4);
+            k->u[e] = (uint8_t)(((b[48 + 32 * (e / 64) + l] >> (4 * (e / 32 % 2))) & 15) |
+                                ((b[16 + l] >> (e / 32)) & 1) << 4);
             break;
         default: /* KQ_6: ql at 0, qh at 128: low 4 bits in ql[64 half + 32 (quarter % 2) + l] (low nibble for
                     quarters 0, 1), high 2 bits at bit 2*quarter of qh[32 half + l] */
@@ -355,10 +356,14 @@ CPU_INLINE struct kq_head kq_head_avx2(const uint8_t *b, int kind)
 /* Byte selectors of the scales of chunk c (elements 32c .. 32c + 31) from kq_head.s8: 16-element
  * sub-blocks 2c (bytes 0..15 of the chunk) and 2c + 1; for Q4_K/Q5_K sub-block c (all 32). */
 static const uint8_t kq_pick16[8][16] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},         {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},         {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},         {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13}, {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
 };
 
 /* The int16 scale of every pair of bytes of chunk c (lanes 0..7: bytes 0..15, lanes 8..15: 16..31). */
@@ -384,22 +389,27 @@ CPU_INLINE __m256i kq_chunk_avx2(const uint8_t *b, int kind, int c)
     case KQ_2:
         return _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * half)), -2 * quarter), m2);
     case KQ_3: {
-        __m256i lo = _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 32 + 32 * half)), -2 * quarter), m2);
+        __m256i lo =
+            _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 32 + 32 * half)), -2 * quarter), m2);
         __m256i hi = _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)b), 2 - c), _mm256_set1_epi8(4));
         return _mm256_or_si256(lo, hi);
     }
     case KQ_4:
-        return _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (c / 2))), -4 * (c % 2)), m4);
+        return _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 16 + 32 * (c / 2))), -4 * (c % 2)),
+                                m4);
     case KQ_5: {
-        __m256i lo = _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (c / 2))), -4 * (c % 2)), m4);
-        __m256i hi = _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 16)), 4 - c), _mm256_set1_epi8(16));
+        __m256i lo =
+            _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 48 + 32 * (c / 2))), -4 * (c % 2)), m4);
+        __m256i hi =
+            _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 16)), 4 - c), _mm256_set1_epi8(16));
         return _mm256_or_si256(lo, hi);
     }
     default: {
         __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 64 * half + 32 * (quarter % 2)));
         lo = _mm256_and_si256(kq_shift(lo, -4 * (quarter / 2)), m4);
-        __m256i hi = _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * half)), 4 - 2 * quarter),
-                                      _mm256_set1_epi8(48));
+        __m256i hi =
+            _mm256_and_si256(kq_shift(_mm256_loadu_si256((const __m256i *)(b + 128 + 32 * half)), 4 - 2 * quarter),
+                             _mm256_set1_epi8(48));
         return _mm256_or_si256(lo, hi);
     }
     }
@@ -461,7 +471,8 @@ KQ_512 __m512i kq_pair512(const uint8_t *b, int kind, int p)
     case KQ_2:
         return _mm512_and_si512(_mm512_srlv_epi16(kq_bcast(b + 16 + 32 * half), kq_counts(2 * q0, 2 * q0 + 2)), m2);
     case KQ_3: {
-        __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(kq_bcast(b + 32 + 32 * half), kq_counts(2 * q0, 2 * q0 + 2)), m2);
+        __m512i lo =
+            _mm512_and_si512(_mm512_srlv_epi16(kq_bcast(b + 32 + 32 * half), kq_counts(2 * q0, 2 * q0 + 2)), m2);
         return kq_or_bit(lo, b, c, 4);
     }
     case KQ_4:
@@ -485,7 +496,8 @@ KQ_512 __m512i kq_pair_scales512(__m256i s8x2, int kind, int p)
 {
     __m256i pick;
     if (kind == KQ_4 || kind == KQ_5)
-        pick = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi8((char)(2 * p))), _mm_set1_epi8((char)(2 * p + 1)), 1);
+        pick = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi8((char)(2 * p))),
+                                       _mm_set1_epi8((char)(2 * p + 1)), 1);
     else
         pick = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)kq_pick16[2 * p])),
                                        _mm_loadu_si128((const __m128i *)kq_pick16[2 * p + 1]), 1);
@@ -517,7 +529,11 @@ struct cpu_kernel cpu_kquant_variant(enum gguf_dtype t, enum cpu_kernel_variant 
 {
     struct cpu_kernel k = {NULL, NULL, 0};
     if (!cpu_kquant_type(t)) return k;
-    const int i = t == GGUF_DTYPE_Q2_K ? 0 : t == GGUF_DTYPE_Q3_K ? 1 : t == GGUF_DTYPE_Q4_K ? 2 : t == GGUF_DTYPE_Q5_K ? 3 : 4;
+    const int i = t == GGUF_DTYPE_Q2_K   ? 0
+                  : t == GGUF_DTYPE_Q3_K ? 1
+                  : t == GGUF_DTYPE_Q4_K ? 2
+                  : t == GGUF_DTYPE_Q5_K ? 3
+                                         : 4;
 #define KQ_ROW(suffix, max_x)                                                                             \
     {                                                                                                     \
         {dot_q2_k_##suffix, dot_q2_k_tile_##suffix, max_x}, {dot_q3_k_##suffix, dot_q3_k_tile_##suffix, max_x}, \

@@ -148,9 +148,11 @@ static json_t *budget_json(const struct runtime *rt)
 {
     const struct runtime_budget *b = &rt->budget;
     json_t *o = json_pack("{s:s, s:b, s:b, s:I, s:I}", "backend", rt->backend_name, "automatic", b->automatic,
-                          "capped", b->capped, "kv_bytes", (json_int_t)b->kv_bytes, "kv_tokens", (json_int_t)b->kv_tokens);
+                          "capped", b->capped, "kv_bytes", (json_int_t)b->kv_bytes,
+                          "kv_tokens", (json_int_t)b->kv_tokens);
     if (o) {
-        const char *keys[] = {"memory_total", "memory_available", "weights", "scratch", "headroom", "backlog", "kv_free"};
+        const char *keys[] = {"memory_total", "memory_available", "weights", "scratch", "headroom", "backlog",
+                              "kv_free"};
         const uint64_t vals[] = {b->total, b->available, b->weights, b->scratch, b->headroom, b->reserve, b->kv_free};
         for (int i = 0; i < 7; i++) json_object_set_new(o, keys[i], json_integer((json_int_t)vals[i]));
     }
@@ -334,7 +336,8 @@ static int run_check_args(struct run_args *A)
         c->output = A->results_path;
         c->mirror = stdout;
     }
-    if (!c->errors) snprintf(A->errors_path, sizeof A->errors_path, "%s.errors.jsonl", name), c->errors = A->errors_path;
+    if (!c->errors)
+        snprintf(A->errors_path, sizeof A->errors_path, "%s.errors.jsonl", name), c->errors = A->errors_path;
     if (!c->store) snprintf(A->store_path, sizeof A->store_path, "%s.nightshift.db", name), c->store = A->store_path;
     if (!c->record) snprintf(A->record_path, sizeof A->record_path, "%s.record.json", name), c->record = A->record_path;
     const char *outs[] = {c->output, c->errors, c->store, c->record};
@@ -419,7 +422,8 @@ static json_t *run_settings_json(const struct run_args *A, const struct job_mode
     json_object_set_new(settings, "generation", genparam_to_json(&c->input.defaults));
     json_object_set_new(settings, "order", json_string(c->order_input ? "input" : "completion"));
     json_object_set_new(settings, "sort", json_string(plan_sort_name(c->sort)));
-    json_object_set_new(settings, "durability", json_string(c->durability == STORE_DURABILITY_FULL ? "full" : "normal"));
+    json_object_set_new(settings, "durability",
+                        json_string(c->durability == STORE_DURABILITY_FULL ? "full" : "normal"));
     json_object_set_new(settings, "commit_interval_s", json_real(c->commit_interval));
     json_object_set_new(settings, "retry_failed", json_boolean(c->retry_failed));
     json_object_set_new(settings, "force", json_boolean(c->force));
@@ -447,7 +451,8 @@ static void run_print_summary(FILE *out, const struct job_config *c, const struc
            "%.0f prompt tok/s, %.0f gen tok/s\n",
            s->wall_s, (long long)s->prompt_tokens, (long long)s->prompt_tokens_cached, (long long)s->gen_tokens,
            s->prompt_tok_s, s->gen_tok_s);
-    fprintf(out, "nightshift run: record -> %s%s\n", c->record, s->interrupted ? " (interrupted: run it again to finish)" : "");
+    fprintf(out, "nightshift run: record -> %s%s\n", c->record,
+            s->interrupted ? " (interrupted: run it again to finish)" : "");
 }
 
 int cmd_run(int argc, char **argv)

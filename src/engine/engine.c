@@ -77,7 +77,8 @@ int engine_init(const struct model *m, struct backend *b, const tok_vocab *v, co
     if (!eng->row_tokens || !eng->row_pos || !eng->row_seq || !eng->logit_rows || !eng->step_seqs || !eng->logits ||
         !eng->verdicts || !eng->draft || !eng->ent_draft || !eng->srows || !eng->drawn || !eng->ent_logit0 ||
         !eng->ent_n_plp) {
-        err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S, (int)eng->n_vocab);
+        err_set(e, "engine: out of memory for step buffers (%d rows, %d x %d logits)", (int)R, (int)S,
+                (int)eng->n_vocab);
         goto fail;
     }
     if (sampler_init(eng->n_sample, &eng->smp, e)) goto fail;
@@ -434,7 +435,8 @@ static int feed_text(engine *eng, struct eng_seq *es, int32_t token)
     }
     size_t old = es->text_len;
     if (text_reserve(es, (size_t)n + sizeof es->utf8.pending) == 0)
-        es->text_len += tok_utf8_feed(&es->utf8, bytes, (size_t)n, es->text + es->text_len, es->text_cap - es->text_len - 1);
+        es->text_len +=
+            tok_utf8_feed(&es->utf8, bytes, (size_t)n, es->text + es->text_len, es->text_cap - es->text_len - 1);
     if (bytes != buf) free(bytes);
     if (!es->n_stop || es->text_len == old) return 0;
     size_t release;
@@ -650,7 +652,9 @@ static void score_shadow(struct eng_seq *es, int32_t tok, int rejected)
     int hit = !rejected && es->shadow[es->i_shadow] == tok;
     if (!rejected) draft_seq_observe(&es->acc, hit, !hit);
     if (es->i_shadow == 0)
-        es->probe_every = hit ? ENG_PROBE_EVERY : es->probe_every * 2 > ENG_PROBE_MAX ? ENG_PROBE_MAX : es->probe_every * 2;
+        es->probe_every = hit                                   ? ENG_PROBE_EVERY
+                          : es->probe_every * 2 > ENG_PROBE_MAX ? ENG_PROBE_MAX
+                                                                : es->probe_every * 2;
     es->i_shadow = hit ? es->i_shadow + 1 : es->n_shadow;
 }
 
@@ -781,7 +785,8 @@ static int verify_entry(engine *eng, const struct sched_entry *en, float *logits
 static int settle_entry(engine *eng, const struct sched_entry *en, const struct eng_verdict *v, struct err *e)
 {
     struct eng_seq *es = (struct eng_seq *)en->seq;
-    if (v->failed) return fail_seq(eng, es, "structured output: no token of the vocabulary can continue the output here", e);
+    if (v->failed)
+        return fail_seq(eng, es, "structured output: no token of the vocabulary can continue the output here", e);
     sched_seq_append(&es->q, v->last);
     eng->st.gen_tokens += v->n_keep;
     if (es->t_first == 0) es->t_first = clock_now();
@@ -908,7 +913,8 @@ int engine_step(engine *eng, struct err *e)
     eng->st.t_plan += t0 - t_step;
     const int on_backend = eng->p.device_sampling && eng->b->ops->sample;
     int frc = eng->b->ops->forward(eng->b->ctx, &batch, on_backend ? NULL : eng->logits, e);
-    if (!frc && batch.n_logits > 0) frc = on_backend ? draw_on_backend(eng, pl, batch.n_logits, e) : no_draws(eng, batch.n_logits);
+    if (!frc && batch.n_logits > 0)
+        frc = on_backend ? draw_on_backend(eng, pl, batch.n_logits, e) : no_draws(eng, batch.n_logits);
     double dt = clock_now() - t0;
     eng->st.t_forward += dt;
     if (eng->cc) { /* the masks computed during the forward go into the cache */

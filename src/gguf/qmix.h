@@ -1,5 +1,6 @@
 /* qmix — the named target types of `nightshift quantize` and `nightshift synth` (f32, f16, bf16, q8_0,
- * q4_0 ... q5_1, llama.cpp's K-quant mixes q2_k ... q6_k, and iq4_nl, iq4_xs) and the tensor type each weight gets in them.
+ * q4_0 ... q5_1, llama.cpp's K-quant mixes q2_k ... q6_k, and iq4_nl, iq4_xs) and the tensor type each
+ * weight gets in them.
  *
  * The rules are llama.cpp's (llama-quantize), taken as facts about its file format conventions:
  *
@@ -24,8 +25,8 @@
  * and importance matrices (nightshift computes none of those).
  *
  * A row must be whole blocks of its type. When it is not (qmix_fallback), as llama.cpp does: Q4_K -> Q5_0,
- * Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K, Q3_K and IQ4_XS -> IQ4_NL; and F16 when even that is not whole blocks (llama.cpp refuses such a tensor in the
- * non-K targets; nightshift falls back instead, and says so).
+ * Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K, Q3_K and IQ4_XS -> IQ4_NL; and F16 when even that is not whole blocks
+ * (llama.cpp refuses such a tensor in the non-K targets; nightshift falls back instead, and says so).
  *
  * Pure tables and functions: no state, no allocation.
  */

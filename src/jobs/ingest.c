@@ -146,7 +146,8 @@ static int render_chat(const struct job_model *m, const struct input_item *it, i
     if (rc) return rc;
     rc = tok_encode(m->vocab, text, strlen(text), add_bos, 1, ids, n_ids, &te);
     free(text);
-    if (rc != 0) return prompt_bad(code, msg, cap, "invalid_value", "cannot tokenize the rendered messages: %s", te.msg);
+    if (rc != 0)
+        return prompt_bad(code, msg, cap, "invalid_value", "cannot tokenize the rendered messages: %s", te.msg);
     return 0;
 }
 
@@ -171,7 +172,8 @@ int ingest_prompt(const struct job_model *m, int parse_special, struct input_ite
     } else if (it->prompt_ids) {
         for (int32_t i = 0; i < it->n_prompt_ids; i++)
             if (it->prompt_ids[i] >= n_vocab)
-                return prompt_bad(code, msg, cap, "invalid_value", "prompt token id %d is outside the vocabulary (%d tokens)",
+                return prompt_bad(code, msg, cap, "invalid_value",
+                                  "prompt token id %d is outside the vocabulary (%d tokens)",
                                   it->prompt_ids[i], n_vocab);
         ids = it->prompt_ids;
         n_ids = (size_t)it->n_prompt_ids;
@@ -185,7 +187,8 @@ int ingest_prompt(const struct job_model *m, int parse_special, struct input_ite
                         n_ids, n_ctx);
     for (int32_t i = 0; rc == 0 && i < it->gen.n_logit_bias; i++)
         if (it->gen.logit_bias[i].token >= n_vocab)
-            rc = prompt_bad(code, msg, cap, "invalid_value", "logit_bias token %d is outside the vocabulary (%d tokens)",
+            rc = prompt_bad(code, msg, cap, "invalid_value",
+                            "logit_bias token %d is outside the vocabulary (%d tokens)",
                             it->gen.logit_bias[i].token, n_vocab);
     if (rc != 0) {
         free(ids);

@@ -3,8 +3,9 @@
  * Invariant: the line buffer never holds more than max_line_bytes bytes; every non-blank physical line
  * yields exactly one item (request or bad line), in file order, with its byte offset; an id read from any
  * JSON line (good or bad) is in the id set (or was told to id_seen), so a later line with the same id is a
- * duplicate; a line with an unknown field is bad, and each unknown field name is warned about once. A line read again (input_reread) is parsed by the
- * same code from the same bytes, so it yields the same item while the file is unchanged.
+ * duplicate; a line with an unknown field is bad, and each unknown field name is warned about once. A line
+ * read again (input_reread) is parsed by the same code from the same bytes, so it yields the same item while
+ * the file is unchanged.
  */
 #include "jobs/input.h"
 
@@ -419,7 +420,8 @@ static char *dup_json_string(const json_t *s, size_t *len)
 
 static int parse_messages(const json_t *v, struct input_item *it, struct bad *b)
 {
-    if (!json_is_array(v)) return set_bad(b, "invalid_type", "'messages' must be an array, got %s", genparam_json_type(v));
+    if (!json_is_array(v))
+        return set_bad(b, "invalid_type", "'messages' must be an array, got %s", genparam_json_type(v));
     size_t n = json_array_size(v);
     if (n == 0) return set_bad(b, "invalid_value", "'messages' is empty");
     it->msgs = calloc(n, sizeof *it->msgs);
@@ -433,15 +435,16 @@ static int parse_messages(const json_t *v, struct input_item *it, struct bad *b)
         const char *r = json_string_value(role);
         if (!strcmp(r, "developer")) r = "system";
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            return set_bad(b, "unsupported_request", "messages[%zu].role \"%.40s\" is not supported (system, user, assistant)",
-                           i, r);
+            return set_bad(b, "unsupported_request",
+                           "messages[%zu].role \"%.40s\" is not supported (system, user, assistant)", i, r);
         it->msgs[i].role = strdup(r);
         it->n_msgs = i + 1;
         if (json_is_string(content)) {
             it->msgs[i].content = dup_json_string(content, NULL);
         } else if (json_is_null(content) || (!content && !strcmp(r, "assistant"))) {
             if (strcmp(r, "assistant"))
-                return set_bad(b, "invalid_type", "messages[%zu].content must be a string or an array of text parts", i);
+                return set_bad(b, "invalid_type",
+                               "messages[%zu].content must be a string or an array of text parts", i);
             it->msgs[i].content = strdup("");
         } else if (json_is_array(content)) {
             /* text parts joined with "\n" */
@@ -450,8 +453,8 @@ static int parse_messages(const json_t *v, struct input_item *it, struct bad *b)
                 const json_t *part = json_array_get(content, k);
                 const json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
                 if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text"))
-                    return set_bad(b, "unsupported_request", "messages[%zu].content[%zu]: only parts of type \"text\" are supported",
-                                   i, k);
+                    return set_bad(b, "unsupported_request",
+                                   "messages[%zu].content[%zu]: only parts of type \"text\" are supported", i, k);
                 if (!json_is_string(text))
                     return set_bad(b, "invalid_type", "messages[%zu].content[%zu].text must be a string", i, k);
                 total += json_string_length(text) + 1;
@@ -499,7 +502,8 @@ static int parse_prompt(const json_t *v, struct input_item *it, struct bad *b)
         }
         it->n_prompt_ids = (int32_t)n;
     } else {
-        return set_bad(b, "invalid_type", "'prompt' must be a string or an array of token ids, got %s", genparam_json_type(v));
+        return set_bad(b, "invalid_type", "'prompt' must be a string or an array of token ids, got %s",
+                       genparam_json_type(v));
     }
     it->kind = INPUT_KIND_COMPLETION;
     return 0;
@@ -542,7 +546,8 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
         }
         if (!strcmp(k, "model")) {
             if (json_is_null(v)) continue;
-            if (!json_is_string(v)) return set_bad(b, "invalid_type", "'model' must be a string, got %s", genparam_json_type(v));
+            if (!json_is_string(v))
+                return set_bad(b, "invalid_type", "'model' must be a string, got %s", genparam_json_type(v));
             free(it->model);
             it->model = dup_json_string(v, NULL);
             continue;
@@ -567,7 +572,9 @@ static int parse_request_fields(input_reader *r, const json_t *obj, const char *
     if (messages ? parse_messages(messages, it, b) : parse_prompt(prompt, it, b)) return -1;
     struct err ge;
     const char *code; /* the checks between fields that depend on the endpoint (logprobs, echo, scoring) */
-    return genparam_check_endpoint(&it->gen, it->kind == INPUT_KIND_CHAT, &code, &ge) ? set_bad(b, code, "%s", ge.msg) : 0;
+    if (genparam_check_endpoint(&it->gen, it->kind == INPUT_KIND_CHAT, &code, &ge))
+        return set_bad(b, code, "%s", ge.msg);
+    return 0;
 }
 
 /* Registers the id (in the reader's own set, or through the id_seen callback); a duplicate is a bad line. */
@@ -580,13 +587,15 @@ static int take_id(input_reader *r, struct input_item *it, const char *id, struc
         int64_t first;
         int seen = r->o.id_seen(r->o.id_user, id, it->line, &first);
         if (seen < 0) return set_bad(b, "invalid_value", "out of memory");
-        if (seen) return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id, (long long)first);
+        if (seen)
+            return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id, (long long)first);
         return 0;
     }
     int64_t at = strset_find(&r->ids, id);
     if (at >= 0 && r->ids.val[at] == it->line) return 0; /* read again (input_reread): its own id */
     if (at >= 0)
-        return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id, (long long)r->ids.val[at]);
+        return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id,
+                       (long long)r->ids.val[at]);
     if (strset_add(&r->ids, id, it->line) != 0) return set_bad(b, "invalid_value", "out of memory");
     return 0;
 }
@@ -688,7 +697,8 @@ static int load_object(const char *bytes, size_t len, const char *what, json_t *
 static int refuse_nul(const json_t *root, struct bad *b)
 {
     char path[256] = "";
-    if (find_nul(root, path, sizeof path)) return set_bad(b, "invalid_value", "'%s' holds a NUL character (\\u0000)", path);
+    if (find_nul(root, path, sizeof path))
+        return set_bad(b, "invalid_value", "'%s' holds a NUL character (\\u0000)", path);
     return 0;
 }
 

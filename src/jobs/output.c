@@ -391,7 +391,8 @@ static int get_le(const unsigned char **p, const unsigned char *end, int n, uint
     return 0;
 }
 
-static int get_packed_entry(const unsigned char **p, const unsigned char *end, int32_t n_vocab, struct logprob_entry *en)
+static int get_packed_entry(const unsigned char **p, const unsigned char *end, int32_t n_vocab,
+                            struct logprob_entry *en)
 {
     uint64_t tok, bits, n_top;
     if (get_le(p, end, 4, &tok) || get_le(p, end, 8, &bits) || get_le(p, end, 1, &n_top) || n_top > LOGPROB_MAX_TOP ||
@@ -401,7 +402,8 @@ static int get_packed_entry(const unsigned char **p, const unsigned char *end, i
     memcpy(&en->logprob, &bits, 8);
     en->n_top = (int32_t)n_top;
     for (int32_t k = 0; k < en->n_top; k++) {
-        if (get_le(p, end, 4, &tok) || get_le(p, end, 8, &bits) || (int32_t)tok < 0 || (int32_t)tok >= n_vocab) return -1;
+        if (get_le(p, end, 4, &tok) || get_le(p, end, 8, &bits) || (int32_t)tok < 0 || (int32_t)tok >= n_vocab)
+            return -1;
         en->top[k].token = (int32_t)tok;
         memcpy(&en->top[k].logprob, &bits, 8);
     }
@@ -491,7 +493,8 @@ void output_completion_body(struct output_buf *b, const struct output_ok *o, con
 {
     put_str(b, "{\"id\":");
     output_buf_put_json_string(b, id, strlen(id));
-    put_str(b, o->chat ? ",\"object\":\"chat.completion\",\"created\":" : ",\"object\":\"text_completion\",\"created\":");
+    put_str(b, o->chat ? ",\"object\":\"chat.completion\",\"created\":"
+                       : ",\"object\":\"text_completion\",\"created\":");
     put_i64(b, o->created);
     put_str(b, ",\"model\":");
     output_buf_put_json_string(b, o->model, strlen(o->model));

@@ -149,7 +149,8 @@ static int load_one(batches *b, const char *id)
     json_t *obj = json_object_get(doc, "batch");
     json_t *seq = json_object_get(doc, "seq");
     if (!json_is_object(obj) || !json_is_integer(seq) ||
-        strcmp(json_string_value(json_object_get(obj, "id")) ? json_string_value(json_object_get(obj, "id")) : "", id)) {
+        strcmp(json_string_value(json_object_get(obj, "id")) ? json_string_value(json_object_get(obj, "id")) : "",
+               id)) {
         log_warn("batches: %s: not a batch (%s): skipped", path, doc ? "fields missing" : je.text);
         json_decref(doc);
         return 1;
@@ -206,7 +207,8 @@ int batches_open(const struct batches_params *p, files *f, server_lane *lane, ba
     b->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (b->lock_fd < 0 || flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         err_set(e, "batches %s: %s", b->dir,
-                b->lock_fd < 0 ? strerror(errno) : "in use by another nightshift serve (one server per data directory)");
+                b->lock_fd < 0 ? strerror(errno)
+                               : "in use by another nightshift serve (one server per data directory)");
         batches_close(b);
         return -1;
     }
@@ -500,8 +502,10 @@ static int check_create(batches *b, json_t *req, struct openai_error *err)
         json_t *v;
         if (!json_is_object(meta) || json_object_size(meta) > 16)
             return bad_request(err, "metadata", "metadata: an object of at most 16 string values");
-        json_object_foreach(meta, k, v) if (!json_is_string(v) || strlen(k) > 64 || strlen(json_string_value(v)) > 512)
-            return bad_request(err, "metadata", "metadata: keys of at most 64 and string values of at most 512 characters");
+        json_object_foreach(meta, k, v) if (!json_is_string(v) || strlen(k) > 64 ||
+                                            strlen(json_string_value(v)) > 512)
+            return bad_request(err, "metadata",
+                               "metadata: keys of at most 64 and string values of at most 512 characters");
     }
     const char *k;
     json_t *v;
@@ -515,7 +519,9 @@ static int check_create(batches *b, json_t *req, struct openai_error *err)
     json_t *fo;
     if (files_get(b->files, in, &fo))
         return openai_set_error(err, 404, "invalid_request_error", "not_found", "No such File object: %.64s", in);
-    int batch_file = !strcmp(json_string_value(json_object_get(fo, "purpose")) ? json_string_value(json_object_get(fo, "purpose")) : "", "batch");
+    int batch_file = !strcmp(
+        json_string_value(json_object_get(fo, "purpose")) ? json_string_value(json_object_get(fo, "purpose")) : "",
+        "batch");
     json_decref(fo);
     if (!batch_file)
         return bad_request(err, "input_file_id", "input_file_id: the file's purpose is not \"batch\"");
@@ -656,8 +662,8 @@ int batches_cancel(batches *b, const char *id, json_t **obj, struct openai_error
     if (!bt) {
         rc = not_found(err, id);
     } else if (status_is(bt, "completed") || status_is(bt, "failed") || status_is(bt, "expired")) {
-        rc = openai_set_error(err, 400, "invalid_request_error", "invalid_state", "batch %s is %s: it cannot be cancelled",
-                              bt->id, status_of(bt));
+        rc = openai_set_error(err, 400, "invalid_request_error", "invalid_state",
+                              "batch %s is %s: it cannot be cancelled", bt->id, status_of(bt));
     } else if (runnable(bt)) {
         set_time(bt->obj, "cancelling_at");
         if (bt == b->running) {

@@ -13,9 +13,10 @@
  * batch priority). When the run ends, its output and error files (those not empty) become files of the
  * store (files_adopt: purpose "batch_output") and the batch completes with its request counts (lines in
  * the output file, lines in the error file). While it runs, the counts follow its files (refreshed at most
- * every 0.5 s: total = the input's non-blank lines, completed / failed = the whole lines written so far). So a batch's files hold what `run` writes for the same input
- * and flags, byte for byte except the per-run parts: every line's "id" (batch_req_...), "request_id"
- * (req_...), the body's "id" and "created" (the run id is random per store, created is the commit's time).
+ * every 0.5 s: total = the input's non-blank lines, completed / failed = the whole lines written so far). So
+ * a batch's files hold what `run` writes for the same input and flags, byte for byte except the per-run
+ * parts: every line's "id" (batch_req_...), "request_id" (req_...), the body's "id" and "created" (the run id
+ * is random per store, created is the commit's time).
  *
  * Restarts: at open every batch is read back; one that was validating, in progress or finalizing is run
  * again, and job_run resumes it from its store (what was committed is kept, the files are repaired, the rest

@@ -258,7 +258,8 @@ static char *embeddings_response(const struct server_req *r, const char *model, 
         else openai_set_error(err, 500, "server_error", "engine_error", "%s", e.msg);
     }
     if (!out) output_buf_free(&b);
-    if (!out && (!texts || !lens || b.oom)) openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
+    if (!out && (!texts || !lens || b.oom))
+        openai_set_error(err, 500, "server_error", "out_of_memory", "out of memory");
     free(texts);
     free(lens);
     return out;

@@ -120,7 +120,8 @@ oom:
 
 int server_lane_add(server_lane *l, const struct engine_request *r, struct err *e)
 {
-    if (r->id & SERVER_LANE_ID_BIT) return err_set(e, "server lane: request id %llu too large", (unsigned long long)r->id);
+    if (r->id & SERVER_LANE_ID_BIT)
+        return err_set(e, "server lane: request id %llu too large", (unsigned long long)r->id);
     struct server_lane_item *it = item_copy(r);
     if (!it) return err_set(e, "server lane: out of memory adding request %llu", (unsigned long long)r->id);
     pthread_mutex_lock(&l->mu);
