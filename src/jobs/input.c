@@ -8,14 +8,13 @@
  * the file is unchanged.
  */
 #include "jobs/input.h"
+#include "jobs/input_int.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -388,128 +387,9 @@ void input_close(input_reader *r)
     free(r);
 }
 
-/* --- parsing one line --- */
+/* --- parsing one line (the request object itself: input_body.c) --- */
 
-struct bad {
-    const char *code;
-    char msg[512];
-};
-
-static int set_bad(struct bad *b, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int set_bad(struct bad *b, const char *code, const char *fmt, ...)
-{
-    b->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-
-static char *dup_json_string(const json_t *s, size_t *len)
-{
-    size_t n = json_string_length(s);
-    char *c = malloc(n + 1);
-    if (!c) return NULL;
-    memcpy(c, json_string_value(s), n);
-    c[n] = '\0';
-    if (len) *len = n;
-    return c;
-}
-
-static int parse_messages(const json_t *v, struct input_item *it, struct bad *b)
-{
-    if (!json_is_array(v))
-        return set_bad(b, "invalid_type", "'messages' must be an array, got %s", genparam_json_type(v));
-    size_t n = json_array_size(v);
-    if (n == 0) return set_bad(b, "invalid_value", "'messages' is empty");
-    it->msgs = calloc(n, sizeof *it->msgs);
-    if (!it->msgs) return set_bad(b, "invalid_value", "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const json_t *m = json_array_get(v, i);
-        if (!json_is_object(m))
-            return set_bad(b, "invalid_type", "messages[%zu] must be an object, got %s", i, genparam_json_type(m));
-        const json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        if (!json_is_string(role)) return set_bad(b, "invalid_type", "messages[%zu].role must be a string", i);
-        const char *r = json_string_value(role);
-        if (!strcmp(r, "developer")) r = "system";
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            return set_bad(b, "unsupported_request",
-                           "messages[%zu].role \"%.40s\" is not supported (system, user, assistant)", i, r);
-        it->msgs[i].role = strdup(r);
-        it->n_msgs = i + 1;
-        if (json_is_string(content)) {
-            it->msgs[i].content = dup_json_string(content, NULL);
-        } else if (json_is_null(content) || (!content && !strcmp(r, "assistant"))) {
-            if (strcmp(r, "assistant"))
-                return set_bad(b, "invalid_type",
-                               "messages[%zu].content must be a string or an array of text parts", i);
-            it->msgs[i].content = strdup("");
-        } else if (json_is_array(content)) {
-            /* text parts joined with "\n" */
-            size_t total = 0, np = json_array_size(content);
-            for (size_t k = 0; k < np; k++) {
-                const json_t *part = json_array_get(content, k);
-                const json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-                if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text"))
-                    return set_bad(b, "unsupported_request",
-                                   "messages[%zu].content[%zu]: only parts of type \"text\" are supported", i, k);
-                if (!json_is_string(text))
-                    return set_bad(b, "invalid_type", "messages[%zu].content[%zu].text must be a string", i, k);
-                total += json_string_length(text) + 1;
-            }
-            char *c = malloc(total + 1);
-            if (!c) return set_bad(b, "invalid_value", "out of memory");
-            size_t off = 0;
-            for (size_t k = 0; k < np; k++) {
-                const json_t *text = json_object_get(json_array_get(content, k), "text");
-                if (k) c[off++] = '\n';
-                memcpy(c + off, json_string_value(text), json_string_length(text));
-                off += json_string_length(text);
-            }
-            c[off] = '\0';
-            it->msgs[i].content = c;
-        } else {
-            return set_bad(b, content ? "invalid_type" : "missing_prompt",
-                           "messages[%zu].content must be a string or an array of text parts", i);
-        }
-        if (!it->msgs[i].role || !it->msgs[i].content) return set_bad(b, "invalid_value", "out of memory");
-    }
-    it->kind = INPUT_KIND_CHAT;
-    return 0;
-}
-
-static int parse_prompt(const json_t *v, struct input_item *it, struct bad *b)
-{
-    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) v = json_array_get(v, 0);
-    if (json_is_string(v)) {
-        it->prompt = dup_json_string(v, &it->prompt_len);
-        if (!it->prompt) return set_bad(b, "invalid_value", "out of memory");
-    } else if (json_is_array(v)) {
-        size_t n = json_array_size(v);
-        if (n == 0) return set_bad(b, "invalid_value", "'prompt' is empty");
-        if (json_is_string(json_array_get(v, 0)))
-            return set_bad(b, "unsupported_request", "'prompt' holds several prompts; put each on its own line");
-        it->prompt_ids = malloc(n * sizeof *it->prompt_ids);
-        if (!it->prompt_ids) return set_bad(b, "invalid_value", "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            const json_t *t = json_array_get(v, i);
-            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
-                return set_bad(b, json_is_integer(t) ? "invalid_value" : "invalid_type",
-                               "'prompt' must be a string or an array of token ids (prompt[%zu] is not one)", i);
-            it->prompt_ids[i] = (int32_t)json_integer_value(t);
-        }
-        it->n_prompt_ids = (int32_t)n;
-    } else {
-        return set_bad(b, "invalid_type", "'prompt' must be a string or an array of token ids, got %s",
-                       genparam_json_type(v));
-    }
-    it->kind = INPUT_KIND_COMPLETION;
-    return 0;
-}
-
-static void warn_unknown(input_reader *r, const char *prefix, const char *name, int64_t line)
+void input_warn_unknown(input_reader *r, const char *prefix, const char *name, int64_t line)
 {
     char full[160];
     snprintf(full, sizeof full, "%s%s", prefix, name);
@@ -521,189 +401,55 @@ static void warn_unknown(input_reader *r, const char *prefix, const char *name, 
     }
 }
 
-/* Reads the generation fields and the prompt/messages of obj (the body or the whole simple line).
- * skip: names handled by the caller. A field nightshift does not implement (genparam_other_field) or does
- * not know makes the request bad, never ignored; an unknown one is also warned about once (r). */
-static int parse_request_fields(input_reader *r, const json_t *obj, const char *prefix, const char *const *skip,
-                                struct input_item *it, struct bad *b)
-{
-    const char *k;
-    json_t *v;
-    const json_t *prompt = NULL, *messages = NULL;
-    json_object_foreach((json_t *)obj, k, v)
-    {
-        int handled = 0;
-        for (const char *const *s = skip; *s; s++)
-            if (!strcmp(k, *s)) handled = 1;
-        if (handled) continue;
-        if (!strcmp(k, "prompt")) {
-            prompt = v;
-            continue;
-        }
-        if (!strcmp(k, "messages")) {
-            messages = v;
-            continue;
-        }
-        if (!strcmp(k, "model")) {
-            if (json_is_null(v)) continue;
-            if (!json_is_string(v))
-                return set_bad(b, "invalid_type", "'model' must be a string, got %s", genparam_json_type(v));
-            free(it->model);
-            it->model = dup_json_string(v, NULL);
-            continue;
-        }
-        struct err ge;
-        const char *code = NULL;
-        int rc = genparam_apply_json(&it->gen, k, v, &code, &ge);
-        if (rc < 0) return set_bad(b, code, "%s", ge.msg);
-        if (rc == 1) continue;
-        enum genparam_other o = genparam_other_field(k, v);
-        if (o == GENPARAM_OTHER_UNSUPPORTED)
-            return set_bad(b, "unsupported_parameter",
-                           "'%.64s' is not supported by nightshift (only its neutral value or null): the request "
-                           "would be answered without it", k);
-        if (o == GENPARAM_OTHER_UNKNOWN) {
-            if (r) warn_unknown(r, prefix, k, it->line);
-            return set_bad(b, "unknown_field", "unknown field '%.64s'", k);
-        }
-    }
-    if (prompt && messages) return set_bad(b, "invalid_value", "give either 'prompt' or 'messages', not both");
-    if (!prompt && !messages) return set_bad(b, "missing_prompt", "no 'prompt' or 'messages'");
-    if (messages ? parse_messages(messages, it, b) : parse_prompt(prompt, it, b)) return -1;
-    struct err ge;
-    const char *code; /* the checks between fields that depend on the endpoint (logprobs, echo, scoring) */
-    if (genparam_check_endpoint(&it->gen, it->kind == INPUT_KIND_CHAT, &code, &ge))
-        return set_bad(b, code, "%s", ge.msg);
-    return 0;
-}
-
 /* Registers the id (in the reader's own set, or through the id_seen callback); a duplicate is a bad line. */
-static int take_id(input_reader *r, struct input_item *it, const char *id, struct bad *b)
+static int take_id(input_reader *r, struct input_item *it, const char *id, struct input_bad *b)
 {
     it->custom_id = strdup(id);
-    if (!it->custom_id) return set_bad(b, "invalid_value", "out of memory");
+    if (!it->custom_id) return input_set_bad(b, "invalid_value", "out of memory");
     if (r->no_ids) return 0;
     if (r->o.id_seen) {
         int64_t first;
         int seen = r->o.id_seen(r->o.id_user, id, it->line, &first);
-        if (seen < 0) return set_bad(b, "invalid_value", "out of memory");
+        if (seen < 0) return input_set_bad(b, "invalid_value", "out of memory");
         if (seen)
-            return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id, (long long)first);
+            return input_set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id,
+                                 (long long)first);
         return 0;
     }
     int64_t at = strset_find(&r->ids, id);
     if (at >= 0 && r->ids.val[at] == it->line) return 0; /* read again (input_reread): its own id */
     if (at >= 0)
-        return set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id,
-                       (long long)r->ids.val[at]);
-    if (strset_add(&r->ids, id, it->line) != 0) return set_bad(b, "invalid_value", "out of memory");
+        return input_set_bad(b, "duplicate_id", "duplicate id \"%.100s\" (first on line %lld)", id,
+                             (long long)r->ids.val[at]);
+    if (strset_add(&r->ids, id, it->line) != 0) return input_set_bad(b, "invalid_value", "out of memory");
     return 0;
 }
 
 static int read_id(input_reader *r, const json_t *v, const char *name, int allow_int, struct input_item *it,
-                   struct bad *b)
+                   struct input_bad *b)
 {
     char num[32];
     const char *id;
-    if (!v || json_is_null(v)) return set_bad(b, "missing_id", "missing '%s'", name);
+    if (!v || json_is_null(v)) return input_set_bad(b, "missing_id", "missing '%s'", name);
     if (json_is_string(v)) {
         id = json_string_value(v);
-        if (strlen(id) != json_string_length(v)) return set_bad(b, "invalid_value", "'%s' contains a NUL byte", name);
+        if (strlen(id) != json_string_length(v))
+            return input_set_bad(b, "invalid_value", "'%s' contains a NUL byte", name);
     } else if (allow_int && json_is_integer(v)) {
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         id = num;
     } else {
-        return set_bad(b, "invalid_type", "'%s' must be a string%s, got %s", name, allow_int ? " or an integer" : "",
-                       genparam_json_type(v));
+        return input_set_bad(b, "invalid_type", "'%s' must be a string%s, got %s", name,
+                             allow_int ? " or an integer" : "", genparam_json_type(v));
     }
-    if (!*id) return set_bad(b, "missing_id", "'%s' is empty", name);
+    if (!*id) return input_set_bad(b, "missing_id", "'%s' is empty", name);
     if (strlen(id) > INPUT_MAX_ID_BYTES)
-        return set_bad(b, "invalid_value", "'%s' is longer than %d bytes", name, INPUT_MAX_ID_BYTES);
+        return input_set_bad(b, "invalid_value", "'%s' is longer than %d bytes", name, INPUT_MAX_ID_BYTES);
     return take_id(r, it, id, b);
 }
 
-/* 1 if jansson stopped at a NaN / Infinity / -Infinity token (any case): its error text names the token
- * ("invalid token near 'NaN'"); for a leading '-' the lexer stops after it, at jerr->position in line. */
-static int is_nonfinite_token(const char *line, size_t len, const json_error_t *jerr)
-{
-    const char *t = strstr(jerr->text, "invalid token near '");
-    if (!t) return 0;
-    t += strlen("invalid token near '");
-    if (t[0] == '-' && t[1] == '\'') {
-        if (jerr->position < 0 || (size_t)jerr->position >= len) return 0;
-        t = line + jerr->position;
-        if (len - (size_t)jerr->position < 3) return 0;
-    }
-    return !strncasecmp(t, "nan", 3) || !strncasecmp(t, "inf", 3);
-}
-
-/* 1 if jansson refused the bytes for a number alone: an integer or a real too big for it ("too big integer",
- * "real number overflow"), or a NaN / Infinity token. */
-static int is_number_error(const char *bytes, size_t len, const json_error_t *jerr)
-{
-    return strstr(jerr->text, "too big") || strstr(jerr->text, "overflow") || is_nonfinite_token(bytes, len, jerr);
-}
-
-/* The path of the first string in v that holds a NUL byte (a \u0000 escape) into path (cap bytes), or 0
- * when none does. Recursion depth is bounded by jansson's parser depth limit. */
-static int find_nul(const json_t *v, char *path, size_t cap)
-{
-    if (json_is_string(v)) return strlen(json_string_value(v)) != json_string_length(v);
-    size_t at = strlen(path);
-    if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            snprintf(path + at, cap - at, "[%zu]", i);
-            if (find_nul(json_array_get(v, i), path, cap)) return 1;
-        }
-    } else if (json_is_object(v)) {
-        const char *k;
-        json_t *x;
-        json_object_foreach((json_t *)v, k, x)
-        {
-            snprintf(path + at, cap - at, "%s%.40s", at ? "." : "", k);
-            if (find_nul(x, path, cap)) return 1;
-        }
-    }
-    path[at] = '\0';
-    return 0;
-}
-
-/* Parses bytes that must hold one JSON object (what: "a line", "the body") into *root (NULL on failure).
- * A string holding a NUL byte is parsed (so that the rest of the object, a line's id, can still be read)
- * and then refused by naming it; *jerr is jansson's error when the bytes are not JSON (text "" else). */
-static int load_object(const char *bytes, size_t len, const char *what, json_t **root, json_error_t *jerr,
-                       struct bad *b)
-{
-    *root = json_loadb(bytes, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, jerr);
-    if (!*root) {
-        /* name the common non-JSON numbers plainly */
-        if (is_nonfinite_token(bytes, len, jerr))
-            return set_bad(b, "invalid_value", "NaN and Infinity are not valid JSON numbers (column %d)", jerr->column);
-        if (is_number_error(bytes, len, jerr))
-            return set_bad(b, "invalid_value", "number out of range (column %d): %s", jerr->column, jerr->text);
-        return set_bad(b, "invalid_json", "not JSON: %s (column %d)", jerr->text, jerr->column);
-    }
-    jerr->text[0] = '\0';
-    if (!json_is_object(*root)) {
-        set_bad(b, "invalid_type", "%s must be a JSON object, got %s", what, genparam_json_type(*root));
-        json_decref(*root);
-        *root = NULL;
-        return -1;
-    }
-    return 0;
-}
-
-/* Refuses an object with a NUL byte in any string (after its id was read: the bad line keeps it). */
-static int refuse_nul(const json_t *root, struct bad *b)
-{
-    char path[256] = "";
-    if (find_nul(root, path, sizeof path))
-        return set_bad(b, "invalid_value", "'%s' holds a NUL character (\\u0000)", path);
-    return 0;
-}
-
 /* The id of a line's object: "custom_id" (openai), or "id" or else "custom_id" (jsonl, integers allowed). */
-static int read_line_id(input_reader *r, const json_t *root, struct input_item *it, struct bad *b)
+static int read_line_id(input_reader *r, const json_t *root, struct input_item *it, struct input_bad *b)
 {
     if (r->format == INPUT_FORMAT_OPENAI) return read_id(r, json_object_get(root, "custom_id"), "custom_id", 0, it, b);
     const json_t *id = json_object_get(root, "id");
@@ -728,7 +474,7 @@ static void salvage_id(input_reader *r, const json_error_t *first, struct input_
     if (!copy) return;
     memcpy(copy, r->line, len + 1);
     json_error_t jerr = *first;
-    for (int k = 0; k < 16 && is_number_error(copy, len, &jerr); k++) {
+    for (int k = 0; k < 16 && input_is_number_error(copy, len, &jerr); k++) {
         if (jerr.position < 0 || (size_t)jerr.position > len) break;
         size_t start = (size_t)jerr.position, end = start;
         while (start > 0 && is_token_char(copy[start - 1])) start--;
@@ -739,7 +485,7 @@ static void salvage_id(input_reader *r, const json_error_t *first, struct input_
         copy[start + 1] = ']';
         json_t *root = json_loadb(copy, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
         if (root) {
-            struct bad ignored;
+            struct input_bad ignored;
             if (json_is_object(root)) read_line_id(r, root, it, &ignored);
             json_decref(root);
             break;
@@ -748,39 +494,16 @@ static void salvage_id(input_reader *r, const json_error_t *first, struct input_
     free(copy);
 }
 
-/* An embeddings body (jobs/embedding) into *it: one work per input (gen.n counts them). -1: bad. */
-static int read_embedding(const json_t *body, struct input_item *it, struct bad *b)
-{
-    int erc = embedding_parse_body(body, &it->embed, &it->model, &b->code, b->msg, sizeof b->msg);
-    if (erc < 0) set_bad(b, "invalid_value", "out of memory");
-    if (erc != 0) return -1;
-    it->kind = INPUT_KIND_EMBEDDING;
-    it->gen.n = it->embed->n;
-    it->gen.given = GENPARAM_ALL_ROWS; /* an embedding falls back to no generation default */
-    return 0;
-}
-
-/* A body read for /v1/chat/completions (chat) or /v1/completions that holds the other endpoint's prompt: -1
- * (bad), the same message for a backlog line and a server's body. */
-static int endpoint_mismatch(const struct input_item *it, int chat, struct bad *b)
-{
-    if (chat && it->kind != INPUT_KIND_CHAT)
-        return set_bad(b, "invalid_value", "url /v1/chat/completions needs body.messages");
-    if (!chat && it->kind != INPUT_KIND_COMPLETION)
-        return set_bad(b, "invalid_value", "url /v1/completions needs body.prompt");
-    return 0;
-}
-
-static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b)
+static int parse_json_line(input_reader *r, struct input_item *it, struct input_bad *b)
 {
     json_t *root;
     json_error_t jerr;
-    if (load_object(r->line, r->line_len, "a line", &root, &jerr, b)) {
-        if (is_number_error(r->line, r->line_len, &jerr)) salvage_id(r, &jerr, it); /* the rest is JSON */
+    if (input_load_object(r->line, r->line_len, "a line", &root, &jerr, b)) {
+        if (input_is_number_error(r->line, r->line_len, &jerr)) salvage_id(r, &jerr, it); /* the rest is JSON */
         return -1;
     }
     int rc = -1;
-    if (read_line_id(r, root, it, b) != 0 || refuse_nul(root, b) != 0) goto done;
+    if (read_line_id(r, root, it, b) != 0 || input_refuse_nul(root, b) != 0) goto done;
     if (r->format == INPUT_FORMAT_OPENAI) {
         const json_t *method = json_object_get(root, "method"), *url = json_object_get(root, "url");
         const json_t *body = json_object_get(root, "body");
@@ -789,10 +512,10 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
         json_object_foreach(root, k, v)
         {
             if (strcmp(k, "custom_id") && strcmp(k, "method") && strcmp(k, "url") && strcmp(k, "body"))
-                warn_unknown(r, "", k, it->line);
+                input_warn_unknown(r, "", k, it->line);
         }
         if (method && (!json_is_string(method) || strcmp(json_string_value(method), "POST"))) {
-            set_bad(b, "unsupported_request", "'method' must be \"POST\"");
+            input_set_bad(b, "unsupported_request", "'method' must be \"POST\"");
             goto done;
         }
         int want_chat = -1;
@@ -802,27 +525,27 @@ static int parse_json_line(input_reader *r, struct input_item *it, struct bad *b
             else if (!strcmp(u, "/v1/completions")) want_chat = 0;
             else if (!strcmp(u, "/v1/embeddings")) want_chat = 2;
             else {
-                set_bad(b, "unsupported_request",
-                        "'url' must be \"/v1/chat/completions\", \"/v1/completions\" or \"/v1/embeddings\"");
+                input_set_bad(b, "unsupported_request",
+                              "'url' must be \"/v1/chat/completions\", \"/v1/completions\" or \"/v1/embeddings\"");
                 goto done;
             }
         }
         if (!body) {
-            set_bad(b, "missing_prompt", "missing 'body'");
+            input_set_bad(b, "missing_prompt", "missing 'body'");
             goto done;
         }
         if (!json_is_object(body)) {
-            set_bad(b, "invalid_type", "'body' must be an object, got %s", genparam_json_type(body));
+            input_set_bad(b, "invalid_type", "'body' must be an object, got %s", genparam_json_type(body));
             goto done;
         }
         static const char *const none[] = {NULL};
         if (want_chat == 2) { /* embeddings: one work per input (gen.n counts them) */
-            if (read_embedding(body, it, b)) goto done;
-        } else if (parse_request_fields(r, body, "body.", none, it, b) != 0) goto done;
-        if (want_chat >= 0 && want_chat <= 1 && endpoint_mismatch(it, want_chat, b)) goto done;
+            if (input_read_embedding(body, it, b)) goto done;
+        } else if (input_parse_fields(r, body, "body.", none, it, b) != 0) goto done;
+        if (want_chat >= 0 && want_chat <= 1 && input_endpoint_mismatch(it, want_chat, b)) goto done;
     } else {
         static const char *const skip[] = {"id", "custom_id", NULL};
-        if (parse_request_fields(r, root, "", skip, it, b) != 0) goto done;
+        if (input_parse_fields(r, root, "", skip, it, b) != 0) goto done;
     }
     rc = 0;
 done:
@@ -830,39 +553,24 @@ done:
     return rc;
 }
 
-/* Turns *it into a bad line: frees everything but its line number, id and model, and sets b's code and
- * message. */
-static int to_bad_item(struct input_item *it, const struct bad *b, struct err *e)
-{
-    struct input_item keep = {
-        .line = it->line, .off = it->off, .custom_id = it->custom_id, .code = b->code, .model = it->model};
-    it->custom_id = NULL;
-    it->model = NULL;
-    input_item_free(it);
-    *it = keep;
-    it->message = strdup(b->msg);
-    if (!it->message) return err_set(e, "out of memory");
-    return 0;
-}
-
 /* Parses the line in r->line (line it->line, at byte it->off) into *it: a request or a bad line. Returns 1, or
  * -1 when out of memory. */
 static int parse_line(input_reader *r, struct input_item *it, int too_long, struct err *e)
 {
-    struct bad b = {0};
+    struct input_bad b = {0};
     if (too_long) {
-        set_bad(&b, "line_too_long", "line is over --max-line-bytes (%zu bytes)", r->o.max_line_bytes);
+        input_set_bad(&b, "line_too_long", "line is over --max-line-bytes (%zu bytes)", r->o.max_line_bytes);
         goto bad_line;
     }
     if (genparam_copy(&it->gen, &r->o.defaults, e) != 0) return -1;
     size_t bad_at;
     if (!utf8_valid(r->line, r->line_len, &bad_at)) {
-        set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
+        input_set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
         goto bad_line;
     }
     if (r->format == INPUT_FORMAT_TEXT) {
         if (memchr(r->line, '\0', r->line_len)) {
-            set_bad(&b, "invalid_value", "the line contains a NUL byte");
+            input_set_bad(&b, "invalid_value", "the line contains a NUL byte");
             goto bad_line;
         }
         char num[32];
@@ -878,7 +586,7 @@ static int parse_line(input_reader *r, struct input_item *it, int too_long, stru
     if (parse_json_line(r, it, &b) != 0) goto bad_line;
     return 1;
 bad_line:
-    if (to_bad_item(it, &b, e) != 0) return -1;
+    if (input_to_bad_item(it, &b, e) != 0) return -1;
     return 1;
 }
 
@@ -990,28 +698,3 @@ int input_reread_id(input_reader *r, int64_t off, int64_t line, char **id, struc
     return 0;
 }
 
-int input_parse_body(const char *bytes, size_t len, const struct gen_params *defaults, enum input_kind want,
-                     const char *const *skip, struct input_item *it, json_t **root, struct err *e)
-{
-    static const char *const none[] = {NULL};
-    memset(it, 0, sizeof *it);
-    *root = NULL;
-    if (genparam_copy(&it->gen, defaults, e) != 0) return -1;
-    struct bad b = {0};
-    size_t bad_at;
-    if (!utf8_valid(bytes, len, &bad_at)) {
-        set_bad(&b, "invalid_utf8", "invalid UTF-8 at byte %zu", bad_at);
-        goto bad;
-    }
-    json_error_t jerr;
-    if (load_object(bytes, len, "the body", root, &jerr, &b) || refuse_nul(*root, &b)) goto bad;
-    if (want == INPUT_KIND_EMBEDDING) {
-        if (read_embedding(*root, it, &b)) goto bad;
-        return 0;
-    }
-    if (parse_request_fields(NULL, *root, "", skip ? skip : none, it, &b) != 0) goto bad;
-    if (endpoint_mismatch(it, want == INPUT_KIND_CHAT, &b)) goto bad;
-    return 0;
-bad:
-    return to_bad_item(it, &b, e);
-}
