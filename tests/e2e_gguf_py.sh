@@ -23,7 +23,7 @@ import gguf
 from gguf import quants
 
 BOUND = {"Q2_K": 0.32, "Q3_K": 0.17, "Q4_K": 0.08, "Q5_K": 0.04, "Q6_K": 0.02, "Q4_0": 0.10,
-         "Q5_0": 0.05, "Q5_1": 0.05, "Q8_0": 0.01, "F32": 0.0}
+         "Q5_0": 0.05, "Q5_1": 0.05, "Q8_0": 0.01, "IQ4_NL": 0.09, "F32": 0.0}
 ref = {t.name: t for t in gguf.GGUFReader(sys.argv[1]).tensors}
 r = gguf.GGUFReader(sys.argv[2])
 bad, worst = [], {}

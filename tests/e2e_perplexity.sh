@@ -15,7 +15,7 @@ expect_err perplexity_no_text 2 "give the text file" P -m "$src"
 expect_err perplexity_unknown_flag 2 "unexpected argument '--bogus'" P -m "$src" -f "$text" --bogus
 expect_err perplexity_two_texts 2 "unexpected argument" P -m "$src" "$text" "$text"
 expect_err perplexity_bad_ctx 2 "--ctx expects an integer in \[3," P -m "$src" -f "$text" --ctx 2
-expect_err perplexity_bad_kv_type 2 "--kv-type q4: expected f32, f16 or q8_0" P -m "$src" -f "$text" --kv-type q4
+expect_err perplexity_bad_kv_type 2 "--kv-type q4: expected f32, f16, q8_0 or fp8" P -m "$src" -f "$text" --kv-type q4
 expect_err perplexity_bad_backend 2 "--backend" P -m "$src" -f "$text" --backend nope
 expect_err perplexity_missing_text 1 "no-such.txt: cannot open" P -m "$src" -f "$e2e_tmp/no-such.txt"
 echo "Once upon a time" >"$e2e_tmp/short.txt"

@@ -229,7 +229,7 @@ TEST(runtime_max_batch_tokens_from_caps)
     struct err e;
     CHECK_MSG(runtime_open_model(&p, &rt, &e) == 0 && runtime_open_backend(&rt, &e) == 0, "%.900s", e.msg);
     int32_t dflt = rt.ep.max_batch_tokens, caps_dflt = rt.caps.default_max_batch_tokens;
-    int f32_ok = (rt.caps.weight_types >> GGUF_DTYPE_F32 & 1) && !(rt.caps.weight_types >> GGUF_DTYPE_IQ4_NL & 1);
+    int f32_ok = (rt.caps.weight_types >> GGUF_DTYPE_F32 & 1) && !(rt.caps.weight_types >> GGUF_DTYPE_Q8_1 & 1);
     runtime_close(&rt);
     CHECK_EQ_INT(caps_dflt, 512);
     CHECK_EQ_INT(dflt, caps_dflt);

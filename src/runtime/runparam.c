@@ -55,8 +55,8 @@ const struct runparam runparam_table[] = {
      .zero = "the backend's, cpu 512", .help = "rows per engine step"},
     {.name = "max_seqs", .flag = "--max-seqs", .metavar = "N|auto", .type = RUNPARAM_INT, .offset = R(max_seqs),
      .flags = RUNPARAM_ENGINE | RUNPARAM_AUTO_ZERO, .auto_word = "auto",
-     .help = "sequences running at once (default auto: the backend's knee, fewer when\n"
-             "their KV at the backlog's lengths would not fit the pool)"},
+     .help = "sequences running at once (auto: the backend's knee, fewer when their KV at\n"
+             "the backlog's lengths would not fit the pool)"},
     {.name = "prefix_cache", .flag = "--no-prefix-cache", .type = RUNPARAM_OFF, .offset = R(prefix_cache),
      .flags = RUNPARAM_ENGINE, .help = "do not reuse KV of shared prompt prefixes"},
     {.name = "lookup", .flag = "--lookup", .metavar = "N", .type = RUNPARAM_INT, .offset = R(lookup),
