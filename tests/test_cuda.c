@@ -67,7 +67,7 @@ int main(void)
 #include "backend/backend.h"
 #include "engine/sampler.h"
 #include "backend/cuda.h"
-#include "backend/cuda_harness.h"
+#include "cuda_harness.h"
 #include "engine/engine.h"
 #include "engine/logprob.h"
 #include "runtime/genparam.h"
