@@ -75,7 +75,8 @@ TEST(kernel_rope_table)
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < n_rot / 2; i++) {
             double th = (double)pos[r] * f[i];
-            double d = fmax(fabs(cs[(r * n_rot / 2 + i) * 2] - (float)cos(th)), fabs(cs[(r * n_rot / 2 + i) * 2 + 1] - (float)sin(th)));
+            double d = fmax(fabs(cs[(r * n_rot / 2 + i) * 2] - (float)cos(th)),
+                            fabs(cs[(r * n_rot / 2 + i) * 2 + 1] - (float)sin(th)));
             if (isnan(d) || d > w) w = isnan(d) ? INFINITY : d;
         }
     fprintf(stderr, "# rope table: max |diff| %.3g\n", w);
@@ -236,10 +237,11 @@ TEST(kernel_sample)
         drawn++;
         if (tok[r] != want) {
             differ++;
-            fprintf(stderr, "# sample row %d (case %d): device %d, host %d\n", (int)r, (int)(r % NS), (int)tok[r], (int)want);
+            fprintf(stderr, "# sample row %d (case %d): device %d, host %d\n", (int)r, (int)(r % NS),
+                    (int)tok[r], (int)want);
         }
-        CHECK_MSG(rows[r].mode == SAMPLE_DRAW || tok[r] == want, "greedy row %d: device %d, host %d", (int)r, (int)tok[r],
-                  (int)want);
+        CHECK_MSG(rows[r].mode == SAMPLE_DRAW || tok[r] == want, "greedy row %d: device %d, host %d", (int)r,
+                  (int)tok[r], (int)want);
     }
     fprintf(stderr, "# sample: %d rows drawn, %d declined, %d differ from the host\n", drawn, declined, differ);
     CHECK_MSG(declined >= 2 * (N / NS) - 2 && declined <= 2 * (N / NS) + 2, "%d rows declined", declined);
@@ -364,7 +366,8 @@ TEST(kernel_gemm)
 {
     struct err e;
     const int32_t n_in = 1024 + 64, n_out = 333, rows_list[4] = {1, 2, 7, 96};
-    float *wf = xmalloc((size_t)n_out * n_in * 4), *xf = xmalloc((size_t)96 * n_in * 4), *y = xmalloc((size_t)96 * n_out * 4);
+    float *wf = xmalloc((size_t)n_out * n_in * 4), *xf = xmalloc((size_t)96 * n_in * 4),
+          *y = xmalloc((size_t)96 * n_out * 4);
     uint16_t *wb = xmalloc((size_t)n_out * n_in * 2), *xb = xmalloc((size_t)96 * n_in * 2);
     double *ref = xmalloc((size_t)96 * n_out * 8), *mag = xmalloc((size_t)96 * n_out * 8);
     for (int bf = 0; bf < 2; bf++)
@@ -390,8 +393,9 @@ TEST(kernel_gemm)
                     ref[(size_t)r * n_out + o] = s;
                     mag[(size_t)r * n_out + o] = m;
                 }
-            CHECK_MSG(cuda_harness_gemm(bf ? (void *)wb : (void *)wf, bf ? (void *)xb : (void *)xf, bf, rows, n_in, n_out,
-                                        y, &e) == 0, "%s", e.msg);
+            CHECK_MSG(cuda_harness_gemm(bf ? (void *)wb : (void *)wf, bf ? (void *)xb : (void *)xf, bf, rows,
+                                        n_in, n_out, y, &e) == 0,
+                      "%s", e.msg);
             double wv = 0;
             for (size_t i = 0; i < (size_t)rows * n_out; i++) {
                 double d = fabs(y[i] - ref[i]) / (1e-5 * mag[i] + 1e-6);
@@ -485,7 +489,8 @@ TEST(kernel_fp8_gemm)
                 for (int32_t o = 0; o < n_out; o++) {
                     double s = 0, m = 0;
                     for (int32_t k = 0; k < n_in; k++) {
-                        const double p = (double)e4m3_value(w[(size_t)o * n_in + k]) * e4m3_value(x[(size_t)r * n_in + k]);
+                        const double p =
+                            (double)e4m3_value(w[(size_t)o * n_in + k]) * e4m3_value(x[(size_t)r * n_in + k]);
                         s += p;
                         m += fabs(p);
                     }
@@ -516,7 +521,8 @@ static void gemv_fused_case(int swiglu, int32_t n_in, int32_t n_out, int32_t n_x
     uint16_t *w = xmalloc((size_t)n_out * n_in * 2), *gu = xmalloc((size_t)n_in * 4);
     uint8_t *w8 = xmalloc((size_t)n_out * n_in);
     float *ws = xmalloc((size_t)n_out * 4);
-    float *x = xmalloc(nx * 4), *add = xmalloc(nx * 4), *nw = xmalloc((size_t)n_in * 4), *act = xmalloc((size_t)n_in * 4);
+    float *x = xmalloc(nx * 4), *add = xmalloc(nx * 4), *nw = xmalloc((size_t)n_in * 4),
+          *act = xmalloc((size_t)n_in * 4);
     float *y[2] = {xmalloc((size_t)n_out * 4), xmalloc((size_t)n_out * 4)};
     float *xo[2] = {xmalloc((size_t)n_in * 4), xmalloc((size_t)n_in * 4)};
     for (size_t i = 0; i < (size_t)n_out * n_in; i++) w[i] = quant_f32_to_bf16(frand(1.0f));
@@ -569,9 +575,12 @@ static void gemv_fused_case(int swiglu, int32_t n_in, int32_t n_out, int32_t n_x
     }
     int differ = 0;
     for (int32_t o = 0; o < n_out; o++) differ += memcmp(&y[0][o], &y[1][o], 4) != 0;
-    fprintf(stderr, "# gemv fused %s%s n_in %d n_out %d add %d y bf16 %d: apart worst %.3g of tolerance, %d of %d fused "
-            "outputs differ\n", fp8 ? "fp8 " : "", swiglu ? "swiglu" : "norm", (int)n_in, (int)n_out, with_add, y_bf16,
-            wv, differ, (int)n_out);
+    fprintf(
+        stderr,
+        "# gemv fused %s%s n_in %d n_out %d add %d y bf16 %d: apart worst %.3g of tolerance, %d of %d fused "
+        "outputs differ\n",
+        fp8 ? "fp8 " : "", swiglu ? "swiglu" : "norm", (int)n_in, (int)n_out, with_add, y_bf16, wv, differ,
+        (int)n_out);
     CHECK_MSG(wv <= 1.0 && differ == 0, "%s n_in %d: %.3g of tolerance, %d differ", swiglu ? "swiglu" : "norm",
               (int)n_in, wv, differ);
     free(w);

@@ -255,7 +255,8 @@ TEST(kernel_attention)
             CHECK_MSG(memcmp(o0, o1, n_out * 4) == 0, "hd %d kv %s: split items differ from whole items", (int)sh->hd,
                       model_kv_type_name(t));
             for (size_t i = 0; i < n_out; i++)
-                CHECK_MSG(ob[i] == bf16_round(o0[i]), "hd %d kv %s: bf16 output %zu", (int)sh->hd, model_kv_type_name(t), i);
+                CHECK_MSG(ob[i] == bf16_round(o0[i]), "hd %d kv %s: bf16 output %zu", (int)sh->hd,
+                          model_kv_type_name(t), i);
             /* the decode row of seq 1 alone in its batch (same pool, same q) */
             att_case_copy(&c1, &c);
             c1.h.n_rows = 1;
@@ -285,7 +286,8 @@ static int att_rows_same(const struct att_case *c, const int32_t *rows, int n, c
                          const float *vp, int kernel, int split, const float *full)
 {
     static struct att_case sub;
-    const size_t w = (size_t)(c->h.n_head + 2 * c->h.n_head_kv) * c->h.head_dim, ro = (size_t)c->h.n_head * c->h.head_dim;
+    const size_t w = (size_t)(c->h.n_head + 2 * c->h.n_head_kv) * c->h.head_dim,
+                 ro = (size_t)c->h.n_head * c->h.head_dim;
     float *q = xmalloc((size_t)n * w * 4), *o = xmalloc((size_t)n * ro * 4);
     struct err e;
     int differ = 0;
@@ -379,9 +381,11 @@ TEST(kernel_attention_tc)
         const double wv = worst(o0, ref, n_out, 0, 2e-3), wl = worst(o2, ref, n_out, 0, 2e-3);
         fprintf(stderr, "# attention tc hd %d group %d bs %d: worst %.3g (ldmatrix) %.3g (plain loads) of tolerance, "
                 "%d rows split\n", (int)sh->hd, (int)(sh->n_head / sh->n_kv), (int)sh->bs, wv, wl, (int)n_split);
-        fprintf(stderr, "# tc verdict: ldmatrix %s, plain loads %s\n", wv <= 1.0 ? "ok" : "bad", wl <= 1.0 ? "ok" : "bad");
+        fprintf(stderr, "# tc verdict: ldmatrix %s, plain loads %s\n", wv <= 1.0 ? "ok" : "bad",
+                wl <= 1.0 ? "ok" : "bad");
         CHECK_MSG(wv <= 1.0, "hd %d group %d: %.3g of tolerance", (int)sh->hd, (int)(sh->n_head / sh->n_kv), wv);
-        CHECK_MSG(wl <= 1.0, "hd %d group %d plain loads: %.3g of tolerance", (int)sh->hd, (int)(sh->n_head / sh->n_kv), wl);
+        CHECK_MSG(wl <= 1.0, "hd %d group %d plain loads: %.3g of tolerance", (int)sh->hd,
+                  (int)(sh->n_head / sh->n_kv), wl);
         CHECK(n_split >= 4); /* the decode rows at 700 and 5, and the three at 254..256 */
         CHECK_MSG(memcmp(o0, o1, n_out * 4) == 0, "hd %d: split items differ from whole items", (int)sh->hd);
         CHECK_MSG(memcmp(o1, o2, n_out * 4) == 0, "hd %d: plain shared loads differ from ldmatrix", (int)sh->hd);
@@ -586,7 +590,8 @@ static long qkv_q8_check(const struct att_case *c, enum kv_type t, const float *
     const char *tn = model_kv_type_name(t);
     const struct cuda_harness_attn *a = &q8.h;
     const int32_t hd = a->head_dim, nkv = a->n_head_kv, R = a->n_rows;
-    const size_t w = (size_t)(a->n_head + 2 * nkv) * hd, nb = cuda_harness_pool_bytes(a), nf = cuda_harness_pool_floats(a);
+    const size_t w = (size_t)(a->n_head + 2 * nkv) * hd, nb = cuda_harness_pool_bytes(a),
+                 nf = cuda_harness_pool_floats(a);
     uint8_t *kb = xmalloc(nb), *vb = xmalloc(nb), *ek = xmalloc(nb), *ev = xmalloc(nb);
     float *qkv = xmalloc((size_t)R * w * 4);
     struct err e;
@@ -636,8 +641,8 @@ static long qkv_q8_check(const struct att_case *c, enum kv_type t, const float *
                         tn, (int)hd, "KV"[p], i, i / (size_t)hd, i % (size_t)hd / 32, (int8_t)got[i], (int8_t)want[i],
                         (double)x[i]);
             else if (i < nf + nf / 16)
-                fprintf(stderr, "# qkv %s hd %d: %c scale byte %zu (group %zu): device 0x%02x, host 0x%02x\n", tn, (int)hd,
-                        "KV"[p], i - nf, (i - nf) / 2, got[i], want[i]);
+                fprintf(stderr, "# qkv %s hd %d: %c scale byte %zu (group %zu): device 0x%02x, host 0x%02x\n",
+                        tn, (int)hd, "KV"[p], i - nf, (i - nf) / 2, got[i], want[i]);
             else
                 fprintf(stderr, "# qkv %s hd %d: %c padding byte %zu: 0x%02x, poison 0x%02x\n", tn, (int)hd, "KV"[p],
                         i - nf - nf / 16, got[i], want[i]);
@@ -680,7 +685,8 @@ TEST(kernel_qkv)
             c.h.rope_neox = cases[ci].neox;
             const size_t pool = cuda_harness_pool_floats(&c.h), w = (size_t)(sh->n_head + 2 * sh->n_kv) * sh->hd;
             const int32_t R = c.h.n_rows, half = c.h.n_rot / 2;
-            float *qkv = xmalloc(R * w * 4), *qkv0 = xmalloc(R * w * 4), *kp = xmalloc(pool * 4), *vp = xmalloc(pool * 4);
+            float *qkv = xmalloc(R * w * 4), *qkv0 = xmalloc(R * w * 4), *kp = xmalloc(pool * 4),
+                  *vp = xmalloc(pool * 4);
             float *bias = xmalloc(w * 4), qn[256], kn[256], *cs = xmalloc((size_t)R * half * 2 * 4 + 4);
             double *y = xmalloc(w * 8), inv[128];
             fill(qkv0, R * w, 2.0f);
@@ -718,15 +724,16 @@ TEST(kernel_qkv)
             }
             size_t not_nan = 0;
             for (size_t i = 0; i < pool; i++) not_nan += !isnan(kp[i]) + !isnan(vp[i]);
-            fprintf(stderr, "# qkv case %zu kv %s: q worst %.3g, k/v worst %.3g of tolerance\n", ci, model_kv_type_name(t),
-                    wq, wkv);
+            fprintf(stderr, "# qkv case %zu kv %s: q worst %.3g, k/v worst %.3g of tolerance\n", ci,
+                    model_kv_type_name(t), wq, wkv);
             CHECK_MSG(wq <= 1.0 && wkv <= 1.0, "case %zu kv %d: q %.3g, kv %.3g", ci, kt, wq, wkv);
             CHECK_MSG(not_nan == written, "case %zu: %zu pool values written, %zu expected", ci, not_nan, written);
             if (t == KV_TYPE_F32) { /* q8_0 on the same inputs, against this run's K/V quantized on the host */
                 for (int kt = 0; kt < 2; kt++) {
                     const enum kv_type t = kt ? KV_TYPE_FP8 : KV_TYPE_Q8_0;
-                    const long bad = qkv_q8_check(&c, t, qkv0, cases[ci].bias ? bias : NULL,
-                                                  cases[ci].norm ? qn : NULL, cases[ci].norm ? kn : NULL, cs, qkv, kp, vp);
+                    const long bad =
+                        qkv_q8_check(&c, t, qkv0, cases[ci].bias ? bias : NULL, cases[ci].norm ? qn : NULL,
+                                     cases[ci].norm ? kn : NULL, cs, qkv, kp, vp);
                     CHECK_MSG(bad == 0, "case %zu (hd %d) kv %s: %ld bytes differ (-1: the harness failed; # lines)",
                               ci, (int)sh->hd, model_kv_type_name(t), bad);
                 }

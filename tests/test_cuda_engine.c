@@ -159,8 +159,8 @@ TEST(engine_golden_stories260K)
     for (int i = 0; i < n; i++) {
         int k = 0;
         while (k < want[i].n_got && k < req[i].n_got && want[i].got[k] == req[i].got[k]) k++;
-        CHECK_MSG(req[i].n_got == want[i].n_got && k == want[i].n_got, "golden line %d: first difference at token %d of %d",
-                  i, k, (int)want[i].n_got);
+        CHECK_MSG(req[i].n_got == want[i].n_got && k == want[i].n_got,
+                  "golden line %d: first difference at token %d of %d", i, k, (int)want[i].n_got);
     }
     fprintf(stderr, "# golden: %d completions of stories260K equal\n", n);
 }
@@ -170,7 +170,8 @@ static void random_reqs(struct gen_req *a, struct gen_req *b, int n, int32_t n_v
 {
     for (int i = 0; i < n; i++) {
         a[i].n_prompt = 4 + (int32_t)(rng_splitmix64(&seed) % 60);
-        for (int32_t k = 0; k < a[i].n_prompt; k++) a[i].prompt[k] = 3 + (int32_t)(rng_splitmix64(&seed) % (uint64_t)(n_vocab - 3));
+        for (int32_t k = 0; k < a[i].n_prompt; k++)
+            a[i].prompt[k] = 3 + (int32_t)(rng_splitmix64(&seed) % (uint64_t)(n_vocab - 3));
         a[i].max_tokens = 48;
         b[i] = a[i];
     }
@@ -201,7 +202,8 @@ TEST(engine_concurrency_1_vs_64)
             if (first < 0 || k < first) first = k;
         }
     }
-    fprintf(stderr, "# concurrency 1 vs 64: %d of %d greedy requests differ (earliest at token %d)\n", differ, N, first);
+    fprintf(stderr, "# concurrency 1 vs 64: %d of %d greedy requests differ (earliest at token %d)\n", differ,
+            N, first);
     CHECK_MSG(differ == 0, "%d of %d requests differ", differ, N);
 }
 
@@ -237,7 +239,8 @@ TEST(engine_device_sampling)
         greedy_differ += d && i % 2 == 0;
     }
     fprintf(stderr, "# device vs host draws: %d of %d requests differ (%d greedy)\n", differ, N, greedy_differ);
-    CHECK_MSG(greedy_differ == 0 && differ <= 2, "%d of %d requests differ, %d of them greedy", differ, N, greedy_differ);
+    CHECK_MSG(greedy_differ == 0 && differ <= 2, "%d of %d requests differ, %d of them greedy", differ, N,
+              greedy_differ);
 }
 
 /* A backend around another (the cuda one) whose caps refuse `refuse` (SAMPLE_USE_* bits) and whose op sample

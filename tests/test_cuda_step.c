@@ -253,8 +253,9 @@ TEST(step_vs_cpu_synthetic)
     struct backend be = {0};
     const struct synth_cfg cfg = synth_default(); /* n_embd 64, 4 heads */
     CHECK_MSG(synth_build(&cfg, 1, &sm, &e) == 0, "%s", e.msg);
-    int rc = backend_cuda_init(&be, NULL, &e) || be.ops->load(be.ctx, sm.m, &e) ? -2
-                                                                                 : be.ops->kv_alloc(be.ctx, 16, 16, KV_TYPE_Q8_0, &e);
+    int rc = backend_cuda_init(&be, NULL, &e) || be.ops->load(be.ctx, sm.m, &e)
+                 ? -2
+                 : be.ops->kv_alloc(be.ctx, 16, 16, KV_TYPE_Q8_0, &e);
     backend_free(&be);
     synth_free(&sm);
     fprintf(stderr, "# kv q8_0 at head_dim 16: %s\n", rc == -2 ? e.msg : rc ? e.msg : "NOT refused");
@@ -392,15 +393,18 @@ TEST(step_deterministic)
             struct script sc;
             script_reset(&sc, cfg.n_vocab, 16, 5);
             for (int k = 0; ok && k < SCRIPT_STEPS; k++) {
-                ok = script_step(&sc, k, &be, out[run] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, &rows[run][k], &e) == 0;
+                ok = script_step(&sc, k, &be, out[run] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+                                 &rows[run][k], &e) == 0;
                 script_advance(&sc, k);
             }
         }
         for (int k = 0; ok && k < SCRIPT_STEPS; k++)
-            same &= rows[0][k] == rows[1][k] &&
-                    memcmp(out[0] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
-                           out[1] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, (size_t)rows[0][k] * cfg.n_vocab * 4) == 0;
-        if (ok) fprintf(stderr, "# deterministic, kv %s: %s\n", model_kv_type_name(types[kt]), same ? "same logits" : "DIFFER");
+            same &= rows[0][k] == rows[1][k] && memcmp(out[0] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+                                                       out[1] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+                                                       (size_t)rows[0][k] * cfg.n_vocab * 4) == 0;
+        if (ok)
+            fprintf(stderr, "# deterministic, kv %s: %s\n", model_kv_type_name(types[kt]),
+                    same ? "same logits" : "DIFFER");
     }
     backend_free(&be);
     synth_free(&sm);
@@ -507,13 +511,15 @@ TEST(step_fp8_fused_vs_unfused)
         struct script sc;
         script_reset(&sc, cfg.n_vocab, 16, 5);
         for (int k = 0; ok && k < SCRIPT_STEPS; k++) {
-            ok = script_step(&sc, k, &be, out[fuse] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, &rows[fuse][k], &e) == 0;
+            ok = script_step(&sc, k, &be, out[fuse] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+                             &rows[fuse][k], &e) == 0;
             script_advance(&sc, k);
         }
     }
     int same = ok;
     for (int k = 0; ok && k < SCRIPT_STEPS; k++)
-        same &= memcmp(out[0] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab, out[1] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+        same &= memcmp(out[0] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
+                       out[1] + (size_t)k * SCRIPT_MAX_ROWS * cfg.n_vocab,
                        (size_t)rows[0][k] * cfg.n_vocab * 4) == 0;
     backend_free(&be);
     synth_free(&sm);
