@@ -10,7 +10,9 @@
 #   make build/bench/NAME    bench/NAME.c linked against the library (the bench/*.sh scripts build theirs so)
 #
 # Every src/<layer>/<module>.c is part of libnightshift.a except src/cli/main.c; every tests/test_*.c is
-# its own test binary linked against that library. Adding a module or a test needs no edit here.
+# its own test binary linked against that library. Adding a module or a test needs no edit here. With
+# CUDA=1 the device tests (tests/test_cuda*.c) and bench_cuda also link the CUDA test harness,
+# tests/cuda_harness.cu (host-array wrappers of the kernels), which is not part of the library.
 
 BUILD    ?= build
 CC       ?= cc
@@ -65,6 +67,17 @@ $(BIN): $(BUILD)/src/cli/main.o $(BUILD)/libnightshift.a
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnightshift.a
 	$(CC) $(NS_CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The CUDA build's device tests and bench_cuda: the harness object before the library that it calls into.
+ifeq ($(CUDA),1)
+CUDA_HARNESS    = $(BUILD)/tests/cuda_harness.cu.o
+CUDA_TEST_BINS  = $(filter $(BUILD)/tests/test_cuda%,$(TEST_BINS))
+$(CUDA_TEST_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(CUDA_HARNESS) $(BUILD)/libnightshift.a
+	$(CC) $(NS_CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bench/bench_cuda: $(BUILD)/bench/bench_cuda.o $(CUDA_HARNESS) $(BUILD)/libnightshift.a
+	$(CC) $(NS_CFLAGS) $^ -o $@ $(LDLIBS)
+endif
 
 # bench/<name>.c -> $(BUILD)/bench/<name>, built on request by the bench/*.sh scripts (`make build/bench/NAME`).
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnightshift.a
@@ -122,4 +135,4 @@ check-mpi:
 clean:
 	rm -rf build build-asan build-fuzz build-cuda build-mpi
 
--include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(wildcard $(BUILD)/bench/*.d)
+-include $(LIB_OBJS:.o=.d) $(BUILD)/src/cli/main.d $(TEST_BINS:=.d) $(wildcard $(BUILD)/bench/*.d) $(CUDA_HARNESS:.o=.d)

@@ -2,14 +2,16 @@
 # bench/gpu.sh — THE device call of issue 10 (it replaces gpu_e2e.sh): everything the issue measures on the
 # H200, in one command of at most 600 s, each phase timed and fitted into BUDGET.
 #
-# Runs from the repository root on the GPU machine, with a carried folder D (default tmp/cuda, git-ignored)
-# holding, built here: nightshift and test_cuda (`make CUDA=1 BUILD=build-cuda`), lib/ (the Debian .so files
-# they link), shared/ (models/stories260K.gguf, testdata/golden, vocab/), stories.txt (examples/), and
-# optionally COMMIT (the commit they were built from; printed). Phases, in order:
+# Runs from the repository root on the GPU machine, with a carried folder D (default tmp/cuda, git-ignored;
+# bench/gpu_carry.sh fills it) holding, built here: nightshift and the test_cuda* binaries (`make CUDA=1
+# BUILD=build-cuda`), lib/ (the Debian .so files they link), shared/ (models/stories260K.gguf,
+# testdata/golden, vocab/), stories.txt (examples/), and optionally COMMIT (the commit they were built
+# from; printed). Phases, in order:
 #   gpu      name, driver, memory; the settings used
 #   peaks    bench/gpu_peaks.py: BF16 GEMM rate (8192^3, median of 20) and device copy bandwidth (4 GiB,
 #            read + written), the ceilings of the report
-#   tests    test_cuda: ok / FAIL / skip counts and the FAIL lines (SKIP_TESTS=1 skips)
+#   tests    every D/test_cuda* binary (bench/cuda_tests.sh): ok / FAIL / skip counts summed over them and
+#            the FAIL lines (SKIP_TESTS=1 skips)
 #   e2e      `run` of stories.txt on stories260K, greedy, cuda vs cpu: identical texts? (E2E=0 skips)
 #   synth    `synth --shape SHAPE --type TYPE` (llama-8b bf16: 128,256 token rows) to MODEL, unless an
 #            earlier call on this (warm) machine left it there
@@ -36,6 +38,7 @@
 #      EXTRA (more bench flags, e.g. "--lookup 0") HF_BATCH HF_COMPILE (0: transformers' auto-compile off,
 #      see hf_generate.py) HF_TIMEOUT (200) TEST_TIMEOUT (150) SKIP_TESTS E2E SKIP_HF SKIP_BEST STEPS DEVICE
 set -u
+. "$(dirname "$0")/cuda_tests.sh" # cuda_tests: every D/test_cuda* binary
 S=$(date +%s)
 D=${D:-tmp/cuda}
 OUT=${OUT:-/tmp/gpu}
@@ -79,9 +82,9 @@ phase peaks
 CUDA_VISIBLE_DEVICES=$DEVICE timeout 120 python3 bench/gpu_peaks.py --json "$OUT/peaks.json" 2>&1 | tail -4
 
 if [ "$SKIP_TESTS" != 1 ]; then
-    phase "tests (test_cuda, timeout $TEST_TIMEOUT s)"
-    timeout "$TEST_TIMEOUT" "$D/test_cuda" >"$OUT/test_cuda.log" 2>&1
-    echo "test_cuda rc=$?: $(grep -c '^ok' "$OUT/test_cuda.log") ok, $(grep -c '^FAIL' "$OUT/test_cuda.log")" \
+    phase "tests (test_cuda*, timeout $TEST_TIMEOUT s in all)"
+    cuda_tests "$OUT/test_cuda.log" "$TEST_TIMEOUT"
+    echo "test_cuda rc=$CUDA_TESTS_RC: $(grep -c '^ok' "$OUT/test_cuda.log") ok, $(grep -c '^FAIL' "$OUT/test_cuda.log")" \
         "failed, $(grep -c '^skip' "$OUT/test_cuda.log") skipped"
     grep -E '^(FAIL|skip)' "$OUT/test_cuda.log" | cut -c1-300
 fi

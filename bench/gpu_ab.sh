@@ -1,19 +1,20 @@
 #!/bin/bash
-# bench/gpu_ab.sh — one device call for an A/B of two builds: test_cuda of the new build, then on synth llama-8b
+# bench/gpu_ab.sh — one device call for an A/B of two builds: test_cuda* of the new build, then on synth llama-8b
 # bf16 (128,256 token rows, as bench/gpu.sh) bench_cuda steps (prefill 2048; decode B=1,256 at context 1,030) and
 # `nightshift bench` 1,024 in / 300 out at RUNS (default: c256 with 2,048 requests, c1 with 4), each run old then
-# new, interleaved. Carried folder tmp/cuda: the new nightshift, test_cuda, bench_cuda, lib/, shared/, and the
+# new, interleaved. Carried folder tmp/cuda: the new nightshift, test_cuda*, bench_cuda, lib/, shared/, and the
 # old build's nightshift and bench_cuda in tmp/cuda/old/ — or, with OLD_ENV="VAR=value ...", the new build run
 # with that environment as the old side (an A/B of a switch).
 set -u
+. "$(dirname "$0")/cuda_tests.sh" # cuda_tests: every D/test_cuda* binary
 D=tmp/cuda
 export LD_LIBRARY_PATH=$PWD/$D/lib:/usr/local/cuda/lib64 NIGHTSHIFT_SHARED=$PWD/$D/shared
 S=$(date +%s)
 el() { echo "== [t=$(( $(date +%s) - S ))s] $*"; }
 old_bin() { if [ -n "${OLD_ENV:-}" ]; then echo "env $OLD_ENV $D/$1"; else echo "$D/old/$1"; fi; }
 [ -n "${SKIP_TESTS:-}" ] || {
-el test_cuda
-timeout 170 $D/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$?"
+el "test_cuda*"
+cuda_tests $OUT/test_cuda.log 170; echo "test_cuda rc=$CUDA_TESTS_RC"
 grep -E "^(FAIL|skip)|differ|worst" $OUT/test_cuda.log | head -30; echo "$(grep -c '^ok' $OUT/test_cuda.log) ok"
 }
 el synth

@@ -1,20 +1,21 @@
 #!/bin/bash
-# bench/gpu_attn.sh — one device call for the tensor-core attention: test_cuda, compute-sanitizer memcheck
+# bench/gpu_attn.sh — one device call for the tensor-core attention: test_cuda*, compute-sanitizer memcheck
 # of its kernel test, synth llama-8b bf16 (vocab 102,400 padded to 128,256), bench_cuda and `nightshift bench` at c64 with
 # the new kernel (tc-lds or cores if the test found the ldmatrix path or both wrong), then bench_cuda with
 # the CUDA-core kernel (NIGHTSHIFT_CUDA_ATTN=cores) for comparison if time remains. Budget: 385 s.
-# Runs from a carried folder tmp/cuda holding nightshift, test_cuda, bench_cuda (built here with
+# Runs from a carried folder tmp/cuda holding nightshift, test_cuda*, bench_cuda (built here with
 # `make CUDA=1 BUILD=build-cuda all build-cuda/bench/bench_cuda`), lib/ and shared/ as for gpu.sh (which replaced gpu_e2e.sh).
 # Usage (device): bash bench/gpu_attn.sh  (logs under $OUT)
 set -u
+. "$(dirname "$0")/cuda_tests.sh" # cuda_tests: every D/test_cuda* binary
 D=tmp/cuda
 export LD_LIBRARY_PATH=$PWD/$D/lib:/usr/local/cuda/lib64 NIGHTSHIFT_SHARED=$PWD/$D/shared
 S=$(date +%s); END=$((S + 385))
 rem() { echo $((END - $(date +%s))); }
 el() { echo "== [t=$(( $(date +%s) - S ))s] $*"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
-el test_cuda
-timeout 150 $D/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$?"
+el "test_cuda*"
+cuda_tests $OUT/test_cuda.log 150; echo "test_cuda rc=$CUDA_TESTS_RC"
 grep -E "^(FAIL|skip)|^# (attention|tc verdict|llama bf16|qwen3 f16|stories|golden)|differ|concurrency|passed|failed" $OUT/test_cuda.log | head -70
 ATT=tc
 if ! grep -q "tc verdict" $OUT/test_cuda.log; then ATT=cores
@@ -23,7 +24,7 @@ elif grep -q "ldmatrix bad" $OUT/test_cuda.log; then
 fi
 export NIGHTSHIFT_CUDA_ATTN=$ATT; echo "benches with NIGHTSHIFT_CUDA_ATTN=$ATT"
 el memcheck kernel_attention_tc
-TEST_CUDA_ONLY=kernel_attention_tc timeout 60 compute-sanitizer --tool memcheck --print-limit 5 $D/test_cuda > $OUT/memcheck.log 2>&1; echo "memcheck rc=$?"
+TEST_CUDA_ONLY=kernel_attention_tc timeout 60 compute-sanitizer --tool memcheck --print-limit 5 $D/test_cuda_attn > $OUT/memcheck.log 2>&1; echo "memcheck rc=$?"
 grep -E "ERROR SUMMARY|Invalid|^FAIL|^ok" $OUT/memcheck.log | head -12
 el synth
 timeout 90 $D/nightshift synth --shape llama-8b --type bf16 --vocab $D/shared/vocab/ggml-vocab-deepseek-llm.gguf -o /tmp/l8b.gguf 2>&1 | tail -1

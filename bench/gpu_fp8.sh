@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/gpu_fp8.sh — one device call for issue 31 (FP8 on Hopper): BF16 and FP8 weights side by side in the
 # same call, on the same card. Carried folder D (default tmp/cuda, bench/gpu_carry.sh fills it). Phases:
-#   tests   test_cuda (SKIP_TESTS=1 skips); its FP8 lines printed
+#   tests   every D/test_cuda* binary (bench/cuda_tests.sh; SKIP_TESTS=1 skips); their FP8 lines printed
 #   ppl     `nightshift perplexity` of stories260K on stories.txt: cpu, cuda bf16 (its F32 matrices stay
 #           F32: the exact path), cuda fp8; and of every GGUF in D/models/ (cpu, cuda, cuda fp8)
 #   synth   synth --shape SHAPE (llama-8b) --type bf16, unless an earlier call on this machine left it
@@ -12,6 +12,7 @@
 # Usage (device): bash bench/gpu_fp8.sh
 # env: D OUT SHAPE BEST BEST_REQS C1_REQS PROF_REQS CONFIGS C1_CONFIGS SKIP_TESTS SKIP_PPL
 set -u
+. "$(dirname "$0")/cuda_tests.sh" # cuda_tests: every D/test_cuda* binary
 D=${D:-tmp/cuda} OUT=${OUT:-/tmp/gpu} SHAPE=${SHAPE:-llama-8b} BEST=${BEST:-256} BEST_REQS=${BEST_REQS:-512}
 C1_REQS=${C1_REQS:-2} PROF_REQS=${PROF_REQS:-0}
 CONFIGS=${CONFIGS:-bf16:--gpu-weights bf16,fp8:--gpu-weights fp8,fp8kv:--gpu-weights fp8 --kv-type fp8}
@@ -25,9 +26,9 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "commit: $(cat "$D/COMMIT" 2>/dev/null || echo unknown)"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    el test_cuda
-    timeout 200 "$D/test_cuda" >"$OUT/test_cuda.log" 2>&1
-    echo "test_cuda rc=$?: $(grep -c '^ok' "$OUT/test_cuda.log") ok, $(grep -c '^FAIL' "$OUT/test_cuda.log") failed"
+    el "test_cuda*"
+    cuda_tests "$OUT/test_cuda.log" 200
+    echo "test_cuda rc=$CUDA_TESTS_RC: $(grep -c '^ok' "$OUT/test_cuda.log") ok, $(grep -c '^FAIL' "$OUT/test_cuda.log") failed"
     grep -E '^FAIL|fp8' "$OUT/test_cuda.log" | cut -c1-220
 fi
 if [ "${SKIP_PPL:-0}" != 1 ]; then

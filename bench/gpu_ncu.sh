@@ -1,15 +1,16 @@
 #!/bin/bash
-# bench/gpu_ncu.sh — one device call: test_cuda, bench_cuda on synth llama-8b bf16 (vocab 102,400; prefill 2048,
+# bench/gpu_ncu.sh — one device call: test_cuda*, bench_cuda on synth llama-8b bf16 (vocab 102,400; prefill 2048,
 # decode B=64,256 at context 1,030, per-phase profile), then Nsight Compute on one decode launch of the split
 # attention kernel and of the SwiGLU and RMSNorm kernels (B=256), or of the kernels NCU_SPECS names ("REGEX SKIP
 # COUNT BENCH_ARGS;..." with _ for spaces in BENCH_ARGS). Carried folder tmp/cuda as for gpu_step.sh.
 set -u
+. "$(dirname "$0")/cuda_tests.sh" # cuda_tests: every D/test_cuda* binary
 D=tmp/cuda
 export LD_LIBRARY_PATH=$PWD/$D/lib:/usr/local/cuda/lib64 NIGHTSHIFT_SHARED=$PWD/$D/shared
 S=$(date +%s)
 el() { echo "== [t=$(( $(date +%s) - S ))s] $*"; }
-el test_cuda
-timeout 170 $D/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$?"
+el "test_cuda*"
+cuda_tests $OUT/test_cuda.log 170; echo "test_cuda rc=$CUDA_TESTS_RC"
 grep -E "^(FAIL|skip)|swiglu|differ" $OUT/test_cuda.log | head; echo "$(grep -c '^ok' $OUT/test_cuda.log) ok"
 el synth
 timeout 90 $D/nightshift synth --shape llama-8b --type bf16 --vocab $D/shared/vocab/ggml-vocab-deepseek-llm.gguf -o /tmp/l8b.gguf 2>&1 | tail -1

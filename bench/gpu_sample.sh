@@ -1,17 +1,18 @@
 #!/bin/bash
-# bench/gpu_sample.sh — one device call for greedy draws on the device (the backend op sample): test_cuda,
+# bench/gpu_sample.sh — one device call for greedy draws on the device (the backend op sample): test_cuda*,
 # stories260K `run` cuda vs cpu, then `nightshift bench` on synth llama-8b bf16 (vocab 102,400) at 1,024 in /
 # 300 out: c64 with draws on the device, c64 with NIGHTSHIFT_CUDA_SAMPLING=host (every logit row to the host,
 # as before), then c256 on the device. Budget ~480 s. Carried folder tmp/cuda as for gpu_e2e.sh.
 # Usage (device): bash bench/gpu_sample.sh  (logs under $OUT)
 set -u
+. "$(dirname "$0")/cuda_tests.sh" # cuda_tests: every D/test_cuda* binary
 D=tmp/cuda
 export LD_LIBRARY_PATH=$PWD/$D/lib:/usr/local/cuda/lib64 NIGHTSHIFT_SHARED=$PWD/$D/shared
 S=$(date +%s)
 el() { echo "== [t=$(( $(date +%s) - S ))s] $*"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-el test_cuda
-timeout 170 $D/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$?"
+el "test_cuda*"
+cuda_tests $OUT/test_cuda.log 170; echo "test_cuda rc=$CUDA_TESTS_RC"
 grep -E "^(FAIL|skip|ok)|differ|concurrency" $OUT/test_cuda.log | head -40
 el run stories.txt cuda vs cpu
 M=$D/shared/models/stories260K.gguf

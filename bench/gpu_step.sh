@@ -1,16 +1,17 @@
 #!/bin/bash
-# bench/gpu_step.sh — one device call after a kernel change: test_cuda, then on synth llama-8b bf16 (vocab
+# bench/gpu_step.sh — one device call after a kernel change: test_cuda*, then on synth llama-8b bf16 (vocab
 # 102,400): bench_cuda steps (prefill 2048; decode B=1,64,256 at context 1,030; per-phase profile) and
 # `nightshift bench` 1,024 in / 300 out at RUNS (default: c256, c256 --lookup 0, c1, c1 --lookup 0).
-# Carried folder tmp/cuda (nightshift, test_cuda, bench_cuda, lib/, shared/) as for gpu_e2e.sh.
+# Carried folder tmp/cuda (nightshift, test_cuda*, bench_cuda, lib/, shared/) as for gpu_e2e.sh.
 set -u
+. "$(dirname "$0")/cuda_tests.sh" # cuda_tests: every D/test_cuda* binary
 D=tmp/cuda
 export LD_LIBRARY_PATH=$PWD/$D/lib:/usr/local/cuda/lib64 NIGHTSHIFT_SHARED=$PWD/$D/shared
 S=$(date +%s)
 el() { echo "== [t=$(( $(date +%s) - S ))s] $*"; }
 [ -n "${SKIP_STEPS:-}" ] || {
-el test_cuda
-timeout 170 $D/test_cuda > $OUT/test_cuda.log 2>&1; echo "test_cuda rc=$?"
+el "test_cuda*"
+cuda_tests $OUT/test_cuda.log 170; echo "test_cuda rc=$CUDA_TESTS_RC"
 grep -E "^(FAIL|skip)|differ|rows split" $OUT/test_cuda.log | head -20; echo "$(grep -c '^ok' $OUT/test_cuda.log) ok"
 el synth
 timeout 90 $D/nightshift synth --shape llama-8b --type bf16 --vocab $D/shared/vocab/ggml-vocab-deepseek-llm.gguf -o /tmp/l8b.gguf 2>&1 | tail -1

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # e2e_gpu_sh — bench/gpu.sh's logic without a GPU (the device call must not fail on a shell slip): the FLOP
 # count of bench/gpu_report.py for Llama-3.1-8B at 1,024 / 300 and its bandwidth limit, then gpu.sh end to
-# end on the CPU backend with a tiny padded model, a stub nvidia-smi and a stub test_cuda, and once with a
-# budget too short for the best level.
+# end on the CPU backend with a tiny padded model, a stub nvidia-smi and two stub test_cuda* binaries (their
+# counts summed), and once with a budget too short for the best level.
 . tests/lib.sh
 
 # the arithmetic: Llama-3.1-8B's shape as `nightshift info --json` gives it
@@ -26,6 +26,7 @@ mkdir -p "$d" "$e2e_tmp/bin"
 ln -s "$(cd "$(dirname "$NS")" && pwd)/$(basename "$NS")" "$d/nightshift"
 ln -s "$(cd "$SHARED" && pwd)" "$d/shared"
 printf '#!/bin/sh\necho "ok kernel_a"\necho "ok kernel_b"\necho "FAIL step_c: off by one"\n' >"$d/test_cuda"
+printf '#!/bin/sh\necho "ok engine_d"\necho "skip engine_e: no model"\n' >"$d/test_cuda_engine"
 cat >"$e2e_tmp/bin/nvidia-smi" <<'EOF'
 #!/bin/bash
 case "$*" in
@@ -33,7 +34,7 @@ case "$*" in
 *) echo "Stub GPU, 143771 MiB, 580.00, 1980 MHz" ;;
 esac
 EOF
-chmod +x "$d/test_cuda" "$e2e_tmp/bin/nvidia-smi"
+chmod +x "$d/test_cuda" "$d/test_cuda_engine" "$e2e_tmp/bin/nvidia-smi"
 "$NS" synth --shape tiny --type bf16 --n-vocab 4096 -o "$e2e_tmp/m.gguf" 2>/dev/null
 run_gpu_sh() {
     PATH=$e2e_tmp/bin:$PATH D=$d MODEL=$e2e_tmp/m.gguf BACKEND=cpu PROMPT=32 GEN=8 LEVELS=1,4 BEST=8 E2E=0 \
@@ -42,7 +43,7 @@ run_gpu_sh() {
 OUT=$e2e_tmp/out BEST_REQS=16 BUDGET=120 run_gpu_sh >"$e2e_tmp/log" 2>&1
 log=$e2e_tmp/log
 expect gpu_sh_phases grep -q "done (.* s of the 120 s budget)" "$log"
-expect gpu_sh_test_counts grep -q "test_cuda rc=0: 2 ok, 1 failed, 0 skipped" "$log"
+expect gpu_sh_test_counts grep -q "test_cuda rc=0: 3 ok, 1 failed, 1 skipped" "$log"
 expect gpu_sh_reuses_model grep -q "reusing $e2e_tmp/m.gguf" "$log"
 if grep -q "^| nightshift | 1 | 2 | " "$log" && grep -q "^| nightshift | 4 | 8 | " "$log" &&
     grep -q "^| nightshift | 8 | 16 | .* | 2048 |$" "$log" && grep -q "^== batch-1 decode: " "$log"; then

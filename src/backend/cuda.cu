@@ -22,11 +22,12 @@
  *    kv_layer_bytes = N * head_dim * 4 (f32), N * head_dim * 2 (f16), or (N * head_dim * 17 / 16) rounded up
  *    to a multiple of 16 (q8_0: 34 bytes per 32 elements, as model_kv_bytes_per_token counts; see
  *    cuda_kv_layer_bytes; fp8 the same). q8_0 is written bit for bit as the host's quant_quantize_row would
- *    (cuda_q8.cuh), fp8 by cuda_device.cuh's cuda_kv8 arithmetic; both read back exactly (q * scale in f32). A step writes K/V of each row (cuda_launch_qkv) before its
- *    attention reads positions <= the rows' own, so no slot is read before it is written. The attention
- *    kernel is chosen with the pool (cuda_attn_choose: tensor cores for f16, q8_0 and fp8 KV at head_dim
- *    64/128 under BF16 or FP8 weights, the exact CUDA-core kernel otherwise, always for f32) and kept while the pool lives,
- *    so a sequence's rows never switch kernels between steps.
+ *    (cuda_q8.cuh), fp8 by cuda_device.cuh's cuda_kv8 arithmetic; both read back exactly (q * scale in
+ *    f32). A step writes K/V of each row (cuda_launch_qkv) before its attention reads positions <= the
+ *    rows' own, so no slot is read before it is written. The attention kernel is chosen with the pool
+ *    (cuda_attn_choose: tensor cores for f16, q8_0 and fp8 KV at head_dim 64/128 under BF16 or FP8
+ *    weights, the exact CUDA-core kernel otherwise, always for f32) and kept while the pool lives, so a
+ *    sequence's rows never switch kernels between steps.
  *  - A step: the batch (tokens, positions, sequences, block tables, attention plan) is packed into one
  *    pinned host buffer and uploaded with one asynchronous copy; everything then runs on the backend's
  *    stream (cuBLAS GEMMs with FP32 accumulation over all rows, F32 outputs but for gate/up, which SwiGLU reads

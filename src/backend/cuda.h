@@ -5,11 +5,11 @@
  * every type quant.h can dequantize, converted on the device from the raw GGUF bytes), except F32
  * matrices, which stay F32 and run as FP32 GEMMs (the exact path for small test models); with
  * backend_config.weights FP8 (or AUTO when BF16 does not fit) the layers' matrices are e4m3 with a scale
- * per output channel instead (cuda_fp8.cu); norms and biases are F32. The KV pool lives in device memory (f32, f16, q8_0 or fp8).
- * A step uploads its batch once, runs cuBLAS GEMMs over all rows for every linear layer (a GEMV kernel of its own for
- * one row) and the backend's own kernels (cuda_kernels.cu) for the rest, decode steps of a few rows as CUDA graphs, and
- * draws the tokens on the device (the op sample, cuda_sample.cu): only token ids come back, or the logit rows the
- * engine asks for.
+ * per output channel instead (cuda_fp8.cu); norms and biases are F32. The KV pool lives in device memory
+ * (f32, f16, q8_0 or fp8). A step uploads its batch once, runs cuBLAS GEMMs over all rows for every linear
+ * layer (a GEMV kernel of its own for one row) and the backend's own kernels (cuda_kernels.cu) for the
+ * rest, decode steps of a few rows as CUDA graphs, and draws the tokens on the device (the op sample,
+ * cuda_sample.cu): only token ids come back, or the logit rows the engine asks for.
  */
 #ifndef NS_BACKEND_CUDA_H
 #define NS_BACKEND_CUDA_H

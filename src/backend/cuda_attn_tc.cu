@@ -27,8 +27,8 @@
  * exact no-op for it (alpha = exp2(0) = 1, probabilities 0, the mma adds exact zeros); each element of an
  * mma's result depends on its own row of A and column of B only, so the m-row, warp and item a query
  * lands in do not change its bits; whole and split items compute the same chunk states and merge them
- * with the same functions. tests/test_cuda.c checks prefill rows alone, in other item compositions and
- * as lone (split) rows against the same rows in a mixed batch, bit for bit.
+ * with the same functions. tests/test_cuda_attn.c checks prefill rows alone, in other item compositions
+ * and as lone (split) rows against the same rows in a mixed batch, bit for bit.
  *
  * One kernel function of ~100 lines on purpose: the fragments and states stay in registers throughout.
  */

@@ -110,7 +110,7 @@ __device__ __forceinline__ float cuda_silu_mul(float g, float u)
  * to nearest even and saturated (+-448), d stored as f16 (nearest even). A value reads back as e4m3 times
  * the f16 scale: exact in f32 (4 + 11 significant bits), and as an f16 tensor-core operand that product
  * rounded once. The pool's KV write, the CUDA-core kernel and the tensor-core kernel's tile conversion all
- * use these, and tests/test_cuda.c checks them against a reference of its own. */
+ * use these, and tests/test_cuda_attn.c checks them against a reference of its own. */
 
 __device__ __forceinline__ float cuda_kv8_scale(float amax)
 {

@@ -103,7 +103,8 @@ int cuda_sample(void *ctx, const struct sample_row *rows, int32_t n, int32_t n_i
     if (!c->pending || n != c->kept_logits)
         return err_set(e, "cuda backend: sample of %d rows without a forward that kept as many logit rows", (int)n);
     const int32_t n_vocab = c->m->hp.n_vocab;
-    if (n_ids < 1 || n_ids > n_vocab) return err_set(e, "cuda backend: sample over %d ids of %d", (int)n_ids, (int)n_vocab);
+    if (n_ids < 1 || n_ids > n_vocab)
+        return err_set(e, "cuda backend: sample over %d ids of %d", (int)n_ids, (int)n_vocab);
     for (int32_t i = 0; i < n; i++)
         if (rows[i].mode == SAMPLE_LOGPROBS &&
             (rows[i].token < 0 || rows[i].token >= n_vocab || !rows[i].logprobs))

@@ -19,11 +19,12 @@
  * Fused GEMVs (cuda_launch_gemv_fused): at batch 1 the RMSNorms and SwiGLU that make a GEMV's input are
  * one-block kernels that read a few KB and cost a launch gap and a latency each (97 a step on llama-8b:
  * three a layer and the output norm), not bytes. Here every block of the GEMV makes the input row itself,
- * into shared memory, with the arithmetic of those kernels in their order (cuda_device.cuh: the same sum of squares,
- * scale and SwiGLU), so the row and the products are bit for bit those of the two kernels apart (tests/test_cuda.c
- * kernel_gemv_fused, step_fused_vs_unfused). Its blocks are large (1,024 threads, at most 32 registers so
- * that two fit a multiprocessor) and as many as fit the device at once, each warp taking a few rows: the
- * input is made once per block (264 times on an H200), not once per 8 rows.
+ * into shared memory, with the arithmetic of those kernels in their order (cuda_device.cuh: the same sum of
+ * squares, scale and SwiGLU), so the row and the products are bit for bit those of the two kernels apart
+ * (tests/test_cuda.c kernel_gemv_fused, tests/test_cuda_step.c step_fused_vs_unfused). Its blocks are large
+ * (1,024 threads, at most 32 registers so that two fit a multiprocessor) and as many as fit the device at
+ * once, each warp taking a few rows: the input is made once per block (264 times on an H200), not once per 8
+ * rows.
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -18,7 +18,7 @@
  * steps; with drafts, the same row count comes with different plans (which sequence has how many rows),
  * which the ways keep apart.
  *
- * The arithmetic is that of cuda_enqueue_step itself: a graph gives the same bits (tests/test_cuda.c,
+ * The arithmetic is that of cuda_enqueue_step itself: a graph gives the same bits (tests/test_cuda_engine.c,
  * engine_graphs_on_vs_off).
  */
 #include <stdlib.h>

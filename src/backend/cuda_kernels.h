@@ -86,7 +86,7 @@ struct cuda_batch_dev {
 
 /* The attention kernel of a KV pool. CUDA_ATTN_TC_LDS is the tensor-core kernel with its K/V operands
  * read by plain shared-memory loads instead of ldmatrix: the same values into the same mma, so the same
- * bits (tests/test_cuda.c checks it; a fallback selectable by NIGHTSHIFT_CUDA_ATTN). */
+ * bits (tests/test_cuda_attn.c checks it; a fallback selectable by NIGHTSHIFT_CUDA_ATTN). */
 enum cuda_attn_kernel { CUDA_ATTN_CORES = 0, CUDA_ATTN_TC = 1, CUDA_ATTN_TC_LDS = 2 };
 
 /* Geometry of the model's attention and of one layer of the KV pool, K and V separately: the head vectors

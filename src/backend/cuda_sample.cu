@@ -373,7 +373,8 @@ __global__ void __launch_bounds__(CUDA_SAMPLE_THREADS, 1)
 
 int cuda_sample_init(struct err *e)
 {
-    CU_TRY(cudaFuncSetAttribute(cuda_k_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(cuda_sample_smem)));
+    CU_TRY(cudaFuncSetAttribute(cuda_k_sample, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)sizeof(cuda_sample_smem)));
     return 0;
 }
 

@@ -13,8 +13,8 @@ extern "C" {
 #include "gguf/quant.h"
 #include "model/model.h"
 }
-#include "backend/cuda_harness.h"
 #include "backend/cuda_kernels.h"
+#include "cuda_harness.h"
 
 #define CUDA_HX_MAX 16
 

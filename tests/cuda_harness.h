@@ -1,13 +1,15 @@
-/* cuda_harness — host-array wrappers around each kernel of the CUDA backend (for tests/test_cuda.c) and the
- * two ceilings a benchmark measures (a BF16 GEMM rate, a device-to-device copy bandwidth). Plain C.
+/* cuda_harness — host-array wrappers around each kernel of the CUDA backend (for the device tests,
+ * tests/test_cuda*.c) and the two ceilings a benchmark measures (a BF16 GEMM rate, a device-to-device copy
+ * bandwidth: bench/bench_cuda.c). Plain C. Not part of libnightshift.a: the Makefile links its object into
+ * the CUDA build's test_cuda* binaries and bench_cuda only.
  *
  * Every kernel wrapper uploads its inputs, fills its outputs on the device with NaN first (poison: an
  * element the kernel does not write comes back NaN), runs the kernel alone on a fresh stream, and copies
  * the outputs back as f32 (BF16 / F16 outputs widened exactly). Device memory is freed before returning.
  * Built only with NS_CUDA. Returns 0, or -1 with the message in e.
  */
-#ifndef NS_BACKEND_CUDA_HARNESS_H
-#define NS_BACKEND_CUDA_HARNESS_H
+#ifndef NS_TESTS_CUDA_HARNESS_H
+#define NS_TESTS_CUDA_HARNESS_H
 
 #include <stddef.h>
 #include <stdint.h>
