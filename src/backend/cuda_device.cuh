@@ -84,6 +84,35 @@ __device__ __forceinline__ double cuda_norm_ss4(double ss, float4 v)
     return ss;
 }
 
+/* The first pass of cuda_k_rmsnorm4 (and of cuda_fp8.cu's RMSNorm, which keeps its arithmetic): thread t's
+ * float4s t, t + blockDim.x, ... (J of them, below n4) of the row xr into v, plus add's ar (may be NULL;
+ * the sums written back into xr); every load first (predicated, no early exit), so all 2 J of a thread are
+ * in flight together. Returns the thread's sum of squares of its elements in index order. */
+template <int J>
+__device__ __forceinline__ double cuda_norm4_load(float4 *xr, const float4 *ar, int32_t n4, float4 (&v)[J])
+{
+    float4 a[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i < n4) v[j] = xr[i];
+        if (ar && i < n4) a[j] = ar[i];
+    }
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        const int32_t i = threadIdx.x + j * blockDim.x;
+        if (i >= n4) continue;
+        if (ar) {
+            v[j] = make_float4(__fadd_rn(v[j].x, a[j].x), __fadd_rn(v[j].y, a[j].y), __fadd_rn(v[j].z, a[j].z),
+                               __fadd_rn(v[j].w, a[j].w));
+            xr[i] = v[j];
+        }
+        ss = cuda_norm_ss4(ss, v[j]);
+    }
+    return ss;
+}
+
 /* RMSNorm's scale 1 / sqrt(mean + eps) for a row of n whose sum of squares the block's threads hold in
  * parts (ss): a butterfly per warp, then the warps' sums in warp order (part: 32 doubles of shared memory).
  * Every thread of the block calls it (a barrier inside) and gets the scale. A warp that holds none of the

@@ -139,28 +139,9 @@ __global__ void cuda_k_rmsnorm_fp8(float *x, const float *add, const float *w, c
     __shared__ double part[32];
     __shared__ float mpart[32];
     const int64_t i_out = blockIdx.x, r = rows ? rows[i_out] : i_out;
-    float4 *xr = (float4 *)(x + r * n);
-    const float4 *ar = add ? (const float4 *)(add + r * n) : NULL;
     const int32_t n4 = n / 4;
-    float4 v[J], a[J];
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int32_t i = threadIdx.x + j * blockDim.x;
-        if (i < n4) v[j] = xr[i];
-        if (ar && i < n4) a[j] = ar[i];
-    }
-    double ss = 0.0;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-        const int32_t i = threadIdx.x + j * blockDim.x;
-        if (i >= n4) continue;
-        if (ar) {
-            v[j] = make_float4(__fadd_rn(v[j].x, a[j].x), __fadd_rn(v[j].y, a[j].y), __fadd_rn(v[j].z, a[j].z),
-                               __fadd_rn(v[j].w, a[j].w));
-            xr[i] = v[j];
-        }
-        ss = cuda_norm_ss4(ss, v[j]);
-    }
+    float4 v[J];
+    const double ss = cuda_norm4_load<J>((float4 *)(x + r * n), add ? (const float4 *)(add + r * n) : NULL, n4, v);
     const float ns = cuda_norm_scale(ss, n, eps, part);
     float amax = 0.0f;
 #pragma unroll
