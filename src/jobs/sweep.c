@@ -269,14 +269,17 @@ static double mib(uint64_t b)
 int sweep_write_csv(FILE *f, const struct sweep_point *pts, size_t n)
 {
     fprintf(f, "concurrency,max_batch_tokens,requests,failed,gen_tok_s,total_tok_s,rel_cost,p50_s,p95_s,peak_rss_mib,"
-               "kv_blocks_peak,kv_blocks_total,preemptions,psi_some_avg10,pswpin,pswpout,energy_j,over_headroom\n");
+               "kv_blocks_peak,kv_blocks_total,preemptions,psi_some_avg10,pswpin,pswpout,energy_j,over_headroom,"
+               "runs,total_tok_s_lo,total_tok_s_hi,spread,cpu_share_lo,cpu_share_hi,load_lo,load_hi\n");
     for (size_t i = 0; i < n; i++) {
         const struct sweep_point *p = &pts[i];
-        fprintf(f, "%d,%d,%d,%d,%.2f,%.2f,%.4f,%.4f,%.4f,%.1f,%lld,%lld,%lld,%.2f,%lld,%lld,%.2f,%d\n",
+        fprintf(f, "%d,%d,%d,%d,%.2f,%.2f,%.4f,%.4f,%.4f,%.1f,%lld,%lld,%lld,%.2f,%lld,%lld,%.2f,%d,",
                 (int)p->concurrency, (int)p->max_batch_tokens, (int)p->requests, (int)p->failed, p->gen_tok_s,
                 p->total_tok_s, p->rel_cost, p->p50_s, p->p95_s, mib(p->peak_rss), (long long)p->kv_blocks_peak,
                 (long long)p->kv_blocks_total, (long long)p->preemptions, p->psi_some_avg10, (long long)p->pswpin,
                 (long long)p->pswpout, p->energy_j, p->over_headroom);
+        fprintf(f, "%d,%.2f,%.2f,%.4f,%.3f,%.3f,%.2f,%.2f\n", (int)p->runs, p->tok_s_lo, p->tok_s_hi, p->spread,
+                p->cpu_share_lo, p->cpu_share_hi, p->load_lo, p->load_hi);
     }
     return ferror(f) ? -1 : 0;
 }
@@ -295,6 +298,17 @@ json_t *sweep_points_json(const struct sweep_point *pts, size_t n)
             (json_int_t)p->kv_blocks_total, "preemptions", (json_int_t)p->preemptions, "psi_some_avg10",
             p->psi_some_avg10, "pswpin", (json_int_t)p->pswpin, "pswpout", (json_int_t)p->pswpout, "energy_j",
             p->energy_j, "over_headroom", p->over_headroom, "usable", sweep_usable(p));
+        json_t *runs = json_array();
+        for (int32_t r = 0; runs && r < p->runs && r < SWEEP_MAX_RUNS; r++)
+            json_array_append_new(runs, json_real(p->run_tok_s[r]));
+        if (o && json_object_update_new(o, json_pack("{s:i, s:o*, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "runs",
+                                                     (int)p->runs, "run_total_tok_s", runs, "total_tok_s_lo",
+                                                     p->tok_s_lo, "total_tok_s_hi", p->tok_s_hi, "spread", p->spread,
+                                                     "cpu_share_lo", p->cpu_share_lo, "cpu_share_hi", p->cpu_share_hi,
+                                                     "load_lo", p->load_lo, "load_hi", p->load_hi))) {
+            json_decref(o);
+            o = NULL;
+        }
         if (!o || json_array_append_new(a, o)) {
             json_decref(a);
             return NULL;
@@ -354,6 +368,10 @@ static void svg_series(FILE *f, const struct sweep_point *pts, size_t n, int whi
         fprintf(f, "%.1f,%.1f ", px(i, n), py(v, vmax));
     }
     fputs("\"/>\n", f);
+    for (size_t i = 0; which == 0 && i < n; i++) /* the runs' range: slowest to fastest */
+        if (pts[i].runs > 1)
+            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"1.5\"/>\n",
+                    px(i, n), px(i, n), py(pts[i].tok_s_lo, vmax), py(pts[i].tok_s_hi, vmax), color);
     for (size_t i = 0; i < n; i++) {
         double v = which == 0 ? pts[i].total_tok_s : which == 1 ? pts[i].gen_tok_s : mib(pts[i].peak_rss);
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", px(i, n), py(v, vmax), color);
@@ -394,6 +412,7 @@ int sweep_write_svg(FILE *f, const char *title, const struct sweep_point *pts, s
     double tmax = 0, mmax = 0;
     for (size_t i = 0; i < n; i++) {
         if (pts[i].total_tok_s > tmax) tmax = pts[i].total_tok_s;
+        if (pts[i].runs > 1 && pts[i].tok_s_hi > tmax) tmax = pts[i].tok_s_hi;
         if (mib(pts[i].peak_rss) > mmax) mmax = mib(pts[i].peak_rss);
     }
     tmax = nice_max(tmax);
