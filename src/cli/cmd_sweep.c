@@ -407,7 +407,19 @@ static int feed_point(const struct sweep_args *A, struct sweep_ctx *x, engine *e
     return 0;
 }
 
-/* Runs one point: p->concurrency and p->max_batch_tokens set by the caller. 0, or -1 (printed). */
+/* The 1-minute load average of /proc/loadavg, or -1. */
+static double read_load1(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double v = -1;
+    if (f && fscanf(f, "%lf", &v) != 1) v = -1;
+    if (f) fclose(f);
+    return v;
+}
+
+/* Runs one point: p->concurrency and p->max_batch_tokens set by the caller. Besides the engine's figures
+ * it records the machine's load: the process's CPU time over the window's wall time and threads (a CPU
+ * backend's; another process taking a core lowers it) and the load average at the end. 0, or -1 (printed). */
 static int run_point(const struct sweep_args *A, struct sweep_ctx *x, struct sweep_point *p)
 {
     struct err e;
@@ -427,7 +439,12 @@ static int run_point(const struct sweep_args *A, struct sweep_ctx *x, struct swe
     sysmem_reset_peak_rss();
     mempress_read(NULL, &m0);
     record_energy_start(&en, x->st.caps.gpu);
+    double cpu0 = clock_cpu_s(), wall0 = clock_now();
     if (feed_point(A, x, eng, p, lat, &n_lat, &e)) goto fail;
+    double cpu1 = clock_cpu_s(), wall = clock_now() - wall0;
+    p->cpu_share = x->st.caps.gpu || cpu0 < 0 || cpu1 < 0 || wall <= 0 || x->st.threads < 1
+                       ? -1 : (cpu1 - cpu0) / (wall * x->st.threads);
+    p->load1 = read_load1();
     double cpu_j, gpu_j;
     record_energy_read(&en, &cpu_j, &gpu_j);
     record_energy_stop(&en);
@@ -544,7 +561,6 @@ static int measure_level(const struct sweep_args *A, struct sweep_ctx *x, const 
         memset(&r, 0, sizeof r);
         r.concurrency = lv[l];
         r.max_batch_tokens = A->n_mbt ? A->mbt[t] : x->st.ep.max_batch_tokens;
-        r.cpu_share = r.load1 = -1;
         if (run_point(A, x, &r)) return -1;
         sweep_rates(&r, pts[0].runs ? &pts[0] : NULL);
         print_point(&r, acc->runs + 1);

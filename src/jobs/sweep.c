@@ -254,8 +254,10 @@ int sweep_load_note(const struct sweep_point *pts, size_t n, char *buf, size_t c
     int at = snprintf(buf, cap, "the machine's load changed during the sweep: at concurrency %d this process got "
                       "%.0f%% to %.0f%% of its threads' CPU from one run to the next", (int)p->concurrency,
                       100 * p->cpu_share_lo, 100 * p->cpu_share_hi);
-    if (at > 0 && (size_t)at < cap && p->load_lo >= 0)
+    if (at > 0 && (size_t)at < cap && p->load_lo >= 0 && p->load_hi > p->load_lo)
         snprintf(buf + at, cap - (size_t)at, " (1-minute load average %.2f to %.2f)", p->load_lo, p->load_hi);
+    else if (at > 0 && (size_t)at < cap && p->load_lo >= 0)
+        snprintf(buf + at, cap - (size_t)at, " (1-minute load average %.2f)", p->load_lo);
     return 1;
 }
 
