@@ -86,8 +86,10 @@ static void sweep_usage(FILE *out, const struct cli_opt *opts, int n, const stru
             "usage: nightshift sweep BACKLOG [-m MODEL] [options] [run flags]\n"
             "\n"
             "Runs a sample of BACKLOG (stratified by prompt length) through the engine at increasing concurrency,\n"
-            "stops when throughput flattens or memory headroom would be crossed, and recommends a setting as a\n"
-            "nightshift run command. Writes PREFIX.csv, PREFIX.json and PREFIX.svg; never the run's files.\n"
+            "each level at least twice, interleaved with its neighbours; stops when two steps in a row gain less\n"
+            "than 5%% and less than the measured spread, or memory headroom would be crossed, and recommends a\n"
+            "setting as a nightshift run command, with its confidence and a note if the machine's load changed.\n"
+            "Writes PREFIX.csv, PREFIX.json and PREFIX.svg; never the run's files.\n"
             "\n");
     cli_opts_usage(out, opts, n);
     fprintf(out, "Input (as for run, and passed on to the recommended command):\n");
@@ -141,7 +143,7 @@ static int sweep_parse(int argc, char **argv, struct sweep_args *A)
         {.flag = "--max-batch-tokens", .old = "--batch", .type = CLI_OPT_STRING, .dst = &mbt, .metavar = "LIST",
          .help = "token budgets to try at each level (default: the backend's)"},
         {.flag = "--point-seconds", .type = CLI_OPT_DOUBLE, .dst = &A->point_s, .lo_open = 1, .metavar = "S",
-         .help = "measuring window of each point"},
+         .help = "measuring window of each run (a point runs at least twice)"},
         {.flag = "--psi-high", .type = CLI_OPT_DOUBLE, .dst = &A->psi_high, .lo_open = 1, .metavar = "PCT",
          .help = "memory pressure (PSI some avg10) counted as over the headroom"},
         {.flag = "--output", .alias = "-o", .old = "--out", .type = CLI_OPT_STRING, .dst = &A->out,
