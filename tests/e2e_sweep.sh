@@ -21,7 +21,8 @@ out=$(cd "$e2e_tmp/cwd" && "$NS" sweep "$B" -m "$M" --sample 24 --concurrency 1,
     --out "$e2e_tmp/sw" --temperature 0 2>&1)
 rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "24 of 120 requests" && echo "$out" | grep -Eq "^ +1 +[0-9]+ " &&
-    echo "$out" | grep -q "nightshift run .*backlog.jsonl -m .*--max-seqs [124] --temperature 0 -o backlog.results.jsonl"; then
+    echo "$out" | grep -q "nightshift run .*backlog.jsonl -m .*--max-seqs [124] --temperature 0 -o backlog.results.jsonl" &&
+    echo "$out" | grep -q "^  confidence: " && echo "$out" | grep -Eq "^ +2 +[0-9]+ .* 3$"; then
     ok sweep_table
 else
     fail sweep_table "rc=$rc: $out"
@@ -37,6 +38,11 @@ for q in d["points"]:
     assert q["total_tok_s"] > 0 and q["gen_tok_s"] > 0 and q["peak_rss_bytes"] > 0 and q["requests"] >= 1, q
     assert q["latency_p95_s"] >= q["latency_p50_s"] >= 0 and q["failed"] == 0, q
 assert d["points"][0]["rel_cost"] == 1.0
+for r, q in zip(rows, d["points"]):  # each point measured at least twice, its spread reported
+    assert int(r["runs"]) >= 2 and len(q["run_total_tok_s"]) == q["runs"], q
+    assert q["total_tok_s_lo"] <= q["total_tok_s_hi"] and q["spread"] >= 0, q
+    assert abs(float(r["spread"]) - q["spread"]) < 1e-3, (r, q)
+assert d["confidence"] and isinstance(d["confident"], bool) and d["auto"] is False and d["auto_max_seqs"] >= 1
 assert d["sampled"] == 24 and d["usable_lines"] == 120
 rec = d["points"][d["recommended"]]
 best = max(q["total_tok_s"] for q in d["points"] if not q["over_headroom"])

@@ -13,11 +13,16 @@
  *    batch still running at SWEEP_WINDOW_CAP times that is not counted (the point is then not usable).
  *    Tokens are the engine's counters over the window (prompt rows computed + generated), latencies those
  *    of the requests finished in it.
- * 3. Climbing stops when a level gains less than 5% over the best before it, when a point is over the
- *    memory headroom (swap-out, PSI memory pressure, peak RSS past RAM - headroom) or not steady, when the
- *    next level's KV growth, extrapolated from this one, would cross the RSS limit, or when its time to
- *    steady state, extrapolated from the latencies (jobs/sweep), would pass the window's cap.
- * 4. Output: a table, PREFIX.csv, PREFIX.json, PREFIX.svg, and the recommended `nightshift run` command.
+ * 3. Each level is measured at least twice, interleaved with its neighbours (jobs/sweep's sweep_schedule:
+ *    c1, c2, c1, c2, c4, c2, c4, c8, c4, c8, ...), every run printed and merged into its point (tokens and
+ *    time summed, the slowest and fastest run kept: the spread). Climbing stops when two steps in a row are
+ *    flat (under 5% and inside the measured spread: sweep_should_stop), when a point is over the memory
+ *    headroom (swap-out, PSI memory pressure, peak RSS past RAM - headroom) or not steady, when the next
+ *    level's KV growth, extrapolated from this one, would cross the RSS limit, or when its time to steady
+ *    state, extrapolated from the latencies (jobs/sweep), would pass the window's cap.
+ * 4. Output: a table of runs, one of points with their spread, PREFIX.csv, PREFIX.json, PREFIX.svg, and the
+ *    recommended `nightshift run` command with its confidence (sweep_confidence); when the point that
+ *    `--max-seqs auto` runs (the backend's knee) is within 5% of the best, the command leaves --max-seqs out.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,8 +86,10 @@ static void sweep_usage(FILE *out, const struct cli_opt *opts, int n, const stru
             "usage: nightshift sweep BACKLOG [-m MODEL] [options] [run flags]\n"
             "\n"
             "Runs a sample of BACKLOG (stratified by prompt length) through the engine at increasing concurrency,\n"
-            "stops when throughput flattens or memory headroom would be crossed, and recommends a setting as a\n"
-            "nightshift run command. Writes PREFIX.csv, PREFIX.json and PREFIX.svg; never the run's files.\n"
+            "each level at least twice, interleaved with its neighbours; stops when two steps in a row gain less\n"
+            "than 5%% and less than the measured spread, or memory headroom would be crossed, and recommends a\n"
+            "setting as a nightshift run command, with its confidence and a note if the machine's load changed.\n"
+            "Writes PREFIX.csv, PREFIX.json and PREFIX.svg; never the run's files.\n"
             "\n");
     cli_opts_usage(out, opts, n);
     fprintf(out, "Input (as for run, and passed on to the recommended command):\n");
@@ -136,7 +143,7 @@ static int sweep_parse(int argc, char **argv, struct sweep_args *A)
         {.flag = "--max-batch-tokens", .old = "--batch", .type = CLI_OPT_STRING, .dst = &mbt, .metavar = "LIST",
          .help = "token budgets to try at each level (default: the backend's)"},
         {.flag = "--point-seconds", .type = CLI_OPT_DOUBLE, .dst = &A->point_s, .lo_open = 1, .metavar = "S",
-         .help = "measuring window of each point"},
+         .help = "measuring window of each run (a point runs at least twice)"},
         {.flag = "--psi-high", .type = CLI_OPT_DOUBLE, .dst = &A->psi_high, .lo_open = 1, .metavar = "PCT",
          .help = "memory pressure (PSI some avg10) counted as over the headroom"},
         {.flag = "--output", .alias = "-o", .old = "--out", .type = CLI_OPT_STRING, .dst = &A->out,
@@ -402,7 +409,19 @@ static int feed_point(const struct sweep_args *A, struct sweep_ctx *x, engine *e
     return 0;
 }
 
-/* Runs one point: p->concurrency and p->max_batch_tokens set by the caller. 0, or -1 (printed). */
+/* The 1-minute load average of /proc/loadavg, or -1. */
+static double read_load1(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double v = -1;
+    if (f && fscanf(f, "%lf", &v) != 1) v = -1;
+    if (f) fclose(f);
+    return v;
+}
+
+/* Runs one point: p->concurrency and p->max_batch_tokens set by the caller. Besides the engine's figures
+ * it records the machine's load: the process's CPU time over the window's wall time and threads (a CPU
+ * backend's; another process taking a core lowers it) and the load average at the end. 0, or -1 (printed). */
 static int run_point(const struct sweep_args *A, struct sweep_ctx *x, struct sweep_point *p)
 {
     struct err e;
@@ -422,7 +441,12 @@ static int run_point(const struct sweep_args *A, struct sweep_ctx *x, struct swe
     sysmem_reset_peak_rss();
     mempress_read(NULL, &m0);
     record_energy_start(&en, x->st.caps.gpu);
+    double cpu0 = clock_cpu_s(), wall0 = clock_now();
     if (feed_point(A, x, eng, p, lat, &n_lat, &e)) goto fail;
+    double cpu1 = clock_cpu_s(), wall = clock_now() - wall0;
+    p->cpu_share = x->st.caps.gpu || cpu0 < 0 || cpu1 < 0 || wall <= 0 || x->st.threads < 1
+                       ? -1 : (cpu1 - cpu0) / (wall * x->st.threads);
+    p->load1 = read_load1();
     double cpu_j, gpu_j;
     record_energy_read(&en, &cpu_j, &gpu_j);
     record_energy_stop(&en);
@@ -489,19 +513,20 @@ static int sweep_plan(const struct sweep_args *A, struct sweep_ctx *x, int32_t m
 
 static void print_header(void)
 {
-    printf("%5s %6s %9s %9s %6s %8s %8s %9s %11s %7s %6s %6s\n", "conc", "mbt", "gen t/s", "total t/s", "cost",
-           "p50 s", "p95 s", "RSS MiB", "KV peak", "preempt", "PSI", "swap");
+    printf("%5s %6s %9s %9s %6s %8s %8s %9s %11s %7s %6s %6s %4s\n", "conc", "mbt", "gen t/s", "total t/s", "cost",
+           "p50 s", "p95 s", "RSS MiB", "KV peak", "preempt", "PSI", "swap", "run");
 }
 
-static void print_point(const struct sweep_point *p)
+/* One measured run of p (its number run) as a table row. */
+static void print_point(const struct sweep_point *p, int32_t run)
 {
     char kv[32], psi[16], swp[16];
     snprintf(kv, sizeof kv, "%lld/%lld", (long long)p->kv_blocks_peak, (long long)p->kv_blocks_total);
     snprintf(psi, sizeof psi, p->psi_some_avg10 < 0 ? "-" : "%.1f", p->psi_some_avg10);
     snprintf(swp, sizeof swp, p->pswpout < 0 ? "-" : "%lld", (long long)(p->pswpin + p->pswpout));
-    printf("%5d %6d %9.1f %9.1f %6.2f %8.2f %8.2f %9.1f %11s %7lld %6s %6s%s", (int)p->concurrency,
+    printf("%5d %6d %9.1f %9.1f %6.2f %8.2f %8.2f %9.1f %11s %7lld %6s %6s %4d%s", (int)p->concurrency,
            (int)p->max_batch_tokens, p->gen_tok_s, p->total_tok_s, p->rel_cost, p->p50_s, p->p95_s, mib(p->peak_rss),
-           kv, (long long)p->preemptions, psi, swp, sweep_usable(p) ? "" : "  not usable: ");
+           kv, (long long)p->preemptions, psi, swp, (int)run, sweep_usable(p) ? "" : "  not usable: ");
     printf("%s\n", sweep_unusable_reason(p));
     fflush(stdout);
 }
@@ -527,30 +552,63 @@ static int32_t make_levels(const struct sweep_args *A, const struct sweep_ctx *x
     return n;
 }
 
-/* Runs the levels (each with every token budget) until the stop rule; *n_pts points. 0, or -1. */
+/* Measures level l once more at each token budget, every run merged into its point pts[l * n_mbt + t]
+ * (rates against pts[0]). 0, or -1 (printed). */
+static int measure_level(const struct sweep_args *A, struct sweep_ctx *x, const int32_t *lv, int32_t l,
+                         struct sweep_point *pts)
+{
+    int32_t n_mbt = A->n_mbt ? A->n_mbt : 1;
+    for (int32_t t = 0; t < n_mbt; t++) {
+        struct sweep_point r, *acc = &pts[l * n_mbt + t];
+        memset(&r, 0, sizeof r);
+        r.concurrency = lv[l];
+        r.max_batch_tokens = A->n_mbt ? A->mbt[t] : x->st.ep.max_batch_tokens;
+        if (run_point(A, x, &r)) return -1;
+        sweep_rates(&r, pts[0].runs ? &pts[0] : NULL);
+        print_point(&r, acc->runs + 1);
+        sweep_merge(acc, &r);
+    }
+    return 0;
+}
+
+/* The best point of level l (over its token budgets), into *out; its index returned. */
+static int level_best_of(const struct sweep_point *pts, int32_t n_mbt, int32_t l, struct sweep_point *out)
+{
+    int b = l * n_mbt;
+    for (int32_t t = 1; t < n_mbt; t++)
+        if (pts[l * n_mbt + t].total_tok_s > pts[b].total_tok_s) b = l * n_mbt + t;
+    *out = pts[b];
+    return b;
+}
+
+/* Runs the levels (each with every token budget), interleaved with their neighbours (sweep_schedule), until
+ * the stop rule; *n_pts points, one per setting with its runs merged. 0, or -1. */
 static int sweep_climb(const struct sweep_args *A, struct sweep_ctx *x, const int32_t *lv, int32_t n_lv,
                        struct sweep_point *pts, size_t *n_pts)
 {
     struct sweep_point level_best[SWEEP_MAX_LEVELS];
     int32_t n_mbt = A->n_mbt ? A->n_mbt : 1;
+    if (n_lv * n_mbt > SWEEP_MAX_POINTS) n_lv = SWEEP_MAX_POINTS / n_mbt;
+    memset(pts, 0, (size_t)n_lv * (size_t)n_mbt * sizeof *pts);
     print_header();
     for (int32_t l = 0; l < n_lv; l++) {
-        int b = -1;
-        for (int32_t t = 0; t < n_mbt && *n_pts < SWEEP_MAX_POINTS; t++) {
-            struct sweep_point *p = &pts[*n_pts];
-            memset(p, 0, sizeof *p);
-            p->concurrency = lv[l];
-            p->max_batch_tokens = A->n_mbt ? A->mbt[t] : x->st.ep.max_batch_tokens;
-            if (run_point(A, x, p)) return -1;
-            sweep_rates(p, *n_pts ? &pts[0] : NULL);
-            print_point(p);
-            if (b < 0 || p->total_tok_s > pts[b].total_tok_s) b = (int)*n_pts;
-            (*n_pts)++;
+        int32_t order[3];
+        size_t k = sweep_schedule(l, l + 1 == n_lv, order);
+        *n_pts = (size_t)(l + 1) * (size_t)n_mbt;
+        for (size_t i = 0; i < k; i++) {
+            if (measure_level(A, x, lv, order[i], pts)) return -1;
+            if (order[i] == l && !sweep_usable(&pts[level_best_of(pts, n_mbt, l, &level_best[l])])) break;
         }
-        level_best[l] = pts[b];
-        if (sweep_should_stop(level_best, (size_t)l + 1)) {
-            printf("stopping: %s\n",
-                   sweep_usable(&pts[b]) ? "throughput has flattened" : sweep_unusable_reason(&pts[b]));
+        for (int32_t j = 0; j <= l; j++) level_best_of(pts, n_mbt, j, &level_best[j]);
+        int b = level_best_of(pts, n_mbt, l, &level_best[l]);
+        enum sweep_stop why = sweep_should_stop(level_best, (size_t)l + 1);
+        if (why == SWEEP_STOP_FLAT) {
+            printf("stopping: throughput has flattened (the steps to concurrency %d and %d are both inside the "
+                   "measured spread)\n", (int)lv[l - 1], (int)lv[l]);
+            return 0;
+        }
+        if (why) {
+            printf("stopping: %s\n", sweep_unusable_reason(&pts[b]));
             return 0;
         }
         if (l + 1 == n_lv) break;
@@ -566,6 +624,22 @@ static int sweep_climb(const struct sweep_args *A, struct sweep_ctx *x, const in
         }
     }
     return 0;
+}
+
+/* The points with their runs merged: mean rate, the slowest and fastest run, the spread, CPU share. */
+static void print_summary(const struct sweep_point *pts, size_t n)
+{
+    printf("%5s %6s %4s %9s %9s %9s %7s %9s %11s\n", "conc", "mbt", "runs", "total t/s", "slowest", "fastest",
+           "spread", "CPU %", "load avg");
+    for (size_t i = 0; i < n; i++) {
+        const struct sweep_point *p = &pts[i];
+        char cpu[32] = "-", load[32] = "-";
+        if (p->cpu_share_lo >= 0) snprintf(cpu, sizeof cpu, "%.0f-%.0f", 100 * p->cpu_share_lo, 100 * p->cpu_share_hi);
+        if (p->load_lo >= 0) snprintf(load, sizeof load, "%.2f-%.2f", p->load_lo, p->load_hi);
+        printf("%5d %6d %4d %9.1f %9.1f %9.1f %6.1f%% %9s %11s%s%s\n", (int)p->concurrency, (int)p->max_batch_tokens,
+               (int)p->runs, p->total_tok_s, p->tok_s_lo, p->tok_s_hi, 100 * p->spread, cpu, load,
+               sweep_usable(p) ? "" : "  not usable: ", sweep_unusable_reason(p));
+    }
 }
 
 /* Appends s to buf (cap bytes), single-quoted for a POSIX shell when it has anything but plain characters. */
@@ -584,15 +658,16 @@ static void append_arg(char *buf, size_t cap, const char *s)
     snprintf(buf + n, n < cap ? cap - n : 0, "'");
 }
 
-/* The `nightshift run` command that uses point p, into buf. */
-static void recommend_command(const struct sweep_args *A, const struct sweep_point *p, char *buf, size_t cap)
+/* The `nightshift run` command that uses point p, into buf; automatic: p is auto's, --max-seqs left out. */
+static void recommend_command(const struct sweep_args *A, const struct sweep_point *p, int automatic, char *buf,
+                              size_t cap)
 {
     char num[32], outp[4096];
     buf[0] = '\0';
     const char *lead[] = {"nightshift", "run", A->backlog, "-m", A->rp.model_path, "--max-seqs"};
-    for (size_t i = 0; i < sizeof lead / sizeof lead[0]; i++) append_arg(buf, cap, lead[i]);
+    for (size_t i = 0; i < sizeof lead / sizeof lead[0] - (automatic ? 1 : 0); i++) append_arg(buf, cap, lead[i]);
     snprintf(num, sizeof num, "%d", (int)p->concurrency);
-    append_arg(buf, cap, num);
+    if (!automatic) append_arg(buf, cap, num);
     if (A->n_mbt) {
         append_arg(buf, cap, "--max-batch-tokens");
         snprintf(num, sizeof num, "%d", (int)p->max_batch_tokens);
@@ -605,10 +680,55 @@ static void recommend_command(const struct sweep_args *A, const struct sweep_poi
     append_arg(buf, cap, outp);
 }
 
+/* What the sweep concludes: the best and the recommended point (-1: none), whether `--max-seqs auto` runs
+ * the latter (auto_c: the backend's knee, auto's ceiling), how sure it is, and the load note. */
+struct sweep_verdict {
+    int best, rec, automatic, firm, load_changed;
+    int32_t auto_c;
+    char confidence[512], load_note[512], cmd[8192];
+};
+
+/* Fills *v from the n points (their rel_cost against the first, merged, set here). */
+static void sweep_conclude(const struct sweep_args *A, const struct sweep_ctx *x, struct sweep_point *pts, size_t n,
+                           struct sweep_verdict *v)
+{
+    for (size_t i = 0; i < n; i++) sweep_rates(&pts[i], &pts[0]);
+    v->rec = sweep_recommend(pts, n, &v->best);
+    v->auto_c = runtime_seq_knee(&x->st.caps, x->st.ep.max_batch_tokens);
+    int a = A->n_mbt ? -1 : sweep_recommend_auto(pts, n, v->best, v->auto_c); /* auto runs the default budget */
+    v->automatic = a >= 0;
+    if (a >= 0) v->rec = a;
+    v->firm = sweep_confidence(pts, n, v->rec, v->best, v->confidence, sizeof v->confidence);
+    v->load_changed = sweep_load_note(pts, n, v->load_note, sizeof v->load_note);
+    v->cmd[0] = '\0';
+    if (v->rec >= 0) recommend_command(A, &pts[v->rec], v->automatic, v->cmd, sizeof v->cmd);
+}
+
+static void print_verdict(const struct sweep_point *pts, const struct sweep_verdict *v)
+{
+    if (v->load_changed) printf("note: %s; the spread is wide where it did, rerun on a quiet machine for a firmer "
+                                "answer\n", v->load_note);
+    if (v->rec < 0) {
+        printf("no point kept the memory headroom without failures: nothing to recommend\n");
+        return;
+    }
+    const struct sweep_point *b = &pts[v->best], *r = &pts[v->rec];
+    char what[96];
+    if (v->automatic) snprintf(what, sizeof what, "--max-seqs auto (the backend's knee, %d here)", (int)r->concurrency);
+    else snprintf(what, sizeof what, "concurrency %d", (int)r->concurrency);
+    printf("best: concurrency %d, %.1f tok/s (%d runs, spread %.1f%%); recommended: %s, %.1f tok/s (%.0f%% of the "
+           "best)\n", (int)b->concurrency, b->total_tok_s, (int)b->runs, 100 * b->spread, what, r->total_tok_s,
+           100.0 * r->total_tok_s / b->total_tok_s);
+    printf("  confidence: %s\n", v->confidence);
+    printf("  %s\n", v->cmd);
+}
+
 /* Writes PREFIX.csv, PREFIX.json and PREFIX.svg. 0, or -1 (printed). */
 static int sweep_write_files(const struct sweep_args *A, const struct sweep_ctx *x, const struct sweep_point *pts,
-                             size_t n, int rec, const char *cmd)
+                             size_t n, const struct sweep_verdict *v)
 {
+    int rec = v->rec;
+    const char *cmd = v->cmd;
     char path[4096], title[512];
     struct err e;
     snprintf(path, sizeof path, "%s.csv", A->out);
@@ -627,6 +747,12 @@ static int sweep_write_files(const struct sweep_args *A, const struct sweep_ctx 
                           A->rp.model_path, "backend", x->st.backend_name, "threads", x->st.threads, "sampled",
                           (json_int_t)x->n_reqs, "usable_lines", (json_int_t)x->n_lines, "points",
                           sweep_points_json(pts, n), "recommended", rec, "command", rec >= 0 ? cmd : NULL);
+    if (o && json_object_update_new(o, json_pack("{s:b, s:i, s:s, s:b, s:s?}", "auto", v->automatic, "auto_max_seqs",
+                                                 (int)v->auto_c, "confidence", v->confidence, "confident", v->firm,
+                                                 "load_note", v->load_changed ? v->load_note : NULL))) {
+        json_decref(o);
+        o = NULL;
+    }
     snprintf(path, sizeof path, "%s.json", A->out);
     if (!o || record_write(path, o, &e)) {
         json_decref(o);
@@ -677,23 +803,16 @@ int cmd_sweep(int argc, char **argv)
     if (sweep_plan(&A, &x, max_lv)) goto out;
     char desc[256];
     runtime_describe(&x.st, desc, sizeof desc);
-    printf("nightshift sweep: %zu of %lld requests of %s (stratified by prompt length); %s; %.0f s per point\n",
+    printf("nightshift sweep: %zu of %lld requests of %s (stratified by prompt length); %s; %g s per point\n",
            x.n_reqs, (long long)x.n_lines, A.backlog, desc, A.point_s);
     if (sweep_climb(&A, &x, lv, n_lv, pts, &n_pts)) goto out;
-    int best, rec = sweep_recommend(pts, n_pts, &best);
-    char cmd[8192];
-    if (rec >= 0) recommend_command(&A, &pts[rec], cmd, sizeof cmd);
-    if (sweep_write_files(&A, &x, pts, n_pts, rec, cmd)) goto out;
-    if (rec < 0) {
-        printf("no point kept the memory headroom without failures: nothing to recommend\n");
-    } else {
-        printf("best: concurrency %d, %.1f tok/s; recommended: concurrency %d, %.1f tok/s (%.0f%% of the best)\n",
-               (int)pts[best].concurrency, pts[best].total_tok_s, (int)pts[rec].concurrency, pts[rec].total_tok_s,
-               100.0 * pts[rec].total_tok_s / pts[best].total_tok_s);
-        printf("  %s\n", cmd);
-    }
+    static struct sweep_verdict v; /* 9 KiB; one sweep a process */
+    sweep_conclude(&A, &x, pts, n_pts, &v);
+    print_summary(pts, n_pts);
+    if (sweep_write_files(&A, &x, pts, n_pts, &v)) goto out;
+    print_verdict(pts, &v);
     printf("wrote %s.csv, %s.json, %s.svg (%.1f s)\n", A.out, A.out, A.out, clock_now() - t0);
-    rc = rec >= 0 ? 0 : 1;
+    rc = v.rec >= 0 ? 0 : 1;
 out:
     for (size_t i = 0; i < x.n_reqs; i++) free(x.reqs[i].ids), genparam_free(&x.reqs[i].gen);
     free(x.reqs);

@@ -14,6 +14,14 @@
  * the limit). The recommendation is the smallest usable
  * setting (by concurrency, then token budget) whose total tok/s is within SWEEP_WITHIN of the best usable
  * point's; that point is also the knee drawn on the chart.
+ *
+ * A busy machine moves throughput by more than a level's gain, so a point is measured at least twice,
+ * interleaved with its neighbours (sweep_schedule: c1, c2, c1, c2, then c4, c2, c4, then c8, c4, c8, ...),
+ * and its runs merged (sweep_merge: tokens and time summed, the runs' rates kept for the spread). A step is
+ * flat when its gain over the best level before it is under SWEEP_FLAT and inside the measured spread (the
+ * larger of the two points' spreads, at least SWEEP_SPREAD_FLOOR); climbing stops on flatness only when the
+ * next level's step is flat too (it confirms), so a dip at one level does not end the sweep. Every rule here
+ * is a pure function of the points, so tests drive it with a fake clock and fake throughputs.
  */
 #ifndef NS_JOBS_SWEEP_H
 #define NS_JOBS_SWEEP_H
@@ -29,6 +37,9 @@
 #define SWEEP_WITHIN 0.05 /* recommend within 5% of the best throughput */
 #define SWEEP_FLAT 0.05   /* climbing stops when a point gains less than 5% over the best before it */
 #define SWEEP_WINDOW_CAP 6 /* a window waits for steady state up to 6 x its planned length */
+#define SWEEP_SPREAD_FLOOR 0.02 /* two runs understate the noise: a spread counts as at least 2% */
+#define SWEEP_LOAD_CHANGE 0.20  /* runs of one point whose CPU share differs by 20 points: the load changed */
+#define SWEEP_MAX_RUNS 4        /* measurements kept per point */
 
 struct sweep_point {
     int32_t concurrency, max_batch_tokens;
@@ -44,7 +55,16 @@ struct sweep_point {
     int64_t pswpin, pswpout;       /* pages swapped during the point; -1 unknown */
     double energy_j;               /* joules during the point; -1 unknown */
     int over_headroom;             /* swapped, pressure past the threshold or RSS past the limit */
+    int32_t runs;                  /* measurements merged into the point (sweep_merge); 0 for one unmerged */
+    double run_tok_s[SWEEP_MAX_RUNS]; /* total tok/s of each run (the first SWEEP_MAX_RUNS) */
+    double tok_s_lo, tok_s_hi;     /* the slowest and the fastest run's total tok/s */
+    double spread;                 /* (tok_s_hi - tok_s_lo) / total_tok_s; 0 with one run */
+    double cpu_share, cpu_share_lo, cpu_share_hi; /* process CPU time / (wall x threads); -1 unknown */
+    double load1, load_lo, load_hi; /* /proc/loadavg's 1-minute figure at the end of a run; -1 unknown */
 };
+
+/* Why climbing stops (sweep_should_stop). */
+enum sweep_stop { SWEEP_GO_ON = 0, SWEEP_STOP_UNUSABLE, SWEEP_STOP_FLAT };
 
 /* Picks k of the n lines (k <= n) with prompt lengths len, stratified by length; out[0..k) are line indices,
  * ascending by length. k > n is clamped to n; returns the number picked. */
@@ -63,9 +83,24 @@ int sweep_usable(const struct sweep_point *p);
 /* Why p is not usable ("" when it is), for the terminal. */
 const char *sweep_unusable_reason(const struct sweep_point *p);
 
-/* 1 when climbing should stop after the last of the n points (n >= 1): it is not usable, or it gains less
- * than SWEEP_FLAT over the best usable point before it (n >= 2). */
-int sweep_should_stop(const struct sweep_point *pts, size_t n);
+/* The levels to measure (indices, into order[0..3)) when level l is added, last: it is the last level;
+ * returns their count. l 0: {0} ({0, 0} when it is also the last); l 1: {1, 0, 1}; l >= 2: {l, l-1, l}.
+ * Each level so ends with at least two runs, each taken beside its neighbours'. */
+size_t sweep_schedule(int32_t l, int last, int32_t order[3]);
+
+/* Merges one measured run (its rates filled by sweep_rates) into acc (zeroed before the first): tokens,
+ * time, preemptions, swap and energy summed; requests the fewest of a run; latencies, RSS, KV peak and
+ * PSI the largest; failures and headroom from any run; rates, lo, hi, spread, CPU share and load again. */
+void sweep_merge(struct sweep_point *acc, const struct sweep_point *run);
+
+/* 1 when the step to p from ref (both usable) is flat: gain under SWEEP_FLAT and inside the measured
+ * spread (see the top). */
+int sweep_step_flat(const struct sweep_point *ref, const struct sweep_point *p);
+
+/* Whether climbing stops after the last of the n levels' points (n >= 1; one point a level, merged):
+ * SWEEP_STOP_UNUSABLE when it is not usable; SWEEP_STOP_FLAT when n >= 3 and both the step to level n-2
+ * and the step to level n-1 (each from the best usable level before it) are flat; else SWEEP_GO_ON. */
+enum sweep_stop sweep_should_stop(const struct sweep_point *pts, size_t n);
 
 /* Seconds the first requests of a next level at next_c would take to finish (its time to steady state),
  * from the p95 latency of the last point and its growth per doubling of concurrency since prev (NULL: no
@@ -76,6 +111,20 @@ double sweep_predict_steady_s(const struct sweep_point *prev, const struct sweep
 /* The index of the recommended point (see the top), or -1 when no point is usable. *best (may be NULL):
  * the index of the best usable point. */
 int sweep_recommend(const struct sweep_point *pts, size_t n, int *best);
+
+/* The point that `--max-seqs auto` would run (concurrency auto_c, the backend's knee) when it was measured,
+ * is usable and is within SWEEP_WITHIN of the best point's total tok/s; else -1. */
+int sweep_recommend_auto(const struct sweep_point *pts, size_t n, int best, int32_t auto_c);
+
+/* How sure the recommendation rec is, against best (both indices from sweep_recommend) and the runner-up,
+ * in words into buf, e.g. "within the spread of c8 and c16: choose 8"; returns 1 when the choice is
+ * firm (separated by more than the spread, or inside SWEEP_WITHIN), 0 when the spread leaves it open. */
+int sweep_confidence(const struct sweep_point *pts, size_t n, int rec, int best, char *buf, size_t cap);
+
+/* 1 when the machine's load changed during the sweep: some point's runs got CPU shares more than
+ * SWEEP_LOAD_CHANGE apart; the note (which point, the shares, the load average) into buf. 0: no change
+ * seen (or no CPU figures), buf "". */
+int sweep_load_note(const struct sweep_point *pts, size_t n, char *buf, size_t cap);
 
 /* The points as CSV (a header line, then one line per point), as JSON (array of objects; new reference),
  * and as a self-contained SVG chart: total and generation tok/s and peak RSS against concurrency, the

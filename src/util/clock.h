@@ -5,4 +5,7 @@
 /* Seconds since an arbitrary fixed point (CLOCK_MONOTONIC). */
 double clock_now(void);
 
+/* CPU seconds this process has used, all its threads together (CLOCK_PROCESS_CPUTIME_ID); -1 unknown. */
+double clock_cpu_s(void);
+
 #endif
