@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test of what a backlog line costs resident (issue 33): `nightshift run` of 10^5 one-word lines
 # on stories260K, its peak RSS (the record's memory.peak_rss_bytes) against a 1,000-line run's, per line.
-# Measured 250 bytes a line at 10^5 (the fixed costs not yet spread: ~85 a line at 10^6, bench/NOTES.md
+# Measured 190 bytes a line at 10^5 (the fixed costs not yet spread: ~88 a line at 10^6, bench/NOTES.md
 # 2026-12-08); the bound, 400, fails on the regressions seen before: SQLite's page cache at 32 MiB (~550 a
 # line here), a commit that builds every line a folded result finishes at once (~1,100).
 . tests/lib.sh

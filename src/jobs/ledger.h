@@ -27,7 +27,7 @@
  * counts (32 bytes); a work is its plan summary, owner and result row (28 bytes) plus its key in the keymap
  * (PLAN_KEY_BYTES + slots). Ids, prompts, parameters and messages are read again from the backlog when they
  * are needed (jobs/ingest: a work's prompt when it is submitted, a line's id when its bytes are built),
- * through line_info. So the book costs about 100 bytes per one-completion line whatever the lines hold
+ * through line_info. So the book costs about 85 bytes per one-completion line whatever the lines hold
  * (ledger_bytes), and the backlog's own bytes never stay in memory.
  *
  * Invariants (ledger_check; they hold from the end of jobs/reconcile on, whenever no ledger call is running):
@@ -78,7 +78,7 @@ struct ledger_work {
 
 /* Bytes of built lines one commit's transaction holds at most (past one line): a result that finishes more
  * lines has them built and stored in further transactions (ledger_commit_and_write). */
-#define LEDGER_COMMIT_BYTES ((size_t)4 << 20)
+#define LEDGER_COMMIT_BYTES ((size_t)1 << 20)
 #define LEDGER_GEN_UNIT 16 /* tokens a unit of ledger_work.gen_units (2^20 tokens fit) */
 
 /* gen_units of n_gen tokens, and the tokens that many units stand for (at least the n_gen they came from). */
