@@ -2,8 +2,8 @@
 # End-to-end test of what a backlog line costs resident (issue 33): `nightshift run` of 10^5 one-word lines
 # on stories260K, its peak RSS (the record's memory.peak_rss_bytes) against a 1,000-line run's, per line.
 # Measured 190 bytes a line at 10^5 (the fixed costs not yet spread: ~88 a line at 10^6, bench/NOTES.md
-# 2026-12-08); the bound, 400, fails on the regressions seen before: SQLite's page cache at 32 MiB (~550 a
-# line here), a commit that builds every line a folded result finishes at once (~1,100).
+# 2026-12-08); the bound, 400, fails on the regressions seen before: SQLite's page cache at 32 MiB (565 a
+# line here, checked), a commit that builds every line a folded result finishes at once (1,065 on main).
 . tests/lib.sh
 model=$SHARED/models/stories260K.gguf
 if [ ! -f "$model" ]; then skip run_memory "no $model"; exit 0; fi
