@@ -33,6 +33,38 @@ TEST(keymap_folds_and_grows)
     plan_keymap_free(m);
 }
 
+/* With its slot table dropped (after reconcile) the keymap still answers, by a scan, and a put makes the
+ * table again. */
+TEST(keymap_drop_index)
+{
+    plan_keymap *m = plan_keymap_init();
+    uint8_t k[32] = {0};
+    int added;
+    for (int i = 0; i < 3000; i++) {
+        memcpy(k, &i, sizeof i);
+        CHECK_EQ_INT(plan_keymap_put(m, k, &added), i);
+    }
+    size_t with = plan_keymap_bytes(m);
+    plan_keymap_drop_index(m);
+    CHECK(plan_keymap_bytes(m) == 3000 * PLAN_KEY_BYTES && plan_keymap_bytes(m) < with);
+    for (int i = 0; i < 3000; i += 11) {
+        memcpy(k, &i, sizeof i);
+        CHECK_EQ_INT(plan_keymap_find(m, k), i);
+    }
+    int i = 5000;
+    memcpy(k, &i, sizeof i);
+    CHECK_EQ_INT(plan_keymap_find(m, k), -1);
+    CHECK_EQ_INT(plan_keymap_put(m, k, &added), 3000);
+    CHECK(added);
+    for (i = 0; i < 3000; i += 13) {
+        memcpy(k, &i, sizeof i);
+        CHECK_EQ_INT(plan_keymap_put(m, k, &added), i);
+        CHECK(!added);
+    }
+    CHECK_EQ_INT(plan_keymap_size(m), 3001);
+    plan_keymap_free(m);
+}
+
 /* Plan items of prompts for blocks of kv_block tokens. */
 static void items_of(const int32_t *const *prompts, const int32_t *lens, size_t n, int32_t kv_block,
                      struct plan_item *items, uint32_t *order)
@@ -183,6 +215,7 @@ int main(void)
 {
     RUN(keymap_folds_and_grows);
     RUN(order_by_length_and_groups);
+    RUN(keymap_drop_index);
     RUN(identical_prompts_adjacent);
     RUN(large_permutation);
     RUN(subset_with_stride);

@@ -207,6 +207,7 @@ static int open_store(job *j, struct err *e)
     j->book.out[1] = j->out[1];
     struct reconcile_stats rs;
     if (reconcile_run(&j->book, c->retry_failed, &rs, e) != 0) return -1;
+    plan_keymap_drop_index(j->book.keys); /* no key is looked up from here on: its slots go (~8 bytes a work) */
     if (j->book.p.debug_checks && ledger_check(&j->book, e) != 0) return err_prefix(e, "after reconcile");
     tell_committed(j);
     j->sum->work_skipped_done = rs.works_stored;

@@ -121,8 +121,8 @@ void ledger_digest_embedding(const char *custom_id, const char *model, int32_t n
 
 uint64_t ledger_digest_head(const uint8_t digest[32])
 {
-    uint64_t h;
-    memcpy(&h, digest, 8);
+    uint64_t h = 0;
+    memcpy(&h, digest, 7); /* 7 bytes: the line's code shares its word (ledger_line) */
     return h;
 }
 
@@ -225,8 +225,8 @@ size_t ledger_bytes(const ledger *l)
 }
 
 /* The sizes the memory budget is built on (ledger.h, "Memory"). */
-_Static_assert(sizeof(struct ledger_line) == 40, "a ledger line is 40 bytes");
-_Static_assert(sizeof(struct ledger_work) == 32, "a ledger work is 32 bytes");
+_Static_assert(sizeof(struct ledger_line) == 32, "a ledger line is 32 bytes");
+_Static_assert(sizeof(struct ledger_work) == 28, "a ledger work is 28 bytes");
 
 size_t ledger_bytes_per_line(int32_t n)
 {
@@ -330,7 +330,7 @@ int ledger_line_file(const struct ledger_line *L)
 void ledger_mark_stored(ledger *l, uint32_t w, int status, int64_t result_id)
 {
     l->works[w].state = status == STORE_STATUS_DONE ? LEDGER_WORK_DONE : LEDGER_WORK_FAILED;
-    l->works[w].result_id = result_id;
+    l->works[w].result_id = (uint32_t)result_id; /* a row past UINT32_MAX is never stored (store_results) */
 }
 
 int ledger_queue_line(ledger *l, uint32_t li, struct err *e)
@@ -645,7 +645,11 @@ static int store_results(ledger *l, struct err *e)
         if (f->work >= l->n_works || memcmp(f->r.key, plan_keymap_key(l->keys, f->work), PLAN_KEY_BYTES))
             return err_set(e, "ledger: a result's key is not its work's (work %u; bug)", f->work);
         struct ledger_work *W = &l->works[f->work];
-        if (store_put_result(l->st, &f->r, &W->result_id, e) != 0) return -1;
+        int64_t row;
+        if (store_put_result(l->st, &f->r, &row, e) != 0) return -1;
+        if (row <= 0 || row > UINT32_MAX)
+            return err_set(e, "the store's results row %lld is past %u", (long long)row, UINT32_MAX);
+        W->result_id = (uint32_t)row;
         W->state = f->r.status == STORE_STATUS_DONE ? LEDGER_WORK_DONE : LEDGER_WORK_FAILED;
         if (ledger_credit_lines(l, f->work, 1, e) != 0) return -1;
     }
@@ -653,16 +657,24 @@ static int store_results(ledger *l, struct err *e)
     return 0;
 }
 
-/* Inside the transaction: builds the queued lines and stores their rows, scheduled (as completed) or READY
- * (order_input, then schedules every line whose predecessors are all scheduled). */
-static int schedule_ready(ledger *l, struct err *e)
+/* Inside the transaction: builds the queued lines ready[from ..) and stores their rows, scheduled (as
+ * completed) or READY (order_input, then schedules every line whose predecessors are all scheduled); stops
+ * after the line that takes the bytes built past LEDGER_COMMIT_BYTES, *end = the first line not built. */
+static int schedule_ready(ledger *l, size_t from, size_t *end, struct err *e)
 {
-    for (size_t i = 0; i < l->n_ready; i++) {
+    size_t built = 0;
+    *end = l->n_ready;
+    for (size_t i = from; i < l->n_ready; i++) {
+        if (built >= LEDGER_COMMIT_BYTES) {
+            *end = i;
+            break;
+        }
         uint32_t li = l->ready[i];
         struct ledger_line *L = &l->lines[li];
         struct built bl;
         int64_t row;
         if (build_line(l, li, &bl, e) != 0) return -1;
+        built += bl.len;
         int rc = put_line_row(l, L, &bl, l->p.order_input ? -1 : l->out_end[L->file], &row, e);
         if (rc == 0 && !l->p.order_input) rc = schedule_bytes(l, L, bl.text, e);
         if (rc == 0 && l->p.order_input) {
@@ -714,31 +726,41 @@ static int write_scheduled(ledger *l, struct err *e)
 int ledger_commit_and_write(ledger *l, struct err *e)
 {
     if (l->n_fin == 0 && l->n_ready == 0 && !(l->p.order_input && l->cursor < l->n_lines)) return 0;
-    double t0 = clock_now();
-    if (store_begin(l->st, e) != 0) return -1;
-    if (store_results(l, e) != 0) goto fail;
-    double t1 = clock_now();
-    if (schedule_ready(l, e) != 0) goto fail;
-    double t2 = clock_now();
-    if (store_commit(l->st, e) != 0) goto fail;
-    for (size_t i = 0; i < l->n_ready; i++) /* every line of the ready list has its row now */
-        l->n_committed[l->lines[l->ready[i]].file]++;
-    double t3 = clock_now();
-    /* Only now, after the commit, do the lines reach the files (invariant 2). */
-    if (l->p.test_hook) l->p.test_hook("after_commit");
-    if (write_scheduled(l, e) != 0) return -1;
-    if (l->p.test_hook) l->p.test_hook("after_write");
-    double t4 = clock_now();
-    for (size_t i = 0; i < l->n_fin; i++) free_result(&l->fin[i].r);
-    l->n_fin = 0;
+    /* One transaction stores the results and the first lines they finish; a result that finishes many lines
+     * (a folded duplicate) has the rest built in further transactions of LEDGER_COMMIT_BYTES each, so the
+     * write buffers stay bounded. A kill between them loses nothing: those lines are finished without a
+     * row, and jobs/reconcile queues them again. */
+    size_t from = 0, end;
+    do {
+        double t0 = clock_now();
+        if (store_begin(l->st, e) != 0) return -1;
+        if (store_results(l, e) != 0) goto fail;
+        double t1 = clock_now();
+        if (schedule_ready(l, from, &end, e) != 0) goto fail;
+        double t2 = clock_now();
+        if (store_commit(l->st, e) != 0) goto fail;
+        for (size_t i = from; i < end; i++) /* every line of the ready list up to end has its row now */
+            l->n_committed[l->lines[l->ready[i]].file]++;
+        for (size_t i = 0; i < l->n_fin; i++) free_result(&l->fin[i].r); /* stored: not again */
+        l->n_fin = 0;
+        double t3 = clock_now();
+        /* Only now, after the commit, do the lines reach the files (invariant 2). */
+        if (l->p.test_hook) l->p.test_hook("after_commit");
+        if (write_scheduled(l, e) != 0) return -1;
+        if (l->p.test_hook) l->p.test_hook("after_write");
+        double t4 = clock_now();
+        l->t_store += (t1 - t0) + (t3 - t2);
+        l->t_output += (t2 - t1) + (t4 - t3);
+        from = end;
+    } while (from < l->n_ready);
     l->n_ready = 0;
-    l->t_store += (t1 - t0) + (t3 - t2);
-    l->t_output += (t2 - t1) + (t4 - t3);
     if (l->p.debug_checks && ledger_check(l, e) != 0) return err_prefix(e, "after a commit");
     return 0;
 fail:
     store_rollback(l->st);
     l->run_id[0] = '\0'; /* made in this transaction perhaps: read (or made) again by the next one */
+    l->n_ready -= from; /* the lines committed before stay committed */
+    memmove(l->ready, l->ready + from, l->n_ready * sizeof *l->ready);
     return -1;
 }
 

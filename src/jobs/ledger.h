@@ -24,10 +24,10 @@
  * store does not (jobs/reconcile cuts a torn tail on the next start).
  *
  * Memory. The book keeps no text: a line is its offset in the backlog, its number, a digest and a few
- * counts (40 bytes); a work is its plan summary, owner and result row (32 bytes) plus its key in the keymap
+ * counts (32 bytes); a work is its plan summary, owner and result row (28 bytes) plus its key in the keymap
  * (PLAN_KEY_BYTES + slots). Ids, prompts, parameters and messages are read again from the backlog when they
  * are needed (jobs/ingest: a work's prompt when it is submitted, a line's id when its bytes are built),
- * through line_info. So the book costs about 100 bytes per one-completion line whatever the lines hold
+ * through line_info. So the book costs about 85 bytes per one-completion line whatever the lines hold
  * (ledger_bytes), and the backlog's own bytes never stay in memory.
  *
  * Invariants (ledger_check; they hold from the end of jobs/reconcile on, whenever no ledger call is running):
@@ -72,9 +72,13 @@ struct ledger_work {
     uint16_t gen_units;     /* tokens it may generate (max_tokens as clamped to the context; 0 for an
                                embedding) in units of LEDGER_GEN_UNIT, rounded up, saturated: what the
                                concurrency plan needs (plan_kv_blocks), in bytes that were padding */
-    int64_t result_id;      /* its row in the store's results once DONE / FAILED, else 0 */
+    uint32_t result_id;     /* its row in the store's results once DONE / FAILED, else 0 (rows past
+                               UINT32_MAX are refused when stored) */
 };
 
+/* Bytes of built lines one commit's transaction holds at most (past one line): a result that finishes more
+ * lines has them built and stored in further transactions (ledger_commit_and_write). */
+#define LEDGER_COMMIT_BYTES ((size_t)1 << 20)
 #define LEDGER_GEN_UNIT 16 /* tokens a unit of ledger_work.gen_units (2^20 tokens fit) */
 
 /* gen_units of n_gen tokens, and the tokens that many units stand for (at least the n_gen they came from). */
@@ -90,16 +94,16 @@ struct ledger_ref {
     uint32_t next;          /* next entry of the same work's list, LEDGER_NO_REF at the end */
 };
 
-/* One backlog line (40 bytes; see "Memory" above). */
+/* One backlog line (32 bytes; see "Memory" above). */
 struct ledger_line {
     int64_t off;            /* byte offset of the line in the backlog: it is read again from there */
-    uint64_t digest;        /* the first 8 bytes of its digest (ledger_digest_*) when it was read; a store
+    uint64_t digest : 56;   /* the first 7 bytes of its digest (ledger_digest_head) when it was read; a store
                                row belongs to it when the row's digest starts with them */
+    uint64_t code : 8;      /* bad line: its code, an index into ledger_codes */
     uint32_t no;            /* 1-based line number in the backlog */
     uint32_t works;         /* n == 1: its work; n > 1: its works are multi[works .. works + n) */
     uint32_t len;           /* length of its bytes, once READY / SCHEDULED */
     uint8_t n, n_done, n_failed; /* completions it needs, and of those DONE / FAILED */
-    uint8_t code;           /* bad line: its code, an index into ledger_codes */
     uint8_t state : 2;      /* enum ledger_line_state */
     uint8_t file : 1;       /* enum store_file, once READY / SCHEDULED */
     uint8_t bad : 1;        /* a bad line: a code and (read again) a message, no works */
@@ -126,7 +130,7 @@ struct ledger_line_info {
 typedef int (*ledger_info_fn)(void *user, const struct ledger *l, uint32_t li, struct ledger_line_info *out,
                               struct err *e);
 
-/* What a line's bytes are built from, as a digest (the store row keeps all 32 bytes; the book the first 8):
+/* What a line's bytes are built from, as a digest (the store row keeps all 32 bytes; the book the first 7):
  * a request line from its id, kind, model name and the keys of its completions; a bad line from its id,
  * code and message. */
 void ledger_digest_request(const char *custom_id, int kind, const char *model, int32_t n, const uint8_t (*keys)[32],

@@ -52,6 +52,11 @@ size_t plan_keymap_bytes(const plan_keymap *m) { return (size_t)m->n * PLAN_KEY_
 
 int64_t plan_keymap_find(const plan_keymap *m, const uint8_t *key)
 {
+    if (!m->slot) { /* the index was dropped: a scan */
+        for (int64_t i = 0; i < m->n; i++)
+            if (!memcmp(m->keys[i], key, PLAN_KEY_BYTES)) return i;
+        return -1;
+    }
     size_t j = key_hash(key) & (m->cap - 1);
     while (m->slot[j]) {
         int64_t idx = (int64_t)m->slot[j] - 1;
@@ -61,9 +66,9 @@ int64_t plan_keymap_find(const plan_keymap *m, const uint8_t *key)
     return -1;
 }
 
-static int grow(plan_keymap *m)
+/* The slot table made again at cap slots (a power of 2 above the keys' count). */
+static int rehash(plan_keymap *m, size_t cap)
 {
-    size_t cap = m->cap * 2;
     uint32_t *slot = calloc(cap, sizeof *slot);
     if (!slot) return -1;
     for (int64_t i = 0; i < m->n; i++) {
@@ -77,13 +82,25 @@ static int grow(plan_keymap *m)
     return 0;
 }
 
+void plan_keymap_drop_index(plan_keymap *m)
+{
+    free(m->slot);
+    m->slot = NULL;
+    m->cap = 0;
+}
+
 int64_t plan_keymap_put(plan_keymap *m, const uint8_t *key, int *added)
 {
     *added = 0;
+    if (!m->slot) { /* the index was dropped: made again, once */
+        size_t cap = 1024;
+        while ((size_t)(m->n + 1) * 4 > cap * 3) cap *= 2;
+        if (rehash(m, cap) != 0) return -1;
+    }
     int64_t idx = plan_keymap_find(m, key);
     if (idx >= 0) return idx;
     if (m->n >= (int64_t)UINT32_MAX - 1) return -1;
-    if ((size_t)(m->n + 1) * 4 > m->cap * 3 && grow(m) != 0) return -1; /* load <= 3/4 */
+    if ((size_t)(m->n + 1) * 4 > m->cap * 3 && rehash(m, m->cap * 2) != 0) return -1; /* load <= 3/4 */
     if (m->n == m->keys_cap) {
         int64_t cap = m->keys_cap ? m->keys_cap + m->keys_cap / 2 : 1024; /* x1.5: less slack at 10^7 keys */
         void *nk = realloc(m->keys, (size_t)cap * PLAN_KEY_BYTES);

@@ -33,6 +33,9 @@ int64_t plan_keymap_put(plan_keymap *m, const uint8_t *key, int *added);
 /* Index of key (its first PLAN_KEY_BYTES bytes) or -1. */
 int64_t plan_keymap_find(const plan_keymap *m, const uint8_t *key);
 int64_t plan_keymap_size(const plan_keymap *m);
+/* Frees the slot table (4 bytes a slot, up to 8/3 a key) when no more lookups are due: find then scans
+ * (O(keys)), and the next put makes the table again (O(keys), once). The keys stay. */
+void plan_keymap_drop_index(plan_keymap *m);
 /* The PLAN_KEY_BYTES bytes stored for an index (valid until the next put). */
 const uint8_t *plan_keymap_key(const plan_keymap *m, int64_t index);
 /* Bytes the keymap holds in use (its keys and its slot table), for the memory budget. */

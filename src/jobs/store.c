@@ -103,8 +103,9 @@ int store_open(const char *path, enum store_durability d, store **out, struct er
     const char *sync = d == STORE_DURABILITY_FULL ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL";
     if (exec(s, "setting its durability", sync, e) != 0)
         goto fail;
+    /* cache_size 2 MiB: rows are appended, and every cached page is resident (bench/NOTES.md, 2026-12-08) */
     if (exec(s, "creating its tables",
-             "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=8192;"
+             "PRAGMA temp_store=MEMORY; PRAGMA cache_size=-2048; PRAGMA wal_autocheckpoint=8192;"
              "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);"
              "CREATE TABLE IF NOT EXISTS results(id INTEGER PRIMARY KEY, key BLOB NOT NULL,"
              " status INTEGER NOT NULL, finish INTEGER NOT NULL, text BLOB NOT NULL, n_prompt INTEGER NOT NULL,"
