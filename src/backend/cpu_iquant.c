@@ -55,8 +55,15 @@ static int32_t iq_block_p(const struct quant_iq_ints *k, const int8_t *q, int n)
     return p;
 }
 
-static void iq_tile_scalar(enum gguf_dtype t, int64_t n, const void *w, int64_t ws, int n_w, const void *x,
-                           int64_t xs, int n_x, float *y, int64_t ys)
+/* The tile loop both variants share: row o's blocks decoded by `decode`, each block's integer sum with an
+ * activation row by `block_p`, then one fused multiply-add a block, in block order (always inlined, so each
+ * variant's calls are direct). */
+typedef void (*iq_decode_fn)(enum gguf_dtype t, const uint8_t *b, struct quant_iq_ints *k);
+typedef int32_t (*iq_block_p_fn)(const struct quant_iq_ints *k, const int8_t *q, int n);
+
+static inline __attribute__((always_inline)) void iq_tile(enum gguf_dtype t, int64_t n, const void *w, int64_t ws,
+                                                          int n_w, const void *x, int64_t xs, int n_x, float *y,
+                                                          int64_t ys, iq_decode_fn decode, iq_block_p_fn block_p)
 {
     const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
     const int64_t nb = n / ti->block_size;
@@ -65,15 +72,21 @@ static void iq_tile_scalar(enum gguf_dtype t, int64_t n, const void *w, int64_t 
         const uint8_t *row = (const uint8_t *)w + o * ws;
         float a[CPU_TILE_MAX_X] = {0};
         for (int64_t b = 0; b < nb; b++) {
-            quant_iq_decode(t, row + b * ti->block_bytes, &k);
+            decode(t, row + b * ti->block_bytes, &k);
             for (int i = 0; i < n_x; i++) {
                 float dx;
                 const int8_t *q = iq_act(t, (const char *)x + i * xs, b, &dx);
-                a[i] = fmaf(k.d * dx, (float)iq_block_p(&k, q, (int)ti->block_size), a[i]);
+                a[i] = fmaf(k.d * dx, (float)block_p(&k, q, (int)ti->block_size), a[i]);
             }
         }
         for (int i = 0; i < n_x; i++) y[i * ys + o] = a[i];
     }
+}
+
+static void iq_tile_scalar(enum gguf_dtype t, int64_t n, const void *w, int64_t ws, int n_w, const void *x,
+                           int64_t xs, int n_x, float *y, int64_t ys)
+{
+    iq_tile(t, n, w, ws, n_w, x, xs, n_x, y, ys, quant_iq_decode, iq_block_p);
 }
 
 /* ---------------------------------------------------------------- AVX2 */
@@ -141,22 +154,7 @@ static void iq_decode_avx2(enum gguf_dtype t, const uint8_t *b, struct quant_iq_
 static void iq_tile_avx2(enum gguf_dtype t, int64_t n, const void *w, int64_t ws, int n_w, const void *x,
                          int64_t xs, int n_x, float *y, int64_t ys)
 {
-    const struct gguf_dtype_info *ti = gguf_dtype_info((uint32_t)t);
-    const int64_t nb = n / ti->block_size;
-    struct quant_iq_ints k;
-    for (int o = 0; o < n_w; o++) {
-        const uint8_t *row = (const uint8_t *)w + o * ws;
-        float a[CPU_TILE_MAX_X] = {0};
-        for (int64_t b = 0; b < nb; b++) {
-            iq_decode_avx2(t, row + b * ti->block_bytes, &k);
-            for (int i = 0; i < n_x; i++) {
-                float dx;
-                const int8_t *q = iq_act(t, (const char *)x + i * xs, b, &dx);
-                a[i] = fmaf(k.d * dx, (float)iq_block_p_avx2(&k, q, (int)ti->block_size), a[i]);
-            }
-        }
-        for (int i = 0; i < n_x; i++) y[i * ys + o] = a[i];
-    }
+    iq_tile(t, n, w, ws, n_w, x, xs, n_x, y, ys, iq_decode_avx2, iq_block_p_avx2);
 }
 #endif /* IQ_HAVE_AVX2 */
 
